@@ -1,0 +1,209 @@
+/*
+ * tileattn: exact, IO-aware attention kernels for engines that cannot allocate.
+ *
+ * One public header (plus tileattn_tiling.h for the tiling descriptor).
+ * Everything is plain C11; the CUDA entry points take the stream as void *,
+ * so this header never includes CUDA headers.
+ *
+ * Conventions used throughout:
+ *   - Tensors are row-major and contiguous:
+ *       q   [B, H,    S_q, D ]      k [B, H_kv, S_k, D ]      v [B, H_kv, S_k, D_v]
+ *       o   [B, H,    S_q, D_v]   lse [B, H,    S_q]  (always float32)
+ *     B = batch, H = heads_q, H_kv = heads_kv, D = head_dim, D_v = head_dim_v.
+ *     Query head h reads kv head h / (H / H_kv) (grouped / multi-query attention).
+ *   - Storage dtype is f32, f16 or bf16 for q, k, v, o, d_o, dq, dk, dv;
+ *     arithmetic is always f32 (see docs/exactness.md).
+ *   - The library never allocates: every call takes a caller workspace, sized
+ *     beforehand by the matching *_workspace_size query. The workspace is
+ *     never resized nor freed by the library. Host memory for TA_BACKEND_REF and
+ *     TA_BACKEND_CPU, device memory for TA_BACKEND_CUDA. Alignment: 64 bytes.
+ *   - Every function returns ta_status; nothing aborts, asserts or prints.
+ *     Every input is validated before any output byte is written: on error
+ *     all output buffers are left untouched.
+ *   - Reentrant: no global mutable state.
+ */
+#ifndef TILEATTN_H
+#define TILEATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TA_VERSION_MAJOR 0
+#define TA_VERSION_MINOR 1
+#define TA_VERSION_PATCH 0
+
+/** Status codes. Stable numbers: never renumbered, only appended. */
+typedef enum ta_status {
+    TA_OK = 0,                      /**< success */
+    TA_ERR_NULL_ARG = -1,           /**< a required pointer is NULL */
+    TA_ERR_BAD_SHAPE = -2,          /**< a size is <= 0, or heads_q % heads_kv != 0 */
+    TA_ERR_BAD_ARG = -3,            /**< an enum, flag, scale, conv size, seqlens value,
+                                         pointer alignment or buffer overlap is invalid */
+    TA_ERR_UNSUPPORTED = -4,        /**< valid but not supported: head_dim > 256, tile
+                                         size, conv size or an operation not (yet)
+                                         implemented on this backend */
+    TA_ERR_OVERFLOW = -5,           /**< a tensor or workspace size overflows size_t,
+                                         or a length exceeds TA_SEQ_MAX */
+    TA_ERR_WORKSPACE_SIZE = -6,     /**< workspace_bytes is smaller than the query said */
+    TA_ERR_WORKSPACE_ALIGN = -7,    /**< workspace is not TA_WORKSPACE_ALIGN-aligned */
+    TA_ERR_BACKEND_UNAVAILABLE = -8,/**< backend not compiled in, or no device present */
+    TA_ERR_DEVICE = -9              /**< a device (CUDA) call failed */
+} ta_status;
+
+/** Name of a status, e.g. "TA_ERR_BAD_SHAPE: ...". Never NULL; unknown codes
+ *  give "TA_ERR_UNKNOWN". The string is static; do not free it. */
+const char *ta_status_string(ta_status s);
+
+/** Storage dtype of q, k, v, o, d_o, dq, dk, dv. lse and conv weights are always f32. */
+typedef enum ta_dtype { TA_F32 = 0, TA_F16 = 1, TA_BF16 = 2 } ta_dtype;
+
+typedef enum ta_backend {
+    TA_BACKEND_REF = 0,  /**< scalar C11 reference: the executable specification */
+    TA_BACKEND_CPU = 1,  /**< AVX2/AVX-512 + OpenMP (not implemented yet: unavailable) */
+    TA_BACKEND_CUDA = 2  /**< NVIDIA GPU, sm_80+ */
+} ta_backend;
+
+typedef enum ta_precision {
+    TA_PRECISION_EXACT = 0, /**< bit-identical to TA_BACKEND_REF (default) */
+    TA_PRECISION_FAST = 1   /**< backend may trade bit-identity for speed, within a
+                                 documented bound; still run-to-run deterministic */
+} ta_precision;
+
+/** Flags for ta_problem.flags. Unknown bits are rejected with TA_ERR_BAD_ARG. */
+#define TA_CAUSAL (1u << 0) /**< causal mask, aligned bottom-right: query row r sees
+                                 keys j <= r + seq_k - seq_q */
+#define TA_FLAGS_ALL (TA_CAUSAL)
+
+/** Limits of the supported domain (validated). */
+#define TA_HEAD_DIM_MAX 256       /**< head_dim and head_dim_v in [1, 256] */
+#define TA_SEQ_MAX (1 << 30)      /**< seq_q, seq_k <= 2^30 (index arithmetic stays in int32) */
+#define TA_BLOCK_MIN 8            /**< block_q, block_k: powers of two in [8, 256] */
+#define TA_BLOCK_MAX 256
+#define TA_CONV_Q_MAX 16          /**< MTA conv_q in [1, 16] */
+#define TA_CONV_K_MAX 31          /**< MTA conv_k odd, in [1, 31] */
+#define TA_WORKSPACE_ALIGN 64     /**< required alignment of every workspace, bytes */
+
+/**
+ * One attention problem. Zero-initialise it (`ta_problem p = {0};`), then set
+ * the sizes: every zero in an optional field means "default".
+ */
+typedef struct ta_problem {
+    int32_t batch;      /**< B >= 1 */
+    int32_t heads_q;    /**< H >= 1 */
+    int32_t heads_kv;   /**< H_kv >= 1, divides H */
+    int32_t seq_q;      /**< S_q in [1, TA_SEQ_MAX] */
+    int32_t seq_k;      /**< S_k in [1, TA_SEQ_MAX] */
+    int32_t head_dim;   /**< D in [1, TA_HEAD_DIM_MAX] */
+    int32_t head_dim_v; /**< D_v in [1, TA_HEAD_DIM_MAX] */
+    ta_dtype dtype;         /**< storage dtype; default (0) is TA_F32 */
+    ta_precision precision; /**< default (0) is TA_PRECISION_EXACT */
+    uint32_t flags;         /**< TA_CAUSAL or 0 */
+    float scale;            /**< score scale; 0 -> 1/sqrt(head_dim). Finite, else TA_ERR_BAD_ARG */
+    int32_t conv_q;         /**< MTA key-query conv rows c_q in [1,16]; 0,0 = no conv */
+    int32_t conv_k;         /**< MTA key-query conv columns c_k, odd, in [1,31] */
+    int32_t block_q;        /**< Q tile rows B_q (power of two, [8,256]); 0 -> default */
+    int32_t block_k;        /**< K tile columns B_k (power of two, [8,256]); 0 -> default.
+                                 Part of the exactness contract: equal block_k,
+                                 equal bits on every backend. */
+} ta_problem;
+
+/** Optional record of the tile schedule a backend ran (for tests). */
+typedef struct ta_trace_entry {
+    int32_t batch, head, q_tile, k_tile; /**< head is the query head */
+    int32_t pass;                        /**< TA_PASS_FWD, TA_PASS_BWD_DKDV or TA_PASS_BWD_DQ */
+} ta_trace_entry;
+
+#define TA_PASS_FWD 0
+#define TA_PASS_BWD_DKDV 1
+#define TA_PASS_BWD_DQ 2
+
+/**
+ * Caller-owned trace buffer. The backend appends one entry per (q tile, k tile)
+ * pair it computes, while count < capacity; `count` keeps counting past the
+ * capacity so a too-small buffer is detected. Host memory, REF backend only
+ * for now; other backends reject a non-NULL trace with TA_ERR_UNSUPPORTED.
+ */
+typedef struct ta_trace {
+    ta_trace_entry *entries; /**< [capacity] */
+    size_t capacity;
+    size_t count;            /**< set to 0 by the call before tracing */
+} ta_trace;
+
+/** Forward arguments. Memory is host for REF/CPU, device for CUDA. */
+typedef struct ta_fwd_args {
+    const void *q;            /**< [B, H, S_q, D]    dtype; required */
+    const void *k;            /**< [B, H_kv, S_k, D] dtype; required */
+    const void *v;            /**< [B, H_kv, S_k, D_v] dtype; required */
+    const float *conv_w;      /**< [H, c_q, c_k] f32; required iff conv is set, else ignored */
+    const int32_t *seqlens_k; /**< [B] keys at or past seqlens_k[b] are masked; each in
+                                   [0, S_k]; NULL = all S_k keys */
+    void *o;                  /**< [B, H, S_q, D_v] dtype; required; written */
+    float *lse;               /**< [B, H, S_q] f32; NULL = not wanted; written */
+    ta_trace *trace;          /**< NULL, or a caller trace buffer (REF only) */
+} ta_fwd_args;
+
+/** Backward arguments. o and lse are the forward's outputs for the same inputs. */
+typedef struct ta_bwd_args {
+    const void *q, *k, *v;    /**< as in ta_fwd_args; required */
+    const void *o;            /**< [B, H, S_q, D_v] dtype; required */
+    const void *d_o;          /**< [B, H, S_q, D_v] dtype; required */
+    const float *lse;         /**< [B, H, S_q] f32; required */
+    const float *conv_w;      /**< [H, c_q, c_k] f32; required iff conv is set */
+    const int32_t *seqlens_k; /**< as in ta_fwd_args */
+    void *dq;                 /**< [B, H, S_q, D]      dtype; required; written */
+    void *dk;                 /**< [B, H_kv, S_k, D]   dtype; required; written */
+    void *dv;                 /**< [B, H_kv, S_k, D_v] dtype; required; written */
+    float *dconv_w;           /**< [H, c_q, c_k] f32, summed over batch; required iff conv */
+    ta_trace *trace;          /**< NULL, or a caller trace buffer (REF only) */
+} ta_bwd_args;
+
+/**
+ * Workspace bytes ta_fwd needs for problem p on backend be.
+ * Needs no device, even for TA_BACKEND_CUDA (a planner may size memory for a
+ * GPU from a machine without one). Validates p as ta_fwd would (not the
+ * pointers). @param[out] bytes the size; written only on TA_OK.
+ */
+ta_status ta_fwd_workspace_size(const ta_problem *p, ta_backend be, size_t *bytes);
+
+/**
+ * Attention forward: o (and lse if requested).
+ * @param[in]     p         the problem
+ * @param[in]     be        backend
+ * @param[in,out] a         pointers; outputs o, lse, trace written on TA_OK only
+ * @param[in]     workspace TA_WORKSPACE_ALIGN-aligned, at least the queried bytes;
+ *                          may be NULL only if the query returned 0. Contents are
+ *                          scratch: undefined on return.
+ * @param[in]     stream    cudaStream_t for TA_BACKEND_CUDA (NULL = default stream);
+ *                          must be NULL for host backends.
+ * A row that sees no key gives o = 0 and lse = -inf.
+ */
+ta_status ta_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, void *workspace,
+                 size_t workspace_bytes, void *stream);
+
+/** Workspace bytes ta_bwd needs; as ta_fwd_workspace_size. */
+ta_status ta_bwd_workspace_size(const ta_problem *p, ta_backend be, size_t *bytes);
+
+/**
+ * Attention backward: dq, dk, dv (and dconv_w with the MTA conv), recomputed
+ * from q, k, v and lse; no stored probabilities. Arguments as ta_fwd.
+ * Rows that saw no key contribute nothing: their dq row is 0.
+ */
+ta_status ta_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a, void *workspace,
+                 size_t workspace_bytes, void *stream);
+
+/** 1 if backend be is compiled in and usable now (a device is present for
+ *  CUDA) and implements ta_fwd/ta_bwd; 0 otherwise. */
+int ta_backend_available(ta_backend be);
+
+/** Library version as "major.minor.patch". Static string. */
+const char *ta_version_string(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TILEATTN_H */

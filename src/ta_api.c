@@ -1,0 +1,151 @@
+/*
+ * Public entry points: validate everything, size the workspace, dispatch to a
+ * backend. The order of checks is fixed so a caller sees a stable status:
+ *   1. problem (shape, enums, sizes, overflow, tiling)   -> ta_plan_make
+ *   2. backend enum and availability
+ *   3. argument pointers (NULL, alignment, overlap), trace, stream
+ *   4. workspace (NULL, size, alignment)
+ *   5. values read from host memory (seqlens_k)
+ * Only then is anything written.
+ */
+#include <stddef.h>
+
+#include "ta_internal.h"
+#include "ta_validate.h"
+
+int ta_backend_available(ta_backend be) {
+    switch (be) {
+    case TA_BACKEND_REF: return 1;
+    case TA_BACKEND_CPU: return 0;  /* lands with the CPU backend issue */
+    case TA_BACKEND_CUDA: return 0; /* lands with the CUDA backend issue; see
+                                       ta_cuda_device_present() for the probe */
+    }
+    return 0;
+}
+
+static ta_status ta_check_backend(ta_backend be) {
+    if (be != TA_BACKEND_REF && be != TA_BACKEND_CPU && be != TA_BACKEND_CUDA)
+        return TA_ERR_BAD_ARG;
+    return ta_backend_available(be) ? TA_OK : TA_ERR_BACKEND_UNAVAILABLE;
+}
+
+static ta_status ta_plan_for(const ta_problem *p, ta_backend be, ta_plan *pl) {
+    const ta_status st = ta_plan_make(p, be, pl);
+    if (st != TA_OK) return st;
+    if (pl->has_conv) return TA_ERR_UNSUPPORTED; /* MTA conv: lands with its own issue */
+    return ta_check_backend(be);
+}
+
+static ta_status ta_fwd_size(const ta_plan *pl, ta_backend be, size_t *bytes) {
+    (void)be; /* only REF is available (ta_check_backend) */
+    return ta_ref_fwd_workspace_size(pl, bytes);
+}
+
+static ta_status ta_bwd_size(const ta_plan *pl, ta_backend be, size_t *bytes) {
+    (void)be;
+    return ta_ref_bwd_workspace_size(pl, bytes);
+}
+
+ta_status ta_fwd_workspace_size(const ta_problem *p, ta_backend be, size_t *bytes) {
+    ta_plan pl;
+    size_t n = 0;
+    ta_status st;
+    if (!p || !bytes) return TA_ERR_NULL_ARG;
+    if ((st = ta_plan_for(p, be, &pl)) != TA_OK) return st;
+    if ((st = ta_fwd_size(&pl, be, &n)) != TA_OK) return st;
+    *bytes = n;
+    return TA_OK;
+}
+
+ta_status ta_bwd_workspace_size(const ta_problem *p, ta_backend be, size_t *bytes) {
+    ta_plan pl;
+    size_t n = 0;
+    ta_status st;
+    if (!p || !bytes) return TA_ERR_NULL_ARG;
+    if ((st = ta_plan_for(p, be, &pl)) != TA_OK) return st;
+    if ((st = ta_bwd_size(&pl, be, &n)) != TA_OK) return st;
+    *bytes = n;
+    return TA_OK;
+}
+
+static ta_status ta_check_stream(ta_backend be, const void *stream) {
+    return (be != TA_BACKEND_CUDA && stream != NULL) ? TA_ERR_BAD_ARG : TA_OK;
+}
+
+/* Byte extents of the tensors, for the alignment and overlap checks. The
+ * workspace counts as an output: nothing may overlap it. */
+#define TA_BUF(ptr, n, eb) {(ptr), (n) * (eb), (eb)}
+
+static ta_status ta_fwd_check_ptrs(const ta_plan *pl, ta_backend be, const ta_fwd_args *a,
+                                   const void *ws, size_t ws_bytes, size_t ws_needed) {
+    const size_t eb = pl->elem_bytes;
+    const size_t n_seql = (size_t)pl->p.batch;
+    ta_status st;
+    if (!a->q || !a->k || !a->v || !a->o) return TA_ERR_NULL_ARG;
+    if (pl->has_conv && !a->conv_w) return TA_ERR_NULL_ARG;
+    {
+        const ta_buf in[] = {TA_BUF(a->q, pl->n_q, eb), TA_BUF(a->k, pl->n_k, eb),
+                             TA_BUF(a->v, pl->n_v, eb),
+                             TA_BUF(pl->has_conv ? a->conv_w : NULL, pl->n_conv, sizeof(float)),
+                             TA_BUF(a->seqlens_k, n_seql, sizeof(int32_t))};
+        const ta_buf out[] = {TA_BUF(a->o, pl->n_o, eb), TA_BUF(a->lse, pl->n_lse, sizeof(float)),
+                              {ws, ws_needed, 1}};
+        if ((st = ta_check_buffers(in, 5, out, 3)) != TA_OK) return st;
+    }
+    if ((st = ta_check_trace(be, a->trace)) != TA_OK) return st;
+    return ta_check_workspace(ws, ws_bytes, ws_needed);
+}
+
+ta_status ta_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, void *workspace,
+                 size_t workspace_bytes, void *stream) {
+    ta_plan pl;
+    size_t need = 0;
+    ta_status st;
+    if (!p || !a) return TA_ERR_NULL_ARG;
+    if ((st = ta_plan_for(p, be, &pl)) != TA_OK) return st;
+    if ((st = ta_check_stream(be, stream)) != TA_OK) return st;
+    if ((st = ta_fwd_size(&pl, be, &need)) != TA_OK) return st;
+    if ((st = ta_fwd_check_ptrs(&pl, be, a, workspace, workspace_bytes, need)) != TA_OK) return st;
+    if ((st = ta_check_seqlens_host(&pl, a->seqlens_k)) != TA_OK) return st;
+    return ta_ref_fwd(&pl, a, workspace);
+}
+
+static ta_status ta_bwd_check_ptrs(const ta_plan *pl, ta_backend be, const ta_bwd_args *a,
+                                   const void *ws, size_t ws_bytes, size_t ws_needed) {
+    const size_t eb = pl->elem_bytes;
+    ta_status st;
+    if (!a->q || !a->k || !a->v || !a->o || !a->d_o || !a->lse) return TA_ERR_NULL_ARG;
+    if (!a->dq || !a->dk || !a->dv) return TA_ERR_NULL_ARG;
+    if (pl->has_conv && (!a->conv_w || !a->dconv_w)) return TA_ERR_NULL_ARG;
+    {
+        const ta_buf in[] = {TA_BUF(a->q, pl->n_q, eb),
+                             TA_BUF(a->k, pl->n_k, eb),
+                             TA_BUF(a->v, pl->n_v, eb),
+                             TA_BUF(a->o, pl->n_o, eb),
+                             TA_BUF(a->d_o, pl->n_o, eb),
+                             TA_BUF(a->lse, pl->n_lse, sizeof(float)),
+                             TA_BUF(pl->has_conv ? a->conv_w : NULL, pl->n_conv, sizeof(float)),
+                             TA_BUF(a->seqlens_k, (size_t)pl->p.batch, sizeof(int32_t))};
+        const ta_buf out[] = {
+            TA_BUF(a->dq, pl->n_q, eb), TA_BUF(a->dk, pl->n_k, eb), TA_BUF(a->dv, pl->n_v, eb),
+            TA_BUF(pl->has_conv ? a->dconv_w : NULL, pl->n_conv, sizeof(float)),
+            {ws, ws_needed, 1}};
+        if ((st = ta_check_buffers(in, 8, out, 5)) != TA_OK) return st;
+    }
+    if ((st = ta_check_trace(be, a->trace)) != TA_OK) return st;
+    return ta_check_workspace(ws, ws_bytes, ws_needed);
+}
+
+ta_status ta_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a, void *workspace,
+                 size_t workspace_bytes, void *stream) {
+    ta_plan pl;
+    size_t need = 0;
+    ta_status st;
+    if (!p || !a) return TA_ERR_NULL_ARG;
+    if ((st = ta_plan_for(p, be, &pl)) != TA_OK) return st;
+    if ((st = ta_check_stream(be, stream)) != TA_OK) return st;
+    if ((st = ta_bwd_size(&pl, be, &need)) != TA_OK) return st;
+    if ((st = ta_bwd_check_ptrs(&pl, be, a, workspace, workspace_bytes, need)) != TA_OK) return st;
+    if ((st = ta_check_seqlens_host(&pl, a->seqlens_k)) != TA_OK) return st;
+    return ta_ref_bwd(&pl, a, workspace);
+}

@@ -1,0 +1,72 @@
+/*
+ * Internal interface shared by the core (validation, workspace, dispatch) and
+ * the backends. Not installed.
+ */
+#ifndef TA_INTERNAL_H
+#define TA_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tileattn.h"
+#include "tileattn_tiling.h"
+
+/* ---- Validated, derived view of a problem: what every backend reads. ---- */
+typedef struct ta_plan {
+    ta_problem p;        /* copy with defaults filled in (scale, block_q, block_k) */
+    int has_conv;        /* conv_q, conv_k > 0 */
+    int group;           /* heads_q / heads_kv: query heads per kv head */
+    size_t elem_bytes;   /* storage dtype size */
+    size_t n_q, n_k, n_v, n_o, n_lse, n_conv; /* element counts of each tensor */
+    ta_tiling fwd;       /* forward-pass tiling */
+    ta_tiling bwd;       /* backward-pass tiling (doubled halos) */
+} ta_plan;
+
+/* Checks the problem alone (no pointers) and fills plan. */
+ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *plan);
+
+/* ---- Workspace: one cursor both sizes and carves (zstd cwksp-style). ----
+ *
+ *   base (64-aligned)
+ *   +--------------+---pad---+--------------+---pad---+-- ...
+ *   | region 0     |         | region 1     |         |
+ *   +--------------+---------+--------------+---------+-- ...
+ *
+ * Every region starts on a TA_WORKSPACE_ALIGN boundary. With base == NULL the
+ * cursor only counts bytes (the size query); with a base it also hands out
+ * pointers (the call). The same layout routine runs in both modes, so the
+ * query and the carving cannot disagree. */
+typedef struct ta_ws_cursor {
+    unsigned char *base; /* NULL: size only */
+    size_t used;         /* bytes consumed so far, aligned */
+    int overflow;        /* a size computation overflowed size_t */
+} ta_ws_cursor;
+
+void ta_ws_begin(ta_ws_cursor *c, void *base);
+/* Reserve count elements of elem_bytes; returns the region (NULL in size mode). */
+void *ta_ws_take(ta_ws_cursor *c, size_t count, size_t elem_bytes);
+#define TA_WS_TAKE(c, type, count) ((type *)ta_ws_take((c), (count), sizeof(type)))
+
+/* Checked size arithmetic: returns 0 on overflow (and leaves *out unchanged). */
+int ta_mul_size(size_t a, size_t b, size_t *out);
+
+/* ---- Element access in the storage dtype (f32 arithmetic everywhere). ---- */
+float ta_load(const void *base, ta_dtype dt, size_t idx);
+void ta_store(void *base, ta_dtype dt, size_t idx, float x);
+
+/* ---- Trace (tests): append one entry; count keeps counting past capacity. */
+void ta_trace_add(ta_trace *tr, int32_t pass, int32_t batch, int32_t head, int32_t q_tile,
+                  int32_t k_tile);
+
+/* ---- Backends. Each backend sizes and carves its workspace with one static
+ * layout routine over a ta_ws_cursor (size mode for *_workspace_size, carve
+ * mode inside the call). Compute routines see validated inputs only. ---- */
+ta_status ta_ref_fwd_workspace_size(const ta_plan *plan, size_t *bytes);
+ta_status ta_ref_bwd_workspace_size(const ta_plan *plan, size_t *bytes);
+ta_status ta_ref_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace);
+ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace);
+
+int ta_cuda_compiled(void);
+int ta_cuda_device_present(void);
+
+#endif /* TA_INTERNAL_H */

@@ -1,0 +1,2 @@
+/* PLACEHOLDER */
+typedef int ta_oracle_placeholder;

@@ -1,0 +1,2 @@
+/* PLACEHOLDER: replaced by its helper */
+int main(void) { return 77; }
