@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The project's test command (README, .ci/run): builds and runs every suite.
+#   1. release     gcc -O3, CUDA objects compiled (when nvcc exists): every label,
+#                  including the exhaustive 2^32 exp/log test, valgrind (memcheck),
+#                  the install/consumer check; GPU tests report "skipped" without a GPU.
+#   2. clang-debug clang -O0, no CUDA: unit, oracle, bad-input.
+#   3. asan        gcc ASan+UBSan, no CUDA: unit, oracle, bad-input (quick modes).
+# CUDA is compiled in configuration 1 only, and the exhaustive and valgrind
+# runs happen once, to keep a 2-core CI machine under its time limit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=${JOBS:-$(nproc)}
+start=$(date +%s)
+
+step() { printf '\n==== %s (%ss elapsed)\n' "$1" "$(( $(date +%s) - start ))"; }
+
+step "release: configure + build"
+cmake --preset release
+cmake --build --preset release -j "$jobs"
+step "release: ctest (all labels)"
+ctest --preset release -j "$jobs"
+
+step "clang-debug: configure + build"
+cmake --preset clang-debug
+cmake --build --preset clang-debug -j "$jobs"
+step "clang-debug: ctest"
+ctest --preset clang-debug -j "$jobs" -LE 'memcheck|exhaustive|cuda'
+
+step "asan: configure + build"
+cmake --preset asan
+cmake --build --preset asan -j "$jobs"
+step "asan: ctest"
+ctest --preset asan -j "$jobs" -LE 'memcheck|exhaustive|cuda'
+
+step "all test configurations passed"
