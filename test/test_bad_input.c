@@ -1,2 +1,755 @@
-/* PLACEHOLDER: replaced by its helper */
-int main(void) { return 77; }
+/*
+ * Bad input: every invalid call gets its exact status and writes nothing.
+ *
+ * One table of cases. Each case starts from a valid call (a small GQA causal
+ * problem with seqlens_k, a trace and a workspace of the queried size), breaks
+ * one thing (or, for the ordering cases, two) and names the entry points it
+ * applies to: ta_fwd_workspace_size, ta_fwd, ta_bwd_workspace_size, ta_bwd.
+ * Every buffer lives in one arena; before each call the outputs (o, lse, dq, dk,
+ * dv, dconv_w, trace entries, workspace) are canary-filled and the inputs
+ * restored; after it, the canaries must be intact (ta_canary_intact), every
+ * input byte unchanged, and the bytes out-parameter and trace count untouched.
+ * Then: ta_status_string names every code, and a valid call still succeeds.
+ * Expected statuses and the order of checks: docs/api.md.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+#include "tileattn.h"
+
+/* ---- Entry points ---- */
+enum { E_FWS = 1, E_FWD = 2, E_BWS = 4, E_BWD = 8, E_ALL = 15, E_CALLS = E_FWD | E_BWD };
+static const char *entry_name(int e) {
+    switch (e) {
+    case E_FWS: return "ta_fwd_workspace_size";
+    case E_FWD: return "ta_fwd";
+    case E_BWS: return "ta_bwd_workspace_size";
+    default: return "ta_bwd";
+    }
+}
+
+/* ---- The arena: every buffer a call can see, each 64-aligned with a gap ---- */
+enum {
+    R_Q,
+    R_K,
+    R_V,
+    R_O_IN,
+    R_D_O,
+    R_LSE_IN,
+    R_SEQLENS,
+    R_CONV_W, /* inputs */
+    R_O,
+    R_LSE,
+    R_DQ,
+    R_DK,
+    R_DV,
+    R_DCONV_W,
+    R_TRACE,
+    R_SPARE,
+    R_WS, /* outputs, scratch */
+    R_COUNT
+};
+#define R_FIRST_OUTPUT R_O
+static const char *const k_region_names[R_COUNT] = {"q",
+                                                    "k",
+                                                    "v",
+                                                    "o (bwd input)",
+                                                    "d_o",
+                                                    "lse (bwd input)",
+                                                    "seqlens_k",
+                                                    "conv_w",
+                                                    "o",
+                                                    "lse",
+                                                    "dq",
+                                                    "dk",
+                                                    "dv",
+                                                    "dconv_w",
+                                                    "trace entries",
+                                                    "spare (before workspace)",
+                                                    "workspace"};
+
+#define GAP       128 /* bytes between regions: room for a pointer moved by a few bytes */
+#define TRACE_CAP 64
+
+typedef struct arena {
+    unsigned char *base, *pristine;
+    size_t bytes;
+    size_t off[R_COUNT], len[R_COUNT];
+    size_t need_fwd, need_bwd; /* workspace bytes of the base problem */
+} arena;
+static arena A;
+
+static void *reg(int r) { return A.base + A.off[r]; }
+static unsigned char *reg_b(int r) { return A.base + A.off[r]; }
+
+/* ---- The base problem: B=2, H=4, H_kv=2, S_q=5, S_k=7, D=8, D_v=6, f32, causal ---- */
+#define B_   2
+#define H_   4
+#define HKV_ 2
+#define SQ_  5
+#define SK_  7
+#define D_   8
+#define DV_  6
+static ta_problem base_problem(void) {
+    ta_problem p;
+    memset(&p, 0, sizeof p);
+    p.batch = B_;
+    p.heads_q = H_;
+    p.heads_kv = HKV_;
+    p.seq_q = SQ_;
+    p.seq_k = SK_;
+    p.head_dim = D_;
+    p.head_dim_v = DV_;
+    p.dtype = TA_F32;
+    p.precision = TA_PRECISION_EXACT;
+    p.flags = TA_CAUSAL;
+    return p;
+}
+
+/* ---- One call: everything an entry point receives ---- */
+typedef struct call {
+    ta_problem p;
+    int null_problem, null_args, null_bytes;
+    ta_backend be;
+    ta_fwd_args fa;
+    ta_bwd_args ba;
+    void *ws;
+    size_t ws_bytes;
+    void *stream;
+} call;
+
+static ta_trace g_trace;   /* the trace every call carries; count canary-filled */
+static size_t g_bytes_out; /* the size queries' out-parameter, canary-filled */
+
+static void base_call(call *c) {
+    memset(c, 0, sizeof *c);
+    c->p = base_problem();
+    c->be = TA_BACKEND_REF;
+    c->fa.q = c->ba.q = reg(R_Q);
+    c->fa.k = c->ba.k = reg(R_K);
+    c->fa.v = c->ba.v = reg(R_V);
+    c->fa.seqlens_k = c->ba.seqlens_k = (const int32_t *)reg(R_SEQLENS);
+    c->fa.o = reg(R_O);
+    c->fa.lse = (float *)reg(R_LSE);
+    c->fa.trace = c->ba.trace = &g_trace;
+    c->ba.o = reg(R_O_IN);
+    c->ba.d_o = reg(R_D_O);
+    c->ba.lse = (const float *)reg(R_LSE_IN);
+    c->ba.dq = reg(R_DQ);
+    c->ba.dk = reg(R_DK);
+    c->ba.dv = reg(R_DV);
+    c->ws = reg(R_WS);
+    c->ws_bytes = A.len[R_WS]; /* generous: only the workspace cases shrink it */
+    c->stream = NULL;
+}
+
+static size_t need_of(int entry) { return entry & (E_FWS | E_FWD) ? A.need_fwd : A.need_bwd; }
+
+/* ---- The cases. A mutator breaks a valid call; it returns 0 if it does not
+ * apply (then the case is reported as skipped, e.g. a backend that exists). ---- */
+typedef int (*mutator)(call *c, int entry);
+typedef struct bad_case {
+    const char *name;
+    int entries; /* E_* mask */
+    ta_status expect;
+    mutator mutate;
+} bad_case;
+
+#define SET(fn, stmt)                                                                              \
+    static int fn(call *c, int entry) {                                                            \
+        (void)entry;                                                                               \
+        stmt;                                                                                      \
+        return 1;                                                                                  \
+    }
+
+/* NULL pointers */
+SET(m_null_problem, c->null_problem = 1)
+SET(m_null_args, c->null_args = 1)
+SET(m_null_bytes, c->null_bytes = 1)
+SET(m_null_q, c->fa.q = c->ba.q = NULL)
+SET(m_null_k, c->fa.k = c->ba.k = NULL)
+SET(m_null_v, c->fa.v = c->ba.v = NULL)
+SET(m_null_o, c->fa.o = NULL; c->ba.o = NULL)
+SET(m_null_d_o, c->ba.d_o = NULL)
+SET(m_null_lse_bwd, c->ba.lse = NULL)
+SET(m_null_dq, c->ba.dq = NULL)
+SET(m_null_dk, c->ba.dk = NULL)
+SET(m_null_dv, c->ba.dv = NULL)
+/* sizes <= 0 */
+SET(m_batch_0, c->p.batch = 0)
+SET(m_heads_q_0, c->p.heads_q = 0)
+SET(m_heads_kv_0, c->p.heads_kv = 0)
+SET(m_seq_q_0, c->p.seq_q = 0)
+SET(m_seq_k_0, c->p.seq_k = 0)
+SET(m_head_dim_0, c->p.head_dim = 0)
+SET(m_head_dim_v_0, c->p.head_dim_v = 0)
+SET(m_batch_neg, c->p.batch = -1)
+SET(m_heads_q_neg, c->p.heads_q = -4)
+SET(m_heads_kv_neg, c->p.heads_kv = -2)
+SET(m_seq_q_neg, c->p.seq_q = -5)
+SET(m_seq_k_neg, c->p.seq_k = INT32_MIN)
+SET(m_head_dim_neg, c->p.head_dim = -8)
+SET(m_head_dim_v_neg, c->p.head_dim_v = -1)
+/* inconsistent or unsupported sizes */
+SET(m_heads_not_divisible, c->p.heads_q = 4; c->p.heads_kv = 3)
+SET(m_heads_kv_gt_q, c->p.heads_q = 2; c->p.heads_kv = 4)
+SET(m_head_dim_257, c->p.head_dim = TA_HEAD_DIM_MAX + 1)
+SET(m_head_dim_v_257, c->p.head_dim_v = TA_HEAD_DIM_MAX + 1)
+SET(m_seq_q_over, c->p.seq_q = TA_SEQ_MAX + 1)
+SET(m_seq_k_over, c->p.seq_k = INT32_MAX)
+/* B*H*S overflows size_t: 2^30 * 2^30 * 2^30 */
+SET(m_elems_overflow, c->p.batch = 1 << 30; c->p.heads_q = 1 << 30; c->p.heads_kv = 1;
+    c->p.seq_q = TA_SEQ_MAX)
+/* k's count overflows (B*H_kv*S_k*D = 2^16 * 2^16 * 2^30 * 2^8) while q's fits */
+SET(m_kv_elems_overflow, c->p.batch = 1 << 16; c->p.heads_q = 1 << 16; c->p.heads_kv = 1 << 16;
+    c->p.seq_q = 1; c->p.seq_k = TA_SEQ_MAX; c->p.head_dim = TA_HEAD_DIM_MAX)
+/* q has 2^19 * 2^16 * 2^20 * 2^8 = 2^63 elements (fits in 64 bits), 2^65 bytes (does not) */
+static int m_bytes_overflow(call *c, int entry) {
+    (void)entry;
+    if (SIZE_MAX != UINT64_MAX) return 0;
+    c->p.batch = 1 << 19;
+    c->p.heads_q = 1 << 16;
+    c->p.heads_kv = 1;
+    c->p.seq_q = 1 << 20;
+    c->p.seq_k = 1;
+    c->p.head_dim = TA_HEAD_DIM_MAX;
+    c->p.head_dim_v = 1;
+    return 1;
+}
+/* enums, flags, scale */
+SET(m_dtype_3, c->p.dtype = (ta_dtype)3)
+SET(m_dtype_neg, c->p.dtype = (ta_dtype)-1)
+SET(m_precision_2, c->p.precision = (ta_precision)2)
+SET(m_backend_3, c->be = (ta_backend)3)
+SET(m_backend_neg, c->be = (ta_backend)-1)
+SET(m_flag_bit1, c->p.flags = TA_CAUSAL | (1u << 1))
+SET(m_flag_bit31, c->p.flags = 1u << 31)
+SET(m_scale_nan, c->p.scale = NAN)
+SET(m_scale_inf, c->p.scale = INFINITY)
+SET(m_scale_neg_inf, c->p.scale = -INFINITY)
+/* MTA conv sizes */
+SET(m_conv_q_only, c->p.conv_q = 3; c->p.conv_k = 0)
+SET(m_conv_k_only, c->p.conv_q = 0; c->p.conv_k = 3)
+SET(m_conv_k_even, c->p.conv_q = 3; c->p.conv_k = 4)
+SET(m_conv_neg, c->p.conv_q = -1; c->p.conv_k = -1)
+SET(m_conv_q_neg, c->p.conv_q = -3; c->p.conv_k = 3)
+SET(m_conv_q_17, c->p.conv_q = TA_CONV_Q_MAX + 1; c->p.conv_k = 3)
+SET(m_conv_k_33, c->p.conv_q = 3; c->p.conv_k = TA_CONV_K_MAX + 2)
+SET(m_conv_no_causal, c->p.conv_q = 3; c->p.conv_k = 5; c->p.flags = 0)
+/* tile sizes */
+SET(m_block_q_neg, c->p.block_q = -64)
+SET(m_block_k_neg, c->p.block_k = -1)
+SET(m_block_q_48, c->p.block_q = 48)
+SET(m_block_k_4, c->p.block_k = 4)
+SET(m_block_q_512, c->p.block_q = 512)
+SET(m_block_k_7, c->p.block_k = 7)
+/* B_q = 8 with c_q = 5: 4 effective rows forward, 0 backward (halo 4 above + 4 below) */
+SET(m_block_q_bwd_halo, c->p.conv_q = 5; c->p.conv_k = 1; c->p.block_q = 8)
+/* B_k = 8 with c_k = 5: 4 effective columns forward, 0 backward (halo 4 each side) */
+SET(m_block_k_bwd_halo, c->p.conv_q = 1; c->p.conv_k = 5; c->p.block_k = 8)
+/* B_q = 8 with c_q = 16: no effective row even forward (halo 15 above) */
+SET(m_block_q_fwd_halo, c->p.conv_q = 16; c->p.conv_k = 1; c->p.block_q = 8)
+/* workspace */
+static int m_ws_null(call *c, int entry) {
+    c->ws = NULL;
+    c->ws_bytes = need_of(entry);
+    return need_of(entry) > 0;
+}
+static int m_ws_null_zero(call *c, int entry) {
+    c->ws = NULL;
+    c->ws_bytes = 0;
+    return need_of(entry) > 0;
+}
+static int m_ws_short(call *c, int entry) {
+    c->ws_bytes = need_of(entry) - 1;
+    return need_of(entry) > 0;
+}
+static int m_ws_zero(call *c, int entry) {
+    c->ws_bytes = 0;
+    return need_of(entry) > 0;
+}
+static int g_misalign; /* set by the loop over 1..63 */
+static int m_ws_misaligned(call *c, int entry) {
+    c->ws = reg_b(R_WS) + g_misalign;
+    c->ws_bytes = need_of(entry);
+    return 1;
+}
+/* streams on a host backend */
+static int g_dummy_stream;
+SET(m_stream, c->stream = &g_dummy_stream)
+/* alignment: each pointer must be aligned to its element */
+SET(m_q_odd, c->fa.q = c->ba.q = reg_b(R_Q) + 1)
+SET(m_k_plus2, c->fa.k = c->ba.k = reg_b(R_K) + 2)
+SET(m_v_f16_odd, c->p.dtype = TA_F16; c->fa.v = c->ba.v = reg_b(R_V) + 1)
+SET(m_o_plus2, c->fa.o = reg_b(R_O) + 2; c->ba.o = reg_b(R_O_IN) + 2)
+SET(m_lse_odd, c->fa.lse = (float *)(void *)(reg_b(R_LSE) + 1);
+    c->ba.lse = (const float *)(const void *)(reg_b(R_LSE_IN) + 1))
+SET(m_dq_plus3, c->ba.dq = reg_b(R_DQ) + 3)
+SET(m_dk_bf16_odd, c->p.dtype = TA_BF16; c->ba.dk = reg_b(R_DK) + 1)
+SET(m_d_o_bf16_odd, c->p.dtype = TA_BF16; c->ba.d_o = reg_b(R_D_O) + 1)
+SET(m_seqlens_odd,
+    c->fa.seqlens_k = c->ba.seqlens_k = (const int32_t *)(const void *)(reg_b(R_SEQLENS) + 1))
+/* overlap: no output may share a byte with an input, another output or the workspace */
+SET(m_o_over_q, c->fa.o = reg_b(R_Q) + 16)
+SET(m_o_is_q, c->fa.o = reg(R_Q))
+SET(m_o_over_k_tail, c->fa.o = reg_b(R_K) + A.len[R_K] - 4)
+SET(m_lse_over_o, c->fa.lse = (float *)reg(R_O) + 3)
+SET(m_o_over_seqlens, c->fa.o = reg_b(R_SEQLENS) + 4)
+/* o ends 4 bytes into the workspace */
+SET(m_o_over_ws, c->fa.o = reg_b(R_WS) - A.len[R_O] + 4)
+SET(m_lse_over_ws, c->fa.lse = (float *)reg(R_WS) + 8)
+SET(m_dq_over_dk, c->ba.dq = reg_b(R_DK) + 8)
+SET(m_dv_over_v, c->ba.dv = reg_b(R_V) + 4)
+SET(m_dk_over_lse_in, c->ba.dk = reg_b(R_LSE_IN) + 4)
+SET(m_dq_over_d_o, c->ba.dq = reg(R_D_O))
+SET(m_dv_over_ws, c->ba.dv = reg_b(R_WS) - A.len[R_DV] + 4)
+/* seqlens_k values outside [0, S_k] (entry 1 of 2, so every entry is read) */
+static const int32_t k_seqlens_neg[B_] = {SK_, -1};
+static const int32_t k_seqlens_big[B_] = {SK_, SK_ + 1};
+static const int32_t k_seqlens_min[B_] = {INT32_MIN, SK_};
+SET(m_seqlens_neg, c->fa.seqlens_k = c->ba.seqlens_k = k_seqlens_neg)
+SET(m_seqlens_big, c->fa.seqlens_k = c->ba.seqlens_k = k_seqlens_big)
+SET(m_seqlens_min, c->fa.seqlens_k = c->ba.seqlens_k = k_seqlens_min)
+/* trace */
+static ta_trace g_bad_trace;
+SET(m_trace_null_entries, g_bad_trace.entries = NULL; g_bad_trace.capacity = 4;
+    g_bad_trace.count = 0; c->fa.trace = c->ba.trace = &g_bad_trace)
+/* backends not implemented yet (skipped once they are available) */
+static int m_backend_cpu(call *c, int entry) {
+    (void)entry;
+    c->be = TA_BACKEND_CPU;
+    c->fa.trace = c->ba.trace = NULL;
+    return !ta_backend_available(TA_BACKEND_CPU);
+}
+static int m_backend_cuda(call *c, int entry) {
+    (void)entry;
+    c->be = TA_BACKEND_CUDA;
+    c->fa.trace = c->ba.trace = NULL; /* a trace is REF-only: keep one fault */
+    return !ta_backend_available(TA_BACKEND_CUDA);
+}
+/* several faults: the first in the documented order wins */
+SET(m_order_shape_before_backend, c->p.seq_q = 0; c->be = (ta_backend)9)
+SET(m_order_args_before_overflow, c->p.dtype = (ta_dtype)7; c->p.batch = 1 << 30;
+    c->p.heads_q = 1 << 30; c->p.heads_kv = 1; c->p.seq_q = TA_SEQ_MAX)
+static int m_order_backend_before_stream(call *c, int entry) {
+    (void)entry;
+    c->be = TA_BACKEND_CPU;
+    c->fa.trace = c->ba.trace = NULL;
+    c->stream = &g_dummy_stream;
+    return !ta_backend_available(TA_BACKEND_CPU);
+}
+SET(m_order_null_before_ws, c->fa.q = c->ba.q = NULL; c->ws = reg_b(R_WS) + 8)
+SET(m_order_ws_before_seqlens, c->ws_bytes = 1; c->fa.seqlens_k = c->ba.seqlens_k = k_seqlens_neg)
+
+static const bad_case k_cases[] = {
+    {"problem NULL", E_ALL, TA_ERR_NULL_ARG, m_null_problem},
+    {"args NULL", E_CALLS, TA_ERR_NULL_ARG, m_null_args},
+    {"bytes out-parameter NULL", E_FWS | E_BWS, TA_ERR_NULL_ARG, m_null_bytes},
+    {"q NULL", E_CALLS, TA_ERR_NULL_ARG, m_null_q},
+    {"k NULL", E_CALLS, TA_ERR_NULL_ARG, m_null_k},
+    {"v NULL", E_CALLS, TA_ERR_NULL_ARG, m_null_v},
+    {"o NULL", E_CALLS, TA_ERR_NULL_ARG, m_null_o},
+    {"d_o NULL", E_BWD, TA_ERR_NULL_ARG, m_null_d_o},
+    {"lse NULL in backward", E_BWD, TA_ERR_NULL_ARG, m_null_lse_bwd},
+    {"dq NULL", E_BWD, TA_ERR_NULL_ARG, m_null_dq},
+    {"dk NULL", E_BWD, TA_ERR_NULL_ARG, m_null_dk},
+    {"dv NULL", E_BWD, TA_ERR_NULL_ARG, m_null_dv},
+    {"batch 0", E_ALL, TA_ERR_BAD_SHAPE, m_batch_0},
+    {"heads_q 0", E_ALL, TA_ERR_BAD_SHAPE, m_heads_q_0},
+    {"heads_kv 0", E_ALL, TA_ERR_BAD_SHAPE, m_heads_kv_0},
+    {"seq_q 0", E_ALL, TA_ERR_BAD_SHAPE, m_seq_q_0},
+    {"seq_k 0", E_ALL, TA_ERR_BAD_SHAPE, m_seq_k_0},
+    {"head_dim 0", E_ALL, TA_ERR_BAD_SHAPE, m_head_dim_0},
+    {"head_dim_v 0", E_ALL, TA_ERR_BAD_SHAPE, m_head_dim_v_0},
+    {"batch -1", E_ALL, TA_ERR_BAD_SHAPE, m_batch_neg},
+    {"heads_q -4", E_ALL, TA_ERR_BAD_SHAPE, m_heads_q_neg},
+    {"heads_kv -2", E_ALL, TA_ERR_BAD_SHAPE, m_heads_kv_neg},
+    {"seq_q -5", E_ALL, TA_ERR_BAD_SHAPE, m_seq_q_neg},
+    {"seq_k INT32_MIN", E_ALL, TA_ERR_BAD_SHAPE, m_seq_k_neg},
+    {"head_dim -8", E_ALL, TA_ERR_BAD_SHAPE, m_head_dim_neg},
+    {"head_dim_v -1", E_ALL, TA_ERR_BAD_SHAPE, m_head_dim_v_neg},
+    {"heads_q 4 % heads_kv 3", E_ALL, TA_ERR_BAD_SHAPE, m_heads_not_divisible},
+    {"heads_kv 4 > heads_q 2", E_ALL, TA_ERR_BAD_SHAPE, m_heads_kv_gt_q},
+    {"head_dim 257", E_ALL, TA_ERR_UNSUPPORTED, m_head_dim_257},
+    {"head_dim_v 257", E_ALL, TA_ERR_UNSUPPORTED, m_head_dim_v_257},
+    {"seq_q TA_SEQ_MAX + 1", E_ALL, TA_ERR_OVERFLOW, m_seq_q_over},
+    {"seq_k INT32_MAX", E_ALL, TA_ERR_OVERFLOW, m_seq_k_over},
+    {"B*H*S_q overflows size_t", E_ALL, TA_ERR_OVERFLOW, m_elems_overflow},
+    {"B*H_kv*S_k*D overflows size_t", E_ALL, TA_ERR_OVERFLOW, m_kv_elems_overflow},
+    {"q element count fits, byte count overflows", E_ALL, TA_ERR_OVERFLOW, m_bytes_overflow},
+    {"dtype 3", E_ALL, TA_ERR_BAD_ARG, m_dtype_3},
+    {"dtype -1", E_ALL, TA_ERR_BAD_ARG, m_dtype_neg},
+    {"precision 2", E_ALL, TA_ERR_BAD_ARG, m_precision_2},
+    {"backend 3", E_ALL, TA_ERR_BAD_ARG, m_backend_3},
+    {"backend -1", E_ALL, TA_ERR_BAD_ARG, m_backend_neg},
+    {"unknown flag bit 1", E_ALL, TA_ERR_BAD_ARG, m_flag_bit1},
+    {"unknown flag bit 31", E_ALL, TA_ERR_BAD_ARG, m_flag_bit31},
+    {"scale NaN", E_ALL, TA_ERR_BAD_ARG, m_scale_nan},
+    {"scale +inf", E_ALL, TA_ERR_BAD_ARG, m_scale_inf},
+    {"scale -inf", E_ALL, TA_ERR_BAD_ARG, m_scale_neg_inf},
+    {"conv_q without conv_k", E_ALL, TA_ERR_BAD_ARG, m_conv_q_only},
+    {"conv_k without conv_q", E_ALL, TA_ERR_BAD_ARG, m_conv_k_only},
+    {"conv_k even", E_ALL, TA_ERR_BAD_ARG, m_conv_k_even},
+    {"conv -1 x -1", E_ALL, TA_ERR_BAD_ARG, m_conv_neg},
+    {"conv_q -3", E_ALL, TA_ERR_BAD_ARG, m_conv_q_neg},
+    {"conv_q 17", E_ALL, TA_ERR_UNSUPPORTED, m_conv_q_17},
+    {"conv_k 33", E_ALL, TA_ERR_UNSUPPORTED, m_conv_k_33},
+    {"conv without TA_CAUSAL", E_ALL, TA_ERR_UNSUPPORTED, m_conv_no_causal},
+    {"block_q -64", E_ALL, TA_ERR_BAD_ARG, m_block_q_neg},
+    {"block_k -1", E_ALL, TA_ERR_BAD_ARG, m_block_k_neg},
+    {"block_q 48 (not a power of two)", E_ALL, TA_ERR_UNSUPPORTED, m_block_q_48},
+    {"block_k 4 (below TA_BLOCK_MIN)", E_ALL, TA_ERR_UNSUPPORTED, m_block_k_4},
+    {"block_q 512 (above TA_BLOCK_MAX)", E_ALL, TA_ERR_UNSUPPORTED, m_block_q_512},
+    {"block_k 7", E_ALL, TA_ERR_UNSUPPORTED, m_block_k_7},
+    {"block_q 8 too small for conv 5x1 backward halos", E_ALL, TA_ERR_UNSUPPORTED,
+     m_block_q_bwd_halo},
+    {"block_k 8 too small for conv 1x5 backward halos", E_ALL, TA_ERR_UNSUPPORTED,
+     m_block_k_bwd_halo},
+    {"block_q 8 too small for conv 16x1", E_ALL, TA_ERR_UNSUPPORTED, m_block_q_fwd_halo},
+    {"workspace NULL", E_CALLS, TA_ERR_NULL_ARG, m_ws_null},
+    {"workspace NULL, 0 bytes", E_CALLS, TA_ERR_NULL_ARG, m_ws_null_zero},
+    {"workspace one byte short", E_CALLS, TA_ERR_WORKSPACE_SIZE, m_ws_short},
+    {"workspace 0 bytes", E_CALLS, TA_ERR_WORKSPACE_SIZE, m_ws_zero},
+    {"workspace misaligned", E_CALLS, TA_ERR_WORKSPACE_ALIGN, m_ws_misaligned},
+    {"stream non-NULL on REF", E_CALLS, TA_ERR_BAD_ARG, m_stream},
+    {"q f32 at an odd address", E_CALLS, TA_ERR_BAD_ARG, m_q_odd},
+    {"k f32 at +2 bytes", E_CALLS, TA_ERR_BAD_ARG, m_k_plus2},
+    {"v f16 at an odd address", E_CALLS, TA_ERR_BAD_ARG, m_v_f16_odd},
+    {"o f32 at +2 bytes", E_CALLS, TA_ERR_BAD_ARG, m_o_plus2},
+    {"lse at an odd address", E_CALLS, TA_ERR_BAD_ARG, m_lse_odd},
+    {"dq f32 at +3 bytes", E_BWD, TA_ERR_BAD_ARG, m_dq_plus3},
+    {"dk bf16 at an odd address", E_BWD, TA_ERR_BAD_ARG, m_dk_bf16_odd},
+    {"d_o bf16 at an odd address", E_BWD, TA_ERR_BAD_ARG, m_d_o_bf16_odd},
+    {"seqlens_k at an odd address", E_CALLS, TA_ERR_BAD_ARG, m_seqlens_odd},
+    {"o overlaps q", E_FWD, TA_ERR_BAD_ARG, m_o_over_q},
+    {"o == q (in place)", E_FWD, TA_ERR_BAD_ARG, m_o_is_q},
+    {"o starts in k's last element", E_FWD, TA_ERR_BAD_ARG, m_o_over_k_tail},
+    {"lse overlaps o", E_FWD, TA_ERR_BAD_ARG, m_lse_over_o},
+    {"o starts at seqlens_k[1]", E_FWD, TA_ERR_BAD_ARG, m_o_over_seqlens},
+    {"o ends in the workspace", E_FWD, TA_ERR_BAD_ARG, m_o_over_ws},
+    {"lse inside the workspace", E_FWD, TA_ERR_BAD_ARG, m_lse_over_ws},
+    {"dq overlaps dk", E_BWD, TA_ERR_BAD_ARG, m_dq_over_dk},
+    {"dv overlaps v", E_BWD, TA_ERR_BAD_ARG, m_dv_over_v},
+    {"dk overlaps lse", E_BWD, TA_ERR_BAD_ARG, m_dk_over_lse_in},
+    {"dq == d_o (in place)", E_BWD, TA_ERR_BAD_ARG, m_dq_over_d_o},
+    {"dv ends in the workspace", E_BWD, TA_ERR_BAD_ARG, m_dv_over_ws},
+    {"seqlens_k[1] = -1", E_CALLS, TA_ERR_BAD_ARG, m_seqlens_neg},
+    {"seqlens_k[1] = seq_k + 1", E_CALLS, TA_ERR_BAD_ARG, m_seqlens_big},
+    {"seqlens_k[0] = INT32_MIN", E_CALLS, TA_ERR_BAD_ARG, m_seqlens_min},
+    {"trace entries NULL, capacity 4", E_CALLS, TA_ERR_NULL_ARG, m_trace_null_entries},
+    {"backend CPU (not implemented)", E_ALL, TA_ERR_BACKEND_UNAVAILABLE, m_backend_cpu},
+    {"backend CUDA (not implemented)", E_ALL, TA_ERR_BACKEND_UNAVAILABLE, m_backend_cuda},
+    {"order: shape before backend enum", E_ALL, TA_ERR_BAD_SHAPE, m_order_shape_before_backend},
+    {"order: dtype enum before size overflow", E_ALL, TA_ERR_BAD_ARG, m_order_args_before_overflow},
+    {"order: backend before stream", E_CALLS, TA_ERR_BACKEND_UNAVAILABLE,
+     m_order_backend_before_stream},
+    {"order: NULL q before misaligned workspace", E_CALLS, TA_ERR_NULL_ARG, m_order_null_before_ws},
+    {"order: workspace size before seqlens_k", E_CALLS, TA_ERR_WORKSPACE_SIZE,
+     m_order_ws_before_seqlens},
+};
+#define N_CASES ((int)(sizeof k_cases / sizeof k_cases[0]))
+
+/* ---- Running and checking one call ---- */
+
+static ta_status invoke(const call *c, int entry) {
+    const ta_problem *p = c->null_problem ? NULL : &c->p;
+    size_t *bytes = c->null_bytes ? NULL : &g_bytes_out;
+    switch (entry) {
+    case E_FWS: return ta_fwd_workspace_size(p, c->be, bytes);
+    case E_FWD:
+        return ta_fwd(p, c->be, c->null_args ? NULL : &c->fa, c->ws, c->ws_bytes, c->stream);
+    case E_BWS: return ta_bwd_workspace_size(p, c->be, bytes);
+    default: return ta_bwd(p, c->be, c->null_args ? NULL : &c->ba, c->ws, c->ws_bytes, c->stream);
+    }
+}
+
+/* Inputs restored from the pristine copy, outputs and out-parameters canary-filled. */
+static void reset_arena(void) {
+    int r;
+    memcpy(A.base, A.pristine, A.bytes);
+    for (r = R_FIRST_OUTPUT; r < R_COUNT; ++r)
+        ta_canary_fill(reg(r), A.len[r]);
+    ta_canary_fill(&g_bytes_out, sizeof g_bytes_out);
+    g_trace.entries = (ta_trace_entry *)reg(R_TRACE);
+    g_trace.capacity = TRACE_CAP;
+    ta_canary_fill(&g_trace.count, sizeof g_trace.count);
+}
+
+/* After a refused call: nothing written anywhere. Returns 1 if all intact.
+ * what == NULL: quiet (the self-test below). */
+#define UNTOUCHED(cond, ...)                                                                       \
+    do {                                                                                           \
+        if (what) TA_CHECK(cond, __VA_ARGS__);                                                     \
+        ok &= (cond) ? 1 : 0;                                                                      \
+    } while (0)
+static int check_untouched(const char *what) {
+    int r, ok = 1;
+    for (r = 0; r < R_COUNT; ++r) {
+        const int intact = r >= R_FIRST_OUTPUT
+                               ? ta_canary_intact(reg(r), A.len[r])
+                               : memcmp(reg(r), A.pristine + A.off[r], A.len[r]) == 0;
+        UNTOUCHED(intact, "%s: %s %s was written", what, r >= R_FIRST_OUTPUT ? "output" : "input",
+                  k_region_names[r]);
+    }
+    /* the gaps between regions too */
+    for (r = 0; r + 1 < R_COUNT; ++r) {
+        const size_t end = A.off[r] + A.len[r];
+        const int intact = memcmp(A.base + end, A.pristine + end, A.off[r + 1] - end) == 0;
+        UNTOUCHED(intact, "%s: bytes after %s were written", what, k_region_names[r]);
+    }
+    UNTOUCHED(ta_canary_intact(&g_bytes_out, sizeof g_bytes_out), "%s: bytes out-parameter written",
+              what);
+    UNTOUCHED(ta_canary_intact(&g_trace.count, sizeof g_trace.count) &&
+                  g_trace.entries == (ta_trace_entry *)reg(R_TRACE) &&
+                  g_trace.capacity == TRACE_CAP,
+              "%s: trace struct written", what);
+    return ok;
+}
+
+/* The checker sees a single changed byte anywhere: in each region (first and last
+ * byte), in a gap, in the bytes out-parameter and in the trace count. */
+static void self_test_untouched(void) {
+    int r, end;
+    reset_arena();
+    TA_CHECK(check_untouched(NULL), "self-test: a fresh arena reads as written");
+    for (r = 0; r < R_COUNT; ++r)
+        for (end = 0; end < 2; ++end) {
+            unsigned char *b = reg_b(r) + (end ? A.len[r] - 1 : 0);
+            reset_arena();
+            *b ^= 0x01;
+            TA_CHECK(!check_untouched(NULL), "self-test: a write to %s byte %s not seen",
+                     k_region_names[r], end ? "last" : "first");
+        }
+    reset_arena();
+    reg_b(R_Q)[A.len[R_Q]] ^= 0x01; /* first byte of the gap after q */
+    TA_CHECK(!check_untouched(NULL), "self-test: a write in a gap not seen");
+    reset_arena();
+    g_bytes_out = 0;
+    TA_CHECK(!check_untouched(NULL), "self-test: a write to the bytes out-parameter not seen");
+    reset_arena();
+    g_trace.count = 0;
+    TA_CHECK(!check_untouched(NULL), "self-test: a write to the trace count not seen");
+}
+
+/* Runs case k on every entry point it names; returns the number of calls made. */
+static int run_case(const bad_case *k, int *skipped) {
+    int e, calls = 0;
+    for (e = E_FWS; e <= E_BWD; e <<= 1) {
+        call c;
+        ta_status st;
+        char what[200];
+        if (!(k->entries & e)) continue;
+        reset_arena();
+        base_call(&c);
+        if (!k->mutate(&c, e)) {
+            printf("  skipped: %-48s %s (not applicable here)\n", k->name, entry_name(e));
+            ++*skipped;
+            continue;
+        }
+        snprintf(what, sizeof what, "case \"%s\" on %s", k->name, entry_name(e));
+        st = invoke(&c, e);
+        TA_CHECK(st == k->expect, "%s: got %d (%s), expected %d (%s)", what, (int)st,
+                 ta_status_string(st), (int)k->expect, ta_status_string(k->expect));
+        check_untouched(what);
+        ++calls;
+    }
+    return calls;
+}
+
+/* ---- Arena set-up ---- */
+
+static size_t round64(size_t n) { return (n + 63u) & ~(size_t)63u; }
+
+static void arena_init(ta_rng *rng) {
+    const size_t f = sizeof(float);
+    const size_t n_q = (size_t)B_ * H_ * SQ_ * D_, n_k = (size_t)B_ * HKV_ * SK_ * D_;
+    const size_t n_v = (size_t)B_ * HKV_ * SK_ * DV_, n_o = (size_t)B_ * H_ * SQ_ * DV_;
+    const size_t n_lse = (size_t)B_ * H_ * SQ_;
+    size_t need_ws = 0, off = 0, spare, need;
+    int r, dt;
+    /* the workspace region must hold every dtype's need plus a misalignment of 63 */
+    for (dt = 0; dt < 3; ++dt) {
+        ta_problem p = base_problem();
+        p.dtype = (ta_dtype)dt;
+        need = 0;
+        TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_REF, &need) == TA_OK, "fwd size query");
+        if (need > need_ws) need_ws = need;
+        TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_REF, &need) == TA_OK, "bwd size query");
+        if (need > need_ws) need_ws = need;
+        if (dt == TA_F32) {
+            ta_fwd_workspace_size(&p, TA_BACKEND_REF, &A.need_fwd);
+            ta_bwd_workspace_size(&p, TA_BACKEND_REF, &A.need_bwd);
+        }
+    }
+    spare = round64(n_o * f > n_v * f ? n_o * f : n_v * f);
+    A.len[R_Q] = n_q * f;
+    A.len[R_K] = n_k * f;
+    A.len[R_V] = n_v * f;
+    A.len[R_O_IN] = n_o * f;
+    A.len[R_D_O] = n_o * f;
+    A.len[R_LSE_IN] = n_lse * f;
+    A.len[R_SEQLENS] = B_ * sizeof(int32_t);
+    A.len[R_CONV_W] = (size_t)H_ * 3 * 5 * f;
+    A.len[R_O] = n_o * f;
+    A.len[R_LSE] = n_lse * f;
+    A.len[R_DQ] = n_q * f;
+    A.len[R_DK] = n_k * f;
+    A.len[R_DV] = n_v * f;
+    A.len[R_DCONV_W] = A.len[R_CONV_W];
+    A.len[R_TRACE] = TRACE_CAP * sizeof(ta_trace_entry);
+    A.len[R_SPARE] = spare;
+    A.len[R_WS] = round64(need_ws) + 64;
+    for (r = 0; r < R_COUNT; ++r) {
+        /* the spare region (a multiple of 64 bytes) ends where the workspace starts,
+         * so a buffer can end a few bytes into the workspace (overlap cases) */
+        A.off[r] = r == R_WS ? off : round64(off + GAP);
+        off = A.off[r] + A.len[r];
+    }
+    A.bytes = round64(off + GAP);
+    A.base = (unsigned char *)ta_test_alloc(A.bytes);
+    A.pristine = (unsigned char *)ta_test_alloc(A.bytes);
+    /* inputs: random values, o and lse as a forward would give them; gaps: a pattern */
+    memset(A.base, 0x3C, A.bytes);
+    ta_fill_uniform(rng, reg(R_Q), TA_F32, n_q, -1.0f, 1.0f);
+    ta_fill_uniform(rng, reg(R_K), TA_F32, n_k, -1.0f, 1.0f);
+    ta_fill_uniform(rng, reg(R_V), TA_F32, n_v, -1.0f, 1.0f);
+    ta_fill_uniform(rng, reg(R_O_IN), TA_F32, n_o, -1.0f, 1.0f);
+    ta_fill_uniform(rng, reg(R_D_O), TA_F32, n_o, -1.0f, 1.0f);
+    ta_fill_uniform(rng, reg(R_LSE_IN), TA_F32, n_lse, 0.5f, 2.0f);
+    ta_fill_uniform(rng, reg(R_CONV_W), TA_F32, A.len[R_CONV_W] / f, -1.0f, 1.0f);
+    ((int32_t *)reg(R_SEQLENS))[0] = SK_;
+    ((int32_t *)reg(R_SEQLENS))[1] = 4;
+    memcpy(A.pristine, A.base, A.bytes);
+}
+
+static void arena_free(void) {
+    ta_test_free(A.base);
+    ta_test_free(A.pristine);
+}
+
+/* ---- ta_status_string ---- */
+
+static void check_status_strings(void) {
+    static const struct {
+        ta_status s;
+        const char *name;
+    } codes[] = {{TA_OK, "TA_OK"},
+                 {TA_ERR_NULL_ARG, "TA_ERR_NULL_ARG"},
+                 {TA_ERR_BAD_SHAPE, "TA_ERR_BAD_SHAPE"},
+                 {TA_ERR_BAD_ARG, "TA_ERR_BAD_ARG"},
+                 {TA_ERR_UNSUPPORTED, "TA_ERR_UNSUPPORTED"},
+                 {TA_ERR_OVERFLOW, "TA_ERR_OVERFLOW"},
+                 {TA_ERR_WORKSPACE_SIZE, "TA_ERR_WORKSPACE_SIZE"},
+                 {TA_ERR_WORKSPACE_ALIGN, "TA_ERR_WORKSPACE_ALIGN"},
+                 {TA_ERR_BACKEND_UNAVAILABLE, "TA_ERR_BACKEND_UNAVAILABLE"},
+                 {TA_ERR_DEVICE, "TA_ERR_DEVICE"}};
+    static const int unknown[] = {1, 2, -10, -100, 12345, INT32_MIN, INT32_MAX};
+    const int n = (int)(sizeof codes / sizeof codes[0]);
+    const char *unk = ta_status_string((ta_status)-10);
+    int i, j;
+    for (i = 0; i < n; ++i) {
+        const char *s = ta_status_string(codes[i].s);
+        const size_t len = strlen(codes[i].name);
+        TA_CHECK(s != NULL, "ta_status_string(%d) is NULL", (int)codes[i].s);
+        if (!s) continue;
+        TA_CHECK(strncmp(s, codes[i].name, len) == 0 && (s[len] == '\0' || s[len] == ':'),
+                 "ta_status_string(%d) = \"%s\" does not start with %s", (int)codes[i].s, s,
+                 codes[i].name);
+        for (j = 0; j < i; ++j)
+            TA_CHECK(strcmp(s, ta_status_string(codes[j].s)) != 0,
+                     "ta_status_string(%d) == ta_status_string(%d)", (int)codes[i].s,
+                     (int)codes[j].s);
+        TA_CHECK(!unk || strcmp(s, unk) != 0, "ta_status_string(%d) equals the unknown string",
+                 (int)codes[i].s);
+    }
+    for (i = 0; i < (int)(sizeof unknown / sizeof unknown[0]); ++i) {
+        const char *s = ta_status_string((ta_status)unknown[i]);
+        TA_CHECK(s != NULL && strncmp(s, "TA_ERR_UNKNOWN", 14) == 0,
+                 "ta_status_string(%d) = \"%s\", expected TA_ERR_UNKNOWN", unknown[i],
+                 s ? s : "(null)");
+    }
+    TA_CHECK(ta_backend_available((ta_backend)3) == 0, "ta_backend_available(3) != 0");
+    TA_CHECK(ta_backend_available(TA_BACKEND_REF) == 1, "ta_backend_available(REF) != 1");
+}
+
+/* ---- After all the refusals, a valid call still works ---- */
+
+static int all_finite(const float *x, size_t n) {
+    size_t i;
+    for (i = 0; i < n; ++i)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+static void check_valid_calls(void) {
+    call c;
+    ta_status st;
+    size_t bytes = 0;
+    reset_arena();
+    base_call(&c);
+    st = ta_fwd_workspace_size(&c.p, TA_BACKEND_REF, &g_bytes_out);
+    TA_CHECK(st == TA_OK && g_bytes_out == A.need_fwd, "valid fwd size query: %s, %zu bytes",
+             ta_status_string(st), g_bytes_out);
+    st = ta_fwd(&c.p, TA_BACKEND_REF, &c.fa, c.ws, A.need_fwd, NULL);
+    TA_CHECK(st == TA_OK, "valid ta_fwd: %s", ta_status_string(st));
+    if (st == TA_OK) {
+        TA_CHECK(all_finite((const float *)reg(R_O), A.len[R_O] / sizeof(float)),
+                 "valid ta_fwd: o not finite (or not written)");
+        TA_CHECK(all_finite((const float *)reg(R_LSE), A.len[R_LSE] / sizeof(float)),
+                 "valid ta_fwd: lse not finite (every row sees a key)");
+        TA_CHECK(g_trace.count > 0 && g_trace.count <= TRACE_CAP, "valid ta_fwd: trace count %zu",
+                 g_trace.count);
+        /* the backward takes the forward's o and lse */
+        memcpy(reg(R_O_IN), reg(R_O), A.len[R_O]);
+        memcpy(reg(R_LSE_IN), reg(R_LSE), A.len[R_LSE]);
+    }
+    /* lse is optional in the forward */
+    c.fa.lse = NULL;
+    st = ta_fwd(&c.p, TA_BACKEND_REF, &c.fa, c.ws, A.need_fwd, NULL);
+    TA_CHECK(st == TA_OK, "valid ta_fwd without lse: %s", ta_status_string(st));
+    st = ta_bwd_workspace_size(&c.p, TA_BACKEND_REF, &bytes);
+    TA_CHECK(st == TA_OK && bytes == A.need_bwd, "valid bwd size query: %s", ta_status_string(st));
+    st = ta_bwd(&c.p, TA_BACKEND_REF, &c.ba, c.ws, A.need_bwd, NULL);
+    TA_CHECK(st == TA_OK, "valid ta_bwd: %s", ta_status_string(st));
+    if (st == TA_OK) {
+        TA_CHECK(all_finite((const float *)reg(R_DQ), A.len[R_DQ] / sizeof(float)) &&
+                     all_finite((const float *)reg(R_DK), A.len[R_DK] / sizeof(float)) &&
+                     all_finite((const float *)reg(R_DV), A.len[R_DV] / sizeof(float)),
+                 "valid ta_bwd: dq, dk or dv not finite (or not written)");
+    }
+}
+
+int main(void) {
+    ta_rng rng;
+    int i, calls = 0, skipped = 0, cases_run = 0;
+    ta_rng_seed(&rng, ta_test_seed("test_bad_input"));
+    arena_init(&rng);
+    self_test_untouched();
+    for (i = 0; i < N_CASES; ++i) {
+        const int failures_before = ta_test_failures;
+        int n;
+        if (k_cases[i].mutate == m_ws_misaligned) {
+            n = 0;
+            for (g_misalign = 1; g_misalign < TA_WORKSPACE_ALIGN; ++g_misalign)
+                n += run_case(&k_cases[i], &skipped);
+        } else {
+            n = run_case(&k_cases[i], &skipped);
+        }
+        calls += n;
+        cases_run += n > 0;
+        if (ta_test_failures != failures_before)
+            fprintf(stderr, "  FAILED case: %s\n", k_cases[i].name);
+    }
+    printf("test_bad_input: %d cases (%d run), %d invalid calls, %d skipped; workspace fwd %zu "
+           "bytes, bwd %zu bytes\n",
+           N_CASES, cases_run, calls, skipped, A.need_fwd, A.need_bwd);
+    TA_CHECK(cases_run >= 40, "only %d distinct invalid cases ran", cases_run);
+    check_status_strings();
+    check_valid_calls();
+    arena_free();
+    return ta_test_finish("test_bad_input");
+}

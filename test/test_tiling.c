@@ -1,2 +1,1109 @@
-/* PLACEHOLDER: replaced by its helper */
-int main(void) { return 77; }
+/*
+ * Invariants of the tiling descriptor (include/tileattn_tiling.h), checked
+ * exhaustively over the supported domain (DESIGN.md section 5, docs/tiling.md).
+ *
+ *   A. make      ta_tiling_make accepts exactly the valid geometries, with the
+ *                documented status otherwise, and writes nothing when it refuses.
+ *   B. rows      every S_q in 1..600 (plus sampled sizes up to 2^20), every block,
+ *                conv and pass: effective rows partition [0, S_q) once, ascending
+ *                and contiguous; each loaded Q tile covers the rows its effective
+ *                rows need (fwd r-(c_q-1)..r, bwd r-(c_q-1)..r+(c_q-1)) within
+ *                block_q rows; every index equals its value computed in int64.
+ *   C. columns   the same for keys (fwd j-P..j+P, bwd j-2P..j+2P, P = (c_k-1)/2).
+ *   D. cross     every (block_q, block_k, c_q, c_k, pass, causal) at once for a few
+ *                (S_q, S_k): each direction depends on its own parameters only.
+ *   E. skip      tile pair (qt, kt) holds a visible (row, key) pair
+ *                iff kt < ta_tile_k_end(qt) iff qt >= ta_tile_q_begin(kt), by brute
+ *                force over every S_q, S_k <= 200 (literally, pair by pair, and for
+ *                every key length, up to 24), and sampled pairs up to 2^20.
+ *   F. split     split-K parts partition [k_begin, k_end) contiguously, ascending.
+ *   G. defaults  ta_tiling_default_blocks gives a valid geometry for every conv.
+ *   H. edges     windowed B, C, E checks at S = TA_SEQ_MAX and neighbours.
+ *
+ * The expected values come from the test's own statement of the rules (the
+ * spec_* functions, written from DESIGN.md sections 2 and 5), never from the
+ * header's arithmetic. Usage: test_tiling [--quick]   (seconds; sanitizer builds)
+ */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "test_util.h"
+#include "tileattn.h"
+#include "tileattn_tiling.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#define TA_OMP(x) _Pragma(#x)
+#else
+#define TA_OMP(x)
+#endif
+
+#if defined(__GNUC__)
+#define TA_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define TA_PRINTF(f, a)
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Checks: named, counted per thread, merged; the first failures are printed. */
+
+enum {
+    CK_MAKE_STATUS,  /* ta_tiling_make's status for valid and invalid geometries */
+    CK_MAKE_NOWRITE, /* a refused make leaves the struct untouched */
+    CK_FIELDS,       /* struct fields equal the spec (halos, effective sizes, counts) */
+    CK_INDEX_I64,    /* each tile index equals its int64 value (no overflow) */
+    CK_PARTITION,    /* effective ranges partition [0, S) once, ascending, contiguous */
+    CK_HALO_ROWS,    /* loaded rows cover r-(c_q-1)..r (+ (c_q-1) below in bwd) */
+    CK_HALO_COLS,    /* loaded columns cover j-P..j+P (bwd j-2P..j+2P) */
+    CK_LOAD_EXTENT,  /* loaded extent <= block size */
+    CK_CROSS,        /* a direction's geometry ignores the other direction's parameters */
+    CK_VISIBLE,      /* ta_tiling_visible equals the DESIGN.md mask */
+    CK_LAST_VISIBLE, /* ta_tile_last_visible_col is the last key any effective row sees */
+    CK_K_END,        /* kt < k_end(qt) iff the pair holds a visible (row, key) */
+    CK_Q_BEGIN,      /* qt >= q_begin(kt) iff the pair holds a visible (row, key) */
+    CK_TRANSPOSE,    /* kt < k_end(qt) iff qt >= q_begin(kt) */
+    CK_SPLIT,        /* split ranges partition [k_begin, k_end) */
+    CK_DEFAULTS,     /* default blocks: valid for both passes, smallest by the rule */
+    CK_COUNT
+};
+static const char *const k_check_names[CK_COUNT] = {
+    "make-status", "make-nowrite", "fields", "index-int64", "partition",    "halo-rows",
+    "halo-cols",   "load-extent",  "cross",  "visible",     "last-visible", "k-end",
+    "q-begin",     "transpose",    "split",  "defaults"};
+
+typedef struct tally {
+    uint64_t evals[CK_COUNT];
+    uint64_t fails[CK_COUNT];
+} tally;
+
+static tally g_tally;       /* merged under omp critical(ta_tally) */
+static int g_printed_total; /* under omp critical(ta_report) */
+static int g_printed[CK_COUNT];
+#define MAX_PRINT_PER_CHECK 4
+#define MAX_PRINT_TOTAL     40
+
+static void tally_merge(const tally *tl) {
+    TA_OMP(omp critical(ta_tally)) {
+        int c;
+        for (c = 0; c < CK_COUNT; ++c) {
+            g_tally.evals[c] += tl->evals[c];
+            g_tally.fails[c] += tl->fails[c];
+        }
+    }
+}
+
+static void report(tally *tl, int check, int line, const char *fmt, ...) TA_PRINTF(4, 5);
+static void report(tally *tl, int check, int line, const char *fmt, ...) {
+    tl->fails[check]++;
+    TA_OMP(omp critical(ta_report)) {
+        if (g_printed[check] < MAX_PRINT_PER_CHECK && g_printed_total < MAX_PRINT_TOTAL) {
+            va_list ap;
+            g_printed[check]++;
+            g_printed_total++;
+            fprintf(stderr, "test_tiling.c:%d: [%s] ", line, k_check_names[check]);
+            va_start(ap, fmt);
+            vfprintf(stderr, fmt, ap);
+            va_end(ap);
+            fputc('\n', stderr);
+        }
+    }
+}
+
+#define CHECK(tl, ck, cond, ...)                                                                   \
+    do {                                                                                           \
+        (tl)->evals[ck]++;                                                                         \
+        if (!(cond)) report((tl), (ck), __LINE__, __VA_ARGS__);                                    \
+    } while (0)
+
+/* ------------------------------------------------------------------------ */
+/* The supported domain and the spec (DESIGN.md 2 and 5), independent of the header. */
+
+static const int32_t k_blocks[] = {8, 16, 32, 64, 128, 256};
+#define N_BLOCKS 6
+#define N_CONV_Q 17 /* c_q: 0 (no conv), 1..16 */
+#define N_CONV_K 17 /* c_k: 0 (no conv), 1, 3, ..., 31 */
+static int32_t conv_q_at(int i) { return i; }
+static int32_t conv_k_at(int i) { return i == 0 ? 0 : 2 * i - 1; }
+
+static int spec_is_block(int64_t b) {
+    int i;
+    for (i = 0; i < N_BLOCKS; ++i)
+        if (b == k_blocks[i]) return 1;
+    return 0;
+}
+/* An effective row r needs rows [r - rows_before, r + rows_after]: the conv looks
+ * back c_q-1 rows; the backward's transposed conv looks the same distance ahead. */
+static int32_t spec_rows_before(int32_t cq) { return cq > 0 ? cq - 1 : 0; }
+static int32_t spec_rows_after(int32_t cq, int32_t pass) {
+    return pass == TA_TILING_BWD ? spec_rows_before(cq) : 0;
+}
+/* An effective column j needs columns [j - side, j + side]: P = (c_k-1)/2 in the
+ * forward, 2P in the backward. */
+static int32_t spec_cols_side(int32_t ck, int32_t pass) {
+    const int32_t p = ck > 0 ? (ck - 1) / 2 : 0;
+    return pass == TA_TILING_BWD ? 2 * p : p;
+}
+static int64_t spec_rows_eff(int64_t bq, int32_t cq, int32_t pass) {
+    return bq - spec_rows_before(cq) - spec_rows_after(cq, pass);
+}
+static int64_t spec_cols_eff(int64_t bk, int32_t ck, int32_t pass) {
+    return bk - 2 * (int64_t)spec_cols_side(ck, pass);
+}
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+typedef struct geom {
+    int32_t sq, sk, bq, bk, cq, ck, causal, pass, splits;
+} geom;
+
+static const char *pass_name(int32_t pass) { return pass == TA_TILING_BWD ? "bwd" : "fwd"; }
+
+/* "S_q=.. S_k=.. B_q=.. B_k=.. conv=cqxck bwd causal" for failure messages */
+static const char *geom_str(const geom *g, char *buf, size_t n) {
+    snprintf(buf, n, "S_q=%d S_k=%d B_q=%d B_k=%d conv=%dx%d %s%s splits=%d", (int)g->sq,
+             (int)g->sk, (int)g->bq, (int)g->bk, (int)g->cq, (int)g->ck, pass_name(g->pass),
+             g->causal ? " causal" : "", (int)g->splits);
+    return buf;
+}
+#define GSTR(g) geom_str((g), gbuf, sizeof gbuf)
+
+/* Expected status of ta_tiling_make when one thing at a time is wrong. */
+static int spec_make_status(const geom *g) {
+    if (g->sq < 1 || g->sk < 1) return TA_ERR_BAD_SHAPE;
+    if (g->sq > TA_SEQ_MAX || g->sk > TA_SEQ_MAX) return TA_ERR_OVERFLOW;
+    if (!spec_is_block(g->bq) || !spec_is_block(g->bk)) return TA_ERR_UNSUPPORTED;
+    if (g->splits < 1) return TA_ERR_BAD_ARG;
+    if (spec_rows_eff(g->bq, g->cq, g->pass) < 1 || spec_cols_eff(g->bk, g->ck, g->pass) < 1)
+        return TA_ERR_UNSUPPORTED;
+    return TA_OK;
+}
+
+static int make(const geom *g, ta_tiling *t) {
+    return ta_tiling_make(t, g->sq, g->sk, g->bq, g->bk, g->cq, g->ck, g->causal, g->pass,
+                          g->splits);
+}
+
+/* The mask of DESIGN.md 2: query row r sits at absolute position r + S_k - S_q under
+ * the causal mask and sees keys j <= r + S_k - S_q; keys at or past key_len
+ * (seqlens_k[b] <= S_k) are masked. */
+static int spec_visible(const geom *g, int64_t r, int64_t j, int64_t key_len) {
+    if (r < 0 || r >= g->sq || j < 0 || j >= key_len || j >= g->sk) return 0;
+    return !g->causal || j <= r + (int64_t)g->sk - g->sq;
+}
+/* The keys row r sees always form a prefix [0, lim) (checked in E1): its length. */
+static int64_t spec_lim(const geom *g, int64_t r, int64_t key_len) {
+    int64_t lim = min64(key_len, g->sk);
+    if (r < 0 || r >= g->sq) return 0;
+    if (g->causal) lim = min64(lim, r + (int64_t)g->sk - g->sq + 1);
+    return max64(lim, 0);
+}
+
+/* Valid (block, conv) per pass, per direction. */
+typedef struct axis_cfg {
+    int32_t block, conv;
+} axis_cfg;
+#define MAX_CFG (N_BLOCKS * N_CONV_Q)
+static axis_cfg g_row_cfg[2][MAX_CFG], g_col_cfg[2][MAX_CFG];
+static int g_n_row[2], g_n_col[2];
+
+static void build_cfgs(void) {
+    int32_t pass;
+    int b, c;
+    for (pass = 0; pass < 2; ++pass) {
+        g_n_row[pass] = g_n_col[pass] = 0;
+        for (b = 0; b < N_BLOCKS; ++b) {
+            for (c = 0; c < N_CONV_Q; ++c)
+                if (spec_rows_eff(k_blocks[b], conv_q_at(c), pass) >= 1)
+                    g_row_cfg[pass][g_n_row[pass]++] = (axis_cfg){k_blocks[b], conv_q_at(c)};
+            for (c = 0; c < N_CONV_K; ++c)
+                if (spec_cols_eff(k_blocks[b], conv_k_at(c), pass) >= 1)
+                    g_col_cfg[pass][g_n_col[pass]++] = (axis_cfg){k_blocks[b], conv_k_at(c)};
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* One direction (rows or columns) of a tiling, seen through the header's accessors. */
+
+typedef int32_t (*tile_fn)(const ta_tiling *, int32_t);
+typedef struct axis {
+    const char *name;                       /* "row" or "col" */
+    int halo_check;                         /* CK_HALO_ROWS or CK_HALO_COLS */
+    int64_t seq, block, eff, before, after; /* from the spec */
+    int64_t tiles;                          /* ceil(seq / eff) */
+    int32_t tiles_desc;                     /* the descriptor's count */
+    tile_fn eff_begin, eff_end, load_begin, load_end;
+} axis;
+
+static void axis_rows(axis *ax, const ta_tiling *t, const geom *g) {
+    ax->name = "row";
+    ax->halo_check = CK_HALO_ROWS;
+    ax->seq = g->sq;
+    ax->block = g->bq;
+    ax->before = spec_rows_before(g->cq);
+    ax->after = spec_rows_after(g->cq, g->pass);
+    ax->eff = spec_rows_eff(g->bq, g->cq, g->pass);
+    ax->tiles = ceil_div(ax->seq, ax->eff);
+    ax->tiles_desc = t->num_q_tiles;
+    ax->eff_begin = ta_tile_row_eff_begin;
+    ax->eff_end = ta_tile_row_eff_end;
+    ax->load_begin = ta_tile_row_load_begin;
+    ax->load_end = ta_tile_row_load_end;
+}
+
+static void axis_cols(axis *ax, const ta_tiling *t, const geom *g) {
+    ax->name = "col";
+    ax->halo_check = CK_HALO_COLS;
+    ax->seq = g->sk;
+    ax->block = g->bk;
+    ax->before = ax->after = spec_cols_side(g->ck, g->pass);
+    ax->eff = spec_cols_eff(g->bk, g->ck, g->pass);
+    ax->tiles = ceil_div(ax->seq, ax->eff);
+    ax->tiles_desc = t->num_k_tiles;
+    ax->eff_begin = ta_tile_col_eff_begin;
+    ax->eff_end = ta_tile_col_eff_end;
+    ax->load_begin = ta_tile_col_load_begin;
+    ax->load_end = ta_tile_col_load_end;
+}
+
+/* Every struct field against the spec. */
+static void check_fields(tally *tl, const ta_tiling *t, const geom *g) {
+    char gbuf[160];
+    const int32_t top = spec_rows_before(g->cq), bottom = spec_rows_after(g->cq, g->pass);
+    const int32_t side = spec_cols_side(g->ck, g->pass);
+    const int64_t re = spec_rows_eff(g->bq, g->cq, g->pass),
+                  ce = spec_cols_eff(g->bk, g->ck, g->pass);
+    CHECK(tl, CK_FIELDS,
+          t->seq_q == g->sq && t->seq_k == g->sk && t->block_q == g->bq && t->block_k == g->bk,
+          "%s: sizes/blocks copied wrong", GSTR(g));
+    CHECK(tl, CK_FIELDS, t->halo_q_top == top && t->halo_q_bottom == bottom && t->halo_k == side,
+          "%s: halos top/bottom/side = %d/%d/%d, spec %d/%d/%d", GSTR(g), (int)t->halo_q_top,
+          (int)t->halo_q_bottom, (int)t->halo_k, (int)top, (int)bottom, (int)side);
+    CHECK(tl, CK_FIELDS, t->rows_eff == re && t->cols_eff == ce,
+          "%s: rows_eff/cols_eff = %d/%d, spec %lld/%lld", GSTR(g), (int)t->rows_eff,
+          (int)t->cols_eff, (long long)re, (long long)ce);
+    CHECK(tl, CK_FIELDS,
+          t->num_q_tiles == ceil_div(g->sq, re) && t->num_k_tiles == ceil_div(g->sk, ce),
+          "%s: tiles %d x %d, spec %lld x %lld", GSTR(g), (int)t->num_q_tiles, (int)t->num_k_tiles,
+          (long long)ceil_div(g->sq, re), (long long)ceil_div(g->sk, ce));
+    CHECK(tl, CK_FIELDS,
+          t->causal == (g->causal ? 1 : 0) && t->diag_offset == (int64_t)g->sk - g->sq &&
+              t->num_splits == g->splits && t->pass == g->pass,
+          "%s: causal/diag_offset/num_splits/pass = %d/%d/%d/%d", GSTR(g), (int)t->causal,
+          (int)t->diag_offset, (int)t->num_splits, (int)t->pass);
+}
+
+/* One tile: its int64 indices, the halo its effective indices need, its extent.
+ * per_index: check every effective index; else the two ends of the effective
+ * range, which is equivalent since index i needs the interval [i-before, i+after]. */
+static void check_tile(tally *tl, const ta_tiling *t, const axis *ax, const geom *g, int32_t i,
+                       int per_index) {
+    char gbuf[160];
+    const int32_t eb = ax->eff_begin(t, i), ee = ax->eff_end(t, i);
+    const int32_t lb = ax->load_begin(t, i), le = ax->load_end(t, i);
+    const int64_t eb64 = (int64_t)i * ax->eff, ee64 = min64(eb64 + ax->eff, ax->seq);
+    int64_t x, step;
+    CHECK(tl, CK_INDEX_I64,
+          eb == eb64 && ee == ee64 && lb == eb64 - ax->before && le == ee64 + ax->after,
+          "%s: %s tile %d: eff [%d,%d) load [%d,%d), int64 eff [%lld,%lld) load [%lld,%lld)",
+          GSTR(g), ax->name, (int)i, (int)eb, (int)ee, (int)lb, (int)le, (long long)eb64,
+          (long long)ee64, (long long)(eb64 - ax->before), (long long)(ee64 + ax->after));
+    CHECK(tl, CK_LOAD_EXTENT, (int64_t)le - lb <= ax->block && lb <= eb && ee <= le,
+          "%s: %s tile %d loads [%d,%d) = %lld > block %lld, or does not contain eff [%d,%d)",
+          GSTR(g), ax->name, (int)i, (int)lb, (int)le, (long long)((int64_t)le - lb),
+          (long long)ax->block, (int)eb, (int)ee);
+    if (ee <= eb) return; /* reported by the partition check */
+    step = per_index ? 1 : max64((int64_t)ee - 1 - eb, 1);
+    for (x = eb; x < ee; x += step) {
+        const int64_t need_lo = x - ax->before, need_hi = x + ax->after;
+        CHECK(tl, ax->halo_check, lb <= need_lo && need_hi < le,
+              "%s: %s tile %d: effective %s %lld needs [%lld,%lld], loaded [%d,%d)", GSTR(g),
+              ax->name, (int)i, ax->name, (long long)x, (long long)need_lo, (long long)need_hi,
+              (int)lb, (int)le);
+    }
+}
+
+enum { MODE_PER_INDEX, MODE_ALL_TILES, MODE_WINDOW };
+#define WINDOW 48
+
+/* Partition, halos, extent and int64 indices of one direction. MODE_PER_INDEX also
+ * counts the owner of every index (owner: scratch of ax->seq bytes). MODE_WINDOW
+ * (huge S) checks the first and last WINDOW tiles and WINDOW random ones. */
+static void check_axis(tally *tl, const ta_tiling *t, const axis *ax, const geom *g, int mode,
+                       unsigned char *owner, ta_rng *rng) {
+    char gbuf[160];
+    int64_t i;
+    CHECK(tl, CK_FIELDS, ax->tiles_desc == ax->tiles, "%s: %s tiles %d, spec %lld", GSTR(g),
+          ax->name, (int)ax->tiles_desc, (long long)ax->tiles);
+    if (ax->tiles_desc != ax->tiles || ax->eff < 1) return;
+    if (mode == MODE_PER_INDEX && owner) memset(owner, 0, (size_t)ax->seq);
+    for (i = 0; i < ax->tiles; ++i) {
+        int32_t eb, ee, prev_end;
+        if (mode == MODE_WINDOW && i == WINDOW && ax->tiles > 2 * WINDOW) {
+            int k;
+            for (k = 0; k < WINDOW; ++k) { /* random interior tiles and their successors */
+                const int32_t r = ta_rng_int(rng, WINDOW, (int32_t)(ax->tiles - WINDOW - 1));
+                check_tile(tl, t, ax, g, r, 0);
+                CHECK(tl, CK_PARTITION, ax->eff_end(t, r) == ax->eff_begin(t, r + 1),
+                      "%s: %s tiles %d and %d not contiguous", GSTR(g), ax->name, (int)r,
+                      (int)r + 1);
+            }
+            i = ax->tiles - WINDOW;
+        }
+        eb = ax->eff_begin(t, (int32_t)i);
+        ee = ax->eff_end(t, (int32_t)i);
+        prev_end = i == 0 ? 0 : ax->eff_end(t, (int32_t)(i - 1));
+        CHECK(tl, CK_PARTITION, eb == prev_end && eb < ee && ee <= ax->seq,
+              "%s: %s tile %lld owns [%d,%d); previous tile ended at %d", GSTR(g), ax->name,
+              (long long)i, (int)eb, (int)ee, (int)prev_end);
+        if (mode == MODE_PER_INDEX && owner) {
+            int32_t x;
+            for (x = eb; x < ee; ++x)
+                if (x >= 0 && x < ax->seq) owner[x]++;
+        }
+        check_tile(tl, t, ax, g, (int32_t)i, mode == MODE_PER_INDEX);
+    }
+    CHECK(tl, CK_PARTITION, ax->eff_end(t, (int32_t)(ax->tiles - 1)) == ax->seq,
+          "%s: last %s tile ends at %d, not S = %lld", GSTR(g), ax->name,
+          (int)ax->eff_end(t, (int32_t)(ax->tiles - 1)), (long long)ax->seq);
+    if (mode == MODE_PER_INDEX && owner) {
+        int64_t x;
+        for (x = 0; x < ax->seq; ++x)
+            CHECK(tl, CK_PARTITION, owner[x] == 1, "%s: %s %lld owned by %d tiles", GSTR(g),
+                  ax->name, (long long)x, (int)owner[x]);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* E. causal skip and its transpose. */
+
+/* Largest lim over the effective rows of Q tile qt (visible keys are [0, lim)). */
+static int64_t tile_max_lim(const ta_tiling *t, const geom *g, int32_t qt, int64_t key_len) {
+    const int32_t rb = ta_tile_row_eff_begin(t, qt), re = ta_tile_row_eff_end(t, qt);
+    int64_t r, best = 0;
+    for (r = rb; r < re; ++r)
+        best = max64(best, spec_lim(g, r, key_len));
+    return best;
+}
+
+/* Literally: does tile pair (qt, kt) hold a visible (row, key) pair? */
+static int pair_needed_literal(const ta_tiling *t, const geom *g, int32_t qt, int32_t kt,
+                               int64_t key_len, tally *tl) {
+    char gbuf[160];
+    const int32_t rb = ta_tile_row_eff_begin(t, qt), re = ta_tile_row_eff_end(t, qt);
+    const int32_t cb = ta_tile_col_eff_begin(t, kt), ce = ta_tile_col_eff_end(t, kt);
+    int32_t r, j;
+    int any = 0;
+    for (r = rb; r < re; ++r)
+        for (j = cb; j < ce; ++j) {
+            const int v = spec_visible(g, r, j, key_len);
+            CHECK(tl, CK_VISIBLE, ta_tiling_visible(t, r, j, (int32_t)key_len) == v,
+                  "%s key_len=%lld: visible(%d,%d) = %d, spec %d", GSTR(g), (long long)key_len,
+                  (int)r, (int)j, ta_tiling_visible(t, r, j, (int32_t)key_len), v);
+            any |= v;
+        }
+    return any;
+}
+
+/* The three skip checks for one pair, given whether it is needed. */
+static void check_pair(tally *tl, const geom *g, int64_t key_len, int32_t qt, int32_t kt,
+                       int needed, int32_t k_end, int32_t q_begin) {
+    char gbuf[160];
+    CHECK(tl, CK_K_END, needed == (kt < k_end),
+          "%s key_len=%lld: q tile %d k tile %d %s, but k_end = %d %s it", GSTR(g),
+          (long long)key_len, (int)qt, (int)kt,
+          needed ? "holds a visible pair" : "holds only masked entries", (int)k_end,
+          kt < k_end ? "keeps" : "skips");
+    CHECK(tl, CK_Q_BEGIN, needed == (qt >= q_begin),
+          "%s key_len=%lld: k tile %d q tile %d %s, but q_begin = %d %s it", GSTR(g),
+          (long long)key_len, (int)kt, (int)qt,
+          needed ? "holds a visible pair" : "holds only masked entries", (int)q_begin,
+          qt >= q_begin ? "keeps" : "skips");
+    CHECK(tl, CK_TRANSPOSE, (kt < k_end) == (qt >= q_begin),
+          "%s key_len=%lld: (q tile %d, k tile %d): k_end = %d but q_begin = %d", GSTR(g),
+          (long long)key_len, (int)qt, (int)kt, (int)k_end, (int)q_begin);
+}
+
+#define MAX_TILES_EXH 512
+
+/* Every tile pair of a small tiling. literal: needed by scanning every (r, j);
+ * else from the row prefixes (visible keys of row r are [0, lim(r))). */
+static void check_skip_all(tally *tl, const ta_tiling *t, const geom *g, int64_t key_len,
+                           int literal) {
+    char gbuf[160];
+    int32_t q_begin[MAX_TILES_EXH];
+    const int32_t nq = t->num_q_tiles, nk = t->num_k_tiles;
+    int32_t qt, kt;
+    if (nq > MAX_TILES_EXH || nk > MAX_TILES_EXH) {
+        report(tl, CK_FIELDS, __LINE__, "%s: %d x %d tiles exceed the test's scratch", GSTR(g),
+               (int)nq, (int)nk);
+        return;
+    }
+    for (kt = 0; kt < nk; ++kt) {
+        q_begin[kt] = ta_tile_q_begin(t, kt, (int32_t)key_len);
+        CHECK(tl, CK_Q_BEGIN, q_begin[kt] >= 0 && q_begin[kt] <= nq,
+              "%s key_len=%lld: q_begin(%d) = %d outside [0, %d]", GSTR(g), (long long)key_len,
+              (int)kt, (int)q_begin[kt], (int)nq);
+    }
+    for (qt = 0; qt < nq; ++qt) {
+        const int64_t lim = tile_max_lim(t, g, qt, key_len);
+        const int32_t k_end = ta_tile_k_end(t, qt, (int32_t)key_len);
+        const int32_t last = ta_tile_last_visible_col(t, qt, (int32_t)key_len);
+        CHECK(tl, CK_LAST_VISIBLE, last == lim - 1,
+              "%s key_len=%lld: q tile %d last visible col %d, brute force %lld", GSTR(g),
+              (long long)key_len, (int)qt, (int)last, (long long)(lim - 1));
+        CHECK(tl, CK_K_END, k_end >= 0 && k_end <= nk,
+              "%s key_len=%lld: k_end(%d) = %d outside [0, %d]", GSTR(g), (long long)key_len,
+              (int)qt, (int)k_end, (int)nk);
+        for (kt = 0; kt < nk; ++kt) {
+            const int needed = literal ? pair_needed_literal(t, g, qt, kt, key_len, tl)
+                                       : lim > ta_tile_col_eff_begin(t, kt);
+            check_pair(tl, g, key_len, qt, kt, needed, k_end, q_begin[kt]);
+        }
+    }
+}
+
+/* Sampled pairs of a big tiling: around k_end(qt) and q_begin(kt), plus random. */
+static void check_skip_sampled(tally *tl, const ta_tiling *t, const geom *g, int64_t key_len,
+                               ta_rng *rng) {
+    char gbuf[160];
+    const int32_t nq = t->num_q_tiles, nk = t->num_k_tiles;
+    int32_t qts[10], kts[10];
+    int s, u;
+    /* q tiles: ends, the tile of the diagonal's first row, random */
+    qts[0] = 0;
+    qts[1] = nq - 1;
+    qts[2] = nq > 1 ? 1 : 0;
+    qts[3] = nq > 1 ? nq - 2 : 0;
+    qts[4] = (int32_t)(min64(max64((int64_t)g->sq - g->sk, 0), g->sq - 1) / t->rows_eff);
+    for (s = 5; s < 10; ++s)
+        qts[s] = ta_rng_int(rng, 0, nq - 1);
+    for (s = 0; s < 10; ++s) {
+        const int32_t qt = qts[s];
+        const int64_t lim = tile_max_lim(t, g, qt, key_len);
+        const int32_t k_end = ta_tile_k_end(t, qt, (int32_t)key_len);
+        const int32_t cand[6] = {0,        k_end - 1, k_end, nk - 1, ta_rng_int(rng, 0, nk - 1),
+                                 k_end + 1};
+        CHECK(tl, CK_LAST_VISIBLE, ta_tile_last_visible_col(t, qt, (int32_t)key_len) == lim - 1,
+              "%s key_len=%lld: q tile %d last visible col %d, brute force %lld", GSTR(g),
+              (long long)key_len, (int)qt, (int)ta_tile_last_visible_col(t, qt, (int32_t)key_len),
+              (long long)(lim - 1));
+        CHECK(tl, CK_K_END, k_end >= 0 && k_end <= nk, "%s: k_end(%d) = %d outside [0, %d]",
+              GSTR(g), (int)qt, (int)k_end, (int)nk);
+        for (u = 0; u < 6; ++u) {
+            const int32_t kt = cand[u];
+            if (kt < 0 || kt >= nk) continue;
+            check_pair(tl, g, key_len, qt, kt, lim > ta_tile_col_eff_begin(t, kt), k_end,
+                       ta_tile_q_begin(t, kt, (int32_t)key_len));
+        }
+    }
+    /* k tiles: ends, the tile of the first key of the diagonal, random; then the
+     * pairs either side of q_begin */
+    kts[0] = 0;
+    kts[1] = nk - 1;
+    kts[2] = nk > 1 ? 1 : 0;
+    kts[3] = (int32_t)(min64(max64((int64_t)g->sk - g->sq, 0), g->sk - 1) / t->cols_eff);
+    kts[4] = (int32_t)(min64(max64(key_len - 1, 0), g->sk - 1) / t->cols_eff);
+    for (s = 5; s < 10; ++s)
+        kts[s] = ta_rng_int(rng, 0, nk - 1);
+    for (s = 0; s < 10; ++s) {
+        const int32_t kt = kts[s];
+        const int32_t q_begin = ta_tile_q_begin(t, kt, (int32_t)key_len);
+        const int32_t cand[4] = {q_begin - 1, q_begin, ta_rng_int(rng, 0, nq - 1), nq - 1};
+        CHECK(tl, CK_Q_BEGIN, q_begin >= 0 && q_begin <= nq, "%s: q_begin(%d) = %d outside [0, %d]",
+              GSTR(g), (int)kt, (int)q_begin, (int)nq);
+        for (u = 0; u < 4; ++u) {
+            const int32_t qt = cand[u];
+            if (qt < 0 || qt >= nq) continue;
+            check_pair(tl, g, key_len, qt, kt,
+                       tile_max_lim(t, g, qt, key_len) > ta_tile_col_eff_begin(t, kt),
+                       ta_tile_k_end(t, qt, (int32_t)key_len), q_begin);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* The groups. */
+
+typedef struct limits {
+    int32_t s_exh;    /* B, C: every S in 1..s_exh, per index */
+    int32_t pair_max; /* E2: every S_q, S_k in 1..pair_max */
+    int32_t pair_lit; /* E1: literal pairs, every key length */
+    int n_sampled;    /* B, C, E3: sampled sizes up to 2^20 */
+    int n_edge_cfg;   /* H: row configs per edge pair (all when >= MAX_CFG) */
+    int64_t split_n;  /* F: range lengths 0..split_n */
+} limits;
+
+/* A. make's status over blocks, convs, sizes and split counts. */
+static void group_make(tally *tl) {
+    static const int32_t odd_blocks[] = {INT32_MIN, INT32_MIN + 1, -256,    -64,       -8,  -1, 512,
+                                         1024,      4096,          1 << 30, INT32_MAX, 255, 257};
+    static const int32_t bad_seq[] = {0, -1, -600, INT32_MIN, TA_SEQ_MAX + 1, INT32_MAX};
+    static const int32_t bad_splits[] = {0, -1, INT32_MIN};
+    static const int32_t good_splits[] = {1, 2, 16, 1000, INT32_MAX};
+    char gbuf[160];
+    int32_t b, pass;
+    int c, dir, i;
+    size_t n_odd = sizeof odd_blocks / sizeof odd_blocks[0];
+    for (pass = 0; pass < 2; ++pass)
+        for (dir = 0; dir < 2; ++dir)
+            for (c = 0; c < N_CONV_Q; ++c)
+                for (i = 0; i < 600 + (int)n_odd; ++i) {
+                    geom g = {37, 41, 64, 64, 0, 0, 1, pass, 1};
+                    ta_tiling t, before;
+                    int st;
+                    b = i < 600 ? i - 1 : odd_blocks[i - 600];
+                    if (dir == 0) {
+                        g.bq = b;
+                        g.cq = conv_q_at(c);
+                    } else {
+                        g.bk = b;
+                        g.ck = conv_k_at(c);
+                    }
+                    memset(&t, 0xA5, sizeof t);
+                    before = t;
+                    st = make(&g, &t);
+                    CHECK(tl, CK_MAKE_STATUS, st == spec_make_status(&g),
+                          "%s: ta_tiling_make = %d, expected %d", GSTR(&g), st,
+                          spec_make_status(&g));
+                    if (st != TA_OK)
+                        CHECK(tl, CK_MAKE_NOWRITE, memcmp(&t, &before, sizeof t) == 0,
+                              "%s: refused (%d) but wrote the struct", GSTR(&g), st);
+                }
+    for (i = 0; i < (int)(sizeof bad_seq / sizeof bad_seq[0]); ++i)
+        for (dir = 0; dir < 2; ++dir) {
+            geom g = {100, 100, 64, 64, 0, 0, 1, TA_TILING_FWD, 1};
+            ta_tiling t, before;
+            int st;
+            if (dir == 0)
+                g.sq = bad_seq[i];
+            else
+                g.sk = bad_seq[i];
+            memset(&t, 0x5A, sizeof t);
+            before = t;
+            st = make(&g, &t);
+            CHECK(tl, CK_MAKE_STATUS, st == spec_make_status(&g) && st != TA_OK,
+                  "%s: ta_tiling_make = %d, expected %d", GSTR(&g), st, spec_make_status(&g));
+            CHECK(tl, CK_MAKE_NOWRITE, memcmp(&t, &before, sizeof t) == 0,
+                  "%s: refused but wrote the struct", GSTR(&g));
+        }
+    for (i = 0; i < 3; ++i) {
+        geom g = {100, 100, 64, 64, 0, 0, 1, TA_TILING_BWD, bad_splits[i]};
+        ta_tiling t;
+        const int st = make(&g, &t);
+        CHECK(tl, CK_MAKE_STATUS, st == TA_ERR_BAD_ARG, "%s: ta_tiling_make = %d, expected %d",
+              GSTR(&g), st, (int)TA_ERR_BAD_ARG);
+    }
+    for (i = 0; i < 5; ++i) {
+        geom g = {100, 100, 64, 64, 3, 5, 1, TA_TILING_BWD, good_splits[i]};
+        ta_tiling t;
+        const int st = make(&g, &t);
+        CHECK(tl, CK_MAKE_STATUS, st == TA_OK, "%s: ta_tiling_make = %d", GSTR(&g), st);
+        if (st == TA_OK) check_fields(tl, &t, &g);
+    }
+    /* every block pair with every conv pair, both passes: accepted iff the spec says */
+    for (pass = 0; pass < 2; ++pass)
+        for (i = 0; i < N_BLOCKS * N_BLOCKS; ++i)
+            for (c = 0; c < N_CONV_Q * N_CONV_K; ++c) {
+                geom g = {9,
+                          9,
+                          k_blocks[i / N_BLOCKS],
+                          k_blocks[i % N_BLOCKS],
+                          conv_q_at(c / N_CONV_K),
+                          conv_k_at(c % N_CONV_K),
+                          1,
+                          pass,
+                          1};
+                ta_tiling t;
+                const int st = make(&g, &t);
+                CHECK(tl, CK_MAKE_STATUS, st == spec_make_status(&g),
+                      "%s: ta_tiling_make = %d, expected %d", GSTR(&g), st, spec_make_status(&g));
+            }
+}
+
+/* B and C: one direction over every S in 1..s_exh (per index) and sampled sizes.
+ * The other direction's parameters rotate through its valid configurations. */
+static void group_axis(int rows, const limits *lim, const int32_t *sampled, int n_sampled,
+                       uint64_t seed) {
+    const int32_t n_sizes = lim->s_exh + n_sampled;
+    int32_t si;
+    TA_OMP(omp parallel for schedule(dynamic, 1))
+    for (si = 0; si < n_sizes; ++si) {
+        tally tl;
+        ta_rng rng;
+        const int32_t s = si < lim->s_exh ? si + 1 : sampled[si - lim->s_exh];
+        const int mode = s <= lim->s_exh  ? MODE_PER_INDEX
+                         : s <= (1 << 16) ? MODE_ALL_TILES
+                                          : MODE_WINDOW;
+        unsigned char *owner = mode == MODE_PER_INDEX ? (unsigned char *)malloc((size_t)s) : NULL;
+        int32_t pass;
+        int c;
+        memset(&tl, 0, sizeof tl);
+        ta_rng_seed(&rng, seed ^ ((uint64_t)s * UINT64_C(0x9E3779B97F4A7C15)) ^ (uint64_t)rows);
+        for (pass = 0; pass < 2; ++pass) {
+            const int n_own = rows ? g_n_row[pass] : g_n_col[pass];
+            const int n_other = rows ? g_n_col[pass] : g_n_row[pass];
+            for (c = 0; c < n_own; ++c) {
+                const axis_cfg own = rows ? g_row_cfg[pass][c] : g_col_cfg[pass][c];
+                const axis_cfg other = rows ? g_col_cfg[pass][(s * 7 + c) % n_other]
+                                            : g_row_cfg[pass][(s * 7 + c) % n_other];
+                const int32_t s_other = 1 + (int32_t)((s * 13 + c * 5) % 700);
+                geom g;
+                ta_tiling t;
+                axis ax;
+                int st;
+                char gbuf[160];
+                g.sq = rows ? s : s_other;
+                g.sk = rows ? s_other : s;
+                g.bq = rows ? own.block : other.block;
+                g.bk = rows ? other.block : own.block;
+                g.cq = rows ? own.conv : other.conv;
+                g.ck = rows ? other.conv : own.conv;
+                g.causal = (s + c) & 1;
+                g.pass = pass;
+                g.splits = 1 + (c % 16);
+                st = make(&g, &t);
+                CHECK(&tl, CK_MAKE_STATUS, st == TA_OK, "%s: ta_tiling_make = %d", GSTR(&g), st);
+                if (st != TA_OK) continue;
+                check_fields(&tl, &t, &g);
+                if (rows)
+                    axis_rows(&ax, &t, &g);
+                else
+                    axis_cols(&ax, &t, &g);
+                check_axis(&tl, &t, &ax, &g, mode, owner, &rng);
+            }
+        }
+        free(owner);
+        tally_merge(&tl);
+    }
+}
+
+/* D. every combination for a few size pairs: fields and both directions. */
+static void group_cross(const limits *lim) {
+    static const int32_t pairs[][2] = {{1, 1}, {600, 7}, {7, 600}, {257, 255}, {1000, 999}};
+    const int n_pairs = lim->s_exh >= 600 ? 5 : 2;
+    const int n_combo = 2 * 2 * N_BLOCKS * N_BLOCKS;
+    int32_t ci;
+    TA_OMP(omp parallel for schedule(dynamic, 1))
+    for (ci = 0; ci < n_pairs * n_combo; ++ci) {
+        tally tl;
+        ta_rng rng;
+        const int pi = ci / n_combo, combo = ci % n_combo;
+        int c;
+        memset(&tl, 0, sizeof tl);
+        ta_rng_seed(&rng, (uint64_t)ci);
+        for (c = 0; c < N_CONV_Q * N_CONV_K; ++c) {
+            geom g, gr, gc;
+            ta_tiling t, tr, tc;
+            axis ax;
+            char gbuf[160];
+            g.sq = pairs[pi][0];
+            g.sk = pairs[pi][1];
+            g.pass = combo & 1;
+            g.causal = (combo >> 1) & 1;
+            g.bq = k_blocks[(combo >> 2) / N_BLOCKS];
+            g.bk = k_blocks[(combo >> 2) % N_BLOCKS];
+            g.cq = conv_q_at(c / N_CONV_K);
+            g.ck = conv_k_at(c % N_CONV_K);
+            g.splits = 1 + c % 16;
+            if (spec_make_status(&g) != TA_OK) continue;
+            CHECK(&tl, CK_MAKE_STATUS, make(&g, &t) == TA_OK, "%s: refused", GSTR(&g));
+            check_fields(&tl, &t, &g);
+            axis_rows(&ax, &t, &g);
+            check_axis(&tl, &t, &ax, &g, MODE_ALL_TILES, NULL, &rng);
+            axis_cols(&ax, &t, &g);
+            check_axis(&tl, &t, &ax, &g, MODE_ALL_TILES, NULL, &rng);
+            /* the same rows with the column parameters changed, and vice versa */
+            gr = g;
+            gr.sk = 1;
+            gr.bk = TA_BLOCK_MAX;
+            gr.ck = 0;
+            gr.causal = !g.causal;
+            gc = g;
+            gc.sq = 1;
+            gc.bq = TA_BLOCK_MAX;
+            gc.cq = 0;
+            gc.causal = !g.causal;
+            if (make(&gr, &tr) != TA_OK || make(&gc, &tc) != TA_OK) {
+                report(&tl, CK_CROSS, __LINE__, "%s: partner geometry refused", GSTR(&g));
+                continue;
+            }
+            CHECK(&tl, CK_CROSS,
+                  t.rows_eff == tr.rows_eff && t.num_q_tiles == tr.num_q_tiles &&
+                      t.halo_q_top == tr.halo_q_top && t.halo_q_bottom == tr.halo_q_bottom &&
+                      ta_tile_row_load_begin(&t, t.num_q_tiles - 1) ==
+                          ta_tile_row_load_begin(&tr, t.num_q_tiles - 1) &&
+                      ta_tile_row_load_end(&t, t.num_q_tiles - 1) ==
+                          ta_tile_row_load_end(&tr, t.num_q_tiles - 1),
+                  "%s: row geometry changes with the column parameters", GSTR(&g));
+            CHECK(&tl, CK_CROSS,
+                  t.cols_eff == tc.cols_eff && t.num_k_tiles == tc.num_k_tiles &&
+                      t.halo_k == tc.halo_k &&
+                      ta_tile_col_load_begin(&t, t.num_k_tiles - 1) ==
+                          ta_tile_col_load_begin(&tc, t.num_k_tiles - 1) &&
+                      ta_tile_col_load_end(&t, t.num_k_tiles - 1) ==
+                          ta_tile_col_load_end(&tc, t.num_k_tiles - 1),
+                  "%s: column geometry changes with the row parameters", GSTR(&g));
+        }
+        tally_merge(&tl);
+    }
+}
+
+/* A rotating choice of conv geometries for a size pair: (row cfg, col cfg, pass). */
+static void rotating_conv_geom(geom *g, uint64_t k) {
+    const int32_t pass = (int32_t)(k & 1);
+    const axis_cfg rc = g_row_cfg[pass][(k / 2) % (uint64_t)g_n_row[pass]];
+    const axis_cfg cc = g_col_cfg[pass][(k / 2 * 7 + 3) % (uint64_t)g_n_col[pass]];
+    g->pass = pass;
+    g->bq = rc.block;
+    g->cq = rc.conv;
+    g->bk = cc.block;
+    g->ck = cc.conv;
+}
+
+#define N_ROTATING 6
+
+/* E1 + E2: every S_q, S_k <= pair_max; E1 (<= pair_lit) literally, every key length. */
+static void group_skip_exhaustive(const limits *lim) {
+    int32_t sq;
+    TA_OMP(omp parallel for schedule(dynamic, 1))
+    for (sq = 1; sq <= lim->pair_max; ++sq) {
+        tally tl;
+        int32_t sk, causal;
+        memset(&tl, 0, sizeof tl);
+        for (sk = 1; sk <= lim->pair_max; ++sk) {
+            const int literal = sq <= lim->pair_lit && sk <= lim->pair_lit;
+            const int32_t n_keylen = literal ? sk + 1 : 2;
+            for (causal = 0; causal < 2; ++causal) {
+                int32_t kl;
+                for (kl = 0; kl < n_keylen; ++kl) {
+                    /* key lengths: all of 0..S_k when literal; else S_k and one that rotates */
+                    const int64_t key_len = literal   ? kl
+                                            : kl == 0 ? sk
+                                                      : (sq * 31 + sk * 7) % (sk + 1);
+                    int c;
+                    for (c = 0; c < N_BLOCKS * N_BLOCKS + N_ROTATING; ++c) {
+                        geom g = {sq, sk, 0, 0, 0, 0, causal, TA_TILING_FWD, 1};
+                        ta_tiling t;
+                        char gbuf[160];
+                        if (c < N_BLOCKS * N_BLOCKS) {
+                            g.bq = k_blocks[c / N_BLOCKS];
+                            g.bk = k_blocks[c % N_BLOCKS];
+                        } else {
+                            rotating_conv_geom(&g, (uint64_t)sq * 7919u + (uint64_t)sk * 104729u +
+                                                       (uint64_t)(kl * 2 + causal) * 31u +
+                                                       (uint64_t)c);
+                        }
+                        if (make(&g, &t) != TA_OK) {
+                            report(&tl, CK_MAKE_STATUS, __LINE__, "%s: refused", GSTR(&g));
+                            continue;
+                        }
+                        check_fields(&tl, &t, &g);
+                        check_skip_all(&tl, &t, &g, key_len, literal);
+                    }
+                }
+            }
+        }
+        tally_merge(&tl);
+    }
+}
+
+/* The DESIGN.md mask vs ta_tiling_visible on every (r, j) around a small problem,
+ * and the prefix shape the other checks rely on. */
+static void group_visible(const limits *lim) {
+    tally tl;
+    int32_t sq, sk, causal, kl, r, j;
+    memset(&tl, 0, sizeof tl);
+    for (sq = 1; sq <= lim->pair_lit; ++sq)
+        for (sk = 1; sk <= lim->pair_lit; ++sk)
+            for (causal = 0; causal < 2; ++causal)
+                for (kl = 0; kl <= sk; ++kl) {
+                    geom g = {sq, sk, 8, 8, 0, 0, causal, TA_TILING_FWD, 1};
+                    ta_tiling t;
+                    char gbuf[160];
+                    if (make(&g, &t) != TA_OK) continue;
+                    for (r = -2; r < sq + 2; ++r)
+                        for (j = -2; j < sk + 2; ++j) {
+                            const int v = spec_visible(&g, r, j, kl);
+                            CHECK(&tl, CK_VISIBLE, ta_tiling_visible(&t, r, j, kl) == v,
+                                  "%s key_len=%d: visible(%d,%d) = %d, spec %d", GSTR(&g), (int)kl,
+                                  (int)r, (int)j, ta_tiling_visible(&t, r, j, kl), v);
+                            CHECK(&tl, CK_VISIBLE, v == (j >= 0 && j < spec_lim(&g, r, kl)),
+                                  "%s key_len=%d: row %d is not the prefix the test assumes",
+                                  GSTR(&g), (int)kl, (int)r);
+                        }
+                }
+    tally_merge(&tl);
+}
+
+/* Log-uniform size in [lo, hi]. */
+static int32_t rng_size(ta_rng *rng, int32_t lo, int32_t hi) {
+    int32_t bits_hi = 0, bits;
+    while (bits_hi < 30 && ((int64_t)2 << bits_hi) <= hi)
+        ++bits_hi;
+    bits = ta_rng_int(rng, 0, bits_hi);
+    const int64_t top = min64(hi, ((int64_t)2 << bits) - 1);
+    const int64_t bot = max64(lo, (int64_t)1 << bits);
+    return bot > top ? lo : ta_rng_int(rng, (int32_t)bot, (int32_t)top);
+}
+
+/* A random valid geometry with sizes in [1, s_hi]. */
+static void random_geom(geom *g, ta_rng *rng, int32_t s_hi) {
+    const int32_t pass = ta_rng_int(rng, 0, 1);
+    const axis_cfg rc = g_row_cfg[pass][ta_rng_int(rng, 0, g_n_row[pass] - 1)];
+    const axis_cfg cc = g_col_cfg[pass][ta_rng_int(rng, 0, g_n_col[pass] - 1)];
+    g->sq = rng_size(rng, 1, s_hi);
+    g->sk = ta_rng_int(rng, 0, 3) == 0 ? g->sq : rng_size(rng, 1, s_hi);
+    g->bq = rc.block;
+    g->cq = rc.conv;
+    g->bk = cc.block;
+    g->ck = cc.conv;
+    g->causal = ta_rng_int(rng, 0, 3) != 0;
+    g->pass = pass;
+    g->splits = ta_rng_int(rng, 1, 16);
+}
+
+/* One big geometry: fields, windowed directions, sampled skip pairs, several key lengths. */
+static void check_big(tally *tl, const geom *g, ta_rng *rng) {
+    char gbuf[160];
+    ta_tiling t;
+    axis ax;
+    int st = make(g, &t), k;
+    CHECK(tl, CK_MAKE_STATUS, st == TA_OK, "%s: ta_tiling_make = %d", GSTR(g), st);
+    if (st != TA_OK) return;
+    check_fields(tl, &t, g);
+    axis_rows(&ax, &t, g);
+    check_axis(tl, &t, &ax, g, MODE_WINDOW, NULL, rng);
+    axis_cols(&ax, &t, g);
+    check_axis(tl, &t, &ax, g, MODE_WINDOW, NULL, rng);
+    if (t.num_q_tiles != ceil_div(g->sq, t.rows_eff) || t.rows_eff < 1 || t.cols_eff < 1) return;
+    for (k = 0; k < 4; ++k) {
+        const int64_t key_len = k == 0   ? g->sk
+                                : k == 1 ? 0
+                                : k == 2 ? g->sk - 1
+                                         : ta_rng_int(rng, 0, g->sk);
+        check_skip_sampled(tl, &t, g, key_len, rng);
+    }
+}
+
+/* E3: random geometries up to 2^20. */
+static void group_skip_sampled(int n, uint64_t seed) {
+    int i;
+    TA_OMP(omp parallel for schedule(dynamic, 4))
+    for (i = 0; i < n; ++i) {
+        tally tl;
+        ta_rng rng;
+        geom g;
+        memset(&tl, 0, sizeof tl);
+        ta_rng_seed(&rng, seed + (uint64_t)i * UINT64_C(0x632BE59BD9B4E019));
+        random_geom(&g, &rng, 1 << 20);
+        check_big(&tl, &g, &rng);
+        tally_merge(&tl);
+    }
+}
+
+/* H. TA_SEQ_MAX and neighbours, against small and big partners. */
+static void group_edges(const limits *lim, uint64_t seed) {
+    static const int32_t sizes[] = {
+        TA_SEQ_MAX, TA_SEQ_MAX - 1, TA_SEQ_MAX - 255, (1 << 29) + 3, 1, 2, 600};
+    const int n = (int)(sizeof sizes / sizeof sizes[0]);
+    int32_t pi;
+    TA_OMP(omp parallel for schedule(dynamic, 1))
+    for (pi = 0; pi < n * n * 4; ++pi) {
+        tally tl;
+        ta_rng rng;
+        const int32_t sq = sizes[pi / (n * 4)], sk = sizes[(pi / 4) % n];
+        const int32_t causal = pi & 1, pass = (pi >> 1) & 1;
+        int c;
+        memset(&tl, 0, sizeof tl);
+        ta_rng_seed(&rng, seed ^ (uint64_t)pi);
+        if (sq < 1000 && sk < 1000) { /* covered by the exhaustive groups */
+            tally_merge(&tl);
+            continue;
+        }
+        for (c = 0; c < g_n_row[pass] && c < lim->n_edge_cfg; ++c) {
+            const axis_cfg rc = g_row_cfg[pass][c];
+            const axis_cfg cc = g_col_cfg[pass][(c * 11 + pi) % g_n_col[pass]];
+            const geom g = {sq, sk, rc.block, cc.block, rc.conv, cc.conv, causal, pass, 1 + c % 16};
+            check_big(&tl, &g, &rng);
+        }
+        tally_merge(&tl);
+    }
+}
+
+/* F. split-K ranges. */
+static void check_split(tally *tl, const ta_tiling *t, int32_t kb, int32_t ke) {
+    int32_t s, prev = kb;
+    for (s = 0; s < t->num_splits; ++s) {
+        int32_t b = INT32_MIN, e = INT32_MIN;
+        ta_tile_split_range(t, s, kb, ke, &b, &e);
+        CHECK(tl, CK_SPLIT, b == prev && b <= e && e <= ke,
+              "splits=%d range [%d,%d): part %d = [%d,%d), previous part ended at %d",
+              (int)t->num_splits, (int)kb, (int)ke, (int)s, (int)b, (int)e, (int)prev);
+        prev = e;
+    }
+    CHECK(tl, CK_SPLIT, prev == ke, "splits=%d range [%d,%d): parts end at %d, not %d",
+          (int)t->num_splits, (int)kb, (int)ke, (int)prev, (int)ke);
+}
+
+static void group_split(const limits *lim) {
+    tally tl;
+    int32_t ns, kb;
+    int64_t n;
+    memset(&tl, 0, sizeof tl);
+    for (ns = 1; ns <= 16; ++ns) {
+        /* the largest tile counts: S = TA_SEQ_MAX with 2 effective columns per tile */
+        const geom g = {TA_SEQ_MAX, TA_SEQ_MAX, 8, 8, 0, 7, 1, TA_TILING_FWD, ns};
+        ta_tiling t;
+        static const int32_t big_begin[] = {0, 1, (1 << 28) - 3, (1 << 29) - 1};
+        int i;
+        if (make(&g, &t) != TA_OK) {
+            report(&tl, CK_SPLIT, __LINE__, "splits=%d: make refused", (int)ns);
+            continue;
+        }
+        for (kb = 0; kb <= 8; ++kb)
+            for (n = 0; n <= lim->split_n; ++n)
+                check_split(&tl, &t, kb, kb + (int32_t)n);
+        CHECK(&tl, CK_FIELDS, t.num_k_tiles == (1 << 29), "splits=%d: %d k tiles, expected 2^29",
+              (int)ns, (int)t.num_k_tiles);
+        for (i = 0; i < 4; ++i) {
+            const int32_t ends[3] = {t.num_k_tiles, t.num_k_tiles - 1, big_begin[i] + ns - 1};
+            int e;
+            for (e = 0; e < 3; ++e)
+                if (big_begin[i] <= ends[e]) check_split(&tl, &t, big_begin[i], ends[e]);
+        }
+    }
+    tally_merge(&tl);
+}
+
+/* G. defaults for every conv size the library accepts. */
+static void group_defaults(void) {
+    tally tl;
+    int c;
+    memset(&tl, 0, sizeof tl);
+    for (c = 0; c <= (N_CONV_Q - 1) * (N_CONV_K - 1); ++c) {
+        const int32_t cq = c == 0 ? 0 : conv_q_at(1 + (c - 1) / (N_CONV_K - 1));
+        const int32_t ck = c == 0 ? 0 : conv_k_at(1 + (c - 1) % (N_CONV_K - 1));
+        /* rule: the smallest power of two >= TA_BLOCK_DEFAULT whose backward
+         * effective size is at least half the tile (capped at TA_BLOCK_MAX) */
+        const int64_t halo_q = spec_rows_before(cq) + spec_rows_after(cq, TA_TILING_BWD);
+        const int64_t halo_k = 2 * (int64_t)spec_cols_side(ck, TA_TILING_BWD);
+        int32_t bq = -1, bk = -1, pass;
+        int64_t want_q = TA_BLOCK_DEFAULT, want_k = TA_BLOCK_DEFAULT;
+        while (want_q < TA_BLOCK_MAX && want_q - halo_q < want_q / 2)
+            want_q *= 2;
+        while (want_k < TA_BLOCK_MAX && want_k - halo_k < want_k / 2)
+            want_k *= 2;
+        ta_tiling_default_blocks(cq, ck, &bq, &bk);
+        CHECK(&tl, CK_DEFAULTS, spec_is_block(bq) && spec_is_block(bk),
+              "conv %dx%d: default blocks %d, %d not supported", (int)cq, (int)ck, (int)bq,
+              (int)bk);
+        CHECK(&tl, CK_DEFAULTS, bq == want_q && bk == want_k,
+              "conv %dx%d: default blocks %d, %d; the rule gives %lld, %lld", (int)cq, (int)ck,
+              (int)bq, (int)bk, (long long)want_q, (long long)want_k);
+        for (pass = 0; pass < 2; ++pass) {
+            const geom g = {1000, 999, bq, bk, cq, ck, 1, pass, 1};
+            ta_tiling t;
+            char gbuf[160];
+            const int st = make(&g, &t);
+            CHECK(&tl, CK_DEFAULTS, st == TA_OK && t.rows_eff >= 1 && t.cols_eff >= 1,
+                  "%s: default geometry refused (%d)", GSTR(&g), st);
+        }
+    }
+    tally_merge(&tl);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static double now_s(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void timed(const char *name, double *t0) {
+    const double t1 = now_s();
+    printf("  %-40s %7.2f s\n", name, t1 - *t0);
+    fflush(stdout);
+    *t0 = t1;
+}
+
+int main(int argc, char **argv) {
+    const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    const limits full = {1100, 256, 32, 64, 1000, 300};
+    const limits small = {600, 100, 16, 16, 64, 64};
+    const limits *lim = quick ? &small : &full;
+    int32_t sampled[96];
+    int n_sampled = 0, k, c;
+    uint64_t seed;
+    ta_rng rng;
+    double t0 = now_s(), start = t0;
+    if (argc > 2 || (argc == 2 && !quick)) {
+        fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+        return 2;
+    }
+    seed = ta_test_seed("test_tiling");
+    ta_rng_seed(&rng, seed);
+    build_cfgs();
+    /* sampled sizes: powers of two and neighbours, primes, log-uniform random */
+    for (k = 10; k <= 20 && n_sampled + 3 <= lim->n_sampled; k += quick ? 5 : 1) {
+        sampled[n_sampled++] = (1 << k) - 1;
+        sampled[n_sampled++] = 1 << k;
+        sampled[n_sampled++] = (1 << k) + 1;
+    }
+    sampled[n_sampled++] = 65521;
+    sampled[n_sampled++] = 1048573;
+    while (n_sampled < lim->n_sampled)
+        sampled[n_sampled++] = rng_size(&rng, lim->s_exh + 1, 1 << 20);
+    for (k = 0; k < n_sampled; ++k)
+        if (sampled[k] <= lim->s_exh) sampled[k] = lim->s_exh + 1 + k;
+#ifdef _OPENMP
+    printf("test_tiling: %s mode, %d OpenMP threads\n", quick ? "quick" : "full",
+           omp_get_max_threads());
+#else
+    printf("test_tiling: %s mode, no OpenMP\n", quick ? "quick" : "full");
+#endif
+    printf("  rows/cols: every S in 1..%d, %d sampled sizes up to 2^20; pairs: S_q,S_k <= %d "
+           "(literal, every key length, <= %d)\n",
+           (int)lim->s_exh, n_sampled, (int)lim->pair_max, (int)lim->pair_lit);
+    {
+        tally tl;
+        memset(&tl, 0, sizeof tl);
+        group_make(&tl);
+        tally_merge(&tl);
+    }
+    timed("A. make: status and no-write", &t0);
+    group_axis(1, lim, sampled, n_sampled, seed);
+    timed("B. rows: partition, halos, extent", &t0);
+    group_axis(0, lim, sampled, n_sampled, seed);
+    timed("C. cols: partition, halos, extent", &t0);
+    group_cross(lim);
+    timed("D. cross: all blocks x convs x passes", &t0);
+    group_visible(lim);
+    timed("E0. visibility predicate", &t0);
+    group_skip_exhaustive(lim);
+    timed("E1/E2. causal skip + transpose, all pairs", &t0);
+    group_skip_sampled(quick ? 2000 : 20000, seed);
+    timed("E3. causal skip, sampled up to 2^20", &t0);
+    group_split(lim);
+    timed("F. split-K ranges", &t0);
+    group_defaults();
+    timed("G. default blocks", &t0);
+    group_edges(lim, seed);
+    timed("H. TA_SEQ_MAX edges", &t0);
+    printf("  %-14s %14s %10s\n", "check", "evaluations", "failures");
+    for (c = 0; c < CK_COUNT; ++c) {
+        printf("  %-14s %14llu %10llu\n", k_check_names[c], (unsigned long long)g_tally.evals[c],
+               (unsigned long long)g_tally.fails[c]);
+        TA_CHECK(g_tally.fails[c] == 0, "%llu failures of [%s]",
+                 (unsigned long long)g_tally.fails[c], k_check_names[c]);
+        TA_CHECK(g_tally.evals[c] > 0, "[%s] never evaluated", k_check_names[c]);
+    }
+    printf("  total %.2f s\n", now_s() - start);
+    return ta_test_finish("test_tiling");
+}
