@@ -1,2 +1,323 @@
-/* PLACEHOLDER */
-typedef int ta_oracle_placeholder;
+/*
+ * Float64 naive oracle (see oracle.h). Per (b, h), with full matrices:
+ *
+ *   forward                                    backward (L = sum <dO, o>)
+ *   1. S[i,j] = scale <q_i, k_j>, raw mask     5. dP[i,j] = <dO_i, v_j>;  dV_j += P[i,j] dO_i
+ *   2. C = T(S), transformed mask              6. dC[i,j] = P[i,j] (dP[i,j] - D_i)
+ *   3. P = softmax_j over visible C, lse       7. dS = T^T(dC)
+ *   4. o_i = sum_j P[i,j] v_j                  8. dQ_i += scale sum_j dS[i,j] k_j,
+ *                                                 dK_j += scale sum_i dS[i,j] q_i
+ *
+ * Plain doubles, libm exp/log: this is the mathematical definition, not the
+ * library's arithmetic. In magnitude mode (sl->mag) the same pipeline runs
+ * with every term replaced by its absolute value (oracle.h).
+ */
+#include "oracle.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ta_math.h"
+
+/* Geometry of one (b, h) slice and its matrices. */
+typedef struct ta_oracle_slice {
+    const ta_problem *p;
+    const ta_oracle_in *in;
+    int mag; /* 1: magnitude mode */
+    int32_t b, h, h_kv, key_len;
+    double scale;
+    size_t q0, k0;        /* first row of the slice in the [B,H,S_q] / [B,H_kv,S_k] grids */
+    double *s;            /* [S_q, S_k] raw scores S, 0 where masked */
+    double *s_mag;        /* [S_q, S_k] |scale| sum_d |q_id k_jd| */
+    double *c;            /* [S_q, S_k] transformed scores C */
+    double *pr;           /* [S_q, S_k] probabilities P (0 where masked) */
+    double *dc;           /* [S_q, S_k] backward: dC, then dS */
+    double *lse_row;      /* [S_q] */
+    unsigned char *vis_s; /* [S_q, S_k] raw-score mask (1 = visible) */
+    unsigned char *vis_c; /* [S_q, S_k] softmax mask */
+} ta_oracle_slice;
+
+double ta_oracle_scale(const ta_problem *p) {
+    const float s = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)p->head_dim);
+    return (double)s;
+}
+
+double *ta_oracle_widen(const void *buf, ta_dtype dt, size_t n) {
+    double *out = (double *)malloc((n ? n : 1) * sizeof(double));
+    size_t i;
+    if (!out) return NULL;
+    for (i = 0; i < n; ++i) {
+        switch (dt) {
+        case TA_F16: out[i] = (double)ta_f16_to_f32(((const uint16_t *)buf)[i]); break;
+        case TA_BF16: out[i] = (double)ta_bf16_to_f32(((const uint16_t *)buf)[i]); break;
+        case TA_F32: out[i] = (double)((const float *)buf)[i]; break;
+        }
+    }
+    return out;
+}
+
+/* |x| in magnitude mode, x otherwise. */
+static double ta_oracle_term(const ta_oracle_slice *sl, double x) { return sl->mag ? fabs(x) : x; }
+
+/* DESIGN.md 2: query row r sits at r + S_k - S_q; causal sees j <= that;
+ * keys at or past key_len are masked. */
+static int ta_oracle_visible(const ta_problem *p, int32_t key_len, int32_t r, int32_t j) {
+    if (j >= key_len) return 0;
+    if ((p->flags & TA_CAUSAL) && (int64_t)j > (int64_t)r + p->seq_k - p->seq_q) return 0;
+    return 1;
+}
+
+/* Step 1: raw scores, their magnitudes and their mask. */
+static void ta_oracle_scores(ta_oracle_slice *sl) {
+    const ta_problem *p = sl->p;
+    const int32_t d_qk = p->head_dim;
+    int32_t i, j, d;
+    for (i = 0; i < p->seq_q; ++i) {
+        const double *q_row = sl->in->q + (sl->q0 + (size_t)i) * (size_t)d_qk;
+        for (j = 0; j < p->seq_k; ++j) {
+            const double *k_row = sl->in->k + (sl->k0 + (size_t)j) * (size_t)d_qk;
+            const size_t ij = (size_t)i * (size_t)p->seq_k + (size_t)j;
+            double dot = 0.0, dot_mag = 0.0;
+            sl->vis_s[ij] = (unsigned char)ta_oracle_visible(p, sl->key_len, i, j);
+            if (sl->vis_s[ij])
+                for (d = 0; d < d_qk; ++d) {
+                    dot += q_row[d] * k_row[d];
+                    dot_mag += fabs(q_row[d] * k_row[d]);
+                }
+            sl->s[ij] = sl->scale * dot;
+            sl->s_mag[ij] = fabs(sl->scale) * dot_mag;
+        }
+    }
+}
+
+/* Step 2: C = T(S). Identity for plain SDPA. The MTA key-query conv goes here
+ * (C from S and conv_w[h], vis_c = causal j <= i); returns -1 until then. */
+static int ta_oracle_transform_fwd(ta_oracle_slice *sl) {
+    const size_t n = (size_t)sl->p->seq_q * (size_t)sl->p->seq_k;
+    if (sl->p->conv_q != 0 || sl->p->conv_k != 0) return -1;
+    memcpy(sl->c, sl->s, n * sizeof(double));
+    memcpy(sl->vis_c, sl->vis_s, n);
+    return 0;
+}
+
+/* Step 7: dS = T^T(dC), in place in sl->dc. Identity for plain SDPA (the MTA
+ * conv adds the transposed conv here, with |w| in magnitude mode, and dw). */
+static int ta_oracle_transform_bwd(ta_oracle_slice *sl) {
+    return (sl->p->conv_q != 0 || sl->p->conv_k != 0) ? -1 : 0;
+}
+
+/* Step 3: P = softmax over the visible entries of each row of C; lse (in
+ * magnitude mode: max_j |S|_ij + log sum, the size of lse's two terms). */
+static void ta_oracle_softmax(ta_oracle_slice *sl) {
+    const ta_problem *p = sl->p;
+    int32_t i, j;
+    for (i = 0; i < p->seq_q; ++i) {
+        const size_t r0 = (size_t)i * (size_t)p->seq_k;
+        double m = -(double)INFINITY, m_mag = 0.0, sum = 0.0;
+        for (j = 0; j < p->seq_k; ++j) {
+            if (!sl->vis_c[r0 + (size_t)j]) continue;
+            if (sl->c[r0 + (size_t)j] > m) m = sl->c[r0 + (size_t)j];
+            if (sl->s_mag[r0 + (size_t)j] > m_mag) m_mag = sl->s_mag[r0 + (size_t)j];
+        }
+        for (j = 0; j < p->seq_k; ++j) {
+            const size_t ij = r0 + (size_t)j;
+            sl->pr[ij] = sl->vis_c[ij] ? exp(sl->c[ij] - m) : 0.0;
+            sum += sl->pr[ij];
+        }
+        for (j = 0; j < p->seq_k; ++j)
+            if (sum > 0.0) sl->pr[r0 + (size_t)j] /= sum;
+        if (sum <= 0.0)
+            sl->lse_row[i] = sl->mag ? 0.0 : -(double)INFINITY;
+        else
+            sl->lse_row[i] = sl->mag ? m_mag + log(sum) : m + log(sum);
+    }
+}
+
+static int ta_oracle_slice_alloc(ta_oracle_slice *sl, const ta_problem *p, const ta_oracle_in *in,
+                                 int mag) {
+    const size_t n = (size_t)p->seq_q * (size_t)p->seq_k;
+    memset(sl, 0, sizeof *sl);
+    sl->p = p;
+    sl->in = in;
+    sl->mag = mag;
+    sl->scale = ta_oracle_scale(p);
+    sl->s = (double *)malloc(n * sizeof(double));
+    sl->s_mag = (double *)malloc(n * sizeof(double));
+    sl->c = (double *)malloc(n * sizeof(double));
+    sl->pr = (double *)malloc(n * sizeof(double));
+    sl->dc = (double *)malloc(n * sizeof(double));
+    sl->lse_row = (double *)malloc((size_t)p->seq_q * sizeof(double));
+    sl->vis_s = (unsigned char *)malloc(n);
+    sl->vis_c = (unsigned char *)malloc(n);
+    return (sl->s && sl->s_mag && sl->c && sl->pr && sl->dc && sl->lse_row && sl->vis_s &&
+            sl->vis_c)
+               ? 0
+               : -1;
+}
+
+static void ta_oracle_slice_free(ta_oracle_slice *sl) {
+    free(sl->s);
+    free(sl->s_mag);
+    free(sl->c);
+    free(sl->pr);
+    free(sl->dc);
+    free(sl->lse_row);
+    free(sl->vis_s);
+    free(sl->vis_c);
+}
+
+/* Steps 1-3 for (b, h). */
+static int ta_oracle_slice_fwd(ta_oracle_slice *sl, int32_t b, int32_t h) {
+    const ta_problem *p = sl->p;
+    sl->b = b;
+    sl->h = h;
+    sl->h_kv = h / (p->heads_q / p->heads_kv);
+    sl->key_len = sl->in->seqlens_k ? sl->in->seqlens_k[b] : p->seq_k;
+    sl->q0 = ((size_t)b * (size_t)p->heads_q + (size_t)h) * (size_t)p->seq_q;
+    sl->k0 = ((size_t)b * (size_t)p->heads_kv + (size_t)sl->h_kv) * (size_t)p->seq_k;
+    ta_oracle_scores(sl);
+    if (ta_oracle_transform_fwd(sl) != 0) return -1;
+    ta_oracle_softmax(sl);
+    return 0;
+}
+
+/* Step 4 for (b, h): o_i = sum_j P_ij v_j; lse copied out. Magnitude mode
+ * (oracle.h): o_mag_i = sum_j P_ij (|v_j| + |S|_ij (|v_j| + |o_i|)). */
+static void ta_oracle_output(const ta_oracle_slice *sl, double *o, double *lse) {
+    const ta_problem *p = sl->p;
+    const int32_t dv = p->head_dim_v;
+    int32_t i, j, d;
+    for (i = 0; i < p->seq_q; ++i) {
+        double *o_row = o + (sl->q0 + (size_t)i) * (size_t)dv;
+        const double *p_row = sl->pr + (size_t)i * (size_t)p->seq_k;
+        const double *sm_row = sl->s_mag + (size_t)i * (size_t)p->seq_k;
+        for (d = 0; d < dv; ++d) {
+            double o_id = 0.0, mag = 0.0;
+            for (j = 0; j < p->seq_k; ++j)
+                if (p_row[j] != 0.0)
+                    o_id += p_row[j] * sl->in->v[(sl->k0 + (size_t)j) * (size_t)dv + (size_t)d];
+            for (j = 0; j < p->seq_k && sl->mag; ++j) {
+                const double v_jd = fabs(sl->in->v[(sl->k0 + (size_t)j) * (size_t)dv + (size_t)d]);
+                if (p_row[j] != 0.0) mag += p_row[j] * (v_jd + sm_row[j] * (v_jd + fabs(o_id)));
+            }
+            o_row[d] = sl->mag ? mag : o_id;
+        }
+        if (lse) lse[sl->q0 + (size_t)i] = sl->lse_row[i];
+    }
+}
+
+static int ta_oracle_fwd_mode(const ta_problem *p, const ta_oracle_in *in, double *o, double *lse,
+                              int mag) {
+    ta_oracle_slice sl;
+    int32_t b, h;
+    int rc = ta_oracle_slice_alloc(&sl, p, in, mag);
+    for (b = 0; b < p->batch && rc == 0; ++b)
+        for (h = 0; h < p->heads_q && rc == 0; ++h)
+            if ((rc = ta_oracle_slice_fwd(&sl, b, h)) == 0) ta_oracle_output(&sl, o, lse);
+    ta_oracle_slice_free(&sl);
+    return rc;
+}
+
+int ta_oracle_fwd(const ta_problem *p, const ta_oracle_in *in, double *o, double *lse) {
+    return ta_oracle_fwd_mode(p, in, o, lse, 0);
+}
+
+int ta_oracle_fwd_mag(const ta_problem *p, const ta_oracle_in *in, double *o_mag, double *lse_mag) {
+    return ta_oracle_fwd_mode(p, in, o_mag, lse_mag, 1);
+}
+
+/* P_ij, or in magnitude mode P_ij (1 + |S|_ij + lse_mag_i): the backward's
+ * P = exp(s - lse) errs relatively by u times the size of the exponent. */
+static double ta_oracle_prob_weight(const ta_oracle_slice *sl, int32_t i, int32_t j) {
+    const size_t ij = (size_t)i * (size_t)sl->p->seq_k + (size_t)j;
+    if (!sl->mag) return sl->pr[ij];
+    return sl->pr[ij] * (1.0 + sl->s_mag[ij] + sl->lse_row[i]);
+}
+
+/* Steps 5-6 for (b, h): dv += P^T dO; dc = P (dP - D), with D_i exact
+ * (sum_j P_ij dP_ij) or from the stored o. Magnitude mode: dc = P (|dP| + |D|). */
+static void ta_oracle_softmax_bwd(const ta_oracle_slice *sl, double *dv) {
+    const ta_problem *p = sl->p;
+    const int32_t d_v = p->head_dim_v;
+    int32_t i, j, d;
+    for (i = 0; i < p->seq_q; ++i) {
+        const double *do_row = sl->in->d_o + (sl->q0 + (size_t)i) * (size_t)d_v;
+        double *dc_row = sl->dc + (size_t)i * (size_t)p->seq_k;
+        const double *p_row = sl->pr + (size_t)i * (size_t)p->seq_k;
+        double delta = 0.0;
+        for (j = 0; j < p->seq_k; ++j) {
+            const double *v_row = sl->in->v + (sl->k0 + (size_t)j) * (size_t)d_v;
+            double *dv_row = dv + (sl->k0 + (size_t)j) * (size_t)d_v;
+            const double w = ta_oracle_prob_weight(sl, i, j);
+            double dp = 0.0;
+            for (d = 0; d < d_v; ++d)
+                dp += ta_oracle_term(sl, do_row[d] * v_row[d]);
+            dc_row[j] = dp; /* dP for now */
+            delta += p_row[j] * dp;
+            for (d = 0; d < d_v; ++d)
+                dv_row[d] += w * ta_oracle_term(sl, do_row[d]);
+        }
+        if (sl->in->o) { /* D_i from the stored output, as the library computes it */
+            const double *o_row = sl->in->o + (sl->q0 + (size_t)i) * (size_t)d_v;
+            delta = 0.0;
+            for (d = 0; d < d_v; ++d)
+                delta += ta_oracle_term(sl, do_row[d] * o_row[d]);
+        }
+        for (j = 0; j < p->seq_k; ++j)
+            dc_row[j] = sl->mag ? ta_oracle_prob_weight(sl, i, j) * (dc_row[j] + delta)
+                                : p_row[j] * (dc_row[j] - delta);
+    }
+}
+
+/* Step 8: dq, dk from dS (only raw-visible entries carry gradient to q, k). */
+static void ta_oracle_scores_bwd(const ta_oracle_slice *sl, double *dq, double *dk) {
+    const ta_problem *p = sl->p;
+    const int32_t d_qk = p->head_dim;
+    int32_t i, j, d;
+    for (i = 0; i < p->seq_q; ++i) {
+        const double *q_row = sl->in->q + (sl->q0 + (size_t)i) * (size_t)d_qk;
+        double *dq_row = dq + (sl->q0 + (size_t)i) * (size_t)d_qk;
+        for (j = 0; j < p->seq_k; ++j) {
+            const size_t ij = (size_t)i * (size_t)p->seq_k + (size_t)j;
+            const double g = ta_oracle_term(sl, sl->scale) * sl->dc[ij];
+            const double *k_row = sl->in->k + (sl->k0 + (size_t)j) * (size_t)d_qk;
+            double *dk_row = dk + (sl->k0 + (size_t)j) * (size_t)d_qk;
+            if (!sl->vis_s[ij]) continue;
+            for (d = 0; d < d_qk; ++d) {
+                dq_row[d] += g * ta_oracle_term(sl, k_row[d]);
+                dk_row[d] += g * ta_oracle_term(sl, q_row[d]);
+            }
+        }
+    }
+}
+
+static int ta_oracle_bwd_mode(const ta_problem *p, const ta_oracle_in *in, double *dq, double *dk,
+                              double *dv, int mag) {
+    const size_t n_q = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    const size_t n_k = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k;
+    ta_oracle_slice sl;
+    int32_t b, h;
+    int rc = ta_oracle_slice_alloc(&sl, p, in, mag);
+    memset(dq, 0, n_q * (size_t)p->head_dim * sizeof(double));
+    memset(dk, 0, n_k * (size_t)p->head_dim * sizeof(double));
+    memset(dv, 0, n_k * (size_t)p->head_dim_v * sizeof(double));
+    for (b = 0; b < p->batch && rc == 0; ++b)
+        for (h = 0; h < p->heads_q && rc == 0; ++h) {
+            if ((rc = ta_oracle_slice_fwd(&sl, b, h)) != 0) break;
+            ta_oracle_softmax_bwd(&sl, dv);
+            if ((rc = ta_oracle_transform_bwd(&sl)) != 0) break;
+            ta_oracle_scores_bwd(&sl, dq, dk);
+        }
+    ta_oracle_slice_free(&sl);
+    return rc;
+}
+
+int ta_oracle_bwd(const ta_problem *p, const ta_oracle_in *in, double *dq, double *dk, double *dv) {
+    return ta_oracle_bwd_mode(p, in, dq, dk, dv, 0);
+}
+
+int ta_oracle_bwd_mag(const ta_problem *p, const ta_oracle_in *in, double *dq_mag, double *dk_mag,
+                      double *dv_mag) {
+    return ta_oracle_bwd_mode(p, in, dq_mag, dk_mag, dv_mag, 1);
+}
