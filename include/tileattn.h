@@ -109,6 +109,10 @@ typedef struct ta_problem {
     int32_t block_k;        /**< K tile columns B_k (power of two, [8,256]); 0 -> default.
                                  Part of the exactness contract: equal block_k,
                                  equal bits on every backend. */
+    int32_t num_threads;    /**< CPU backend worker threads; 0 -> omp_get_max_threads(),
+                                 read by the size query and again by the call (keep
+                                 it fixed in between, or set it). Results never
+                                 depend on it. Ignored by REF and CUDA. >= 0. */
 } ta_problem;
 
 /** Optional record of the tile schedule a backend ran (for tests). */
@@ -133,14 +137,16 @@ typedef struct ta_trace {
     size_t count;            /**< set to 0 by the call before tracing */
 } ta_trace;
 
-/** Forward arguments. Memory is host for REF/CPU, device for CUDA. */
+/** Forward arguments. Tensors are host memory for REF/CPU, device memory for
+ *  CUDA; seqlens_k and trace are always host memory. */
 typedef struct ta_fwd_args {
     const void *q;            /**< [B, H, S_q, D]    dtype; required */
     const void *k;            /**< [B, H_kv, S_k, D] dtype; required */
     const void *v;            /**< [B, H_kv, S_k, D_v] dtype; required */
     const float *conv_w;      /**< [H, c_q, c_k] f32; required iff conv is set, else ignored */
     const int32_t *seqlens_k; /**< [B] keys at or past seqlens_k[b] are masked; each in
-                                   [0, S_k]; NULL = all S_k keys */
+                                   [0, S_k]; NULL = all S_k keys. HOST memory on
+                                   every backend (validated before any launch). */
     void *o;                  /**< [B, H, S_q, D_v] dtype; required; written */
     float *lse;               /**< [B, H, S_q] f32; NULL = not wanted; written */
     ta_trace *trace;          /**< NULL, or a caller trace buffer (REF only) */
@@ -153,7 +159,7 @@ typedef struct ta_bwd_args {
     const void *d_o;          /**< [B, H, S_q, D_v] dtype; required */
     const float *lse;         /**< [B, H, S_q] f32; required */
     const float *conv_w;      /**< [H, c_q, c_k] f32; required iff conv is set */
-    const int32_t *seqlens_k; /**< as in ta_fwd_args */
+    const int32_t *seqlens_k; /**< as in ta_fwd_args (host memory) */
     void *dq;                 /**< [B, H, S_q, D]      dtype; required; written */
     void *dk;                 /**< [B, H_kv, S_k, D]   dtype; required; written */
     void *dv;                 /**< [B, H_kv, S_k, D_v] dtype; required; written */

@@ -16,6 +16,13 @@
 #include "ta_internal.h"
 #include "ta_math.h"
 
+/* Entry points (ref/ta_ref_sdpa_fwd.c, ref/ta_ref_sdpa_bwd.c); the ops table
+ * is in ref/ta_ref_ops.c. */
+ta_status ta_ref_fwd_workspace_size(const ta_plan *plan, size_t *bytes);
+ta_status ta_ref_bwd_workspace_size(const ta_plan *plan, size_t *bytes);
+ta_status ta_ref_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace, void *stream);
+ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace, void *stream);
+
 /* Where one step of a pass stands: which (batch, head) slice, which Q tile
  * (effective rows [row_begin, row_begin + rows)) and which K tile (effective
  * columns [col_begin, col_begin + cols)). Filled from the tiling descriptor. */

@@ -249,7 +249,8 @@ static void ta_ref_bwd_q_tile(const ta_plan *plan, const ta_bwd_args *a, const t
 }
 
 /* Pass 1 over every (b, kv head, K tile), then pass 2 over every (b, h, Q tile). */
-ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace) {
+ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
+                     void *stream) {
     const ta_problem *p = &plan->p;
     const ta_tiling *t = &plan->bwd;
     ta_ref_bwd_ws ws;
@@ -257,6 +258,7 @@ ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace)
     size_t bytes;
     int32_t b, h, kt, qt;
     const ta_status status = ta_ref_bwd_layout(plan, workspace, &ws, &bytes);
+    (void)stream; /* host backend: NULL (validated) */
     if (status != TA_OK) return status;
     if (a->trace) a->trace->count = 0;
     /* pass 1: dk, dv; K tiles outer */

@@ -162,13 +162,15 @@ static void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const t
     ta_ref_fwd_store(plan, a, ws, st);
 }
 
-ta_status ta_ref_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace) {
+ta_status ta_ref_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace,
+                     void *stream) {
     const ta_problem *p = &plan->p;
     ta_ref_fwd_ws ws;
     ta_ref_step st;
     size_t bytes;
     int32_t b, h, qt;
     const ta_status status = ta_ref_fwd_layout(plan, workspace, &ws, &bytes);
+    (void)stream; /* host backend: NULL (validated) */
     if (status != TA_OK) return status;
     if (a->trace) a->trace->count = 0;
     for (b = 0; b < p->batch; ++b) {

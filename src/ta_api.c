@@ -2,10 +2,11 @@
  * Public entry points: validate everything, size the workspace, dispatch to a
  * backend. The order of checks is fixed so a caller sees a stable status:
  *   1. problem (shape, enums, sizes, overflow, tiling)   -> ta_plan_make
- *   2. backend enum and availability
- *   3. argument pointers (NULL, alignment, overlap), trace, stream
- *   4. workspace (NULL, size, alignment)
- *   5. values read from host memory (seqlens_k)
+ *   2. backend: enum, implemented, supports the operation, available (calls)
+ *   3. stream
+ *   4. argument pointers (NULL, alignment, overlap), trace, then the workspace
+ *      (NULL, size, alignment)
+ *   5. values read from host memory (seqlens_k, host memory on every backend)
  * Only then is anything written.
  */
 #include <stddef.h>
@@ -13,63 +14,62 @@
 #include "ta_internal.h"
 #include "ta_validate.h"
 
-int ta_backend_available(ta_backend be) {
+/* The entry-point table of a backend; NULL for a value outside the enum. */
+static const ta_backend_ops *ta_ops(ta_backend be) {
     switch (be) {
-    case TA_BACKEND_REF: return 1;
-    case TA_BACKEND_CPU: return 0;  /* lands with the CPU backend issue */
-    case TA_BACKEND_CUDA: return 0; /* lands with the CUDA backend issue; see
-                                       ta_cuda_device_present() for the probe */
+    case TA_BACKEND_REF: return &ta_ref_ops;
+    case TA_BACKEND_CPU: return &ta_cpu_ops;
+    case TA_BACKEND_CUDA: return &ta_cuda_ops;
     }
-    return 0;
+    return NULL;
 }
 
-static ta_status ta_check_backend(ta_backend be) {
-    if (be != TA_BACKEND_REF && be != TA_BACKEND_CPU && be != TA_BACKEND_CUDA)
-        return TA_ERR_BAD_ARG;
-    return ta_backend_available(be) ? TA_OK : TA_ERR_BACKEND_UNAVAILABLE;
+int ta_backend_available(ta_backend be) {
+    const ta_backend_ops *ops = ta_ops(be);
+    return ops && ops->fwd_size && ops->available();
 }
 
-static ta_status ta_plan_for(const ta_problem *p, ta_backend be, ta_plan *pl) {
+/* Steps 1-2 of the check order: the problem, then the backend. A query needs
+ * the backend's layout (not its hardware); a call also needs it available. */
+static ta_status ta_plan_for(const ta_problem *p, ta_backend be, int for_call, ta_plan *pl,
+                             const ta_backend_ops **ops_out) {
+    const ta_backend_ops *ops = ta_ops(be);
     const ta_status st = ta_plan_make(p, be, pl);
     if (st != TA_OK) return st;
-    if (pl->has_conv) return TA_ERR_UNSUPPORTED; /* MTA conv: lands with its own issue */
-    return ta_check_backend(be);
-}
-
-static ta_status ta_fwd_size(const ta_plan *pl, ta_backend be, size_t *bytes) {
-    (void)be; /* only REF is available (ta_check_backend) */
-    return ta_ref_fwd_workspace_size(pl, bytes);
-}
-
-static ta_status ta_bwd_size(const ta_plan *pl, ta_backend be, size_t *bytes) {
-    (void)be;
-    return ta_ref_bwd_workspace_size(pl, bytes);
+    if (!ops) return TA_ERR_BAD_ARG;
+    if (!ops->fwd_size) return TA_ERR_BACKEND_UNAVAILABLE; /* not implemented in this build */
+    if (!ops->supports(pl)) return TA_ERR_UNSUPPORTED;
+    if (for_call && !ops->available()) return TA_ERR_BACKEND_UNAVAILABLE;
+    *ops_out = ops;
+    return TA_OK;
 }
 
 ta_status ta_fwd_workspace_size(const ta_problem *p, ta_backend be, size_t *bytes) {
+    const ta_backend_ops *ops = NULL;
     ta_plan pl;
     size_t n = 0;
     ta_status st;
     if (!p || !bytes) return TA_ERR_NULL_ARG;
-    if ((st = ta_plan_for(p, be, &pl)) != TA_OK) return st;
-    if ((st = ta_fwd_size(&pl, be, &n)) != TA_OK) return st;
+    if ((st = ta_plan_for(p, be, 0, &pl, &ops)) != TA_OK) return st;
+    if ((st = ops->fwd_size(&pl, &n)) != TA_OK) return st;
     *bytes = n;
     return TA_OK;
 }
 
 ta_status ta_bwd_workspace_size(const ta_problem *p, ta_backend be, size_t *bytes) {
+    const ta_backend_ops *ops = NULL;
     ta_plan pl;
     size_t n = 0;
     ta_status st;
     if (!p || !bytes) return TA_ERR_NULL_ARG;
-    if ((st = ta_plan_for(p, be, &pl)) != TA_OK) return st;
-    if ((st = ta_bwd_size(&pl, be, &n)) != TA_OK) return st;
+    if ((st = ta_plan_for(p, be, 0, &pl, &ops)) != TA_OK) return st;
+    if ((st = ops->bwd_size(&pl, &n)) != TA_OK) return st;
     *bytes = n;
     return TA_OK;
 }
 
-static ta_status ta_check_stream(ta_backend be, const void *stream) {
-    return (be != TA_BACKEND_CUDA && stream != NULL) ? TA_ERR_BAD_ARG : TA_OK;
+static ta_status ta_check_stream(const ta_backend_ops *ops, const void *stream) {
+    return (ops->host_memory && stream != NULL) ? TA_ERR_BAD_ARG : TA_OK;
 }
 
 /* Byte extents of the tensors, for the alignment and overlap checks. The
@@ -98,16 +98,17 @@ static ta_status ta_fwd_check_ptrs(const ta_plan *pl, ta_backend be, const ta_fw
 
 ta_status ta_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, void *workspace,
                  size_t workspace_bytes, void *stream) {
+    const ta_backend_ops *ops = NULL;
     ta_plan pl;
     size_t need = 0;
     ta_status st;
     if (!p || !a) return TA_ERR_NULL_ARG;
-    if ((st = ta_plan_for(p, be, &pl)) != TA_OK) return st;
-    if ((st = ta_check_stream(be, stream)) != TA_OK) return st;
-    if ((st = ta_fwd_size(&pl, be, &need)) != TA_OK) return st;
+    if ((st = ta_plan_for(p, be, 1, &pl, &ops)) != TA_OK) return st;
+    if ((st = ta_check_stream(ops, stream)) != TA_OK) return st;
+    if ((st = ops->fwd_size(&pl, &need)) != TA_OK) return st;
     if ((st = ta_fwd_check_ptrs(&pl, be, a, workspace, workspace_bytes, need)) != TA_OK) return st;
     if ((st = ta_check_seqlens_host(&pl, a->seqlens_k)) != TA_OK) return st;
-    return ta_ref_fwd(&pl, a, workspace);
+    return ops->fwd(&pl, a, workspace, stream);
 }
 
 static ta_status ta_bwd_check_ptrs(const ta_plan *pl, ta_backend be, const ta_bwd_args *a,
@@ -138,14 +139,15 @@ static ta_status ta_bwd_check_ptrs(const ta_plan *pl, ta_backend be, const ta_bw
 
 ta_status ta_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a, void *workspace,
                  size_t workspace_bytes, void *stream) {
+    const ta_backend_ops *ops = NULL;
     ta_plan pl;
     size_t need = 0;
     ta_status st;
     if (!p || !a) return TA_ERR_NULL_ARG;
-    if ((st = ta_plan_for(p, be, &pl)) != TA_OK) return st;
-    if ((st = ta_check_stream(be, stream)) != TA_OK) return st;
-    if ((st = ta_bwd_size(&pl, be, &need)) != TA_OK) return st;
+    if ((st = ta_plan_for(p, be, 1, &pl, &ops)) != TA_OK) return st;
+    if ((st = ta_check_stream(ops, stream)) != TA_OK) return st;
+    if ((st = ops->bwd_size(&pl, &need)) != TA_OK) return st;
     if ((st = ta_bwd_check_ptrs(&pl, be, a, workspace, workspace_bytes, need)) != TA_OK) return st;
     if ((st = ta_check_seqlens_host(&pl, a->seqlens_k)) != TA_OK) return st;
-    return ta_ref_bwd(&pl, a, workspace);
+    return ops->bwd(&pl, a, workspace, stream);
 }

@@ -58,14 +58,32 @@ void ta_store(void *base, ta_dtype dt, size_t idx, float x);
 void ta_trace_add(ta_trace *tr, int32_t pass, int32_t batch, int32_t head, int32_t q_tile,
                   int32_t k_tile);
 
-/* ---- Backends. Each backend sizes and carves its workspace with one static
- * layout routine over a ta_ws_cursor (size mode for *_workspace_size, carve
- * mode inside the call). Compute routines see validated inputs only. ---- */
-ta_status ta_ref_fwd_workspace_size(const ta_plan *plan, size_t *bytes);
-ta_status ta_ref_bwd_workspace_size(const ta_plan *plan, size_t *bytes);
-ta_status ta_ref_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace);
-ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace);
+/* ---- Backends. ----
+ * Each backend is one const table of entry points (no mutable state). Each
+ * backend sizes and carves its workspace with one static layout routine over a
+ * ta_ws_cursor (size mode for the query, carve mode inside the call); the
+ * layout is plain C so the size query works without the backend's hardware.
+ * Compute entry points see fully validated inputs only (src/ta_api.c). */
+typedef struct ta_backend_ops {
+    /* 1 if the backend can run now (compiled in, implemented, device present). */
+    int (*available)(void);
+    /* 1 if the plan is an operation this backend implements (e.g. the MTA conv);
+     * else the query and the call return TA_ERR_UNSUPPORTED. */
+    int (*supports)(const ta_plan *plan);
+    ta_status (*fwd_size)(const ta_plan *plan, size_t *bytes);
+    ta_status (*bwd_size)(const ta_plan *plan, size_t *bytes);
+    ta_status (*fwd)(const ta_plan *plan, const ta_fwd_args *a, void *workspace, void *stream);
+    ta_status (*bwd)(const ta_plan *plan, const ta_bwd_args *a, void *workspace, void *stream);
+    int host_memory; /* 1: tensors, workspace and stream-less calls are host; 0: device
+                        memory and a stream. seqlens_k is host memory on every
+                        backend: it is validated before any launch. */
+} ta_backend_ops;
 
+extern const ta_backend_ops ta_ref_ops;  /* ref/ */
+extern const ta_backend_ops ta_cpu_ops;  /* src/cpu/ */
+extern const ta_backend_ops ta_cuda_ops; /* cuda/ */
+
+/* CUDA probes (cuda/ta_cuda.cu, or cuda/ta_cuda_absent.c without CUDA). */
 int ta_cuda_compiled(void);
 int ta_cuda_device_present(void);
 
