@@ -42,7 +42,8 @@ typedef enum ta_status {
     TA_ERR_NULL_ARG = -1,           /**< a required pointer is NULL */
     TA_ERR_BAD_SHAPE = -2,          /**< a size is <= 0, or heads_q % heads_kv != 0 */
     TA_ERR_BAD_ARG = -3,            /**< an enum, flag, scale, conv size, seqlens value,
-                                         pointer alignment or buffer overlap is invalid */
+                                         pointer alignment or buffer overlap is invalid,
+                                         or (CUDA) a pointer the device cannot read */
     TA_ERR_UNSUPPORTED = -4,        /**< valid but not supported: head_dim > 256, tile
                                          size, conv size or an operation not (yet)
                                          implemented on this backend */
@@ -63,8 +64,8 @@ typedef enum ta_dtype { TA_F32 = 0, TA_F16 = 1, TA_BF16 = 2 } ta_dtype;
 
 typedef enum ta_backend {
     TA_BACKEND_REF = 0,  /**< scalar C11 reference: the executable specification */
-    TA_BACKEND_CPU = 1,  /**< AVX2/AVX-512 + OpenMP (not implemented yet: unavailable) */
-    TA_BACKEND_CUDA = 2  /**< NVIDIA GPU, sm_80+ */
+    TA_BACKEND_CPU = 1,  /**< AVX2/AVX-512 + OpenMP (scalar fallback elsewhere); SDPA only so far */
+    TA_BACKEND_CUDA = 2  /**< NVIDIA GPU, sm_80+; SDPA only so far */
 } ta_backend;
 
 typedef enum ta_precision {
@@ -81,7 +82,7 @@ typedef enum ta_precision {
 /** Limits of the supported domain (validated). */
 #define TA_HEAD_DIM_MAX 256       /**< head_dim and head_dim_v in [1, 256] */
 #define TA_SEQ_MAX (1 << 30)      /**< seq_q, seq_k <= 2^30 (index arithmetic stays in int32) */
-#define TA_BLOCK_MIN 8            /**< block_q, block_k: powers of two in [8, 256] */
+#define TA_BLOCK_MIN 8            /**< block_q, block_k: any integer in [8, 256] */
 #define TA_BLOCK_MAX 256
 #define TA_CONV_Q_MAX 16          /**< MTA conv_q in [1, 16] */
 #define TA_CONV_K_MAX 31          /**< MTA conv_k odd, in [1, 31] */
@@ -105,8 +106,8 @@ typedef struct ta_problem {
     float scale;            /**< score scale; 0 -> 1/sqrt(head_dim). Finite, else TA_ERR_BAD_ARG */
     int32_t conv_q;         /**< MTA key-query conv rows c_q in [1,16]; 0,0 = no conv */
     int32_t conv_k;         /**< MTA key-query conv columns c_k, odd, in [1,31] */
-    int32_t block_q;        /**< Q tile rows B_q (power of two, [8,256]); 0 -> default */
-    int32_t block_k;        /**< K tile columns B_k (power of two, [8,256]); 0 -> default.
+    int32_t block_q;        /**< Q tile rows B_q, in [8,256]; 0 -> default */
+    int32_t block_k;        /**< K tile columns B_k, in [8,256]; 0 -> default.
                                  Part of the exactness contract: equal block_k,
                                  equal bits on every backend. */
     int32_t num_threads;    /**< CPU backend worker threads; 0 -> omp_get_max_threads(),

@@ -78,8 +78,13 @@ typedef struct ta_tiling {
 TA_TILING_FN int32_t ta_tiling_min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
 TA_TILING_FN int32_t ta_tiling_max_i32(int32_t a, int32_t b) { return a > b ? a : b; }
 
+/** 1 if b is a tile size the library accepts: any integer in [TA_BLOCK_MIN,
+ *  TA_BLOCK_MAX]. Not only powers of two: the identity-kernel MTA equals SDPA
+ *  with block_k = B_k - 2P (54 for the default 6 x 11 conv), and backends need
+ *  effective widths that are not powers of two. Whether the halos leave an
+ *  effective row and column is checked by ta_tiling_make. */
 TA_TILING_FN int ta_tiling_is_block_size(int32_t b) {
-    return b >= TA_BLOCK_MIN && b <= TA_BLOCK_MAX && (b & (b - 1)) == 0;
+    return b >= TA_BLOCK_MIN && b <= TA_BLOCK_MAX;
 }
 
 /** Halos of a pass for a c_q x c_k conv (0,0 = no conv). */
@@ -109,9 +114,9 @@ TA_TILING_FN void ta_tiling_default_blocks(int32_t conv_q, int32_t conv_k, int32
 
 /**
  * Fill t for one pass. Sizes are assumed validated (1 <= S <= TA_SEQ_MAX,
- * conv in range); returns TA_ERR_UNSUPPORTED if a block size is not a power of
- * two in [TA_BLOCK_MIN, TA_BLOCK_MAX] or leaves no effective row/column for
- * this pass, TA_ERR_BAD_ARG for num_splits < 1, TA_ERR_OVERFLOW for S > TA_SEQ_MAX.
+ * conv in range); returns TA_ERR_UNSUPPORTED if a block size is outside
+ * [TA_BLOCK_MIN, TA_BLOCK_MAX] or leaves no effective row/column for this
+ * pass, TA_ERR_BAD_ARG for num_splits < 1, TA_ERR_OVERFLOW for S > TA_SEQ_MAX.
  */
 TA_TILING_FN int ta_tiling_make(ta_tiling *t, int32_t seq_q, int32_t seq_k, int32_t block_q,
                                 int32_t block_k, int32_t conv_q, int32_t conv_k, int32_t causal,

@@ -1,11 +1,22 @@
 /*
- * Pieces shared by the reference forward and backward (ref/ta_ref_sdpa_*.c):
- * tensor indexing, tile loading (widening to f32), the dot product and the
- * score tile. The backward recomputes the forward's scores with exactly these
- * functions, so both passes see bit-identical s_ij.
+ * Pieces shared by the reference forward and backward: where a step of a pass
+ * stands (tile bounds from the tiling descriptor), tensor indexing, 2-D tile
+ * views addressed by absolute (row, column), tile loading (widening, zero
+ * padding), the dot product, the score tile and the MTA key-query conv.
+ *
+ *   ref/ta_ref_tile.c   loading Q/K/V tiles, the raw score tile
+ *   ref/ta_ref_conv.c   the MTA conv: forward, transposed (gradient), dconv_w partial
+ *   ref/ta_ref_fwd.c    forward pass (SDPA, and MTA when plan->has_conv)
+ *   ref/ta_ref_bwd.c    backward passes (dk/dv, then dq and dconv_w)
+ *   ref/ta_ref_ops.c    the backend's entry-point table
+ *
+ * Plain SDPA is the special case with no halos: loaded region = effective
+ * region, and the convolved scores are the raw scores (the conv steps are
+ * skipped and the same buffer is used), so one code path serves both.
  *
  * Scalar C11 only: no threads, no intrinsics, no libm beyond fmaf (TA_FMAF,
- * correctly rounded). Arithmetic order is the specification (docs/reference.md).
+ * correctly rounded). Arithmetic order is the specification (docs/reference.md,
+ * docs/mta.md).
  */
 #ifndef TA_REF_H
 #define TA_REF_H
@@ -16,22 +27,47 @@
 #include "ta_internal.h"
 #include "ta_math.h"
 
-/* Entry points (ref/ta_ref_sdpa_fwd.c, ref/ta_ref_sdpa_bwd.c); the ops table
- * is in ref/ta_ref_ops.c. */
+/* Entry points (ref/ta_ref_fwd.c, ref/ta_ref_bwd.c). */
 ta_status ta_ref_fwd_workspace_size(const ta_plan *plan, size_t *bytes);
 ta_status ta_ref_bwd_workspace_size(const ta_plan *plan, size_t *bytes);
 ta_status ta_ref_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace, void *stream);
 ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace, void *stream);
 
-/* Where one step of a pass stands: which (batch, head) slice, which Q tile
- * (effective rows [row_begin, row_begin + rows)) and which K tile (effective
- * columns [col_begin, col_begin + cols)). Filled from the tiling descriptor. */
+/* Where one step of a pass stands: which (batch, head) slice, which Q tile and
+ * which K tile, filled from the tiling descriptor. All indices are absolute
+ * (row of [0, S_q), column of [0, S_k)); loaded ranges may stick out of the
+ * sequence (zero padding):
+ *   effective rows [row_begin, row_begin + rows)            owned by this tile
+ *   loaded rows    [row_load_begin, row_load_begin + rows_load)
+ *   and the same for columns. Without a conv, loaded = effective. */
 typedef struct ta_ref_step {
     int32_t batch, head, head_kv; /* head is the query head; head_kv = head / group */
     int32_t key_len;              /* seqlens_k[batch], or S_k */
-    int32_t q_tile, row_begin, rows;
-    int32_t k_tile, col_begin, cols;
+    int32_t q_tile, row_begin, rows, row_load_begin, rows_load;
+    int32_t k_tile, col_begin, cols, col_load_begin, cols_load;
 } ta_ref_step;
+
+/* A rectangle of absolute positions: rows [row_begin, row_end), columns
+ * [col_begin, col_end). */
+typedef struct ta_ref_region {
+    int32_t row_begin, row_end, col_begin, col_end;
+} ta_ref_region;
+
+/* A 2-D f32 tile addressed by absolute (row, column): element (r, j) lives at
+ * data[(r - row0) * ld + (j - col0)]. Every score-like tile (S, C, P, dC, dS)
+ * is one of these, so the conv reads S[i - (c_q-1-a)][j + b - P] as written. */
+typedef struct ta_ref_tile {
+    float *data;
+    int32_t row0, col0; /* absolute position of data[0] */
+    int32_t ld;         /* row stride, elements */
+} ta_ref_tile;
+
+/* The MTA kernel of one query head: w [c_q, c_k] row-major (conv_w + h c_q c_k),
+ * half_k = P = (c_k - 1) / 2. */
+typedef struct ta_ref_conv {
+    const float *w;
+    int32_t c_q, c_k, half_k;
+} ta_ref_conv;
 
 /* Key length of a batch entry: keys at or past it are masked. */
 static inline int32_t ta_ref_key_len(const ta_plan *plan, const int32_t *seqlens_k, int32_t b) {
@@ -52,34 +88,49 @@ static inline size_t ta_ref_k_row(const ta_plan *plan, int32_t b, int32_t h_kv, 
     return ((size_t)b * (size_t)p->heads_kv + (size_t)h_kv) * (size_t)p->seq_k + (size_t)j;
 }
 
-/* Set the Q-tile fields of st from tiling t (effective rows only: the halos
- * are 0 for plain SDPA). */
+/* Set the Q-tile fields of st from tiling t. */
 static inline void ta_ref_step_rows(const ta_tiling *t, ta_ref_step *st, int32_t qt) {
     st->q_tile = qt;
     st->row_begin = ta_tile_row_eff_begin(t, qt);
     st->rows = ta_tile_row_eff_end(t, qt) - st->row_begin;
+    st->row_load_begin = ta_tile_row_load_begin(t, qt);
+    st->rows_load = ta_tile_row_load_end(t, qt) - st->row_load_begin;
 }
 
-/* Set the K-tile fields of st from tiling t (effective columns only). */
+/* Set the K-tile fields of st from tiling t. */
 static inline void ta_ref_step_cols(const ta_tiling *t, ta_ref_step *st, int32_t kt) {
     st->k_tile = kt;
     st->col_begin = ta_tile_col_eff_begin(t, kt);
     st->cols = ta_tile_col_eff_end(t, kt) - st->col_begin;
+    st->col_load_begin = ta_tile_col_load_begin(t, kt);
+    st->cols_load = ta_tile_col_load_end(t, kt) - st->col_load_begin;
 }
 
-/* 1 if tile entry (i, j) of step st is visible: the one masking predicate
- * (ta_tiling_visible) applied to absolute row and column. */
-static inline int ta_ref_visible(const ta_tiling *t, const ta_ref_step *st, int32_t i, int32_t j) {
-    return ta_tiling_visible(t, st->row_begin + i, st->col_begin + j, st->key_len);
+/* The effective region of step st. */
+static inline ta_ref_region ta_ref_effective(const ta_ref_step *st) {
+    ta_ref_region r;
+    r.row_begin = st->row_begin;
+    r.row_end = st->row_begin + st->rows;
+    r.col_begin = st->col_begin;
+    r.col_end = st->col_begin + st->cols;
+    return r;
 }
 
-/* dst[0 .. count) = src[first .. first + count) widened to f32 (exact). Rows
- * of a [S, dim] slice are contiguous, so a tile of rows is one range. */
-static inline void ta_ref_widen(float *dst, const void *src, ta_dtype dt, size_t first,
-                                size_t count) {
-    size_t n;
-    for (n = 0; n < count; ++n)
-        dst[n] = ta_load(src, dt, first + n);
+/* 1 if key j is visible from query row r (absolute indices, either may lie
+ * outside the sequence): the one masking predicate, ta_tiling_visible. */
+static inline int ta_ref_visible(const ta_tiling *t, const ta_ref_step *st, int32_t r, int32_t j) {
+    return ta_tiling_visible(t, r, j, st->key_len);
+}
+
+/* Element (r, j) of tile view v. */
+static inline float *ta_ref_at(const ta_ref_tile *v, int32_t r, int32_t j) {
+    return v->data + (size_t)(r - v->row0) * (size_t)v->ld + (size_t)(j - v->col0);
+}
+
+/* Offset of row r in a [rows, dim] tile whose first row is absolute row
+ * `first` (r >= first): tile + ta_ref_off(first, r, dim) is row r. */
+static inline size_t ta_ref_off(int32_t first, int32_t r, int32_t dim) {
+    return (size_t)(r - first) * (size_t)dim;
 }
 
 /* <a, b> over n features: one accumulator from +0, fmaf, d ascending. */
@@ -91,36 +142,46 @@ static inline float ta_ref_dot(const float *a, const float *b, int32_t n) {
     return acc;
 }
 
-/*
- * Score tile of step st: s[i, j] = scale * <q_i, k_j> for every visible entry
- * (dot by ta_ref_dot, then one multiply by scale). Masked entries are not
- * computed; their slots are left as they are and never read (every reader
- * tests ta_ref_visible again).
- *   q_tile [rows, dim]   k_tile [cols, dim]   s [rows, ld_s]
- */
-static inline void ta_ref_scores(float *s, int32_t ld_s, const float *q_tile, const float *k_tile,
-                                 int32_t dim, float scale, const ta_tiling *t,
-                                 const ta_ref_step *st) {
-    int32_t i, j;
-    for (i = 0; i < st->rows; ++i) {
-        const float *q_row = q_tile + (size_t)i * (size_t)dim; /* [dim] */
-        float *s_row = s + (size_t)i * (size_t)ld_s;           /* [cols] */
-        for (j = 0; j < st->cols; ++j) {
-            if (!ta_ref_visible(t, st, i, j)) continue;
-            s_row[j] = scale * ta_ref_dot(q_row, k_tile + (size_t)j * (size_t)dim, dim);
-        }
-    }
-}
+/* ---- ref/ta_ref_tile.c ---- */
 
-/* Load the K tile [cols, D] and the V tile [cols, D_v] of step st, widened. */
-static inline void ta_ref_load_kv(const ta_plan *plan, const void *k, const void *v, float *k_tile,
-                                  float *v_tile, const ta_ref_step *st) {
-    const ta_problem *p = &plan->p;
-    const size_t first = ta_ref_k_row(plan, st->batch, st->head_kv, st->col_begin);
-    ta_ref_widen(k_tile, k, p->dtype, first * (size_t)p->head_dim,
-                 (size_t)st->cols * (size_t)p->head_dim);
-    ta_ref_widen(v_tile, v, p->dtype, first * (size_t)p->head_dim_v,
-                 (size_t)st->cols * (size_t)p->head_dim_v);
-}
+/* dst [count, dim] = rows [first, first + count) of the [seq, dim] slice that
+ * starts at row index slice_row0 of src (storage dtype), widened to f32; rows
+ * outside [0, seq) are zero padding and never read from memory. */
+void ta_ref_load_rows(float *dst, const void *src, ta_dtype dt, size_t slice_row0, int32_t seq,
+                      int32_t first, int32_t count, int32_t dim);
+
+/* K tile [cols_load, D] and V tile [cols_load, D_v] of step st: the loaded
+ * columns of kv head st->head_kv, zero padded outside [0, S_k). */
+void ta_ref_load_kv(const ta_plan *plan, const void *k, const void *v, float *k_tile, float *v_tile,
+                    const ta_ref_step *st);
+
+/* Raw score tile of step st on its loaded region:
+ *   S[r][j] = scale * dot(q_r, k_j, dim)   if ta_ref_visible(t, st, r, j)
+ *           = 0                             otherwise (masked, or outside the sequence)
+ * q_tile [rows_load, dim] (first row row_load_begin), k_tile [cols_load, dim]
+ * (first column col_load_begin), s: a view covering the loaded region. */
+void ta_ref_scores(const ta_ref_tile *s, const float *q_tile, const float *k_tile, int32_t dim,
+                   float scale, const ta_tiling *t, const ta_ref_step *st);
+
+/* ---- ref/ta_ref_conv.c (docs/mta.md, Specification) ---- */
+
+/* Kernel of query head h, or w = NULL when the plan has no conv. */
+ta_ref_conv ta_ref_conv_of(const ta_plan *plan, const float *conv_w, int32_t h);
+
+/* Convolved scores on region g, visible entries only (others untouched):
+ *   C[i][j] = sum_{a asc, b asc} fmaf(w[a][b], S[i-(c_q-1-a)][j+b-P], .) from +0 */
+void ta_ref_conv_scores(const ta_ref_tile *c, const ta_ref_tile *s, const ta_ref_conv *cv,
+                        const ta_tiling *t, const ta_ref_step *st, const ta_ref_region *g);
+
+/* Raw-score gradient on region g (the transposed conv):
+ *   dS[r][j] = sum_{a asc, b asc} fmaf(w[a][b], dC[r+(c_q-1-a)][j-(b-P)], .) from +0
+ * for visible (r, j); 0 otherwise. */
+void ta_ref_conv_grad(const ta_ref_tile *ds, const ta_ref_tile *dc, const ta_ref_conv *cv,
+                      const ta_tiling *t, const ta_ref_step *st, const ta_ref_region *g);
+
+/* dconv_w partial of one tile pair over region g, part [c_q, c_k] overwritten:
+ *   part[a][b] = sum_{i asc, then j asc} fmaf(dC[i][j], S[i-(c_q-1-a)][j+b-P], .) from +0 */
+void ta_ref_conv_dw_tile(float *part, const ta_ref_tile *dc, const ta_ref_tile *s,
+                         const ta_ref_conv *cv, const ta_ref_region *g);
 
 #endif /* TA_REF_H */

@@ -3,11 +3,19 @@
 
 static int ta_ref_available(void) { return 1; }
 
-/* Plain SDPA only until the MTA conv lands in the reference. */
-static int ta_ref_supports(const ta_plan *plan) { return !plan->has_conv; }
+/* Plain SDPA and the MTA key-query conv (causal only: a non-causal conv
+ * problem is refused earlier, by ta_plan_make, with TA_ERR_UNSUPPORTED). */
+static int ta_ref_supports(const ta_plan *plan) {
+    (void)plan;
+    return 1;
+}
 
 const ta_backend_ops ta_ref_ops = {
-    ta_ref_available,          ta_ref_supports, ta_ref_fwd_workspace_size,
-    ta_ref_bwd_workspace_size, ta_ref_fwd,      ta_ref_bwd,
+    ta_ref_available,
+    ta_ref_supports,
+    ta_ref_fwd_workspace_size,
+    ta_ref_bwd_workspace_size,
+    ta_ref_fwd,
+    ta_ref_bwd,
     1,
 };

@@ -9,8 +9,6 @@
 #include "ta_internal.h"
 #include "ta_validate.h"
 
-static int ta_is_pow2_block(int32_t b) { return ta_tiling_is_block_size(b); }
-
 /* Shapes: every size positive, heads divide, within the supported domain. */
 static ta_status ta_check_shape(const ta_problem *p) {
     if (p->batch < 1 || p->heads_q < 1 || p->heads_kv < 1 || p->seq_q < 1 || p->seq_k < 1 ||
@@ -35,8 +33,8 @@ static ta_status ta_check_args(const ta_problem *p) {
     if (p->conv_q > TA_CONV_Q_MAX || p->conv_k > TA_CONV_K_MAX) return TA_ERR_UNSUPPORTED;
     if (p->block_q < 0 || p->block_k < 0) return TA_ERR_BAD_ARG;
     if (p->num_threads < 0) return TA_ERR_BAD_ARG;
-    if (p->block_q != 0 && !ta_is_pow2_block(p->block_q)) return TA_ERR_UNSUPPORTED;
-    if (p->block_k != 0 && !ta_is_pow2_block(p->block_k)) return TA_ERR_UNSUPPORTED;
+    if (p->block_q != 0 && !ta_tiling_is_block_size(p->block_q)) return TA_ERR_UNSUPPORTED;
+    if (p->block_k != 0 && !ta_tiling_is_block_size(p->block_k)) return TA_ERR_UNSUPPORTED;
     return TA_OK;
 }
 

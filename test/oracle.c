@@ -4,7 +4,7 @@
  *   forward                                    backward (L = sum <dO, o>)
  *   1. S[i,j] = scale <q_i, k_j>, raw mask     5. dP[i,j] = <dO_i, v_j>;  dV_j += P[i,j] dO_i
  *   2. C = T(S), transformed mask              6. dC[i,j] = P[i,j] (dP[i,j] - D_i)
- *   3. P = softmax_j over visible C, lse       7. dS = T^T(dC)
+ *   3. P = softmax_j over visible C, lse       7. dS = T^T(dC); dw += dC (x) S (conv)
  *   4. o_i = sum_j P[i,j] v_j                  8. dQ_i += scale sum_j dS[i,j] k_j,
  *                                                 dK_j += scale sum_i dS[i,j] q_i
  *
@@ -31,8 +31,11 @@ typedef struct ta_oracle_slice {
     double *s;            /* [S_q, S_k] raw scores S, 0 where masked */
     double *s_mag;        /* [S_q, S_k] |scale| sum_d |q_id k_jd| */
     double *c;            /* [S_q, S_k] transformed scores C */
+    double *c_mag;        /* [S_q, S_k] their magnitudes |C| (oracle.h) */
     double *pr;           /* [S_q, S_k] probabilities P (0 where masked) */
     double *dc;           /* [S_q, S_k] backward: dC, then dS */
+    double *ds;           /* [S_q, S_k] backward scratch: dS = T^T(dC) */
+    double *dw;           /* [c_q, c_k] backward: dconv_w[h] accumulates here, or NULL */
     double *lse_row;      /* [S_q] */
     unsigned char *vis_s; /* [S_q, S_k] raw-score mask (1 = visible) */
     unsigned char *vis_c; /* [S_q, S_k] softmax mask */
@@ -91,24 +94,104 @@ static void ta_oracle_scores(ta_oracle_slice *sl) {
     }
 }
 
-/* Step 2: C = T(S). Identity for plain SDPA. The MTA key-query conv goes here
- * (C from S and conv_w[h], vis_c = causal j <= i); returns -1 until then. */
+static int ta_oracle_has_conv(const ta_problem *p) { return p->conv_q != 0 || p->conv_k != 0; }
+
+/* x[r, j] of a [S_q, S_k] matrix, 0 outside it (the conv's zero padding). */
+static double ta_oracle_at(const ta_problem *p, const double *x, int64_t r, int64_t j) {
+    if (r < 0 || r >= p->seq_q || j < 0 || j >= p->seq_k) return 0.0;
+    return x[(size_t)r * (size_t)p->seq_k + (size_t)j];
+}
+
+/* Step 2, MTA (DESIGN.md 2): C[i,j] = sum_{a,b} w[a,b] S[i-(c_q-1-a), j+b-P] on
+ * the visible (i, j), with S already 0 wherever its own (row, column) pair is
+ * masked (step 1); |C| likewise from |w| and |S|. The softmax mask after the
+ * conv is the same predicate at (i, j): causal and key length. */
+static void ta_oracle_conv_fwd(ta_oracle_slice *sl) {
+    const ta_problem *p = sl->p;
+    const int32_t cq = p->conv_q, ck = p->conv_k, half = (ck - 1) / 2;
+    const double *w = sl->in->conv_w + (size_t)sl->h * (size_t)cq * (size_t)ck;
+    int32_t i, j, a, b;
+    for (i = 0; i < p->seq_q; ++i)
+        for (j = 0; j < p->seq_k; ++j) {
+            const size_t ij = (size_t)i * (size_t)p->seq_k + (size_t)j;
+            double acc = 0.0, acc_mag = 0.0;
+            sl->vis_c[ij] = sl->vis_s[ij];
+            if (sl->vis_c[ij])
+                for (a = 0; a < cq; ++a)
+                    for (b = 0; b < ck; ++b) {
+                        const int64_t r = (int64_t)i - (cq - 1 - a), col = (int64_t)j + b - half;
+                        const double w_ab = w[a * ck + b];
+                        acc += w_ab * ta_oracle_at(p, sl->s, r, col);
+                        acc_mag += fabs(w_ab) * ta_oracle_at(p, sl->s_mag, r, col);
+                    }
+            sl->c[ij] = acc;
+            sl->c_mag[ij] = acc_mag;
+        }
+}
+
+/* Step 2: C = T(S): the identity for plain SDPA, the MTA conv otherwise. */
 static int ta_oracle_transform_fwd(ta_oracle_slice *sl) {
     const size_t n = (size_t)sl->p->seq_q * (size_t)sl->p->seq_k;
-    if (sl->p->conv_q != 0 || sl->p->conv_k != 0) return -1;
+    if (ta_oracle_has_conv(sl->p)) {
+        if (!sl->in->conv_w || sl->p->conv_q < 1 || sl->p->conv_k < 1 || sl->p->conv_k % 2 == 0)
+            return -1;
+        ta_oracle_conv_fwd(sl);
+        return 0;
+    }
     memcpy(sl->c, sl->s, n * sizeof(double));
+    memcpy(sl->c_mag, sl->s_mag, n * sizeof(double));
     memcpy(sl->vis_c, sl->vis_s, n);
     return 0;
 }
 
-/* Step 7: dS = T^T(dC), in place in sl->dc. Identity for plain SDPA (the MTA
- * conv adds the transposed conv here, with |w| in magnitude mode, and dw). */
+/* Step 7, MTA: the transpose of step 2. C[i,j] reads S[i-(c_q-1-a), j+b-P] with
+ * weight w[a,b], so S[r,j] receives dC[r+(c_q-1-a), j-(b-P)] w[a,b]; only the
+ * visible raw scores carry it on to q and k (a masked S is the constant 0). And
+ * dw[a,b] = sum_{i,j} dC[i,j] S[i-(c_q-1-a), j+b-P]. dC is 0 wherever C is
+ * masked (P = 0 there). Magnitude mode: |w|, dC_mag, |S| (oracle.h). */
+static void ta_oracle_conv_bwd(ta_oracle_slice *sl) {
+    const ta_problem *p = sl->p;
+    const int32_t cq = p->conv_q, ck = p->conv_k, half = (ck - 1) / 2;
+    const double *w = sl->in->conv_w + (size_t)sl->h * (size_t)cq * (size_t)ck;
+    const double *s = sl->mag ? sl->s_mag : sl->s;
+    int32_t r, j, a, b;
+    for (r = 0; r < p->seq_q; ++r)
+        for (j = 0; j < p->seq_k; ++j) {
+            const size_t rj = (size_t)r * (size_t)p->seq_k + (size_t)j;
+            double acc = 0.0;
+            if (sl->vis_s[rj])
+                for (a = 0; a < cq; ++a)
+                    for (b = 0; b < ck; ++b)
+                        acc += ta_oracle_term(sl, w[a * ck + b]) *
+                               ta_oracle_at(p, sl->dc, (int64_t)r + (cq - 1 - a),
+                                            (int64_t)j - (b - half));
+            sl->ds[rj] = acc;
+        }
+    if (sl->dw)
+        for (a = 0; a < cq; ++a)
+            for (b = 0; b < ck; ++b) {
+                double acc = 0.0;
+                for (r = 0; r < p->seq_q; ++r)
+                    for (j = 0; j < p->seq_k; ++j) {
+                        const double g = sl->dc[(size_t)r * (size_t)p->seq_k + (size_t)j];
+                        if (g != 0.0)
+                            acc += g * ta_oracle_at(p, s, (int64_t)r - (cq - 1 - a),
+                                                    (int64_t)j + b - half);
+                    }
+                sl->dw[a * ck + b] += acc;
+            }
+    memcpy(sl->dc, sl->ds, (size_t)p->seq_q * (size_t)p->seq_k * sizeof(double));
+}
+
+/* Step 7: dS = T^T(dC), in place in sl->dc (and dw with the conv). Identity for
+ * plain SDPA. */
 static int ta_oracle_transform_bwd(ta_oracle_slice *sl) {
-    return (sl->p->conv_q != 0 || sl->p->conv_k != 0) ? -1 : 0;
+    if (ta_oracle_has_conv(sl->p)) ta_oracle_conv_bwd(sl);
+    return 0;
 }
 
 /* Step 3: P = softmax over the visible entries of each row of C; lse (in
- * magnitude mode: max_j |S|_ij + log sum, the size of lse's two terms). */
+ * magnitude mode: max_j |C|_ij + log sum, the size of lse's two terms). */
 static void ta_oracle_softmax(ta_oracle_slice *sl) {
     const ta_problem *p = sl->p;
     int32_t i, j;
@@ -118,7 +201,7 @@ static void ta_oracle_softmax(ta_oracle_slice *sl) {
         for (j = 0; j < p->seq_k; ++j) {
             if (!sl->vis_c[r0 + (size_t)j]) continue;
             if (sl->c[r0 + (size_t)j] > m) m = sl->c[r0 + (size_t)j];
-            if (sl->s_mag[r0 + (size_t)j] > m_mag) m_mag = sl->s_mag[r0 + (size_t)j];
+            if (sl->c_mag[r0 + (size_t)j] > m_mag) m_mag = sl->c_mag[r0 + (size_t)j];
         }
         for (j = 0; j < p->seq_k; ++j) {
             const size_t ij = r0 + (size_t)j;
@@ -145,13 +228,15 @@ static int ta_oracle_slice_alloc(ta_oracle_slice *sl, const ta_problem *p, const
     sl->s = (double *)malloc(n * sizeof(double));
     sl->s_mag = (double *)malloc(n * sizeof(double));
     sl->c = (double *)malloc(n * sizeof(double));
+    sl->c_mag = (double *)malloc(n * sizeof(double));
     sl->pr = (double *)malloc(n * sizeof(double));
     sl->dc = (double *)malloc(n * sizeof(double));
+    sl->ds = (double *)malloc(n * sizeof(double));
     sl->lse_row = (double *)malloc((size_t)p->seq_q * sizeof(double));
     sl->vis_s = (unsigned char *)malloc(n);
     sl->vis_c = (unsigned char *)malloc(n);
-    return (sl->s && sl->s_mag && sl->c && sl->pr && sl->dc && sl->lse_row && sl->vis_s &&
-            sl->vis_c)
+    return (sl->s && sl->s_mag && sl->c && sl->c_mag && sl->pr && sl->dc && sl->ds && sl->lse_row &&
+            sl->vis_s && sl->vis_c)
                ? 0
                : -1;
 }
@@ -160,8 +245,10 @@ static void ta_oracle_slice_free(ta_oracle_slice *sl) {
     free(sl->s);
     free(sl->s_mag);
     free(sl->c);
+    free(sl->c_mag);
     free(sl->pr);
     free(sl->dc);
+    free(sl->ds);
     free(sl->lse_row);
     free(sl->vis_s);
     free(sl->vis_c);
@@ -183,7 +270,7 @@ static int ta_oracle_slice_fwd(ta_oracle_slice *sl, int32_t b, int32_t h) {
 }
 
 /* Step 4 for (b, h): o_i = sum_j P_ij v_j; lse copied out. Magnitude mode
- * (oracle.h): o_mag_i = sum_j P_ij (|v_j| + |S|_ij (|v_j| + |o_i|)). */
+ * (oracle.h): o_mag_i = sum_j P_ij (|v_j| + |C|_ij (|v_j| + |o_i|)). */
 static void ta_oracle_output(const ta_oracle_slice *sl, double *o, double *lse) {
     const ta_problem *p = sl->p;
     const int32_t dv = p->head_dim_v;
@@ -191,7 +278,7 @@ static void ta_oracle_output(const ta_oracle_slice *sl, double *o, double *lse) 
     for (i = 0; i < p->seq_q; ++i) {
         double *o_row = o + (sl->q0 + (size_t)i) * (size_t)dv;
         const double *p_row = sl->pr + (size_t)i * (size_t)p->seq_k;
-        const double *sm_row = sl->s_mag + (size_t)i * (size_t)p->seq_k;
+        const double *sm_row = sl->c_mag + (size_t)i * (size_t)p->seq_k;
         for (d = 0; d < dv; ++d) {
             double o_id = 0.0, mag = 0.0;
             for (j = 0; j < p->seq_k; ++j)
@@ -227,12 +314,12 @@ int ta_oracle_fwd_mag(const ta_problem *p, const ta_oracle_in *in, double *o_mag
     return ta_oracle_fwd_mode(p, in, o_mag, lse_mag, 1);
 }
 
-/* P_ij, or in magnitude mode P_ij (1 + |S|_ij + lse_mag_i): the backward's
- * P = exp(s - lse) errs relatively by u times the size of the exponent. */
+/* P_ij, or in magnitude mode P_ij (1 + |C|_ij + lse_mag_i): the backward's
+ * P = exp(C - lse) errs relatively by u times the size of the exponent. */
 static double ta_oracle_prob_weight(const ta_oracle_slice *sl, int32_t i, int32_t j) {
     const size_t ij = (size_t)i * (size_t)sl->p->seq_k + (size_t)j;
     if (!sl->mag) return sl->pr[ij];
-    return sl->pr[ij] * (1.0 + sl->s_mag[ij] + sl->lse_row[i]);
+    return sl->pr[ij] * (1.0 + sl->c_mag[ij] + sl->lse_row[i]);
 }
 
 /* Steps 5-6 for (b, h): dv += P^T dO; dc = P (dP - D), with D_i exact
@@ -292,32 +379,45 @@ static void ta_oracle_scores_bwd(const ta_oracle_slice *sl, double *dq, double *
     }
 }
 
-static int ta_oracle_bwd_mode(const ta_problem *p, const ta_oracle_in *in, double *dq, double *dk,
-                              double *dv, int mag) {
+static int ta_oracle_bwd_mode(const ta_problem *p, const ta_oracle_in *in, const ta_oracle_grads *g,
+                              int mag) {
     const size_t n_q = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
     const size_t n_k = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k;
+    const size_t n_w = ta_oracle_has_conv(p) ? (size_t)p->conv_q * (size_t)p->conv_k : 0;
     ta_oracle_slice sl;
     int32_t b, h;
     int rc = ta_oracle_slice_alloc(&sl, p, in, mag);
-    memset(dq, 0, n_q * (size_t)p->head_dim * sizeof(double));
-    memset(dk, 0, n_k * (size_t)p->head_dim * sizeof(double));
-    memset(dv, 0, n_k * (size_t)p->head_dim_v * sizeof(double));
+    memset(g->dq, 0, n_q * (size_t)p->head_dim * sizeof(double));
+    memset(g->dk, 0, n_k * (size_t)p->head_dim * sizeof(double));
+    memset(g->dv, 0, n_k * (size_t)p->head_dim_v * sizeof(double));
+    if (g->dconv_w && n_w > 0) memset(g->dconv_w, 0, (size_t)p->heads_q * n_w * sizeof(double));
     for (b = 0; b < p->batch && rc == 0; ++b)
         for (h = 0; h < p->heads_q && rc == 0; ++h) {
             if ((rc = ta_oracle_slice_fwd(&sl, b, h)) != 0) break;
-            ta_oracle_softmax_bwd(&sl, dv);
+            sl.dw = g->dconv_w && n_w > 0 ? g->dconv_w + (size_t)h * n_w : NULL;
+            ta_oracle_softmax_bwd(&sl, g->dv);
             if ((rc = ta_oracle_transform_bwd(&sl)) != 0) break;
-            ta_oracle_scores_bwd(&sl, dq, dk);
+            ta_oracle_scores_bwd(&sl, g->dq, g->dk);
         }
     ta_oracle_slice_free(&sl);
     return rc;
 }
 
+int ta_oracle_bwd_grads(const ta_problem *p, const ta_oracle_in *in, const ta_oracle_grads *g) {
+    return ta_oracle_bwd_mode(p, in, g, 0);
+}
+
+int ta_oracle_bwd_grads_mag(const ta_problem *p, const ta_oracle_in *in, const ta_oracle_grads *g) {
+    return ta_oracle_bwd_mode(p, in, g, 1);
+}
+
 int ta_oracle_bwd(const ta_problem *p, const ta_oracle_in *in, double *dq, double *dk, double *dv) {
-    return ta_oracle_bwd_mode(p, in, dq, dk, dv, 0);
+    const ta_oracle_grads g = {dq, dk, dv, NULL};
+    return ta_oracle_bwd_mode(p, in, &g, 0);
 }
 
 int ta_oracle_bwd_mag(const ta_problem *p, const ta_oracle_in *in, double *dq_mag, double *dk_mag,
                       double *dv_mag) {
-    return ta_oracle_bwd_mode(p, in, dq_mag, dk_mag, dv_mag, 1);
+    const ta_oracle_grads g = {dq_mag, dk_mag, dv_mag, NULL};
+    return ta_oracle_bwd_mode(p, in, &g, 1);
 }

@@ -243,7 +243,7 @@ SET(m_conv_no_causal, c->p.conv_q = 3; c->p.conv_k = 5; c->p.flags = 0)
 /* tile sizes */
 SET(m_block_q_neg, c->p.block_q = -64)
 SET(m_block_k_neg, c->p.block_k = -1)
-SET(m_block_q_48, c->p.block_q = 48)
+SET(m_block_q_257, c->p.block_q = TA_BLOCK_MAX + 1)
 SET(m_block_k_4, c->p.block_k = 4)
 SET(m_block_q_512, c->p.block_q = 512)
 SET(m_block_k_7, c->p.block_k = 7)
@@ -401,10 +401,10 @@ static const bad_case k_cases[] = {
     {"conv without TA_CAUSAL", E_ALL, TA_ERR_UNSUPPORTED, m_conv_no_causal},
     {"block_q -64", E_ALL, TA_ERR_BAD_ARG, m_block_q_neg},
     {"block_k -1", E_ALL, TA_ERR_BAD_ARG, m_block_k_neg},
-    {"block_q 48 (not a power of two)", E_ALL, TA_ERR_UNSUPPORTED, m_block_q_48},
+    {"block_q 257 (just above TA_BLOCK_MAX)", E_ALL, TA_ERR_UNSUPPORTED, m_block_q_257},
     {"block_k 4 (below TA_BLOCK_MIN)", E_ALL, TA_ERR_UNSUPPORTED, m_block_k_4},
     {"block_q 512 (above TA_BLOCK_MAX)", E_ALL, TA_ERR_UNSUPPORTED, m_block_q_512},
-    {"block_k 7", E_ALL, TA_ERR_UNSUPPORTED, m_block_k_7},
+    {"block_k 7 (just below TA_BLOCK_MIN)", E_ALL, TA_ERR_UNSUPPORTED, m_block_k_7},
     {"block_q 8 too small for conv 5x1 backward halos", E_ALL, TA_ERR_UNSUPPORTED,
      m_block_q_bwd_halo},
     {"block_k 8 too small for conv 1x5 backward halos", E_ALL, TA_ERR_UNSUPPORTED,
@@ -442,7 +442,8 @@ static const bad_case k_cases[] = {
     {"seqlens_k[0] = INT32_MIN", E_CALLS, TA_ERR_BAD_ARG, m_seqlens_min},
     {"trace entries NULL, capacity 4", E_CALLS, TA_ERR_NULL_ARG, m_trace_null_entries},
     {"backend CPU (not implemented)", E_ALL, TA_ERR_BACKEND_UNAVAILABLE, m_backend_cpu},
-    {"backend CUDA (not implemented)", E_ALL, TA_ERR_BACKEND_UNAVAILABLE, m_backend_cuda},
+    {"backend CUDA without a device (the size queries need none)", E_CALLS,
+     TA_ERR_BACKEND_UNAVAILABLE, m_backend_cuda},
     {"order: shape before backend enum", E_ALL, TA_ERR_BAD_SHAPE, m_order_shape_before_backend},
     {"order: dtype enum before size overflow", E_ALL, TA_ERR_BAD_ARG, m_order_args_before_overflow},
     {"order: backend before stream", E_CALLS, TA_ERR_BACKEND_UNAVAILABLE,
@@ -723,6 +724,54 @@ static void check_valid_calls(void) {
     }
 }
 
+/* Tile sizes need not be powers of two: any integer in [TA_BLOCK_MIN, TA_BLOCK_MAX]
+ * is accepted. With S_k = 7 every block_k here is one K tile, as the default 64 is,
+ * and block_q never changes bits, so o and lse equal the default's bit for bit. */
+static void check_non_pow2_blocks(void) {
+    static const int32_t blocks[][2] = {
+        {9, 54}, {255, 13}, {TA_BLOCK_MIN, TA_BLOCK_MAX}, {100, 63}};
+    const size_t n_o = A.len[R_O], n_lse = A.len[R_LSE];
+    unsigned char *o_default = (unsigned char *)malloc(n_o + n_lse);
+    call c;
+    ta_status st;
+    size_t bytes = 0, i;
+    void *ws;
+    reset_arena();
+    base_call(&c);
+    st = ta_fwd(&c.p, TA_BACKEND_REF, &c.fa, c.ws, c.ws_bytes, NULL);
+    TA_CHECK(st == TA_OK, "default blocks: ta_fwd %s", ta_status_string(st));
+    memcpy(o_default, reg(R_O), n_o);
+    memcpy(o_default + n_o, reg(R_LSE), n_lse);
+    for (i = 0; i < sizeof blocks / sizeof blocks[0]; ++i) {
+        reset_arena();
+        base_call(&c);
+        c.p.block_q = blocks[i][0];
+        c.p.block_k = blocks[i][1];
+        /* a workspace of the queried size (larger tiles may need more than the arena's) */
+        st = ta_fwd_workspace_size(&c.p, TA_BACKEND_REF, &bytes);
+        TA_CHECK(st == TA_OK, "block_q %d block_k %d: fwd size query %s", (int)c.p.block_q,
+                 (int)c.p.block_k, ta_status_string(st));
+        ws = ta_test_alloc(bytes);
+        st = ta_fwd(&c.p, TA_BACKEND_REF, &c.fa, ws, bytes, NULL);
+        ta_test_free(ws);
+        TA_CHECK(st == TA_OK, "block_q %d block_k %d: ta_fwd %s", (int)c.p.block_q,
+                 (int)c.p.block_k, ta_status_string(st));
+        TA_CHECK(st != TA_OK || (memcmp(reg(R_O), o_default, n_o) == 0 &&
+                                 memcmp(reg(R_LSE), o_default + n_o, n_lse) == 0),
+                 "block_q %d block_k %d: o/lse differ from the default tiles'", (int)c.p.block_q,
+                 (int)c.p.block_k);
+        st = ta_bwd_workspace_size(&c.p, TA_BACKEND_REF, &bytes);
+        TA_CHECK(st == TA_OK, "block_q %d block_k %d: bwd size query %s", (int)c.p.block_q,
+                 (int)c.p.block_k, ta_status_string(st));
+        ws = ta_test_alloc(bytes);
+        st = ta_bwd(&c.p, TA_BACKEND_REF, &c.ba, ws, bytes, NULL);
+        ta_test_free(ws);
+        TA_CHECK(st == TA_OK, "block_q %d block_k %d: ta_bwd %s", (int)c.p.block_q,
+                 (int)c.p.block_k, ta_status_string(st));
+    }
+    free(o_default);
+}
+
 int main(void) {
     ta_rng rng;
     int i, calls = 0, skipped = 0, cases_run = 0;
@@ -750,6 +799,7 @@ int main(void) {
     TA_CHECK(cases_run >= 40, "only %d distinct invalid cases ran", cases_run);
     check_status_strings();
     check_valid_calls();
+    check_non_pow2_blocks();
     arena_free();
     return ta_test_finish("test_bad_input");
 }

@@ -4,18 +4,22 @@
  *
  *   A. make      ta_tiling_make accepts exactly the valid geometries, with the
  *                documented status otherwise, and writes nothing when it refuses.
- *   B. rows      every S_q in 1..600 (plus sampled sizes up to 2^20), every block,
- *                conv and pass: effective rows partition [0, S_q) once, ascending
- *                and contiguous; each loaded Q tile covers the rows its effective
- *                rows need (fwd r-(c_q-1)..r, bwd r-(c_q-1)..r+(c_q-1)) within
- *                block_q rows; every index equals its value computed in int64.
+ *   B. rows      every tile size 8..256 (all 249), conv and pass for every S_q in
+ *                1..300 (plus sampled sizes up to 2^20, windowed), and a subset of
+ *                12 tile sizes for every S_q in 1..1100 (plus 64 sampled sizes):
+ *                effective rows partition [0, S_q) once, ascending and contiguous;
+ *                each loaded Q tile covers the rows its effective rows need (fwd
+ *                r-(c_q-1)..r, bwd r-(c_q-1)..r+(c_q-1)) within block_q rows; every
+ *                index equals its value computed in int64.
  *   C. columns   the same for keys (fwd j-P..j+P, bwd j-2P..j+2P, P = (c_k-1)/2).
  *   D. cross     every (block_q, block_k, c_q, c_k, pass, causal) at once for a few
- *                (S_q, S_k): each direction depends on its own parameters only.
+ *                (S_q, S_k), tiles from the subset: each direction depends on its
+ *                own parameters only.
  *   E. skip      tile pair (qt, kt) holds a visible (row, key) pair
  *                iff kt < ta_tile_k_end(qt) iff qt >= ta_tile_q_begin(kt), by brute
- *                force over every S_q, S_k <= 200 (literally, pair by pair, and for
- *                every key length, up to 24), and sampled pairs up to 2^20.
+ *                force over every S_q, S_k <= 256 (literally, pair by pair, and for
+ *                every key length, up to 32), sampled pairs up to 2^20, and every
+ *                pair of the 249 tile sizes on a few size pairs.
  *   F. split     split-K parts partition [k_begin, k_end) contiguously, ascending.
  *   G. defaults  ta_tiling_default_blocks gives a valid geometry for every conv.
  *   H. edges     windowed B, C, E checks at S = TA_SEQ_MAX and neighbours.
@@ -122,14 +126,22 @@ static void report(tally *tl, int check, int line, const char *fmt, ...) {
 /* ------------------------------------------------------------------------ */
 /* The supported domain and the spec (DESIGN.md 2 and 5), independent of the header. */
 
-static const int32_t k_blocks[] = {8, 16, 32, 64, 128, 256};
-#define N_BLOCKS 6
+/* Tile sizes: every integer in [8, 256] (docs/api.md), 249 values, not only powers of
+ * two. The densest checks (B/C to S = 1100, D, E2) run on a representative subset:
+ * the powers of two, their neighbours, and widths a conv makes effective (54 = 64 - 2*5
+ * is the identity-MTA's SDPA block_k for a 6 x 11 conv), and the two ends. */
+#define SPEC_BLOCK_MIN 8
+#define SPEC_BLOCK_MAX 256
+#define N_BLOCKS_ALL   (SPEC_BLOCK_MAX - SPEC_BLOCK_MIN + 1)
+static const int32_t k_blocks[] = {8, 9, 16, 32, 54, 63, 64, 65, 100, 128, 255, 256};
+#define N_BLOCKS 12
 #define N_CONV_Q 17 /* c_q: 0 (no conv), 1..16 */
 #define N_CONV_K 17 /* c_k: 0 (no conv), 1, 3, ..., 31 */
 static int32_t conv_q_at(int i) { return i; }
 static int32_t conv_k_at(int i) { return i == 0 ? 0 : 2 * i - 1; }
 
-static int spec_is_block(int64_t b) {
+static int spec_is_block(int64_t b) { return b >= SPEC_BLOCK_MIN && b <= SPEC_BLOCK_MAX; }
+static int in_subset(int32_t b) {
     int i;
     for (i = 0; i < N_BLOCKS; ++i)
         if (b == k_blocks[i]) return 1;
@@ -203,27 +215,37 @@ static int64_t spec_lim(const geom *g, int64_t r, int64_t key_len) {
     return max64(lim, 0);
 }
 
-/* Valid (block, conv) per pass, per direction. */
+/* Valid (block, conv) per pass, per direction: g_*_cfg over every block 8..256,
+ * g_*_dense over the k_blocks subset. */
 typedef struct axis_cfg {
     int32_t block, conv;
 } axis_cfg;
-#define MAX_CFG (N_BLOCKS * N_CONV_Q)
+#define MAX_CFG (N_BLOCKS_ALL * N_CONV_Q)
 static axis_cfg g_row_cfg[2][MAX_CFG], g_col_cfg[2][MAX_CFG];
 static int g_n_row[2], g_n_col[2];
+static axis_cfg g_row_dense[2][N_BLOCKS * N_CONV_Q], g_col_dense[2][N_BLOCKS * N_CONV_K];
+static int g_n_row_dense[2], g_n_col_dense[2];
+
+static void add_cfgs(int32_t pass, int32_t block, axis_cfg *rows, int *n_rows, axis_cfg *cols,
+                     int *n_cols) {
+    int c;
+    for (c = 0; c < N_CONV_Q; ++c)
+        if (spec_rows_eff(block, conv_q_at(c), pass) >= 1)
+            rows[(*n_rows)++] = (axis_cfg){block, conv_q_at(c)};
+    for (c = 0; c < N_CONV_K; ++c)
+        if (spec_cols_eff(block, conv_k_at(c), pass) >= 1)
+            cols[(*n_cols)++] = (axis_cfg){block, conv_k_at(c)};
+}
 
 static void build_cfgs(void) {
-    int32_t pass;
-    int b, c;
+    int32_t pass, b;
     for (pass = 0; pass < 2; ++pass) {
-        g_n_row[pass] = g_n_col[pass] = 0;
-        for (b = 0; b < N_BLOCKS; ++b) {
-            for (c = 0; c < N_CONV_Q; ++c)
-                if (spec_rows_eff(k_blocks[b], conv_q_at(c), pass) >= 1)
-                    g_row_cfg[pass][g_n_row[pass]++] = (axis_cfg){k_blocks[b], conv_q_at(c)};
-            for (c = 0; c < N_CONV_K; ++c)
-                if (spec_cols_eff(k_blocks[b], conv_k_at(c), pass) >= 1)
-                    g_col_cfg[pass][g_n_col[pass]++] = (axis_cfg){k_blocks[b], conv_k_at(c)};
-        }
+        g_n_row[pass] = g_n_col[pass] = g_n_row_dense[pass] = g_n_col_dense[pass] = 0;
+        for (b = SPEC_BLOCK_MIN; b <= SPEC_BLOCK_MAX; ++b)
+            add_cfgs(pass, b, g_row_cfg[pass], &g_n_row[pass], g_col_cfg[pass], &g_n_col[pass]);
+        for (b = 0; b < N_BLOCKS; ++b)
+            add_cfgs(pass, k_blocks[b], g_row_dense[pass], &g_n_row_dense[pass], g_col_dense[pass],
+                     &g_n_col_dense[pass]);
     }
 }
 
@@ -531,13 +553,26 @@ static void check_skip_sampled(tally *tl, const ta_tiling *t, const geom *g, int
 /* The groups. */
 
 typedef struct limits {
-    int32_t s_exh;    /* B, C: every S in 1..s_exh, per index */
-    int32_t pair_max; /* E2: every S_q, S_k in 1..pair_max */
-    int32_t pair_lit; /* E1: literal pairs, every key length */
-    int n_sampled;    /* B, C, E3: sampled sizes up to 2^20 */
-    int n_edge_cfg;   /* H: row configs per edge pair (all when >= MAX_CFG) */
-    int64_t split_n;  /* F: range lengths 0..split_n */
+    int32_t s_exh;     /* B, C on the block subset: every S in 1..s_exh, per index */
+    int32_t s_exh_all; /* B, C on every block: every S in 1..s_exh_all, per index */
+    int32_t pair_max;  /* E2: every S_q, S_k in 1..pair_max */
+    int32_t pair_lit;  /* E1: literal pairs, every key length */
+    int n_sampled;     /* B, C (subset), E3: sampled sizes up to 2^20 */
+    int n_sampled_all; /* B, C (every block): the first n_sampled_all of them, windowed */
+    int n_edge_cfg;    /* H: row configs per edge pair, spread over every block */
+    int64_t split_n;   /* F: range lengths 0..split_n */
+    int n_all_pairs;   /* E4: size pairs for every block pair */
 } limits;
+
+/* B and C: the configurations and sizes one sweep of a direction covers. */
+typedef struct axis_domain {
+    const axis_cfg *row_cfg[2], *col_cfg[2]; /* valid (block, conv) per pass */
+    const int *n_row, *n_col;                /* [2] */
+    int32_t s_exh;                           /* every S in 1..s_exh, per index */
+    const int32_t *sampled;                  /* then these sizes (> s_exh) */
+    int n_sampled;
+    int32_t all_tiles_max; /* sampled S up to this: every tile; above: windowed */
+} axis_domain;
 
 /* A. make's status over blocks, convs, sizes and split counts. */
 static void group_make(tally *tl) {
@@ -606,52 +641,61 @@ static void group_make(tally *tl) {
         CHECK(tl, CK_MAKE_STATUS, st == TA_OK, "%s: ta_tiling_make = %d", GSTR(&g), st);
         if (st == TA_OK) check_fields(tl, &t, &g);
     }
-    /* every block pair with every conv pair, both passes: accepted iff the spec says */
+    /* every pair of the 249 blocks, both passes: with every conv pair when both
+     * blocks are in the subset, else with 4 rotating conv pairs; accepted iff the
+     * spec says (the loop above has every block with every conv, per direction) */
     for (pass = 0; pass < 2; ++pass)
-        for (i = 0; i < N_BLOCKS * N_BLOCKS; ++i)
-            for (c = 0; c < N_CONV_Q * N_CONV_K; ++c) {
-                geom g = {9,
-                          9,
-                          k_blocks[i / N_BLOCKS],
-                          k_blocks[i % N_BLOCKS],
-                          conv_q_at(c / N_CONV_K),
-                          conv_k_at(c % N_CONV_K),
-                          1,
-                          pass,
-                          1};
+        for (i = 0; i < N_BLOCKS_ALL * N_BLOCKS_ALL; ++i) {
+            const int32_t bq = SPEC_BLOCK_MIN + i / N_BLOCKS_ALL;
+            const int32_t bk = SPEC_BLOCK_MIN + i % N_BLOCKS_ALL;
+            const int all_convs = in_subset(bq) && in_subset(bk);
+            const int n_conv = all_convs ? N_CONV_Q * N_CONV_K : 4;
+            for (c = 0; c < n_conv; ++c) {
+                const int cc =
+                    all_convs
+                        ? c
+                        : (int)(((uint32_t)i * 37u + (uint32_t)c * 71u + (uint32_t)pass * 5u) %
+                                (uint32_t)(N_CONV_Q * N_CONV_K));
+                geom g = {9, 9,    bq, bk, conv_q_at(cc / N_CONV_K), conv_k_at(cc % N_CONV_K),
+                          1, pass, 1};
+                const int want = spec_make_status(&g);
                 ta_tiling t;
-                const int st = make(&g, &t);
-                CHECK(tl, CK_MAKE_STATUS, st == spec_make_status(&g),
-                      "%s: ta_tiling_make = %d, expected %d", GSTR(&g), st, spec_make_status(&g));
+                int st;
+                memset(&t, 0, sizeof t);
+                st = make(&g, &t);
+                CHECK(tl, CK_MAKE_STATUS, st == want, "%s: ta_tiling_make = %d, expected %d",
+                      GSTR(&g), st, want);
+                if (st == TA_OK && want == TA_OK) check_fields(tl, &t, &g);
             }
+        }
 }
 
-/* B and C: one direction over every S in 1..s_exh (per index) and sampled sizes.
- * The other direction's parameters rotate through its valid configurations. */
-static void group_axis(int rows, const limits *lim, const int32_t *sampled, int n_sampled,
-                       uint64_t seed) {
-    const int32_t n_sizes = lim->s_exh + n_sampled;
+/* B and C: one direction over every S in 1..s_exh (per index) and sampled sizes,
+ * for every configuration of the domain. The other direction's parameters rotate
+ * through its valid configurations. */
+static void group_axis(int rows, const axis_domain *dom, uint64_t seed) {
+    const int32_t n_sizes = dom->s_exh + dom->n_sampled;
     int32_t si;
     TA_OMP(omp parallel for schedule(dynamic, 1))
     for (si = 0; si < n_sizes; ++si) {
         tally tl;
         ta_rng rng;
-        const int32_t s = si < lim->s_exh ? si + 1 : sampled[si - lim->s_exh];
-        const int mode = s <= lim->s_exh  ? MODE_PER_INDEX
-                         : s <= (1 << 16) ? MODE_ALL_TILES
-                                          : MODE_WINDOW;
+        const int32_t s = si < dom->s_exh ? si + 1 : dom->sampled[si - dom->s_exh];
+        const int mode = s <= dom->s_exh           ? MODE_PER_INDEX
+                         : s <= dom->all_tiles_max ? MODE_ALL_TILES
+                                                   : MODE_WINDOW;
         unsigned char *owner = mode == MODE_PER_INDEX ? (unsigned char *)malloc((size_t)s) : NULL;
         int32_t pass;
         int c;
         memset(&tl, 0, sizeof tl);
         ta_rng_seed(&rng, seed ^ ((uint64_t)s * UINT64_C(0x9E3779B97F4A7C15)) ^ (uint64_t)rows);
         for (pass = 0; pass < 2; ++pass) {
-            const int n_own = rows ? g_n_row[pass] : g_n_col[pass];
-            const int n_other = rows ? g_n_col[pass] : g_n_row[pass];
+            const int n_own = rows ? dom->n_row[pass] : dom->n_col[pass];
+            const int n_other = rows ? dom->n_col[pass] : dom->n_row[pass];
             for (c = 0; c < n_own; ++c) {
-                const axis_cfg own = rows ? g_row_cfg[pass][c] : g_col_cfg[pass][c];
-                const axis_cfg other = rows ? g_col_cfg[pass][(s * 7 + c) % n_other]
-                                            : g_row_cfg[pass][(s * 7 + c) % n_other];
+                const axis_cfg own = rows ? dom->row_cfg[pass][c] : dom->col_cfg[pass][c];
+                const axis_cfg other = rows ? dom->col_cfg[pass][(s * 7 + c) % n_other]
+                                            : dom->row_cfg[pass][(s * 7 + c) % n_other];
                 const int32_t s_other = 1 + (int32_t)((s * 13 + c * 5) % 700);
                 geom g;
                 ta_tiling t;
@@ -767,8 +811,12 @@ static void rotating_conv_geom(geom *g, uint64_t k) {
 }
 
 #define N_ROTATING 6
+#define E2_SHARE   4 /* E2 (not literal) runs 1/E2_SHARE of the subset's block pairs */
 
-/* E1 + E2: every S_q, S_k <= pair_max; E1 (<= pair_lit) literally, every key length. */
+/* E1 + E2: every S_q, S_k <= pair_max; E1 (<= pair_lit) literally, every key length,
+ * every block pair of the subset; E2 a quarter of those pairs, rotating with the
+ * sizes, so each pair meets a quarter of the size pairs. Both add rotating convs
+ * over every block. */
 static void group_skip_exhaustive(const limits *lim) {
     int32_t sq;
     TA_OMP(omp parallel for schedule(dynamic, 1))
@@ -786,14 +834,17 @@ static void group_skip_exhaustive(const limits *lim) {
                     const int64_t key_len = literal   ? kl
                                             : kl == 0 ? sk
                                                       : (sq * 31 + sk * 7) % (sk + 1);
+                    const int n_bp = literal ? N_BLOCKS * N_BLOCKS : N_BLOCKS * N_BLOCKS / E2_SHARE;
+                    const int rot = (int)((sq + 3 * sk + 5 * kl + 7 * causal) % E2_SHARE);
                     int c;
-                    for (c = 0; c < N_BLOCKS * N_BLOCKS + N_ROTATING; ++c) {
+                    for (c = 0; c < n_bp + N_ROTATING; ++c) {
                         geom g = {sq, sk, 0, 0, 0, 0, causal, TA_TILING_FWD, 1};
                         ta_tiling t;
                         char gbuf[160];
-                        if (c < N_BLOCKS * N_BLOCKS) {
-                            g.bq = k_blocks[c / N_BLOCKS];
-                            g.bk = k_blocks[c % N_BLOCKS];
+                        if (c < n_bp) {
+                            const int bp = literal ? c : c * E2_SHARE + rot;
+                            g.bq = k_blocks[bp / N_BLOCKS];
+                            g.bk = k_blocks[bp % N_BLOCKS];
                         } else {
                             rotating_conv_geom(&g, (uint64_t)sq * 7919u + (uint64_t)sk * 104729u +
                                                        (uint64_t)(kl * 2 + causal) * 31u +
@@ -809,6 +860,47 @@ static void group_skip_exhaustive(const limits *lim) {
                 }
             }
         }
+        tally_merge(&tl);
+    }
+}
+
+/* E4: every pair of the 249 block sizes, causal or not, with no conv and with a
+ * rotating conv, for a few size pairs (from the row prefixes, every tile pair). */
+static void group_skip_all_blocks(const limits *lim) {
+    static const int32_t sizes[][2] = {
+        {300, 300}, {257, 131}, {131, 257}, {61, 300}, {1, 97},   {97, 1}, {256, 255}, {255, 256},
+        {54, 54},   {65, 63},   {512, 509}, {500, 17}, {17, 500}, {8, 9},  {9, 8},     {100, 100}};
+    int32_t bi;
+    TA_OMP(omp parallel for schedule(dynamic, 4))
+    for (bi = 0; bi < N_BLOCKS_ALL * N_BLOCKS_ALL; ++bi) {
+        tally tl;
+        const int32_t bq = SPEC_BLOCK_MIN + bi / N_BLOCKS_ALL;
+        const int32_t bk = SPEC_BLOCK_MIN + bi % N_BLOCKS_ALL;
+        int si, v;
+        memset(&tl, 0, sizeof tl);
+        for (si = 0; si < lim->n_all_pairs; ++si)
+            for (v = 0; v < 4; ++v) {
+                const int32_t sq = sizes[si][0], sk = sizes[si][1];
+                geom g = {sq, sk, bq, bk, 0, 0, v & 1, TA_TILING_FWD, 1};
+                ta_tiling t;
+                char gbuf[160];
+                if (v >= 2) { /* a conv these blocks admit, rotating with the pair */
+                    const uint32_t k = (uint32_t)bi * 31u + (uint32_t)si;
+                    g.pass = (int32_t)(k & 1u);
+                    g.cq = 1 + (int32_t)(k % 16u);
+                    g.ck = 1 + 2 * (int32_t)((k / 16u) % 16u);
+                    while (spec_rows_eff(bq, g.cq, g.pass) < 1)
+                        --g.cq;
+                    while (spec_cols_eff(bk, g.ck, g.pass) < 1)
+                        g.ck -= 2;
+                }
+                if (make(&g, &t) != TA_OK) {
+                    report(&tl, CK_MAKE_STATUS, __LINE__, "%s: refused", GSTR(&g));
+                    continue;
+                }
+                check_fields(&tl, &t, &g);
+                check_skip_all(&tl, &t, &g, v == 0 ? sk : (sq * 13 + bi) % (sk + 1), 0);
+            }
         tally_merge(&tl);
     }
 }
@@ -919,15 +1011,16 @@ static void group_edges(const limits *lim, uint64_t seed) {
         ta_rng rng;
         const int32_t sq = sizes[pi / (n * 4)], sk = sizes[(pi / 4) % n];
         const int32_t causal = pi & 1, pass = (pi >> 1) & 1;
-        int c;
+        int c, n_cfg;
         memset(&tl, 0, sizeof tl);
         ta_rng_seed(&rng, seed ^ (uint64_t)pi);
         if (sq < 1000 && sk < 1000) { /* covered by the exhaustive groups */
             tally_merge(&tl);
             continue;
         }
-        for (c = 0; c < g_n_row[pass] && c < lim->n_edge_cfg; ++c) {
-            const axis_cfg rc = g_row_cfg[pass][c];
+        n_cfg = g_n_row[pass] < lim->n_edge_cfg ? g_n_row[pass] : lim->n_edge_cfg;
+        for (c = 0; c < n_cfg; ++c) { /* spread over every block and conv */
+            const axis_cfg rc = g_row_cfg[pass][(int64_t)c * g_n_row[pass] / n_cfg];
             const axis_cfg cc = g_col_cfg[pass][(c * 11 + pi) % g_n_col[pass]];
             const geom g = {sq, sk, rc.block, cc.block, rc.conv, cc.conv, causal, pass, 1 + c % 16};
             check_big(&tl, &g, &rng);
@@ -1035,11 +1128,14 @@ static void timed(const char *name, double *t0) {
 
 int main(int argc, char **argv) {
     const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
-    const limits full = {1100, 256, 32, 64, 1000, 300};
-    const limits small = {600, 100, 16, 16, 64, 64};
+    /* s_exh s_exh_all pair_max pair_lit n_sampled n_sampled_all n_edge_cfg split_n n_all_pairs */
+    const limits full = {1100, 300, 256, 32, 64, 16, 500, 300, 16};
+    const limits small = {600, 100, 100, 16, 16, 4, 64, 64, 2};
     const limits *lim = quick ? &small : &full;
-    int32_t sampled[96];
-    int n_sampled = 0, k, c;
+    static const int32_t mid_sizes[] = {301, 384, 509, 600, 777, 1000};
+    int32_t sampled[96], sampled_all[96];
+    int n_sampled = 0, n_sampled_all = 0, k, c;
+    axis_domain dense, every;
     uint64_t seed;
     ta_rng rng;
     double t0 = now_s(), start = t0;
@@ -1062,13 +1158,39 @@ int main(int argc, char **argv) {
         sampled[n_sampled++] = rng_size(&rng, lim->s_exh + 1, 1 << 20);
     for (k = 0; k < n_sampled; ++k)
         if (sampled[k] <= lim->s_exh) sampled[k] = lim->s_exh + 1 + k;
+    /* every block: sizes between the two exhaustive ranges, then every 4th sample */
+    for (k = 0; k < (int)(sizeof mid_sizes / sizeof mid_sizes[0]); ++k)
+        if (mid_sizes[k] > lim->s_exh_all) sampled_all[n_sampled_all++] = mid_sizes[k];
+    for (k = 0; k < n_sampled && k / 4 < lim->n_sampled_all; k += 4)
+        sampled_all[n_sampled_all++] = sampled[k];
+    dense = (axis_domain){{g_row_dense[0], g_row_dense[1]},
+                          {g_col_dense[0], g_col_dense[1]},
+                          g_n_row_dense,
+                          g_n_col_dense,
+                          lim->s_exh,
+                          sampled,
+                          n_sampled,
+                          1 << 16};
+    every = (axis_domain){{g_row_cfg[0], g_row_cfg[1]},
+                          {g_col_cfg[0], g_col_cfg[1]},
+                          g_n_row,
+                          g_n_col,
+                          lim->s_exh_all,
+                          sampled_all,
+                          n_sampled_all,
+                          0};
 #ifdef _OPENMP
     printf("test_tiling: %s mode, %d OpenMP threads\n", quick ? "quick" : "full",
            omp_get_max_threads());
 #else
     printf("test_tiling: %s mode, no OpenMP\n", quick ? "quick" : "full");
 #endif
-    printf("  rows/cols: every S in 1..%d, %d sampled sizes up to 2^20; pairs: S_q,S_k <= %d "
+    printf("  rows/cols: every block 8..256: every S in 1..%d, %d sampled sizes up to 2^20 "
+           "(windowed);\n  block subset:",
+           (int)lim->s_exh_all, n_sampled_all);
+    for (k = 0; k < N_BLOCKS; ++k)
+        printf(" %d", (int)k_blocks[k]);
+    printf(": every S in 1..%d, %d sampled sizes up to 2^20;\n  pairs: S_q,S_k <= %d "
            "(literal, every key length, <= %d)\n",
            (int)lim->s_exh, n_sampled, (int)lim->pair_max, (int)lim->pair_lit);
     {
@@ -1078,18 +1200,24 @@ int main(int argc, char **argv) {
         tally_merge(&tl);
     }
     timed("A. make: status and no-write", &t0);
-    group_axis(1, lim, sampled, n_sampled, seed);
-    timed("B. rows: partition, halos, extent", &t0);
-    group_axis(0, lim, sampled, n_sampled, seed);
-    timed("C. cols: partition, halos, extent", &t0);
+    group_axis(1, &every, seed);
+    timed("B1. rows, every block", &t0);
+    group_axis(1, &dense, seed);
+    timed("B2. rows, block subset, larger S", &t0);
+    group_axis(0, &every, seed);
+    timed("C1. cols, every block", &t0);
+    group_axis(0, &dense, seed);
+    timed("C2. cols, block subset, larger S", &t0);
     group_cross(lim);
-    timed("D. cross: all blocks x convs x passes", &t0);
+    timed("D. cross: block subset x convs x passes", &t0);
     group_visible(lim);
     timed("E0. visibility predicate", &t0);
     group_skip_exhaustive(lim);
     timed("E1/E2. causal skip + transpose, all pairs", &t0);
     group_skip_sampled(quick ? 2000 : 20000, seed);
     timed("E3. causal skip, sampled up to 2^20", &t0);
+    group_skip_all_blocks(lim);
+    timed("E4. causal skip, every block pair", &t0);
     group_split(lim);
     timed("F. split-K ranges", &t0);
     group_defaults();

@@ -1,15 +1,23 @@
 /*
- * Reference SDPA forward: the executable specification of the tiled forward
- * (FlashAttention online softmax, lse). Scalar C11, no threads, no intrinsics.
- * Every other backend must reproduce these bits for the same block_k; the
- * arithmetic below is the contract, written out in docs/reference.md.
+ * Reference forward: the executable specification of the tiled forward,
+ * plain SDPA (FlashAttention online softmax, lse) and the MTA key-query conv
+ * (pre-softmax) by the overlapping-tiles algorithm. Scalar C11, no threads, no
+ * intrinsics. Every other backend must reproduce these bits for the same
+ * block_k; the arithmetic is the contract, written out in docs/reference.md
+ * (SDPA) and docs/mta.md (the conv).
  *
  * For each (batch b, query head h, Q tile qt) of plan->fwd:
- *   1. load the Q tile (widened to f32); m = -inf, l = 0, acc = 0 per row
+ *   1. load the Q tile's loaded rows (widened; rows above row 0 are zeros);
+ *      m = -inf, l = 0, acc = 0 per effective row
  *   2. for each K tile kt in [0, ta_tile_k_end) ascending:
- *        s_ij = scale * dot(q_i, k_j)           (visible entries only)
- *        online softmax update of m, l, acc     (rescale at this tile boundary)
+ *        S = scores on the loaded region (masked entries 0)
+ *        C = conv(S) on the effective region   (MTA; without a conv C is S)
+ *        online softmax update of m, l, acc over the visible C of the
+ *        effective columns (rescale at this tile boundary)
  *   3. o_i = acc_i / l_i, lse_i = m_i + log(l_i); rows that saw no key: 0, -inf
+ *
+ * Without a conv every halo is 0: the loaded region is the effective region,
+ * step 2's conv is skipped and C is the score buffer itself.
  */
 #include <math.h>
 #include <stddef.h>
@@ -20,30 +28,35 @@
 #include "ta_ref.h"
 
 /*
- * Forward workspace: the tiles of one (b, h, Q tile) step, all f32.
+ * Forward workspace: the tiles of one (b, h, Q tile) step, all f32. B_q, B_k
+ * are the loaded tile (plan->fwd.block_q, block_k); B_r = B_q - (c_q-1) and
+ * B_c = B_k - 2P the effective tile (B_r = B_q, B_c = B_k without a conv).
  *
- *   +---------+---------+-----------+----------+-----------+-------+-------+
- *   | q       | k       | v         | s        | acc       | m     | l     |
- *   | B_q x D | B_k x D | B_k x D_v | B_q x B_k| B_q x D_v | B_q   | B_q   |
- *   +---------+---------+-----------+----------+-----------+-------+-------+
- *   each region starts on a 64-byte boundary (ta_ws_take)
+ *   +---------+---------+-----------+-----------+-----------+-----------+-----+-----+
+ *   | q       | k       | v         | s         | c (conv)  | acc       | m   | l   |
+ *   | B_q x D | B_k x D | B_k x D_v | B_q x B_k | B_r x B_c | B_r x D_v | B_r | B_r |
+ *   +---------+---------+-----------+-----------+-----------+-----------+-----+-----+
+ *   each region starts on a 64-byte boundary (ta_ws_take); c only with a conv
  *
  *   bytes = sum over regions of round_up(4 * elements, 64): O(tile), never O(S).
  */
 typedef struct ta_ref_fwd_ws {
-    float *q;       /* [B_q, D]    Q tile, widened */
-    float *k;       /* [B_k, D]    K tile, widened */
-    float *v;       /* [B_k, D_v]  V tile, widened */
-    float *s;       /* [B_q, B_k]  scores, overwritten by p = exp(s - m) (visible only) */
-    float *acc;     /* [B_q, D_v]  unnormalised output sum_j p_j v_j */
-    float *row_max; /* [B_q]       running max m; -inf until a visible key is seen */
-    float *row_sum; /* [B_q]       running sum l */
+    float *q;       /* [B_q, D]    Q tile: loaded rows, widened, zero outside [0, S_q) */
+    float *k;       /* [B_k, D]    K tile: loaded columns, zero outside [0, S_k) */
+    float *v;       /* [B_k, D_v]  V tile: loaded columns */
+    float *s;       /* [B_q, B_k]  raw scores S on the loaded region (ld B_k) */
+    float *c;       /* [B_r, B_c]  conv: C on the effective region (ld B_c); else = s */
+    float *acc;     /* [B_r, D_v]  unnormalised output sum_j p_j v_j */
+    float *row_max; /* [B_r]       running max m; -inf until a visible key is seen */
+    float *row_sum; /* [B_r]       running sum l */
 } ta_ref_fwd_ws;
 
 /* The one layout routine: sizes (base NULL) and carves (base set) the workspace. */
 static ta_status ta_ref_fwd_layout(const ta_plan *plan, void *base, ta_ref_fwd_ws *ws,
                                    size_t *bytes) {
-    const size_t bq = (size_t)plan->fwd.block_q, bk = (size_t)plan->fwd.block_k;
+    const ta_tiling *t = &plan->fwd;
+    const size_t bq = (size_t)t->block_q, bk = (size_t)t->block_k;
+    const size_t br = (size_t)t->rows_eff, bc = (size_t)t->cols_eff;
     const size_t d = (size_t)plan->p.head_dim, dv = (size_t)plan->p.head_dim_v;
     ta_ws_cursor c;
     ta_ws_begin(&c, base);
@@ -51,9 +64,10 @@ static ta_status ta_ref_fwd_layout(const ta_plan *plan, void *base, ta_ref_fwd_w
     ws->k = TA_WS_TAKE(&c, float, (bk * d));
     ws->v = TA_WS_TAKE(&c, float, (bk * dv));
     ws->s = TA_WS_TAKE(&c, float, (bq * bk));
-    ws->acc = TA_WS_TAKE(&c, float, (bq * dv));
-    ws->row_max = TA_WS_TAKE(&c, float, bq);
-    ws->row_sum = TA_WS_TAKE(&c, float, bq);
+    ws->c = plan->has_conv ? TA_WS_TAKE(&c, float, (br * bc)) : ws->s;
+    ws->acc = TA_WS_TAKE(&c, float, (br * dv));
+    ws->row_max = TA_WS_TAKE(&c, float, br);
+    ws->row_sum = TA_WS_TAKE(&c, float, br);
     if (c.overflow) return TA_ERR_OVERFLOW;
     *bytes = c.used;
     return TA_OK;
@@ -65,28 +79,32 @@ ta_status ta_ref_fwd_workspace_size(const ta_plan *plan, size_t *bytes) {
 }
 
 /*
- * Online softmax over one K tile, for every row of the Q tile. Per row i,
- * with J = the visible columns of this tile (rows with J empty are skipped):
+ * Online softmax over one K tile, for every effective row of the Q tile. Per
+ * row i, with J = the visible effective columns of this tile (rows with J
+ * empty are skipped), s_ij = C[i][j]:
  *   m_new = max(m, max_{j in J} s_ij)
  *   alpha = exp(m - m_new)                  (m = -inf gives exp(-inf) = 0)
  *   l     = l * alpha;  then l = l + p_j,   p_j = exp(s_ij - m_new), j in J ascending
  *   acc_d = acc_d * alpha; then acc_d = fmaf(p_j, v_jd, acc_d), j in J ascending
  * exp is ta_exp. The row's s_ij are overwritten by p_j.
+ *   c: view of C (at least the effective region)
  */
 static void ta_ref_fwd_softmax_tile(const ta_plan *plan, const ta_ref_fwd_ws *ws,
-                                    const ta_ref_step *st) {
+                                    const ta_ref_tile *c, const ta_ref_step *st) {
     const ta_tiling *t = &plan->fwd;
-    const int32_t dv = plan->p.head_dim_v, ld_s = t->block_k;
+    const int32_t dv = plan->p.head_dim_v;
+    /* i, j: effective row and column of the tile (absolute row_begin + i, col_begin + j) */
     int32_t i, j, d;
     for (i = 0; i < st->rows; ++i) {
-        float *s_row = ws->s + (size_t)i * (size_t)ld_s;   /* [cols] */
+        const int32_t r = st->row_begin + i;               /* absolute row */
+        float *c_row = ta_ref_at(c, r, st->col_begin);     /* [cols] C[r][col_begin + j] */
         float *acc_row = ws->acc + (size_t)i * (size_t)dv; /* [D_v] */
         float m_tile = -INFINITY, m_new, alpha, l;
         int any = 0;
         /* step a: the tile's max over visible entries */
         for (j = 0; j < st->cols; ++j) {
-            if (!ta_ref_visible(t, st, i, j)) continue;
-            if (!any || s_row[j] > m_tile) m_tile = s_row[j];
+            if (!ta_ref_visible(t, st, r, st->col_begin + j)) continue;
+            if (!any || c_row[j] > m_tile) m_tile = c_row[j];
             any = 1;
         }
         if (!any) continue; /* nothing visible in this tile for this row */
@@ -96,9 +114,9 @@ static void ta_ref_fwd_softmax_tile(const ta_plan *plan, const ta_ref_fwd_ws *ws
         /* step c: l = l*alpha + sum_j p_j, ascending j */
         l = ws->row_sum[i] * alpha;
         for (j = 0; j < st->cols; ++j) {
-            if (!ta_ref_visible(t, st, i, j)) continue;
-            s_row[j] = ta_exp(s_row[j] - m_new);
-            l = l + s_row[j];
+            if (!ta_ref_visible(t, st, r, st->col_begin + j)) continue;
+            c_row[j] = ta_exp(c_row[j] - m_new);
+            l = l + c_row[j];
         }
         ws->row_max[i] = m_new;
         ws->row_sum[i] = l;
@@ -106,10 +124,11 @@ static void ta_ref_fwd_softmax_tile(const ta_plan *plan, const ta_ref_fwd_ws *ws
         for (d = 0; d < dv; ++d)
             acc_row[d] = acc_row[d] * alpha;
         for (j = 0; j < st->cols; ++j) {
-            const float *v_row = ws->v + (size_t)j * (size_t)dv; /* [D_v] */
-            if (!ta_ref_visible(t, st, i, j)) continue;
+            const float *v_row =
+                ws->v + ta_ref_off(st->col_load_begin, st->col_begin + j, dv); /* [D_v] */
+            if (!ta_ref_visible(t, st, r, st->col_begin + j)) continue;
             for (d = 0; d < dv; ++d)
-                acc_row[d] = TA_FMAF(s_row[j], v_row[d], acc_row[d]);
+                acc_row[d] = TA_FMAF(c_row[j], v_row[d], acc_row[d]);
         }
     }
 }
@@ -137,33 +156,46 @@ static void ta_ref_fwd_store(const ta_plan *plan, const ta_fwd_args *a, const ta
 static void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const ta_ref_fwd_ws *ws,
                               ta_ref_step *st) {
     const ta_problem *p = &plan->p;
+    const ta_tiling *t = &plan->fwd;
     const int32_t d_qk = p->head_dim, dv = p->head_dim_v;
-    int32_t i, d, kt, k_end;
-    /* step 1: Q tile [rows, D] widened; m = -inf, l = 0, acc = 0 */
-    ta_ref_widen(ws->q, a->q, p->dtype,
-                 ta_ref_q_row(plan, st->batch, st->head, st->row_begin) * (size_t)d_qk,
-                 (size_t)st->rows * (size_t)d_qk);
+    const ta_ref_conv cv = ta_ref_conv_of(plan, a->conv_w, st->head);
+    ta_ref_tile s, c;
+    ta_ref_region eff;
+    size_t n;
+    int32_t i, kt, k_end;
+    /* step 1: Q tile [rows_load, D] widened; m = -inf, l = 0, acc = 0 */
+    ta_ref_load_rows(ws->q, a->q, p->dtype, ta_ref_q_row(plan, st->batch, st->head, 0), p->seq_q,
+                     st->row_load_begin, st->rows_load, d_qk);
     for (i = 0; i < st->rows; ++i) {
         ws->row_max[i] = -INFINITY;
         ws->row_sum[i] = 0.0f;
-        for (d = 0; d < dv; ++d)
-            ws->acc[(size_t)i * (size_t)dv + (size_t)d] = 0.0f;
     }
+    for (n = 0; n < (size_t)st->rows * (size_t)dv; ++n)
+        ws->acc[n] = 0.0f;
     /* step 2: K tiles [0, k_end) ascending; tiles past k_end are fully masked */
-    k_end = ta_tile_k_end(&plan->fwd, st->q_tile, st->key_len);
+    k_end = ta_tile_k_end(t, st->q_tile, st->key_len);
     for (kt = 0; kt < k_end; ++kt) {
-        ta_ref_step_cols(&plan->fwd, st, kt);
+        ta_ref_step_cols(t, st, kt);
         ta_trace_add(a->trace, TA_PASS_FWD, st->batch, st->head, st->q_tile, kt);
         ta_ref_load_kv(plan, a->k, a->v, ws->k, ws->v, st);
-        ta_ref_scores(ws->s, plan->fwd.block_k, ws->q, ws->k, d_qk, p->scale, &plan->fwd, st);
-        ta_ref_fwd_softmax_tile(plan, ws, st);
+        /* S [rows_load, cols_load] on the loaded region */
+        s.data = ws->s, s.row0 = st->row_load_begin, s.col0 = st->col_load_begin;
+        s.ld = t->block_k;
+        ta_ref_scores(&s, ws->q, ws->k, d_qk, p->scale, t, st);
+        /* C [rows, cols] on the effective region: conv(S), or S itself */
+        c = s;
+        if (plan->has_conv) {
+            c.data = ws->c, c.row0 = st->row_begin, c.col0 = st->col_begin, c.ld = t->cols_eff;
+            eff = ta_ref_effective(st);
+            ta_ref_conv_scores(&c, &s, &cv, t, st, &eff);
+        }
+        ta_ref_fwd_softmax_tile(plan, ws, &c, st);
     }
     /* step 3: normalise and store */
     ta_ref_fwd_store(plan, a, ws, st);
 }
 
-ta_status ta_ref_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace,
-                     void *stream) {
+ta_status ta_ref_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace, void *stream) {
     const ta_problem *p = &plan->p;
     ta_ref_fwd_ws ws;
     ta_ref_step st;

@@ -1,0 +1,406 @@
+/*
+ * Reference backward: the executable specification of the tiled backward,
+ * plain SDPA and the MTA key-query conv (FlashAttention-2 recomputation from
+ * lse; no stored probabilities). Scalar C11, no threads, no intrinsics. The
+ * arithmetic is the contract (docs/reference.md, docs/mta.md); it mirrors the
+ * forward step by step:
+ *
+ *   forward                                 backward
+ *   S_ij = scale * <q_i, k_j> (masked: 0)   S recomputed by the same ta_ref_scores
+ *   C = conv_w(S)  (MTA; SDPA: C = S)       C recomputed by the same ta_ref_conv_scores
+ *   p_ij = exp(C_ij - m_i) / l_i            P_ij = exp(C_ij - lse_i)  (one ta_exp, no division)
+ *   o_i  = sum_j p_ij v_j                   dV_j = sum_(h, i) P_ij dO_i
+ *                                           dP_ij = <dO_i, v_j>,  D_i = <dO_i, o_i>
+ *                                           dC_ij = P_ij (dP_ij - D_i)
+ *   C = conv_w(S)                           dS = conv_w^T(dC)        (SDPA: dS = dC)
+ *                                           dw[a][b] = sum_ij dC_ij S[i-(c_q-1-a)][j+b-P]
+ *   S_ij = scale <q_i, k_j>                 dK_j = scale * sum_(h, i) dS_ij q_i
+ *                                           dQ_i = scale * sum_j dS_ij k_j
+ *
+ * Two passes over plan->bwd, each sum in one accumulator, ascending:
+ *   pass 1 (dk/dv):    K tiles outer; for each, query heads of the kv group
+ *                      ascending, then Q tiles from ta_tile_q_begin ascending.
+ *   pass 2 (dq, dw):   Q tiles outer; K tiles [0, ta_tile_k_end) ascending.
+ * Both passes recompute P, dC and dS with the same function, so they agree bitwise.
+ *
+ * Regions of one (Q tile, K tile) pair (absolute rows x columns); P_q = c_q-1,
+ * P = (c_k-1)/2 (all 0 without a conv, where the three regions coincide):
+ *   loaded   [eff_row_begin - P_q, eff_row_end + P_q) x [eff_col_begin - 2P, eff_col_end + 2P)
+ *            S lives here
+ *   gradient [eff_row_begin, eff_row_end + P_q) x [eff_col_begin - P, eff_col_end + P)
+ *            C, P, dC live here: what dS of the effective region reads
+ *   effective [eff_row_begin, eff_row_end) x [eff_col_begin, eff_col_end)
+ *            dS, and the dq/dk/dv/dw sums run here
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ta_internal.h"
+#include "ta_math.h"
+#include "ta_ref.h"
+
+/*
+ * Backward workspace, all f32, every region 64-byte aligned. B_q, B_k: the
+ * loaded tile (plan->bwd); B_r = B_q - 2 P_q, B_c = B_k - 4P: the effective
+ * tile; G_r = B_q - P_q, G_c = B_k - 2P: the gradient region.
+ *
+ *   +---------+-----------+---------+-----------+-----------+-----------+-----+-------+
+ *   | q       | d_o       | k       | v         | s         | ds        | lse | delta |
+ *   | B_q x D | B_q x D_v | B_k x D | B_k x D_v | B_q x B_k | B_r x B_c | B_q | B_q   |
+ *   +---------+-----------+---------+-----------+-----------+-----------+-----+-------+
+ *   | dk_acc  | dv_acc    | dq_acc  | p (conv)  | dc (conv) | dw_tile   | dw_qtile  |
+ *   | B_c x D | B_c x D_v | B_r x D | G_r x G_c | G_r x G_c | c_q x c_k | c_q x c_k |
+ *   +---------+-----------+---------+-----------+-----------+-----------+-----------+
+ *   the last four only with a conv (without: p is s, dc is ds)
+ *
+ *   bytes = sum over regions of round_up(4 * elements, 64): O(tile), never O(S).
+ */
+typedef struct ta_ref_bwd_ws {
+    float *q;        /* [B_q, D]    Q tile: loaded rows, widened, zero outside [0, S_q) */
+    float *d_o;      /* [B_q, D_v]  dO tile: loaded rows */
+    float *k;        /* [B_k, D]    K tile: loaded columns, zero outside [0, S_k) */
+    float *v;        /* [B_k, D_v]  V tile: loaded columns */
+    float *s;        /* [B_q, B_k]  raw scores S on the loaded region (ld B_k) */
+    float *ds;       /* [B_r, B_c]  dS on the effective region (ld B_c) */
+    float *lse;      /* [B_q]       lse of the loaded rows; -inf outside [0, S_q) */
+    float *delta;    /* [B_q]       D_i = <dO_i, o_i> of the loaded rows; 0 outside */
+    float *dk_acc;   /* [B_c, D]    pass 1: sum_(h, i) dS_ij q_i */
+    float *dv_acc;   /* [B_c, D_v]  pass 1: sum_(h, i) P_ij dO_i */
+    float *dq_acc;   /* [B_r, D]    pass 2: sum_j dS_ij k_j */
+    float *p;        /* [G_r, G_c]  conv: C, overwritten by P, on the gradient region; else s */
+    float *dc;       /* [G_r, G_c]  conv: dC on the gradient region; else ds */
+    float *dw_tile;  /* [c_q, c_k]  conv: dconv_w partial of one tile pair */
+    float *dw_qtile; /* [c_q, c_k]  conv: sum of the partials of one Q tile's pairs */
+} ta_ref_bwd_ws;
+
+/* The one layout routine: sizes (base NULL) and carves (base set) the workspace. */
+static ta_status ta_ref_bwd_layout(const ta_plan *plan, void *base, ta_ref_bwd_ws *ws,
+                                   size_t *bytes) {
+    const ta_tiling *t = &plan->bwd;
+    const size_t bq = (size_t)t->block_q, bk = (size_t)t->block_k;
+    const size_t br = (size_t)t->rows_eff, bc = (size_t)t->cols_eff;
+    const size_t gr = bq - (size_t)t->halo_q_bottom, gc = bk - (size_t)t->halo_k;
+    const size_t d = (size_t)plan->p.head_dim, dv = (size_t)plan->p.head_dim_v;
+    const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
+    ta_ws_cursor c;
+    ta_ws_begin(&c, base);
+    ws->q = TA_WS_TAKE(&c, float, (bq * d));
+    ws->d_o = TA_WS_TAKE(&c, float, (bq * dv));
+    ws->k = TA_WS_TAKE(&c, float, (bk * d));
+    ws->v = TA_WS_TAKE(&c, float, (bk * dv));
+    ws->s = TA_WS_TAKE(&c, float, (bq * bk));
+    ws->ds = TA_WS_TAKE(&c, float, (br * bc));
+    ws->lse = TA_WS_TAKE(&c, float, bq);
+    ws->delta = TA_WS_TAKE(&c, float, bq);
+    ws->dk_acc = TA_WS_TAKE(&c, float, (bc * d));
+    ws->dv_acc = TA_WS_TAKE(&c, float, (bc * dv));
+    ws->dq_acc = TA_WS_TAKE(&c, float, (br * d));
+    ws->p = plan->has_conv ? TA_WS_TAKE(&c, float, (gr * gc)) : ws->s;
+    ws->dc = plan->has_conv ? TA_WS_TAKE(&c, float, (gr * gc)) : ws->ds;
+    ws->dw_tile = plan->has_conv ? TA_WS_TAKE(&c, float, n_w) : NULL;
+    ws->dw_qtile = plan->has_conv ? TA_WS_TAKE(&c, float, n_w) : NULL;
+    if (c.overflow) return TA_ERR_OVERFLOW;
+    *bytes = c.used;
+    return TA_OK;
+}
+
+ta_status ta_ref_bwd_workspace_size(const ta_plan *plan, size_t *bytes) {
+    ta_ref_bwd_ws ws;
+    return ta_ref_bwd_layout(plan, NULL, &ws, bytes);
+}
+
+/* The tiles of one (Q tile, K tile) pair, as views addressed by absolute
+ * (row, column), and its gradient and effective regions (see the top). */
+typedef struct ta_ref_bwd_pair {
+    ta_ref_tile s, p, dc, ds;
+    ta_ref_region grad, eff;
+} ta_ref_bwd_pair;
+
+static void ta_ref_bwd_pair_make(const ta_plan *plan, const ta_ref_bwd_ws *ws,
+                                 const ta_ref_step *st, ta_ref_bwd_pair *pr) {
+    const int32_t pq = plan->fwd.halo_q_top, pk = plan->fwd.halo_k; /* one conv's reach */
+    pr->eff = ta_ref_effective(st);
+    pr->grad.row_begin = pr->eff.row_begin;
+    pr->grad.row_end = pr->eff.row_end + pq;
+    pr->grad.col_begin = pr->eff.col_begin - pk;
+    pr->grad.col_end = pr->eff.col_end + pk;
+    pr->s.data = ws->s, pr->s.row0 = st->row_load_begin, pr->s.col0 = st->col_load_begin;
+    pr->s.ld = plan->bwd.block_k;
+    pr->ds.data = ws->ds, pr->ds.row0 = pr->eff.row_begin, pr->ds.col0 = pr->eff.col_begin;
+    pr->ds.ld = plan->bwd.cols_eff;
+    if (plan->has_conv) {
+        pr->p.data = ws->p, pr->p.row0 = pr->grad.row_begin, pr->p.col0 = pr->grad.col_begin;
+        pr->p.ld = plan->bwd.cols_eff + 2 * pk;
+        pr->dc = pr->p;
+        pr->dc.data = ws->dc;
+    } else { /* no halos: gradient = effective = loaded; P overwrites S, dC is dS */
+        pr->p = pr->s;
+        pr->dc = pr->ds;
+    }
+}
+
+/* An entry takes part in the backward iff it is visible and its row saw a key
+ * in the forward (lse > -inf). A row with lse = -inf contributes nothing, so
+ * it can never turn into exp(s + inf) = inf and then NaN. */
+static int ta_ref_bwd_live(const ta_plan *plan, const ta_ref_bwd_ws *ws, const ta_ref_step *st,
+                           int32_t r, int32_t j) {
+    return ws->lse[r - st->row_load_begin] != -INFINITY && ta_ref_visible(&plan->bwd, st, r, j);
+}
+
+/* Q-side tiles of step st, loaded rows [row_load_begin, + rows_load): q [., D],
+ * d_o [., D_v] widened, lse, and D_i = sum_d fmaf(dO_id, o_id, acc) from +0,
+ * d ascending, o read from the stored (rounded) forward output and widened.
+ * Rows outside [0, S_q): zeros, lse = -inf (not live), D = 0. */
+static void ta_ref_bwd_load_q(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
+                              const ta_ref_step *st) {
+    const ta_problem *p = &plan->p;
+    const int32_t d_qk = p->head_dim, dv = p->head_dim_v;
+    const size_t slice = ta_ref_q_row(plan, st->batch, st->head, 0);
+    int32_t i, d;
+    ta_ref_load_rows(ws->q, a->q, p->dtype, slice, p->seq_q, st->row_load_begin, st->rows_load,
+                     d_qk);
+    ta_ref_load_rows(ws->d_o, a->d_o, p->dtype, slice, p->seq_q, st->row_load_begin, st->rows_load,
+                     dv);
+    for (i = 0; i < st->rows_load; ++i) {
+        const float *do_row = ws->d_o + (size_t)i * (size_t)dv; /* [D_v] */
+        const int32_t r = st->row_load_begin + i;               /* absolute row */
+        size_t o_first;
+        float acc = 0.0f;
+        if (r < 0 || r >= p->seq_q) { /* zero padding: not live */
+            ws->delta[i] = 0.0f;
+            ws->lse[i] = -INFINITY;
+            continue;
+        }
+        o_first = (slice + (size_t)r) * (size_t)dv;
+        for (d = 0; d < dv; ++d)
+            acc = TA_FMAF(do_row[d], ta_load(a->o, p->dtype, o_first + (size_t)d), acc);
+        ws->delta[i] = acc;
+        ws->lse[i] = a->lse[slice + (size_t)r];
+    }
+}
+
+/* P and dC on the gradient region: for live (r, j)
+ *   P_rj  = ta_exp(C_rj - lse_r)      (C in pr->p, overwritten by P)
+ *   dP_rj = <dO_r, v_j>               (fmaf, d ascending, from +0)
+ *   dC_rj = P_rj * (dP_rj - D_r)
+ * and dC = 0 elsewhere (masked, dead row, or outside the sequence). */
+static void ta_ref_bwd_probs(const ta_plan *plan, const ta_ref_bwd_ws *ws, const ta_ref_step *st,
+                             const ta_ref_bwd_pair *pr) {
+    const int32_t dv = plan->p.head_dim_v;
+    int32_t r, j;
+    for (r = pr->grad.row_begin; r < pr->grad.row_end; ++r) {
+        const int32_t rl = r - st->row_load_begin;               /* loaded row */
+        const float *do_row = ws->d_o + (size_t)rl * (size_t)dv; /* [D_v] */
+        for (j = pr->grad.col_begin; j < pr->grad.col_end; ++j) {
+            const float *v_row = ws->v + ta_ref_off(st->col_load_begin, j, dv); /* [D_v] */
+            float *p_rj = ta_ref_at(&pr->p, r, j), *dc_rj = ta_ref_at(&pr->dc, r, j);
+            if (!ta_ref_bwd_live(plan, ws, st, r, j)) {
+                *dc_rj = 0.0f;
+                continue;
+            }
+            *p_rj = ta_exp(*p_rj - ws->lse[rl]);
+            *dc_rj = *p_rj * (ta_ref_dot(do_row, v_row, dv) - ws->delta[rl]);
+        }
+    }
+}
+
+/*
+ * The recomputation shared by both passes (docs/mta.md, backward steps 2-3):
+ *   1. S on the loaded region         (ta_ref_scores, as in the forward)
+ *   2. C on the gradient region       (conv only; ta_ref_conv_scores, as in the forward)
+ *   3. P, dC on the gradient region   (ta_ref_bwd_probs)
+ *   4. dS on the effective region     (conv only: the transposed conv; else dS is dC)
+ */
+static void ta_ref_bwd_recompute(const ta_plan *plan, const ta_ref_bwd_ws *ws,
+                                 const ta_ref_conv *cv, const ta_ref_step *st,
+                                 const ta_ref_bwd_pair *pr) {
+    const ta_tiling *t = &plan->bwd;
+    ta_ref_scores(&pr->s, ws->q, ws->k, plan->p.head_dim, plan->p.scale, t, st);
+    if (plan->has_conv) ta_ref_conv_scores(&pr->p, &pr->s, cv, t, st, &pr->grad);
+    ta_ref_bwd_probs(plan, ws, st, pr);
+    if (plan->has_conv) ta_ref_conv_grad(&pr->ds, &pr->dc, cv, t, st, &pr->eff);
+}
+
+/* Pass 1 accumulation for one (h, Q tile): for each effective key j of the
+ * tile, effective rows r ascending, live entries only:
+ * dv_acc_j = fmaf(P_rj, dO_r, dv_acc_j), dk_acc_j = fmaf(dS_rj, q_r, dk_acc_j). */
+static void ta_ref_bwd_accum_dkdv(const ta_plan *plan, const ta_ref_bwd_ws *ws,
+                                  const ta_ref_step *st, const ta_ref_bwd_pair *pr) {
+    const int32_t d_qk = plan->p.head_dim, dv = plan->p.head_dim_v;
+    int32_t r, j, d;
+    for (j = pr->eff.col_begin; j < pr->eff.col_end; ++j) {
+        float *dk_row = ws->dk_acc + ta_ref_off(st->col_begin, j, d_qk); /* [D] */
+        float *dv_row = ws->dv_acc + ta_ref_off(st->col_begin, j, dv);   /* [D_v] */
+        for (r = pr->eff.row_begin; r < pr->eff.row_end; ++r) {
+            const float *do_row = ws->d_o + ta_ref_off(st->row_load_begin, r, dv); /* [D_v] */
+            const float *q_row = ws->q + ta_ref_off(st->row_load_begin, r, d_qk);  /* [D] */
+            float p_rj, ds_rj;
+            if (!ta_ref_bwd_live(plan, ws, st, r, j)) continue;
+            p_rj = *ta_ref_at(&pr->p, r, j);
+            ds_rj = *ta_ref_at(&pr->ds, r, j);
+            for (d = 0; d < dv; ++d)
+                dv_row[d] = TA_FMAF(p_rj, do_row[d], dv_row[d]);
+            for (d = 0; d < d_qk; ++d)
+                dk_row[d] = TA_FMAF(ds_rj, q_row[d], dk_row[d]);
+        }
+    }
+}
+
+/* Pass 1 store for K tile st: dk_j = scale * dk_acc_j, dv_j = dv_acc_j, each
+ * rounded once to the storage type. Keys nobody sees store 0. */
+static void ta_ref_bwd_store_dkdv(const ta_plan *plan, const ta_bwd_args *a,
+                                  const ta_ref_bwd_ws *ws, const ta_ref_step *st) {
+    const ta_problem *p = &plan->p;
+    const size_t d_qk = (size_t)p->head_dim, dv = (size_t)p->head_dim_v;
+    const size_t row0 = ta_ref_k_row(plan, st->batch, st->head_kv, st->col_begin);
+    const size_t cols = (size_t)st->cols;
+    size_t n;
+    for (n = 0; n < cols * d_qk; ++n)
+        ta_store(a->dk, p->dtype, row0 * d_qk + n, p->scale * ws->dk_acc[n]);
+    for (n = 0; n < cols * dv; ++n)
+        ta_store(a->dv, p->dtype, row0 * dv + n, ws->dv_acc[n]);
+}
+
+/* Pass 1 for one (b, kv head, K tile): the kv group's query heads ascending,
+ * then Q tiles from the first that sees this K tile, ascending. */
+static void ta_ref_bwd_k_tile(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
+                              ta_ref_step *st) {
+    const ta_tiling *t = &plan->bwd;
+    const size_t n_dk = (size_t)st->cols * (size_t)plan->p.head_dim;
+    const size_t n_dv = (size_t)st->cols * (size_t)plan->p.head_dim_v;
+    const int32_t q_begin = ta_tile_q_begin(t, st->k_tile, st->key_len);
+    ta_ref_bwd_pair pr;
+    int32_t g, qt;
+    size_t n;
+    /* step 1: K, V tiles (loaded columns); zero the dk, dv accumulators */
+    ta_ref_load_kv(plan, a->k, a->v, ws->k, ws->v, st);
+    for (n = 0; n < n_dk; ++n)
+        ws->dk_acc[n] = 0.0f;
+    for (n = 0; n < n_dv; ++n)
+        ws->dv_acc[n] = 0.0f;
+    /* step 2: heads of the group ascending (each with its own kernel), then Q tiles */
+    for (g = 0; g < plan->group; ++g) {
+        ta_ref_conv cv;
+        st->head = st->head_kv * plan->group + g;
+        cv = ta_ref_conv_of(plan, a->conv_w, st->head);
+        for (qt = q_begin; qt < t->num_q_tiles; ++qt) {
+            ta_ref_step_rows(t, st, qt);
+            ta_trace_add(a->trace, TA_PASS_BWD_DKDV, st->batch, st->head, qt, st->k_tile);
+            ta_ref_bwd_load_q(plan, a, ws, st);
+            ta_ref_bwd_pair_make(plan, ws, st, &pr);
+            ta_ref_bwd_recompute(plan, ws, &cv, st, &pr);
+            ta_ref_bwd_accum_dkdv(plan, ws, st, &pr);
+        }
+    }
+    /* step 3: scale dk, round both once */
+    ta_ref_bwd_store_dkdv(plan, a, ws, st);
+}
+
+/* Pass 2 accumulation for one tile pair: for each effective row r, keys j
+ * ascending, live entries only: dq_acc_r = fmaf(dS_rj, k_j, dq_acc_r). */
+static void ta_ref_bwd_accum_dq(const ta_plan *plan, const ta_ref_bwd_ws *ws, const ta_ref_step *st,
+                                const ta_ref_bwd_pair *pr) {
+    const int32_t d_qk = plan->p.head_dim;
+    int32_t r, j, d;
+    for (r = pr->eff.row_begin; r < pr->eff.row_end; ++r) {
+        float *dq_row = ws->dq_acc + ta_ref_off(st->row_begin, r, d_qk); /* [D] */
+        for (j = pr->eff.col_begin; j < pr->eff.col_end; ++j) {
+            const float *k_row = ws->k + ta_ref_off(st->col_load_begin, j, d_qk); /* [D] */
+            float ds_rj;
+            if (!ta_ref_bwd_live(plan, ws, st, r, j)) continue;
+            ds_rj = *ta_ref_at(&pr->ds, r, j);
+            for (d = 0; d < d_qk; ++d)
+                dq_row[d] = TA_FMAF(ds_rj, k_row[d], dq_row[d]);
+        }
+    }
+}
+
+/* Pass 2 for one (b, h, Q tile): dq over K tiles [0, k_end) ascending, and
+ * with a conv this Q tile's share of dconv_w[h] (docs/mta.md, backward step 5). */
+static void ta_ref_bwd_q_tile(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
+                              ta_ref_step *st) {
+    const ta_problem *p = &plan->p;
+    const size_t n_dq = (size_t)st->rows * (size_t)p->head_dim;
+    const size_t n_w = (size_t)p->conv_q * (size_t)p->conv_k;
+    const int32_t k_end = ta_tile_k_end(&plan->bwd, st->q_tile, st->key_len);
+    const ta_ref_conv cv = ta_ref_conv_of(plan, a->conv_w, st->head);
+    ta_ref_bwd_pair pr;
+    int32_t kt;
+    size_t n;
+    /* step 1: Q, dO, lse, D tiles; zero the dq accumulator and this Q tile's dw sum */
+    ta_ref_bwd_load_q(plan, a, ws, st);
+    for (n = 0; n < n_dq; ++n)
+        ws->dq_acc[n] = 0.0f;
+    for (n = 0; plan->has_conv && n < n_w; ++n)
+        ws->dw_qtile[n] = 0.0f;
+    /* step 2: K tiles ascending: recompute, accumulate dS k; dw partial of the pair */
+    for (kt = 0; kt < k_end; ++kt) {
+        ta_ref_step_cols(&plan->bwd, st, kt);
+        ta_trace_add(a->trace, TA_PASS_BWD_DQ, st->batch, st->head, st->q_tile, kt);
+        ta_ref_load_kv(plan, a->k, a->v, ws->k, ws->v, st);
+        ta_ref_bwd_pair_make(plan, ws, st, &pr);
+        ta_ref_bwd_recompute(plan, ws, &cv, st, &pr);
+        ta_ref_bwd_accum_dq(plan, ws, st, &pr);
+        if (!plan->has_conv) continue;
+        ta_ref_conv_dw_tile(ws->dw_tile, &pr.dc, &pr.s, &cv, &pr.eff);
+        for (n = 0; n < n_w; ++n) /* R(b, qt) = 0 + part(kt=0) + part(kt=1) + ... */
+            ws->dw_qtile[n] = ws->dw_qtile[n] + ws->dw_tile[n];
+    }
+    /* step 3: dq = scale * dq_acc, rounded once; dconv_w[h] += R(b, qt) */
+    {
+        const size_t first =
+            ta_ref_q_row(plan, st->batch, st->head, st->row_begin) * (size_t)p->head_dim;
+        for (n = 0; n < n_dq; ++n)
+            ta_store(a->dq, p->dtype, first + n, p->scale * ws->dq_acc[n]);
+    }
+    if (plan->has_conv && k_end > 0) {
+        float *dw = a->dconv_w + (size_t)st->head * n_w; /* [c_q, c_k] of head h */
+        for (n = 0; n < n_w; ++n)
+            dw[n] = dw[n] + ws->dw_qtile[n];
+    }
+}
+
+/* Pass 1 over every (b, kv head, K tile), then pass 2 over every (b, h, Q tile).
+ * dconv_w is overwritten: zeroed here, then the Q tiles' sums are added in
+ * ascending (b, Q tile) order per head. */
+ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace, void *stream) {
+    const ta_problem *p = &plan->p;
+    const ta_tiling *t = &plan->bwd;
+    ta_ref_bwd_ws ws;
+    ta_ref_step st;
+    size_t bytes, n;
+    int32_t b, h, kt, qt;
+    const ta_status status = ta_ref_bwd_layout(plan, workspace, &ws, &bytes);
+    (void)stream; /* host backend: NULL (validated) */
+    if (status != TA_OK) return status;
+    if (a->trace) a->trace->count = 0;
+    for (n = 0; plan->has_conv && n < plan->n_conv; ++n)
+        a->dconv_w[n] = 0.0f;
+    /* pass 1: dk, dv; K tiles outer */
+    for (b = 0; b < p->batch; ++b) {
+        st.batch = b;
+        st.key_len = ta_ref_key_len(plan, a->seqlens_k, b);
+        for (h = 0; h < p->heads_kv; ++h) {
+            st.head_kv = h;
+            for (kt = 0; kt < t->num_k_tiles; ++kt) {
+                ta_ref_step_cols(t, &st, kt);
+                ta_ref_bwd_k_tile(plan, a, &ws, &st);
+            }
+        }
+    }
+    /* pass 2: dq (and dconv_w); Q tiles outer */
+    for (b = 0; b < p->batch; ++b) {
+        st.batch = b;
+        st.key_len = ta_ref_key_len(plan, a->seqlens_k, b);
+        for (h = 0; h < p->heads_q; ++h) {
+            st.head = h;
+            st.head_kv = h / plan->group; /* GQA: query head h reads kv head h / group */
+            for (qt = 0; qt < t->num_q_tiles; ++qt) {
+                ta_ref_step_rows(t, &st, qt);
+                ta_ref_bwd_q_tile(plan, a, &ws, &st);
+            }
+        }
+    }
+    return TA_OK;
+}

@@ -1,0 +1,49 @@
+/*
+ * Tile loading and the raw score tile, shared by the reference forward and
+ * backward. The backward recomputes the forward's scores with exactly these
+ * functions, so both passes see bit-identical S[r][j] (a function of the
+ * absolute (r, j) only, whatever tile computes it).
+ */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ta_internal.h"
+#include "ta_math.h"
+#include "ta_ref.h"
+
+void ta_ref_load_rows(float *dst, const void *src, ta_dtype dt, size_t slice_row0, int32_t seq,
+                      int32_t first, int32_t count, int32_t dim) {
+    int32_t r, d;
+    for (r = first; r < first + count; ++r) {
+        float *dst_row = dst + ta_ref_off(first, r, dim); /* [dim] */
+        const int in_seq = r >= 0 && r < seq;
+        const size_t src_first = in_seq ? (slice_row0 + (size_t)r) * (size_t)dim : 0;
+        for (d = 0; d < dim; ++d)
+            dst_row[d] = in_seq ? ta_load(src, dt, src_first + (size_t)d) : 0.0f;
+    }
+}
+
+void ta_ref_load_kv(const ta_plan *plan, const void *k, const void *v, float *k_tile, float *v_tile,
+                    const ta_ref_step *st) {
+    const ta_problem *p = &plan->p;
+    const size_t slice = ta_ref_k_row(plan, st->batch, st->head_kv, 0);
+    ta_ref_load_rows(k_tile, k, p->dtype, slice, p->seq_k, st->col_load_begin, st->cols_load,
+                     p->head_dim);
+    ta_ref_load_rows(v_tile, v, p->dtype, slice, p->seq_k, st->col_load_begin, st->cols_load,
+                     p->head_dim_v);
+}
+
+void ta_ref_scores(const ta_ref_tile *s, const float *q_tile, const float *k_tile, int32_t dim,
+                   float scale, const ta_tiling *t, const ta_ref_step *st) {
+    const int32_t r_end = st->row_load_begin + st->rows_load;
+    const int32_t j_end = st->col_load_begin + st->cols_load;
+    int32_t r, j;
+    for (r = st->row_load_begin; r < r_end; ++r) {
+        const float *q_row = q_tile + ta_ref_off(st->row_load_begin, r, dim); /* [dim] */
+        for (j = st->col_load_begin; j < j_end; ++j) {
+            const float *k_row = k_tile + ta_ref_off(st->col_load_begin, j, dim); /* [dim] */
+            *ta_ref_at(s, r, j) =
+                ta_ref_visible(t, st, r, j) ? scale * ta_ref_dot(q_row, k_row, dim) : 0.0f;
+        }
+    }
+}
