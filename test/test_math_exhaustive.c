@@ -7,9 +7,13 @@
  *   specials           NaN, +-inf, 0, overflow/underflow and x < 0 must give
  *                      exactly the bits docs/exactness.md defines: 0 mismatches
  *
- * Usage: test_math_exhaustive [--stride N] [--generic]
+ * Usage: test_math_exhaustive [--stride N] [--generic] [--vector]
  *   --stride N  check every N-th input only, for quick runs (CTest runs all)
  *   --generic   do not use the target("fma") copy described below
+ *   --vector    instead of the accuracy scan: the lane-wise AVX2 and AVX-512
+ *               versions of the CPU backend (src/cpu/ta_cpu_vmath_*.h) must
+ *               return the scalar functions' bits on every input (each path
+ *               the CPU runs; exit 77, skipped, when it runs none)
  * Threads: OpenMP (OMP_NUM_THREADS).
  *
  * Speed: without -mfma every fmaf in ta_math.h is a libm call. On x86-64 CPUs
@@ -33,6 +37,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu/ta_cpu_vmath_avx2.h"
+#include "cpu/ta_cpu_vmath_avx512.h"
 #include "ta_math.h"
 #include "test_util.h"
 
@@ -273,21 +279,162 @@ static uint64_t cross_check_copies(int fn) {
     return mismatches;
 }
 
-static void parse_args(int argc, char **argv, uint32_t *stride, int *generic) {
+/* ---------------------------------------------------------------------- */
+/* --vector: lane-wise versions == scalar functions, bit for bit            */
+/* ---------------------------------------------------------------------- */
+
+enum { ISA_AVX2 = 0, ISA_AVX512 = 1, N_VISA = 2 };
+static const char *const visa_name[N_VISA] = {"avx2", "avx512"};
+
+/* The vector results of one chunk [first, first + 2^CHUNK_BITS) into out
+ * (a vector holds consecutive inputs). */
+#if defined(TA_HAVE_VMATH_AVX2)
+__attribute__((target("avx2,fma"))) static void vec_chunk_avx2(int fn, uint32_t first, float *out) {
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    uint32_t i;
+    for (i = 0; i < (1u << CHUNK_BITS); i += 8) {
+        const __m256 v =
+            _mm256_castsi256_ps(_mm256_add_epi32(_mm256_set1_epi32((int32_t)(first + i)), iota));
+        _mm256_storeu_ps(out + i, fn == FN_EXP ? ta_avx2_exp(v) : ta_avx2_log(v));
+    }
+}
+/* The scalar results of the chunk. The functions are inlined here, so fmaf
+ * is the FMA instruction: the same bits as the libm call (see the header). */
+__attribute__((target("avx2,fma"))) static void scalar_chunk_fma(int fn, uint32_t first,
+                                                                 float *out) {
+    uint32_t i;
+    if (fn == FN_EXP) {
+        for (i = 0; i < (1u << CHUNK_BITS); ++i)
+            out[i] = ta_exp(ta_f32_from_bits(first + i));
+    } else {
+        for (i = 0; i < (1u << CHUNK_BITS); ++i)
+            out[i] = ta_log(ta_f32_from_bits(first + i));
+    }
+}
+#endif
+#if defined(TA_HAVE_VMATH_AVX512)
+__attribute__((target("avx512f,avx2,fma"))) static void vec_chunk_avx512(int fn, uint32_t first,
+                                                                         float *out) {
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    uint32_t i;
+    for (i = 0; i < (1u << CHUNK_BITS); i += 16) {
+        const __m512 v =
+            _mm512_castsi512_ps(_mm512_add_epi32(_mm512_set1_epi32((int32_t)(first + i)), iota));
+        _mm512_storeu_ps(out + i, fn == FN_EXP ? ta_avx512_exp(v) : ta_avx512_log(v));
+    }
+}
+#endif
+
+/* Inputs of the chunk where got differs from want, bitwise (first few printed). */
+static uint64_t vec_compare(int fn, int isa, uint32_t first, const float *got, const float *want) {
+    uint64_t bad = 0;
+    uint32_t i;
+    for (i = 0; i < (1u << CHUNK_BITS); ++i) {
+        if (ta_f32_bits(got[i]) == ta_f32_bits(want[i])) continue;
+        if (bad++ < 4)
+            fprintf(stderr, "%s %s(0x%08x) = 0x%08x, scalar 0x%08x\n", fn_name[fn], visa_name[isa],
+                    first + i, ta_f32_bits(got[i]), ta_f32_bits(want[i]));
+    }
+    return bad;
+}
+
+/* Which vector paths this CPU runs. */
+static int vec_isa_runs(int isa) {
+#if defined(TA_HAVE_VMATH_AVX2)
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
+    if (isa == ISA_AVX512) return __builtin_cpu_supports("avx512f") ? 1 : 0;
+    return 1;
+#else
+    (void)isa;
+    return 0;
+#endif
+}
+
+/* One function, every stride-th chunk of 2^CHUNK_BITS inputs (all of them
+ * for stride 1): the scalar results once, then each vector path that runs. */
+static void vec_scan(int fn, uint32_t stride, const int *runs, uint64_t *bad) {
+    uint64_t bad0 = 0, bad1 = 0;
+    int64_t c;
+    (void)fn;
+    (void)runs;
+    TA_OMP("omp parallel reduction(+ : bad0, bad1)") {
+        float *want = (float *)malloc(sizeof(float) << CHUNK_BITS);
+        float *got = (float *)malloc(sizeof(float) << CHUNK_BITS);
+        TA_OMP("omp for schedule(dynamic, 16)")
+        for (c = 0; c < (int64_t)N_CHUNKS; c += stride) {
+            const uint32_t first = (uint32_t)c << CHUNK_BITS;
+            (void)first;
+#if defined(TA_HAVE_VMATH_AVX2)
+            scalar_chunk_fma(fn, first, want);
+            if (runs[ISA_AVX2]) {
+                vec_chunk_avx2(fn, first, got);
+                bad0 += vec_compare(fn, ISA_AVX2, first, got, want);
+            }
+#endif
+#if defined(TA_HAVE_VMATH_AVX512)
+            if (runs[ISA_AVX512]) {
+                vec_chunk_avx512(fn, first, got);
+                bad1 += vec_compare(fn, ISA_AVX512, first, got, want);
+            }
+#endif
+        }
+        free(want);
+        free(got);
+    }
+    bad[ISA_AVX2] = bad0;
+    bad[ISA_AVX512] = bad1;
+}
+
+/* --vector: returns the exit status (77 when no vector path runs here). */
+static int vector_main(uint32_t stride) {
+    int runs[N_VISA], isa, fn, any = 0;
+    uint64_t bad[N_VISA];
+    for (isa = 0; isa < N_VISA; ++isa) {
+        runs[isa] = vec_isa_runs(isa);
+        any |= runs[isa];
+    }
+    printf("test_math_exhaustive --vector: lane-wise exp/log == scalar on %s; paths:%s%s\n",
+           stride == 1 ? "all 2^32 inputs" : "every stride-th chunk of 2^16 inputs",
+           runs[ISA_AVX2] ? " avx2" : "", runs[ISA_AVX512] ? " avx512" : "");
+    if (!any) {
+        printf("  skipped: this CPU runs no vector path (AVX2 + FMA)\n");
+        return TA_TEST_SKIP;
+    }
+    for (fn = FN_EXP; fn <= FN_LOG; ++fn) {
+        const double t0 = now_s();
+        vec_scan(fn, stride, runs, bad);
+        for (isa = 0; isa < N_VISA; ++isa) {
+            if (!runs[isa]) continue;
+            printf("  %-7s %-7s %llu mismatches\n", visa_name[isa], fn_name[fn],
+                   (unsigned long long)bad[isa]);
+            TA_CHECK(bad[isa] == 0, "%s %s: %llu inputs where the vector bits differ",
+                     visa_name[isa], fn_name[fn], (unsigned long long)bad[isa]);
+        }
+        printf("  %s: %.1f s\n", fn_name[fn], now_s() - t0);
+    }
+    return ta_test_finish("test_math_exhaustive --vector");
+}
+
+static void parse_args(int argc, char **argv, uint32_t *stride, int *generic, int *vector) {
     int i;
     *stride = 1;
     *generic = 0;
+    *vector = 0;
     for (i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--stride") == 0 && i + 1 < argc) {
             const unsigned long v = strtoul(argv[++i], NULL, 0);
             *stride = v >= 1 && v <= 0xffffffffu ? (uint32_t)v : 1u;
         } else if (strcmp(argv[i], "--generic") == 0) {
             *generic = 1;
+        } else if (strcmp(argv[i], "--vector") == 0) {
+            *vector = 1;
         } else {
             fprintf(stderr,
-                    "usage: %s [--stride N] [--generic]\n"
+                    "usage: %s [--stride N] [--generic] [--vector]\n"
                     "  --stride N  check every N-th input only (quick runs)\n"
-                    "  --generic   never use the target(\"fma\") copy\n",
+                    "  --generic   never use the target(\"fma\") copy\n"
+                    "  --vector    vector exp/log (src/cpu) == scalar, bitwise\n",
                     argv[0]);
             exit(2);
         }
@@ -296,12 +443,13 @@ static void parse_args(int argc, char **argv, uint32_t *stride, int *generic) {
 
 int main(int argc, char **argv) {
     uint32_t stride;
-    int generic, use_fma;
+    int generic, use_fma, vector;
     scan_stats st[2];
     double secs[2];
     uint64_t copy_mismatch[2];
     int fn, threads = 1;
-    parse_args(argc, argv, &stride, &generic);
+    parse_args(argc, argv, &stride, &generic, &vector);
+    if (vector) return vector_main(stride);
     use_fma = generic ? 0 : cpu_has_fma();
 #ifdef _OPENMP
     threads = omp_get_max_threads();

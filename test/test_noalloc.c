@@ -7,6 +7,13 @@
  * refused calls, ta_status_string, ta_backend_available), stores their
  * statuses, writes TA_NOALLOC_END, and only then checks the statuses.
  *
+ * The CPU backend runs on OpenMP, whose runtime allocates its thread pool and
+ * team on the first parallel region (and again when the team size changes).
+ * So before the markers every shape runs one CPU forward and backward (the
+ * warm-up), and every CPU call uses the same fixed thread count
+ * (CPU_THREADS): inside the window the library itself must allocate nothing.
+ * In a build without OpenMP the warm-up changes nothing and there is no pool.
+ *
  * Two witnesses of "no allocation":
  *   - test/check_valgrind_noalloc.cmake runs this program under
  *     `valgrind --trace-malloc=yes --log-fd=2`: valgrind's trace lines go to the
@@ -134,9 +141,10 @@ static const shape k_shapes[] = {
     {1, 3, 3, 5, 130, 24, 40, TA_BF16, 0, 1, 0},
     {1, 1, 1, 1, 1, 1, 1, TA_F32, 0, 0, 1},
 };
-#define N_SHAPES  ((int)(sizeof k_shapes / sizeof k_shapes[0]))
-#define N_RESULTS 16
-#define TRACE_CAP 4096
+#define N_SHAPES    ((int)(sizeof k_shapes / sizeof k_shapes[0]))
+#define N_RESULTS   20
+#define CPU_THREADS 2 /* every CPU call: one team size, so the pool is reused */
+#define TRACE_CAP   4096
 
 typedef struct bufs {
     ta_problem p;
@@ -144,6 +152,10 @@ typedef struct bufs {
     float *lse;
     int32_t *seqlens;
     size_t ws_bytes;
+    ta_problem cpu_p;     /* p with num_threads = CPU_THREADS */
+    ta_status cuda_query; /* the CUDA size query's status, asked before the markers */
+    void *cpu_ws;
+    size_t cpu_ws_bytes;
     ta_trace trace;
     ta_status st[N_RESULTS]; /* statuses, checked after the END marker */
     ta_status expect[N_RESULTS];
@@ -191,6 +203,13 @@ static void setup(bufs *x, const shape *s, ta_rng *rng) {
     TA_CHECK(ta_bwd_workspace_size(&x->p, TA_BACKEND_REF, &bw) == TA_OK, "bwd size");
     x->ws_bytes = fw > bw ? fw : bw;
     x->ws = ta_test_alloc(x->ws_bytes);
+    x->cuda_query = ta_fwd_workspace_size(&x->p, TA_BACKEND_CUDA, &fw);
+    x->cpu_p = x->p;
+    x->cpu_p.num_threads = CPU_THREADS;
+    TA_CHECK(ta_fwd_workspace_size(&x->cpu_p, TA_BACKEND_CPU, &fw) == TA_OK, "cpu fwd size");
+    TA_CHECK(ta_bwd_workspace_size(&x->cpu_p, TA_BACKEND_CPU, &bw) == TA_OK, "cpu bwd size");
+    x->cpu_ws_bytes = fw > bw ? fw : bw;
+    x->cpu_ws = ta_test_alloc(x->cpu_ws_bytes);
     x->trace.entries = (ta_trace_entry *)ta_test_alloc(TRACE_CAP * sizeof(ta_trace_entry));
     x->trace.capacity = TRACE_CAP;
 }
@@ -207,6 +226,7 @@ static void teardown(bufs *x) {
     ta_test_free(x->lse);
     ta_test_free(x->seqlens);
     ta_test_free(x->ws);
+    ta_test_free(x->cpu_ws);
     ta_test_free(x->trace.entries);
 }
 
@@ -245,12 +265,19 @@ static void run_calls(bufs *x, const shape *s) {
     CALL(TA_ERR_BAD_SHAPE, ta_bwd(&bad, TA_BACKEND_REF, &ba, x->ws, x->ws_bytes, NULL));
     CALL(TA_ERR_WORKSPACE_SIZE, ta_fwd(&x->p, TA_BACKEND_REF, &fa, x->ws, 1, NULL));
     CALL(TA_ERR_NULL_ARG, ta_bwd(&x->p, TA_BACKEND_REF, NULL, x->ws, x->ws_bytes, NULL));
-    /* backends without an implementation (or, later, without a device): the
-     * probe must not allocate either */
-    CALL(ta_backend_available(TA_BACKEND_CUDA) ? TA_OK : TA_ERR_BACKEND_UNAVAILABLE,
-         ta_fwd_workspace_size(&x->p, TA_BACKEND_CUDA, &x->bytes_fwd));
+    /* the CUDA size query (it needs no device; in a build without CUDA it may
+     * refuse): whatever it answers, the same as before the markers, and
+     * without allocating */
+    CALL(x->cuda_query, ta_fwd_workspace_size(&x->p, TA_BACKEND_CUDA, &x->bytes_fwd));
     CALL(ta_backend_available(TA_BACKEND_CPU) ? TA_ERR_BAD_ARG : TA_ERR_BACKEND_UNAVAILABLE,
          ta_fwd(&x->p, TA_BACKEND_CPU, &fa, x->ws, x->ws_bytes, (void *)x->ws));
+    /* the CPU backend (threads, vector paths), trace-less: it takes none */
+    fa.trace = ba.trace = NULL;
+    CALL(TA_OK, ta_fwd_workspace_size(&x->cpu_p, TA_BACKEND_CPU, &x->bytes_fwd));
+    CALL(TA_OK, ta_fwd(&x->cpu_p, TA_BACKEND_CPU, &fa, x->cpu_ws, x->cpu_ws_bytes, NULL));
+    CALL(TA_OK, ta_bwd_workspace_size(&x->cpu_p, TA_BACKEND_CPU, &x->bytes_bwd));
+    CALL(TA_OK, ta_bwd(&x->cpu_p, TA_BACKEND_CPU, &ba, x->cpu_ws, x->cpu_ws_bytes, NULL));
+    CALL(TA_ERR_WORKSPACE_SIZE, ta_bwd(&x->cpu_p, TA_BACKEND_CPU, &ba, x->cpu_ws, 64, NULL));
     CALL(TA_OK, ta_status_string(TA_ERR_DEVICE) != NULL ? TA_OK : TA_ERR_DEVICE);
     CALL(TA_OK, ta_version_string() != NULL ? TA_OK : TA_ERR_DEVICE);
 #undef CALL
@@ -258,6 +285,31 @@ static void run_calls(bufs *x, const shape *s) {
         x->expect[n] = TA_OK;
         x->st[n++] = TA_OK;
     }
+}
+
+/* Before the markers: one CPU forward and backward per shape, so that the
+ * OpenMP runtime has created its pool and team (see the header comment). */
+static void warm_up_cpu(bufs *x, const shape *s) {
+    ta_fwd_args fa;
+    ta_bwd_args ba;
+    memset(&fa, 0, sizeof fa);
+    memset(&ba, 0, sizeof ba);
+    fa.q = ba.q = x->q;
+    fa.k = ba.k = x->k;
+    fa.v = ba.v = x->v;
+    fa.o = x->o;
+    ba.o = x->o;
+    fa.lse = x->lse;
+    fa.seqlens_k = ba.seqlens_k = s->use_seqlens ? x->seqlens : NULL;
+    ba.d_o = x->d_o;
+    ba.lse = x->lse;
+    ba.dq = x->dq;
+    ba.dk = x->dk;
+    ba.dv = x->dv;
+    TA_CHECK(ta_fwd(&x->cpu_p, TA_BACKEND_CPU, &fa, x->cpu_ws, x->cpu_ws_bytes, NULL) == TA_OK,
+             "cpu warm-up fwd");
+    TA_CHECK(ta_bwd(&x->cpu_p, TA_BACKEND_CPU, &ba, x->cpu_ws, x->cpu_ws_bytes, NULL) == TA_OK,
+             "cpu warm-up bwd");
 }
 
 static int all_finite(const float *p, size_t n) {
@@ -285,6 +337,8 @@ int main(void) {
     self_free(self_malloc(16));
     g_counting = 0;
     live = TA_INTERPOSE && g_count == 2;
+    for (s = 0; s < N_SHAPES; ++s)
+        warm_up_cpu(&x[s], &k_shapes[s]);
     fflush(stdout);
 
     marker("TA_NOALLOC_BEGIN\n");

@@ -1,12 +1,398 @@
-/* CPU backend (AVX2/AVX-512 + OpenMP): not implemented yet. Its entry-point
- * table reports it unavailable, so every call returns
- * TA_ERR_BACKEND_UNAVAILABLE. */
+/*
+ * CPU backend (TA_BACKEND_CPU): entry points, workspace layout, instruction
+ * set dispatch and the OpenMP task loops. The arithmetic is in ta_cpu_impl.h
+ * (compiled per ISA); docs/cpu.md describes the whole design.
+ *
+ * Threads: ta_problem.num_threads, or omp_get_max_threads() when it is 0 (read
+ * by the size query and again by the call). The workspace holds one slab of
+ * tile buffers per thread; thread t uses slab t only. Results never depend on
+ * the thread count: every task owns its output rows and computes them in the
+ * reference's order (no reduction across threads).
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#define TA_OMP(directive) _Pragma(directive)
+#else
+#define TA_OMP(directive)
+#endif
+
+/* The task counter threads take work from (an integer; no floating-point
+ * atomics anywhere). C11 atomics where the compiler has them, else an OpenMP
+ * atomic capture, else (no threads at all) a plain counter. */
+#if !defined(__STDC_NO_ATOMICS__)
+#include <stdatomic.h>
+#define TA_CPU_TASK_COUNTER atomic_llong
+#define TA_CPU_TASK_INIT(c) atomic_init((c), 0)
+#define TA_CPU_TASK_TAKE(c) ((int64_t)atomic_fetch_add_explicit((c), 1, memory_order_relaxed))
+#else
+#define TA_CPU_TASK_COUNTER int64_t
+#define TA_CPU_TASK_INIT(c) (*(c) = 0)
+#define TA_CPU_TASK_TAKE(c) ta_cpu_task_take(c)
+static int64_t ta_cpu_task_take(int64_t *c) {
+    int64_t v;
+    TA_OMP("omp atomic capture")
+    v = (*c)++;
+    return v;
+}
+#endif
+
+#include "ta_cpu.h"
 #include "ta_internal.h"
 
-static int ta_cpu_available(void) { return 0; }
-static int ta_cpu_supports(const ta_plan *plan) {
-    (void)plan;
-    return 0;
+/* ---------------------------------------------------------------------- */
+/* Workspace                                                                */
+/* ---------------------------------------------------------------------- */
+
+static size_t ta_cpu_round_pad(int32_t n) {
+    return ((size_t)n + (TA_CPU_PAD - 1)) / TA_CPU_PAD * TA_CPU_PAD;
 }
 
-const ta_backend_ops ta_cpu_ops = {ta_cpu_available, ta_cpu_supports, NULL, NULL, NULL, NULL, 1};
+void ta_cpu_dims_of(const ta_plan *plan, const ta_tiling *t, int32_t q_group, ta_cpu_dims *dm) {
+    dm->d = plan->p.head_dim;
+    dm->dv = plan->p.head_dim_v;
+    dm->d_pad = ta_cpu_round_pad(dm->d);
+    dm->dv_pad = ta_cpu_round_pad(dm->dv);
+    dm->rows_max = q_group * t->block_q;
+    dm->block_k = t->block_k;
+    dm->bq_pad = ta_cpu_round_pad(dm->rows_max);
+    dm->bk_pad = ta_cpu_round_pad(t->block_k);
+}
+
+int32_t ta_cpu_q_group(const ta_plan *plan, const ta_tiling *t, int32_t n_threads) {
+    const int64_t n_q = t->num_q_tiles;
+    const int64_t units = (int64_t)plan->p.batch * plan->p.heads_q;
+    int32_t g = TA_CPU_Q_GROUP_MAX;
+    while (g > 1 && (g > n_q || g * t->block_q > 256 ||
+                     units * ((n_q + g - 1) / g) < 2 * (int64_t)n_threads))
+        --g;
+    return g;
+}
+
+/* The three per-thread layouts (ta_cpu.h draws them). Each region is a
+ * multiple of 64 bytes and starts on a 64-byte boundary (ta_ws_take). */
+void ta_cpu_carve_fwd(const ta_cpu_dims *dm, ta_ws_cursor *c, ta_cpu_fwd_ws *ws) {
+    const size_t bq = (size_t)dm->rows_max, bk = (size_t)dm->block_k;
+    ws->dm = *dm;
+    ws->qt = TA_WS_TAKE(c, float, (size_t)dm->d * dm->bq_pad);
+    ws->k = TA_WS_TAKE(c, float, bk * dm->d_pad);
+    ws->v = TA_WS_TAKE(c, float, bk * dm->dv_pad);
+    ws->st = TA_WS_TAKE(c, float, bk * dm->bq_pad);
+    ws->acc = TA_WS_TAKE(c, float, bq * dm->dv_pad);
+    ws->m = TA_WS_TAKE(c, float, dm->bq_pad);
+    ws->l = TA_WS_TAKE(c, float, dm->bq_pad);
+    ws->alpha = TA_WS_TAKE(c, float, dm->bq_pad);
+    ws->nvis = TA_WS_TAKE(c, int32_t, dm->bq_pad);
+    ws->lse = TA_WS_TAKE(c, float, dm->bq_pad);
+}
+
+void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, ta_ws_cursor *c, ta_cpu_dkdv_ws *ws) {
+    const size_t bq = (size_t)dm->rows_max, bk = (size_t)dm->block_k;
+    int32_t g;
+    ws->dm = *dm;
+    ws->group = group;
+    ws->q = TA_WS_TAKE(c, float, bq * dm->d_pad);
+    ws->d_o = TA_WS_TAKE(c, float, bq * dm->dv_pad);
+    ws->o = TA_WS_TAKE(c, float, bq * dm->dv_pad);
+    ws->p = TA_WS_TAKE(c, float, bq * dm->bk_pad);
+    ws->ds = TA_WS_TAKE(c, float, bq * dm->bk_pad);
+    ws->lse = TA_WS_TAKE(c, float, dm->bq_pad);
+    ws->delta = TA_WS_TAKE(c, float, dm->bq_pad);
+    ws->nvis = TA_WS_TAKE(c, int32_t, dm->bq_pad);
+    for (g = 0; g < TA_CPU_DKDV_GROUP_MAX; ++g) {
+        const int mine = g < group;
+        ws->kt[g] = mine ? TA_WS_TAKE(c, float, (size_t)dm->d * dm->bk_pad) : NULL;
+        ws->vt[g] = mine ? TA_WS_TAKE(c, float, (size_t)dm->dv * dm->bk_pad) : NULL;
+        ws->dk_acc[g] = mine ? TA_WS_TAKE(c, float, bk * dm->d_pad) : NULL;
+        ws->dv_acc[g] = mine ? TA_WS_TAKE(c, float, bk * dm->dv_pad) : NULL;
+    }
+}
+
+int32_t ta_cpu_dkdv_group(const ta_plan *plan, int32_t n_threads) {
+    const int64_t n_k = plan->bwd.num_k_tiles;
+    const int64_t units = (int64_t)plan->p.batch * plan->p.heads_kv;
+    int32_t g = TA_CPU_DKDV_GROUP_MAX;
+    while (g > 1 && (g > n_k || units * ((n_k + g - 1) / g) < 2 * (int64_t)n_threads))
+        --g;
+    return g;
+}
+
+void ta_cpu_carve_dq(const ta_cpu_dims *dm, ta_ws_cursor *c, ta_cpu_dq_ws *ws) {
+    const size_t bq = (size_t)dm->rows_max, bk = (size_t)dm->block_k;
+    ws->dm = *dm;
+    ws->qt = TA_WS_TAKE(c, float, (size_t)dm->d * dm->bq_pad);
+    ws->dot = TA_WS_TAKE(c, float, (size_t)dm->dv * dm->bq_pad);
+    ws->ot = TA_WS_TAKE(c, float, (size_t)dm->dv * dm->bq_pad);
+    ws->k = TA_WS_TAKE(c, float, bk * dm->d_pad);
+    ws->v = TA_WS_TAKE(c, float, bk * dm->dv_pad);
+    ws->st = TA_WS_TAKE(c, float, bk * dm->bq_pad);
+    ws->dpt = TA_WS_TAKE(c, float, bk * dm->bq_pad);
+    ws->lse = TA_WS_TAKE(c, float, dm->bq_pad);
+    ws->delta = TA_WS_TAKE(c, float, dm->bq_pad);
+    ws->nvis = TA_WS_TAKE(c, int32_t, dm->bq_pad);
+    ws->dq_acc = TA_WS_TAKE(c, float, bq * dm->d_pad);
+}
+
+/* Threads a call uses (and its workspace is sized for). */
+static int32_t ta_cpu_threads(const ta_plan *plan) {
+#ifdef _OPENMP
+    const int n = plan->p.num_threads > 0 ? plan->p.num_threads : omp_get_max_threads();
+    return n > 0 ? (int32_t)n : 1;
+#else
+    (void)plan;
+    return 1; /* built without OpenMP: one thread, whatever num_threads says */
+#endif
+}
+
+/* A pass's per-thread tiles: forward, or backward (both of its layouts share
+ * one slab: a thread runs one task at a time). */
+typedef struct ta_cpu_slab {
+    ta_cpu_fwd_ws fwd;
+    ta_cpu_dkdv_ws dkdv;
+    ta_cpu_dq_ws dq;
+} ta_cpu_slab;
+
+/* One thread's slab at base (NULL: size only); its bytes (a multiple of 64),
+ * or 0 if a size overflows. */
+static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_threads, void *base,
+                                ta_cpu_slab *slab) {
+    ta_cpu_dims dm;
+    ta_ws_cursor c;
+    size_t bytes;
+    ta_ws_begin(&c, base);
+    if (!backward) {
+        ta_cpu_dims_of(plan, &plan->fwd, ta_cpu_q_group(plan, &plan->fwd, n_threads), &dm);
+        ta_cpu_carve_fwd(&dm, &c, &slab->fwd);
+        return c.overflow ? 0 : c.used;
+    }
+    ta_cpu_dims_of(plan, &plan->bwd, 1, &dm);
+    ta_cpu_carve_dkdv(&dm, ta_cpu_dkdv_group(plan, n_threads), &c, &slab->dkdv);
+    if (c.overflow) return 0;
+    bytes = c.used;
+    ta_ws_begin(&c, base); /* the dq layout overlays the dk/dv one */
+    ta_cpu_dims_of(plan, &plan->bwd, ta_cpu_q_group(plan, &plan->bwd, n_threads), &dm);
+    ta_cpu_carve_dq(&dm, &c, &slab->dq);
+    if (c.overflow) return 0;
+    return c.used > bytes ? c.used : bytes;
+}
+
+/*
+ * The one layout routine, for the size query (base NULL) and the call:
+ *
+ *   workspace = n_threads x slab, slab = one thread's tiles (64-byte multiple)
+ *   +-----------------+-----------------+-- ... --+-----------------+
+ *   | slab, thread 0  | slab, thread 1  |         | slab, thread n-1|
+ *   +-----------------+-----------------+-- ... --+-----------------+
+ *
+ * With a base, carves thread tid's slab into *slab. Returns the total size.
+ */
+static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_threads, void *base,
+                               int32_t tid, ta_cpu_slab *slab, size_t *total) {
+    const size_t slab_bytes = ta_cpu_carve_slab(plan, backward, n_threads, NULL, slab);
+    if (slab_bytes == 0 || !ta_mul_size(slab_bytes, (size_t)n_threads, total))
+        return TA_ERR_OVERFLOW;
+    if (base)
+        (void)ta_cpu_carve_slab(plan, backward, n_threads,
+                                (unsigned char *)base + (size_t)tid * slab_bytes, slab);
+    return TA_OK;
+}
+
+static ta_status ta_cpu_fwd_size(const ta_plan *plan, size_t *bytes) {
+    ta_cpu_slab slab;
+    return ta_cpu_layout(plan, 0, ta_cpu_threads(plan), NULL, 0, &slab, bytes);
+}
+
+static ta_status ta_cpu_bwd_size(const ta_plan *plan, size_t *bytes) {
+    ta_cpu_slab slab;
+    return ta_cpu_layout(plan, 1, ta_cpu_threads(plan), NULL, 0, &slab, bytes);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Instruction set                                                          */
+/* ---------------------------------------------------------------------- */
+
+ta_cpu_isa ta_cpu_isa_best(void) {
+#if defined(TA_CPU_X86)
+    /* libgcc / compiler-rt fill this table at start-up (a constructor) and
+     * check OS support (XCR0) for the AVX and AVX-512 register state. */
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma"))
+        return TA_CPU_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return TA_CPU_ISA_AVX2;
+#endif
+    return TA_CPU_ISA_SCALAR;
+}
+
+ta_cpu_isa ta_cpu_isa_resolve(void) {
+    const ta_cpu_isa best = ta_cpu_isa_best();
+    const char *env = getenv("TA_CPU_ISA");
+    ta_cpu_isa want = best;
+    if (env && strcmp(env, "scalar") == 0) want = TA_CPU_ISA_SCALAR;
+    if (env && strcmp(env, "avx2") == 0) want = TA_CPU_ISA_AVX2;
+    if (env && strcmp(env, "avx512") == 0) want = TA_CPU_ISA_AVX512;
+    return want < best ? want : best;
+}
+
+const char *ta_cpu_isa_name(ta_cpu_isa isa) {
+    switch (isa) {
+    case TA_CPU_ISA_SCALAR: return "scalar";
+    case TA_CPU_ISA_AVX2: return "avx2";
+    case TA_CPU_ISA_AVX512: return "avx512";
+    }
+    return "unknown";
+}
+
+static const ta_cpu_kernels *ta_cpu_kernels_for(ta_cpu_isa isa) {
+#if defined(TA_CPU_X86)
+    if (isa == TA_CPU_ISA_AVX512) return &ta_cpu_kernels_avx512;
+    if (isa == TA_CPU_ISA_AVX2) return &ta_cpu_kernels_avx2;
+#else
+    (void)isa;
+#endif
+    return &ta_cpu_kernels_scalar;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Entry points                                                             */
+/* ---------------------------------------------------------------------- */
+
+static int ta_cpu_available(void) { return 1; }
+
+/* Plain SDPA for now; the MTA conv comes next (docs/cpu.md). */
+static int ta_cpu_supports(const ta_plan *plan) { return !plan->has_conv; }
+
+/*
+ * One call's tasks. The backward's dk/dv tasks (b, kv head, a group of
+ * consecutive K tiles) and dq tasks (b, h, a group of Q tiles) are independent
+ * (they write different tensors), so they share one task list: dk/dv first
+ * (each covers a whole query group), K tiles ascending (under the causal mask
+ * the first ones see the most rows); then dq. Forward and dq tasks are
+ * numbered last Q tiles first (the longest under the causal mask).
+ */
+typedef struct ta_cpu_run {
+    const ta_plan *plan;
+    const ta_fwd_args *fa; /* forward: set; backward: NULL */
+    const ta_bwd_args *ba;
+    void *workspace;
+    const ta_cpu_kernels *kern;
+    int32_t n_threads;
+    int64_t n_dkdv; /* backward: dk/dv tasks come first */
+    int64_t n_tasks;
+    int32_t k_group, q_group;
+    TA_CPU_TASK_COUNTER next; /* the next task to hand out */
+} ta_cpu_run;
+
+/* Runs task number `task` of the call. */
+static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64_t task) {
+    const ta_plan *plan = run->plan;
+    const ta_tiling *t = run->fa ? &plan->fwd : &plan->bwd;
+    const int64_t n_bh = (int64_t)plan->p.batch * plan->p.heads_q;
+    const int32_t n_q = t->num_q_tiles;
+    const int32_t n_q_groups = (n_q + run->q_group - 1) / run->q_group;
+    if (task < run->n_dkdv) { /* backward, dk/dv */
+        const int64_t n_bhkv = (int64_t)plan->p.batch * plan->p.heads_kv;
+        const int64_t bh = task % n_bhkv;
+        const int32_t kt = (int32_t)(task / n_bhkv) * run->k_group;
+        const int32_t kt_end =
+            kt + run->k_group < t->num_k_tiles ? kt + run->k_group : t->num_k_tiles;
+        run->kern->dkdv_task(plan, run->ba, &slab->dkdv, (int32_t)(bh / plan->p.heads_kv),
+                             (int32_t)(bh % plan->p.heads_kv), kt, kt_end);
+    } else { /* forward, or backward dq: q_group Q tiles of one (b, h) */
+        const int64_t rest = task - run->n_dkdv, bh = rest % n_bh;
+        const int32_t qt = (n_q_groups - 1 - (int32_t)(rest / n_bh)) * run->q_group;
+        const int32_t qt_end = qt + run->q_group < n_q ? qt + run->q_group : n_q;
+        const int32_t b = (int32_t)(bh / plan->p.heads_q), h = (int32_t)(bh % plan->p.heads_q);
+        if (run->fa)
+            run->kern->fwd_task(plan, run->fa, &slab->fwd, b, h, qt, qt_end);
+        else
+            run->kern->dq_task(plan, run->ba, &slab->dq, b, h, qt, qt_end);
+    }
+}
+
+/* One thread's share: its slab, then tasks from the shared counter until none
+ * is left (dynamic scheduling; any assignment gives the same bits). */
+static void ta_cpu_worker(ta_cpu_run *run, int32_t tid) {
+    ta_cpu_slab slab;
+    size_t total;
+    int64_t task;
+    (void)ta_cpu_layout(run->plan, run->fa == NULL, run->n_threads, run->workspace, tid, &slab,
+                        &total);
+    while ((task = TA_CPU_TASK_TAKE(&run->next)) < run->n_tasks)
+        ta_cpu_do_task(run, &slab, task);
+}
+
+/*
+ * All tasks of a call on n_threads threads. One thread: no parallel region at
+ * all. Several: one `omp parallel`, tasks handed out by an integer counter
+ * rather than `omp for`: LLVM's libomp allocates heap memory in every
+ * worksharing loop (measured: 8 allocations per `schedule(static)` loop, 634
+ * per `schedule(dynamic)` loop of 100 iterations on 2 threads), and both
+ * runtimes allocate in every parallel region of one thread (libgomp 1,
+ * libomp 2); a plain parallel region of a fixed team size allocates nothing
+ * once the pool exists, in either runtime.
+ */
+static void ta_cpu_parallel(ta_cpu_run *run) {
+#ifdef _OPENMP
+    const int n = run->n_threads;
+    if (n > 1) {
+        TA_OMP("omp parallel num_threads(n)")
+        ta_cpu_worker(run, (int32_t)omp_get_thread_num());
+        return;
+    }
+#endif
+    ta_cpu_worker(run, 0);
+}
+
+static ta_status ta_cpu_start(ta_cpu_run *run, const ta_plan *plan, int backward, void *workspace) {
+    ta_cpu_slab probe;
+    size_t total;
+    const ta_tiling *t = backward ? &plan->bwd : &plan->fwd;
+    const int64_t n_bh = (int64_t)plan->p.batch * plan->p.heads_q;
+    ta_status st;
+    run->plan = plan;
+    run->workspace = workspace;
+    run->kern = ta_cpu_kernels_for(ta_cpu_isa_resolve()); /* reads TA_CPU_ISA once */
+    run->n_threads = ta_cpu_threads(plan);
+    run->q_group = ta_cpu_q_group(plan, t, run->n_threads);
+    run->k_group = backward ? ta_cpu_dkdv_group(plan, run->n_threads) : 1;
+    run->n_dkdv = backward ? (int64_t)plan->p.batch * plan->p.heads_kv *
+                                 ((t->num_k_tiles + run->k_group - 1) / run->k_group)
+                           : 0;
+    run->n_tasks = run->n_dkdv + n_bh * ((t->num_q_tiles + run->q_group - 1) / run->q_group);
+    TA_CPU_TASK_INIT(&run->next);
+    st = ta_cpu_layout(plan, backward, run->n_threads, NULL, 0, &probe, &total);
+    return st;
+}
+
+/* Forward: one task per (b, h, group of Q tiles). */
+static ta_status ta_cpu_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace,
+                            void *stream) {
+    ta_cpu_run run;
+    const ta_status st = ta_cpu_start(&run, plan, 0, workspace);
+    (void)stream;
+    if (st != TA_OK) return st;
+    run.fa = a;
+    run.ba = NULL;
+    ta_cpu_parallel(&run);
+    return TA_OK;
+}
+
+/* Backward: the dk/dv tasks, then the dq tasks (see ta_cpu_run). */
+static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
+                            void *stream) {
+    ta_cpu_run run;
+    const ta_status st = ta_cpu_start(&run, plan, 1, workspace);
+    (void)stream;
+    if (st != TA_OK) return st;
+    run.fa = NULL;
+    run.ba = a;
+    ta_cpu_parallel(&run);
+    return TA_OK;
+}
+
+const ta_backend_ops ta_cpu_ops = {
+    ta_cpu_available, ta_cpu_supports, ta_cpu_fwd_size, ta_cpu_bwd_size, ta_cpu_fwd, ta_cpu_bwd, 1};

@@ -1,0 +1,517 @@
+/*
+ * cpu_bench: throughput of the CPU backend (TA_BACKEND_CPU) against the
+ * machine's own FMA peak, measured in the same binary.
+ *
+ *   1. FMA peak: every thread runs a loop of independent vector FMAs (16
+ *      accumulators, the widest ISA the CPU has); GFLOP/s = 2 flops per lane
+ *      per FMA. Measured for each thread count of the run.
+ *   2. For each (S, D, causal, threads, pass): median time of --reps calls
+ *      after one warm-up, GFLOP/s with the FLOP count of tileattn-bench
+ *      (per visible (row, key) pair: forward 2 (D + D_v), backward
+ *      2 (3 D + 2 D_v); exp and softmax not counted), and the fraction of the
+ *      peak at that thread count.
+ *   --check compares each result with TA_BACKEND_REF once (bitwise; slow for
+ *   long sequences: the reference is scalar).
+ *
+ * Output: a table on stdout, and with --csv one row per measurement:
+ *   kind,isa,threads,batch,heads,seq,dim,causal,dtype,pass,ms,gflops,peak_gflops,frac_peak
+ * bench/cpu_torch.py runs this binary and PyTorch's CPU SDPA side by side.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cpu/ta_cpu.h"
+#include "ta_math.h"
+#include "tileattn.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define BENCH_X86 1
+#endif
+
+#define MAX_LIST 16
+
+typedef struct opts {
+    int32_t seqs[MAX_LIST], n_seqs;
+    int32_t dims[MAX_LIST], n_dims;
+    int32_t threads[MAX_LIST], n_threads;
+    int causal_modes[2], n_causal;
+    int32_t batch, heads, reps, block_q, block_k;
+    ta_dtype dtype;
+    int do_fwd, do_bwd, check, csv;
+} opts;
+
+/* Wall clock, or with --cpu-time the process's CPU time (summed over its
+ * threads): on a machine shared with other jobs, CPU time of a one-thread
+ * run is not inflated by preemption. Only meaningful for one thread. */
+static clockid_t g_clock = CLOCK_MONOTONIC;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(g_clock, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------------- */
+/* FMA peak                                                                 */
+/* ---------------------------------------------------------------------- */
+
+static volatile float g_sink;
+
+#ifdef BENCH_X86
+/* 16 independent accumulators hide the FMA latency on two FMA pipes. */
+__attribute__((target("avx512f"))) static float fma_loop_avx512(int64_t iters) {
+    __m512 acc[16];
+    const __m512 b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+    int64_t it;
+    int k;
+    for (k = 0; k < 16; ++k)
+        acc[k] = _mm512_set1_ps((float)k);
+    for (it = 0; it < iters; ++it)
+        for (k = 0; k < 16; ++k)
+            acc[k] = _mm512_fmadd_ps(acc[k], b, c);
+    for (k = 1; k < 16; ++k)
+        acc[0] = _mm512_add_ps(acc[0], acc[k]);
+    return _mm512_reduce_add_ps(acc[0]);
+}
+__attribute__((target("avx2,fma"))) static float fma_loop_avx2(int64_t iters) {
+    __m256 acc[12];
+    const __m256 b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+    float out[8];
+    int64_t it;
+    int k;
+    for (k = 0; k < 12; ++k)
+        acc[k] = _mm256_set1_ps((float)k);
+    for (it = 0; it < iters; ++it)
+        for (k = 0; k < 12; ++k)
+            acc[k] = _mm256_fmadd_ps(acc[k], b, c);
+    for (k = 1; k < 12; ++k)
+        acc[0] = _mm256_add_ps(acc[0], acc[k]);
+    _mm256_storeu_ps(out, acc[0]);
+    return out[0];
+}
+#endif
+
+/* FLOPs per loop iteration per thread, and the loop, of the best ISA. */
+static double fma_flops_per_iter(ta_cpu_isa isa) {
+    return isa == TA_CPU_ISA_AVX512 ? 16.0 * 16 * 2
+           : isa == TA_CPU_ISA_AVX2 ? 12.0 * 8 * 2
+                                    : 8.0 * 2;
+}
+static float fma_loop(ta_cpu_isa isa, int64_t iters) {
+#ifdef BENCH_X86
+    if (isa == TA_CPU_ISA_AVX512) return fma_loop_avx512(iters);
+    if (isa == TA_CPU_ISA_AVX2) return fma_loop_avx2(iters);
+#endif
+    {
+        /* scalar: 8 independent chains of fmaf (a libm call in a baseline build) */
+        float acc[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+        int64_t it;
+        int k;
+        for (it = 0; it < iters; ++it)
+            for (k = 0; k < 8; ++k)
+                acc[k] = fmaf(acc[k], 0.999999f, 1e-7f);
+        return acc[0] + acc[7];
+    }
+}
+
+/* GFLOP/s of `threads` threads running the FMA loop at once (best of 3). */
+static double fma_peak(ta_cpu_isa isa, int32_t threads) {
+    const int64_t iters = 20000000;
+    double best = 0.0;
+    int rep;
+    for (rep = 0; rep < 3; ++rep) {
+        const double t0 = now_s();
+        double secs;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+#endif
+        { g_sink = fma_loop(isa, iters); }
+        secs = now_s() - t0;
+        if (threads * fma_flops_per_iter(isa) * (double)iters / secs * 1e-9 > best)
+            best = threads * fma_flops_per_iter(isa) * (double)iters / secs * 1e-9;
+    }
+    return best;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Attention                                                                */
+/* ---------------------------------------------------------------------- */
+
+/* Visible (row, key) pairs of one (b, h) slice. */
+static double visible_pairs(int32_t sq, int32_t sk, int causal) {
+    double n = 0.0;
+    int32_t r;
+    if (!causal) return (double)sq * (double)sk;
+    for (r = 0; r < sq; ++r) {
+        int32_t last = r + sk - sq;
+        if (last >= sk) last = sk - 1;
+        if (last >= 0) n += (double)(last + 1);
+    }
+    return n;
+}
+
+static void fill(void *buf, ta_dtype dt, size_t n, uint64_t *state) {
+    size_t i;
+    for (i = 0; i < n; ++i) {
+        float x;
+        *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+        x = (float)(*state >> 40) * (2.0f / 16777216.0f) - 1.0f;
+        if (dt == TA_F32)
+            ((float *)buf)[i] = x;
+        else if (dt == TA_F16)
+            ((uint16_t *)buf)[i] = ta_f32_to_f16(x);
+        else
+            ((uint16_t *)buf)[i] = ta_f32_to_bf16(x);
+    }
+}
+
+static void *xalloc(size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) {
+        fprintf(stderr, "cpu_bench: out of memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+typedef struct bufs {
+    void *q, *k, *v, *o, *d_o, *dq, *dk, *dv, *ws;
+    float *lse;
+    size_t n_q, n_o, n_lse, eb, ws_bytes;
+} bufs;
+
+static double median(double *t, int n) {
+    int i, j;
+    for (i = 1; i < n; ++i)
+        for (j = i; j > 0 && t[j] < t[j - 1]; --j) {
+            const double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* One call of the pass on backend be; returns its status. */
+static ta_status call(const ta_problem *p, ta_backend be, int bwd, bufs *x, void *o, float *lse,
+                      void *dq, void *dk, void *dv, void *ws, size_t ws_bytes) {
+    if (!bwd) {
+        ta_fwd_args a;
+        memset(&a, 0, sizeof a);
+        a.q = x->q;
+        a.k = x->k;
+        a.v = x->v;
+        a.o = o;
+        a.lse = lse;
+        return ta_fwd(p, be, &a, ws, ws_bytes, NULL);
+    } else {
+        ta_bwd_args a;
+        memset(&a, 0, sizeof a);
+        a.q = x->q;
+        a.k = x->k;
+        a.v = x->v;
+        a.o = x->o;
+        a.d_o = x->d_o;
+        a.lse = x->lse;
+        a.dq = dq;
+        a.dk = dk;
+        a.dv = dv;
+        return ta_bwd(p, be, &a, ws, ws_bytes, NULL);
+    }
+}
+
+/* --check: the reference's result of the same call must be bit-identical. */
+static int check_vs_ref(const ta_problem *p, int bwd, bufs *x) {
+    ta_problem rp = *p;
+    size_t bytes = 0;
+    void *ws, *o = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
+    float *lse = NULL;
+    int same;
+    if ((bwd ? ta_bwd_workspace_size(&rp, TA_BACKEND_REF, &bytes)
+             : ta_fwd_workspace_size(&rp, TA_BACKEND_REF, &bytes)) != TA_OK)
+        return 0;
+    ws = xalloc(bytes);
+    if (!bwd) {
+        o = xalloc(x->n_o * x->eb);
+        lse = (float *)xalloc(x->n_lse * sizeof(float));
+        call(&rp, TA_BACKEND_REF, 0, x, o, lse, NULL, NULL, NULL, ws, bytes);
+        same = memcmp(o, x->o, x->n_o * x->eb) == 0 &&
+               memcmp(lse, x->lse, x->n_lse * sizeof(float)) == 0;
+    } else {
+        const size_t n_k =
+            (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k * (size_t)p->head_dim;
+        dq = xalloc(x->n_q * x->eb);
+        dk = xalloc(n_k * x->eb);
+        dv = xalloc(n_k * x->eb);
+        call(&rp, TA_BACKEND_REF, 1, x, NULL, NULL, dq, dk, dv, ws, bytes);
+        same = memcmp(dq, x->dq, x->n_q * x->eb) == 0 && memcmp(dk, x->dk, n_k * x->eb) == 0 &&
+               memcmp(dv, x->dv, n_k * x->eb) == 0;
+    }
+    free(ws);
+    free(o);
+    free(lse);
+    free(dq);
+    free(dk);
+    free(dv);
+    return same;
+}
+
+/* Median seconds of reps calls (after one warm-up); -1 on an error. */
+static double time_pass(const ta_problem *p, int bwd, bufs *x, int reps) {
+    double t[64] = {0};
+    int i;
+    if (reps > 64) reps = 64;
+    if (reps < 1) reps = 1;
+    for (i = -1; i < reps; ++i) {
+        const double t0 = now_s();
+        const ta_status st =
+            call(p, TA_BACKEND_CPU, bwd, x, x->o, x->lse, x->dq, x->dk, x->dv, x->ws, x->ws_bytes);
+        if (st != TA_OK) {
+            fprintf(stderr, "cpu_bench: %s: %s\n", bwd ? "ta_bwd" : "ta_fwd", ta_status_string(st));
+            return -1.0;
+        }
+        if (i >= 0) t[i] = now_s() - t0;
+    }
+    return median(t, reps);
+}
+
+static void setup(const ta_problem *p, bufs *x) {
+    const size_t n_k =
+        (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k * (size_t)p->head_dim;
+    size_t fb = 0, bb = 0;
+    uint64_t state = 42;
+    x->eb = p->dtype == TA_F32 ? 4u : 2u;
+    x->n_lse = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    x->n_q = x->n_lse * (size_t)p->head_dim;
+    x->n_o = x->n_lse * (size_t)p->head_dim_v;
+    x->q = xalloc(x->n_q * x->eb);
+    x->k = xalloc(n_k * x->eb);
+    x->v = xalloc(n_k * x->eb);
+    x->o = xalloc(x->n_o * x->eb);
+    x->d_o = xalloc(x->n_o * x->eb);
+    x->dq = xalloc(x->n_q * x->eb);
+    x->dk = xalloc(n_k * x->eb);
+    x->dv = xalloc(n_k * x->eb);
+    x->lse = (float *)xalloc(x->n_lse * sizeof(float));
+    fill(x->q, p->dtype, x->n_q, &state);
+    fill(x->k, p->dtype, n_k, &state);
+    fill(x->v, p->dtype, n_k, &state);
+    fill(x->d_o, p->dtype, x->n_o, &state);
+    ta_fwd_workspace_size(p, TA_BACKEND_CPU, &fb);
+    ta_bwd_workspace_size(p, TA_BACKEND_CPU, &bb);
+    x->ws_bytes = fb > bb ? fb : bb;
+    x->ws = xalloc(x->ws_bytes);
+}
+
+static void teardown(bufs *x) {
+    free(x->q);
+    free(x->k);
+    free(x->v);
+    free(x->o);
+    free(x->d_o);
+    free(x->dq);
+    free(x->dk);
+    free(x->dv);
+    free(x->lse);
+    free(x->ws);
+}
+
+static const char *dtype_str(ta_dtype dt) {
+    return dt == TA_F32 ? "f32" : dt == TA_F16 ? "f16" : "bf16";
+}
+
+/* All passes of one problem at one thread count. */
+static int run_problem(const opts *op, ta_problem *p, double peak, ta_cpu_isa isa) {
+    bufs x;
+    const double pairs =
+        (double)p->batch * p->heads_q * visible_pairs(p->seq_q, p->seq_k, p->flags & TA_CAUSAL);
+    int bwd, ok = 1;
+    setup(p, &x);
+    for (bwd = 0; bwd <= 1; ++bwd) {
+        const double flops =
+            pairs * 2.0 *
+            (bwd ? 3.0 * p->head_dim + 2.0 * p->head_dim_v : (double)p->head_dim + p->head_dim_v);
+        double secs;
+        if (!bwd && !op->do_fwd && op->do_bwd) {
+            /* the backward needs o and lse: one untimed forward */
+            if (time_pass(p, 0, &x, 1) < 0) ok = 0;
+            continue;
+        }
+        if (bwd && !op->do_bwd) continue;
+        secs = time_pass(p, bwd, &x, op->reps);
+        if (secs < 0) {
+            ok = 0;
+            continue;
+        }
+        printf("%-7s %3d  %5d %5d %4d %-6s %-4s %-3s %10.3f %9.1f %9.1f %6.1f%%",
+               ta_cpu_isa_name(isa), p->num_threads, p->seq_q, p->head_dim, p->heads_q,
+               (p->flags & TA_CAUSAL) ? "causal" : "full", dtype_str(p->dtype), bwd ? "bwd" : "fwd",
+               secs * 1e3, flops / secs * 1e-9, peak, 100.0 * flops / secs * 1e-9 / peak);
+        if (op->check) {
+            const int same = check_vs_ref(p, bwd, &x);
+            printf("  %s", same ? "bit-identical" : "MISMATCH");
+            if (!same) ok = 0;
+        }
+        printf("\n");
+        if (op->csv)
+            fprintf(stderr, "sdpa,%s,%d,%d,%d,%d,%d,%d,%s,%s,%.6f,%.3f,%.3f,%.4f\n",
+                    ta_cpu_isa_name(isa), p->num_threads, p->batch, p->heads_q, p->seq_q,
+                    p->head_dim, (p->flags & TA_CAUSAL) ? 1 : 0, dtype_str(p->dtype),
+                    bwd ? "bwd" : "fwd", secs * 1e3, flops / secs * 1e-9, peak,
+                    flops / secs * 1e-9 / peak);
+        fflush(stdout);
+    }
+    teardown(&x);
+    return ok;
+}
+
+static int parse_list(const char *s, int32_t *out, int *n) {
+    char *end;
+    *n = 0;
+    while (*s && *n < MAX_LIST) {
+        const long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v > (1L << 30)) return 0;
+        out[(*n)++] = (int32_t)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return 0;
+    }
+    return *n > 0;
+}
+
+static void usage(void) {
+    fprintf(
+        stderr,
+        "usage: cpu_bench [options]\n"
+        "  --seq L        sequence lengths S = S_q = S_k, comma list  [512,1024,2048,4096,8192]\n"
+        "  --dim L        head dims D = D_v, comma list               [64,128]\n"
+        "  --heads N      heads H (= H_kv)                            [8]\n"
+        "  --batch N      batch B                                     [1]\n"
+        "  --threads L    thread counts; 0 = all (omp_get_max_threads) [1,0]\n"
+        "  --causal M     on, off or both                             [both]\n"
+        "  --dtype T      f32, f16 or bf16                            [f32]\n"
+        "  --pass P       fwd, bwd or both                            [both]\n"
+        "  --block-q N, --block-k N   tile sizes                      [library]\n"
+        "  --reps N       timed calls per measurement (median)        [3]\n"
+        "  --check        compare each result with the reference (slow)\n"
+        "  --peak-only    measure the FMA peak and stop\n"
+        "  --csv          also write CSV rows to stderr\n"
+        "  --cpu-time     time with the process CPU clock (one-thread runs on a\n"
+        "                 shared machine; wall clock by default)\n"
+        "Set TA_CPU_ISA=scalar|avx2|avx512 to force a path.\n");
+}
+
+static int parse_args(int argc, char **argv, opts *op, int *peak_only) {
+    int i;
+    memset(op, 0, sizeof *op);
+    parse_list("512,1024,2048,4096,8192", op->seqs, &op->n_seqs);
+    parse_list("64,128", op->dims, &op->n_dims);
+    parse_list("1,0", op->threads, &op->n_threads);
+    op->causal_modes[0] = 1;
+    op->causal_modes[1] = 0;
+    op->n_causal = 2;
+    op->batch = 1;
+    op->heads = 8;
+    op->reps = 3;
+    op->do_fwd = op->do_bwd = 1;
+    *peak_only = 0;
+    for (i = 1; i < argc; ++i) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int used = 1;
+        if (strcmp(a, "--seq") == 0 && v)
+            used = parse_list(v, op->seqs, &op->n_seqs) ? 2 : -1;
+        else if (strcmp(a, "--dim") == 0 && v)
+            used = parse_list(v, op->dims, &op->n_dims) ? 2 : -1;
+        else if (strcmp(a, "--threads") == 0 && v)
+            used = parse_list(v, op->threads, &op->n_threads) ? 2 : -1;
+        else if (strcmp(a, "--heads") == 0 && v)
+            op->heads = atoi(v), used = 2;
+        else if (strcmp(a, "--batch") == 0 && v)
+            op->batch = atoi(v), used = 2;
+        else if (strcmp(a, "--reps") == 0 && v)
+            op->reps = atoi(v), used = 2;
+        else if (strcmp(a, "--block-q") == 0 && v)
+            op->block_q = atoi(v), used = 2;
+        else if (strcmp(a, "--block-k") == 0 && v)
+            op->block_k = atoi(v), used = 2;
+        else if (strcmp(a, "--causal") == 0 && v) {
+            used = 2;
+            op->n_causal = strcmp(v, "both") == 0 ? 2 : 1;
+            op->causal_modes[0] = strcmp(v, "off") == 0 ? 0 : 1;
+        } else if (strcmp(a, "--dtype") == 0 && v) {
+            used = 2;
+            op->dtype = strcmp(v, "f16") == 0 ? TA_F16 : strcmp(v, "bf16") == 0 ? TA_BF16 : TA_F32;
+        } else if (strcmp(a, "--pass") == 0 && v) {
+            used = 2;
+            op->do_fwd = strcmp(v, "bwd") != 0;
+            op->do_bwd = strcmp(v, "fwd") != 0;
+        } else if (strcmp(a, "--check") == 0)
+            op->check = 1;
+        else if (strcmp(a, "--csv") == 0)
+            op->csv = 1;
+        else if (strcmp(a, "--peak-only") == 0)
+            *peak_only = 1;
+        else if (strcmp(a, "--cpu-time") == 0)
+            g_clock = CLOCK_PROCESS_CPUTIME_ID;
+        else
+            used = -1;
+        if (used < 0 || op->reps < 1 || op->heads < 1 || op->batch < 1) {
+            usage();
+            return 0;
+        }
+        i += used - 1;
+    }
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    opts op;
+    int peak_only, it, is, id, ic, ok = 1;
+    const ta_cpu_isa isa = ta_cpu_isa_resolve();
+    int32_t max_threads = 1;
+    if (!parse_args(argc, argv, &op, &peak_only)) return 2;
+#ifdef _OPENMP
+    max_threads = (int32_t)omp_get_max_threads();
+#endif
+    printf("cpu_bench: tileattn %s, CPU path %s, up to %d threads; FLOPs per visible pair: "
+           "fwd 2(D+D_v), bwd 2(3D+2D_v)\n",
+           ta_version_string(), ta_cpu_isa_name(isa), (int)max_threads);
+    for (it = 0; it < op.n_threads; ++it) {
+        const int32_t threads = op.threads[it] ? op.threads[it] : max_threads;
+        const double peak = fma_peak(isa, threads);
+        printf("FMA peak (%s, %d thread%s): %.1f GFLOP/s\n", ta_cpu_isa_name(isa), (int)threads,
+               threads == 1 ? "" : "s", peak);
+        if (op.csv)
+            fprintf(stderr, "peak,%s,%d,,,,,,,,,%.3f,%.3f,1\n", ta_cpu_isa_name(isa), threads, peak,
+                    peak);
+        if (peak_only) continue;
+        printf("%-7s %3s  %5s %5s %4s %-6s %-4s %-3s %10s %9s %9s %7s\n", "isa", "thr", "S", "D",
+               "H", "mask", "type", "pas", "ms", "GFLOP/s", "peak", "of peak");
+        for (is = 0; is < op.n_seqs; ++is)
+            for (id = 0; id < op.n_dims; ++id)
+                for (ic = 0; ic < op.n_causal; ++ic) {
+                    ta_problem p;
+                    memset(&p, 0, sizeof p);
+                    p.batch = op.batch;
+                    p.heads_q = p.heads_kv = op.heads;
+                    p.seq_q = p.seq_k = op.seqs[is];
+                    p.head_dim = p.head_dim_v = op.dims[id];
+                    p.dtype = op.dtype;
+                    p.flags = op.causal_modes[ic] ? TA_CAUSAL : 0u;
+                    p.block_q = op.block_q;
+                    p.block_k = op.block_k;
+                    p.num_threads = threads;
+                    ok &= run_problem(&op, &p, peak, isa);
+                }
+    }
+    return ok ? 0 : 1;
+}

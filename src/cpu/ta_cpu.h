@@ -1,0 +1,164 @@
+/*
+ * CPU backend internals (docs/cpu.md): the per-thread tile buffers, their one
+ * layout routine, and the table of tile tasks each instruction set provides.
+ *
+ *   ta_cpu.c         entry points, workspace layout, ISA dispatch, OpenMP loops
+ *   ta_cpu_impl.h    the tiled algorithm and its micro-kernels, written once
+ *                    over a small vector layer and compiled three times:
+ *   ta_cpu_scalar.c  1 lane  (portable, no ISA flags: the fallback)
+ *   ta_cpu_avx2.c    8 lanes (-mavx2 -mfma)
+ *   ta_cpu_avx512.c  16 lanes (-mavx512f -mavx2 -mfma)
+ *
+ * All three produce the bits of TA_BACKEND_REF (DESIGN.md 3): lanes run over
+ * independent outputs only, and every lane performs the reference's scalar
+ * operation sequence.
+ */
+#ifndef TA_CPU_H
+#define TA_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ta_internal.h"
+
+/* Every padded tile dimension is a multiple of this many floats (64 bytes:
+ * one AVX-512 vector), whatever ISA runs, so the workspace size does not
+ * depend on the ISA chosen at call time. */
+#define TA_CPU_PAD 16
+
+/* Instruction sets, in increasing order. */
+typedef enum ta_cpu_isa {
+    TA_CPU_ISA_SCALAR = 0,
+    TA_CPU_ISA_AVX2 = 1,
+    TA_CPU_ISA_AVX512 = 2
+} ta_cpu_isa;
+
+/* Most Q tiles one forward or dq task holds (see ta_cpu_q_group). */
+#define TA_CPU_Q_GROUP_MAX 4
+
+/* Padded dims of one task's tiles (from the plan; ISA-independent). */
+typedef struct ta_cpu_dims {
+    int32_t d, dv;         /* D, D_v */
+    size_t d_pad, dv_pad;  /* D, D_v rounded up to TA_CPU_PAD */
+    int32_t rows_max;      /* query rows one task holds: q_group x block_q */
+    int32_t block_k;       /* key columns of one K tile */
+    size_t bq_pad, bk_pad; /* rows_max, block_k rounded up to TA_CPU_PAD */
+} ta_cpu_dims;
+
+/*
+ * Forward tiles of one thread (one task at a time: a group of q_group Q tiles
+ * of one (b, h), R = rows_max rows; B_q below stands for R).
+ * Scores run with lanes across query rows, so Q is held transposed and the
+ * score/probability tile is [key][row]:
+ *
+ *   +-------------+-------------+--------------+-------------+--------------+----+---+-----+----+-----+
+ *   | qt          | k           | v            | st          | acc          | m  | l |alpha|nvis|
+ * lse | | D x bq_pad  | B_k x d_pad | B_k x dv_pad | B_k x bq_pad| B_q x dv_pad | bq_pad each |
+ *   +-------------+-------------+--------------+-------------+--------------+----+---+-----+----+-----+
+ */
+typedef struct ta_cpu_fwd_ws {
+    ta_cpu_dims dm; /* the padded dims these buffers were carved for */
+    float *qt;      /* [D, bq_pad]     Q tile transposed (pad lanes 0) */
+    float *k;       /* [B_k, d_pad]    K tile rows, widened (f16/bf16, or f32 with D % 16 != 0) */
+    float *v;       /* [B_k, dv_pad]   V tile rows, widened and zero padded */
+    float *st;      /* [B_k, bq_pad]   scores s[i,j] at st[j][i], then p */
+    float *acc;     /* [B_q, dv_pad]   unnormalised output */
+    float *m;       /* [bq_pad]        running max; -inf until a key is seen */
+    float *l;       /* [bq_pad]        running sum */
+    float *alpha;   /* [bq_pad]        this K tile's rescale factor (1 for rows it skips) */
+    int32_t *nvis;  /* [bq_pad]        visible keys of this K tile per row (a prefix) */
+    float *lse;     /* [bq_pad]        lse of the tile's rows before the store */
+} ta_cpu_fwd_ws;
+
+/* K tiles one dk/dv task holds at most (see ta_cpu_dkdv_group). */
+#define TA_CPU_DKDV_GROUP_MAX 4
+
+/*
+ * Backward pass 1 (dk, dv) tiles of one thread: one task is a group of up to
+ * TA_CPU_DKDV_GROUP_MAX consecutive K tiles of one (b, kv head), so that each
+ * Q-side tile (Q, dO, O rows, lse, D_i) is loaded once for the whole group.
+ * Lanes across keys: K and V held transposed, P and dS are [row][key].
+ *
+ *   | q B_q x d_pad | d_o B_q x dv_pad | o B_q x dv_pad | p B_q x bk_pad | ds B_q x bk_pad |
+ *   | lse | delta | nvis (bq_pad each) |
+ *   then per K tile of the group (group slots):
+ *   | kt D x bk_pad | vt D_v x bk_pad | dk_acc B_k x d_pad | dv_acc B_k x dv_pad |
+ */
+typedef struct ta_cpu_dkdv_ws {
+    ta_cpu_dims dm;
+    int32_t group;      /* K tiles per task (slots carved) */
+    float *q, *d_o, *o; /* [B_q, d_pad], [B_q, dv_pad] x2: Q, dO, O rows (widened) */
+    float *p, *ds;      /* [B_q, bk_pad] P, then dP overwritten by dS */
+    float *lse, *delta; /* [bq_pad] */
+    int32_t *nvis;      /* [bq_pad] live keys of the K tile per row (0: lse = -inf) */
+    float *kt[TA_CPU_DKDV_GROUP_MAX], *vt[TA_CPU_DKDV_GROUP_MAX]; /* [D | D_v, bk_pad] K, V^T */
+    float *dk_acc[TA_CPU_DKDV_GROUP_MAX];                         /* [B_k, d_pad] */
+    float *dv_acc[TA_CPU_DKDV_GROUP_MAX];                         /* [B_k, dv_pad] */
+} ta_cpu_dkdv_ws;
+
+/*
+ * Backward pass 2 (dq) tiles of one thread: one task is a group of q_group
+ * Q tiles of one (b, h) (B_q below stands for rows_max). Lanes across query
+ * rows, as the forward.
+ *
+ *   | qt D x bq_pad | dot D_v x bq_pad | ot D_v x bq_pad | k B_k x d_pad | v B_k x dv_pad |
+ *   | st B_k x bq_pad | dpt B_k x bq_pad | lse | delta | nvis (bq_pad each) | dq_acc B_q x d_pad |
+ */
+typedef struct ta_cpu_dq_ws {
+    ta_cpu_dims dm;
+    float *qt, *dot, *ot; /* [D | D_v, bq_pad] transposed Q, dO, O tiles */
+    float *k, *v;         /* [B_k, d_pad], [B_k, dv_pad] K, V rows */
+    float *st, *dpt;      /* [B_k, bq_pad] scores; dP overwritten by dS */
+    float *lse, *delta;   /* [bq_pad] */
+    int32_t *nvis;        /* [bq_pad] */
+    float *dq_acc;        /* [B_q, d_pad] */
+} ta_cpu_dq_ws;
+
+/* One thread's tiles from a cursor (size mode when the cursor has no base). */
+void ta_cpu_dims_of(const ta_plan *plan, const ta_tiling *t, int32_t q_group, ta_cpu_dims *dm);
+/* Consecutive Q tiles one forward or dq task holds as one block of rows, for
+ * this plan and thread count: up to TA_CPU_Q_GROUP_MAX tiles and 256 rows,
+ * while there are at least two tasks per thread. Each K tile is then loaded
+ * once for all of them. Rows are independent and row tiling is free
+ * (DESIGN.md 3.5), so this changes no bit; it is part of the workspace layout
+ * (query and call compute the same value). */
+int32_t ta_cpu_q_group(const ta_plan *plan, const ta_tiling *t, int32_t n_threads);
+void ta_cpu_carve_fwd(const ta_cpu_dims *dm, ta_ws_cursor *c, ta_cpu_fwd_ws *ws);
+void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, ta_ws_cursor *c, ta_cpu_dkdv_ws *ws);
+/* K tiles per dk/dv task for this plan and thread count: up to
+ * TA_CPU_DKDV_GROUP_MAX while there are at least two tasks per thread. Part of
+ * the workspace layout (query and call compute the same value); never part of
+ * the result (each K tile's sums keep the reference's order). */
+int32_t ta_cpu_dkdv_group(const ta_plan *plan, int32_t n_threads);
+void ta_cpu_carve_dq(const ta_cpu_dims *dm, ta_ws_cursor *c, ta_cpu_dq_ws *ws);
+
+/* The tile tasks of one instruction set. Each task writes only its own output
+ * rows (o, lse rows of (b, h, qt in [qt_begin, qt_end)); dk, dv rows of
+ * (b, h_kv, kt in [kt_begin, kt_end)); dq rows of (b, h, qt in [qt_begin,
+ * qt_end))), so tasks run in any order on any thread with the same bits. */
+typedef struct ta_cpu_kernels {
+    const char *name;
+    void (*fwd_task)(const ta_plan *plan, const ta_fwd_args *a, const ta_cpu_fwd_ws *ws, int32_t b,
+                     int32_t h, int32_t qt_begin, int32_t qt_end);
+    void (*dkdv_task)(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_dkdv_ws *ws,
+                      int32_t b, int32_t h_kv, int32_t kt_begin, int32_t kt_end);
+    void (*dq_task)(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_dq_ws *ws, int32_t b,
+                    int32_t h, int32_t qt_begin, int32_t qt_end);
+} ta_cpu_kernels;
+
+extern const ta_cpu_kernels ta_cpu_kernels_scalar;
+#if defined(TA_CPU_X86)
+extern const ta_cpu_kernels ta_cpu_kernels_avx2;
+extern const ta_cpu_kernels ta_cpu_kernels_avx512;
+#endif
+
+/* The best instruction set this CPU (and this build) runs. */
+ta_cpu_isa ta_cpu_isa_best(void);
+/* The instruction set a call uses now: ta_cpu_isa_best(), lowered by the
+ * environment variable TA_CPU_ISA = scalar | avx2 | avx512 (read once per
+ * call; a value the CPU cannot run is lowered to what it can; anything else,
+ * or unset, means the best). Tests use it to report the path they forced. */
+ta_cpu_isa ta_cpu_isa_resolve(void);
+const char *ta_cpu_isa_name(ta_cpu_isa isa);
+
+#endif /* TA_CPU_H */

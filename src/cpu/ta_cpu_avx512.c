@@ -1,0 +1,48 @@
+/*
+ * CPU backend, AVX-512F instantiation: 16 lanes, register blocks of 6 rows
+ * (or keys) x 4 vectors (24 accumulators of the 32 zmm registers). Compiled
+ * with -mavx512f -mavx2 -mfma (CMakeLists.txt); run only after
+ * ta_cpu_isa_best() saw AVX512F, AVX2 and FMA. The algorithm is ta_cpu_impl.h.
+ */
+#include "ta_cpu_vmath_avx512.h"
+
+#if defined(TA_HAVE_VMATH_AVX512) && defined(__AVX512F__) && defined(__FMA__)
+#include <immintrin.h>
+
+#define TA_VW          16
+#define TA_RB          6
+#define TA_NV          4
+#define TA_CPU_KERNELS ta_cpu_kernels_avx512
+#define TA_ISA_NAME    "avx512"
+#define TA_VFN         static inline __attribute__((always_inline))
+
+typedef __m512 ta_v;
+typedef __mmask16 ta_m;
+
+TA_VFN ta_v v_zero(void) { return _mm512_setzero_ps(); }
+TA_VFN ta_v v_set1(float x) { return _mm512_set1_ps(x); }
+TA_VFN ta_v v_load(const float *p) { return _mm512_loadu_ps(p); }
+TA_VFN void v_store(float *p, ta_v x) { _mm512_storeu_ps(p, x); }
+TA_VFN ta_v v_bcast(const float *p) { return _mm512_set1_ps(*p); }
+TA_VFN ta_v v_fma(ta_v a, ta_v b, ta_v c) { return _mm512_fmadd_ps(a, b, c); }
+TA_VFN ta_v v_mul(ta_v a, ta_v b) { return _mm512_mul_ps(a, b); }
+TA_VFN ta_v v_add(ta_v a, ta_v b) { return _mm512_add_ps(a, b); }
+TA_VFN ta_v v_sub(ta_v a, ta_v b) { return _mm512_sub_ps(a, b); }
+TA_VFN ta_v v_div(ta_v a, ta_v b) { return _mm512_div_ps(a, b); }
+/* vmaxps returns its second operand unless a > b: exactly a > b ? a : b */
+TA_VFN ta_v v_max(ta_v a, ta_v b) { return _mm512_max_ps(a, b); }
+TA_VFN ta_m m_lt(ta_v a, ta_v b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+TA_VFN ta_m m_gt(ta_v a, ta_v b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+TA_VFN ta_m m_ne(ta_v a, ta_v b) { return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_UQ); }
+TA_VFN ta_v v_sel(ta_m m, ta_v a, ta_v b) { return _mm512_mask_blend_ps(m, b, a); }
+TA_VFN ta_v v_exp(ta_v x) { return ta_avx512_exp(x); }
+TA_VFN ta_v v_log(ta_v x) { return ta_avx512_log(x); }
+TA_VFN ta_v v_i32f(const int32_t *p) { return _mm512_cvtepi32_ps(_mm512_loadu_si512(p)); }
+TA_VFN ta_v v_f16(const uint16_t *p) { return ta_avx512_f16_to_f32(p); }
+TA_VFN ta_v v_bf16(const uint16_t *p) { return ta_avx512_bf16_to_f32(p); }
+
+#include "ta_cpu_impl.h"
+
+#else
+typedef int ta_cpu_avx512_unavailable; /* not an x86 AVX-512 build: never selected */
+#endif
