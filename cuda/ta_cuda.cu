@@ -1,18 +1,25 @@
 /*
- * CUDA backend: host-side probes. The exact-mode kernels land with the CUDA
- * backend issue; until then ta_backend_available(TA_BACKEND_CUDA) is 0. The
- * shared descriptor and math headers are compiled for the device here, so CI
- * (nvcc, no GPU) catches anything in them that is not device-clean.
+ * CUDA backend: probes (ta_cuda_compiled, ta_cuda_device_present) and the host
+ * helpers of the launch code (cuda/ta_cuda_host.cuh): device-pointer checks,
+ * shared-memory opt-in, kernel launch. Every CUDA call is checked; a failure
+ * becomes TA_ERR_DEVICE (never an abort or a message). Nothing here allocates.
  */
+#include <stddef.h>
+#include <stdint.h>
+
 #include <cuda_runtime.h>
+
+#include "ta_cuda_host.cuh"
+#include "ta_cuda_tile.cuh"
 
 extern "C" {
 #include "ta_internal.h"
 #include "ta_math.h"
 }
 
-/* Instantiates the shared headers in device code (never launched here; the
- * GPU math test in test/ launches its own kernels). */
+/* Instantiates the shared headers in device code (never launched; the GPU math
+ * test in test/ launches its own kernels), so CI (nvcc, no GPU) catches
+ * anything in them that is not device-clean. */
 __global__ void ta_cuda_header_probe(const float *x, float *y, int32_t n) {
     const int32_t i = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x);
     ta_tiling t;
@@ -27,8 +34,57 @@ extern "C" int ta_cuda_compiled(void) { return 1; }
 extern "C" int ta_cuda_device_present(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        (void)cudaGetLastError(); /* clear the sticky-free error state */
+        (void)cudaGetLastError(); /* clear the (non-sticky) error state */
         return 0;
     }
     return n > 0;
+}
+
+/* A failed call: clear the runtime's last-error slot (so a caller's later
+ * cudaGetLastError does not report it twice) and map it to TA_ERR_DEVICE. */
+static ta_status ta_cuda_fail(void) {
+    (void)cudaGetLastError();
+    return TA_ERR_DEVICE;
+}
+
+ta_status ta_cuda_check_pointers(const void *const *ptrs, int n) {
+    int device = 0, i;
+    if (cudaGetDevice(&device) != cudaSuccess) return ta_cuda_fail();
+    for (i = 0; i < n; ++i) {
+        cudaPointerAttributes at;
+        if (!ptrs[i]) continue;
+        if (cudaPointerGetAttributes(&at, ptrs[i]) != cudaSuccess) return ta_cuda_fail();
+        switch (at.type) {
+        case cudaMemoryTypeDevice:
+            if (at.device != device) return TA_ERR_BAD_ARG;
+            break;
+        case cudaMemoryTypeManaged: break;
+        case cudaMemoryTypeHost:
+            if (at.devicePointer != ptrs[i]) return TA_ERR_BAD_ARG;
+            break;
+        default: return TA_ERR_BAD_ARG; /* unregistered (pageable) host memory */
+        }
+    }
+    return TA_OK;
+}
+
+ta_status ta_cuda_opt_in_smem(const void *kernel, size_t max_bytes) {
+    if (max_bytes <= 48u * 1024u) return TA_OK;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)max_bytes) != cudaSuccess)
+        return ta_cuda_fail();
+    return TA_OK;
+}
+
+ta_status ta_cuda_launch(const void *kernel, int64_t n_blocks, size_t smem_bytes, void *param,
+                         void *stream) {
+    const int64_t grid_max = 2147483647;
+    const unsigned int grid = (unsigned int)(n_blocks < grid_max ? n_blocks : grid_max);
+    void *args[1];
+    args[0] = param;
+    if (n_blocks < 1) return TA_OK;
+    if (cudaLaunchKernel(kernel, dim3(grid), dim3(TA_CUDA_THREADS), args, smem_bytes,
+                         static_cast<cudaStream_t>(stream)) != cudaSuccess)
+        return ta_cuda_fail();
+    return TA_OK;
 }

@@ -1,13 +1,86 @@
-/* CUDA backend entry-point table. Plain C, always compiled: the workspace size
- * query must work on a machine without a GPU or without CUDA compiled in.
- * The kernels are not implemented yet: the backend reports unavailable. */
+/*
+ * CUDA backend entry-point table. Plain C, always compiled: the workspace size
+ * query works on a machine without a GPU and in a build without CUDA (a planner
+ * may size device memory anywhere). The launch code is in cuda/ta_cuda_sdpa_*.cu
+ * (or the stubs of cuda/ta_cuda_absent.c without CUDA, never reached because
+ * available() is then 0).
+ *
+ * Supported: plain SDPA (no MTA conv), forward and backward, every dtype,
+ * causal or not, seqlens_k, GQA, S_q != S_k, D and D_v in [1, 256], every
+ * block size the library accepts. TA_PRECISION_FAST runs the exact kernels
+ * (bit-identical results satisfy any FAST bound).
+ */
+#include <stddef.h>
+
+#include "ta_cuda.h"
 #include "ta_internal.h"
 
-static int ta_cuda_available(void) { return 0; /* kernels land with the CUDA backend issue */ }
-static int ta_cuda_supports(const ta_plan *plan) {
+static int ta_cuda_available(void) { return ta_cuda_compiled() && ta_cuda_device_present(); }
+
+/* The MTA conv comes later: such problems get TA_ERR_UNSUPPORTED. */
+static int ta_cuda_supports(const ta_plan *plan) { return !plan->has_conv; }
+
+/* The one forward layout routine: sizes (base NULL) and carves (base set). */
+static ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws,
+                                    size_t *bytes) {
+    ta_ws_cursor c;
     (void)plan;
-    return 0;
+    ta_ws_begin(&c, base);
+    ws->unused = 0;
+    if (c.overflow) return TA_ERR_OVERFLOW;
+    *bytes = c.used;
+    return TA_OK;
 }
 
-const ta_backend_ops ta_cuda_ops = {ta_cuda_available, ta_cuda_supports, NULL, NULL, NULL, NULL,
-                                    0};
+/*
+ * The one backward layout routine (device memory, 64-byte aligned regions):
+ *
+ *   base
+ *   +------------------------------+
+ *   | delta [B, H, S_q] f32        |
+ *   +------------------------------+
+ *
+ *   bytes = round_up(4 * B * H * S_q, 64)
+ */
+static ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws,
+                                    size_t *bytes) {
+    ta_ws_cursor c;
+    ta_ws_begin(&c, base);
+    ws->delta = TA_WS_TAKE(&c, float, plan->n_lse);
+    if (c.overflow) return TA_ERR_OVERFLOW;
+    *bytes = c.used;
+    return TA_OK;
+}
+
+static ta_status ta_cuda_fwd_size(const ta_plan *plan, size_t *bytes) {
+    ta_cuda_fwd_ws ws;
+    return ta_cuda_fwd_layout(plan, NULL, &ws, bytes);
+}
+
+static ta_status ta_cuda_bwd_size(const ta_plan *plan, size_t *bytes) {
+    ta_cuda_bwd_ws ws;
+    return ta_cuda_bwd_layout(plan, NULL, &ws, bytes);
+}
+
+static ta_status ta_cuda_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace,
+                             void *stream) {
+    ta_cuda_fwd_ws ws;
+    size_t bytes;
+    const ta_status st = ta_cuda_fwd_layout(plan, workspace, &ws, &bytes);
+    if (st != TA_OK) return st;
+    return ta_cuda_sdpa_fwd(plan, a, &ws, stream);
+}
+
+static ta_status ta_cuda_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
+                             void *stream) {
+    ta_cuda_bwd_ws ws;
+    size_t bytes;
+    const ta_status st = ta_cuda_bwd_layout(plan, workspace, &ws, &bytes);
+    if (st != TA_OK) return st;
+    return ta_cuda_sdpa_bwd(plan, a, &ws, stream);
+}
+
+const ta_backend_ops ta_cuda_ops = {
+    ta_cuda_available, ta_cuda_supports, ta_cuda_fwd_size, ta_cuda_bwd_size,
+    ta_cuda_fwd,       ta_cuda_bwd,      0,
+};

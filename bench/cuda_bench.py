@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""SDPA forward and backward on the GPU: tileattn's CUDA backend in exact mode
+(TA_PRECISION_EXACT, f32, bit-identical to the reference) against PyTorch's
+SDPA math backend in f32 (TF32 off), in one process, on the same tensors and
+the same stream. MTA is not on the CUDA backend yet, so it has no row here.
+
+    python3 bench/cuda_bench.py --lib BUILD/libtileattn_bench.so [--quick] [--reps N]
+
+The library is the static archive linked whole into a shared object, which
+bench/cuda_check.sh builds:
+    gcc -shared -o libtileattn_bench.so -Wl,--whole-archive libtileattn.a \
+        -Wl,--no-whole-archive -lcudart -lm -fopenmp
+
+Times are CUDA-event medians of --reps calls after --warmup calls; the inputs
+are uniform in [-1, 1) (never zeros). Before timing, each problem checks
+tileattn's o against PyTorch's (max abs difference, printed) as a sanity check
+(PyTorch's math backend is not bit-exact to anything; the bit-exactness
+tests are test/test_cuda_equiv). GFLOP/s count useful work only: forward
+4 B H S_q S_k D (halved under the causal mask), backward 2.5x that
+(bench/README.md's count with D = D_v).
+"""
+import argparse
+import ctypes
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+TA_BACKEND_CUDA = 2
+TA_F32 = 0
+TA_CAUSAL = 1
+
+
+class Problem(ctypes.Structure):  # ta_problem (include/tileattn.h)
+    _fields_ = [(n, ctypes.c_int32) for n in
+                ("batch", "heads_q", "heads_kv", "seq_q", "seq_k", "head_dim", "head_dim_v",
+                 "dtype", "precision")] + [
+        ("flags", ctypes.c_uint32), ("scale", ctypes.c_float)] + [
+        (n, ctypes.c_int32) for n in ("conv_q", "conv_k", "block_q", "block_k", "num_threads")]
+
+
+class FwdArgs(ctypes.Structure):  # ta_fwd_args
+    _fields_ = [(n, ctypes.c_void_p) for n in
+                ("q", "k", "v", "conv_w", "seqlens_k", "o", "lse", "trace")]
+
+
+class BwdArgs(ctypes.Structure):  # ta_bwd_args
+    _fields_ = [(n, ctypes.c_void_p) for n in
+                ("q", "k", "v", "o", "d_o", "lse", "conv_w", "seqlens_k", "dq", "dk", "dv",
+                 "dconv_w", "trace")]
+
+
+def load(lib_path):
+    lib = ctypes.CDLL(lib_path)
+    for name in ("ta_fwd_workspace_size", "ta_bwd_workspace_size"):
+        getattr(lib, name).argtypes = [ctypes.POINTER(Problem), ctypes.c_int,
+                                       ctypes.POINTER(ctypes.c_size_t)]
+        getattr(lib, name).restype = ctypes.c_int
+    lib.ta_fwd.argtypes = [ctypes.POINTER(Problem), ctypes.c_int, ctypes.POINTER(FwdArgs),
+                           ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    lib.ta_bwd.argtypes = [ctypes.POINTER(Problem), ctypes.c_int, ctypes.POINTER(BwdArgs),
+                           ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    lib.ta_fwd.restype = lib.ta_bwd.restype = ctypes.c_int
+    lib.ta_status_string.argtypes = [ctypes.c_int]
+    lib.ta_status_string.restype = ctypes.c_char_p
+    lib.ta_backend_available.argtypes = [ctypes.c_int]
+    return lib
+
+
+def check(lib, st, what):
+    if st != 0:
+        raise RuntimeError(f"{what}: {lib.ta_status_string(st).decode()}")
+
+
+def median_ms(fn, warmup, reps):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def run(lib, b, h, s, d, causal, warmup, reps):
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(1234 + s + d + h)
+
+    def rand(*shape):
+        return torch.rand(*shape, device=dev, generator=gen, dtype=torch.float32) * 2 - 1
+
+    q, k, v, d_o = (rand(b, h, s, d) for _ in range(4))
+    o = torch.empty_like(q)
+    lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    p = Problem(batch=b, heads_q=h, heads_kv=h, seq_q=s, seq_k=s, head_dim=d, head_dim_v=d,
+                dtype=TA_F32, precision=0, flags=TA_CAUSAL if causal else 0)
+    n_fwd, n_bwd = ctypes.c_size_t(), ctypes.c_size_t()
+    check(lib, lib.ta_fwd_workspace_size(ctypes.byref(p), TA_BACKEND_CUDA, ctypes.byref(n_fwd)),
+          "fwd size")
+    check(lib, lib.ta_bwd_workspace_size(ctypes.byref(p), TA_BACKEND_CUDA, ctypes.byref(n_bwd)),
+          "bwd size")
+    ws = torch.empty(max(n_fwd.value, n_bwd.value, 1), device=dev, dtype=torch.uint8)
+    fa = FwdArgs(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
+                 lse=lse.data_ptr())
+    ba = BwdArgs(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
+                 d_o=d_o.data_ptr(), lse=lse.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(),
+                 dv=dv.data_ptr())
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+
+    def ta_fwd():
+        check(lib, lib.ta_fwd(ctypes.byref(p), TA_BACKEND_CUDA, ctypes.byref(fa), ws.data_ptr(),
+                              ws.numel(), stream), "ta_fwd")
+
+    def ta_bwd():
+        check(lib, lib.ta_bwd(ctypes.byref(p), TA_BACKEND_CUDA, ctypes.byref(ba), ws.data_ptr(),
+                              ws.numel(), stream), "ta_bwd")
+
+    # PyTorch: math backend, f32, no TF32
+    qt, kt, vt = (x.clone().requires_grad_(True) for x in (q, k, v))
+    with sdpa_kernel(SDPBackend.MATH):
+        def torch_fwd():
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+        out = torch_fwd()
+        ta_fwd()
+        ta_bwd()
+        torch.cuda.synchronize()
+        grads = torch.autograd.grad(out, (qt, kt, vt), d_o, retain_graph=True)
+        err_o = (o - out).abs().max().item()
+        err_g = max((a - g).abs().max().item() for a, g in zip((dq, dk, dv), grads))
+
+        def torch_bwd():
+            torch.autograd.grad(out, (qt, kt, vt), d_o, retain_graph=True)
+
+        t = {
+            "ta_fwd": median_ms(ta_fwd, warmup, reps),
+            "ta_bwd": median_ms(ta_bwd, warmup, reps),
+            "pt_fwd": median_ms(lambda: torch_fwd(), warmup, reps),
+            "pt_bwd": median_ms(torch_bwd, warmup, reps),
+        }
+    flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+    del out, grads, qt, kt, vt
+    torch.cuda.empty_cache()
+    return t, flops, err_o, err_g
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=7)
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    lib = load(args.lib)
+    if not lib.ta_backend_available(TA_BACKEND_CUDA):
+        print("TA_BACKEND_CUDA unavailable (no device?)")
+        return 1
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    problems = [(4, 16, 1024, 64, False), (4, 16, 1024, 64, True), (2, 16, 4096, 64, True),
+                (2, 16, 4096, 128, True), (1, 16, 8192, 128, True), (1, 16, 4096, 256, False)]
+    if args.quick:
+        problems = problems[:3]
+    head = (f"{'B':>2} {'H':>3} {'S':>5} {'D':>4} {'mask':>6} | {'tileattn fwd':>12} "
+            f"{'torch fwd':>10} {'ratio':>6} | {'tileattn bwd':>12} {'torch bwd':>10} "
+            f"{'ratio':>6} | {'ta fwd TF/s':>11} {'ta bwd TF/s':>11} | max|o-o_pt| max|dx-dx_pt|")
+    print(head)
+    print("-" * len(head))
+    for (b, h, s, d, causal) in problems:
+        t, flops, err_o, err_g = run(lib, b, h, s, d, causal, args.warmup, args.reps)
+        print(f"{b:>2} {h:>3} {s:>5} {d:>4} {'causal' if causal else 'full':>6} | "
+              f"{t['ta_fwd']:>9.3f} ms {t['pt_fwd']:>7.3f} ms {t['ta_fwd'] / t['pt_fwd']:>6.2f} | "
+              f"{t['ta_bwd']:>9.3f} ms {t['pt_bwd']:>7.3f} ms {t['ta_bwd'] / t['pt_bwd']:>6.2f} | "
+              f"{flops / t['ta_fwd'] / 1e9:>11.2f} {2.5 * flops / t['ta_bwd'] / 1e9:>11.2f} | "
+              f"{err_o:.2e}  {err_g:.2e}", flush=True)
+    print("ratio = tileattn time / PyTorch time (below 1: tileattn faster)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+/*
+ * CUDA backend: the interface between the entry-point table (cuda/ta_cuda_ops.c,
+ * plain C, always compiled) and the launch code (cuda/ta_cuda_sdpa_*.cu, built
+ * only with TILEATTN_CUDA; cuda/ta_cuda_absent.c stands in for it otherwise).
+ * Not installed. docs/cuda.md describes the kernels.
+ */
+#ifndef TA_CUDA_H
+#define TA_CUDA_H
+
+#include <stddef.h>
+
+#include "ta_internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Device workspace of a forward call. Nothing yet: the forward keeps every tile
+ * in shared memory and takes seqlens_k by value in the kernel parameters (see
+ * ta_cuda_sdpa_fwd.cu). The MTA conv and split-K will add regions here.
+ */
+typedef struct ta_cuda_fwd_ws {
+    int unused; /* C11 needs one member */
+} ta_cuda_fwd_ws;
+
+/*
+ * Device workspace of a backward call:
+ *
+ *   +-----------------------+
+ *   | delta  [B, H, S_q] f32 |  D_i = <dO_i, o_i>, written by the delta kernel,
+ *   +-----------------------+  read by the dk/dv and the dq kernels
+ */
+typedef struct ta_cuda_bwd_ws {
+    float *delta; /* [B, H, S_q] */
+} ta_cuda_bwd_ws;
+
+/* Launch code (cuda/ta_cuda_sdpa_fwd.cu, cuda/ta_cuda_sdpa_bwd.cu). Inputs are
+ * validated by src/ta_api.c; these check the device pointers, then enqueue the
+ * kernels on stream (a cudaStream_t; NULL = the legacy default stream) and return
+ * without waiting. TA_ERR_BAD_ARG: a tensor or the workspace is not memory the
+ * current device can read (checked before any launch); TA_ERR_DEVICE: a CUDA call
+ * failed. */
+ta_status ta_cuda_sdpa_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                           void *stream);
+ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a, const ta_cuda_bwd_ws *ws,
+                           void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TA_CUDA_H */

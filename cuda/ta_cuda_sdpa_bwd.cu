@@ -1,0 +1,505 @@
+/*
+ * CUDA SDPA backward, TA_PRECISION_EXACT: bit-identical to ref/ta_ref_sdpa_bwd.c
+ * (docs/reference.md section 3). Three kernels, no atomics:
+ *
+ *   delta  one thread per query row: D_i = dot(dO_i, o_i, D_v) from the stored o
+ *   dk/dv  one block per (b, kv head, 64-key tile, feature group); threads over
+ *          (key j, feature d); each accumulator sums over (query head of the
+ *          group ascending, row ascending), Q tiles from ta_tile_q_begin on
+ *   dq     one block per (b, query head, 64-row tile); threads over (row i,
+ *          feature d); each accumulator sums over keys ascending, k tiles
+ *          [0, ta_tile_k_end)
+ *
+ * Both the dk/dv and the dq kernel recompute, for every live entry (visible and
+ * lse_i > -inf), exactly the reference's
+ *   s = scale * dot(q_i, k_j, D), P = exp(s - lse_i), dP = dot(dO_i, v_j, D_v),
+ *   dS = P * (dP - D_i).
+ * The backward's bits depend on no tile size (every sum runs over the whole
+ * index range in ascending order), so these kernels run their own 64 x 64
+ * tiling, made by ta_tiling_make(S_q, S_k, 64, 64, ...).
+ *
+ * Feature groups (dk/dv): the output features of a key tile are D of dk and D_v
+ * of dv, in slots of 64; a block holds at most 4 slots of accumulators (64
+ * registers per thread), so D + D_v > 256 takes two groups, each recomputing P
+ * (and dS when it holds dk slots). Slot order: dk slots, then dv slots.
+ *
+ * Where the MTA conv goes: dS on the loaded region, the transposed conv to the
+ * effective region, and the dconv_w partials per (b, plan bwd Q tile, K tile)
+ * (docs/mta.md) would follow the recomputation step of each kernel.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "ta_cuda_host.cuh"
+#include "ta_cuda_tile.cuh"
+
+extern "C" {
+#include "ta_cuda.h"
+#include "ta_internal.h"
+#include "ta_math.h"
+}
+
+typedef struct ta_cuda_bwd_params {
+    const void *q, *k, *v, *o, *d_o; /* as in ta_bwd_args */
+    const float *lse;                /* [B, H, S_q] */
+    float *delta;                    /* [B, H, S_q], the workspace */
+    void *dq, *dk, *dv;
+    ta_tiling t; /* 64 x 64 */
+    int32_t heads_q, heads_kv, group, head_dim, head_dim_v;
+    float scale;
+    int32_t n_groups; /* dk/dv feature groups per key tile */
+    int32_t batch_begin, batch_count, has_seqlens;
+    int32_t seqlens_k[TA_CUDA_BATCH_CHUNK];
+} ta_cuda_bwd_params;
+
+#define TA_CUDA_NEG_INF_BITS 0xff800000u
+
+/* ---------------------------------------------------------------------------- */
+/* delta                                                                          */
+/* ---------------------------------------------------------------------------- */
+
+/* delta[row] = dot(dO_row, o_row, D_v): +0, fmaf, d ascending (ta_ref_bwd_load_q). */
+template <int DT>
+__global__ void __launch_bounds__(TA_CUDA_THREADS)
+    ta_cuda_delta_kernel(const void *o, const void *d_o, float *delta, size_t n_rows,
+                         int32_t head_dim_v) {
+    size_t row;
+    for (row = (size_t)blockIdx.x * TA_CUDA_THREADS + threadIdx.x; row < n_rows;
+         row += (size_t)gridDim.x * TA_CUDA_THREADS) {
+        const size_t first = row * (size_t)head_dim_v;
+        float acc = 0.0f;
+        int32_t d;
+        for (d = 0; d < head_dim_v; ++d)
+            acc = fmaf(ta_cuda_load<DT>(d_o, first + (size_t)d), ta_cuda_load<DT>(o, first + (size_t)d),
+                       acc);
+        delta[row] = acc;
+    }
+}
+
+/* Row arrays of one 64-row tile: lse, delta, and the visible key end (0 for a
+ * row past the tile or with lse = -inf: such a row has no live entry). */
+TA_DEV void ta_cuda_bwd_rows(const ta_cuda_bwd_params &p, const ta_tiling *t, size_t q_first,
+                             int32_t row0, int32_t rows, int32_t key_len, float *lse_s,
+                             float *delta_s, int32_t *vis_end) {
+    const int tid = (int)threadIdx.x;
+    if (tid >= TA_CUDA_TILE) return;
+    if (tid < rows) {
+        const float l = p.lse[q_first + (size_t)tid];
+        lse_s[tid] = l;
+        delta_s[tid] = p.delta[q_first + (size_t)tid];
+        vis_end[tid] = l != ta_f32_from_bits(TA_CUDA_NEG_INF_BITS)
+                           ? ta_cuda_visible_end(t, row0 + tid, key_len)
+                           : 0;
+    } else {
+        lse_s[tid] = 0.0f;
+        delta_s[tid] = 0.0f;
+        vis_end[tid] = 0;
+    }
+}
+
+/* P and dS of one live entry: the reference's ta_ref_bwd_probs. */
+TA_DEV void ta_cuda_probs(float dot_qk, float dot_dov, float scale, float lse, float delta,
+                          float *p_out, float *ds_out) {
+    const float s = scale * dot_qk;
+    const float pr = ta_exp(s - lse);
+    *p_out = pr;
+    *ds_out = pr * (dot_dov - delta);
+}
+
+/* ---------------------------------------------------------------------------- */
+/* dk, dv                                                                         */
+/* ---------------------------------------------------------------------------- */
+
+/* Dynamic shared memory (floats): ps, dss [64][LDT] (P[i][j], dS[i][j]),
+ * stage [STAGE_BUF], lse_s, delta_s [64] f32, vis_end [64] int32. */
+#define TA_CUDA_DKDV_SMEM_FLOATS (2 * TA_CUDA_TILE * TA_CUDA_LDT + TA_CUDA_STAGE_BUF + 3 * TA_CUDA_TILE)
+
+template <int DT, int NS>
+__global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
+    ta_cuda_dkdv_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
+    extern __shared__ float4 ta_cuda_dkdv_smem[];
+    __shared__ ta_cuda_slot slots[TA_CUDA_SLOTS];
+    const ta_tiling t = p.t;
+    const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
+    float *ps = reinterpret_cast<float *>(ta_cuda_dkdv_smem);
+    float *dss = ps + TA_CUDA_TILE * TA_CUDA_LDT;
+    float *stage = dss + TA_CUDA_TILE * TA_CUDA_LDT;
+    float *lse_s = stage + TA_CUDA_STAGE_BUF, *delta_s = lse_s + TA_CUDA_TILE;
+    int32_t *vis_end = reinterpret_cast<int32_t *>(delta_s + TA_CUDA_TILE);
+    const int32_t n_kt = t.num_k_tiles, n_qt = t.num_q_tiles;
+    const int32_t nk = (p.head_dim + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT; /* dk slots */
+    const int32_t n_slots_all = nk + (p.head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_kv * n_kt * p.n_groups;
+
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const int32_t fg = (int32_t)(tile % p.n_groups);
+        const int32_t kt = (int32_t)((tile / p.n_groups) % n_kt);
+        const int32_t h_kv = (int32_t)((tile / p.n_groups / n_kt) % p.heads_kv);
+        const int32_t b_local = (int32_t)(tile / p.n_groups / n_kt / p.heads_kv);
+        const int32_t b = p.batch_begin + b_local;
+        const int32_t key_len = p.has_seqlens ? p.seqlens_k[b_local] : t.seq_k;
+        const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
+        const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
+        const int32_t q_begin = ta_tile_q_begin(&t, kt, key_len);
+        const int32_t slot0 = fg * NS; /* this group's first slot */
+        const int32_t n_slots = ta_tiling_min_i32(NS, n_slots_all - slot0);
+        const bool need_ds = slot0 < nk; /* the group holds dk slots */
+        const size_t kv_first = ((size_t)b * (size_t)p.heads_kv + (size_t)h_kv) * (size_t)t.seq_k +
+                                (size_t)col0; /* key row index in [B, H_kv, S_k] */
+        float acc[4][NS][4]; /* acc[key 4ty+r][slot s feature 4tx+e] */
+        int32_t g;
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    acc[r][s][e] = 0.0f;
+        /* this group's slots: dk slots take features of q, dv slots of dO */
+        __syncthreads(); /* the previous tile is done with slots */
+        if (tid < NS) {
+            const int32_t u = slot0 + tid;
+            if (tid >= n_slots)
+                slots[tid] = ta_cuda_slot{p.q, 0, 0}; /* unused: every feature is padding */
+            else if (u < nk)
+                slots[tid] = ta_cuda_slot{p.q, p.head_dim, u * TA_CUDA_SLOT};
+            else
+                slots[tid] = ta_cuda_slot{p.d_o, p.head_dim_v, (u - nk) * TA_CUDA_SLOT};
+        }
+        /* step 1: the kv group's query heads ascending, then Q tiles ascending */
+        for (g = 0; g < p.group; ++g) {
+            const int32_t h = h_kv * p.group + g;
+            int32_t qt;
+            for (qt = q_begin; qt < n_qt; ++qt) {
+                const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
+                const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
+                const size_t q_first =
+                    ((size_t)b * (size_t)p.heads_q + (size_t)h) * (size_t)t.seq_q + (size_t)row0;
+                float s_t[4][4], dp_t[4][4]; /* [key 4ty+a][row 4tx+c] */
+                int32_t i0;
+                __syncthreads(); /* the previous Q tile is done with the row arrays */
+                ta_cuda_bwd_rows(p, &t, q_first, row0, rows, key_len, lse_s, delta_s, vis_end);
+                /* step 2: recompute S^T and dP^T for the tile (threads over (j, i)) */
+                ta_cuda_dot_tile<DT>(s_t, p.k, kv_first, cols, p.q, q_first, rows, p.head_dim,
+                                     stage);
+                if (need_ds)
+                    ta_cuda_dot_tile<DT>(dp_t, p.v, kv_first, cols, p.d_o, q_first, rows,
+                                         p.head_dim_v, stage);
+                else
+#pragma unroll
+                    for (int a = 0; a < 4; ++a)
+#pragma unroll
+                        for (int c = 0; c < 4; ++c)
+                            dp_t[a][c] = 0.0f;
+                /* step 3: P and dS of the live entries into ps[i][j], dss[i][j] */
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const int i = 4 * tx + c;
+                    const int32_t ve = vis_end[i];
+                    float pw[4], dw[4];
+#pragma unroll
+                    for (int a = 0; a < 4; ++a) {
+                        pw[a] = 0.0f;
+                        dw[a] = 0.0f;
+                        if (col0 + 4 * ty + a < ve)
+                            ta_cuda_probs(s_t[a][c], dp_t[a][c], p.scale, lse_s[i], delta_s[i],
+                                          &pw[a], &dw[a]);
+                    }
+                    *reinterpret_cast<float4 *>(ps + i * TA_CUDA_LDT + 4 * ty) =
+                        make_float4(pw[0], pw[1], pw[2], pw[3]);
+                    *reinterpret_cast<float4 *>(dss + i * TA_CUDA_LDT + 4 * ty) =
+                        make_float4(dw[0], dw[1], dw[2], dw[3]);
+                }
+                /* step 4: dv_j = fmaf(P_ij, dO_i, dv_j), dk_j = fmaf(dS_ij, q_i, dk_j),
+                 * rows i ascending, live entries only */
+                for (i0 = 0; i0 < rows; i0 += TA_CUDA_RCHUNK) {
+                    const int in = (int)ta_tiling_min_i32(TA_CUDA_RCHUNK, rows - i0);
+                    ta_cuda_stage_rows<DT, NS>(stage, slots, q_first + (size_t)i0, in);
+                    for (int ii = 0; ii < in; ++ii) {
+                        const int i = i0 + ii;
+                        const int32_t ve = vis_end[i];
+                        const float4 p4 =
+                            *reinterpret_cast<const float4 *>(ps + i * TA_CUDA_LDT + 4 * ty);
+                        const float4 d4 =
+                            *reinterpret_cast<const float4 *>(dss + i * TA_CUDA_LDT + 4 * ty);
+                        const float pv[4] = {p4.x, p4.y, p4.z, p4.w};
+                        const float dv[4] = {d4.x, d4.y, d4.z, d4.w};
+#pragma unroll
+                        for (int s = 0; s < NS; ++s) {
+                            const bool is_dk = slot0 + s < nk;
+                            const float4 x4 = *reinterpret_cast<const float4 *>(
+                                stage + ii * (NS * TA_CUDA_SLOT) + s * TA_CUDA_SLOT + 4 * tx);
+                            const float xv[4] = {x4.x, x4.y, x4.z, x4.w};
+#pragma unroll
+                            for (int r = 0; r < 4; ++r) {
+                                const bool live = col0 + 4 * ty + r < ve;
+                                const float coef = is_dk ? dv[r] : pv[r];
+#pragma unroll
+                                for (int e = 0; e < 4; ++e)
+                                    acc[r][s][e] =
+                                        live ? fmaf(coef, xv[e], acc[r][s][e]) : acc[r][s][e];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        /* step 5: dk = store(scale * acc), dv = store(acc), keys < cols only */
+#pragma unroll
+        for (int s = 0; s < NS; ++s) {
+            const int32_t u = slot0 + s;
+            const bool is_dk = u < nk;
+            const int32_t len = is_dk ? p.head_dim : p.head_dim_v;
+            const int32_t f0 = (is_dk ? u : u - nk) * TA_CUDA_SLOT + 4 * tx;
+            void *dst = is_dk ? p.dk : p.dv;
+            if (s >= n_slots) continue;
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int j = 4 * ty + r;
+                if (j >= cols) continue;
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const size_t idx = (kv_first + (size_t)j) * (size_t)len + (size_t)(f0 + e);
+                    if (f0 + e >= len) continue;
+                    ta_cuda_store<DT>(dst, idx, is_dk ? p.scale * acc[r][s][e] : acc[r][s][e]);
+                }
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------- */
+/* dq                                                                             */
+/* ---------------------------------------------------------------------------- */
+
+/* Shared memory (floats): dst [64][LDT] (dS[j][i], transposed), stage
+ * [STAGE_BUF], lse_s, delta_s [64] f32, vis_end [64] int32. Under 48 KB. */
+#define TA_CUDA_DQ_SMEM_FLOATS (TA_CUDA_TILE * TA_CUDA_LDT + TA_CUDA_STAGE_BUF + 3 * TA_CUDA_TILE)
+
+template <int DT, int NS>
+__global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
+    ta_cuda_dq_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
+    extern __shared__ float4 ta_cuda_dq_smem[];
+    __shared__ ta_cuda_slot k_slots[TA_CUDA_SLOTS];
+    const ta_tiling t = p.t;
+    const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
+    float *dst = reinterpret_cast<float *>(ta_cuda_dq_smem);
+    float *stage = dst + TA_CUDA_TILE * TA_CUDA_LDT;
+    float *lse_s = stage + TA_CUDA_STAGE_BUF, *delta_s = lse_s + TA_CUDA_TILE;
+    int32_t *vis_end = reinterpret_cast<int32_t *>(delta_s + TA_CUDA_TILE);
+    const int32_t n_qt = t.num_q_tiles;
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
+    if (tid < NS) k_slots[tid] = ta_cuda_slot{p.k, p.head_dim, tid * TA_CUDA_SLOT};
+
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const int32_t qt = n_qt - 1 - (int32_t)(tile % n_qt); /* longest (causal) first */
+        const int32_t h = (int32_t)((tile / n_qt) % p.heads_q);
+        const int32_t b_local = (int32_t)(tile / n_qt / p.heads_q);
+        const int32_t b = p.batch_begin + b_local;
+        const int32_t key_len = p.has_seqlens ? p.seqlens_k[b_local] : t.seq_k;
+        const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
+        const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
+        const int32_t k_end = ta_tile_k_end(&t, qt, key_len);
+        const size_t q_first =
+            ((size_t)b * (size_t)p.heads_q + (size_t)h) * (size_t)t.seq_q + (size_t)row0;
+        const size_t kv_base =
+            ((size_t)b * (size_t)p.heads_kv + (size_t)(h / p.group)) * (size_t)t.seq_k;
+        float acc[4][NS][4]; /* acc[row 4ty+r][feature s*64 + 4tx + e] */
+        int32_t row_vis[4];
+        int32_t kt;
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    acc[r][s][e] = 0.0f;
+        /* step 1: lse, D, visible key ends of the tile's rows */
+        __syncthreads(); /* the previous tile is done with the row arrays */
+        ta_cuda_bwd_rows(p, &t, q_first, row0, rows, key_len, lse_s, delta_s, vis_end);
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+            row_vis[r] = vis_end[4 * ty + r];
+        /* step 2: k tiles ascending */
+        for (kt = 0; kt < k_end; ++kt) {
+            const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
+            const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
+            const size_t kv_first = kv_base + (size_t)col0;
+            float s_t[4][4], dp_t[4][4]; /* [row 4ty+r][key 4tx+c] */
+            int32_t j0;
+            ta_cuda_dot_tile<DT>(s_t, p.q, q_first, rows, p.k, kv_first, cols, p.head_dim, stage);
+            ta_cuda_dot_tile<DT>(dp_t, p.d_o, q_first, rows, p.v, kv_first, cols, p.head_dim_v,
+                                 stage);
+            /* dS of the live entries into dst[j][i] */
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const int j = 4 * tx + c;
+                float dw[4];
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int i = 4 * ty + r;
+                    float pr;
+                    dw[r] = 0.0f;
+                    if (col0 + j < row_vis[r])
+                        ta_cuda_probs(s_t[r][c], dp_t[r][c], p.scale, lse_s[i], delta_s[i], &pr,
+                                      &dw[r]);
+                }
+                *reinterpret_cast<float4 *>(dst + j * TA_CUDA_LDT + 4 * ty) =
+                    make_float4(dw[0], dw[1], dw[2], dw[3]);
+            }
+            /* dq_i = fmaf(dS_ij, k_j, dq_i), keys j ascending, live entries only */
+            for (j0 = 0; j0 < cols; j0 += TA_CUDA_RCHUNK) {
+                const int jn = (int)ta_tiling_min_i32(TA_CUDA_RCHUNK, cols - j0);
+                ta_cuda_stage_rows<DT, NS>(stage, k_slots, kv_first + (size_t)j0, jn);
+                for (int jj = 0; jj < jn; ++jj) {
+                    const int32_t j = j0 + jj;
+                    const float4 d4 =
+                        *reinterpret_cast<const float4 *>(dst + j * TA_CUDA_LDT + 4 * ty);
+                    const float dv[4] = {d4.x, d4.y, d4.z, d4.w};
+#pragma unroll
+                    for (int s = 0; s < NS; ++s) {
+                        const float4 k4 = *reinterpret_cast<const float4 *>(
+                            stage + jj * (NS * TA_CUDA_SLOT) + s * TA_CUDA_SLOT + 4 * tx);
+                        const float kv[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+                        for (int r = 0; r < 4; ++r) {
+                            const bool live = col0 + j < row_vis[r];
+#pragma unroll
+                            for (int e = 0; e < 4; ++e)
+                                acc[r][s][e] = live ? fmaf(dv[r], kv[e], acc[r][s][e]) : acc[r][s][e];
+                        }
+                    }
+                }
+            }
+        }
+        /* step 3: dq = store(scale * acc) */
+        ta_cuda_store_block<DT, NS>(p.dq, q_first, rows, p.head_dim, acc, 1, p.scale);
+    }
+}
+
+/* ---------------------------------------------------------------------------- */
+/* launch                                                                         */
+/* ---------------------------------------------------------------------------- */
+
+template <int DT> static const void *ta_cuda_dq_pick_ns(int ns) {
+    switch (ns) {
+    case 1: return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, 1>);
+    case 2: return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, 2>);
+    case 3: return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, 3>);
+    default: return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, 4>);
+    }
+}
+
+/* D + D_v >= 2 features, so a group holds 2, 3 or 4 slots (see the top). */
+template <int DT> static const void *ta_cuda_dkdv_pick_ns(int ns) {
+    switch (ns) {
+    case 2: return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, 2>);
+    case 3: return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, 3>);
+    default: return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, 4>);
+    }
+}
+
+typedef struct ta_cuda_bwd_kernels {
+    const void *delta, *dkdv, *dq;
+} ta_cuda_bwd_kernels;
+
+template <int DT> static ta_cuda_bwd_kernels ta_cuda_bwd_pick_dt(int ns_dkdv, int ns_dq) {
+    ta_cuda_bwd_kernels k;
+    k.delta = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<DT>);
+    k.dkdv = ta_cuda_dkdv_pick_ns<DT>(ns_dkdv);
+    k.dq = ta_cuda_dq_pick_ns<DT>(ns_dq);
+    return k;
+}
+
+static ta_cuda_bwd_kernels ta_cuda_bwd_pick(ta_dtype dt, int ns_dkdv, int ns_dq) {
+    switch (dt) {
+    case TA_F16: return ta_cuda_bwd_pick_dt<TA_F16>(ns_dkdv, ns_dq);
+    case TA_BF16: return ta_cuda_bwd_pick_dt<TA_BF16>(ns_dkdv, ns_dq);
+    case TA_F32: break;
+    }
+    return ta_cuda_bwd_pick_dt<TA_F32>(ns_dkdv, ns_dq);
+}
+
+/* The delta kernel: one thread per row of [B, H, S_q]. */
+static ta_status ta_cuda_launch_delta(const void *kernel, const ta_plan *plan,
+                                      const ta_bwd_args *a, float *delta, void *stream) {
+    const int64_t grid_cap = 65536; /* grid-stride beyond this */
+    const int64_t blocks = (int64_t)((plan->n_lse + TA_CUDA_THREADS - 1) / TA_CUDA_THREADS);
+    const unsigned int grid = (unsigned int)(blocks < grid_cap ? blocks : grid_cap);
+    size_t n_rows = plan->n_lse;
+    int32_t dv = plan->p.head_dim_v;
+    const void *o = a->o, *d_o = a->d_o;
+    void *args[5];
+    args[0] = &o;
+    args[1] = &d_o;
+    args[2] = &delta;
+    args[3] = &n_rows;
+    args[4] = &dv;
+    if (cudaLaunchKernel(kernel, dim3(grid), dim3(TA_CUDA_THREADS), args, 0,
+                         static_cast<cudaStream_t>(stream)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return TA_ERR_DEVICE;
+    }
+    return TA_OK;
+}
+
+extern "C" ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a,
+                                      const ta_cuda_bwd_ws *ws, void *stream) {
+    const ta_problem *pr = &plan->p;
+    const int nk = (pr->head_dim + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
+    const int nv = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
+    const int n_groups = (nk + nv + TA_CUDA_SLOTS - 1) / TA_CUDA_SLOTS;
+    const int ns_dkdv = (nk + nv + n_groups - 1) / n_groups;
+    const ta_cuda_bwd_kernels kern = ta_cuda_bwd_pick(pr->dtype, ns_dkdv, nk);
+    const void *ptrs[10] = {a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk, a->dv, ws->delta};
+    const size_t smem_dkdv = TA_CUDA_DKDV_SMEM_FLOATS * sizeof(float);
+    const size_t smem_dq = TA_CUDA_DQ_SMEM_FLOATS * sizeof(float);
+    ta_cuda_bwd_params prm;
+    int32_t b0;
+    ta_status st;
+    if ((st = ta_cuda_check_pointers(ptrs, 10)) != TA_OK) return st;
+    memset(&prm, 0, sizeof prm);
+    st = (ta_status)ta_tiling_make(&prm.t, pr->seq_q, pr->seq_k, TA_CUDA_TILE, TA_CUDA_TILE,
+                                   pr->conv_q, pr->conv_k, plan->bwd.causal, TA_TILING_BWD, 1);
+    if (st != TA_OK) return st;
+    if ((st = ta_cuda_opt_in_smem(kern.dkdv, smem_dkdv)) != TA_OK) return st;
+    if ((st = ta_cuda_opt_in_smem(kern.dq, smem_dq)) != TA_OK) return st;
+    if ((st = ta_cuda_launch_delta(kern.delta, plan, a, ws->delta, stream)) != TA_OK) return st;
+    prm.q = a->q;
+    prm.k = a->k;
+    prm.v = a->v;
+    prm.o = a->o;
+    prm.d_o = a->d_o;
+    prm.lse = a->lse;
+    prm.delta = ws->delta;
+    prm.dq = a->dq;
+    prm.dk = a->dk;
+    prm.dv = a->dv;
+    prm.heads_q = pr->heads_q;
+    prm.heads_kv = pr->heads_kv;
+    prm.group = plan->group;
+    prm.head_dim = pr->head_dim;
+    prm.head_dim_v = pr->head_dim_v;
+    prm.scale = pr->scale;
+    prm.n_groups = n_groups;
+    prm.has_seqlens = a->seqlens_k != NULL;
+    for (b0 = 0; b0 < pr->batch; b0 += prm.batch_count) {
+        prm.batch_begin = b0;
+        prm.batch_count = a->seqlens_k ? ta_tiling_min_i32(TA_CUDA_BATCH_CHUNK, pr->batch - b0)
+                                       : pr->batch;
+        if (a->seqlens_k)
+            memcpy(prm.seqlens_k, a->seqlens_k + b0, (size_t)prm.batch_count * sizeof(int32_t));
+        st = ta_cuda_launch(kern.dkdv,
+                            (int64_t)prm.batch_count * pr->heads_kv * prm.t.num_k_tiles * n_groups,
+                            smem_dkdv, &prm, stream);
+        if (st != TA_OK) return st;
+        st = ta_cuda_launch(kern.dq, (int64_t)prm.batch_count * pr->heads_q * prm.t.num_q_tiles,
+                            smem_dq, &prm, stream);
+        if (st != TA_OK) return st;
+    }
+    return TA_OK;
+}

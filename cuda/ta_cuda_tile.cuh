@@ -1,0 +1,214 @@
+/*
+ * Device building blocks of the exact-mode kernels (cuda/ta_cuda_sdpa_*.cu).
+ * Not installed. docs/cuda.md has the drawings.
+ *
+ * Every kernel runs TA_CUDA_THREADS = 256 threads as a 16 x 16 grid,
+ * tx = tid % 16, ty = tid / 16. A CUDA tile is 64 x 64 (rows x columns, or
+ * columns x rows); each thread owns a 4 x 4 micro-tile of it, so the
+ * micro-tile's row slot r is 4*ty + r and its column slot c is 4*tx + c.
+ *
+ * Exactness (DESIGN.md 3): threads split independent outputs only. Every
+ * output element is one register (or one shared-memory word) that runs its
+ * scalar sequence of the reference alone, in the reference's order:
+ *   - ta_cuda_dot_tile: for each (r, c), acc = 0; for f ascending:
+ *     acc = fmaf(a[r][f], b[c][f], acc)          (ta_ref_dot)
+ *   - the accumulations of the kernels: for each output (x, f), acc_xf =
+ *     fmaf(coef_x[j], src[j][f], acc_xf) for j ascending, live j only (a
+ *     select keeps acc when j is not live, so masked entries never enter,
+ *     whatever bytes they hold).
+ * Shared-memory chunking (features in chunks of 32, source rows in chunks of 16)
+ * only decides when operands arrive, never the order of any sum.
+ *
+ * Shared-memory convention: every phase that writes a shared buffer starts
+ * with __syncthreads(), so a buffer may be reused by the next phase without
+ * the caller synchronising.
+ */
+#ifndef TA_CUDA_TILE_CUH
+#define TA_CUDA_TILE_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "ta_internal.h"
+#include "ta_math.h"
+}
+
+#define TA_CUDA_THREADS 256 /* 16 x 16 threads per block */
+#define TA_CUDA_TILE    64  /* rows / columns of a CUDA tile: 16 threads x 4 */
+#define TA_CUDA_FCHUNK  32  /* features per shared-memory chunk of a dot tile */
+#define TA_CUDA_LDT     68  /* row stride of a transposed [f][64] tile: 64 + 4 keeps 16-byte rows */
+#define TA_CUDA_RCHUNK  16  /* source rows per shared-memory chunk of an accumulation */
+#define TA_CUDA_SLOT    64  /* features per register slot: 16 threads x 4 */
+#define TA_CUDA_SLOTS   4   /* at most 4 slots: 256 features = TA_HEAD_DIM_MAX */
+
+/* Floats of the dot-tile staging buffer: a [FCHUNK][LDT] tile for each operand. */
+#define TA_CUDA_DOT_BUF (2 * TA_CUDA_FCHUNK * TA_CUDA_LDT)
+/* Floats of an accumulation source chunk: [RCHUNK][SLOTS * SLOT]. */
+#define TA_CUDA_SRC_BUF (TA_CUDA_RCHUNK * TA_CUDA_SLOTS * TA_CUDA_SLOT)
+/* The staging buffer serves both phases. */
+#define TA_CUDA_STAGE_BUF (TA_CUDA_DOT_BUF > TA_CUDA_SRC_BUF ? TA_CUDA_DOT_BUF : TA_CUDA_SRC_BUF)
+
+static_assert(TA_CUDA_THREADS == 16 * 16, "16 x 16 thread grid");
+static_assert(TA_CUDA_TILE == 16 * 4, "16 threads x 4 slots per tile side");
+static_assert(TA_CUDA_LDT % 4 == 0 && TA_CUDA_LDT >= TA_CUDA_TILE, "float4 rows of a tile");
+static_assert(TA_CUDA_SLOTS * TA_CUDA_SLOT >= TA_HEAD_DIM_MAX, "slots cover every head dim");
+
+#define TA_DEV static __device__ __forceinline__
+
+/* ---- Storage dtype access: widening and rounding are the shared ta_math.h ones. */
+template <int DT> TA_DEV float ta_cuda_load(const void *base, size_t idx) {
+    if (DT == TA_F16) return ta_f16_to_f32(static_cast<const uint16_t *>(base)[idx]);
+    if (DT == TA_BF16) return ta_bf16_to_f32(static_cast<const uint16_t *>(base)[idx]);
+    return static_cast<const float *>(base)[idx];
+}
+
+template <int DT> TA_DEV void ta_cuda_store(void *base, size_t idx, float x) {
+    if (DT == TA_F16)
+        static_cast<uint16_t *>(base)[idx] = ta_f32_to_f16(x);
+    else if (DT == TA_BF16)
+        static_cast<uint16_t *>(base)[idx] = ta_f32_to_bf16(x);
+    else
+        static_cast<float *>(base)[idx] = x;
+}
+
+/*
+ * Keys [0, end) are the visible ones from query row r: ta_tiling_visible(t, r,
+ * j, key_len) is true exactly for 0 <= j < end (the mask is a prefix in j).
+ * 0 for a row outside [0, S_q).
+ */
+TA_DEV int32_t ta_cuda_visible_end(const ta_tiling *t, int32_t r, int32_t key_len) {
+    int32_t end = key_len;
+    if (r < 0 || r >= t->seq_q) return 0;
+    if (t->causal) end = ta_tiling_min_i32(end, r + t->diag_offset + 1);
+    return ta_tiling_max_i32(end, 0);
+}
+
+/* Thread coordinates in the 16 x 16 grid. */
+TA_DEV int ta_cuda_tx(void) { return (int)(threadIdx.x & 15u); }
+TA_DEV int ta_cuda_ty(void) { return (int)(threadIdx.x >> 4); }
+
+/* The 16 fused multiply-adds of one feature step of a 4 x 4 micro-tile. */
+TA_DEV void ta_cuda_fma_4x4(float acc[4][4], const float4 a, const float4 b) {
+    const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+            acc[r][c] = fmaf(av[r], bv[c], acc[r][c]);
+}
+
+/*
+ * One 64 x 64 tile of dot products over n features:
+ *
+ *   acc[r][c] = dot(A[4*ty + r], B[4*tx + c], n)      (ta_ref_dot: +0, fmaf, f ascending)
+ *
+ * A row x is element (a_first + x) * n + f of tensor a (rows of n features);
+ * rows x >= a_rows are not read (they give 0 and must not be used), and
+ * likewise for B. Operands are staged through stage[TA_CUDA_DOT_BUF] in
+ * chunks of TA_CUDA_FCHUNK features, transposed ([f][row], stride LDT) so a
+ * thread reads its 4 rows as one float4. Warps read global memory along f
+ * (coalesced); the transposing stores have 4-way bank conflicts, once per
+ * element per chunk, against 64 float4 reads of it.
+ */
+template <int DT>
+TA_DEV void ta_cuda_dot_tile(float acc[4][4], const void *a, size_t a_first, int32_t a_rows,
+                             const void *b, size_t b_first, int32_t b_rows, int32_t n,
+                             float *stage) {
+    float *sa = stage, *sb = stage + TA_CUDA_FCHUNK * TA_CUDA_LDT;
+    const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+            acc[r][c] = 0.0f;
+    for (int32_t f0 = 0; f0 < n; f0 += TA_CUDA_FCHUNK) {
+        const int nf = (int)ta_tiling_min_i32(TA_CUDA_FCHUNK, n - f0);
+        __syncthreads(); /* the previous chunk (or phase) is done with stage */
+        for (int e = tid; e < TA_CUDA_TILE * TA_CUDA_FCHUNK; e += TA_CUDA_THREADS) {
+            const int row = e / TA_CUDA_FCHUNK, f = e % TA_CUDA_FCHUNK;
+            float va = 0.0f, vb = 0.0f;
+            if (f < nf) {
+                if (row < a_rows)
+                    va = ta_cuda_load<DT>(a, (a_first + (size_t)row) * (size_t)n + (size_t)(f0 + f));
+                if (row < b_rows)
+                    vb = ta_cuda_load<DT>(b, (b_first + (size_t)row) * (size_t)n + (size_t)(f0 + f));
+            }
+            sa[f * TA_CUDA_LDT + row] = va;
+            sb[f * TA_CUDA_LDT + row] = vb;
+        }
+        __syncthreads();
+        if (nf == TA_CUDA_FCHUNK) {
+#pragma unroll 8
+            for (int f = 0; f < TA_CUDA_FCHUNK; ++f)
+                ta_cuda_fma_4x4(acc, *reinterpret_cast<const float4 *>(sa + f * TA_CUDA_LDT + 4 * ty),
+                                *reinterpret_cast<const float4 *>(sb + f * TA_CUDA_LDT + 4 * tx));
+        } else {
+            for (int f = 0; f < nf; ++f)
+                ta_cuda_fma_4x4(acc, *reinterpret_cast<const float4 *>(sa + f * TA_CUDA_LDT + 4 * ty),
+                                *reinterpret_cast<const float4 *>(sb + f * TA_CUDA_LDT + 4 * tx));
+        }
+    }
+}
+
+/* Where the features of register slot s come from: tensor base, row length
+ * (D or D_v) and first feature. Features at or past row_len are padding. */
+typedef struct ta_cuda_slot {
+    const void *base;
+    int32_t row_len;
+    int32_t feat0;
+} ta_cuda_slot;
+
+/*
+ * Stage rows [first_row, first_row + rows) (rows <= RCHUNK) of the slots'
+ * features into dst[RCHUNK][NS * SLOT]: dst[x][s*64 + f] = slot s's tensor at
+ * row first_row + x, feature feat0 + f; 0 past the row length or past rows.
+ * Consecutive threads read consecutive features (coalesced).
+ */
+template <int DT, int NS>
+TA_DEV void ta_cuda_stage_rows(float *dst, const ta_cuda_slot *slots, size_t first_row,
+                               int32_t rows) {
+    const int width = NS * TA_CUDA_SLOT;
+    __syncthreads(); /* the previous phase is done with dst */
+    for (int e = (int)threadIdx.x; e < TA_CUDA_RCHUNK * width; e += TA_CUDA_THREADS) {
+        const int x = e / width, col = e % width, s = col / TA_CUDA_SLOT;
+        const int32_t f = slots[s].feat0 + col % TA_CUDA_SLOT;
+        float val = 0.0f;
+        if (x < rows && f < slots[s].row_len)
+            val = ta_cuda_load<DT>(slots[s].base, (first_row + (size_t)x) * (size_t)slots[s].row_len +
+                                                      (size_t)f);
+        dst[e] = val;
+    }
+    __syncthreads();
+}
+
+/*
+ * Store a [4 x-slots][NS slots][4 features] register block: element (r, s, e)
+ * goes to row x0 + 4*ty + r, feature s*64 + 4*tx + e of a [*, row_len] tensor
+ * starting at row first_row, times `mul` (1 or the softmax scale) when
+ * `scaled`, rounded once to the storage dtype. Rows >= rows and features >=
+ * row_len are not written.
+ */
+template <int DT, int NS>
+TA_DEV void ta_cuda_store_block(void *dst, size_t first_row, int32_t rows, int32_t row_len,
+                                const float acc[4][NS][4], int scaled, float mul) {
+    const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const int x = 4 * ty + r;
+        if (x >= rows) continue;
+#pragma unroll
+        for (int s = 0; s < NS; ++s)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int32_t f = s * TA_CUDA_SLOT + 4 * tx + e;
+                if (f < row_len)
+                    ta_cuda_store<DT>(dst, (first_row + (size_t)x) * (size_t)row_len + (size_t)f,
+                                      scaled ? mul * acc[r][s][e] : acc[r][s][e]);
+            }
+    }
+}
+
+#endif /* TA_CUDA_TILE_CUH */

@@ -1,0 +1,849 @@
+/*
+ * CUDA backend, TA_PRECISION_EXACT: bit-identical to TA_BACKEND_REF (DESIGN.md 3),
+ * label cuda.
+ *
+ * For every problem: fresh random inputs (replayable: the run's seed and the
+ * problem's index), REF forward and backward on the host, CUDA forward and
+ * backward on the device, and memcmp of o, lse, dq, dk, dv. The backward of both
+ * backends takes REF's o and lse, so it is compared on equal inputs. Device
+ * outputs are poisoned before every call (0xFF bytes, a NaN in every dtype;
+ * then another pattern for a second run, which must give the same bytes: run
+ * to run determinism), and the workspace is poisoned too. A forward without lse
+ * must give the same o.
+ *
+ * The default run: 320 random problems covering every dtype, causal or not,
+ * seqlens_k (NULL, partial, 0, full), GQA, S_q != S_k both ways, S = 1, odd and
+ * prime lengths, D and D_v in [1, 256], default and explicit block sizes in
+ * [8, 256] (not only powers of two), default, positive and negative scales,
+ * the NULL and a created stream; plus fixed large problems (S up to 16384, and
+ * more than 512 batch entries with seqlens_k, which the backend splits into
+ * several launches). The REF side of the problems runs in parallel on the host
+ * (OpenMP); each host thread drives the GPU on its own stream.
+ * Then device bad-input cases: pageable host pointers (TA_ERR_BAD_ARG, outputs
+ * untouched), mapped pinned host memory and managed memory (accepted, same
+ * bits), workspace too small or misaligned, conv and trace (unsupported), and
+ * the size queries.
+ *
+ *   test_cuda_equiv [--quick] [--problem N] [--count N]
+ *
+ * --quick: 10 small problems and the bad-input cases (for compute-sanitizer).
+ * --problem N: only problem N of the run (with TA_SEED to replay a failure).
+ * Without a CUDA device: prints "no CUDA device: skipped" and exits 77.
+ */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "test_util.h"
+#include "tileattn.h"
+
+#define N_DEFAULT 320
+
+/* ---- Failure accounting, safe from several host threads ---- */
+#ifdef _OPENMP
+#define TA_OMP(x) _Pragma(x)
+#else
+#define TA_OMP(x)
+#endif
+static int g_fail;
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        int n_;                                                                                    \
+        TA_OMP("omp atomic capture") n_ = g_fail++;                                                \
+        if (n_ < 40) {                                                                             \
+            TA_OMP("omp critical(print)") {                                                        \
+                fprintf(stderr, "FAIL: ");                                                         \
+                fprintf(stderr, __VA_ARGS__);                                                      \
+                fputc('\n', stderr);                                                               \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
+#define CUDA_OK(call)                                                                              \
+    do {                                                                                           \
+        const cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* ---- Problems ---- */
+typedef struct spec {
+    ta_problem p;
+    int seqlens_mode; /* 0: NULL, 1: random in [0, S_k], 2: all S_k */
+    int use_stream;   /* 1: the thread's created stream, 0: NULL */
+    float lo, hi;     /* input range */
+    char tag[24];     /* what the problem is for */
+} spec;
+
+static const int32_t k_dims[] = {1,  2,  3,  4,  5,   7,   8,   15,  16,  17,  31,  32,  33,
+                                 48, 63, 64, 65, 80,  96,  100, 112, 127, 128, 129, 160, 191,
+                                 192, 193, 200, 224, 255, 256};
+static const int32_t k_lens[] = {1,  2,  3,  5,  7,  8,  13, 17,  31,  37,  61,  63,  64,
+                                 65, 97, 100, 127, 128, 129, 191, 200, 251, 256, 257, 311, 383, 509, 520};
+#define N_DIMS ((int32_t)(sizeof k_dims / sizeof k_dims[0]))
+#define N_LENS ((int32_t)(sizeof k_lens / sizeof k_lens[0]))
+
+static int32_t pick_len(ta_rng *r) {
+    return ta_rng_int(r, 0, 3) == 0 ? ta_rng_int(r, 1, 520) : k_lens[ta_rng_int(r, 0, N_LENS - 1)];
+}
+static int32_t pick_dim(ta_rng *r) {
+    return ta_rng_int(r, 0, 3) == 0 ? ta_rng_int(r, 1, 256) : k_dims[ta_rng_int(r, 0, N_DIMS - 1)];
+}
+static int32_t pick_block(ta_rng *r) {
+    static const int32_t special[] = {8, 9, 13, 16, 31, 32, 54, 63, 64, 65, 100, 127, 128, 129, 200, 255, 256};
+    const int32_t k = ta_rng_int(r, 0, 9);
+    if (k < 4) return 0; /* default */
+    if (k < 7) return special[ta_rng_int(r, 0, (int32_t)(sizeof special / sizeof special[0]) - 1)];
+    return ta_rng_int(r, TA_BLOCK_MIN, TA_BLOCK_MAX);
+}
+
+static double work(const ta_problem *p) {
+    return (double)p->batch * p->heads_q * p->seq_q * p->seq_k * (p->head_dim + p->head_dim_v);
+}
+
+/* Random problem number idx of the run (deterministic in seed and idx). */
+static void random_spec(uint64_t seed, int idx, spec *s) {
+    ta_rng r;
+    ta_problem *p = &s->p;
+    int32_t group;
+    memset(s, 0, sizeof *s);
+    ta_rng_seed(&r, seed ^ (UINT64_C(0x9e3779b97f4a7c15) * (uint64_t)(idx + 1)));
+    do {
+        p->dtype = (ta_dtype)ta_rng_int(&r, 0, 2);
+        p->precision = ta_rng_int(&r, 0, 9) == 0 ? TA_PRECISION_FAST : TA_PRECISION_EXACT;
+        p->flags = ta_rng_int(&r, 0, 1) ? TA_CAUSAL : 0u;
+        p->batch = ta_rng_int(&r, 1, 3);
+        p->heads_kv = ta_rng_int(&r, 1, 3);
+        group = ta_rng_int(&r, 0, 2) == 0 ? 1 : ta_rng_int(&r, 1, 4);
+        p->heads_q = p->heads_kv * group;
+        p->seq_q = pick_len(&r);
+        p->seq_k = ta_rng_int(&r, 0, 3) == 0 ? p->seq_q : pick_len(&r);
+        p->head_dim = pick_dim(&r);
+        p->head_dim_v = ta_rng_int(&r, 0, 2) == 0 ? p->head_dim : pick_dim(&r);
+        p->block_q = pick_block(&r);
+        p->block_k = pick_block(&r);
+        p->scale = ta_rng_int(&r, 0, 2) == 0 ? ta_rng_uniform(&r, -2.0f, 2.0f) : 0.0f;
+    } while (work(p) > 2.5e7);
+    s->seqlens_mode = ta_rng_int(&r, 0, 2);
+    s->use_stream = ta_rng_int(&r, 0, 2) != 0;
+    s->lo = -1.0f;
+    s->hi = 1.0f;
+    if (ta_rng_int(&r, 0, 4) == 0) { /* peaky softmax: exp underflows to 0 for some keys */
+        s->lo = -4.0f;
+        s->hi = 4.0f;
+    }
+    snprintf(s->tag, sizeof s->tag, "random");
+}
+
+/* Large and special problems, first in the schedule (the REF side is slow). */
+static int special_specs(spec *out) {
+    static const struct {
+        int32_t b, h, hkv, sq, sk, d, dv, bq, bk;
+        ta_dtype dt;
+        uint32_t flags;
+        int seqlens;
+        const char *tag;
+    } k[] = {
+        {1, 1, 1, 16384, 16384, 8, 8, 0, 0, TA_F32, TA_CAUSAL, 0, "S 16k causal"},
+        {1, 1, 1, 16384, 4096, 4, 4, 0, 200, TA_BF16, 0, 1, "S_q 16k x S_k 4k"},
+        {1, 4, 2, 1, 16384, 64, 64, 0, 0, TA_F16, 0, 1, "decode S_k 16k"},
+        {1, 2, 1, 16384, 37, 32, 16, 0, 13, TA_F16, TA_CAUSAL, 0, "S_q 16k x S_k 37"},
+        {1, 1, 1, 8192, 8192, 16, 24, 64, 100, TA_F32, TA_CAUSAL, 1, "S 8k causal seqlens"},
+        {1, 1, 1, 2048, 2048, 256, 256, 256, 256, TA_BF16, TA_CAUSAL, 1, "D 256 block 256"},
+        {600, 1, 1, 3, 5, 8, 8, 0, 0, TA_F32, TA_CAUSAL, 1, "B 600 seqlens"},
+        {1100, 2, 1, 2, 9, 4, 3, 0, 8, TA_F16, 0, 1, "B 1100 seqlens"},
+    };
+    int i, n = (int)(sizeof k / sizeof k[0]);
+    for (i = 0; i < n; ++i) {
+        spec *s = &out[i];
+        memset(s, 0, sizeof *s);
+        s->p.batch = k[i].b;
+        s->p.heads_q = k[i].h;
+        s->p.heads_kv = k[i].hkv;
+        s->p.seq_q = k[i].sq;
+        s->p.seq_k = k[i].sk;
+        s->p.head_dim = k[i].d;
+        s->p.head_dim_v = k[i].dv;
+        s->p.block_q = k[i].bq;
+        s->p.block_k = k[i].bk;
+        s->p.dtype = k[i].dt;
+        s->p.flags = k[i].flags;
+        s->seqlens_mode = k[i].seqlens;
+        s->use_stream = i % 2;
+        s->lo = -1.0f;
+        s->hi = 1.0f;
+        snprintf(s->tag, sizeof s->tag, "%s", k[i].tag);
+    }
+    return n;
+}
+
+/* --quick: small problems that still touch every feature. */
+static int quick_specs(spec *out) {
+    static const struct {
+        int32_t b, h, hkv, sq, sk, d, dv, bq, bk;
+        ta_dtype dt;
+        uint32_t flags;
+        int seqlens;
+        float scale;
+    } k[] = {
+        {2, 4, 2, 37, 53, 16, 8, 0, 0, TA_F32, TA_CAUSAL, 1, 0.0f},
+        {1, 2, 2, 70, 33, 64, 64, 16, 16, TA_F16, 0, 1, 0.0f},
+        {1, 3, 1, 65, 129, 96, 80, 32, 100, TA_BF16, TA_CAUSAL, 0, -0.7f},
+        {2, 1, 1, 1, 77, 1, 1, 0, 8, TA_F32, 0, 0, 0.0f},
+        {1, 2, 1, 129, 20, 3, 5, 9, 13, TA_F32, TA_CAUSAL, 1, 0.0f},
+        {1, 1, 1, 40, 300, 256, 256, 64, 256, TA_BF16, TA_CAUSAL, 1, 0.0f},
+        {1, 2, 2, 64, 64, 200, 130, 0, 0, TA_F16, 0, 2, 1.5f},
+        {3, 2, 2, 17, 17, 33, 31, 8, 31, TA_F32, TA_CAUSAL, 1, 0.0f},
+        {1, 1, 1, 100, 100, 128, 128, 0, 0, TA_F32, TA_CAUSAL, 0, 0.0f},
+        {2, 4, 4, 50, 90, 192, 64, 0, 63, TA_F16, TA_CAUSAL, 1, 0.0f},
+    };
+    int i, n = (int)(sizeof k / sizeof k[0]);
+    for (i = 0; i < n; ++i) {
+        spec *s = &out[i];
+        memset(s, 0, sizeof *s);
+        s->p.batch = k[i].b;
+        s->p.heads_q = k[i].h;
+        s->p.heads_kv = k[i].hkv;
+        s->p.seq_q = k[i].sq;
+        s->p.seq_k = k[i].sk;
+        s->p.head_dim = k[i].d;
+        s->p.head_dim_v = k[i].dv;
+        s->p.block_q = k[i].bq;
+        s->p.block_k = k[i].bk;
+        s->p.dtype = k[i].dt;
+        s->p.flags = k[i].flags;
+        s->p.scale = k[i].scale;
+        s->seqlens_mode = k[i].seqlens;
+        s->use_stream = i % 2;
+        s->lo = -1.0f;
+        s->hi = 1.0f;
+        snprintf(s->tag, sizeof s->tag, "quick");
+    }
+    return n;
+}
+
+static void describe(const spec *s, int idx, char *buf, size_t n) {
+    const ta_problem *p = &s->p;
+    static const char *const dt[] = {"f32", "f16", "bf16"};
+    snprintf(buf, n,
+             "#%d [%s] B=%d H=%d H_kv=%d S_q=%d S_k=%d D=%d D_v=%d %s %s seqlens=%d bq=%d "
+             "bk=%d scale=%g stream=%d range=%g",
+             idx, s->tag, (int)p->batch, (int)p->heads_q, (int)p->heads_kv, (int)p->seq_q,
+             (int)p->seq_k, (int)p->head_dim, (int)p->head_dim_v, dt[p->dtype],
+             (p->flags & TA_CAUSAL) ? "causal" : "full", s->seqlens_mode, (int)p->block_q,
+             (int)p->block_k, (double)p->scale, s->use_stream, (double)s->hi);
+}
+
+/* ---- One problem ---- */
+
+/* Element counts of the tensors. */
+typedef struct sizes {
+    size_t q, k, v, o, lse, eb;
+} sizes;
+
+static sizes sizes_of(const ta_problem *p) {
+    sizes z;
+    const size_t bh = (size_t)p->batch * (size_t)p->heads_q;
+    const size_t bhkv = (size_t)p->batch * (size_t)p->heads_kv;
+    z.lse = bh * (size_t)p->seq_q;
+    z.q = z.lse * (size_t)p->head_dim;
+    z.o = z.lse * (size_t)p->head_dim_v;
+    z.k = bhkv * (size_t)p->seq_k * (size_t)p->head_dim;
+    z.v = bhkv * (size_t)p->seq_k * (size_t)p->head_dim_v;
+    z.eb = ta_dtype_size(p->dtype);
+    return z;
+}
+
+/* memcmp of a device result (copied to host) with REF; prints the first
+ * differing elements. Returns 1 if equal. */
+static int same_bytes(const char *what, const char *desc, const void *ref, const void *got,
+                      size_t n, size_t eb) {
+    size_t i, shown = 0, count = 0;
+    if (memcmp(ref, got, n * eb) == 0) return 1;
+    for (i = 0; i < n; ++i) {
+        if (memcmp((const char *)ref + i * eb, (const char *)got + i * eb, eb) == 0) continue;
+        ++count;
+        if (shown < 4) {
+            uint32_t a = 0, b = 0;
+            memcpy(&a, (const char *)ref + i * eb, eb);
+            memcpy(&b, (const char *)got + i * eb, eb);
+            FAIL("%s: %s element %zu: ref bits 0x%08x, cuda bits 0x%08x", desc, what, i,
+                 (unsigned)a, (unsigned)b);
+            ++shown;
+        }
+    }
+    FAIL("%s: %s differs in %zu of %zu elements", desc, what, count, n);
+    return 0;
+}
+
+typedef struct dev_bufs {
+    void *q, *k, *v, *d_o, *o, *o_in, *dq, *dk, *dv, *ws;
+    float *lse, *lse_in;
+} dev_bufs;
+
+static void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    CUDA_OK(cudaMalloc(&p, bytes ? bytes : 1));
+    return p;
+}
+
+/* Runs problem s; returns 1 if every check passed. */
+static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t thread_stream) {
+    const ta_problem *p = &s->p;
+    const sizes z = sizes_of(p);
+    const cudaStream_t st = s->use_stream ? thread_stream : (cudaStream_t)0;
+    char desc[400];
+    int32_t *seqlens = NULL;
+    void *q, *k, *v, *d_o, *o_ref, *dq_ref, *dk_ref, *dv_ref, *ws_host, *got;
+    float *lse_ref, *lse_got;
+    size_t fwd_ref_bytes = 0, bwd_ref_bytes = 0, fwd_bytes = 0, bwd_bytes = 0, ws_bytes, max_n;
+    dev_bufs d;
+    ta_fwd_args fa;
+    ta_bwd_args ba;
+    ta_rng r;
+    ta_status stt;
+    int ok = 1, run;
+    describe(s, idx, desc, sizeof desc);
+    ta_rng_seed(&r, seed + UINT64_C(0x51ed27) * (uint64_t)(idx + 7));
+
+    /* host inputs and REF outputs */
+    q = malloc(z.q * z.eb);
+    k = malloc(z.k * z.eb);
+    v = malloc(z.v * z.eb);
+    d_o = malloc(z.o * z.eb);
+    o_ref = malloc(z.o * z.eb);
+    dq_ref = malloc(z.q * z.eb);
+    dk_ref = malloc(z.k * z.eb);
+    dv_ref = malloc(z.v * z.eb);
+    lse_ref = (float *)malloc(z.lse * sizeof(float));
+    lse_got = (float *)malloc(z.lse * sizeof(float));
+    max_n = z.q > z.k ? z.q : z.k;
+    max_n = max_n > z.v ? max_n : z.v;
+    max_n = max_n > z.o ? max_n : z.o;
+    got = malloc(max_n * z.eb);
+    if (!q || !k || !v || !d_o || !o_ref || !dq_ref || !dk_ref || !dv_ref || !lse_ref ||
+        !lse_got || !got) {
+        fprintf(stderr, "out of host memory\n");
+        exit(1);
+    }
+    ta_fill_uniform(&r, q, p->dtype, z.q, s->lo, s->hi);
+    ta_fill_uniform(&r, k, p->dtype, z.k, s->lo, s->hi);
+    ta_fill_uniform(&r, v, p->dtype, z.v, -1.0f, 1.0f);
+    ta_fill_uniform(&r, d_o, p->dtype, z.o, -1.0f, 1.0f);
+    if (s->seqlens_mode) {
+        int32_t b;
+        seqlens = (int32_t *)malloc((size_t)p->batch * sizeof(int32_t));
+        for (b = 0; b < p->batch; ++b) {
+            const int32_t c = ta_rng_int(&r, 0, 5);
+            seqlens[b] = s->seqlens_mode == 2 ? p->seq_k
+                         : c == 0           ? 0
+                         : c == 1           ? p->seq_k
+                                            : ta_rng_int(&r, 0, p->seq_k);
+        }
+    }
+
+    /* REF */
+    memset(&fa, 0, sizeof fa);
+    memset(&ba, 0, sizeof ba);
+    stt = ta_fwd_workspace_size(p, TA_BACKEND_REF, &fwd_ref_bytes);
+    if (stt == TA_OK) stt = ta_bwd_workspace_size(p, TA_BACKEND_REF, &bwd_ref_bytes);
+    if (stt != TA_OK) {
+        FAIL("%s: REF size query: %s", desc, ta_status_string(stt));
+        return 0;
+    }
+    ws_host = ta_test_alloc(fwd_ref_bytes > bwd_ref_bytes ? fwd_ref_bytes : bwd_ref_bytes);
+    fa.q = q;
+    fa.k = k;
+    fa.v = v;
+    fa.seqlens_k = seqlens;
+    fa.o = o_ref;
+    fa.lse = lse_ref;
+    stt = ta_fwd(p, TA_BACKEND_REF, &fa, ws_host, fwd_ref_bytes, NULL);
+    if (stt != TA_OK) FAIL("%s: REF fwd: %s", desc, ta_status_string(stt));
+    ba.q = q;
+    ba.k = k;
+    ba.v = v;
+    ba.o = o_ref;
+    ba.d_o = d_o;
+    ba.lse = lse_ref;
+    ba.seqlens_k = seqlens;
+    ba.dq = dq_ref;
+    ba.dk = dk_ref;
+    ba.dv = dv_ref;
+    if (stt == TA_OK) stt = ta_bwd(p, TA_BACKEND_REF, &ba, ws_host, bwd_ref_bytes, NULL);
+    if (stt != TA_OK) FAIL("%s: REF bwd: %s", desc, ta_status_string(stt));
+    ta_test_free(ws_host);
+    if (stt != TA_OK) ok = 0;
+
+    /* CUDA: size queries, device buffers */
+    if (ok) {
+        stt = ta_fwd_workspace_size(p, TA_BACKEND_CUDA, &fwd_bytes);
+        if (stt == TA_OK) stt = ta_bwd_workspace_size(p, TA_BACKEND_CUDA, &bwd_bytes);
+        if (stt != TA_OK) {
+            FAIL("%s: CUDA size query: %s", desc, ta_status_string(stt));
+            ok = 0;
+        }
+    }
+    if (ok) {
+        ws_bytes = fwd_bytes > bwd_bytes ? fwd_bytes : bwd_bytes;
+        d.q = dev_alloc(z.q * z.eb);
+        d.k = dev_alloc(z.k * z.eb);
+        d.v = dev_alloc(z.v * z.eb);
+        d.d_o = dev_alloc(z.o * z.eb);
+        d.o = dev_alloc(z.o * z.eb);
+        d.o_in = dev_alloc(z.o * z.eb);
+        d.dq = dev_alloc(z.q * z.eb);
+        d.dk = dev_alloc(z.k * z.eb);
+        d.dv = dev_alloc(z.v * z.eb);
+        d.ws = ws_bytes ? dev_alloc(ws_bytes) : NULL;
+        d.lse = (float *)dev_alloc(z.lse * sizeof(float));
+        d.lse_in = (float *)dev_alloc(z.lse * sizeof(float));
+        CUDA_OK(cudaMemcpy(d.q, q, z.q * z.eb, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(d.k, k, z.k * z.eb, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(d.v, v, z.v * z.eb, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(d.d_o, d_o, z.o * z.eb, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(d.o_in, o_ref, z.o * z.eb, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(d.lse_in, lse_ref, z.lse * sizeof(float), cudaMemcpyHostToDevice));
+
+        /* two runs with different poison; each must equal REF (so also each other) */
+        for (run = 0; run < 2 && ok; ++run) {
+            const int poison = run == 0 ? 0xFF : 0x7F;
+            memset(&fa, 0, sizeof fa);
+            fa.q = d.q;
+            fa.k = d.k;
+            fa.v = d.v;
+            fa.seqlens_k = seqlens;
+            fa.o = d.o;
+            fa.lse = d.lse;
+            CUDA_OK(cudaMemsetAsync(d.o, poison, z.o * z.eb, st));
+            CUDA_OK(cudaMemsetAsync(d.lse, poison, z.lse * sizeof(float), st));
+            if (d.ws) CUDA_OK(cudaMemsetAsync(d.ws, poison ^ 0x5A, ws_bytes, st));
+            stt = ta_fwd(p, TA_BACKEND_CUDA, &fa, d.ws, ws_bytes, (void *)st);
+            if (stt != TA_OK) {
+                FAIL("%s: CUDA fwd: %s", desc, ta_status_string(stt));
+                ok = 0;
+                break;
+            }
+            CUDA_OK(cudaStreamSynchronize(st));
+            CUDA_OK(cudaMemcpy(got, d.o, z.o * z.eb, cudaMemcpyDeviceToHost));
+            ok &= same_bytes(run ? "o (run 2)" : "o", desc, o_ref, got, z.o, z.eb);
+            CUDA_OK(cudaMemcpy(lse_got, d.lse, z.lse * sizeof(float), cudaMemcpyDeviceToHost));
+            ok &= same_bytes(run ? "lse (run 2)" : "lse", desc, lse_ref, lse_got, z.lse,
+                             sizeof(float));
+            if (run == 1) { /* without lse: the same o */
+                fa.lse = NULL;
+                CUDA_OK(cudaMemsetAsync(d.o, 0xFF, z.o * z.eb, st));
+                stt = ta_fwd(p, TA_BACKEND_CUDA, &fa, d.ws, ws_bytes, (void *)st);
+                if (stt != TA_OK) FAIL("%s: CUDA fwd, lse NULL: %s", desc, ta_status_string(stt));
+                CUDA_OK(cudaStreamSynchronize(st));
+                CUDA_OK(cudaMemcpy(got, d.o, z.o * z.eb, cudaMemcpyDeviceToHost));
+                ok &= same_bytes("o (lse NULL)", desc, o_ref, got, z.o, z.eb);
+            }
+
+            memset(&ba, 0, sizeof ba);
+            ba.q = d.q;
+            ba.k = d.k;
+            ba.v = d.v;
+            ba.o = d.o_in;
+            ba.d_o = d.d_o;
+            ba.lse = d.lse_in;
+            ba.seqlens_k = seqlens;
+            ba.dq = d.dq;
+            ba.dk = d.dk;
+            ba.dv = d.dv;
+            CUDA_OK(cudaMemsetAsync(d.dq, poison, z.q * z.eb, st));
+            CUDA_OK(cudaMemsetAsync(d.dk, poison, z.k * z.eb, st));
+            CUDA_OK(cudaMemsetAsync(d.dv, poison, z.v * z.eb, st));
+            if (d.ws) CUDA_OK(cudaMemsetAsync(d.ws, poison ^ 0x33, ws_bytes, st));
+            stt = ta_bwd(p, TA_BACKEND_CUDA, &ba, d.ws, ws_bytes, (void *)st);
+            if (stt != TA_OK) {
+                FAIL("%s: CUDA bwd: %s", desc, ta_status_string(stt));
+                ok = 0;
+                break;
+            }
+            CUDA_OK(cudaStreamSynchronize(st));
+            CUDA_OK(cudaMemcpy(got, d.dq, z.q * z.eb, cudaMemcpyDeviceToHost));
+            ok &= same_bytes(run ? "dq (run 2)" : "dq", desc, dq_ref, got, z.q, z.eb);
+            CUDA_OK(cudaMemcpy(got, d.dk, z.k * z.eb, cudaMemcpyDeviceToHost));
+            ok &= same_bytes(run ? "dk (run 2)" : "dk", desc, dk_ref, got, z.k, z.eb);
+            CUDA_OK(cudaMemcpy(got, d.dv, z.v * z.eb, cudaMemcpyDeviceToHost));
+            ok &= same_bytes(run ? "dv (run 2)" : "dv", desc, dv_ref, got, z.v, z.eb);
+        }
+        CUDA_OK(cudaFree(d.q));
+        CUDA_OK(cudaFree(d.k));
+        CUDA_OK(cudaFree(d.v));
+        CUDA_OK(cudaFree(d.d_o));
+        CUDA_OK(cudaFree(d.o));
+        CUDA_OK(cudaFree(d.o_in));
+        CUDA_OK(cudaFree(d.dq));
+        CUDA_OK(cudaFree(d.dk));
+        CUDA_OK(cudaFree(d.dv));
+        if (d.ws) CUDA_OK(cudaFree(d.ws));
+        CUDA_OK(cudaFree(d.lse));
+        CUDA_OK(cudaFree(d.lse_in));
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(d_o);
+    free(o_ref);
+    free(dq_ref);
+    free(dk_ref);
+    free(dv_ref);
+    free(lse_ref);
+    free(lse_got);
+    free(got);
+    free(seqlens);
+    return ok;
+}
+
+/* ---- Bad input on the device ---- */
+
+/* A small valid problem, its device buffers (canary-filled outputs) and args. */
+typedef struct bad_ctx {
+    ta_problem p;
+    sizes z;
+    dev_bufs d;
+    size_t fwd_bytes, bwd_bytes;
+    ta_fwd_args fa;
+    ta_bwd_args ba;
+} bad_ctx;
+
+static void bad_setup(bad_ctx *c, ta_rng *r) {
+    void *h;
+    size_t n;
+    memset(c, 0, sizeof *c);
+    c->p.batch = 2;
+    c->p.heads_q = 4;
+    c->p.heads_kv = 2;
+    c->p.seq_q = 19;
+    c->p.seq_k = 23;
+    c->p.head_dim = 8;
+    c->p.head_dim_v = 6;
+    c->p.flags = TA_CAUSAL;
+    c->z = sizes_of(&c->p);
+    if (ta_fwd_workspace_size(&c->p, TA_BACKEND_CUDA, &c->fwd_bytes) != TA_OK ||
+        ta_bwd_workspace_size(&c->p, TA_BACKEND_CUDA, &c->bwd_bytes) != TA_OK) {
+        FAIL("bad-input set-up: size query");
+        return;
+    }
+    c->d.q = dev_alloc(c->z.q * 4);
+    c->d.k = dev_alloc(c->z.k * 4);
+    c->d.v = dev_alloc(c->z.v * 4);
+    c->d.d_o = dev_alloc(c->z.o * 4);
+    c->d.o = dev_alloc(c->z.o * 4);
+    c->d.o_in = dev_alloc(c->z.o * 4);
+    c->d.dq = dev_alloc(c->z.q * 4);
+    c->d.dk = dev_alloc(c->z.k * 4);
+    c->d.dv = dev_alloc(c->z.v * 4);
+    c->d.ws = dev_alloc(c->bwd_bytes + 64);
+    c->d.lse = (float *)dev_alloc(c->z.lse * 4);
+    c->d.lse_in = (float *)dev_alloc(c->z.lse * 4);
+    n = c->z.q > c->z.k ? c->z.q : c->z.k;
+    h = malloc(n * 4 > c->z.o * 4 ? n * 4 : c->z.o * 4);
+    ta_fill_uniform(r, h, TA_F32, c->z.q, -1.0f, 1.0f);
+    CUDA_OK(cudaMemcpy(c->d.q, h, c->z.q * 4, cudaMemcpyHostToDevice));
+    ta_fill_uniform(r, h, TA_F32, c->z.k, -1.0f, 1.0f);
+    CUDA_OK(cudaMemcpy(c->d.k, h, c->z.k * 4, cudaMemcpyHostToDevice));
+    ta_fill_uniform(r, h, TA_F32, c->z.v, -1.0f, 1.0f);
+    CUDA_OK(cudaMemcpy(c->d.v, h, c->z.v * 4, cudaMemcpyHostToDevice));
+    ta_fill_uniform(r, h, TA_F32, c->z.o, -1.0f, 1.0f);
+    CUDA_OK(cudaMemcpy(c->d.d_o, h, c->z.o * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(c->d.o_in, h, c->z.o * 4, cudaMemcpyHostToDevice));
+    ta_fill_uniform(r, h, TA_F32, c->z.lse, 0.0f, 2.0f);
+    CUDA_OK(cudaMemcpy(c->d.lse_in, h, c->z.lse * 4, cudaMemcpyHostToDevice));
+    free(h);
+    c->fa.q = c->d.q;
+    c->fa.k = c->d.k;
+    c->fa.v = c->d.v;
+    c->fa.o = c->d.o;
+    c->fa.lse = c->d.lse;
+    c->ba.q = c->d.q;
+    c->ba.k = c->d.k;
+    c->ba.v = c->d.v;
+    c->ba.o = c->d.o_in;
+    c->ba.d_o = c->d.d_o;
+    c->ba.lse = c->d.lse_in;
+    c->ba.dq = c->d.dq;
+    c->ba.dk = c->d.dk;
+    c->ba.dv = c->d.dv;
+}
+
+static void bad_free(bad_ctx *c) {
+    void *all[] = {c->d.q,  c->d.k,  c->d.v,  c->d.d_o, c->d.o,   c->d.o_in,
+                   c->d.dq, c->d.dk, c->d.dv, c->d.ws,  c->d.lse, c->d.lse_in};
+    size_t i;
+    for (i = 0; i < sizeof all / sizeof all[0]; ++i)
+        if (all[i]) CUDA_OK(cudaFree(all[i]));
+}
+
+/* Canary-fill every device output (after the previous case's work, which may
+ * run on a non-blocking stream, is done); check they are intact afterwards. */
+static void canary_outputs(const bad_ctx *c) {
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemset(c->d.o, TA_CANARY_BYTE, c->z.o * 4));
+    CUDA_OK(cudaMemset(c->d.lse, TA_CANARY_BYTE, c->z.lse * 4));
+    CUDA_OK(cudaMemset(c->d.dq, TA_CANARY_BYTE, c->z.q * 4));
+    CUDA_OK(cudaMemset(c->d.dk, TA_CANARY_BYTE, c->z.k * 4));
+    CUDA_OK(cudaMemset(c->d.dv, TA_CANARY_BYTE, c->z.v * 4));
+}
+static int outputs_intact(const bad_ctx *c) {
+    const void *bufs[] = {c->d.o, c->d.lse, c->d.dq, c->d.dk, c->d.dv};
+    const size_t n[] = {c->z.o * 4, c->z.lse * 4, c->z.q * 4, c->z.k * 4, c->z.v * 4};
+    int i, ok = 1;
+    CUDA_OK(cudaDeviceSynchronize());
+    for (i = 0; i < 5; ++i) {
+        void *h = malloc(n[i]);
+        CUDA_OK(cudaMemcpy(h, bufs[i], n[i], cudaMemcpyDeviceToHost));
+        ok &= ta_canary_intact(h, n[i]);
+        free(h);
+    }
+    return ok;
+}
+
+#define EXPECT(name, expect, expr)                                                                 \
+    do {                                                                                           \
+        ta_status st_;                                                                             \
+        canary_outputs(&c);                                                                        \
+        st_ = (expr);                                                                              \
+        if (st_ != (expect))                                                                       \
+            FAIL("bad input '%s': got %s, expected %s", name, ta_status_string(st_),               \
+                 ta_status_string(expect));                                                        \
+        if ((expect) != TA_OK && !outputs_intact(&c))                                              \
+            FAIL("bad input '%s': an output was written", name);                                   \
+        ++n_cases;                                                                                 \
+    } while (0)
+
+/* The same call on host-mapped pinned memory or managed memory must succeed
+ * and give the same bits as on device memory. */
+static void check_other_memory(bad_ctx *c, int managed) {
+    const size_t nq = c->z.q * 4;
+    void *q2 = NULL, *o_dev = malloc(c->z.o * 4), *o_alt = malloc(c->z.o * 4);
+    ta_fwd_args fa = c->fa;
+    ta_status st;
+    if (managed)
+        CUDA_OK(cudaMallocManaged(&q2, nq, cudaMemAttachGlobal));
+    else
+        CUDA_OK(cudaHostAlloc(&q2, nq, cudaHostAllocMapped));
+    CUDA_OK(cudaMemcpy(q2, c->d.q, nq, cudaMemcpyDefault));
+    st = ta_fwd(&c->p, TA_BACKEND_CUDA, &c->fa, c->d.ws, c->fwd_bytes, NULL);
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(o_dev, c->d.o, c->z.o * 4, cudaMemcpyDeviceToHost));
+    fa.q = q2;
+    CUDA_OK(cudaMemset(c->d.o, 0xFF, c->z.o * 4));
+    if (st == TA_OK) st = ta_fwd(&c->p, TA_BACKEND_CUDA, &fa, c->d.ws, c->fwd_bytes, NULL);
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(o_alt, c->d.o, c->z.o * 4, cudaMemcpyDeviceToHost));
+    if (st != TA_OK)
+        FAIL("q in %s memory: %s", managed ? "managed" : "mapped pinned host", ta_status_string(st));
+    else if (memcmp(o_dev, o_alt, c->z.o * 4) != 0)
+        FAIL("q in %s memory: o differs from device memory's", managed ? "managed" : "pinned");
+    if (managed)
+        CUDA_OK(cudaFree(q2));
+    else
+        CUDA_OK(cudaFreeHost(q2));
+    free(o_dev);
+    free(o_alt);
+}
+
+static void bad_input_cases(ta_rng *r) {
+    bad_ctx c;
+    ta_fwd_args fa;
+    ta_bwd_args ba;
+    ta_problem pc;
+    ta_trace tr;
+    ta_trace_entry entries[4];
+    size_t bytes = 0;
+    int n_cases = 0;
+    float *host_q;
+    cudaStream_t s;
+    bad_setup(&c, r);
+    host_q = (float *)malloc(c.z.q * 4);
+    ta_fill_uniform(r, host_q, TA_F32, c.z.q, -1.0f, 1.0f);
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+    /* size queries: the forward needs no device workspace, the backward D_i */
+    if (c.fwd_bytes != 0) FAIL("fwd workspace %zu bytes, expected 0", c.fwd_bytes);
+    if (c.bwd_bytes != (c.z.lse * 4 + 63) / 64 * 64)
+        FAIL("bwd workspace %zu bytes, expected %zu", c.bwd_bytes, (c.z.lse * 4 + 63) / 64 * 64);
+
+    /* valid calls: NULL stream and a created stream */
+    EXPECT("valid fwd, NULL stream", TA_OK, ta_fwd(&c.p, TA_BACKEND_CUDA, &c.fa, NULL, 0, NULL));
+    EXPECT("valid fwd, created stream", TA_OK,
+           ta_fwd(&c.p, TA_BACKEND_CUDA, &c.fa, NULL, 0, (void *)s));
+    EXPECT("valid bwd, created stream", TA_OK,
+           ta_bwd(&c.p, TA_BACKEND_CUDA, &c.ba, c.d.ws, c.bwd_bytes, (void *)s));
+
+    /* pageable host memory where device memory is required */
+    fa = c.fa;
+    fa.q = host_q;
+    EXPECT("fwd q in pageable host memory", TA_ERR_BAD_ARG,
+           ta_fwd(&c.p, TA_BACKEND_CUDA, &fa, NULL, 0, NULL));
+    fa = c.fa;
+    fa.o = malloc(c.z.o * 4);
+    EXPECT("fwd o in pageable host memory", TA_ERR_BAD_ARG,
+           ta_fwd(&c.p, TA_BACKEND_CUDA, &fa, NULL, 0, NULL));
+    free(fa.o);
+    fa = c.fa;
+    fa.lse = (float *)malloc(c.z.lse * 4);
+    EXPECT("fwd lse in pageable host memory", TA_ERR_BAD_ARG,
+           ta_fwd(&c.p, TA_BACKEND_CUDA, &fa, NULL, 0, NULL));
+    free(fa.lse);
+    ba = c.ba;
+    ba.lse = host_q; /* at least B*H*S_q floats */
+    EXPECT("bwd lse in pageable host memory", TA_ERR_BAD_ARG,
+           ta_bwd(&c.p, TA_BACKEND_CUDA, &ba, c.d.ws, c.bwd_bytes, NULL));
+    ba = c.ba;
+    {
+        void *ws_host = ta_test_alloc(c.bwd_bytes);
+        EXPECT("bwd workspace in pageable host memory", TA_ERR_BAD_ARG,
+               ta_bwd(&c.p, TA_BACKEND_CUDA, &ba, ws_host, c.bwd_bytes, NULL));
+        ta_test_free(ws_host);
+    }
+    /* workspace */
+    EXPECT("bwd workspace one byte short", TA_ERR_WORKSPACE_SIZE,
+           ta_bwd(&c.p, TA_BACKEND_CUDA, &c.ba, c.d.ws, c.bwd_bytes - 1, NULL));
+    EXPECT("bwd workspace NULL", TA_ERR_NULL_ARG,
+           ta_bwd(&c.p, TA_BACKEND_CUDA, &c.ba, NULL, c.bwd_bytes, NULL));
+    EXPECT("bwd workspace misaligned", TA_ERR_WORKSPACE_ALIGN,
+           ta_bwd(&c.p, TA_BACKEND_CUDA, &c.ba, (char *)c.d.ws + 16, c.bwd_bytes, NULL));
+    /* unsupported: the MTA conv (not yet on CUDA), a trace (REF only) */
+    pc = c.p;
+    pc.conv_q = 2;
+    pc.conv_k = 3;
+    EXPECT("conv fwd size query", TA_ERR_UNSUPPORTED,
+           ta_fwd_workspace_size(&pc, TA_BACKEND_CUDA, &bytes));
+    EXPECT("conv bwd size query", TA_ERR_UNSUPPORTED,
+           ta_bwd_workspace_size(&pc, TA_BACKEND_CUDA, &bytes));
+    tr.entries = entries;
+    tr.capacity = 4;
+    tr.count = 0;
+    fa = c.fa;
+    fa.trace = &tr;
+    EXPECT("trace on CUDA", TA_ERR_UNSUPPORTED, ta_fwd(&c.p, TA_BACKEND_CUDA, &fa, NULL, 0, NULL));
+    /* mapped pinned host and managed memory are device-readable: accepted */
+    check_other_memory(&c, 0);
+    check_other_memory(&c, 1);
+    n_cases += 2;
+    CUDA_OK(cudaStreamDestroy(s));
+    free(host_q);
+    bad_free(&c);
+    printf("test_cuda_equiv: %d device bad-input cases\n", n_cases);
+}
+
+/* One line per feature: how many problems of the run have it. */
+static void print_coverage(const spec *specs, int n) {
+    int i, dt[3] = {0, 0, 0}, causal = 0, seql = 0, gqa = 0, neq = 0, s1 = 0, d_small = 0;
+    int d_big = 0, d_ne = 0, bk_set = 0, bk_odd = 0, bq_set = 0, scale_set = 0, scale_neg = 0;
+    int stream = 0, fast = 0, big_s = 0;
+    int32_t max_sq = 0, max_sk = 0;
+    for (i = 0; i < n; ++i) {
+        const ta_problem *p = &specs[i].p;
+        dt[p->dtype]++;
+        causal += (p->flags & TA_CAUSAL) != 0;
+        seql += specs[i].seqlens_mode != 0;
+        gqa += p->heads_q != p->heads_kv;
+        neq += p->seq_q != p->seq_k;
+        s1 += p->seq_q == 1 || p->seq_k == 1;
+        big_s += p->seq_q >= 4096 || p->seq_k >= 4096;
+        d_small += p->head_dim <= 8 || p->head_dim_v <= 8;
+        d_big += p->head_dim > 128 || p->head_dim_v > 128;
+        d_ne += p->head_dim != p->head_dim_v;
+        bk_set += p->block_k != 0;
+        bk_odd += p->block_k != 0 && (p->block_k & (p->block_k - 1)) != 0;
+        bq_set += p->block_q != 0;
+        scale_set += p->scale != 0.0f;
+        scale_neg += p->scale < 0.0f;
+        stream += specs[i].use_stream;
+        fast += p->precision == TA_PRECISION_FAST;
+        if (p->seq_q > max_sq) max_sq = p->seq_q;
+        if (p->seq_k > max_sk) max_sk = p->seq_k;
+    }
+    printf("coverage of %d problems: f32 %d, f16 %d, bf16 %d; causal %d; seqlens_k %d; GQA %d; "
+           "S_q != S_k %d; S = 1 %d; S >= 4096 %d (max S_q %d, S_k %d); D or D_v <= 8 %d, "
+           "> 128 %d, D != D_v %d; block_k set %d (not a power of two %d), block_q set %d; "
+           "scale set %d (negative %d); created stream %d; TA_PRECISION_FAST %d\n",
+           n, dt[0], dt[1], dt[2], causal, seql, gqa, neq, s1, big_s, (int)max_sq, (int)max_sk,
+           d_small, d_big, d_ne, bk_set, bk_odd, bq_set, scale_set, scale_neg, stream, fast);
+}
+
+/* ---- main ---- */
+
+int main(int argc, char **argv) {
+    int quick = 0, only = -1, count = N_DEFAULT, n_specs = 0, i, n_ok = 0, dev_count = 0;
+    uint64_t seed;
+    spec *specs;
+    ta_rng r;
+    double t0;
+    struct timespec ts;
+    for (i = 1; i < argc; ++i) {
+        if (strcmp(argv[i], "--quick") == 0)
+            quick = 1;
+        else if (strcmp(argv[i], "--problem") == 0 && i + 1 < argc)
+            only = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc)
+            count = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: test_cuda_equiv [--quick] [--problem N] [--count N]\n");
+            return 2;
+        }
+    }
+    if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
+        printf("no CUDA device: skipped\n");
+        return TA_TEST_SKIP;
+    }
+    if (!ta_backend_available(TA_BACKEND_CUDA)) {
+        fprintf(stderr, "FAIL: a CUDA device is present but TA_BACKEND_CUDA is unavailable\n");
+        return 1;
+    }
+    seed = ta_test_seed("test_cuda_equiv");
+    specs = (spec *)calloc((size_t)(count + 64), sizeof(spec));
+    if (quick) {
+        n_specs = quick_specs(specs);
+    } else {
+        n_specs = special_specs(specs);
+        for (i = 0; i < count; ++i)
+            random_spec(seed, i, &specs[n_specs++]);
+    }
+    if (only < 0) print_coverage(specs, n_specs);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t0 = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+
+    TA_OMP("omp parallel reduction(+ : n_ok)")
+    {
+        cudaStream_t s;
+        int j;
+        CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        TA_OMP("omp for schedule(dynamic, 1)")
+        for (j = 0; j < n_specs; ++j) {
+            if (only >= 0 && j != only) continue;
+            n_ok += run_problem(&specs[j], j, seed, s);
+        }
+        CUDA_OK(cudaStreamDestroy(s));
+    }
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    printf("test_cuda_equiv: %d of %d problems bit-identical to REF (o, lse, dq, dk, dv; two "
+           "runs each) in %.1f s\n",
+           n_ok, only >= 0 ? 1 : n_specs,
+           (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - t0);
+    if (only < 0) {
+        ta_rng_seed(&r, seed ^ UINT64_C(0xbad));
+        bad_input_cases(&r);
+    }
+    free(specs);
+    ta_test_failures += g_fail;
+    return ta_test_finish("test_cuda_equiv");
+}
