@@ -38,13 +38,12 @@
 #include <time.h>
 
 #include "oracle.h"
+#include "oracle_check.h"
 #include "test_util.h"
 #include "tileattn.h"
 #include "tileattn_tiling.h"
 
-enum { T_O, T_LSE, T_DQ, T_DK, T_DV, T_DW, T_COUNT };
-static const char *const tensor_name[T_COUNT] = {"o", "lse", "dq", "dk", "dv", "dconv_w"};
-static const char *const dtype_name[3] = {"f32", "f16", "bf16"};
+enum { T_COUNT = TA_OC_TENSORS }; /* o lse dq dk dv dconv_w */
 
 /*
  * Error measures, as test_oracle_sdpa (docs/reference.md):
@@ -63,12 +62,6 @@ static const char *const dtype_name[3] = {"f32", "f16", "bf16"};
  * dconv_w.
  */
 static const double tol_arith[T_COUNT] = {2e-6, 2e-6, 2e-6, 2e-6, 2e-6, 1e-5};
-static const double u_dtype[3] = {0.0, 4.8828125e-04 /* 2^-11 */, 3.90625e-03 /* 2^-8 */};
-static const double floor_dtype[3] = {0.0, 5.9604644775390625e-08 /* 2^-24 */, 0.0};
-
-typedef struct err_max {
-    double rel[T_COUNT], cond[T_COUNT];
-} err_max;
 static err_max worst[3], worst_blocks[3], worst_identity[3];
 static long n_problems[3], n_identity[3], n_block_runs, n_block_fwd_changed, n_block_dw_changed;
 static long n_unsupported;
@@ -81,23 +74,6 @@ typedef struct coverage {
     int32_t max_s, max_cq, max_ck;
 } coverage;
 static coverage g_cov;
-
-/* One problem and its buffers. */
-typedef struct tcase {
-    ta_problem p;
-    int32_t *seqlens; /* [B] or NULL */
-    float *conv_w;    /* [H, c_q, c_k] */
-    size_t n_q, n_k, n_v, n_o, n_lse, n_w, eb;
-    void *q, *k, *v, *d_o;               /* inputs, storage dtype */
-    double *oq, *ok, *ov, *odo, *ow;     /* widened for the oracle */
-    double *orc[T_COUNT], *mag[T_COUNT]; /* oracle results, magnitudes */
-} tcase;
-
-/* Outputs of one reference run. */
-typedef struct run_out {
-    void *o, *dq, *dk, *dv;
-    float *lse, *dw;
-} run_out;
 
 /* ---------------------------------------------------------------------- */
 /* Geometry helpers                                                        */
@@ -161,73 +137,10 @@ static double problem_work(const ta_problem *p) {
 /* Comparison                                                              */
 /* ---------------------------------------------------------------------- */
 
-static void describe(const tcase *tc, char *buf, size_t n) {
-    const ta_problem *p = &tc->p;
-    snprintf(buf, n, "B=%d H=%d Hkv=%d Sq=%d Sk=%d D=%d Dv=%d %s conv=%dx%d bq=%d bk=%d scale=%g%s",
-             p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_k, p->head_dim, p->head_dim_v,
-             dtype_name[p->dtype], p->conv_q, p->conv_k, p->block_q, p->block_k, (double)p->scale,
-             tc->seqlens ? " seqlens" : "");
-}
-
-/* Both measures for one tensor; prints the first misses. */
-static void compare(const tcase *tc, int tensor, const void *ref, ta_dtype dt, size_t n,
-                    double *rel, double *cond) {
-    const double *orc = tc->orc[tensor], *mag = tc->mag[tensor];
-    const double t = tol_arith[tensor], u = u_dtype[dt], fl = floor_dtype[dt];
-    double max_or = 0.0, max_diff = 0.0, max_cond = 0.0;
-    size_t i;
-    int misses = 0;
-    char desc[256];
-    for (i = 0; i < n; ++i)
-        if (isfinite(orc[i]) && fabs(orc[i]) > max_or) max_or = fabs(orc[i]);
-    for (i = 0; i < n; ++i) {
-        const double x = ta_get(ref, dt, i), diff = fabs(x - orc[i]);
-        const double arith = (diff - u * fabs(orc[i]) - fl) / mag[i];
-        if (isinf(orc[i]) || mag[i] == 0.0) { /* masked: exact */
-            if (!(x == orc[i]) && misses++ < 3) {
-                describe(tc, desc, sizeof desc);
-                TA_CHECK(0, "%s[%zu] = %g, oracle %g (masked) [%s]", tensor_name[tensor], i, x,
-                         orc[i], desc);
-            }
-            continue;
-        }
-        if (!(arith <= t) && misses++ < 3) {
-            describe(tc, desc, sizeof desc);
-            TA_CHECK(0, "%s[%zu]: ref %.9g oracle %.9g magnitude %.3g: error %.3g > %.3g [%s]",
-                     tensor_name[tensor], i, x, orc[i], mag[i], arith, t, desc);
-        }
-        if (!(diff <= max_diff) && !isnan(max_diff)) max_diff = diff; /* NaN sticks */
-        if (!(arith <= max_cond) && !isnan(max_cond)) max_cond = arith;
-    }
-    *rel = max_diff / (max_or > 1e-30 ? max_or : 1e-30);
-    *cond = max_cond;
-}
-
-static void fold(err_max *acc, const err_max *e) {
-    int i;
-    for (i = 0; i < T_COUNT; ++i) {
-        if (!(e->rel[i] <= acc->rel[i]) && !isnan(acc->rel[i])) acc->rel[i] = e->rel[i];
-        if (!(e->cond[i] <= acc->cond[i]) && !isnan(acc->cond[i])) acc->cond[i] = e->cond[i];
-    }
-}
-
 /* Compare a run with the oracle; fold the errors into acc. fwd/bwd: which
  * tensors (a forward-only or backward-only rerun compares its part). */
 static void compare_all(const tcase *tc, const run_out *out, int fwd, int bwd, err_max *acc) {
-    const ta_dtype dt = tc->p.dtype;
-    err_max e;
-    memset(&e, 0, sizeof e);
-    if (fwd) {
-        compare(tc, T_O, out->o, dt, tc->n_o, &e.rel[T_O], &e.cond[T_O]);
-        compare(tc, T_LSE, out->lse, TA_F32, tc->n_lse, &e.rel[T_LSE], &e.cond[T_LSE]);
-    }
-    if (bwd) {
-        compare(tc, T_DQ, out->dq, dt, tc->n_q, &e.rel[T_DQ], &e.cond[T_DQ]);
-        compare(tc, T_DK, out->dk, dt, tc->n_k, &e.rel[T_DK], &e.cond[T_DK]);
-        compare(tc, T_DV, out->dv, dt, tc->n_v, &e.rel[T_DV], &e.cond[T_DV]);
-        compare(tc, T_DW, out->dw, TA_F32, tc->n_w, &e.rel[T_DW], &e.cond[T_DW]);
-    }
-    fold(acc, &e);
+    ta_oc_compare_all(tc, out, fwd, bwd, tol_arith, 1, acc);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -248,10 +161,12 @@ static void pick_conv(ta_rng *r, int32_t *cq, int32_t *ck) {
     }
 }
 
+/* Prime lengths pick_len draws from. */
+static const int32_t primes[] = {2, 3, 5, 7, 11, 13, 17, 31, 53, 61, 67, 127, 131, 251, 257};
+
 /* A length: 1, primes, shorter than the kernel, small, or long enough for
  * several tiles (up to max_len). */
 static int32_t pick_len(ta_rng *r, int32_t max_len, int32_t kernel) {
-    static const int32_t primes[] = {2, 3, 5, 7, 11, 13, 17, 31, 53, 61, 67, 127, 131, 251, 257};
     const int32_t c = ta_rng_int(r, 0, 99);
     int32_t len;
     if (c < 8) return 1;
@@ -265,15 +180,6 @@ static int32_t pick_len(ta_rng *r, int32_t max_len, int32_t kernel) {
         len = ta_rng_int(r, 25, max_len > 25 ? max_len : 25);
     }
     return len < max_len ? len : max_len;
-}
-
-static int32_t pick_dim(ta_rng *r) {
-    static const int32_t common[] = {32, 64, 96, 128};
-    const int32_t c = ta_rng_int(r, 0, 99);
-    if (c < 50) return ta_rng_int(r, 1, 16);
-    if (c < 75) return common[ta_rng_int(r, 0, 3)];
-    if (c < 95) return ta_rng_int(r, 1, 256);
-    return ta_rng_int(r, 0, 1) ? 256 : 255;
 }
 
 /* A tile size >= min_b (the smallest the backward halos allow, or 8): the
@@ -303,14 +209,10 @@ static int32_t min_block_k(int32_t ck) { return 4 * ((ck - 1) / 2) + 1; }
 static void random_problem(ta_rng *r, tcase *tc, double work, int small_tiles) {
     ta_problem *p = &tc->p;
     const int32_t max_len = 300;
-    int32_t b, tries;
+    static const int32_t dim_cuts[3] = {50, 75, 95};
+    int32_t tries;
     memset(tc, 0, sizeof *tc);
-    p->batch = ta_rng_int(r, 0, 9) == 0 ? 3 : ta_rng_int(r, 1, 2);
-    p->heads_kv = ta_rng_int(r, 1, 2);
-    p->heads_q = p->heads_kv * ta_rng_int(r, 1, 3);
-    p->head_dim = pick_dim(r);
-    p->head_dim_v = ta_rng_int(r, 0, 2) == 0 ? p->head_dim : pick_dim(r);
-    p->dtype = (ta_dtype)ta_rng_int(r, 0, 2);
+    ta_oc_random_heads(r, p, dim_cuts);
     p->flags = TA_CAUSAL; /* MTA is causal */
     pick_conv(r, &p->conv_q, &p->conv_k);
     p->block_q = pick_block(r, min_block_q(p->conv_q));
@@ -319,9 +221,7 @@ static void random_problem(ta_rng *r, tcase *tc, double work, int small_tiles) {
         p->block_q = min_block_q(p->conv_q) > TA_BLOCK_MIN ? min_block_q(p->conv_q) : TA_BLOCK_MIN;
         p->block_k = min_block_k(p->conv_k) > TA_BLOCK_MIN ? min_block_k(p->conv_k) : TA_BLOCK_MIN;
     }
-    if (ta_rng_int(r, 0, 9) < 3) /* explicit scale, sometimes negative */
-        p->scale = ta_rng_uniform(r, ta_rng_int(r, 0, 9) == 0 ? -2.0f : 0.25f, 2.0f) /
-                   sqrtf((float)p->head_dim);
+    ta_oc_random_scale(r, p);
     p->seq_q = pick_len(r, max_len, p->conv_q);
     p->seq_k = ta_rng_int(r, 0, 9) < 3 ? p->seq_q : pick_len(r, max_len, p->conv_k);
     for (tries = 0; tries < 60 && problem_work(p) > work; ++tries) {
@@ -335,13 +235,7 @@ static void random_problem(ta_rng *r, tcase *tc, double work, int small_tiles) {
             p->seq_k = p->seq_k * 3 / 4 > 1 ? p->seq_k * 3 / 4 : 1;
         }
     }
-    if (ta_rng_int(r, 0, 9) < 4) {
-        tc->seqlens = (int32_t *)malloc((size_t)p->batch * sizeof(int32_t));
-        for (b = 0; b < p->batch; ++b) {
-            const int32_t c = ta_rng_int(r, 0, 99);
-            tc->seqlens[b] = c < 15 ? 0 : c < 40 ? p->seq_k : ta_rng_int(r, 1, p->seq_k);
-        }
-    }
+    ta_oc_random_seqlens(r, tc);
 }
 
 /* A kernel with mixed signs: uniform in [-a, a] (a scaled to the kernel's size,
@@ -372,222 +266,17 @@ static void identity_kernel(tcase *tc) {
 
 /* Allocate and fill the inputs (kernel included); widen them for the oracle. */
 static void make_buffers(ta_rng *r, tcase *tc, int identity) {
-    const ta_problem *p = &tc->p;
-    const float a = ta_rng_uniform(r, 0.5f, 2.5f); /* q, k range: score spread */
-    int t;
-    tc->eb = ta_dtype_size(p->dtype);
-    tc->n_lse = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
-    tc->n_q = tc->n_lse * (size_t)p->head_dim;
-    tc->n_o = tc->n_lse * (size_t)p->head_dim_v;
-    tc->n_k = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k * (size_t)p->head_dim;
-    tc->n_v = tc->n_k / (size_t)p->head_dim * (size_t)p->head_dim_v;
-    tc->n_w = (size_t)p->heads_q * (size_t)p->conv_q * (size_t)p->conv_k;
-    tc->q = ta_test_alloc(tc->n_q * tc->eb);
-    tc->k = ta_test_alloc(tc->n_k * tc->eb);
-    tc->v = ta_test_alloc(tc->n_v * tc->eb);
-    tc->d_o = ta_test_alloc(tc->n_o * tc->eb);
-    tc->conv_w = (float *)ta_test_alloc(tc->n_w * sizeof(float));
-    ta_fill_uniform(r, tc->q, p->dtype, tc->n_q, -a, a);
-    ta_fill_uniform(r, tc->k, p->dtype, tc->n_k, -a, a);
-    ta_fill_uniform(r, tc->v, p->dtype, tc->n_v, -1.0f, 1.0f);
-    ta_fill_uniform(r, tc->d_o, p->dtype, tc->n_o, -1.0f, 1.0f);
+    ta_oc_make_buffers(r, tc);
     if (identity)
         identity_kernel(tc);
     else
         fill_kernel(r, tc);
-    tc->oq = ta_oracle_widen(tc->q, p->dtype, tc->n_q);
-    tc->ok = ta_oracle_widen(tc->k, p->dtype, tc->n_k);
-    tc->ov = ta_oracle_widen(tc->v, p->dtype, tc->n_v);
-    tc->odo = ta_oracle_widen(tc->d_o, p->dtype, tc->n_o);
     tc->ow = ta_oracle_widen(tc->conv_w, TA_F32, tc->n_w);
-    {
-        const size_t n[T_COUNT] = {tc->n_o, tc->n_lse, tc->n_q, tc->n_k, tc->n_v, tc->n_w};
-        for (t = 0; t < T_COUNT; ++t) {
-            tc->orc[t] = (double *)malloc((n[t] ? n[t] : 1) * sizeof(double));
-            tc->mag[t] = (double *)malloc((n[t] ? n[t] : 1) * sizeof(double));
-        }
-    }
-}
-
-static void free_case(tcase *tc) {
-    void *const tf[] = {tc->q, tc->k, tc->v, tc->d_o, tc->conv_w};
-    double *const df[] = {tc->oq, tc->ok, tc->ov, tc->odo, tc->ow};
-    size_t i;
-    for (i = 0; i < sizeof tf / sizeof tf[0]; ++i)
-        ta_test_free(tf[i]);
-    for (i = 0; i < sizeof df / sizeof df[0]; ++i)
-        free(df[i]);
-    for (i = 0; i < T_COUNT; ++i) {
-        free(tc->orc[i]);
-        free(tc->mag[i]);
-    }
-    free(tc->seqlens);
-}
-
-static void alloc_out(const tcase *tc, run_out *out) {
-    out->o = ta_test_alloc(tc->n_o * tc->eb);
-    out->dq = ta_test_alloc(tc->n_q * tc->eb);
-    out->dk = ta_test_alloc(tc->n_k * tc->eb);
-    out->dv = ta_test_alloc(tc->n_v * tc->eb);
-    out->lse = (float *)ta_test_alloc(tc->n_lse * sizeof(float));
-    out->dw = (float *)ta_test_alloc(tc->n_w * sizeof(float));
-}
-
-static void free_out(run_out *out) {
-    ta_test_free(out->o);
-    ta_test_free(out->dq);
-    ta_test_free(out->dk);
-    ta_test_free(out->dv);
-    ta_test_free(out->lse);
-    ta_test_free(out->dw);
-}
-
-/* ---------------------------------------------------------------------- */
-/* Running the reference                                                   */
-/* ---------------------------------------------------------------------- */
-
-/* Workspace of `bytes` (at least 64), 64-aligned, filled with garbage of the
- * given kind: 0 = 0xFF poison (NaN in every dtype), 1 = random bytes. */
-static void *make_workspace(ta_rng *r, size_t bytes, int kind) {
-    unsigned char *ws = (unsigned char *)ta_test_alloc(bytes ? bytes : 64);
-    size_t i;
-    if (kind == 0)
-        ta_poison(ws, bytes);
-    else
-        for (i = 0; i < bytes; ++i)
-            ws[i] = (unsigned char)ta_rng_u64(r);
-    return ws;
-}
-
-/* Forward of problem p (tiles and conv may differ from tc->p) into out->o,
- * out->lse, poisoned first. Returns the status. */
-static ta_status run_fwd(ta_rng *r, const tcase *tc, const ta_problem *p, run_out *out, int ws_kind,
-                         ta_trace *tr) {
-    size_t bytes = 0;
-    void *ws;
-    ta_fwd_args fa;
-    ta_status st;
-    memset(&fa, 0, sizeof fa);
-    ta_poison(out->o, tc->n_o * tc->eb);
-    ta_poison(out->lse, tc->n_lse * sizeof(float));
-    st = ta_fwd_workspace_size(p, TA_BACKEND_REF, &bytes);
-    if (st != TA_OK) return st;
-    fa.q = tc->q, fa.k = tc->k, fa.v = tc->v, fa.seqlens_k = tc->seqlens;
-    fa.conv_w = p->conv_q ? tc->conv_w : NULL;
-    fa.o = out->o, fa.lse = out->lse, fa.trace = tr;
-    ws = make_workspace(r, bytes, ws_kind);
-    st = ta_fwd(p, TA_BACKEND_REF, &fa, ws, bytes, NULL);
-    ta_test_free(ws);
-    return st;
-}
-
-/* Backward of problem p from o, lse into out->dq, dk, dv, dw, poisoned first. */
-static ta_status run_bwd(ta_rng *r, const tcase *tc, const ta_problem *p, const void *o,
-                         const float *lse, run_out *out, int ws_kind, ta_trace *tr) {
-    size_t bytes = 0;
-    void *ws;
-    ta_bwd_args ba;
-    ta_status st;
-    memset(&ba, 0, sizeof ba);
-    ta_poison(out->dq, tc->n_q * tc->eb);
-    ta_poison(out->dk, tc->n_k * tc->eb);
-    ta_poison(out->dv, tc->n_v * tc->eb);
-    ta_poison(out->dw, tc->n_w * sizeof(float));
-    st = ta_bwd_workspace_size(p, TA_BACKEND_REF, &bytes);
-    if (st != TA_OK) return st;
-    ba.q = tc->q, ba.k = tc->k, ba.v = tc->v, ba.o = o, ba.d_o = tc->d_o;
-    ba.lse = lse, ba.seqlens_k = tc->seqlens, ba.trace = tr;
-    ba.conv_w = p->conv_q ? tc->conv_w : NULL;
-    ba.dq = out->dq, ba.dk = out->dk, ba.dv = out->dv;
-    ba.dconv_w = p->conv_q ? out->dw : NULL;
-    ws = make_workspace(r, bytes, ws_kind);
-    st = ta_bwd(p, TA_BACKEND_REF, &ba, ws, bytes, NULL);
-    ta_test_free(ws);
-    return st;
-}
-
-/* Forward, then backward from its o and lse: a training step. */
-static ta_status run_step(ta_rng *r, const tcase *tc, const ta_problem *p, run_out *out,
-                          int ws_kind, ta_trace *tr_fwd, ta_trace *tr_bwd) {
-    const ta_status st = run_fwd(r, tc, p, out, ws_kind, tr_fwd);
-    if (st != TA_OK) return st;
-    return run_bwd(r, tc, p, out->o, out->lse, out, ws_kind, tr_bwd);
-}
-
-/* Oracle forward on the (rounded) inputs, then backward with D_i from the
- * stored o for f16/bf16 (exact D_i for f32), dconv_w included. */
-static void run_oracle(tcase *tc, const void *o_stored_buf) {
-    ta_oracle_in in;
-    ta_oracle_grads g, gm;
-    double *o_stored = NULL;
-    memset(&in, 0, sizeof in);
-    in.q = tc->oq, in.k = tc->ok, in.v = tc->ov, in.seqlens_k = tc->seqlens, in.d_o = tc->odo;
-    in.conv_w = tc->ow;
-    TA_CHECK(ta_oracle_fwd(&tc->p, &in, tc->orc[T_O], tc->orc[T_LSE]) == 0, "oracle fwd");
-    TA_CHECK(ta_oracle_fwd_mag(&tc->p, &in, tc->mag[T_O], tc->mag[T_LSE]) == 0, "oracle fwd mag");
-    if (tc->p.dtype != TA_F32) o_stored = ta_oracle_widen(o_stored_buf, tc->p.dtype, tc->n_o);
-    in.o = o_stored;
-    g = (ta_oracle_grads){tc->orc[T_DQ], tc->orc[T_DK], tc->orc[T_DV], tc->orc[T_DW]};
-    gm = (ta_oracle_grads){tc->mag[T_DQ], tc->mag[T_DK], tc->mag[T_DV], tc->mag[T_DW]};
-    TA_CHECK(ta_oracle_bwd_grads(&tc->p, &in, &g) == 0, "oracle bwd");
-    TA_CHECK(ta_oracle_bwd_grads_mag(&tc->p, &in, &gm) == 0, "oracle bwd mag");
-    free(o_stored);
 }
 
 /* ---------------------------------------------------------------------- */
 /* Structural checks                                                       */
 /* ---------------------------------------------------------------------- */
-
-/* Rows that see no key: o = 0, lse = -inf, dq = 0 exactly. Keys no row sees
- * (j >= key_len; the bottom-right causal mask lets the last row see every key
- * below key_len): dk = dv = 0 exactly (a masked raw score is the constant 0). */
-static void check_masked(const tcase *tc, const run_out *out) {
-    const ta_problem *p = &tc->p;
-    int32_t b, h, r, j;
-    size_t x;
-    for (b = 0; b < p->batch; ++b) {
-        const int32_t key_len = key_len_of(tc, b);
-        for (h = 0; h < p->heads_q; ++h)
-            for (r = 0; r < p->seq_q; ++r) {
-                const size_t row =
-                    ((size_t)b * (size_t)p->heads_q + (size_t)h) * (size_t)p->seq_q + (size_t)r;
-                int zero = 1;
-                if (key_len > 0 && r + p->seq_k - p->seq_q >= 0) continue;
-                for (x = 0; x < (size_t)p->head_dim_v; ++x)
-                    zero &= ta_get(out->o, p->dtype, row * (size_t)p->head_dim_v + x) == 0.0;
-                for (x = 0; x < (size_t)p->head_dim; ++x)
-                    zero &= ta_get(out->dq, p->dtype, row * (size_t)p->head_dim + x) == 0.0;
-                TA_CHECK(zero && out->lse[row] == -INFINITY, "masked row b=%d h=%d r=%d", b, h, r);
-            }
-        for (h = 0; h < p->heads_kv; ++h)
-            for (j = key_len; j < p->seq_k; ++j) {
-                const size_t row =
-                    ((size_t)b * (size_t)p->heads_kv + (size_t)h) * (size_t)p->seq_k + (size_t)j;
-                int zero = 1;
-                for (x = 0; x < (size_t)p->head_dim; ++x)
-                    zero &= ta_get(out->dk, p->dtype, row * (size_t)p->head_dim + x) == 0.0;
-                for (x = 0; x < (size_t)p->head_dim_v; ++x)
-                    zero &= ta_get(out->dv, p->dtype, row * (size_t)p->head_dim_v + x) == 0.0;
-                TA_CHECK(zero, "unseen key b=%d hkv=%d j=%d: dk/dv not 0", b, h, j);
-            }
-    }
-}
-
-static int same_fwd(const tcase *tc, const run_out *a, const run_out *b) {
-    return memcmp(a->o, b->o, tc->n_o * tc->eb) == 0 &&
-           memcmp(a->lse, b->lse, tc->n_lse * sizeof(float)) == 0;
-}
-
-static int same_dqkv(const tcase *tc, const run_out *a, const run_out *b) {
-    return memcmp(a->dq, b->dq, tc->n_q * tc->eb) == 0 &&
-           memcmp(a->dk, b->dk, tc->n_k * tc->eb) == 0 &&
-           memcmp(a->dv, b->dv, tc->n_v * tc->eb) == 0;
-}
-
-static int same_outputs(const tcase *tc, const run_out *a, const run_out *b) {
-    return same_fwd(tc, a, b) && same_dqkv(tc, a, b) &&
-           memcmp(a->dw, b->dw, tc->n_w * sizeof(float)) == 0;
-}
 
 /* Forward trace: exactly (b, h, qt, kt < k_end(qt)) of the conv's forward
  * tiling, in loop order (docs/mta.md). Backward: every entry is a pair its
@@ -598,23 +287,14 @@ static void check_traces(const tcase *tc, const ta_trace *tf, const ta_trace *tb
     const ta_problem *p = &tc->p;
     ta_tiling t, u;
     int32_t b, h, qt, kt;
-    size_t n = 0, i, cells, kept = 0;
+    size_t i, cells, kept = 0;
     unsigned *grid;
     unsigned passes = 0;
     if (make_tiling(p, TA_TILING_FWD, &t) != TA_OK || make_tiling(p, TA_TILING_BWD, &u) != TA_OK) {
         TA_CHECK(0, "ta_tiling_make refused an accepted problem");
         return;
     }
-    for (b = 0; b < p->batch; ++b)
-        for (h = 0; h < p->heads_q; ++h)
-            for (qt = 0; qt < t.num_q_tiles; ++qt)
-                for (kt = 0; kt < ta_tile_k_end(&t, qt, key_len_of(tc, b)); ++kt, ++n) {
-                    const ta_trace_entry *e = n < tf->count ? &tf->entries[n] : NULL;
-                    TA_CHECK(e && e->batch == b && e->head == h && e->q_tile == qt &&
-                                 e->k_tile == kt && e->pass == TA_PASS_FWD,
-                             "fwd trace entry %zu", n);
-                }
-    TA_CHECK(n == tf->count, "fwd trace count %zu, expected %zu", tf->count, n);
+    (void)ta_oc_check_fwd_trace(tc, &t, tf);
     cells = (size_t)p->batch * (size_t)p->heads_q * (size_t)u.num_q_tiles * (size_t)u.num_k_tiles;
     grid = (unsigned *)calloc(cells, sizeof(unsigned));
     for (i = 0; i < tb->count; ++i) {
@@ -628,10 +308,7 @@ static void check_traces(const tcase *tc, const ta_trace *tf, const ta_trace *tb
                      e->batch, e->head, e->q_tile, e->k_tile, e->pass);
             continue;
         }
-        c = (((size_t)e->batch * (size_t)p->heads_q + (size_t)e->head) * (size_t)u.num_q_tiles +
-             (size_t)e->q_tile) *
-                (size_t)u.num_k_tiles +
-            (size_t)e->k_tile;
+        c = ta_oc_cell(p, &u, e->batch, e->head, e->q_tile, e->k_tile);
         grid[c] |= 1u << e->pass;
         passes |= 1u << e->pass;
     }
@@ -639,11 +316,7 @@ static void check_traces(const tcase *tc, const ta_trace *tf, const ta_trace *tb
         for (h = 0; h < p->heads_q; ++h)
             for (qt = 0; qt < u.num_q_tiles; ++qt)
                 for (kt = 0; kt < ta_tile_k_end(&u, qt, key_len_of(tc, b)); ++kt, ++kept) {
-                    const size_t c =
-                        (((size_t)b * (size_t)p->heads_q + (size_t)h) * (size_t)u.num_q_tiles +
-                         (size_t)qt) *
-                            (size_t)u.num_k_tiles +
-                        (size_t)kt;
+                    const size_t c = ta_oc_cell(p, &u, b, h, qt, kt);
                     TA_CHECK(grid[c] == passes, "bwd pair b=%d h=%d qt=%d kt=%d: passes %x of %x",
                              b, h, qt, kt, grid[c], passes);
                 }
@@ -667,20 +340,20 @@ static void check_other_blocks(ta_rng *r, tcase *tc, run_out *out2, const run_ou
     do
         p2.block_q = ta_rng_int(r, min_q > TA_BLOCK_MIN ? min_q : TA_BLOCK_MIN, TA_BLOCK_MAX);
     while (p2.block_q == bq && min_q < TA_BLOCK_MAX);
-    st = run_fwd(r, tc, &p2, out2, 1, NULL);
-    TA_CHECK(st == TA_OK && same_fwd(tc, out, out2), "forward bits depend on block_q (%d -> %d)",
-             bq, p2.block_q);
+    st = ta_oc_run_fwd(r, tc, &p2, out2, 1, NULL);
+    TA_CHECK(st == TA_OK && ta_oc_same_fwd(tc, out, out2),
+             "forward bits depend on block_q (%d -> %d)", bq, p2.block_q);
     /* step 2: other tiles, backward from the same o and lse */
     p2.block_k = ta_rng_int(r, min_k > TA_BLOCK_MIN ? min_k : TA_BLOCK_MIN, TA_BLOCK_MAX);
-    st = run_bwd(r, tc, &p2, out->o, out->lse, out2, 1, NULL);
-    TA_CHECK(st == TA_OK && same_dqkv(tc, out, out2),
+    st = ta_oc_run_bwd(r, tc, &p2, out->o, out->lse, out2, 1, NULL);
+    TA_CHECK(st == TA_OK && ta_oc_same_dqkv(tc, out, out2),
              "backward dq/dk/dv bits depend on the tiles (same o, lse)");
     n_block_dw_changed += memcmp(out->dw, out2->dw, tc->n_w * sizeof(float)) != 0;
     compare_all(tc, out2, 0, 1, &worst_blocks[tc->p.dtype]);
     /* step 3: the forward with the other tiles: agreement with the oracle */
-    st = run_fwd(r, tc, &p2, out2, 1, NULL);
+    st = ta_oc_run_fwd(r, tc, &p2, out2, 1, NULL);
     TA_CHECK(st == TA_OK, "forward with other tiles: %s", ta_status_string(st));
-    n_block_fwd_changed += !same_fwd(tc, out, out2);
+    n_block_fwd_changed += !ta_oc_same_fwd(tc, out, out2);
     compare_all(tc, out2, 1, 0, &worst_blocks[tc->p.dtype]);
     n_block_runs++;
 }
@@ -742,32 +415,32 @@ static void run_case(ta_rng *r, tcase *tc, int extra) {
     memset(&tb, 0, sizeof tb);
     tf.entries = g_trace_fwd, tb.entries = g_trace_bwd;
     tf.capacity = tb.capacity = TRACE_CAP;
-    alloc_out(tc, &out);
-    alloc_out(tc, &out2);
+    ta_oc_alloc_out(tc, &out);
+    ta_oc_alloc_out(tc, &out2);
     /* step 1: reference (traced; poisoned workspace), oracle, comparison */
-    st = run_step(r, tc, &tc->p, &out, 0, &tf, &tb);
+    st = ta_oc_run_step(r, tc, &tc->p, &out, 0, &tf, &tb);
     if (st != TA_OK) {
-        describe(tc, desc, sizeof desc);
+        ta_oc_describe(tc, desc, sizeof desc);
         TA_CHECK(0, "reference step: %s [%s]", ta_status_string(st), desc);
         n_unsupported += st == TA_ERR_UNSUPPORTED;
-        free_out(&out);
-        free_out(&out2);
+        ta_oc_free_out(&out);
+        ta_oc_free_out(&out2);
         return;
     }
-    run_oracle(tc, out.o);
+    ta_oc_run_oracle(tc, out.o);
     compare_all(tc, &out, 1, 1, &worst[tc->p.dtype]);
     n_problems[tc->p.dtype]++;
     count_coverage(tc);
-    check_masked(tc, &out);
+    ta_oc_check_masked(tc, &out);
     if (tf.count <= tf.capacity && tb.count <= tb.capacity) check_traces(tc, &tf, &tb);
     /* step 2: determinism, other workspace garbage, no trace */
-    st = run_step(r, tc, &tc->p, &out2, 1, NULL, NULL);
-    TA_CHECK(st == TA_OK && same_outputs(tc, &out, &out2),
+    st = ta_oc_run_step(r, tc, &tc->p, &out2, 1, NULL, NULL);
+    TA_CHECK(st == TA_OK && ta_oc_same_outputs(tc, &out, &out2),
              "second run differs (determinism / workspace garbage)");
     /* step 3: other tiles */
     if (extra) check_other_blocks(r, tc, &out2, &out);
-    free_out(&out);
-    free_out(&out2);
+    ta_oc_free_out(&out);
+    ta_oc_free_out(&out2);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -800,115 +473,41 @@ static void run_identity(ta_rng *r, tcase *tc, const ta_problem *sdpa) {
     run_out mta, ref;
     ta_status st;
     char desc[256];
-    alloc_out(tc, &mta);
-    alloc_out(tc, &ref);
-    describe(tc, desc, sizeof desc);
-    st = run_step(r, tc, &tc->p, &mta, 0, NULL, NULL);
+    ta_oc_alloc_out(tc, &mta);
+    ta_oc_alloc_out(tc, &ref);
+    ta_oc_describe(tc, desc, sizeof desc);
+    st = ta_oc_run_step(r, tc, &tc->p, &mta, 0, NULL, NULL);
     TA_CHECK(st == TA_OK, "identity MTA: %s [%s]", ta_status_string(st), desc);
     if (st == TA_OK) {
-        st = run_step(r, tc, sdpa, &ref, 1, NULL, NULL);
+        st = ta_oc_run_step(r, tc, sdpa, &ref, 1, NULL, NULL);
         TA_CHECK(st == TA_OK, "identity twin SDPA: %s [%s]", ta_status_string(st), desc);
-        TA_CHECK(same_fwd(tc, &mta, &ref), "identity MTA forward != SDPA with block_k %d [%s]",
-                 sdpa->block_k, desc);
-        TA_CHECK(same_dqkv(tc, &mta, &ref), "identity MTA dq/dk/dv != SDPA [%s]", desc);
-        run_oracle(tc, mta.o);
+        TA_CHECK(ta_oc_same_fwd(tc, &mta, &ref),
+                 "identity MTA forward != SDPA with block_k %d [%s]", sdpa->block_k, desc);
+        TA_CHECK(ta_oc_same_dqkv(tc, &mta, &ref), "identity MTA dq/dk/dv != SDPA [%s]", desc);
+        ta_oc_run_oracle(tc, mta.o);
         compare_all(tc, &mta, 1, 1, &worst_identity[tc->p.dtype]);
         n_identity[tc->p.dtype]++;
     } else {
         n_unsupported += st == TA_ERR_UNSUPPORTED;
     }
-    free_out(&mta);
-    free_out(&ref);
+    ta_oc_free_out(&mta);
+    ta_oc_free_out(&ref);
 }
 
 /* ---------------------------------------------------------------------- */
 /* Finite differences on the oracle's conv gradients                       */
 /* ---------------------------------------------------------------------- */
 
-typedef struct fd_prob {
-    ta_problem p;
-    const int32_t *seqlens;
-    ta_oracle_in in;
-    double *x[4]; /* q, k, v, w: the inputs the loss is differentiated by */
-    size_t n[4];
-    double *o;
-} fd_prob;
-
-static double fd_loss(fd_prob *f) {
-    const size_t n =
-        (size_t)f->p.batch * (size_t)f->p.heads_q * (size_t)f->p.seq_q * (size_t)f->p.head_dim_v;
-    double l = 0.0;
-    size_t i;
-    ta_oracle_fwd(&f->p, &f->in, f->o, NULL);
-    for (i = 0; i < n; ++i)
-        l += f->o[i] * f->in.d_o[i];
-    return l;
-}
-
-/* Central differences of L = <dO, o> w.r.t. every element of input t, against g. */
-static double fd_tensor(fd_prob *f, int t, const double *g) {
-    const double step = 1e-5;
-    double max_g = 0.0, max_err = 0.0;
-    size_t i;
-    for (i = 0; i < f->n[t]; ++i) {
-        const double x0 = f->x[t][i];
-        double lp, lm, err;
-        f->x[t][i] = x0 + step;
-        lp = fd_loss(f);
-        f->x[t][i] = x0 - step;
-        lm = fd_loss(f);
-        f->x[t][i] = x0;
-        err = fabs((lp - lm) / (2.0 * step) - g[i]);
-        if (err > max_err) max_err = err;
-        if (fabs(g[i]) > max_g) max_g = fabs(g[i]);
-    }
-    return max_err / (max_g > 1e-30 ? max_g : 1e-30);
-}
-
 static void fd_check(ta_rng *r, const ta_problem *p, const int32_t *seqlens) {
-    const size_t n_lse = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
-    const size_t n_k = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k;
-    double *grad[4], e;
-    double *d_o;
-    fd_prob f;
-    ta_oracle_grads g;
-    size_t i, no;
+    double e[4];
     int t;
-    memset(&f, 0, sizeof f);
-    f.p = *p;
-    f.n[0] = n_lse * (size_t)p->head_dim;
-    f.n[1] = n_k * (size_t)p->head_dim;
-    f.n[2] = n_k * (size_t)p->head_dim_v;
-    f.n[3] = (size_t)p->heads_q * (size_t)p->conv_q * (size_t)p->conv_k;
-    no = n_lse * (size_t)p->head_dim_v;
+    ta_oc_fd_check(r, p, seqlens, e);
     for (t = 0; t < 4; ++t) {
-        const double a = t < 2 ? 1.5 : t == 2 ? 1.0 : 0.6;
-        f.x[t] = (double *)malloc(f.n[t] * sizeof(double));
-        grad[t] = (double *)malloc(f.n[t] * sizeof(double));
-        for (i = 0; i < f.n[t]; ++i)
-            f.x[t][i] = (double)ta_rng_uniform(r, (float)-a, (float)a);
+        TA_CHECK(e[t] < 1e-6, "finite differences: %s relative error %.3g (conv %dx%d Sq=%d Sk=%d)",
+                 t < 3 ? ta_oc_tensor_name[T_DQ + t] : "dconv_w", e[t], p->conv_q, p->conv_k,
+                 p->seq_q, p->seq_k);
+        if (e[t] > worst_fd) worst_fd = e[t];
     }
-    d_o = (double *)malloc(no * sizeof(double));
-    f.o = (double *)malloc(no * sizeof(double));
-    for (i = 0; i < no; ++i)
-        d_o[i] = (double)ta_rng_uniform(r, -1.0f, 1.0f);
-    f.in.q = f.x[0], f.in.k = f.x[1], f.in.v = f.x[2], f.in.conv_w = f.x[3];
-    f.in.d_o = d_o, f.in.seqlens_k = seqlens;
-    g = (ta_oracle_grads){grad[0], grad[1], grad[2], grad[3]};
-    TA_CHECK(ta_oracle_bwd_grads(p, &f.in, &g) == 0, "oracle bwd");
-    for (t = 0; t < 4; ++t) {
-        e = fd_tensor(&f, t, grad[t]);
-        TA_CHECK(e < 1e-6, "finite differences: %s relative error %.3g (conv %dx%d Sq=%d Sk=%d)",
-                 t < 3 ? tensor_name[T_DQ + t] : "dconv_w", e, p->conv_q, p->conv_k, p->seq_q,
-                 p->seq_k);
-        if (e > worst_fd) worst_fd = e;
-    }
-    for (t = 0; t < 4; ++t) {
-        free(f.x[t]);
-        free(grad[t]);
-    }
-    free(d_o);
-    free(f.o);
 }
 
 /* Small problems: masked rows (S_q > S_k), seqlens 0 and partial, GQA, kernels
@@ -923,11 +522,7 @@ static int fd_suite(ta_rng *r, int quick) {
     for (i = 0; i < n; ++i) {
         ta_problem p;
         int32_t seqlens[2];
-        memset(&p, 0, sizeof p);
-        p.batch = shapes[i][0], p.heads_q = shapes[i][1], p.heads_kv = shapes[i][2];
-        p.seq_q = shapes[i][3], p.seq_k = shapes[i][4];
-        p.head_dim = shapes[i][5], p.head_dim_v = shapes[i][6];
-        p.conv_q = shapes[i][7], p.conv_k = shapes[i][8];
+        ta_oc_shape_problem(&p, shapes[i], 1);
         p.flags = TA_CAUSAL;
         p.scale = i == 2 ? -1.3f : 0.0f;
         seqlens[0] = p.seq_k - 1 - i % 2;
@@ -940,20 +535,7 @@ static int fd_suite(ta_rng *r, int quick) {
 /* ---------------------------------------------------------------------- */
 
 static void print_table(const char *title, const err_max *e, int cond, const long *counts) {
-    int dt, t;
-    printf("  %s\n  %-5s %6s", title, "dtype", counts ? "cases" : "");
-    for (t = 0; t < T_COUNT; ++t)
-        printf(" %10s", tensor_name[t]);
-    printf("\n");
-    for (dt = 0; dt < 3; ++dt) {
-        if (counts)
-            printf("  %-5s %6ld", dtype_name[dt], counts[dt]);
-        else
-            printf("  %-5s %6s", dtype_name[dt], "");
-        for (t = 0; t < T_COUNT; ++t)
-            printf(" %10.3g", cond ? e[dt].cond[t] : e[dt].rel[t]);
-        printf("\n");
-    }
+    ta_oc_print_table(title, e, T_COUNT, cond, counts);
 }
 
 static void print_coverage(void) {
@@ -1009,7 +591,7 @@ int main(int argc, char **argv) {
         if (quick) tc.p.dtype = (ta_dtype)(i % 3);
         make_buffers(&rng, &tc, 0);
         run_case(&rng, &tc, i % 3 == 0);
-        free_case(&tc);
+        ta_oc_free_case(&tc);
     }
     for (i = 0; i < identities; ++i) {
         tcase tc;
@@ -1018,7 +600,7 @@ int main(int argc, char **argv) {
         if (quick) tc.p.dtype = sdpa.dtype = (ta_dtype)(i % 3);
         make_buffers(&rng, &tc, 1);
         run_identity(&rng, &tc, &sdpa);
-        free_case(&tc);
+        ta_oc_free_case(&tc);
     }
     free(g_trace_fwd);
     free(g_trace_bwd);
