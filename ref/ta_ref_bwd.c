@@ -316,10 +316,11 @@ static void ta_ref_bwd_accum_dq(const ta_plan *plan, const ta_ref_bwd_ws *ws, co
     }
 }
 
-/* Pass 2 for one (b, h, Q tile): dq over K tiles [0, k_end) ascending, and
- * with a conv this Q tile's share of dconv_w[h] (docs/mta.md, backward step 5). */
-static void ta_ref_bwd_q_tile(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
-                              ta_ref_step *st) {
+/* Pass 2 for one (b, h, Q tile), steps 1-3 but the dconv_w add: dq over K
+ * tiles [0, k_end) ascending, and with a conv this Q tile's share R(b, qt) of
+ * dconv_w[h] left in ws->dw_qtile (docs/mta.md, backward step 5). Returns k_end. */
+static int32_t ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a,
+                                    const ta_ref_bwd_ws *ws, ta_ref_step *st) {
     const ta_problem *p = &plan->p;
     const size_t n_dq = (size_t)st->rows * (size_t)p->head_dim;
     const size_t n_w = (size_t)p->conv_q * (size_t)p->conv_k;
@@ -347,13 +348,22 @@ static void ta_ref_bwd_q_tile(const ta_plan *plan, const ta_bwd_args *a, const t
         for (n = 0; n < n_w; ++n) /* R(b, qt) = 0 + part(kt=0) + part(kt=1) + ... */
             ws->dw_qtile[n] = ws->dw_qtile[n] + ws->dw_tile[n];
     }
-    /* step 3: dq = scale * dq_acc, rounded once; dconv_w[h] += R(b, qt) */
+    /* step 3: dq = scale * dq_acc, rounded once (the caller adds R(b, qt) to dconv_w[h]) */
     {
         const size_t first =
             ta_ref_q_row(plan, st->batch, st->head, st->row_begin) * (size_t)p->head_dim;
         for (n = 0; n < n_dq; ++n)
             ta_store(a->dq, p->dtype, first + n, p->scale * ws->dq_acc[n]);
     }
+    return k_end;
+}
+
+/* Pass 2 for one (b, h, Q tile): dq, then dconv_w[h] += R(b, qt). */
+static void ta_ref_bwd_q_tile(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
+                              ta_ref_step *st) {
+    const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
+    const int32_t k_end = ta_ref_bwd_q_tile_dq(plan, a, ws, st);
+    size_t n;
     if (plan->has_conv && k_end > 0) {
         float *dw = a->dconv_w + (size_t)st->head * n_w; /* [c_q, c_k] of head h */
         for (n = 0; n < n_w; ++n)
@@ -403,4 +413,38 @@ ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
         }
     }
     return TA_OK;
+}
+
+/* ---- One tile at a time (ta_ref.h): the same functions as ta_ref_bwd ---- */
+
+void ta_ref_bwd_dkdv_tile(const ta_plan *plan, const ta_bwd_args *a, void *workspace, int32_t b,
+                          int32_t h_kv, int32_t kt) {
+    ta_ref_bwd_ws ws;
+    ta_ref_step st;
+    size_t bytes;
+    (void)ta_ref_bwd_layout(plan, workspace, &ws, &bytes); /* sized by the caller */
+    st.batch = b;
+    st.key_len = ta_ref_key_len(plan, a->seqlens_k, b);
+    st.head_kv = h_kv;
+    ta_ref_step_cols(&plan->bwd, &st, kt);
+    ta_ref_bwd_k_tile(plan, a, &ws, &st);
+}
+
+int ta_ref_bwd_dq_tile(const ta_plan *plan, const ta_bwd_args *a, void *workspace, int32_t b,
+                       int32_t h, int32_t qt, float *dw_part) {
+    const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
+    ta_ref_bwd_ws ws;
+    ta_ref_step st;
+    size_t bytes, n;
+    int32_t k_end;
+    (void)ta_ref_bwd_layout(plan, workspace, &ws, &bytes); /* sized by the caller */
+    st.batch = b;
+    st.key_len = ta_ref_key_len(plan, a->seqlens_k, b);
+    st.head = h;
+    st.head_kv = h / plan->group;
+    ta_ref_step_rows(&plan->bwd, &st, qt);
+    k_end = ta_ref_bwd_q_tile_dq(plan, a, &ws, &st);
+    for (n = 0; plan->has_conv && n < n_w; ++n)
+        dw_part[n] = ws.dw_qtile[n];
+    return k_end > 0;
 }

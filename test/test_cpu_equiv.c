@@ -14,6 +14,12 @@
  *      has (forced with TA_CPU_ISA) and with one and several threads, outputs
  *      poisoned and workspace filled with NaN or random bytes, and every
  *      output must be memcmp-equal to the reference's.
+ *      A share of the problems (one in four) are MTA: causal, a c_q x c_k
+ *      conv (c_q 1..16, odd c_k 1..31, 6x11 and 3x3 more often), random
+ *      kernels of mixed signs, default or explicit tiles that leave at least
+ *      one effective row and column in both passes, short sequences (the
+ *      conv runs the reference's scalar tiles); dconv_w is compared too, with
+ *      one and several threads (the ISA path does not apply).
  *   3. every fourth problem also: lse = NULL leaves o unchanged; a workspace
  *      too small for the call's thread count gives TA_ERR_WORKSPACE_SIZE and
  *      leaves every output untouched.
@@ -39,8 +45,8 @@
 #include "test_util.h"
 #include "tileattn.h"
 
-enum { T_O, T_LSE, T_DQ, T_DK, T_DV, T_COUNT };
-static const char *const tensor_name[T_COUNT] = {"o", "lse", "dq", "dk", "dv"};
+enum { T_O, T_LSE, T_DQ, T_DK, T_DV, T_DW, T_COUNT };
+static const char *const tensor_name[T_COUNT] = {"o", "lse", "dq", "dk", "dv", "dconv_w"};
 static const char *const dtype_name[3] = {"f32", "f16", "bf16"};
 
 static double now_s(void) {
@@ -147,15 +153,16 @@ static void check_vmath(void) {
 typedef struct tcase {
     ta_problem p;
     int32_t *seqlens;
-    size_t eb, n[T_COUNT]; /* elements of o, lse, dq (= q), dk (= k), dv (= v) */
+    size_t eb, n[T_COUNT]; /* elements of o, lse, dq (= q), dk (= k), dv (= v), dconv_w */
     void *q, *k, *v, *d_o;
+    float *conv_w;      /* MTA: [H, c_q, c_k]; NULL without a conv */
     float *lse_in;      /* the backward's lse: the reference's, some rows -inf */
     void *ref[T_COUNT]; /* reference outputs */
     void *out[T_COUNT]; /* CPU outputs */
 } tcase;
 
 static size_t tensor_bytes(const tcase *tc, int t) {
-    return tc->n[t] * (t == T_LSE ? sizeof(float) : tc->eb);
+    return tc->n[t] * (t == T_LSE || t == T_DW ? sizeof(float) : tc->eb);
 }
 
 static int32_t pick_len(ta_rng *r, int32_t max_len) {
@@ -189,6 +196,64 @@ static int32_t pick_block(ta_rng *r) {
     if (c < 50) return ta_rng_int(r, 8, 20);
     if (c < 70) return (int32_t)1 << ta_rng_int(r, 3, 8);
     return ta_rng_int(r, 8, 256);
+}
+
+/* MTA conv sizes: 6x11 and 3x3 often, else any c_q in 1..16, odd c_k in 1..31. */
+static void pick_conv(ta_rng *r, ta_problem *p) {
+    const int32_t c = ta_rng_int(r, 0, 9);
+    if (c < 3) {
+        p->conv_q = 6, p->conv_k = 11;
+    } else if (c < 5) {
+        p->conv_q = 3, p->conv_k = 3;
+    } else {
+        p->conv_q = ta_rng_int(r, 1, TA_CONV_Q_MAX);
+        p->conv_k = 2 * ta_rng_int(r, 0, (TA_CONV_K_MAX - 1) / 2) + 1;
+    }
+}
+
+/* An MTA tile size: 0 (the default), or an explicit one in [TA_BLOCK_MIN,
+ * TA_BLOCK_MAX] that leaves `min_eff` or more effective rows/columns in the
+ * backward (whose halos are `halo`, the sum of both sides) and so in the forward. */
+static int32_t pick_mta_block(ta_rng *r, int32_t halo) {
+    int32_t lo = halo + 1;
+    if (ta_rng_int(r, 0, 9) < 4) return 0;
+    lo = lo < TA_BLOCK_MIN ? TA_BLOCK_MIN : lo;
+    return ta_rng_int(r, lo, lo + 48 < TA_BLOCK_MAX ? lo + 48 : TA_BLOCK_MAX);
+}
+
+static int32_t mta_max_len = 300; /* --quick: 40 */
+
+/* A random MTA problem: causal, GQA, seqlens_k, S_q != S_k, every dtype; small
+ * (the conv runs the reference's scalar tiles). */
+static void random_mta_problem(ta_rng *r, tcase *tc) {
+    ta_problem *p = &tc->p;
+    int32_t b;
+    memset(tc, 0, sizeof *tc);
+    p->batch = ta_rng_int(r, 1, 2);
+    p->heads_kv = ta_rng_int(r, 1, 2);
+    p->heads_q = p->heads_kv * ta_rng_int(r, 1, 2);
+    p->head_dim = ta_rng_int(r, 0, 2) == 0 ? ta_rng_int(r, 1, 20) : 16 * ta_rng_int(r, 1, 4);
+    p->head_dim_v = ta_rng_int(r, 0, 2) == 0 ? p->head_dim : ta_rng_int(r, 1, 64);
+    p->dtype = (ta_dtype)ta_rng_int(r, 0, 2);
+    p->flags = TA_CAUSAL; /* MTA is causal */
+    pick_conv(r, p);
+    p->seq_q = ta_rng_int(r, 0, 3) == 0 ? ta_rng_int(r, 1, 9) : ta_rng_int(r, 1, mta_max_len);
+    p->seq_k = ta_rng_int(r, 0, 9) < 3 ? p->seq_q : ta_rng_int(r, 1, mta_max_len);
+    if (p->conv_q * p->conv_k > 100) { /* big kernels: shorter sequences */
+        p->seq_q = 1 + p->seq_q / 3;
+        p->seq_k = 1 + p->seq_k / 3;
+    }
+    p->block_q = pick_mta_block(r, 2 * (p->conv_q - 1));
+    p->block_k = pick_mta_block(r, 4 * ((p->conv_k - 1) / 2));
+    if (ta_rng_int(r, 0, 9) < 3)
+        p->scale = ta_rng_uniform(r, 0.25f, 2.0f) / sqrtf((float)p->head_dim);
+    if (ta_rng_int(r, 0, 9) < 4) {
+        tc->seqlens = (int32_t *)malloc((size_t)p->batch * sizeof(int32_t));
+        for (b = 0; b < p->batch; ++b) {
+            const int32_t c = ta_rng_int(r, 0, 99);
+            tc->seqlens[b] = c < 15 ? 0 : c < 40 ? p->seq_k : ta_rng_int(r, 1, p->seq_k);
+        }
+    }
 }
 
 /* A random problem whose work B*H*S_q*S_k*(D+D_v) stays under `work`. */
@@ -250,6 +315,7 @@ static void make_buffers(ta_rng *r, tcase *tc) {
     tc->n[T_O] = tc->n[T_LSE] * (size_t)p->head_dim_v;
     tc->n[T_DK] = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k * (size_t)p->head_dim;
     tc->n[T_DV] = tc->n[T_DK] / (size_t)p->head_dim * (size_t)p->head_dim_v;
+    tc->n[T_DW] = (size_t)p->heads_q * (size_t)p->conv_q * (size_t)p->conv_k;
     tc->q = ta_test_alloc(tc->n[T_DQ] * tc->eb);
     tc->k = ta_test_alloc(tc->n[T_DK] * tc->eb);
     tc->v = ta_test_alloc(tc->n[T_DV] * tc->eb);
@@ -263,6 +329,13 @@ static void make_buffers(ta_rng *r, tcase *tc) {
     ta_fill_uniform(r, tc->k, p->dtype, tc->n[T_DK], -a, a);
     ta_fill_uniform(r, tc->v, p->dtype, tc->n[T_DV], -1.0f, 1.0f);
     ta_fill_uniform(r, tc->d_o, p->dtype, tc->n[T_O], -1.0f, 1.0f);
+    if (p->conv_q > 0) { /* mixed signs, some exact zeros */
+        size_t i;
+        tc->conv_w = (float *)ta_test_alloc(tc->n[T_DW] * sizeof(float));
+        ta_fill_uniform(r, tc->conv_w, TA_F32, tc->n[T_DW], -1.0f, 1.0f);
+        for (i = 0; i < tc->n[T_DW] / 8; ++i)
+            tc->conv_w[(size_t)ta_rng_u64(r) % tc->n[T_DW]] = 0.0f;
+    }
     if (ta_rng_int(r, 0, 9) == 0) {
         sprinkle_specials(r, tc->q, p->dtype, tc->n[T_DQ]);
         sprinkle_specials(r, tc->k, p->dtype, tc->n[T_DK]);
@@ -278,6 +351,7 @@ static void free_case(tcase *tc) {
     ta_test_free(tc->v);
     ta_test_free(tc->d_o);
     ta_test_free(tc->lse_in);
+    ta_test_free(tc->conv_w);
     for (t = 0; t < T_COUNT; ++t) {
         ta_test_free(tc->ref[t]);
         ta_test_free(tc->out[t]);
@@ -287,10 +361,11 @@ static void free_case(tcase *tc) {
 
 static void describe(const tcase *tc, char *buf, size_t n) {
     const ta_problem *p = &tc->p;
-    snprintf(buf, n, "B=%d H=%d H_kv=%d S_q=%d S_k=%d D=%d D_v=%d %s %s blocks %d,%d scale %g%s",
+    snprintf(buf, n,
+             "B=%d H=%d H_kv=%d S_q=%d S_k=%d D=%d D_v=%d %s %s conv %dx%d blocks %d,%d scale %g%s",
              p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_k, p->head_dim, p->head_dim_v,
-             dtype_name[p->dtype], (p->flags & TA_CAUSAL) ? "causal" : "full", p->block_q,
-             p->block_k, (double)p->scale, tc->seqlens ? " seqlens" : "");
+             dtype_name[p->dtype], (p->flags & TA_CAUSAL) ? "causal" : "full", p->conv_q, p->conv_k,
+             p->block_q, p->block_k, (double)p->scale, tc->seqlens ? " seqlens" : "");
 }
 
 /* Workspace of `bytes` (at least 64), filled with NaN bytes or random bytes:
@@ -316,6 +391,7 @@ static ta_fwd_args fwd_args(const tcase *tc, void *const *out) {
     a.seqlens_k = tc->seqlens;
     a.o = out[T_O];
     a.lse = (float *)out[T_LSE];
+    a.conv_w = tc->conv_w;
     return a;
 }
 
@@ -332,6 +408,8 @@ static ta_bwd_args bwd_args(const tcase *tc, void *const *out) {
     a.dq = out[T_DQ];
     a.dk = out[T_DK];
     a.dv = out[T_DV];
+    a.conv_w = tc->conv_w;
+    a.dconv_w = tc->conv_w ? (float *)out[T_DW] : NULL;
     return a;
 }
 
@@ -366,7 +444,8 @@ static int run_reference(ta_rng *r, tcase *tc) {
 
 /* memcmp one tensor; on a difference print the first differing element. */
 static int same_tensor(const tcase *tc, int t, const char *what) {
-    const size_t eb = t == T_LSE ? sizeof(float) : tc->eb;
+    const int f32 = t == T_LSE || t == T_DW;
+    const size_t eb = f32 ? sizeof(float) : tc->eb;
     const unsigned char *x = (const unsigned char *)tc->out[t],
                         *y = (const unsigned char *)tc->ref[t];
     size_t i;
@@ -376,12 +455,14 @@ static int same_tensor(const tcase *tc, int t, const char *what) {
         if (memcmp(x + i * eb, y + i * eb, eb) != 0) break;
     describe(tc, desc, sizeof desc);
     TA_CHECK(0, "%s: %s differs at element %zu of %zu: cpu %.9g, ref %.9g (%s)", what,
-             tensor_name[t], i, tc->n[t], ta_get(tc->out[t], t == T_LSE ? TA_F32 : tc->p.dtype, i),
-             ta_get(tc->ref[t], t == T_LSE ? TA_F32 : tc->p.dtype, i), desc);
+             tensor_name[t], i, tc->n[t], ta_get(tc->out[t], f32 ? TA_F32 : tc->p.dtype, i),
+             ta_get(tc->ref[t], f32 ? TA_F32 : tc->p.dtype, i), desc);
     return 0;
 }
 
-static long n_runs[3][2]; /* [isa][several threads?]: CPU calls compared */
+static long n_runs[3][2];  /* [isa][several threads?]: CPU calls compared */
+static long n_mta_runs[2]; /* [several threads?]: of those, MTA problems */
+static long n_mta_problems, n_mta_6x11, n_mta_3x3;
 
 /* CPU forward and backward with this ISA and thread count vs the reference. */
 static void run_cpu(ta_rng *r, tcase *tc, ta_cpu_isa isa, int32_t threads) {
@@ -414,6 +495,7 @@ static void run_cpu(ta_rng *r, tcase *tc, ta_cpu_isa isa, int32_t threads) {
     for (t = 0; t < T_COUNT; ++t)
         same_tensor(tc, t, what);
     n_runs[isa][threads != 1]++;
+    if (p.conv_q > 0) n_mta_runs[threads != 1]++;
 }
 
 /* lse = NULL leaves o as it was; a workspace too small for the call's thread
@@ -502,6 +584,17 @@ static void run_problem(ta_rng *r, tcase *tc, int index) {
     const int n_isa = machine_isas(isas);
     int i;
     if (!run_reference(r, tc)) return;
+    if (tc->p.conv_q > 0) { /* MTA: scalar reference tiles whatever the ISA; threads */
+        const int32_t many = several[ta_rng_int(r, 0, 3)];
+        const ta_cpu_isa isa = isas[ta_rng_int(r, 0, n_isa - 1)];
+        n_mta_problems++;
+        n_mta_6x11 += tc->p.conv_q == 6 && tc->p.conv_k == 11;
+        n_mta_3x3 += tc->p.conv_q == 3 && tc->p.conv_k == 3;
+        run_cpu(r, tc, isa, ta_rng_int(r, 0, 4) == 0 ? 0 : 1);
+        run_cpu(r, tc, isa, many);
+        if (index % 4 == 0) run_extras(r, tc, isa);
+        return;
+    }
     for (i = 0; i < n_isa; ++i) {
         const int32_t many = several[ta_rng_int(r, 0, 3)];
         /* the scalar path costs as much as the reference: one thread count
@@ -529,6 +622,7 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
             n_problems = 12;
+            mta_max_len = 40;
         } else if (strcmp(argv[i], "--problems") == 0 && i + 1 < argc) {
             n_problems = atoi(argv[++i]);
         } else {
@@ -550,7 +644,10 @@ int main(int argc, char **argv) {
     work = quick ? 2e4 : 5e6;
     for (i = 0; i < n_problems; ++i) {
         tcase tc;
-        random_problem(&rng, &tc, ta_rng_int(&rng, 0, 9) == 0 ? work * 8 : work);
+        if (i % 4 == 3)
+            random_mta_problem(&rng, &tc);
+        else
+            random_problem(&rng, &tc, ta_rng_int(&rng, 0, 9) == 0 ? work * 8 : work);
         make_buffers(&rng, &tc);
         run_problem(&rng, &tc, i);
         free_case(&tc);
@@ -560,6 +657,9 @@ int main(int argc, char **argv) {
     for (i = 0; i < n_isa; ++i)
         printf("  %-7s 1 thread: %4ld   several threads: %4ld\n", ta_cpu_isa_name(isas[i]),
                n_runs[isas[i]][0], n_runs[isas[i]][1]);
+    printf("  of which MTA: %ld problems (%ld 6x11, %ld 3x3), 1 thread: %ld   several threads: "
+           "%ld\n",
+           n_mta_problems, n_mta_6x11, n_mta_3x3, n_mta_runs[0], n_mta_runs[1]);
     if (saved_env)
         setenv("TA_CPU_ISA", saved_env, 1);
     else

@@ -7,7 +7,9 @@
  * by the size query and again by the call). The workspace holds one slab of
  * tile buffers per thread; thread t uses slab t only. Results never depend on
  * the thread count: every task owns its output rows and computes them in the
- * reference's order (no reduction across threads).
+ * reference's order (no reduction across threads). MTA (a conv) runs the
+ * reference's own tile functions as tasks, and dconv_w is merged from
+ * per-Q-tile sums on one thread afterwards, in the reference's order.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -43,6 +45,7 @@ static int64_t ta_cpu_task_take(int64_t *c) {
 
 #include "ta_cpu.h"
 #include "ta_internal.h"
+#include "ta_ref.h"
 
 /* ---------------------------------------------------------------------- */
 /* Workspace                                                                */
@@ -149,11 +152,16 @@ static int32_t ta_cpu_threads(const ta_plan *plan) {
 }
 
 /* A pass's per-thread tiles: forward, or backward (both of its layouts share
- * one slab: a thread runs one task at a time). */
+ * one slab: a thread runs one task at a time). With a conv (MTA, section 9 of
+ * docs/cpu.md) the slab is instead one reference workspace of the pass
+ * (ref_ws), and the backward has one array shared by all threads after the
+ * slabs: dw_parts [B, H, n_q_tiles, c_q * c_k], each Q tile's dconv_w sum. */
 typedef struct ta_cpu_slab {
     ta_cpu_fwd_ws fwd;
     ta_cpu_dkdv_ws dkdv;
     ta_cpu_dq_ws dq;
+    void *ref_ws;    /* conv: this thread's reference workspace */
+    float *dw_parts; /* conv, backward: the Q tiles' dconv_w sums (all threads) */
 } ta_cpu_slab;
 
 /* One thread's slab at base (NULL: size only); its bytes (a multiple of 64),
@@ -163,6 +171,13 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
     ta_cpu_dims dm;
     ta_ws_cursor c;
     size_t bytes;
+    if (plan->has_conv) { /* the reference's own tiles (ta_ref_*_tile) */
+        slab->ref_ws = base;
+        if ((backward ? ta_ref_bwd_workspace_size(plan, &bytes)
+                      : ta_ref_fwd_workspace_size(plan, &bytes)) != TA_OK)
+            return 0;
+        return bytes;
+    }
     ta_ws_begin(&c, base);
     if (!backward) {
         ta_cpu_dims_of(plan, &plan->fwd, ta_cpu_q_group(plan, &plan->fwd, n_threads), &dm);
@@ -184,20 +199,37 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
  * The one layout routine, for the size query (base NULL) and the call:
  *
  *   workspace = n_threads x slab, slab = one thread's tiles (64-byte multiple)
- *   +-----------------+-----------------+-- ... --+-----------------+
- *   | slab, thread 0  | slab, thread 1  |         | slab, thread n-1|
- *   +-----------------+-----------------+-- ... --+-----------------+
+ *   +-----------------+-----------------+-- ... --+-----------------+----------------------+
+ *   | slab, thread 0  | slab, thread 1  |         | slab, thread n-1| dw_parts (conv, bwd) |
+ *   +-----------------+-----------------+-- ... --+-----------------+----------------------+
  *
+ * With a conv a slab is one reference workspace of the pass, and the backward
+ * adds dw_parts: B x H x n_q_tiles x c_q c_k floats, shared by all threads
+ * (each Q tile's task writes its own c_q c_k entries).
  * With a base, carves thread tid's slab into *slab. Returns the total size.
  */
 static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_threads, void *base,
                                int32_t tid, ta_cpu_slab *slab, size_t *total) {
     const size_t slab_bytes = ta_cpu_carve_slab(plan, backward, n_threads, NULL, slab);
-    if (slab_bytes == 0 || !ta_mul_size(slab_bytes, (size_t)n_threads, total))
+    size_t slabs_bytes, n_parts = 0;
+    ta_ws_cursor c;
+    float *parts = NULL;
+    if (slab_bytes == 0 || !ta_mul_size(slab_bytes, (size_t)n_threads, &slabs_bytes))
         return TA_ERR_OVERFLOW;
-    if (base)
+    if (backward && plan->has_conv &&
+        (!ta_mul_size((size_t)plan->p.batch, plan->n_conv, &n_parts) ||
+         !ta_mul_size(n_parts, (size_t)plan->bwd.num_q_tiles, &n_parts)))
+        return TA_ERR_OVERFLOW; /* n_conv = H c_q c_k */
+    ta_ws_begin(&c, base);
+    (void)TA_WS_TAKE(&c, unsigned char, slabs_bytes);
+    if (n_parts > 0) parts = TA_WS_TAKE(&c, float, n_parts);
+    if (c.overflow) return TA_ERR_OVERFLOW;
+    *total = c.used;
+    if (base) {
         (void)ta_cpu_carve_slab(plan, backward, n_threads,
                                 (unsigned char *)base + (size_t)tid * slab_bytes, slab);
+        slab->dw_parts = parts;
+    }
     return TA_OK;
 }
 
@@ -262,8 +294,12 @@ static const ta_cpu_kernels *ta_cpu_kernels_for(ta_cpu_isa isa) {
 
 static int ta_cpu_available(void) { return 1; }
 
-/* Plain SDPA for now; the MTA conv comes next (docs/cpu.md). */
-static int ta_cpu_supports(const ta_plan *plan) { return !plan->has_conv; }
+/* SDPA (the vector tiles) and MTA (the reference's scalar tiles in parallel,
+ * docs/cpu.md section 9). */
+static int ta_cpu_supports(const ta_plan *plan) {
+    (void)plan;
+    return 1;
+}
 
 /*
  * One call's tasks. The backward's dk/dv tasks (b, kv head, a group of
@@ -286,6 +322,64 @@ typedef struct ta_cpu_run {
     TA_CPU_TASK_COUNTER next; /* the next task to hand out */
 } ta_cpu_run;
 
+/* dw_parts entry of (b, h, Q tile qt): [c_q, c_k]. */
+static float *ta_cpu_dw_part(const ta_plan *plan, float *parts, int32_t b, int32_t h, int32_t qt) {
+    const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
+    const size_t tile =
+        ((size_t)b * (size_t)plan->p.heads_q + (size_t)h) * (size_t)plan->bwd.num_q_tiles +
+        (size_t)qt;
+    return parts + tile * n_w;
+}
+
+/* A conv task: the reference's own tile function on this thread's reference
+ * workspace (q_group = k_group = 1: one tile per task). */
+static void ta_cpu_do_ref_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64_t task) {
+    const ta_plan *plan = run->plan;
+    const ta_tiling *t = run->fa ? &plan->fwd : &plan->bwd;
+    const int64_t n_bh = (int64_t)plan->p.batch * plan->p.heads_q;
+    if (task < run->n_dkdv) { /* backward pass 1: (b, kv head, K tile) */
+        const int64_t n_bhkv = (int64_t)plan->p.batch * plan->p.heads_kv;
+        const int64_t bh = task % n_bhkv;
+        ta_ref_bwd_dkdv_tile(plan, run->ba, slab->ref_ws, (int32_t)(bh / plan->p.heads_kv),
+                             (int32_t)(bh % plan->p.heads_kv), (int32_t)(task / n_bhkv));
+    } else { /* forward, or backward pass 2: (b, h, Q tile), last Q tiles first */
+        const int64_t rest = task - run->n_dkdv, bh = rest % n_bh;
+        const int32_t qt = t->num_q_tiles - 1 - (int32_t)(rest / n_bh);
+        const int32_t b = (int32_t)(bh / plan->p.heads_q), h = (int32_t)(bh % plan->p.heads_q);
+        if (run->fa)
+            ta_ref_fwd_tile(plan, run->fa, slab->ref_ws, b, h, qt);
+        else
+            (void)ta_ref_bwd_dq_tile(plan, run->ba, slab->ref_ws, b, h, qt,
+                                     ta_cpu_dw_part(plan, slab->dw_parts, b, h, qt));
+    }
+}
+
+/*
+ * dconv_w from the Q tiles' sums, on one thread after all tasks: exactly
+ * ta_ref_bwd's merge (ta_ref.h, ta_ref_bwd_dq_tile): zero, then b ascending,
+ * h, Q tiles ascending, dconv_w[h] += R(b, qt) for the tiles that see a K tile
+ * (k_end > 0). Per element that is the reference's sequence of additions.
+ */
+static void ta_cpu_dw_merge(const ta_plan *plan, const ta_bwd_args *a, float *parts) {
+    const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
+    size_t n;
+    int32_t b, h, qt;
+    for (n = 0; n < plan->n_conv; ++n)
+        a->dconv_w[n] = 0.0f;
+    for (b = 0; b < plan->p.batch; ++b) {
+        const int32_t key_len = ta_ref_key_len(plan, a->seqlens_k, b);
+        for (h = 0; h < plan->p.heads_q; ++h) {
+            float *dw = a->dconv_w + (size_t)h * n_w; /* [c_q, c_k] of head h */
+            for (qt = 0; qt < plan->bwd.num_q_tiles; ++qt) {
+                const float *part = ta_cpu_dw_part(plan, parts, b, h, qt);
+                if (ta_tile_k_end(&plan->bwd, qt, key_len) <= 0) continue;
+                for (n = 0; n < n_w; ++n)
+                    dw[n] = dw[n] + part[n];
+            }
+        }
+    }
+}
+
 /* Runs task number `task` of the call. */
 static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64_t task) {
     const ta_plan *plan = run->plan;
@@ -293,6 +387,10 @@ static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64
     const int64_t n_bh = (int64_t)plan->p.batch * plan->p.heads_q;
     const int32_t n_q = t->num_q_tiles;
     const int32_t n_q_groups = (n_q + run->q_group - 1) / run->q_group;
+    if (plan->has_conv) {
+        ta_cpu_do_ref_task(run, slab, task);
+        return;
+    }
     if (task < run->n_dkdv) { /* backward, dk/dv */
         const int64_t n_bhkv = (int64_t)plan->p.batch * plan->p.heads_kv;
         const int64_t bh = task % n_bhkv;
@@ -357,8 +455,8 @@ static ta_status ta_cpu_start(ta_cpu_run *run, const ta_plan *plan, int backward
     run->workspace = workspace;
     run->kern = ta_cpu_kernels_for(ta_cpu_isa_resolve()); /* reads TA_CPU_ISA once */
     run->n_threads = ta_cpu_threads(plan);
-    run->q_group = ta_cpu_q_group(plan, t, run->n_threads);
-    run->k_group = backward ? ta_cpu_dkdv_group(plan, run->n_threads) : 1;
+    run->q_group = plan->has_conv ? 1 : ta_cpu_q_group(plan, t, run->n_threads);
+    run->k_group = backward && !plan->has_conv ? ta_cpu_dkdv_group(plan, run->n_threads) : 1;
     run->n_dkdv = backward ? (int64_t)plan->p.batch * plan->p.heads_kv *
                                  ((t->num_k_tiles + run->k_group - 1) / run->k_group)
                            : 0;
@@ -391,6 +489,12 @@ static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wor
     run.fa = NULL;
     run.ba = a;
     ta_cpu_parallel(&run);
+    if (plan->has_conv) { /* dconv_w: the fixed-order merge, one thread */
+        ta_cpu_slab slab;
+        size_t total;
+        (void)ta_cpu_layout(plan, 1, run.n_threads, workspace, 0, &slab, &total);
+        ta_cpu_dw_merge(plan, a, slab.dw_parts);
+    }
     return TA_OK;
 }
 
