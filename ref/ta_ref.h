@@ -130,6 +130,25 @@ static inline void ta_ref_step_cols(const ta_tiling *t, ta_ref_step *st, int32_t
     st->cols_load = ta_tile_col_load_end(t, kt) - st->col_load_begin;
 }
 
+/* Point st at Q tile qt of (batch b, query head h) under tiling t. */
+static inline void ta_ref_step_q(const ta_plan *plan, const ta_tiling *t, const int32_t *seqlens_k,
+                                 int32_t b, int32_t h, int32_t qt, ta_ref_step *st) {
+    st->batch = b;
+    st->key_len = ta_ref_key_len(plan, seqlens_k, b);
+    st->head = h;
+    st->head_kv = h / plan->group; /* GQA: query head h reads kv head h / group */
+    ta_ref_step_rows(t, st, qt);
+}
+
+/* Point st at K tile kt of (batch b, kv head h_kv) under tiling t. */
+static inline void ta_ref_step_k(const ta_plan *plan, const ta_tiling *t, const int32_t *seqlens_k,
+                                 int32_t b, int32_t h_kv, int32_t kt, ta_ref_step *st) {
+    st->batch = b;
+    st->key_len = ta_ref_key_len(plan, seqlens_k, b);
+    st->head_kv = h_kv;
+    ta_ref_step_cols(t, st, kt);
+}
+
 /* The effective region of step st. */
 static inline ta_ref_region ta_ref_effective(const ta_ref_step *st) {
     ta_ref_region r;

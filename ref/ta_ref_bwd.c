@@ -388,30 +388,19 @@ ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
     for (n = 0; plan->has_conv && n < plan->n_conv; ++n)
         a->dconv_w[n] = 0.0f;
     /* pass 1: dk, dv; K tiles outer */
-    for (b = 0; b < p->batch; ++b) {
-        st.batch = b;
-        st.key_len = ta_ref_key_len(plan, a->seqlens_k, b);
-        for (h = 0; h < p->heads_kv; ++h) {
-            st.head_kv = h;
+    for (b = 0; b < p->batch; ++b)
+        for (h = 0; h < p->heads_kv; ++h)
             for (kt = 0; kt < t->num_k_tiles; ++kt) {
-                ta_ref_step_cols(t, &st, kt);
+                ta_ref_step_k(plan, t, a->seqlens_k, b, h, kt, &st);
                 ta_ref_bwd_k_tile(plan, a, &ws, &st);
             }
-        }
-    }
     /* pass 2: dq (and dconv_w); Q tiles outer */
-    for (b = 0; b < p->batch; ++b) {
-        st.batch = b;
-        st.key_len = ta_ref_key_len(plan, a->seqlens_k, b);
-        for (h = 0; h < p->heads_q; ++h) {
-            st.head = h;
-            st.head_kv = h / plan->group; /* GQA: query head h reads kv head h / group */
+    for (b = 0; b < p->batch; ++b)
+        for (h = 0; h < p->heads_q; ++h)
             for (qt = 0; qt < t->num_q_tiles; ++qt) {
-                ta_ref_step_rows(t, &st, qt);
+                ta_ref_step_q(plan, t, a->seqlens_k, b, h, qt, &st);
                 ta_ref_bwd_q_tile(plan, a, &ws, &st);
             }
-        }
-    }
     return TA_OK;
 }
 
@@ -423,10 +412,7 @@ void ta_ref_bwd_dkdv_tile(const ta_plan *plan, const ta_bwd_args *a, void *works
     ta_ref_step st;
     size_t bytes;
     (void)ta_ref_bwd_layout(plan, workspace, &ws, &bytes); /* sized by the caller */
-    st.batch = b;
-    st.key_len = ta_ref_key_len(plan, a->seqlens_k, b);
-    st.head_kv = h_kv;
-    ta_ref_step_cols(&plan->bwd, &st, kt);
+    ta_ref_step_k(plan, &plan->bwd, a->seqlens_k, b, h_kv, kt, &st);
     ta_ref_bwd_k_tile(plan, a, &ws, &st);
 }
 
@@ -438,11 +424,7 @@ int ta_ref_bwd_dq_tile(const ta_plan *plan, const ta_bwd_args *a, void *workspac
     size_t bytes, n;
     int32_t k_end;
     (void)ta_ref_bwd_layout(plan, workspace, &ws, &bytes); /* sized by the caller */
-    st.batch = b;
-    st.key_len = ta_ref_key_len(plan, a->seqlens_k, b);
-    st.head = h;
-    st.head_kv = h / plan->group;
-    ta_ref_step_rows(&plan->bwd, &st, qt);
+    ta_ref_step_q(plan, &plan->bwd, a->seqlens_k, b, h, qt, &st);
     k_end = ta_ref_bwd_q_tile_dq(plan, a, &ws, &st);
     for (n = 0; plan->has_conv && n < n_w; ++n)
         dw_part[n] = ws.dw_qtile[n];

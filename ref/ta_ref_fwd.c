@@ -205,18 +205,12 @@ ta_status ta_ref_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace,
     (void)stream; /* host backend: NULL (validated) */
     if (status != TA_OK) return status;
     if (a->trace) a->trace->count = 0;
-    for (b = 0; b < p->batch; ++b) {
-        st.batch = b;
-        st.key_len = ta_ref_key_len(plan, a->seqlens_k, b);
-        for (h = 0; h < p->heads_q; ++h) {
-            st.head = h;
-            st.head_kv = h / plan->group; /* GQA: query head h reads kv head h / group */
+    for (b = 0; b < p->batch; ++b)
+        for (h = 0; h < p->heads_q; ++h)
             for (qt = 0; qt < plan->fwd.num_q_tiles; ++qt) {
-                ta_ref_step_rows(&plan->fwd, &st, qt);
+                ta_ref_step_q(plan, &plan->fwd, a->seqlens_k, b, h, qt, &st);
                 ta_ref_fwd_q_tile(plan, a, &ws, &st);
             }
-        }
-    }
     return TA_OK;
 }
 
@@ -228,10 +222,6 @@ void ta_ref_fwd_tile(const ta_plan *plan, const ta_fwd_args *a, void *workspace,
     ta_ref_step st;
     size_t bytes;
     (void)ta_ref_fwd_layout(plan, workspace, &ws, &bytes); /* sized by the caller */
-    st.batch = b;
-    st.key_len = ta_ref_key_len(plan, a->seqlens_k, b);
-    st.head = h;
-    st.head_kv = h / plan->group;
-    ta_ref_step_rows(&plan->fwd, &st, qt);
+    ta_ref_step_q(plan, &plan->fwd, a->seqlens_k, b, h, qt, &st);
     ta_ref_fwd_q_tile(plan, a, &ws, &st);
 }
