@@ -1,10 +1,18 @@
 #!/usr/bin/env python3
-"""SDPA forward and backward on the GPU: tileattn's CUDA backend in exact mode
-(TA_PRECISION_EXACT, f32, bit-identical to the reference) against PyTorch's
-SDPA math backend in f32 (TF32 off), in one process, on the same tensors and
-the same stream. MTA is not on the CUDA backend yet, so it has no row here.
+"""SDPA and MTA forward and backward on the GPU: tileattn's CUDA backend in
+exact mode (TA_PRECISION_EXACT, f32, bit-identical to the reference) against
+PyTorch in the same process, on the same tensors and the same stream:
+
+- SDPA: PyTorch's SDPA math backend in f32 (TF32 off), the like-for-like
+  baseline; for context also the flash and cuDNN backends in bf16 (forward
+  only; tensor cores, not exact; tileattn's FAST mode, not written yet, is
+  what should be compared with them).
+- MTA (pre-softmax key-query conv, causal): an eager PyTorch MTA in f32 as in
+  the paper's released code (materialised scores, zero mask, F.pad, F.conv2d
+  with groups = heads, -inf mask, softmax, matmul), TF32 off.
 
     python3 bench/cuda_bench.py --lib BUILD/libtileattn_bench.so [--quick] [--reps N]
+                                [--only sdpa|mta]
 
 The library is the static archive linked whole into a shared object, which
 bench/cuda_check.sh builds:
@@ -17,11 +25,17 @@ tileattn's o against PyTorch's (max abs difference, printed) as a sanity check
 (PyTorch's math backend is not bit-exact to anything; the bit-exactness
 tests are test/test_cuda_equiv). GFLOP/s count useful work only: forward
 4 B H S_q S_k D (halved under the causal mask), backward 2.5x that
-(bench/README.md's count with D = D_v).
+(bench/README.md's count with D = D_v); MTA adds 2 c_q c_k flops per visible
+score in the forward and 3 times that in the backward (the transposed conv,
+the dconv_w sums and the forward conv recomputed), and counts no halo work.
+The hardware-limit column is the GPU's f32 FMA (CUDA-core) peak, SMs x 128
+lanes x 2 flops x the maximum SM clock (about 67 TFLOP/s on an H100/H200 SXM):
+exact mode cannot use tensor cores.
 """
 import argparse
 import ctypes
 import statistics
+import subprocess
 import sys
 
 import torch
@@ -31,6 +45,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 TA_BACKEND_CUDA = 2
 TA_F32 = 0
 TA_CAUSAL = 1
+F32_PEAK_TFLOPS = 0.0  # set in main from the device
 
 
 class Problem(ctypes.Structure):  # ta_problem (include/tileattn.h)
@@ -72,6 +87,18 @@ def load(lib_path):
 def check(lib, st, what):
     if st != 0:
         raise RuntimeError(f"{what}: {lib.ta_status_string(st).decode()}")
+
+
+def f32_peak_tflops():
+    """SMs x 128 FP32 lanes x 2 flops x the maximum SM clock (nvidia-smi)."""
+    try:
+        mhz = float(subprocess.run(
+            ["nvidia-smi", "--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, check=True).stdout.split()[0])
+    except (OSError, subprocess.CalledProcessError, ValueError, IndexError):
+        mhz = 1980.0
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return sms * 128 * 2 * mhz * 1e6 / 1e12
 
 
 def median_ms(fn, warmup, reps):
@@ -151,12 +178,168 @@ def run(lib, b, h, s, d, causal, warmup, reps):
     return t, flops, err_o, err_g
 
 
+def eager_mta(q, k, v, w, scale):
+    """The released MTA code's pre-softmax key-query conv, f32, materialised:
+    scores zero-masked by each score's own causal pair, padded c_q-1 rows on top
+    and P columns each side, conv2d per head, then the -inf mask and softmax."""
+    h, c_q, c_k = w.shape
+    s_q, s_k = q.shape[2], k.shape[2]
+    vis = torch.ones(s_q, s_k, device=q.device, dtype=torch.bool).tril(s_k - s_q)
+    s = (q @ k.transpose(-1, -2)) * scale
+    s = s.masked_fill(~vis, 0.0)
+    s = F.pad(s, ((c_k - 1) // 2, (c_k - 1) // 2, c_q - 1, 0))
+    c = F.conv2d(s, w.unsqueeze(1), groups=h)
+    c = c.masked_fill(~vis, float("-inf"))
+    return torch.softmax(c, dim=-1) @ v
+
+
+def run_mta(lib, b, h, s, d, c_q, c_k, warmup, reps):
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(4321 + s + d + h)
+
+    def rand(*shape):
+        return torch.rand(*shape, device=dev, generator=gen, dtype=torch.float32) * 2 - 1
+
+    q, k, v, d_o = (rand(b, h, s, d) for _ in range(4))
+    w = rand(h, c_q, c_k) * 0.3
+    w[:, c_q - 1, (c_k - 1) // 2] += 1.0  # near the identity: a softmax that is not flat
+    o = torch.empty_like(q)
+    lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dw = torch.empty_like(w)
+    p = Problem(batch=b, heads_q=h, heads_kv=h, seq_q=s, seq_k=s, head_dim=d, head_dim_v=d,
+                dtype=TA_F32, precision=0, flags=TA_CAUSAL, conv_q=c_q, conv_k=c_k)
+    n_fwd, n_bwd = ctypes.c_size_t(), ctypes.c_size_t()
+    check(lib, lib.ta_fwd_workspace_size(ctypes.byref(p), TA_BACKEND_CUDA, ctypes.byref(n_fwd)),
+          "fwd size")
+    check(lib, lib.ta_bwd_workspace_size(ctypes.byref(p), TA_BACKEND_CUDA, ctypes.byref(n_bwd)),
+          "bwd size")
+    ws = torch.empty(max(n_fwd.value, n_bwd.value, 1), device=dev, dtype=torch.uint8)
+    fa = FwdArgs(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), conv_w=w.data_ptr(),
+                 o=o.data_ptr(), lse=lse.data_ptr())
+    ba = BwdArgs(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(),
+                 d_o=d_o.data_ptr(), lse=lse.data_ptr(), conv_w=w.data_ptr(), dq=dq.data_ptr(),
+                 dk=dk.data_ptr(), dv=dv.data_ptr(), dconv_w=dw.data_ptr())
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+
+    def ta_fwd():
+        check(lib, lib.ta_fwd(ctypes.byref(p), TA_BACKEND_CUDA, ctypes.byref(fa), ws.data_ptr(),
+                              ws.numel(), stream), "ta_fwd")
+
+    def ta_bwd():
+        check(lib, lib.ta_bwd(ctypes.byref(p), TA_BACKEND_CUDA, ctypes.byref(ba), ws.data_ptr(),
+                              ws.numel(), stream), "ta_bwd")
+
+    scale = 1.0 / d ** 0.5
+    qt, kt, vt, wt = (x.clone().requires_grad_(True) for x in (q, k, v, w))
+    out = eager_mta(qt, kt, vt, wt, scale)
+    ta_fwd()
+    ta_bwd()
+    torch.cuda.synchronize()
+    grads = torch.autograd.grad(out, (qt, kt, vt, wt), d_o, retain_graph=True)
+    err_o = (o - out).abs().max().item()
+    err_g = max((a - g).abs().max().item() for a, g in zip((dq, dk, dv), grads[:3]))
+    err_w = ((dw - grads[3]).abs().max() / grads[3].abs().max()).item()
+    del grads
+
+    def torch_bwd():
+        torch.autograd.grad(out, (qt, kt, vt, wt), d_o, retain_graph=True)
+
+    t = {
+        "ta_fwd": median_ms(ta_fwd, warmup, reps),
+        "ta_bwd": median_ms(ta_bwd, warmup, reps),
+        "pt_fwd": median_ms(lambda: eager_mta(qt, kt, vt, wt, scale), warmup, reps),
+        "pt_bwd": median_ms(torch_bwd, warmup, reps),
+    }
+    vis = b * h * s * (s + 1) / 2.0
+    flops_fwd = vis * (4.0 * d + 2.0 * c_q * c_k)
+    flops_bwd = vis * (10.0 * d + 6.0 * c_q * c_k)
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    del out, qt, kt, vt, wt
+    torch.cuda.empty_cache()
+    return t, flops_fwd, flops_bwd, err_o, err_g, err_w, peak
+
+
+def lowp_sdpa_ms(b, h, s, d, causal, backend, warmup, reps):
+    """PyTorch SDPA forward in bf16 on one backend (context only: not exact)."""
+    dev = torch.device("cuda")
+    q, k, v = (torch.rand(b, h, s, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
+    try:
+        with sdpa_kernel(backend):
+            return median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                             warmup, reps)
+    except RuntimeError:
+        return float("nan")
+
+
+def sdpa_table(lib, args):
+    problems = [(4, 16, 1024, 64, False), (4, 16, 1024, 64, True), (2, 16, 4096, 64, True),
+                (2, 16, 4096, 128, True), (1, 16, 8192, 128, True), (1, 16, 4096, 256, False)]
+    if args.quick:
+        problems = problems[:3]
+    print("\nSDPA, f32: tileattn CUDA exact vs PyTorch SDPA math backend (f32, TF32 off)")
+    head = (f"{'B':>2} {'H':>3} {'S':>5} {'D':>4} {'mask':>6} | {'tileattn fwd':>12} "
+            f"{'torch fwd':>10} {'ratio':>6} | {'tileattn bwd':>12} {'torch bwd':>10} "
+            f"{'ratio':>6} | {'ta fwd TF/s':>11} {'ta bwd TF/s':>11} {'% f32 peak':>10} | "
+            f"{'flash bf16':>10} {'cuDNN bf16':>10} | max|o-o_pt| max|dx-dx_pt|")
+    print(head)
+    print("-" * len(head))
+    for (b, h, s, d, causal) in problems:
+        t, flops, err_o, err_g = run(lib, b, h, s, d, causal, args.warmup, args.reps)
+        fl = lowp_sdpa_ms(b, h, s, d, causal, SDPBackend.FLASH_ATTENTION, args.warmup, args.reps)
+        cu = lowp_sdpa_ms(b, h, s, d, causal, SDPBackend.CUDNN_ATTENTION, args.warmup, args.reps)
+        tf_fwd, tf_bwd = flops / t['ta_fwd'] / 1e9, 2.5 * flops / t['ta_bwd'] / 1e9
+        print(f"{b:>2} {h:>3} {s:>5} {d:>4} {'causal' if causal else 'full':>6} | "
+              f"{t['ta_fwd']:>9.3f} ms {t['pt_fwd']:>7.3f} ms {t['ta_fwd'] / t['pt_fwd']:>6.2f} | "
+              f"{t['ta_bwd']:>9.3f} ms {t['pt_bwd']:>7.3f} ms {t['ta_bwd'] / t['pt_bwd']:>6.2f} | "
+              f"{tf_fwd:>11.2f} {tf_bwd:>11.2f} "
+              f"{100 * max(tf_fwd, tf_bwd) / F32_PEAK_TFLOPS:>9.1f}% | "
+              f"{fl:>7.3f} ms {cu:>7.3f} ms | {err_o:.2e}  {err_g:.2e}", flush=True)
+    print("ratio = tileattn time / PyTorch math time (below 1: tileattn faster); flash/cuDNN: "
+          "bf16 forward times, tensor cores, for context only; % f32 peak: the better of fwd/bwd")
+
+
+def mta_table(lib, args):
+    problems = [(1, 8, 1024, 64, 6, 11), (1, 8, 2048, 64, 6, 11), (1, 8, 4096, 64, 6, 11),
+                (1, 8, 4096, 128, 6, 11), (1, 8, 8192, 64, 6, 11), (1, 8, 2048, 64, 3, 3)]
+    if args.quick:
+        problems = problems[:2]
+    print("\nMTA (causal, pre-softmax key-query conv), f32: tileattn CUDA exact vs eager PyTorch "
+          "MTA (f32, TF32 off)")
+    head = (f"{'B':>2} {'H':>3} {'S':>5} {'D':>4} {'conv':>5} | {'tileattn fwd':>12} "
+            f"{'eager fwd':>10} {'ratio':>6} | {'tileattn bwd':>12} {'eager bwd':>10} "
+            f"{'ratio':>6} | {'ta fwd TF/s':>11} {'ta bwd TF/s':>11} {'% f32 peak':>10} | "
+            f"{'eager GiB':>9} | max|o-o_pt| max|dx-dx_pt| rel|dw-dw_pt|")
+    print(head)
+    print("-" * len(head))
+    for (b, h, s, d, c_q, c_k) in problems:
+        torch.cuda.reset_peak_memory_stats()
+        try:
+            t, f_fwd, f_bwd, err_o, err_g, err_w, gib = run_mta(lib, b, h, s, d, c_q, c_k,
+                                                                args.warmup, args.reps)
+        except RuntimeError as e:  # tileattn not supporting it yet, or torch out of memory
+            print(f"{b:>2} {h:>3} {s:>5} {d:>4} {c_q:>2}x{c_k:<2} | failed: {e}", flush=True)
+            torch.cuda.empty_cache()
+            continue
+        tf_fwd, tf_bwd = f_fwd / t['ta_fwd'] / 1e9, f_bwd / t['ta_bwd'] / 1e9
+        print(f"{b:>2} {h:>3} {s:>5} {d:>4} {c_q:>2}x{c_k:<2} | "
+              f"{t['ta_fwd']:>9.3f} ms {t['pt_fwd']:>7.3f} ms {t['ta_fwd'] / t['pt_fwd']:>6.2f} | "
+              f"{t['ta_bwd']:>9.3f} ms {t['pt_bwd']:>7.3f} ms {t['ta_bwd'] / t['pt_bwd']:>6.2f} | "
+              f"{tf_fwd:>11.2f} {tf_bwd:>11.2f} "
+              f"{100 * max(tf_fwd, tf_bwd) / F32_PEAK_TFLOPS:>9.1f}% | {gib:>9.2f} | "
+              f"{err_o:.2e}  {err_g:.2e}  {err_w:.2e}", flush=True)
+    print("ratio = tileattn time / eager PyTorch MTA time (below 1: tileattn faster); eager GiB: "
+          "peak GPU memory of the process during the row (the eager MTA materialises B*H*S^2 "
+          "scores several times; tileattn's workspace is O(B*H*S))")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lib", required=True)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--only", choices=("sdpa", "mta"))
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -164,24 +347,14 @@ def main():
     if not lib.ta_backend_available(TA_BACKEND_CUDA):
         print("TA_BACKEND_CUDA unavailable (no device?)")
         return 1
-    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    problems = [(4, 16, 1024, 64, False), (4, 16, 1024, 64, True), (2, 16, 4096, 64, True),
-                (2, 16, 4096, 128, True), (1, 16, 8192, 128, True), (1, 16, 4096, 256, False)]
-    if args.quick:
-        problems = problems[:3]
-    head = (f"{'B':>2} {'H':>3} {'S':>5} {'D':>4} {'mask':>6} | {'tileattn fwd':>12} "
-            f"{'torch fwd':>10} {'ratio':>6} | {'tileattn bwd':>12} {'torch bwd':>10} "
-            f"{'ratio':>6} | {'ta fwd TF/s':>11} {'ta bwd TF/s':>11} | max|o-o_pt| max|dx-dx_pt|")
-    print(head)
-    print("-" * len(head))
-    for (b, h, s, d, causal) in problems:
-        t, flops, err_o, err_g = run(lib, b, h, s, d, causal, args.warmup, args.reps)
-        print(f"{b:>2} {h:>3} {s:>5} {d:>4} {'causal' if causal else 'full':>6} | "
-              f"{t['ta_fwd']:>9.3f} ms {t['pt_fwd']:>7.3f} ms {t['ta_fwd'] / t['pt_fwd']:>6.2f} | "
-              f"{t['ta_bwd']:>9.3f} ms {t['pt_bwd']:>7.3f} ms {t['ta_bwd'] / t['pt_bwd']:>6.2f} | "
-              f"{flops / t['ta_fwd'] / 1e9:>11.2f} {2.5 * flops / t['ta_bwd'] / 1e9:>11.2f} | "
-              f"{err_o:.2e}  {err_g:.2e}", flush=True)
-    print("ratio = tileattn time / PyTorch time (below 1: tileattn faster)")
+    global F32_PEAK_TFLOPS
+    F32_PEAK_TFLOPS = f32_peak_tflops()
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"f32 FMA peak {F32_PEAK_TFLOPS:.1f} TFLOP/s")
+    if args.only != "mta":
+        sdpa_table(lib, args)
+    if args.only != "sdpa":
+        mta_table(lib, args)
     return 0
 
 

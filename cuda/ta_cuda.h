@@ -27,15 +27,24 @@ typedef struct ta_cuda_fwd_ws {
 /*
  * Device workspace of a backward call:
  *
- *   +-----------------------+
- *   | delta  [B, H, S_q] f32 |  D_i = <dO_i, o_i>, written by the delta kernel,
- *   +-----------------------+  read by the dk/dv and the dq kernels
+ *   +--------------------------------------+
+ *   | delta   [B, H, S_q] f32               |  D_i = <dO_i, o_i>, written by the delta
+ *   +--------------------------------------+  kernel, read by the dk/dv and dq kernels
+ *   | dw_rows [B, H, n_q, c_q, c_k] f32     |  MTA only (NULL otherwise): R(b, qt) of
+ *   +--------------------------------------+  docs/mta.md backward step 5, one per
+ *                                              (batch, head, bwd Q tile), n_q =
+ *                                              plan->bwd.num_q_tiles; written by the
+ *                                              dq kernel, merged into dconv_w in
+ *                                              (batch, Q tile) ascending order
  */
 typedef struct ta_cuda_bwd_ws {
-    float *delta; /* [B, H, S_q] */
+    float *delta;   /* [B, H, S_q] */
+    float *dw_rows; /* [B, H, plan->bwd.num_q_tiles, c_q, c_k]; MTA only, else NULL */
 } ta_cuda_bwd_ws;
 
-/* Launch code (cuda/ta_cuda_sdpa_fwd.cu, cuda/ta_cuda_sdpa_bwd.cu). Inputs are
+/* Launch code (cuda/ta_cuda_sdpa_fwd.cu, cuda/ta_cuda_sdpa_bwd.cu,
+ * cuda/ta_cuda_mta_fwd.cu, cuda/ta_cuda_mta_bwd.cu; the MTA pair takes problems
+ * with plan->has_conv, the SDPA pair the others). Inputs are
  * validated by src/ta_api.c; these check the device pointers, then enqueue the
  * kernels on stream (a cudaStream_t; NULL = the legacy default stream) and return
  * without waiting. TA_ERR_BAD_ARG: a tensor or the workspace is not memory the
@@ -45,6 +54,10 @@ ta_status ta_cuda_sdpa_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_c
                            void *stream);
 ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a, const ta_cuda_bwd_ws *ws,
                            void *stream);
+ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                          void *stream);
+ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a, const ta_cuda_bwd_ws *ws,
+                          void *stream);
 
 #ifdef __cplusplus
 }

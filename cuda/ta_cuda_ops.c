@@ -5,9 +5,9 @@
  * (or the stubs of cuda/ta_cuda_absent.c without CUDA, never reached because
  * available() is then 0).
  *
- * Supported: plain SDPA (no MTA conv), forward and backward, every dtype,
- * causal or not, seqlens_k, GQA, S_q != S_k, D and D_v in [1, 256], every
- * block size the library accepts. TA_PRECISION_FAST runs the exact kernels
+ * Supported: SDPA and the MTA conv (causal only, as everywhere), forward and
+ * backward, every dtype, causal or not (SDPA), seqlens_k, GQA, S_q != S_k, D and
+ * D_v in [1, 256], every conv size and block size the library accepts. TA_PRECISION_FAST runs the exact kernels
  * (bit-identical results satisfy any FAST bound).
  */
 #include <stddef.h>
@@ -17,8 +17,10 @@
 
 static int ta_cuda_available(void) { return ta_cuda_compiled() && ta_cuda_device_present(); }
 
-/* The MTA conv comes later: such problems get TA_ERR_UNSUPPORTED. */
-static int ta_cuda_supports(const ta_plan *plan) { return !plan->has_conv; }
+static int ta_cuda_supports(const ta_plan *plan) {
+    (void)plan;
+    return 1;
+}
 
 /* The one forward layout routine: sizes (base NULL) and carves (base set). */
 static ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws,
@@ -36,17 +38,28 @@ static ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd
  * The one backward layout routine (device memory, 64-byte aligned regions):
  *
  *   base
- *   +------------------------------+
- *   | delta [B, H, S_q] f32        |
- *   +------------------------------+
+ *   +------------------------------------+
+ *   | delta   [B, H, S_q] f32            |
+ *   +------------------------------------+
+ *   | dw_rows [B, H, n_q, c_q, c_k] f32  |  MTA only (n_q = plan->bwd.num_q_tiles)
+ *   +------------------------------------+
  *
- *   bytes = round_up(4 * B * H * S_q, 64)
+ *   bytes = round_up(4 * B * H * S_q, 64) [+ round_up(4 * B * H * n_q * c_q * c_k, 64)]
  */
 static ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws,
                                     size_t *bytes) {
     ta_ws_cursor c;
     ta_ws_begin(&c, base);
     ws->delta = TA_WS_TAKE(&c, float, plan->n_lse);
+    ws->dw_rows = NULL;
+    if (plan->has_conv) {
+        size_t n = 0;
+        if (!ta_mul_size(plan->n_lse / (size_t)plan->p.seq_q, (size_t)plan->bwd.num_q_tiles,
+                         &n) ||
+            !ta_mul_size(n, plan->n_conv / (size_t)plan->p.heads_q, &n))
+            return TA_ERR_OVERFLOW;
+        ws->dw_rows = TA_WS_TAKE(&c, float, n);
+    }
     if (c.overflow) return TA_ERR_OVERFLOW;
     *bytes = c.used;
     return TA_OK;
@@ -68,7 +81,8 @@ static ta_status ta_cuda_fwd(const ta_plan *plan, const ta_fwd_args *a, void *wo
     size_t bytes;
     const ta_status st = ta_cuda_fwd_layout(plan, workspace, &ws, &bytes);
     if (st != TA_OK) return st;
-    return ta_cuda_sdpa_fwd(plan, a, &ws, stream);
+    return plan->has_conv ? ta_cuda_mta_fwd(plan, a, &ws, stream)
+                          : ta_cuda_sdpa_fwd(plan, a, &ws, stream);
 }
 
 static ta_status ta_cuda_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
@@ -77,7 +91,8 @@ static ta_status ta_cuda_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wo
     size_t bytes;
     const ta_status st = ta_cuda_bwd_layout(plan, workspace, &ws, &bytes);
     if (st != TA_OK) return st;
-    return ta_cuda_sdpa_bwd(plan, a, &ws, stream);
+    return plan->has_conv ? ta_cuda_mta_bwd(plan, a, &ws, stream)
+                          : ta_cuda_sdpa_bwd(plan, a, &ws, stream);
 }
 
 const ta_backend_ops ta_cuda_ops = {

@@ -4,30 +4,41 @@
  *
  * For every problem: fresh random inputs (replayable: the run's seed and the
  * problem's index), REF forward and backward on the host, CUDA forward and
- * backward on the device, and memcmp of o, lse, dq, dk, dv. The backward of both
+ * backward on the device, and memcmp of o, lse, dq, dk, dv (and, for the MTA
+ * conv, dconv_w). The backward of both
  * backends takes REF's o and lse, so it is compared on equal inputs. Device
  * outputs are poisoned before every call (0xFF bytes, a NaN in every dtype;
  * then another pattern for a second run, which must give the same bytes: run
  * to run determinism), and the workspace is poisoned too. A forward without lse
  * must give the same o.
  *
- * The default run: 320 random problems covering every dtype, causal or not,
+ * The default run: 320 random SDPA problems covering every dtype, causal or not,
  * seqlens_k (NULL, partial, 0, full), GQA, S_q != S_k both ways, S = 1, odd and
  * prime lengths, D and D_v in [1, 256], default and explicit block sizes in
  * [8, 256] (not only powers of two), default, positive and negative scales,
  * the NULL and a created stream; plus fixed large problems (S up to 16384, and
  * more than 512 batch entries with seqlens_k, which the backend splits into
- * several launches). The REF side of the problems runs in parallel on the host
+ * several launches); 320 random MTA problems (causal; c_q 1..16, odd c_k
+ * 1..31, 6x11 and 3x3 often; explicit blocks that leave at least one effective
+ * row/column in the backward; conv weights with mixed signs and exact zeros)
+ * and fixed large MTA problems (S_k = 16384, S = 16384 with short seqlens_k,
+ * S = 4096 at 6x11, the largest kernel, 600 batch entries). The REF side of the
+ * problems runs in parallel on the host
  * (OpenMP); each host thread drives the GPU on its own stream.
  * Then device bad-input cases: pageable host pointers (TA_ERR_BAD_ARG, outputs
  * untouched), mapped pinned host memory and managed memory (accepted, same
  * bits), workspace too small or misaligned, conv and trace (unsupported), and
  * the size queries.
  *
- *   test_cuda_equiv [--quick] [--problem N] [--count N]
+ *   test_cuda_equiv [--quick] [--problem N] [--count N] [--count-mta N] [--mta | --sdpa]
+ *                   [--fwd-only | --bwd-only]
  *
- * --quick: 10 small problems and the bad-input cases (for compute-sanitizer).
+ * --quick: 14 small problems (10 SDPA, 4 MTA) and the bad-input cases (for
+ * compute-sanitizer).
  * --problem N: only problem N of the run (with TA_SEED to replay a failure).
+ * --count N, --count-mta N: random SDPA / MTA problems (default 320 each).
+ * --mta, --sdpa: only the MTA / only the SDPA problems (and no bad-input cases).
+ * --fwd-only, --bwd-only: compare only the forward / only the backward outputs.
  * Without a CUDA device: prints "no CUDA device: skipped" and exits 77.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
@@ -49,6 +60,9 @@
 #include "tileattn.h"
 
 #define N_DEFAULT 320
+
+/* What to compare (--fwd-only, --bwd-only); set once in main. */
+static int g_check_fwd = 1, g_check_bwd = 1;
 
 /* ---- Failure accounting, safe from several host threads ---- */
 #ifdef _OPENMP
@@ -82,7 +96,7 @@ static int g_fail;
 /* ---- Problems ---- */
 typedef struct spec {
     ta_problem p;
-    int seqlens_mode; /* 0: NULL, 1: random in [0, S_k], 2: all S_k */
+    int seqlens_mode; /* 0: NULL, 1: random in [0, S_k], 2: all S_k, 3: random in [1, 300] */
     int use_stream;   /* 1: the thread's created stream, 0: NULL */
     float lo, hi;     /* input range */
     char tag[24];     /* what the problem is for */
@@ -148,6 +162,112 @@ static void random_spec(uint64_t seed, int idx, spec *s) {
     snprintf(s->tag, sizeof s->tag, "random");
 }
 
+/* An MTA tile size: 0 (the default), or one in [TA_BLOCK_MIN, TA_BLOCK_MAX]
+ * with more than `halo` (both sides of the backward's halo) so that every
+ * backward tile has an effective row/column. */
+static int32_t pick_mta_block(ta_rng *r, int32_t halo) {
+    static const int32_t special[] = {64, 100, 128, 129, 200, 256};
+    int32_t lo = halo + 1;
+    const int32_t k = ta_rng_int(r, 0, 9);
+    lo = lo < TA_BLOCK_MIN ? TA_BLOCK_MIN : lo;
+    if (k < 4) return 0;
+    if (k < 6) {
+        const int32_t b = special[ta_rng_int(r, 0, (int32_t)(sizeof special / sizeof special[0]) - 1)];
+        if (b >= lo) return b;
+    }
+    return ta_rng_int(r, lo, lo + 60 < TA_BLOCK_MAX ? lo + 60 : TA_BLOCK_MAX);
+}
+
+/* Random MTA problem number idx of the run (deterministic in seed and idx):
+ * causal, conv c_q 1..16, odd c_k 1..31 (6x11 and 3x3 often). */
+static void random_mta_spec(uint64_t seed, int idx, spec *s) {
+    ta_rng r;
+    ta_problem *p = &s->p;
+    int32_t group, c;
+    memset(s, 0, sizeof *s);
+    ta_rng_seed(&r, seed ^ (UINT64_C(0xc2b2ae3d27d4eb4f) * (uint64_t)(idx + 1)));
+    do {
+        p->dtype = (ta_dtype)ta_rng_int(&r, 0, 2);
+        p->precision = ta_rng_int(&r, 0, 9) == 0 ? TA_PRECISION_FAST : TA_PRECISION_EXACT;
+        p->flags = TA_CAUSAL;
+        p->batch = ta_rng_int(&r, 1, 3);
+        p->heads_kv = ta_rng_int(&r, 1, 3);
+        group = ta_rng_int(&r, 0, 2) == 0 ? 1 : ta_rng_int(&r, 1, 4);
+        p->heads_q = p->heads_kv * group;
+        c = ta_rng_int(&r, 0, 9);
+        if (c < 3) {
+            p->conv_q = 6, p->conv_k = 11;
+        } else if (c < 5) {
+            p->conv_q = 3, p->conv_k = 3;
+        } else if (c < 6) {
+            p->conv_q = ta_rng_int(&r, 0, 1) ? 1 : TA_CONV_Q_MAX;
+            p->conv_k = ta_rng_int(&r, 0, 1) ? 1 : TA_CONV_K_MAX;
+        } else {
+            p->conv_q = ta_rng_int(&r, 1, TA_CONV_Q_MAX);
+            p->conv_k = 2 * ta_rng_int(&r, 0, (TA_CONV_K_MAX - 1) / 2) + 1;
+        }
+        p->seq_q = pick_len(&r);
+        p->seq_k = ta_rng_int(&r, 0, 3) == 0 ? p->seq_q : pick_len(&r);
+        p->head_dim = pick_dim(&r);
+        p->head_dim_v = ta_rng_int(&r, 0, 2) == 0 ? p->head_dim : pick_dim(&r);
+        p->block_q = pick_mta_block(&r, 2 * (p->conv_q - 1));
+        p->block_k = pick_mta_block(&r, 4 * ((p->conv_k - 1) / 2));
+        p->scale = ta_rng_int(&r, 0, 2) == 0 ? ta_rng_uniform(&r, -2.0f, 2.0f) : 0.0f;
+    } while (work(p) * (1.0 + p->conv_q * p->conv_k / 32.0) > 1.5e7);
+    s->seqlens_mode = ta_rng_int(&r, 0, 2);
+    s->use_stream = ta_rng_int(&r, 0, 2) != 0;
+    s->lo = -1.0f;
+    s->hi = 1.0f;
+    if (ta_rng_int(&r, 0, 4) == 0) {
+        s->lo = -3.0f;
+        s->hi = 3.0f;
+    }
+    snprintf(s->tag, sizeof s->tag, "mta");
+}
+
+/* Large and special MTA problems (S_k up to 16384; the REF side is slow, so
+ * the long ones are narrow or see few keys). */
+static int special_mta_specs(spec *out) {
+    static const struct {
+        int32_t b, h, hkv, sq, sk, d, dv, bq, bk, cq, ck;
+        ta_dtype dt;
+        int seqlens;
+        const char *tag;
+    } k[] = {
+        {1, 2, 1, 64, 16384, 16, 16, 0, 0, 6, 11, TA_F32, 0, "MTA S_k 16k"},
+        {1, 1, 1, 16384, 16384, 8, 8, 0, 0, 6, 11, TA_BF16, 3, "MTA S 16k seqlens<=300"},
+        {1, 1, 1, 4096, 4096, 32, 32, 0, 0, 6, 11, TA_F32, 0, "MTA S 4k 6x11"},
+        {1, 1, 1, 1024, 1024, 128, 128, 0, 0, 16, 31, TA_BF16, 1, "MTA 16x31"},
+        {2, 4, 2, 700, 900, 96, 64, 0, 0, 6, 11, TA_F16, 1, "MTA GQA D 96"},
+        {1, 2, 2, 512, 512, 256, 256, 256, 256, 6, 11, TA_F32, 0, "MTA D 256 block 256"},
+        {600, 1, 1, 5, 7, 8, 8, 0, 0, 2, 3, TA_F32, 1, "MTA B 600 seqlens"},
+    };
+    int i, n = (int)(sizeof k / sizeof k[0]);
+    for (i = 0; i < n; ++i) {
+        spec *s = &out[i];
+        memset(s, 0, sizeof *s);
+        s->p.batch = k[i].b;
+        s->p.heads_q = k[i].h;
+        s->p.heads_kv = k[i].hkv;
+        s->p.seq_q = k[i].sq;
+        s->p.seq_k = k[i].sk;
+        s->p.head_dim = k[i].d;
+        s->p.head_dim_v = k[i].dv;
+        s->p.block_q = k[i].bq;
+        s->p.block_k = k[i].bk;
+        s->p.conv_q = k[i].cq;
+        s->p.conv_k = k[i].ck;
+        s->p.dtype = k[i].dt;
+        s->p.flags = TA_CAUSAL;
+        s->seqlens_mode = k[i].seqlens;
+        s->use_stream = i % 2;
+        s->lo = -1.0f;
+        s->hi = 1.0f;
+        snprintf(s->tag, sizeof s->tag, "%s", k[i].tag);
+    }
+    return n;
+}
+
 /* Large and special problems, first in the schedule (the REF side is slow). */
 static int special_specs(spec *out) {
     static const struct {
@@ -198,17 +318,22 @@ static int quick_specs(spec *out) {
         uint32_t flags;
         int seqlens;
         float scale;
+        int32_t cq, ck;
     } k[] = {
-        {2, 4, 2, 37, 53, 16, 8, 0, 0, TA_F32, TA_CAUSAL, 1, 0.0f},
-        {1, 2, 2, 70, 33, 64, 64, 16, 16, TA_F16, 0, 1, 0.0f},
-        {1, 3, 1, 65, 129, 96, 80, 32, 100, TA_BF16, TA_CAUSAL, 0, -0.7f},
-        {2, 1, 1, 1, 77, 1, 1, 0, 8, TA_F32, 0, 0, 0.0f},
-        {1, 2, 1, 129, 20, 3, 5, 9, 13, TA_F32, TA_CAUSAL, 1, 0.0f},
-        {1, 1, 1, 40, 300, 256, 256, 64, 256, TA_BF16, TA_CAUSAL, 1, 0.0f},
-        {1, 2, 2, 64, 64, 200, 130, 0, 0, TA_F16, 0, 2, 1.5f},
-        {3, 2, 2, 17, 17, 33, 31, 8, 31, TA_F32, TA_CAUSAL, 1, 0.0f},
-        {1, 1, 1, 100, 100, 128, 128, 0, 0, TA_F32, TA_CAUSAL, 0, 0.0f},
-        {2, 4, 4, 50, 90, 192, 64, 0, 63, TA_F16, TA_CAUSAL, 1, 0.0f},
+        {2, 4, 2, 37, 53, 16, 8, 0, 0, TA_F32, TA_CAUSAL, 1, 0.0f, 0, 0},
+        {1, 2, 2, 70, 33, 64, 64, 16, 16, TA_F16, 0, 1, 0.0f, 0, 0},
+        {1, 3, 1, 65, 129, 96, 80, 32, 100, TA_BF16, TA_CAUSAL, 0, -0.7f, 0, 0},
+        {2, 1, 1, 1, 77, 1, 1, 0, 8, TA_F32, 0, 0, 0.0f, 0, 0},
+        {1, 2, 1, 129, 20, 3, 5, 9, 13, TA_F32, TA_CAUSAL, 1, 0.0f, 0, 0},
+        {1, 1, 1, 40, 300, 256, 256, 64, 256, TA_BF16, TA_CAUSAL, 1, 0.0f, 0, 0},
+        {1, 2, 2, 64, 64, 200, 130, 0, 0, TA_F16, 0, 2, 1.5f, 0, 0},
+        {3, 2, 2, 17, 17, 33, 31, 8, 31, TA_F32, TA_CAUSAL, 1, 0.0f, 0, 0},
+        {1, 1, 1, 100, 100, 128, 128, 0, 0, TA_F32, TA_CAUSAL, 0, 0.0f, 0, 0},
+        {2, 4, 4, 50, 90, 192, 64, 0, 63, TA_F16, TA_CAUSAL, 1, 0.0f, 0, 0},
+        {2, 4, 2, 37, 53, 16, 8, 0, 0, TA_F32, TA_CAUSAL, 1, 0.0f, 6, 11},
+        {1, 2, 1, 70, 40, 64, 48, 13, 29, TA_BF16, TA_CAUSAL, 0, -0.5f, 3, 3},
+        {1, 1, 1, 45, 45, 8, 8, 31, 61, TA_F16, TA_CAUSAL, 2, 0.0f, 16, 31},
+        {3, 2, 2, 9, 130, 33, 33, 0, 8, TA_F32, TA_CAUSAL, 1, 0.0f, 1, 1},
     };
     int i, n = (int)(sizeof k / sizeof k[0]);
     for (i = 0; i < n; ++i) {
@@ -226,11 +351,13 @@ static int quick_specs(spec *out) {
         s->p.dtype = k[i].dt;
         s->p.flags = k[i].flags;
         s->p.scale = k[i].scale;
+        s->p.conv_q = k[i].cq;
+        s->p.conv_k = k[i].ck;
         s->seqlens_mode = k[i].seqlens;
         s->use_stream = i % 2;
         s->lo = -1.0f;
         s->hi = 1.0f;
-        snprintf(s->tag, sizeof s->tag, "quick");
+        snprintf(s->tag, sizeof s->tag, k[i].cq ? "quick mta" : "quick");
     }
     return n;
 }
@@ -239,12 +366,13 @@ static void describe(const spec *s, int idx, char *buf, size_t n) {
     const ta_problem *p = &s->p;
     static const char *const dt[] = {"f32", "f16", "bf16"};
     snprintf(buf, n,
-             "#%d [%s] B=%d H=%d H_kv=%d S_q=%d S_k=%d D=%d D_v=%d %s %s seqlens=%d bq=%d "
-             "bk=%d scale=%g stream=%d range=%g",
+             "#%d [%s] B=%d H=%d H_kv=%d S_q=%d S_k=%d D=%d D_v=%d %s %s conv=%dx%d "
+             "seqlens=%d bq=%d bk=%d scale=%g stream=%d range=%g",
              idx, s->tag, (int)p->batch, (int)p->heads_q, (int)p->heads_kv, (int)p->seq_q,
              (int)p->seq_k, (int)p->head_dim, (int)p->head_dim_v, dt[p->dtype],
-             (p->flags & TA_CAUSAL) ? "causal" : "full", s->seqlens_mode, (int)p->block_q,
-             (int)p->block_k, (double)p->scale, s->use_stream, (double)s->hi);
+             (p->flags & TA_CAUSAL) ? "causal" : "full", (int)p->conv_q, (int)p->conv_k,
+             s->seqlens_mode, (int)p->block_q, (int)p->block_k, (double)p->scale, s->use_stream,
+             (double)s->hi);
 }
 
 /* ---- One problem ---- */
@@ -252,6 +380,7 @@ static void describe(const spec *s, int idx, char *buf, size_t n) {
 /* Element counts of the tensors. */
 typedef struct sizes {
     size_t q, k, v, o, lse, eb;
+    size_t w; /* conv_w / dconv_w: H * c_q * c_k (0 without a conv) */
 } sizes;
 
 static sizes sizes_of(const ta_problem *p) {
@@ -264,6 +393,7 @@ static sizes sizes_of(const ta_problem *p) {
     z.k = bhkv * (size_t)p->seq_k * (size_t)p->head_dim;
     z.v = bhkv * (size_t)p->seq_k * (size_t)p->head_dim_v;
     z.eb = ta_dtype_size(p->dtype);
+    z.w = (size_t)p->heads_q * (size_t)p->conv_q * (size_t)p->conv_k;
     return z;
 }
 
@@ -291,7 +421,7 @@ static int same_bytes(const char *what, const char *desc, const void *ref, const
 
 typedef struct dev_bufs {
     void *q, *k, *v, *d_o, *o, *o_in, *dq, *dk, *dv, *ws;
-    float *lse, *lse_in;
+    float *lse, *lse_in, *w, *dw; /* w, dw: MTA only (NULL otherwise) */
 } dev_bufs;
 
 static void *dev_alloc(size_t bytes) {
@@ -308,7 +438,7 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
     char desc[400];
     int32_t *seqlens = NULL;
     void *q, *k, *v, *d_o, *o_ref, *dq_ref, *dk_ref, *dv_ref, *ws_host, *got;
-    float *lse_ref, *lse_got;
+    float *lse_ref, *lse_got, *w = NULL, *dw_ref = NULL, *dw_got = NULL;
     size_t fwd_ref_bytes = 0, bwd_ref_bytes = 0, fwd_bytes = 0, bwd_bytes = 0, ws_bytes, max_n;
     dev_bufs d;
     ta_fwd_args fa;
@@ -343,15 +473,29 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
     ta_fill_uniform(&r, k, p->dtype, z.k, s->lo, s->hi);
     ta_fill_uniform(&r, v, p->dtype, z.v, -1.0f, 1.0f);
     ta_fill_uniform(&r, d_o, p->dtype, z.o, -1.0f, 1.0f);
+    if (z.w) { /* conv weights: mixed signs, some exact zeros */
+        size_t i;
+        w = (float *)malloc(z.w * sizeof(float));
+        dw_ref = (float *)malloc(z.w * sizeof(float));
+        dw_got = (float *)malloc(z.w * sizeof(float));
+        if (!w || !dw_ref || !dw_got) {
+            fprintf(stderr, "out of host memory\n");
+            exit(1);
+        }
+        ta_fill_uniform(&r, w, TA_F32, z.w, -1.0f, 1.0f);
+        for (i = 0; i < z.w / 8; ++i) w[(size_t)ta_rng_u64(&r) % z.w] = 0.0f;
+    }
     if (s->seqlens_mode) {
         int32_t b;
         seqlens = (int32_t *)malloc((size_t)p->batch * sizeof(int32_t));
         for (b = 0; b < p->batch; ++b) {
             const int32_t c = ta_rng_int(&r, 0, 5);
             seqlens[b] = s->seqlens_mode == 2 ? p->seq_k
-                         : c == 0           ? 0
-                         : c == 1           ? p->seq_k
-                                            : ta_rng_int(&r, 0, p->seq_k);
+                         : s->seqlens_mode == 3
+                             ? ta_rng_int(&r, 1, p->seq_k < 300 ? p->seq_k : 300)
+                         : c == 0 ? 0
+                         : c == 1 ? p->seq_k
+                                  : ta_rng_int(&r, 0, p->seq_k);
         }
     }
 
@@ -369,6 +513,7 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
     fa.k = k;
     fa.v = v;
     fa.seqlens_k = seqlens;
+    fa.conv_w = w;
     fa.o = o_ref;
     fa.lse = lse_ref;
     stt = ta_fwd(p, TA_BACKEND_REF, &fa, ws_host, fwd_ref_bytes, NULL);
@@ -383,6 +528,8 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
     ba.dq = dq_ref;
     ba.dk = dk_ref;
     ba.dv = dv_ref;
+    ba.conv_w = w;
+    ba.dconv_w = dw_ref;
     if (stt == TA_OK) stt = ta_bwd(p, TA_BACKEND_REF, &ba, ws_host, bwd_ref_bytes, NULL);
     if (stt != TA_OK) FAIL("%s: REF bwd: %s", desc, ta_status_string(stt));
     ta_test_free(ws_host);
@@ -411,6 +558,9 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
         d.ws = ws_bytes ? dev_alloc(ws_bytes) : NULL;
         d.lse = (float *)dev_alloc(z.lse * sizeof(float));
         d.lse_in = (float *)dev_alloc(z.lse * sizeof(float));
+        d.w = z.w ? (float *)dev_alloc(z.w * sizeof(float)) : NULL;
+        d.dw = z.w ? (float *)dev_alloc(z.w * sizeof(float)) : NULL;
+        if (z.w) CUDA_OK(cudaMemcpy(d.w, w, z.w * sizeof(float), cudaMemcpyHostToDevice));
         CUDA_OK(cudaMemcpy(d.q, q, z.q * z.eb, cudaMemcpyHostToDevice));
         CUDA_OK(cudaMemcpy(d.k, k, z.k * z.eb, cudaMemcpyHostToDevice));
         CUDA_OK(cudaMemcpy(d.v, v, z.v * z.eb, cudaMemcpyHostToDevice));
@@ -421,38 +571,42 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
         /* two runs with different poison; each must equal REF (so also each other) */
         for (run = 0; run < 2 && ok; ++run) {
             const int poison = run == 0 ? 0xFF : 0x7F;
-            memset(&fa, 0, sizeof fa);
-            fa.q = d.q;
-            fa.k = d.k;
-            fa.v = d.v;
-            fa.seqlens_k = seqlens;
-            fa.o = d.o;
-            fa.lse = d.lse;
-            CUDA_OK(cudaMemsetAsync(d.o, poison, z.o * z.eb, st));
-            CUDA_OK(cudaMemsetAsync(d.lse, poison, z.lse * sizeof(float), st));
-            if (d.ws) CUDA_OK(cudaMemsetAsync(d.ws, poison ^ 0x5A, ws_bytes, st));
-            stt = ta_fwd(p, TA_BACKEND_CUDA, &fa, d.ws, ws_bytes, (void *)st);
-            if (stt != TA_OK) {
-                FAIL("%s: CUDA fwd: %s", desc, ta_status_string(stt));
-                ok = 0;
-                break;
-            }
-            CUDA_OK(cudaStreamSynchronize(st));
-            CUDA_OK(cudaMemcpy(got, d.o, z.o * z.eb, cudaMemcpyDeviceToHost));
-            ok &= same_bytes(run ? "o (run 2)" : "o", desc, o_ref, got, z.o, z.eb);
-            CUDA_OK(cudaMemcpy(lse_got, d.lse, z.lse * sizeof(float), cudaMemcpyDeviceToHost));
-            ok &= same_bytes(run ? "lse (run 2)" : "lse", desc, lse_ref, lse_got, z.lse,
-                             sizeof(float));
-            if (run == 1) { /* without lse: the same o */
-                fa.lse = NULL;
-                CUDA_OK(cudaMemsetAsync(d.o, 0xFF, z.o * z.eb, st));
+            if (g_check_fwd) {
+                memset(&fa, 0, sizeof fa);
+                fa.q = d.q;
+                fa.k = d.k;
+                fa.v = d.v;
+                fa.seqlens_k = seqlens;
+                fa.conv_w = d.w;
+                fa.o = d.o;
+                fa.lse = d.lse;
+                CUDA_OK(cudaMemsetAsync(d.o, poison, z.o * z.eb, st));
+                CUDA_OK(cudaMemsetAsync(d.lse, poison, z.lse * sizeof(float), st));
+                if (d.ws) CUDA_OK(cudaMemsetAsync(d.ws, poison ^ 0x5A, ws_bytes, st));
                 stt = ta_fwd(p, TA_BACKEND_CUDA, &fa, d.ws, ws_bytes, (void *)st);
-                if (stt != TA_OK) FAIL("%s: CUDA fwd, lse NULL: %s", desc, ta_status_string(stt));
+                if (stt != TA_OK) {
+                    FAIL("%s: CUDA fwd: %s", desc, ta_status_string(stt));
+                    ok = 0;
+                    break;
+                }
                 CUDA_OK(cudaStreamSynchronize(st));
                 CUDA_OK(cudaMemcpy(got, d.o, z.o * z.eb, cudaMemcpyDeviceToHost));
-                ok &= same_bytes("o (lse NULL)", desc, o_ref, got, z.o, z.eb);
+                ok &= same_bytes(run ? "o (run 2)" : "o", desc, o_ref, got, z.o, z.eb);
+                CUDA_OK(cudaMemcpy(lse_got, d.lse, z.lse * sizeof(float), cudaMemcpyDeviceToHost));
+                ok &= same_bytes(run ? "lse (run 2)" : "lse", desc, lse_ref, lse_got, z.lse,
+                                 sizeof(float));
+                if (run == 1) { /* without lse: the same o */
+                    fa.lse = NULL;
+                    CUDA_OK(cudaMemsetAsync(d.o, 0xFF, z.o * z.eb, st));
+                    stt = ta_fwd(p, TA_BACKEND_CUDA, &fa, d.ws, ws_bytes, (void *)st);
+                    if (stt != TA_OK) FAIL("%s: CUDA fwd, lse NULL: %s", desc, ta_status_string(stt));
+                    CUDA_OK(cudaStreamSynchronize(st));
+                    CUDA_OK(cudaMemcpy(got, d.o, z.o * z.eb, cudaMemcpyDeviceToHost));
+                    ok &= same_bytes("o (lse NULL)", desc, o_ref, got, z.o, z.eb);
+                }
             }
 
+            if (!g_check_bwd) continue;
             memset(&ba, 0, sizeof ba);
             ba.q = d.q;
             ba.k = d.k;
@@ -464,6 +618,9 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
             ba.dq = d.dq;
             ba.dk = d.dk;
             ba.dv = d.dv;
+            ba.conv_w = d.w;
+            ba.dconv_w = d.dw;
+            if (d.dw) CUDA_OK(cudaMemsetAsync(d.dw, poison, z.w * sizeof(float), st));
             CUDA_OK(cudaMemsetAsync(d.dq, poison, z.q * z.eb, st));
             CUDA_OK(cudaMemsetAsync(d.dk, poison, z.k * z.eb, st));
             CUDA_OK(cudaMemsetAsync(d.dv, poison, z.v * z.eb, st));
@@ -481,6 +638,11 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
             ok &= same_bytes(run ? "dk (run 2)" : "dk", desc, dk_ref, got, z.k, z.eb);
             CUDA_OK(cudaMemcpy(got, d.dv, z.v * z.eb, cudaMemcpyDeviceToHost));
             ok &= same_bytes(run ? "dv (run 2)" : "dv", desc, dv_ref, got, z.v, z.eb);
+            if (z.w) {
+                CUDA_OK(cudaMemcpy(dw_got, d.dw, z.w * sizeof(float), cudaMemcpyDeviceToHost));
+                ok &= same_bytes(run ? "dconv_w (run 2)" : "dconv_w", desc, dw_ref, dw_got, z.w,
+                                 sizeof(float));
+            }
         }
         CUDA_OK(cudaFree(d.q));
         CUDA_OK(cudaFree(d.k));
@@ -494,6 +656,8 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
         if (d.ws) CUDA_OK(cudaFree(d.ws));
         CUDA_OK(cudaFree(d.lse));
         CUDA_OK(cudaFree(d.lse_in));
+        if (d.w) CUDA_OK(cudaFree(d.w));
+        if (d.dw) CUDA_OK(cudaFree(d.dw));
     }
     free(q);
     free(k);
@@ -507,6 +671,9 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
     free(lse_got);
     free(got);
     free(seqlens);
+    free(w);
+    free(dw_ref);
+    free(dw_got);
     return ok;
 }
 
@@ -720,14 +887,56 @@ static void bad_input_cases(ta_rng *r) {
            ta_bwd(&c.p, TA_BACKEND_CUDA, &c.ba, NULL, c.bwd_bytes, NULL));
     EXPECT("bwd workspace misaligned", TA_ERR_WORKSPACE_ALIGN,
            ta_bwd(&c.p, TA_BACKEND_CUDA, &c.ba, (char *)c.d.ws + 16, c.bwd_bytes, NULL));
-    /* unsupported: the MTA conv (not yet on CUDA), a trace (REF only) */
+    /* the MTA conv: size queries (no GPU needed), then weights in pageable host memory */
     pc = c.p;
     pc.conv_q = 2;
     pc.conv_k = 3;
-    EXPECT("conv fwd size query", TA_ERR_UNSUPPORTED,
+    EXPECT("conv fwd size query", TA_OK, ta_fwd_workspace_size(&pc, TA_BACKEND_CUDA, &bytes));
+    if (bytes != 0) FAIL("conv fwd workspace %zu bytes, expected 0", bytes);
+    EXPECT("conv bwd size query", TA_OK, ta_bwd_workspace_size(&pc, TA_BACKEND_CUDA, &bytes));
+    { /* delta, then one 2x3 dconv_w row sum per (batch, head, bwd Q tile): S_q = 19 is one
+         tile of the default 64 rows */
+        const size_t want = (c.z.lse * 4 + 63) / 64 * 64 + (2 * 4 * 1 * 6 * 4 + 63) / 64 * 64;
+        if (bytes != want) FAIL("conv bwd workspace %zu bytes, expected %zu", bytes, want);
+    }
+    pc.flags = 0u;
+    EXPECT("conv without TA_CAUSAL", TA_ERR_UNSUPPORTED,
            ta_fwd_workspace_size(&pc, TA_BACKEND_CUDA, &bytes));
-    EXPECT("conv bwd size query", TA_ERR_UNSUPPORTED,
-           ta_bwd_workspace_size(&pc, TA_BACKEND_CUDA, &bytes));
+    pc.flags = TA_CAUSAL;
+    {
+        float *w_host = (float *)malloc(4 * 2 * 3 * sizeof(float));
+        float *w_dev = (float *)dev_alloc(4 * 2 * 3 * sizeof(float));
+        float *dw_dev = (float *)dev_alloc(4 * 2 * 3 * sizeof(float));
+        size_t wsb = 0;
+        ta_fill_uniform(r, w_host, TA_F32, 4 * 2 * 3, -1.0f, 1.0f);
+        CUDA_OK(cudaMemcpy(w_dev, w_host, 4 * 2 * 3 * sizeof(float), cudaMemcpyHostToDevice));
+        (void)ta_bwd_workspace_size(&pc, TA_BACKEND_CUDA, &wsb);
+        fa = c.fa;
+        fa.conv_w = w_host;
+        EXPECT("MTA fwd conv_w in pageable host memory", TA_ERR_BAD_ARG,
+               ta_fwd(&pc, TA_BACKEND_CUDA, &fa, NULL, 0, NULL));
+        fa.conv_w = NULL;
+        EXPECT("MTA fwd conv_w NULL", TA_ERR_NULL_ARG,
+               ta_fwd(&pc, TA_BACKEND_CUDA, &fa, NULL, 0, NULL));
+        ba = c.ba;
+        ba.conv_w = w_dev;
+        ba.dconv_w = (float *)malloc(4 * 2 * 3 * sizeof(float));
+        if (wsb <= c.bwd_bytes + 64) {
+            EXPECT("MTA bwd dconv_w in pageable host memory", TA_ERR_BAD_ARG,
+                   ta_bwd(&pc, TA_BACKEND_CUDA, &ba, c.d.ws, wsb, NULL));
+            free(ba.dconv_w);
+            ba.dconv_w = dw_dev;
+            EXPECT("MTA bwd workspace one byte short", TA_ERR_WORKSPACE_SIZE,
+                   ta_bwd(&pc, TA_BACKEND_CUDA, &ba, c.d.ws, wsb - 1, NULL));
+        } else {
+            free(ba.dconv_w);
+            FAIL("MTA bwd workspace %zu bytes: larger than the set-up's buffer", wsb);
+        }
+        free(w_host);
+        CUDA_OK(cudaFree(w_dev));
+        CUDA_OK(cudaFree(dw_dev));
+    }
+    /* unsupported: a trace (REF only) */
     tr.entries = entries;
     tr.capacity = 4;
     tr.count = 0;
@@ -748,7 +957,7 @@ static void bad_input_cases(ta_rng *r) {
 static void print_coverage(const spec *specs, int n) {
     int i, dt[3] = {0, 0, 0}, causal = 0, seql = 0, gqa = 0, neq = 0, s1 = 0, d_small = 0;
     int d_big = 0, d_ne = 0, bk_set = 0, bk_odd = 0, bq_set = 0, scale_set = 0, scale_neg = 0;
-    int stream = 0, fast = 0, big_s = 0;
+    int stream = 0, fast = 0, big_s = 0, mta = 0, c611 = 0, c_max = 0, c_1x1 = 0, c_other = 0;
     int32_t max_sq = 0, max_sk = 0;
     for (i = 0; i < n; ++i) {
         const ta_problem *p = &specs[i].p;
@@ -769,21 +978,31 @@ static void print_coverage(const spec *specs, int n) {
         scale_neg += p->scale < 0.0f;
         stream += specs[i].use_stream;
         fast += p->precision == TA_PRECISION_FAST;
+        if (p->conv_q) {
+            ++mta;
+            c611 += p->conv_q == 6 && p->conv_k == 11;
+            c_1x1 += p->conv_q == 1 && p->conv_k == 1;
+            c_max += p->conv_q == TA_CONV_Q_MAX || p->conv_k == TA_CONV_K_MAX;
+            c_other += !(p->conv_q == 6 && p->conv_k == 11) && !(p->conv_q == 3 && p->conv_k == 3);
+        }
         if (p->seq_q > max_sq) max_sq = p->seq_q;
         if (p->seq_k > max_sk) max_sk = p->seq_k;
     }
     printf("coverage of %d problems: f32 %d, f16 %d, bf16 %d; causal %d; seqlens_k %d; GQA %d; "
            "S_q != S_k %d; S = 1 %d; S >= 4096 %d (max S_q %d, S_k %d); D or D_v <= 8 %d, "
            "> 128 %d, D != D_v %d; block_k set %d (not a power of two %d), block_q set %d; "
-           "scale set %d (negative %d); created stream %d; TA_PRECISION_FAST %d\n",
+           "scale set %d (negative %d); created stream %d; TA_PRECISION_FAST %d; MTA %d (6x11 "
+           "%d, 1x1 %d, c_q = 16 or c_k = 31 %d, not 6x11 or 3x3 %d)\n",
            n, dt[0], dt[1], dt[2], causal, seql, gqa, neq, s1, big_s, (int)max_sq, (int)max_sk,
-           d_small, d_big, d_ne, bk_set, bk_odd, bq_set, scale_set, scale_neg, stream, fast);
+           d_small, d_big, d_ne, bk_set, bk_odd, bq_set, scale_set, scale_neg, stream, fast, mta,
+           c611, c_1x1, c_max, c_other);
 }
 
 /* ---- main ---- */
 
 int main(int argc, char **argv) {
-    int quick = 0, only = -1, count = N_DEFAULT, n_specs = 0, i, n_ok = 0, dev_count = 0;
+    int quick = 0, only = -1, count = N_DEFAULT, count_mta = N_DEFAULT, n_specs = 0, i;
+    int n_ok = 0, dev_count = 0, want_sdpa = 1, want_mta = 1;
     uint64_t seed;
     spec *specs;
     ta_rng r;
@@ -796,10 +1015,25 @@ int main(int argc, char **argv) {
             only = atoi(argv[++i]);
         else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc)
             count = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--count-mta") == 0 && i + 1 < argc)
+            count_mta = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--mta") == 0)
+            want_sdpa = 0;
+        else if (strcmp(argv[i], "--sdpa") == 0)
+            want_mta = 0;
+        else if (strcmp(argv[i], "--fwd-only") == 0)
+            g_check_bwd = 0;
+        else if (strcmp(argv[i], "--bwd-only") == 0)
+            g_check_fwd = 0;
         else {
-            fprintf(stderr, "usage: test_cuda_equiv [--quick] [--problem N] [--count N]\n");
+            fprintf(stderr, "usage: test_cuda_equiv [--quick] [--problem N] [--count N] "
+                            "[--count-mta N] [--mta | --sdpa] [--fwd-only | --bwd-only]\n");
             return 2;
         }
+    }
+    if (count < 0 || count_mta < 0 || (!want_sdpa && !want_mta) || (!g_check_fwd && !g_check_bwd)) {
+        fprintf(stderr, "test_cuda_equiv: conflicting or negative options\n");
+        return 2;
     }
     if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
         printf("no CUDA device: skipped\n");
@@ -810,12 +1044,18 @@ int main(int argc, char **argv) {
         return 1;
     }
     seed = ta_test_seed("test_cuda_equiv");
-    specs = (spec *)calloc((size_t)(count + 64), sizeof(spec));
+    specs = (spec *)calloc((size_t)count + (size_t)count_mta + 64, sizeof(spec));
+    if (!specs) return 1;
     if (quick) {
-        n_specs = quick_specs(specs);
+        const int n = quick_specs(specs);
+        for (i = 0; i < n; ++i) /* keep the ones the filter wants */
+            if (specs[i].p.conv_q ? want_mta : want_sdpa) specs[n_specs++] = specs[i];
     } else {
-        n_specs = special_specs(specs);
-        for (i = 0; i < count; ++i)
+        if (want_mta) n_specs += special_mta_specs(specs + n_specs);
+        if (want_sdpa) n_specs += special_specs(specs + n_specs);
+        for (i = 0; want_mta && i < count_mta; ++i)
+            random_mta_spec(seed, i, &specs[n_specs++]);
+        for (i = 0; want_sdpa && i < count; ++i)
             random_spec(seed, i, &specs[n_specs++]);
     }
     if (only < 0) print_coverage(specs, n_specs);
@@ -835,11 +1075,14 @@ int main(int argc, char **argv) {
         CUDA_OK(cudaStreamDestroy(s));
     }
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    printf("test_cuda_equiv: %d of %d problems bit-identical to REF (o, lse, dq, dk, dv; two "
-           "runs each) in %.1f s\n",
+    printf("test_cuda_equiv: %d of %d problems bit-identical to REF (%s; two runs each) in "
+           "%.1f s\n",
            n_ok, only >= 0 ? 1 : n_specs,
+           !g_check_bwd   ? "forward: o, lse"
+           : !g_check_fwd ? "backward: dq, dk, dv, dconv_w"
+                          : "o, lse, dq, dk, dv, dconv_w",
            (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - t0);
-    if (only < 0) {
+    if (only < 0 && want_sdpa && want_mta && g_check_fwd && g_check_bwd) {
         ta_rng_seed(&r, seed ^ UINT64_C(0xbad));
         bad_input_cases(&r);
     }
