@@ -26,8 +26,9 @@ tileattn's o against PyTorch's (max abs difference, printed) as a sanity check
 tests are test/test_cuda_equiv). GFLOP/s count useful work only: forward
 4 B H S_q S_k D (halved under the causal mask), backward 2.5x that
 (bench/README.md's count with D = D_v); MTA adds 2 c_q c_k flops per visible
-score in the forward and 3 times that in the backward (the transposed conv,
-the dconv_w sums and the forward conv recomputed), and counts no halo work.
+score in the forward and 4 c_q c_k in the backward (the transposed conv and the
+dconv_w sums), as tileattn-bench counts them: halo work and the recomputed
+forward conv are overhead, not work.
 The hardware-limit column is the GPU's f32 FMA (CUDA-core) peak, SMs x 128
 lanes x 2 flops x the maximum SM clock (about 67 TFLOP/s on an H100/H200 SXM):
 exact mode cannot use tensor cores.
@@ -253,7 +254,7 @@ def run_mta(lib, b, h, s, d, c_q, c_k, warmup, reps):
     }
     vis = b * h * s * (s + 1) / 2.0
     flops_fwd = vis * (4.0 * d + 2.0 * c_q * c_k)
-    flops_bwd = vis * (10.0 * d + 6.0 * c_q * c_k)
+    flops_bwd = vis * (10.0 * d + 4.0 * c_q * c_k)
     peak = torch.cuda.max_memory_allocated() / 2**30
     del out, qt, kt, vt, wt
     torch.cuda.empty_cache()

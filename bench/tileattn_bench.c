@@ -26,14 +26,13 @@
  *             and kernel gradient). Softmax, exp, halo recomputation and masked
  *             work are not counted: they are overhead, not work.
  *
- * Memory goes through a "buffer provider" per backend (struct bench_mem):
- * host memory for REF and CPU. TODO(CUDA backend issue): a device provider
- * (cudaMalloc/cudaMemcpy/cudaMemset/cudaStreamSynchronize) in a CUDA-linked
- * source; this file is plain C and links no CUDA, so until then the CUDA row
- * says "unavailable" even where the library could run it.
+ * Memory goes through a "buffer provider" per backend (struct bench_mem,
+ * bench/bench_mem.h): host memory for REF and CPU, device memory for CUDA
+ * (bench/bench_mem_cuda.c, built with TILEATTN_CUDA; the CUDA rows' times
+ * include a cudaStreamSynchronize after each call).
  *
  * A backend that does not implement the problem yet (its size query returns
- * TA_ERR_UNSUPPORTED, e.g. the MTA conv) is 'unavailable' for this run.
+ * TA_ERR_UNSUPPORTED) is 'unavailable' for this run.
  * Exit status: 0 all rows ok (unavailable backends allowed under --backend all),
  * 1 an error, mismatch, NaN, or explicitly requested backend unavailable,
  * 2 a bad command line or a problem the library rejects.
@@ -50,6 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_mem.h"
 #include "ta_math.h"
 #include "tileattn.h"
 #include "tileattn_tiling.h"
@@ -145,11 +145,11 @@ static const char *const help_lines[] = {
     "  MTA conv  + 2 c_q c_k forward, + 4 c_q c_k backward",
     "Softmax, exp and halo recomputation are not counted.",
     "",
-    "Memory is host memory for ref and cpu. CUDA rows need the CUDA backend issue:",
-    "the bench has no device-memory provider yet, so cuda reports 'unavailable'.",
+    "Memory is host memory for ref and cpu and device memory (cudaMalloc) for cuda;",
+    "cuda times include a cudaStreamSynchronize after each call.",
     "",
     "A backend that is not built, has no device, or does not implement the problem",
-    "yet (TA_ERR_UNSUPPORTED, e.g. the MTA conv) reports 'unavailable'.",
+    "(TA_ERR_UNSUPPORTED) reports 'unavailable'.",
     "",
     "Exit status: 0 all ok; 1 an error, mismatch or NaN (or a backend named by",
     "--backend is unavailable); 2 a bad command line or a problem the library rejects.",
@@ -501,22 +501,8 @@ static void fill_conv(bench_rng *r, const tensor_info *t, float *w) {
 /* Buffer providers: where a backend's tensors and workspace live             */
 /* ------------------------------------------------------------------------- */
 
-/*
- * One provider per memory space. Host memory serves REF and CPU. All functions
- * return 0 on success. TODO(CUDA backend issue): a device provider (cudaMalloc,
- * cudaMemcpy, cudaMemsetAsync on its stream, cudaStreamSynchronize in sync) in
- * a CUDA-linked source file, registered in bench_backends[] below.
- */
-typedef struct bench_mem {
-    const char *name;
-    void *(*alloc)(size_t bytes); /* TA_WORKSPACE_ALIGN-aligned; NULL on failure */
-    void (*release)(void *ptr);
-    int (*upload)(void *dst, const void *host_src, size_t bytes);
-    int (*download)(void *host_dst, const void *src, size_t bytes);
-    int (*fill)(void *dst, int byte, size_t bytes);
-    int (*sync)(void); /* wait until the backend's queued work is done (timing) */
-    void *stream;      /* passed to ta_fwd/ta_bwd; NULL for host backends */
-} bench_mem;
+/* One provider per memory space (bench/bench_mem.h): host memory here, serving
+ * REF and CPU; device memory in bench/bench_mem_cuda.c, serving CUDA. */
 
 static void *host_alloc(size_t bytes) {
     const size_t a = TA_WORKSPACE_ALIGN;
@@ -540,24 +526,27 @@ static const bench_mem host_mem = {"host",    host_alloc, host_release, host_cop
 typedef struct bench_backend {
     ta_backend id;
     const char *name;
-    const bench_mem *mem; /* NULL: the bench cannot provide its memory yet */
+    const bench_mem *mem; /* NULL: built without CUDA (no device provider) */
 } bench_backend;
 
 /* REF first: it produces the reference every other backend is checked against. */
 static const bench_backend bench_backends[BENCH_NUM_BACKENDS] = {
     {TA_BACKEND_REF, "ref", &host_mem},
     {TA_BACKEND_CPU, "cpu", &host_mem},
-    {TA_BACKEND_CUDA, "cuda", NULL}, /* TODO(CUDA backend issue): device provider */
+#ifdef TA_BENCH_HAVE_CUDA
+    {TA_BACKEND_CUDA, "cuda", &bench_cuda_mem},
+#else
+    {TA_BACKEND_CUDA, "cuda", NULL},
+#endif
 };
 
 /* Why a backend cannot run here, or NULL if it can. */
 static const char *backend_unavailable_reason(const bench_backend *be) {
     if (!ta_backend_available(be->id)) {
-        if (be->id == TA_BACKEND_CUDA)
-            return "not built, no device, or not implemented yet (CUDA backend issue)";
+        if (be->id == TA_BACKEND_CUDA) return "not built with CUDA, or no CUDA device";
         return "not implemented in this library build";
     }
-    if (!be->mem) return "the bench has no device-memory provider yet (CUDA backend issue)";
+    if (!be->mem) return "the bench was built without a device-memory provider";
     return NULL;
 }
 
