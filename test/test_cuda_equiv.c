@@ -102,11 +102,12 @@ typedef struct spec {
     char tag[24];     /* what the problem is for */
 } spec;
 
-static const int32_t k_dims[] = {1,  2,  3,  4,  5,   7,   8,   15,  16,  17,  31,  32,  33,
-                                 48, 63, 64, 65, 80,  96,  100, 112, 127, 128, 129, 160, 191,
-                                 192, 193, 200, 224, 255, 256};
-static const int32_t k_lens[] = {1,  2,  3,  5,  7,  8,  13, 17,  31,  37,  61,  63,  64,
-                                 65, 97, 100, 127, 128, 129, 191, 200, 251, 256, 257, 311, 383, 509, 520};
+static const int32_t k_dims[] = {1,   2,   3,   4,   5,   7,   8,   15,  16,  17,  31,
+                                 32,  33,  48,  63,  64,  65,  80,  96,  100, 112, 127,
+                                 128, 129, 160, 191, 192, 193, 200, 224, 255, 256};
+static const int32_t k_lens[] = {1,   2,   3,   5,   7,   8,   13,  17,  31,  37,
+                                 61,  63,  64,  65,  97,  100, 127, 128, 129, 191,
+                                 200, 251, 256, 257, 311, 383, 509, 520};
 #define N_DIMS ((int32_t)(sizeof k_dims / sizeof k_dims[0]))
 #define N_LENS ((int32_t)(sizeof k_lens / sizeof k_lens[0]))
 
@@ -117,7 +118,8 @@ static int32_t pick_dim(ta_rng *r) {
     return ta_rng_int(r, 0, 3) == 0 ? ta_rng_int(r, 1, 256) : k_dims[ta_rng_int(r, 0, N_DIMS - 1)];
 }
 static int32_t pick_block(ta_rng *r) {
-    static const int32_t special[] = {8, 9, 13, 16, 31, 32, 54, 63, 64, 65, 100, 127, 128, 129, 200, 255, 256};
+    static const int32_t special[] = {8,  9,   13,  16,  31,  32,  54,  63, 64,
+                                      65, 100, 127, 128, 129, 200, 255, 256};
     const int32_t k = ta_rng_int(r, 0, 9);
     if (k < 4) return 0; /* default */
     if (k < 7) return special[ta_rng_int(r, 0, (int32_t)(sizeof special / sizeof special[0]) - 1)];
@@ -172,7 +174,8 @@ static int32_t pick_mta_block(ta_rng *r, int32_t halo) {
     lo = lo < TA_BLOCK_MIN ? TA_BLOCK_MIN : lo;
     if (k < 4) return 0;
     if (k < 6) {
-        const int32_t b = special[ta_rng_int(r, 0, (int32_t)(sizeof special / sizeof special[0]) - 1)];
+        const int32_t b =
+            special[ta_rng_int(r, 0, (int32_t)(sizeof special / sizeof special[0]) - 1)];
         if (b >= lo) return b;
     }
     return ta_rng_int(r, lo, lo + 60 < TA_BLOCK_MAX ? lo + 60 : TA_BLOCK_MAX);
@@ -225,24 +228,19 @@ static void random_mta_spec(uint64_t seed, int idx, spec *s) {
     snprintf(s->tag, sizeof s->tag, "mta");
 }
 
-/* Large and special MTA problems (S_k up to 16384; the REF side is slow, so
- * the long ones are narrow or see few keys). */
-static int special_mta_specs(spec *out) {
-    static const struct {
-        int32_t b, h, hkv, sq, sk, d, dv, bq, bk, cq, ck;
-        ta_dtype dt;
-        int seqlens;
-        const char *tag;
-    } k[] = {
-        {1, 2, 1, 64, 16384, 16, 16, 0, 0, 6, 11, TA_F32, 0, "MTA S_k 16k"},
-        {1, 1, 1, 16384, 16384, 8, 8, 0, 0, 6, 11, TA_BF16, 3, "MTA S 16k seqlens<=300"},
-        {1, 1, 1, 4096, 4096, 32, 32, 0, 0, 6, 11, TA_F32, 0, "MTA S 4k 6x11"},
-        {1, 1, 1, 1024, 1024, 128, 128, 0, 0, 16, 31, TA_BF16, 1, "MTA 16x31"},
-        {2, 4, 2, 700, 900, 96, 64, 0, 0, 6, 11, TA_F16, 1, "MTA GQA D 96"},
-        {1, 2, 2, 512, 512, 256, 256, 256, 256, 6, 11, TA_F32, 0, "MTA D 256 block 256"},
-        {600, 1, 1, 5, 7, 8, 8, 0, 0, 2, 3, TA_F32, 1, "MTA B 600 seqlens"},
-    };
-    int i, n = (int)(sizeof k / sizeof k[0]);
+/* A fixed problem: the tables below. */
+typedef struct fixed_problem {
+    int32_t b, h, hkv, sq, sk, d, dv, bq, bk, cq, ck;
+    ta_dtype dt;
+    uint32_t flags;
+    int seqlens; /* spec.seqlens_mode */
+    float scale;
+    const char *tag;
+} fixed_problem;
+
+/* Specs from a table; the created stream on every other one. Returns n. */
+static int specs_from_table(const fixed_problem *k, int n, spec *out) {
+    int i;
     for (i = 0; i < n; ++i) {
         spec *s = &out[i];
         memset(s, 0, sizeof *s);
@@ -258,7 +256,8 @@ static int special_mta_specs(spec *out) {
         s->p.conv_q = k[i].cq;
         s->p.conv_k = k[i].ck;
         s->p.dtype = k[i].dt;
-        s->p.flags = TA_CAUSAL;
+        s->p.flags = k[i].flags;
+        s->p.scale = k[i].scale;
         s->seqlens_mode = k[i].seqlens;
         s->use_stream = i % 2;
         s->lo = -1.0f;
@@ -266,100 +265,62 @@ static int special_mta_specs(spec *out) {
         snprintf(s->tag, sizeof s->tag, "%s", k[i].tag);
     }
     return n;
+}
+#define SPECS_FROM(table, out) specs_from_table(table, (int)(sizeof table / sizeof table[0]), out)
+
+/* Large and special MTA problems (S_k up to 16384; the REF side is slow, so
+ * the long ones are narrow or see few keys). */
+static int special_mta_specs(spec *out) {
+    static const fixed_problem k[] = {
+        {1, 2, 1, 64, 16384, 16, 16, 0, 0, 6, 11, TA_F32, TA_CAUSAL, 0, 0.0f, "MTA S_k 16k"},
+        {1, 1, 1, 16384, 16384, 8, 8, 0, 0, 6, 11, TA_BF16, TA_CAUSAL, 3, 0.0f,
+         "MTA S 16k seqlens<=300"},
+        {1, 1, 1, 4096, 4096, 32, 32, 0, 0, 6, 11, TA_F32, TA_CAUSAL, 0, 0.0f, "MTA S 4k 6x11"},
+        {1, 1, 1, 1024, 1024, 128, 128, 0, 0, 16, 31, TA_BF16, TA_CAUSAL, 1, 0.0f, "MTA 16x31"},
+        {2, 4, 2, 700, 900, 96, 64, 0, 0, 6, 11, TA_F16, TA_CAUSAL, 1, 0.0f, "MTA GQA D 96"},
+        {1, 2, 2, 512, 512, 256, 256, 256, 256, 6, 11, TA_F32, TA_CAUSAL, 0, 0.0f,
+         "MTA D 256 block 256"},
+        {600, 1, 1, 5, 7, 8, 8, 0, 0, 2, 3, TA_F32, TA_CAUSAL, 1, 0.0f, "MTA B 600 seqlens"},
+    };
+    return SPECS_FROM(k, out);
 }
 
 /* Large and special problems, first in the schedule (the REF side is slow). */
 static int special_specs(spec *out) {
-    static const struct {
-        int32_t b, h, hkv, sq, sk, d, dv, bq, bk;
-        ta_dtype dt;
-        uint32_t flags;
-        int seqlens;
-        const char *tag;
-    } k[] = {
-        {1, 1, 1, 16384, 16384, 8, 8, 0, 0, TA_F32, TA_CAUSAL, 0, "S 16k causal"},
-        {1, 1, 1, 16384, 4096, 4, 4, 0, 200, TA_BF16, 0, 1, "S_q 16k x S_k 4k"},
-        {1, 4, 2, 1, 16384, 64, 64, 0, 0, TA_F16, 0, 1, "decode S_k 16k"},
-        {1, 2, 1, 16384, 37, 32, 16, 0, 13, TA_F16, TA_CAUSAL, 0, "S_q 16k x S_k 37"},
-        {1, 1, 1, 8192, 8192, 16, 24, 64, 100, TA_F32, TA_CAUSAL, 1, "S 8k causal seqlens"},
-        {1, 1, 1, 2048, 2048, 256, 256, 256, 256, TA_BF16, TA_CAUSAL, 1, "D 256 block 256"},
-        {600, 1, 1, 3, 5, 8, 8, 0, 0, TA_F32, TA_CAUSAL, 1, "B 600 seqlens"},
-        {1100, 2, 1, 2, 9, 4, 3, 0, 8, TA_F16, 0, 1, "B 1100 seqlens"},
+    static const fixed_problem k[] = {
+        {1, 1, 1, 16384, 16384, 8, 8, 0, 0, 0, 0, TA_F32, TA_CAUSAL, 0, 0.0f, "S 16k causal"},
+        {1, 1, 1, 16384, 4096, 4, 4, 0, 200, 0, 0, TA_BF16, 0, 1, 0.0f, "S_q 16k x S_k 4k"},
+        {1, 4, 2, 1, 16384, 64, 64, 0, 0, 0, 0, TA_F16, 0, 1, 0.0f, "decode S_k 16k"},
+        {1, 2, 1, 16384, 37, 32, 16, 0, 13, 0, 0, TA_F16, TA_CAUSAL, 0, 0.0f, "S_q 16k x S_k 37"},
+        {1, 1, 1, 8192, 8192, 16, 24, 64, 100, 0, 0, TA_F32, TA_CAUSAL, 1, 0.0f,
+         "S 8k causal seqlens"},
+        {1, 1, 1, 2048, 2048, 256, 256, 256, 256, 0, 0, TA_BF16, TA_CAUSAL, 1, 0.0f,
+         "D 256 block 256"},
+        {600, 1, 1, 3, 5, 8, 8, 0, 0, 0, 0, TA_F32, TA_CAUSAL, 1, 0.0f, "B 600 seqlens"},
+        {1100, 2, 1, 2, 9, 4, 3, 0, 8, 0, 0, TA_F16, 0, 1, 0.0f, "B 1100 seqlens"},
     };
-    int i, n = (int)(sizeof k / sizeof k[0]);
-    for (i = 0; i < n; ++i) {
-        spec *s = &out[i];
-        memset(s, 0, sizeof *s);
-        s->p.batch = k[i].b;
-        s->p.heads_q = k[i].h;
-        s->p.heads_kv = k[i].hkv;
-        s->p.seq_q = k[i].sq;
-        s->p.seq_k = k[i].sk;
-        s->p.head_dim = k[i].d;
-        s->p.head_dim_v = k[i].dv;
-        s->p.block_q = k[i].bq;
-        s->p.block_k = k[i].bk;
-        s->p.dtype = k[i].dt;
-        s->p.flags = k[i].flags;
-        s->seqlens_mode = k[i].seqlens;
-        s->use_stream = i % 2;
-        s->lo = -1.0f;
-        s->hi = 1.0f;
-        snprintf(s->tag, sizeof s->tag, "%s", k[i].tag);
-    }
-    return n;
+    return SPECS_FROM(k, out);
 }
 
-/* --quick: small problems that still touch every feature. */
+/* --quick: small problems that still touch every feature (the last 4: MTA). */
 static int quick_specs(spec *out) {
-    static const struct {
-        int32_t b, h, hkv, sq, sk, d, dv, bq, bk;
-        ta_dtype dt;
-        uint32_t flags;
-        int seqlens;
-        float scale;
-        int32_t cq, ck;
-    } k[] = {
-        {2, 4, 2, 37, 53, 16, 8, 0, 0, TA_F32, TA_CAUSAL, 1, 0.0f, 0, 0},
-        {1, 2, 2, 70, 33, 64, 64, 16, 16, TA_F16, 0, 1, 0.0f, 0, 0},
-        {1, 3, 1, 65, 129, 96, 80, 32, 100, TA_BF16, TA_CAUSAL, 0, -0.7f, 0, 0},
-        {2, 1, 1, 1, 77, 1, 1, 0, 8, TA_F32, 0, 0, 0.0f, 0, 0},
-        {1, 2, 1, 129, 20, 3, 5, 9, 13, TA_F32, TA_CAUSAL, 1, 0.0f, 0, 0},
-        {1, 1, 1, 40, 300, 256, 256, 64, 256, TA_BF16, TA_CAUSAL, 1, 0.0f, 0, 0},
-        {1, 2, 2, 64, 64, 200, 130, 0, 0, TA_F16, 0, 2, 1.5f, 0, 0},
-        {3, 2, 2, 17, 17, 33, 31, 8, 31, TA_F32, TA_CAUSAL, 1, 0.0f, 0, 0},
-        {1, 1, 1, 100, 100, 128, 128, 0, 0, TA_F32, TA_CAUSAL, 0, 0.0f, 0, 0},
-        {2, 4, 4, 50, 90, 192, 64, 0, 63, TA_F16, TA_CAUSAL, 1, 0.0f, 0, 0},
-        {2, 4, 2, 37, 53, 16, 8, 0, 0, TA_F32, TA_CAUSAL, 1, 0.0f, 6, 11},
-        {1, 2, 1, 70, 40, 64, 48, 13, 29, TA_BF16, TA_CAUSAL, 0, -0.5f, 3, 3},
-        {1, 1, 1, 45, 45, 8, 8, 31, 61, TA_F16, TA_CAUSAL, 2, 0.0f, 16, 31},
-        {3, 2, 2, 9, 130, 33, 33, 0, 8, TA_F32, TA_CAUSAL, 1, 0.0f, 1, 1},
+    static const fixed_problem k[] = {
+        {2, 4, 2, 37, 53, 16, 8, 0, 0, 0, 0, TA_F32, TA_CAUSAL, 1, 0.0f, "quick"},
+        {1, 2, 2, 70, 33, 64, 64, 16, 16, 0, 0, TA_F16, 0, 1, 0.0f, "quick"},
+        {1, 3, 1, 65, 129, 96, 80, 32, 100, 0, 0, TA_BF16, TA_CAUSAL, 0, -0.7f, "quick"},
+        {2, 1, 1, 1, 77, 1, 1, 0, 8, 0, 0, TA_F32, 0, 0, 0.0f, "quick"},
+        {1, 2, 1, 129, 20, 3, 5, 9, 13, 0, 0, TA_F32, TA_CAUSAL, 1, 0.0f, "quick"},
+        {1, 1, 1, 40, 300, 256, 256, 64, 256, 0, 0, TA_BF16, TA_CAUSAL, 1, 0.0f, "quick"},
+        {1, 2, 2, 64, 64, 200, 130, 0, 0, 0, 0, TA_F16, 0, 2, 1.5f, "quick"},
+        {3, 2, 2, 17, 17, 33, 31, 8, 31, 0, 0, TA_F32, TA_CAUSAL, 1, 0.0f, "quick"},
+        {1, 1, 1, 100, 100, 128, 128, 0, 0, 0, 0, TA_F32, TA_CAUSAL, 0, 0.0f, "quick"},
+        {2, 4, 4, 50, 90, 192, 64, 0, 63, 0, 0, TA_F16, TA_CAUSAL, 1, 0.0f, "quick"},
+        {2, 4, 2, 37, 53, 16, 8, 0, 0, 6, 11, TA_F32, TA_CAUSAL, 1, 0.0f, "quick mta"},
+        {1, 2, 1, 70, 40, 64, 48, 13, 29, 3, 3, TA_BF16, TA_CAUSAL, 0, -0.5f, "quick mta"},
+        {1, 1, 1, 45, 45, 8, 8, 31, 61, 16, 31, TA_F16, TA_CAUSAL, 2, 0.0f, "quick mta"},
+        {3, 2, 2, 9, 130, 33, 33, 0, 8, 1, 1, TA_F32, TA_CAUSAL, 1, 0.0f, "quick mta"},
     };
-    int i, n = (int)(sizeof k / sizeof k[0]);
-    for (i = 0; i < n; ++i) {
-        spec *s = &out[i];
-        memset(s, 0, sizeof *s);
-        s->p.batch = k[i].b;
-        s->p.heads_q = k[i].h;
-        s->p.heads_kv = k[i].hkv;
-        s->p.seq_q = k[i].sq;
-        s->p.seq_k = k[i].sk;
-        s->p.head_dim = k[i].d;
-        s->p.head_dim_v = k[i].dv;
-        s->p.block_q = k[i].bq;
-        s->p.block_k = k[i].bk;
-        s->p.dtype = k[i].dt;
-        s->p.flags = k[i].flags;
-        s->p.scale = k[i].scale;
-        s->p.conv_q = k[i].cq;
-        s->p.conv_k = k[i].ck;
-        s->seqlens_mode = k[i].seqlens;
-        s->use_stream = i % 2;
-        s->lo = -1.0f;
-        s->hi = 1.0f;
-        snprintf(s->tag, sizeof s->tag, k[i].cq ? "quick mta" : "quick");
-    }
-    return n;
+    return SPECS_FROM(k, out);
 }
 
 static void describe(const spec *s, int idx, char *buf, size_t n) {
@@ -464,8 +425,8 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
     max_n = max_n > z.v ? max_n : z.v;
     max_n = max_n > z.o ? max_n : z.o;
     got = malloc(max_n * z.eb);
-    if (!q || !k || !v || !d_o || !o_ref || !dq_ref || !dk_ref || !dv_ref || !lse_ref ||
-        !lse_got || !got) {
+    if (!q || !k || !v || !d_o || !o_ref || !dq_ref || !dk_ref || !dv_ref || !lse_ref || !lse_got ||
+        !got) {
         fprintf(stderr, "out of host memory\n");
         exit(1);
     }
@@ -483,19 +444,19 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
             exit(1);
         }
         ta_fill_uniform(&r, w, TA_F32, z.w, -1.0f, 1.0f);
-        for (i = 0; i < z.w / 8; ++i) w[(size_t)ta_rng_u64(&r) % z.w] = 0.0f;
+        for (i = 0; i < z.w / 8; ++i)
+            w[(size_t)ta_rng_u64(&r) % z.w] = 0.0f;
     }
     if (s->seqlens_mode) {
         int32_t b;
         seqlens = (int32_t *)malloc((size_t)p->batch * sizeof(int32_t));
         for (b = 0; b < p->batch; ++b) {
             const int32_t c = ta_rng_int(&r, 0, 5);
-            seqlens[b] = s->seqlens_mode == 2 ? p->seq_k
-                         : s->seqlens_mode == 3
-                             ? ta_rng_int(&r, 1, p->seq_k < 300 ? p->seq_k : 300)
-                         : c == 0 ? 0
-                         : c == 1 ? p->seq_k
-                                  : ta_rng_int(&r, 0, p->seq_k);
+            seqlens[b] = s->seqlens_mode == 2   ? p->seq_k
+                         : s->seqlens_mode == 3 ? ta_rng_int(&r, 1, p->seq_k < 300 ? p->seq_k : 300)
+                         : c == 0               ? 0
+                         : c == 1               ? p->seq_k
+                                                : ta_rng_int(&r, 0, p->seq_k);
         }
     }
 
@@ -599,7 +560,8 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
                     fa.lse = NULL;
                     CUDA_OK(cudaMemsetAsync(d.o, 0xFF, z.o * z.eb, st));
                     stt = ta_fwd(p, TA_BACKEND_CUDA, &fa, d.ws, ws_bytes, (void *)st);
-                    if (stt != TA_OK) FAIL("%s: CUDA fwd, lse NULL: %s", desc, ta_status_string(stt));
+                    if (stt != TA_OK)
+                        FAIL("%s: CUDA fwd, lse NULL: %s", desc, ta_status_string(stt));
                     CUDA_OK(cudaStreamSynchronize(st));
                     CUDA_OK(cudaMemcpy(got, d.o, z.o * z.eb, cudaMemcpyDeviceToHost));
                     ok &= same_bytes("o (lse NULL)", desc, o_ref, got, z.o, z.eb);
@@ -815,7 +777,8 @@ static void check_other_memory(bad_ctx *c, int managed) {
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemcpy(o_alt, c->d.o, c->z.o * 4, cudaMemcpyDeviceToHost));
     if (st != TA_OK)
-        FAIL("q in %s memory: %s", managed ? "managed" : "mapped pinned host", ta_status_string(st));
+        FAIL("q in %s memory: %s", managed ? "managed" : "mapped pinned host",
+             ta_status_string(st));
     else if (memcmp(o_dev, o_alt, c->z.o * 4) != 0)
         FAIL("q in %s memory: o differs from device memory's", managed ? "managed" : "pinned");
     if (managed)
@@ -1062,8 +1025,7 @@ int main(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     t0 = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 
-    TA_OMP("omp parallel reduction(+ : n_ok)")
-    {
+    TA_OMP("omp parallel reduction(+ : n_ok)") {
         cudaStream_t s;
         int j;
         CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
