@@ -1,19 +1,327 @@
 /*
- * CUDA MTA fwd, TA_PRECISION_EXACT (docs/mta.md). Not implemented yet: every
- * call returns TA_ERR_UNSUPPORTED before touching an output.
+ * CUDA MTA forward (pre-softmax key-query conv), TA_PRECISION_EXACT:
+ * bit-identical to ref/ta_ref_fwd.c with a conv (docs/mta.md, Specification,
+ * forward steps 1-3) for every dtype, conv size, seqlens_k, GQA, S_q != S_k
+ * and block size.
+ *
+ * One block per (batch b, query head h, CUDA Q tile). The k tiles are the
+ * plan's (block_k loaded columns, cols_eff = block_k - 2P: the contract fixes
+ * where the online softmax rescales); the rows are the backend's choice (rows
+ * are independent, DESIGN.md 3.5): a CUDA Q tile loads 64 rows, c_q - 1 halo
+ * rows on top of 64 - (c_q - 1) effective ones, so the tiling this kernel runs
+ * is ta_tiling_make(S_q, S_k, 64, block_k, c_q, c_k, causal, TA_TILING_FWD)
+ * and each row tile's k-tile range is ta_tile_k_end. For each k tile,
+ * ascending:
+ *   1. raw scores S on the loaded region [64 rows][block_k columns]
+ *      (ta_cuda_mta_scores: scale * dot, +0 where not visible)  threads over (x, jl)
+ *   2. conv C on the visible effective entries, written transposed into the
+ *      score tile the softmax reads (ta_cuda_mta_conv)          threads over (x, 4 e)
+ *   3. row max m_tile, m_new, alpha = exp(m - m_new)           one thread per row
+ *   4. p = exp(C - m_new)                                       threads over (x, e)
+ *   5. l = l * alpha + sum_e p                                  one thread per row
+ *   6. acc = acc * alpha; acc += p v                            threads over (x, d)
+ * then o = acc / l, lse = m + log(l) (rows that saw no key: 0, -inf).
+ * Steps 3-6 and the store are the SDPA forward's (cuda/ta_cuda_sdpa_fwd.cu)
+ * with the convolved scores in place of the raw ones.
  */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
 #include <cuda_runtime.h>
+
+#include "ta_cuda_host.cuh"
+#include "ta_cuda_mta.cuh"
+#include "ta_cuda_tile.cuh"
 
 extern "C" {
 #include "ta_cuda.h"
 #include "ta_internal.h"
+#include "ta_math.h"
+}
+
+/* Kernel parameters, by value (one launch per TA_CUDA_BATCH_CHUNK batch entries
+ * when seqlens_k is given; one launch otherwise). */
+typedef struct ta_cuda_mta_fwd_params {
+    const void *q, *k, *v; /* [B,H,S_q,D], [B,H_kv,S_k,D], [B,H_kv,S_k,D_v] */
+    const float *conv_w;   /* [H, c_q, c_k] f32 */
+    void *o;               /* [B,H,S_q,D_v] */
+    float *lse;            /* [B,H,S_q] or NULL */
+    ta_tiling t;           /* rows: the CUDA tile (64 loaded); columns: the plan's block_k */
+    int32_t heads_q, heads_kv, group, head_dim, head_dim_v, conv_q, conv_k;
+    float scale;
+    int32_t batch_begin, batch_count; /* this launch's batch entries */
+    int32_t has_seqlens;
+    int32_t seqlens_k[TA_CUDA_BATCH_CHUNK]; /* [batch_count] when has_seqlens */
+} ta_cuda_mta_fwd_params;
+
+/* Loaded columns of a k tile rounded up to whole dot tiles of 64. */
+static __host__ __device__ int32_t ta_cuda_mta_fwd_cols_cap(const ta_tiling *t) {
+    return (t->block_k + TA_CUDA_TILE - 1) / TA_CUDA_TILE * TA_CUDA_TILE;
+}
+
+/*
+ * Dynamic shared memory (floats), cols_cap = ta_cuda_mta_fwd_cols_cap:
+ *   s      [64][s_ld]           raw scores S of the loaded region (s_ld = ta_cuda_mta_s_ld)
+ *   st     [cols_cap][LDT]      C, then p, of the effective region, transposed: st[e][x]
+ *   stage  [STAGE_BUF]          dot-tile chunks / V rows
+ *   w_s    [W_BUF]              the head's conv kernel, rows padded to 4
+ *   m_run, l_run, m_new, alpha [64] f32; vis_end, n_vis [64] int32
+ */
+static __host__ __device__ size_t ta_cuda_mta_fwd_smem_floats(int32_t cols_cap) {
+    return (size_t)TA_CUDA_TILE * (size_t)ta_cuda_mta_s_ld(cols_cap) +
+           (size_t)cols_cap * TA_CUDA_LDT + TA_CUDA_STAGE_BUF + TA_CUDA_MTA_W_BUF +
+           6 * TA_CUDA_TILE;
+}
+
+template <int DT, int NS>
+__global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
+    ta_cuda_mta_fwd_kernel(const __grid_constant__ ta_cuda_mta_fwd_params p) {
+    extern __shared__ float4 ta_cuda_mta_fwd_smem[];
+    __shared__ ta_cuda_slot v_slots[TA_CUDA_SLOTS];
+    const ta_tiling t = p.t;
+    const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
+    const int32_t cols_cap = ta_cuda_mta_fwd_cols_cap(&t), n_qt = t.num_q_tiles;
+    const int32_t s_ld = ta_cuda_mta_s_ld(cols_cap);
+    float *s = reinterpret_cast<float *>(ta_cuda_mta_fwd_smem);
+    float *st = s + (size_t)TA_CUDA_TILE * (size_t)s_ld;
+    float *stage = st + (size_t)cols_cap * TA_CUDA_LDT;
+    float *w_s = stage + TA_CUDA_STAGE_BUF;
+    float *m_run = w_s + TA_CUDA_MTA_W_BUF, *l_run = m_run + TA_CUDA_TILE;
+    float *m_new = l_run + TA_CUDA_TILE, *alpha = m_new + TA_CUDA_TILE;
+    int32_t *vis_end = reinterpret_cast<int32_t *>(alpha + TA_CUDA_TILE);
+    int32_t *n_vis = vis_end + TA_CUDA_TILE;
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
+    if (tid < NS) v_slots[tid] = ta_cuda_slot{p.v, p.head_dim_v, tid * TA_CUDA_SLOT};
+    /* S columns past a tile's loaded ones are read by the conv's discarded
+     * lanes only; zero them once so they are never uninitialised */
+    for (int e = tid; e < TA_CUDA_TILE * s_ld; e += TA_CUDA_THREADS)
+        s[e] = 0.0f;
+
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        /* which (b, h, qt): the last q tiles first (the longest under the causal mask) */
+        const int32_t qt = n_qt - 1 - (int32_t)(tile % n_qt);
+        const int32_t h = (int32_t)((tile / n_qt) % p.heads_q);
+        const int32_t b_local = (int32_t)(tile / n_qt / p.heads_q);
+        const int32_t b = p.batch_begin + b_local;
+        const int32_t key_len = p.has_seqlens ? p.seqlens_k[b_local] : t.seq_k;
+        const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
+        const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
+        const int32_t k_end = ta_tile_k_end(&t, qt, key_len);
+        const size_t q_slice = ((size_t)b * (size_t)p.heads_q + (size_t)h) * (size_t)t.seq_q;
+        const size_t q_first = q_slice + (size_t)row0; /* row index in [B, H, S_q] */
+        const size_t kv_base = ((size_t)b * (size_t)p.heads_kv + (size_t)(h / p.group)) *
+                               (size_t)t.seq_k; /* GQA: head h reads kv head h / group */
+        ta_cuda_mta_region g;
+        float acc[4][NS][4]; /* acc[row 4ty+r][feature s*64 + 4tx + e] */
+        int32_t row_vis[4];
+        int32_t kt;
+        g.row_load0 = ta_tile_row_load_begin(&t, qt);
+        g.rows_load = ta_tile_row_load_end(&t, qt) - g.row_load0; /* rows + c_q - 1 <= 64 */
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+            for (int s_ = 0; s_ < NS; ++s_)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    acc[r][s_][e] = 0.0f;
+        /* init: m = -inf, l = 0 per effective row; its visible key range; the kernel */
+        __syncthreads(); /* the previous tile is done with the row arrays */
+        if (tid < TA_CUDA_TILE) {
+            m_run[tid] = ta_f32_from_bits(0xff800000u); /* -inf */
+            l_run[tid] = 0.0f;
+            vis_end[tid] = tid < rows ? ta_cuda_visible_end(&t, row0 + tid, key_len) : 0;
+        }
+        ta_cuda_mta_load_w(w_s, p.conv_w, h, p.conv_q, p.conv_k); /* ends with a barrier */
+        for (kt = 0; kt < k_end; ++kt) {
+            const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
+            const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
+            int32_t j0;
+            g.col_load0 = ta_tile_col_load_begin(&t, kt);
+            g.cols_load = ta_tile_col_load_end(&t, kt) - g.col_load0;
+            /* visible effective columns of each row: e < n_vis (a prefix). Every
+             * reader of the previous tile's n_vis has passed a barrier since. */
+            if (tid < TA_CUDA_TILE)
+                n_vis[tid] = ta_tiling_max_i32(0, ta_tiling_min_i32(vis_end[tid] - col0, cols));
+            /* step 1: S on the loaded region (starts with a barrier) */
+            ta_cuda_mta_scores<DT>(s, s_ld, p.q, q_slice, p.k, kv_base, p.head_dim, p.scale, &t,
+                                   key_len, g, stage);
+            __syncthreads();
+            /* step 2: C[x][e] on the visible effective entries, into st[e][x]
+             * (effective row x reads loaded rows x .. x + c_q - 1, effective
+             * column e reads loaded columns e .. e + c_k - 1) */
+            ta_cuda_mta_conv(s, s_ld, w_s, p.conv_q, p.conv_k, rows, cols, n_vis, st, 1,
+                             TA_CUDA_LDT);
+            __syncthreads();
+            /* step 3: per row, the tile's max over the visible columns (exactly the
+             * reference's sequential comparison), the new max and alpha */
+            if (tid < TA_CUDA_TILE) {
+                const int32_t nv = n_vis[tid];
+                if (nv > 0) {
+                    float m_tile = st[tid];
+                    const float m_old = m_run[tid];
+                    float m_nw;
+                    int32_t j;
+                    for (j = 1; j < nv; ++j) {
+                        const float x = st[(size_t)j * TA_CUDA_LDT + tid];
+                        if (x > m_tile) m_tile = x;
+                    }
+                    m_nw = m_old > m_tile ? m_old : m_tile;
+                    m_new[tid] = m_nw;
+                    alpha[tid] = ta_exp(m_old - m_nw);
+                }
+            }
+            __syncthreads();
+            /* step 4: p = exp(C - m_new) on every visible entry */
+            for (int e = tid; e < TA_CUDA_TILE * cols; e += TA_CUDA_THREADS) {
+                const int i = e % TA_CUDA_TILE, j = e / TA_CUDA_TILE;
+                if (j < n_vis[i]) {
+                    float *x = st + (size_t)j * TA_CUDA_LDT + i;
+                    *x = ta_exp(*x - m_new[i]);
+                }
+            }
+            __syncthreads();
+            /* step 5: l = l * alpha, then l = l + p_j for j ascending (one thread per row) */
+            if (tid < TA_CUDA_TILE && n_vis[tid] > 0) {
+                const int32_t nv = n_vis[tid];
+                float l = l_run[tid] * alpha[tid];
+                int32_t j;
+                for (j = 0; j < nv; ++j)
+                    l = l + st[(size_t)j * TA_CUDA_LDT + tid];
+                l_run[tid] = l;
+                m_run[tid] = m_new[tid];
+            }
+            /* step 6: acc = acc * alpha, then acc = fmaf(p_j, v_j, acc), j ascending
+             * over the effective columns (keys col0 + j) */
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                row_vis[r] = n_vis[4 * ty + r];
+                if (row_vis[r] > 0) {
+                    const float al = alpha[4 * ty + r];
+#pragma unroll
+                    for (int s_ = 0; s_ < NS; ++s_)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            acc[r][s_][e] = acc[r][s_][e] * al;
+                }
+            }
+            for (j0 = 0; j0 < cols; j0 += TA_CUDA_RCHUNK) {
+                const int jn = (int)ta_tiling_min_i32(TA_CUDA_RCHUNK, cols - j0);
+                ta_cuda_stage_rows<DT, NS>(stage, v_slots, kv_base + (size_t)(col0 + j0), jn);
+                for (int jj = 0; jj < jn; ++jj) {
+                    const int32_t j = j0 + jj;
+                    const float4 p4 =
+                        *reinterpret_cast<const float4 *>(st + (size_t)j * TA_CUDA_LDT + 4 * ty);
+                    const float pv[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+                    for (int s_ = 0; s_ < NS; ++s_) {
+                        const float4 v4 = *reinterpret_cast<const float4 *>(
+                            stage + jj * (NS * TA_CUDA_SLOT) + s_ * TA_CUDA_SLOT + 4 * tx);
+                        const float vv[4] = {v4.x, v4.y, v4.z, v4.w};
+#pragma unroll
+                        for (int r = 0; r < 4; ++r) {
+                            const bool live = j < row_vis[r];
+#pragma unroll
+                            for (int e = 0; e < 4; ++e)
+                                acc[r][s_][e] =
+                                    live ? fmaf(pv[r], vv[e], acc[r][s_][e]) : acc[r][s_][e];
+                        }
+                    }
+                }
+            }
+        }
+        /* step 7: o = acc / l (IEEE division), lse = m + log(l); unseen rows: 0, -inf */
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int x = 4 * ty + r;
+            if (x >= rows) continue;
+            const float m = m_run[x], l = l_run[x];
+            const bool seen = m != ta_f32_from_bits(0xff800000u);
+#pragma unroll
+            for (int s_ = 0; s_ < NS; ++s_)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int32_t f = s_ * TA_CUDA_SLOT + 4 * tx + e;
+                    if (f < p.head_dim_v)
+                        ta_cuda_store<DT>(p.o,
+                                          (q_first + (size_t)x) * (size_t)p.head_dim_v + (size_t)f,
+                                          seen ? acc[r][s_][e] / l : 0.0f);
+                }
+        }
+        if (p.lse && tid < rows) {
+            const float m = m_run[tid];
+            p.lse[q_first + (size_t)tid] = m != ta_f32_from_bits(0xff800000u)
+                                               ? m + ta_log(l_run[tid])
+                                               : ta_f32_from_bits(0xff800000u);
+        }
+    }
+}
+
+/* The instantiation for a dtype and a slot count (NS = ceil(D_v / 64)). */
+template <int DT> static const void *ta_cuda_mta_fwd_pick_ns(int ns) {
+    switch (ns) {
+    case 1: return reinterpret_cast<const void *>(&ta_cuda_mta_fwd_kernel<DT, 1>);
+    case 2: return reinterpret_cast<const void *>(&ta_cuda_mta_fwd_kernel<DT, 2>);
+    case 3: return reinterpret_cast<const void *>(&ta_cuda_mta_fwd_kernel<DT, 3>);
+    default: return reinterpret_cast<const void *>(&ta_cuda_mta_fwd_kernel<DT, 4>);
+    }
+}
+
+static const void *ta_cuda_mta_fwd_pick(ta_dtype dt, int ns) {
+    switch (dt) {
+    case TA_F16: return ta_cuda_mta_fwd_pick_ns<TA_F16>(ns);
+    case TA_BF16: return ta_cuda_mta_fwd_pick_ns<TA_BF16>(ns);
+    case TA_F32: break;
+    }
+    return ta_cuda_mta_fwd_pick_ns<TA_F32>(ns);
 }
 
 extern "C" ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a,
-                                    const ta_cuda_fwd_ws *ws, void *stream) {
-    (void)plan;
-    (void)a;
-    (void)ws;
-    (void)stream;
-    return TA_ERR_UNSUPPORTED;
+                                     const ta_cuda_fwd_ws *ws, void *stream) {
+    const ta_problem *pr = &plan->p;
+    const int ns = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
+    const void *kernel = ta_cuda_mta_fwd_pick(pr->dtype, ns);
+    const void *ptrs[6] = {a->q, a->k, a->v, a->o, a->lse, a->conv_w};
+    ta_cuda_mta_fwd_params prm;
+    size_t smem, smem_max;
+    int32_t b0;
+    ta_status st;
+    (void)ws; /* no device workspace (ta_cuda.h) */
+    if ((st = ta_cuda_check_pointers(ptrs, 6)) != TA_OK) return st;
+    memset(&prm, 0, sizeof prm);
+    /* 64 loaded rows per CUDA Q tile (64 - (c_q - 1) effective); the plan's k tiles */
+    st = (ta_status)ta_tiling_make(&prm.t, pr->seq_q, pr->seq_k, TA_CUDA_TILE, plan->fwd.block_k,
+                                   pr->conv_q, pr->conv_k, plan->fwd.causal, TA_TILING_FWD, 1);
+    if (st != TA_OK) return st;
+    smem = ta_cuda_mta_fwd_smem_floats(ta_cuda_mta_fwd_cols_cap(&prm.t)) * sizeof(float);
+    smem_max = ta_cuda_mta_fwd_smem_floats(TA_BLOCK_MAX) * sizeof(float);
+    if ((st = ta_cuda_opt_in_smem(kernel, smem_max)) != TA_OK) return st;
+    prm.q = a->q;
+    prm.k = a->k;
+    prm.v = a->v;
+    prm.conv_w = a->conv_w;
+    prm.o = a->o;
+    prm.lse = a->lse;
+    prm.heads_q = pr->heads_q;
+    prm.heads_kv = pr->heads_kv;
+    prm.group = plan->group;
+    prm.head_dim = pr->head_dim;
+    prm.head_dim_v = pr->head_dim_v;
+    prm.conv_q = pr->conv_q;
+    prm.conv_k = pr->conv_k;
+    prm.scale = pr->scale;
+    prm.has_seqlens = a->seqlens_k != NULL;
+    /* seqlens_k (host memory) travels by value, TA_CUDA_BATCH_CHUNK entries per launch */
+    for (b0 = 0; b0 < pr->batch; b0 += prm.batch_count) {
+        prm.batch_begin = b0;
+        prm.batch_count = a->seqlens_k ? ta_tiling_min_i32(TA_CUDA_BATCH_CHUNK, pr->batch - b0)
+                                       : pr->batch;
+        if (a->seqlens_k)
+            memcpy(prm.seqlens_k, a->seqlens_k + b0, (size_t)prm.batch_count * sizeof(int32_t));
+        st = ta_cuda_launch(kernel, (int64_t)prm.batch_count * pr->heads_q * prm.t.num_q_tiles,
+                            smem, &prm, stream);
+        if (st != TA_OK) return st;
+    }
+    return TA_OK;
 }
