@@ -33,6 +33,7 @@
 
 #include <cuda_runtime.h>
 
+#include "ta_cuda_bwd_common.cuh"
 #include "ta_cuda_host.cuh"
 #include "ta_cuda_tile.cuh"
 
@@ -445,6 +446,17 @@ static ta_status ta_cuda_launch_delta(const void *kernel, const ta_plan *plan,
         return TA_ERR_DEVICE;
     }
     return TA_OK;
+}
+
+/* The delta kernel of plan's dtype, shared with the MTA backward
+ * (cuda/ta_cuda_bwd_common.cuh). */
+ta_status ta_cuda_bwd_delta(const ta_plan *plan, const ta_bwd_args *a, float *delta, void *stream) {
+    const void *kernel = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<TA_F32>);
+    if (plan->p.dtype == TA_F16)
+        kernel = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<TA_F16>);
+    if (plan->p.dtype == TA_BF16)
+        kernel = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<TA_BF16>);
+    return ta_cuda_launch_delta(kernel, plan, a, delta, stream);
 }
 
 extern "C" ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a,
