@@ -10,7 +10,7 @@
 #
 # Environment: OUT (log folder, default ./cuda_check_out), BUILD (build folder,
 # default /tmp/ta_cuda_check), TA_SEED (replay test_cuda_equiv), SKIP_BENCH=1,
-# SKIP_MATH=1, SKIP_SANITIZER=1. Logs: $OUT/{env,build,cuda_math,cuda_equiv,
+# SKIP_MATH=1, SKIP_SANITIZER=1, SKIP_MAINJOB=1. Logs: $OUT/{env,build,cuda_math,cuda_equiv,
 # sanitizer,bench}.log and $OUT/summary.txt; the summary is printed last.
 set -u -o pipefail
 SRC=$(cd "${1:-.}" && pwd)
@@ -36,7 +36,7 @@ note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 t=$(secs)
 if cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
      -DTILEATTN_EXHAUSTIVE=OFF >"$OUT/build.log" 2>&1 &&
-   cmake --build "$BUILD" -j"$JOBS" --target tileattn test_cuda_math test_cuda_equiv \
+   cmake --build "$BUILD" -j"$JOBS" --target tileattn test_cuda_math test_cuda_equiv tileattn-bench \
      >>"$OUT/build.log" 2>&1; then
   note "build: ok ($(( $(secs) - t )) s)"
 else
@@ -71,7 +71,7 @@ if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
     rc=$?
     note "compute-sanitizer $tool: rc=$rc ($(( $(secs) - t )) s): $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
   done
-  for i in ${RACECHECK_PROBLEMS:-0 3 5 9 10 12}; do
+  for i in ${RACECHECK_PROBLEMS:-0 3 5 9 10 11 12 13}; do
     t=$(secs)
     echo "==== racecheck --quick --problem $i" >>"$OUT/sanitizer.log"
     OMP_NUM_THREADS=1 timeout "${SAN_TIMEOUT:-150}" "$SAN" --tool racecheck --racecheck-report all \
@@ -89,6 +89,16 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     ${BENCH_ARGS:-} >>"$OUT/bench.log" 2>&1
   note "bench: rc=$?"
   cat "$OUT/bench.log"
+fi
+
+# 4b. the main job (tileattn-bench: REF, CPU and CUDA rows, each checked against
+#     REF) on its default MTA problem and with --sdpa
+if [ "${SKIP_MAINJOB:-0}" != 1 ]; then
+  t=$(secs)
+  { OMP_NUM_THREADS=$JOBS timeout 300 "$BUILD/bench/tileattn-bench" && \
+    OMP_NUM_THREADS=$JOBS timeout 120 "$BUILD/bench/tileattn-bench" --sdpa; } >"$OUT/mainjob.log" 2>&1
+  note "tileattn-bench (main job): rc=$? ($(( $(secs) - t )) s)"
+  grep -E "^(ref|cpu|cuda) " "$OUT/mainjob.log" | tee -a "$SUMMARY"
 fi
 
 # 5. device math == host math on all 2^32 inputs

@@ -76,6 +76,16 @@ ta_status ta_cuda_opt_in_smem(const void *kernel, size_t max_bytes) {
     return TA_OK;
 }
 
+ta_status ta_cuda_smem_limit(size_t *bytes) {
+    int device = 0, limit = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+            cudaSuccess)
+        return ta_cuda_fail();
+    *bytes = limit > 0 ? (size_t)limit : 0u;
+    return TA_OK;
+}
+
 ta_status ta_cuda_launch(const void *kernel, int64_t n_blocks, size_t smem_bytes, void *param,
                          void *stream) {
     const int64_t grid_max = 2147483647;

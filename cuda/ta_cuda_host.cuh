@@ -37,6 +37,14 @@ ta_status ta_cuda_check_pointers(const void *const *ptrs, int n);
 ta_status ta_cuda_opt_in_smem(const void *kernel, size_t max_bytes);
 
 /*
+ * The current device's largest dynamic shared memory per block after an opt-in
+ * (cudaDevAttrMaxSharedMemoryPerBlockOptin: 227 KB on sm_90, 163 KB on sm_80,
+ * 99 KB on sm_86/sm_89), into *bytes. A constant of the device, so a launcher
+ * may cap its opt-in with it and stay reentrant. TA_ERR_DEVICE if the query fails.
+ */
+ta_status ta_cuda_smem_limit(size_t *bytes);
+
+/*
  * Launch kernel(param) with TA_CUDA_THREADS threads per block and
  * min(n_blocks, 2^31 - 1) blocks (kernels loop over their tiles with a grid
  * stride, so any n_blocks >= 1 is covered) on stream. TA_ERR_DEVICE if the

@@ -284,7 +284,7 @@ extern "C" ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a,
     const void *kernel = ta_cuda_mta_fwd_pick(pr->dtype, ns);
     const void *ptrs[6] = {a->q, a->k, a->v, a->o, a->lse, a->conv_w};
     ta_cuda_mta_fwd_params prm;
-    size_t smem, smem_max;
+    size_t smem, smem_max, smem_limit;
     int32_t b0;
     ta_status st;
     (void)ws; /* no device workspace (ta_cuda.h) */
@@ -294,8 +294,14 @@ extern "C" ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a,
     st = (ta_status)ta_tiling_make(&prm.t, pr->seq_q, pr->seq_k, TA_CUDA_TILE, plan->fwd.block_k,
                                    pr->conv_q, pr->conv_k, plan->fwd.causal, TA_TILING_FWD, 1);
     if (st != TA_OK) return st;
+    /* Opt in to what the largest block_k needs (159,232 B), capped at the device's
+     * limit: one value per (kernel, device), so concurrent callers agree. A GPU
+     * with 99 KB (sm_86, sm_89) runs block_k <= 128 and refuses larger ones. */
     smem = ta_cuda_mta_fwd_smem_floats(ta_cuda_mta_fwd_cols_cap(&prm.t)) * sizeof(float);
     smem_max = ta_cuda_mta_fwd_smem_floats(TA_BLOCK_MAX) * sizeof(float);
+    if ((st = ta_cuda_smem_limit(&smem_limit)) != TA_OK) return st;
+    if (smem > smem_limit) return TA_ERR_UNSUPPORTED;
+    if (smem_max > smem_limit) smem_max = smem_limit;
     if ((st = ta_cuda_opt_in_smem(kernel, smem_max)) != TA_OK) return st;
     prm.q = a->q;
     prm.k = a->k;
