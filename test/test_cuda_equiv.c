@@ -678,7 +678,7 @@ static void bad_setup(bad_ctx *c, ta_rng *r) {
     c->d.dq = dev_alloc(c->z.q * 4);
     c->d.dk = dev_alloc(c->z.k * 4);
     c->d.dv = dev_alloc(c->z.v * 4);
-    c->d.ws = dev_alloc(c->bwd_bytes + 64);
+    c->d.ws = dev_alloc(c->bwd_bytes + 4096); /* room for the MTA cases too */
     c->d.lse = (float *)dev_alloc(c->z.lse * 4);
     c->d.lse_in = (float *)dev_alloc(c->z.lse * 4);
     n = c->z.q > c->z.k ? c->z.q : c->z.k;
@@ -884,7 +884,7 @@ static void bad_input_cases(ta_rng *r) {
         ba = c.ba;
         ba.conv_w = w_dev;
         ba.dconv_w = (float *)malloc(4 * 2 * 3 * sizeof(float));
-        if (wsb <= c.bwd_bytes + 64) {
+        if (wsb <= c.bwd_bytes + 4096) {
             EXPECT("MTA bwd dconv_w in pageable host memory", TA_ERR_BAD_ARG,
                    ta_bwd(&pc, TA_BACKEND_CUDA, &ba, c.d.ws, wsb, NULL));
             free(ba.dconv_w);
