@@ -2,22 +2,37 @@
  * cpu_bench: throughput of the CPU backend (TA_BACKEND_CPU) against the
  * machine's own FMA peak, measured in the same binary.
  *
- *   1. FMA peak: every thread runs a loop of independent vector FMAs (16
- *      accumulators, the widest ISA the CPU has); GFLOP/s = 2 flops per lane
- *      per FMA. Measured for each thread count of the run.
+ *   1. FMA peak: every thread, pinned to its own CPU (Linux), runs a loop of
+ *      independent vector FMAs (24 accumulators for AVX-512, 12 for AVX2: more
+ *      than latency x FMA ports) of the widest ISA the CPU has, for at least
+ *      0.2 s after a warm-up, timed by itself between two barriers; the peak
+ *      is the sum of the threads' own rates (2 flops per lane per FMA). Also
+ *      printed: the clock that rate implies at 2 FMA ports (GFLOP/s per thread
+ *      / (2 ports x lanes x 2 flops)), to check against the CPU's clock.
  *   2. For each (S, D, causal, threads, pass): median time of --reps calls
  *      after one warm-up, GFLOP/s with the FLOP count of tileattn-bench
  *      (per visible (row, key) pair: forward 2 (D + D_v), backward
  *      2 (3 D + 2 D_v); exp and softmax not counted), and the fraction of the
  *      peak at that thread count.
+ *   3. MTA (--mta QxK, default 6x11; causal problems only): the same shape
+ *      with the conv, its GFLOP/s and the ratio of its time to our SDPA time
+ *      of the same pass. FLOPs (mta_flops): forward = 2D per visible entry of
+ *      each computed tile pair's loaded region (the raw scores) + 2 c_q c_k
+ *      per visible effective entry (the conv) + 2 D_v per visible entry (P V);
+ *      backward = the raw scores on the loaded region (2D) + dP on the
+ *      gradient region (2 D_v) + the conv C there (2 c_q c_k) per visible
+ *      entry, and per visible effective entry dS (2 c_q c_k), dq, dk (2D each),
+ *      dv (2 D_v), plus the dconv_w partial (2 c_q c_k per effective entry),
+ *      each counted once (the two-pass recomputation is not counted, as for SDPA).
  *   --check compares each result with TA_BACKEND_REF once (bitwise; slow for
  *   long sequences: the reference is scalar).
  *
  * Output: a table on stdout, and with --csv one row per measurement:
- *   kind,isa,threads,batch,heads,seq,dim,causal,dtype,pass,ms,gflops,peak_gflops,frac_peak
+ *   kind,isa,threads,batch,heads,seq,dim,causal,dtype,pass,ms,gflops,peak_gflops,frac_peak[,vs_sdpa]
+ * (kind sdpa, or mta6x11 etc. with the MTA / SDPA time ratio last).
  * bench/cpu_torch.py runs this binary and PyTorch's CPU SDPA side by side.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
 
 #include <math.h>
 #include <stdint.h>
@@ -29,10 +44,14 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#ifdef __linux__
+#include <sched.h>
+#endif
 
 #include "cpu/ta_cpu.h"
 #include "ta_math.h"
 #include "tileattn.h"
+#include "tileattn_tiling.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -47,6 +66,7 @@ typedef struct opts {
     int32_t threads[MAX_LIST], n_threads;
     int causal_modes[2], n_causal;
     int32_t batch, heads, reps, block_q, block_k;
+    int32_t mta_q, mta_k; /* MTA rows: c_q x c_k (0: none) */
     ta_dtype dtype;
     int do_fwd, do_bwd, check, csv;
 } opts;
@@ -68,34 +88,42 @@ static double now_s(void) {
 
 static volatile float g_sink;
 
+/* Accumulators per thread: FMA latency (4-5 cycles) x 2 FMA ports = 8-10
+ * independent chains saturate a core; 24 (AVX-512, of 32 registers) and 12
+ * (AVX2, of 16) leave margin. The compiler keeps them in registers (the
+ * loops are fully unrolled: constant trip counts). */
+#define PEAK_ACC_512 24
+#define PEAK_ACC_256 12
+
 #ifdef BENCH_X86
-/* 16 independent accumulators hide the FMA latency on two FMA pipes. */
 __attribute__((target("avx512f"))) static float fma_loop_avx512(int64_t iters) {
-    __m512 acc[16];
+    __m512 acc[PEAK_ACC_512];
     const __m512 b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
     int64_t it;
     int k;
-    for (k = 0; k < 16; ++k)
+    for (k = 0; k < PEAK_ACC_512; ++k)
         acc[k] = _mm512_set1_ps((float)k);
-    for (it = 0; it < iters; ++it)
-        for (k = 0; k < 16; ++k)
-            acc[k] = _mm512_fmadd_ps(acc[k], b, c);
-    for (k = 1; k < 16; ++k)
+    for (it = 0; it < iters; ++it) {
+        _Pragma("GCC unroll 32") for (k = 0; k < PEAK_ACC_512; ++k) acc[k] =
+            _mm512_fmadd_ps(acc[k], b, c);
+    }
+    for (k = 1; k < PEAK_ACC_512; ++k)
         acc[0] = _mm512_add_ps(acc[0], acc[k]);
     return _mm512_reduce_add_ps(acc[0]);
 }
 __attribute__((target("avx2,fma"))) static float fma_loop_avx2(int64_t iters) {
-    __m256 acc[12];
+    __m256 acc[PEAK_ACC_256];
     const __m256 b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
     float out[8];
     int64_t it;
     int k;
-    for (k = 0; k < 12; ++k)
+    for (k = 0; k < PEAK_ACC_256; ++k)
         acc[k] = _mm256_set1_ps((float)k);
-    for (it = 0; it < iters; ++it)
-        for (k = 0; k < 12; ++k)
-            acc[k] = _mm256_fmadd_ps(acc[k], b, c);
-    for (k = 1; k < 12; ++k)
+    for (it = 0; it < iters; ++it) {
+        _Pragma("GCC unroll 16") for (k = 0; k < PEAK_ACC_256; ++k) acc[k] =
+            _mm256_fmadd_ps(acc[k], b, c);
+    }
+    for (k = 1; k < PEAK_ACC_256; ++k)
         acc[0] = _mm256_add_ps(acc[0], acc[k]);
     _mm256_storeu_ps(out, acc[0]);
     return out[0];
@@ -104,9 +132,12 @@ __attribute__((target("avx2,fma"))) static float fma_loop_avx2(int64_t iters) {
 
 /* FLOPs per loop iteration per thread, and the loop, of the best ISA. */
 static double fma_flops_per_iter(ta_cpu_isa isa) {
-    return isa == TA_CPU_ISA_AVX512 ? 16.0 * 16 * 2
-           : isa == TA_CPU_ISA_AVX2 ? 12.0 * 8 * 2
+    return isa == TA_CPU_ISA_AVX512 ? PEAK_ACC_512 * 16.0 * 2
+           : isa == TA_CPU_ISA_AVX2 ? PEAK_ACC_256 * 8.0 * 2
                                     : 8.0 * 2;
+}
+static int isa_lanes(ta_cpu_isa isa) {
+    return isa == TA_CPU_ISA_AVX512 ? 16 : isa == TA_CPU_ISA_AVX2 ? 8 : 1;
 }
 static float fma_loop(ta_cpu_isa isa, int64_t iters) {
 #ifdef BENCH_X86
@@ -125,21 +156,89 @@ static float fma_loop(ta_cpu_isa isa, int64_t iters) {
     }
 }
 
-/* GFLOP/s of `threads` threads running the FMA loop at once (best of 3). */
-static double fma_peak(ta_cpu_isa isa, int32_t threads) {
-    const int64_t iters = 20000000;
+/* Pin the calling thread to the tid-th CPU of the process's affinity mask
+ * (saved in *saved, to restore); 0 if it cannot. */
+#ifdef __linux__
+static int pin_thread(int tid, cpu_set_t *saved) {
+    cpu_set_t one;
+    int cpu, seen = 0;
+    if (sched_getaffinity(0, sizeof *saved, saved) != 0) return 0;
+    for (cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+        if (!CPU_ISSET((size_t)cpu, saved)) continue;
+        if (seen++ == tid) {
+            CPU_ZERO(&one);
+            CPU_SET((size_t)cpu, &one);
+            return sched_setaffinity(0, sizeof one, &one) == 0;
+        }
+    }
+    return 0;
+}
+#endif
+
+/* One thread's FMA rate (GFLOP/s): pinned, a warm-up, then iterations
+ * doubled until the timed loop runs at least 0.2 s; the timed loop starts
+ * after a barrier so that all threads run together. */
+static double fma_thread_rate(ta_cpu_isa isa, int tid, int *pinned) {
+    const double fpi = fma_flops_per_iter(isa);
+    int64_t iters = 1000000;
+    double secs = 0.0, t0;
+#ifdef __linux__
+    cpu_set_t saved;
+    *pinned = pin_thread(tid, &saved);
+#else
+    (void)tid;
+    *pinned = 0;
+#endif
+    g_sink = fma_loop(isa, iters); /* warm-up: clocks up, pages in */
+    for (;;) {
+#ifdef _OPENMP
+#pragma omp barrier
+#endif
+        t0 = now_s();
+        g_sink = fma_loop(isa, iters);
+        secs = now_s() - t0;
+        /* every thread must take the same branch (barrier count): thread 0 decides */
+        {
+            static volatile int more;
+#ifdef _OPENMP
+#pragma omp barrier
+#pragma omp single
+#endif
+            more = secs < 0.2;
+            if (!more) break;
+        }
+        iters *= 2;
+    }
+#ifdef __linux__
+    if (*pinned) sched_setaffinity(0, sizeof saved, &saved);
+#endif
+    return fpi * (double)iters / secs * 1e-9;
+}
+
+/* GFLOP/s of `threads` threads running the FMA loop at once: the sum of the
+ * threads' own rates (best of 3 runs). */
+static double fma_peak(ta_cpu_isa isa, int32_t threads, int *all_pinned) {
     double best = 0.0;
     int rep;
     for (rep = 0; rep < 3; ++rep) {
-        const double t0 = now_s();
-        double secs;
+        double sum = 0.0;
+        int n_pinned = 0;
 #ifdef _OPENMP
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads) reduction(+ : sum, n_pinned)
+        {
+            int pinned;
+            sum += fma_thread_rate(isa, omp_get_thread_num(), &pinned);
+            n_pinned += pinned;
+        }
+#else
+        {
+            int pinned;
+            sum = fma_thread_rate(isa, 0, &pinned);
+            n_pinned = pinned;
+        }
 #endif
-        { g_sink = fma_loop(isa, iters); }
-        secs = now_s() - t0;
-        if (threads * fma_flops_per_iter(isa) * (double)iters / secs * 1e-9 > best)
-            best = threads * fma_flops_per_iter(isa) * (double)iters / secs * 1e-9;
+        *all_pinned = n_pinned == threads;
+        if (sum > best) best = sum;
     }
     return best;
 }
@@ -188,6 +287,8 @@ static void *xalloc(size_t bytes) {
 typedef struct bufs {
     void *q, *k, *v, *o, *d_o, *dq, *dk, *dv, *ws;
     float *lse;
+    const float *conv_w; /* MTA: [H, c_q, c_k]; NULL for SDPA */
+    float *dconv_w;      /* MTA backward output */
     size_t n_q, n_o, n_lse, eb, ws_bytes;
 } bufs;
 
@@ -213,6 +314,7 @@ static ta_status call(const ta_problem *p, ta_backend be, int bwd, bufs *x, void
         a.v = x->v;
         a.o = o;
         a.lse = lse;
+        a.conv_w = x->conv_w;
         return ta_fwd(p, be, &a, ws, ws_bytes, NULL);
     } else {
         ta_bwd_args a;
@@ -226,6 +328,8 @@ static ta_status call(const ta_problem *p, ta_backend be, int bwd, bufs *x, void
         a.dq = dq;
         a.dk = dk;
         a.dv = dv;
+        a.conv_w = x->conv_w;
+        a.dconv_w = x->dconv_w;
         return ta_bwd(p, be, &a, ws, ws_bytes, NULL);
     }
 }
@@ -235,7 +339,8 @@ static int check_vs_ref(const ta_problem *p, int bwd, bufs *x) {
     ta_problem rp = *p;
     size_t bytes = 0;
     void *ws, *o = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
-    float *lse = NULL;
+    float *lse = NULL, *dw = NULL, *dw_cpu = x->dconv_w;
+    const size_t n_w = (size_t)p->heads_q * (size_t)p->conv_q * (size_t)p->conv_k;
     int same;
     if ((bwd ? ta_bwd_workspace_size(&rp, TA_BACKEND_REF, &bytes)
              : ta_fwd_workspace_size(&rp, TA_BACKEND_REF, &bytes)) != TA_OK)
@@ -253,10 +358,14 @@ static int check_vs_ref(const ta_problem *p, int bwd, bufs *x) {
         dq = xalloc(x->n_q * x->eb);
         dk = xalloc(n_k * x->eb);
         dv = xalloc(n_k * x->eb);
+        if (dw_cpu) x->dconv_w = dw = (float *)xalloc(n_w * sizeof(float));
         call(&rp, TA_BACKEND_REF, 1, x, NULL, NULL, dq, dk, dv, ws, bytes);
+        x->dconv_w = dw_cpu;
         same = memcmp(dq, x->dq, x->n_q * x->eb) == 0 && memcmp(dk, x->dk, n_k * x->eb) == 0 &&
-               memcmp(dv, x->dv, n_k * x->eb) == 0;
+               memcmp(dv, x->dv, n_k * x->eb) == 0 &&
+               (!dw || memcmp(dw, dw_cpu, n_w * sizeof(float)) == 0);
     }
+    free(dw);
     free(ws);
     free(o);
     free(lse);
@@ -330,17 +439,93 @@ static const char *dtype_str(ta_dtype dt) {
     return dt == TA_F32 ? "f32" : dt == TA_F16 ? "f16" : "bf16";
 }
 
-/* All passes of one problem at one thread count. */
-static int run_problem(const opts *op, ta_problem *p, double peak, ta_cpu_isa isa) {
+/* Visible entries of rows [r_begin, r_end) x columns [c_begin, c_end), both
+ * clipped to the sequence, causal (bottom-right) or not. */
+static double visible_in(int32_t sq, int32_t sk, int causal, int32_t r_begin, int32_t r_end,
+                         int32_t c_begin, int32_t c_end) {
+    double n = 0.0;
+    int32_t r;
+    if (r_begin < 0) r_begin = 0;
+    if (r_end > sq) r_end = sq;
+    if (c_begin < 0) c_begin = 0;
+    if (c_end > sk) c_end = sk;
+    for (r = r_begin; r < r_end; ++r) {
+        int32_t last = c_end - 1;
+        if (causal && r + sk - sq < last) last = r + sk - sq;
+        if (last >= c_begin) n += (double)(last + 1 - c_begin);
+    }
+    return n;
+}
+
+/* FLOPs of one (b, h) slice of an MTA pass (header comment, item 3), from the
+ * library's own tiling (default or given tiles). */
+static double mta_flops(const ta_problem *p, int bwd) {
+    const double d = p->head_dim, dv = p->head_dim_v, cc = 2.0 * p->conv_q * p->conv_k;
+    const int causal = (p->flags & TA_CAUSAL) != 0;
+    int32_t bq = p->block_q, bk = p->block_k, dbq, dbk, qt, kt;
+    ta_tiling t;
+    double fl = 0.0;
+    ta_tiling_default_blocks(p->conv_q, p->conv_k, &dbq, &dbk);
+    if (bq == 0) bq = dbq;
+    if (bk == 0) bk = dbk;
+    if (ta_tiling_make(&t, p->seq_q, p->seq_k, bq, bk, p->conv_q, p->conv_k, causal,
+                       bwd ? TA_TILING_BWD : TA_TILING_FWD, 1) != TA_OK)
+        return 0.0;
+    for (qt = 0; qt < t.num_q_tiles; ++qt) {
+        const int32_t r0 = ta_tile_row_eff_begin(&t, qt), r1 = ta_tile_row_eff_end(&t, qt);
+        for (kt = 0; kt < ta_tile_k_end(&t, qt, p->seq_k); ++kt) {
+            const int32_t c0 = ta_tile_col_eff_begin(&t, kt), c1 = ta_tile_col_eff_end(&t, kt);
+            const double loaded =
+                visible_in(p->seq_q, p->seq_k, causal, ta_tile_row_load_begin(&t, qt),
+                           ta_tile_row_load_end(&t, qt), ta_tile_col_load_begin(&t, kt),
+                           ta_tile_col_load_end(&t, kt));
+            const double eff = visible_in(p->seq_q, p->seq_k, causal, r0, r1, c0, c1);
+            if (!bwd) {
+                fl += 2.0 * d * loaded + (cc + 2.0 * dv) * eff;
+            } else {
+                const int32_t pq = p->conv_q - 1, pk = (p->conv_k - 1) / 2;
+                const double grad =
+                    visible_in(p->seq_q, p->seq_k, causal, r0, r1 + pq, c0 - pk, c1 + pk);
+                fl += 2.0 * d * loaded + (2.0 * dv + cc) * grad + (cc + 4.0 * d + 2.0 * dv) * eff +
+                      cc * (double)(r1 - r0) * (c1 - c0);
+            }
+        }
+    }
+    return fl;
+}
+
+/* The passes of one problem at one thread count; sdpa_ms[pass]: our SDPA
+ * times of the same shape (an SDPA run stores them, an MTA run prints its
+ * ratio to them). */
+static int run_problem(const opts *op, ta_problem *p, double peak, ta_cpu_isa isa,
+                       double *sdpa_ms) {
     bufs x;
+    const int mta = p->conv_q > 0;
     const double pairs =
         (double)p->batch * p->heads_q * visible_pairs(p->seq_q, p->seq_k, p->flags & TA_CAUSAL);
+    char kind[32];
+    float *w = NULL, *dw = NULL;
     int bwd, ok = 1;
+    if (mta)
+        snprintf(kind, sizeof kind, "mta%dx%d", (int)p->conv_q, (int)p->conv_k);
+    else
+        snprintf(kind, sizeof kind, "sdpa");
     setup(p, &x);
+    if (mta) { /* a smooth kernel of mixed weights; dconv_w output */
+        const size_t n_w = (size_t)p->heads_q * (size_t)p->conv_q * (size_t)p->conv_k;
+        size_t i;
+        w = (float *)xalloc(n_w * sizeof(float));
+        dw = (float *)xalloc(n_w * sizeof(float));
+        for (i = 0; i < n_w; ++i)
+            w[i] = 0.05f + 0.01f * (float)(i % 7);
+    }
+    x.conv_w = w;
+    x.dconv_w = dw;
     for (bwd = 0; bwd <= 1; ++bwd) {
-        const double flops =
-            pairs * 2.0 *
-            (bwd ? 3.0 * p->head_dim + 2.0 * p->head_dim_v : (double)p->head_dim + p->head_dim_v);
+        const double flops = mta ? (double)p->batch * p->heads_q * mta_flops(p, bwd)
+                                 : pairs * 2.0 *
+                                       (bwd ? 3.0 * p->head_dim + 2.0 * p->head_dim_v
+                                            : (double)p->head_dim + p->head_dim_v);
         double secs;
         if (!bwd && !op->do_fwd && op->do_bwd) {
             /* the backward needs o and lse: one untimed forward */
@@ -353,25 +538,34 @@ static int run_problem(const opts *op, ta_problem *p, double peak, ta_cpu_isa is
             ok = 0;
             continue;
         }
-        printf("%-7s %3d  %5d %5d %4d %-6s %-4s %-3s %10.3f %9.1f %9.1f %6.1f%%",
+        printf("%-8s %-7s %3d  %5d %5d %4d %-6s %-4s %-3s %10.3f %9.1f %9.1f %6.1f%%", kind,
                ta_cpu_isa_name(isa), p->num_threads, p->seq_q, p->head_dim, p->heads_q,
                (p->flags & TA_CAUSAL) ? "causal" : "full", dtype_str(p->dtype), bwd ? "bwd" : "fwd",
                secs * 1e3, flops / secs * 1e-9, peak, 100.0 * flops / secs * 1e-9 / peak);
+        if (mta && sdpa_ms[bwd] > 0)
+            printf("  %6.2fx", secs * 1e3 / sdpa_ms[bwd]);
+        else if (!mta)
+            sdpa_ms[bwd] = secs * 1e3;
         if (op->check) {
             const int same = check_vs_ref(p, bwd, &x);
             printf("  %s", same ? "bit-identical" : "MISMATCH");
             if (!same) ok = 0;
         }
         printf("\n");
-        if (op->csv)
-            fprintf(stderr, "sdpa,%s,%d,%d,%d,%d,%d,%d,%s,%s,%.6f,%.3f,%.3f,%.4f\n",
+        if (op->csv) {
+            fprintf(stderr, "%s,%s,%d,%d,%d,%d,%d,%d,%s,%s,%.6f,%.3f,%.3f,%.4f", kind,
                     ta_cpu_isa_name(isa), p->num_threads, p->batch, p->heads_q, p->seq_q,
                     p->head_dim, (p->flags & TA_CAUSAL) ? 1 : 0, dtype_str(p->dtype),
                     bwd ? "bwd" : "fwd", secs * 1e3, flops / secs * 1e-9, peak,
                     flops / secs * 1e-9 / peak);
+            if (mta && sdpa_ms[bwd] > 0) fprintf(stderr, ",%.4f", secs * 1e3 / sdpa_ms[bwd]);
+            fprintf(stderr, "\n");
+        }
         fflush(stdout);
     }
     teardown(&x);
+    free(w);
+    free(dw);
     return ok;
 }
 
@@ -402,6 +596,7 @@ static void usage(void) {
         "  --pass P       fwd, bwd or both                            [both]\n"
         "  --block-q N, --block-k N   tile sizes                      [library]\n"
         "  --reps N       timed calls per measurement (median)        [3]\n"
+        "  --mta QxK      MTA rows (causal shapes) with a c_q x c_k conv, or off [6x11]\n"
         "  --check        compare each result with the reference (slow)\n"
         "  --peak-only    measure the FMA peak and stop\n"
         "  --csv          also write CSV rows to stderr\n"
@@ -423,6 +618,8 @@ static int parse_args(int argc, char **argv, opts *op, int *peak_only) {
     op->heads = 8;
     op->reps = 3;
     op->do_fwd = op->do_bwd = 1;
+    op->mta_q = 6;
+    op->mta_k = 11;
     *peak_only = 0;
     for (i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -454,6 +651,13 @@ static int parse_args(int argc, char **argv, opts *op, int *peak_only) {
             used = 2;
             op->do_fwd = strcmp(v, "bwd") != 0;
             op->do_bwd = strcmp(v, "fwd") != 0;
+        } else if (strcmp(a, "--mta") == 0 && v) {
+            used = 2;
+            if (strcmp(v, "off") == 0)
+                op->mta_q = op->mta_k = 0;
+            else if (sscanf(v, "%dx%d", &op->mta_q, &op->mta_k) != 2 || op->mta_q < 1 ||
+                     op->mta_k < 1 || op->mta_k % 2 == 0)
+                used = -1;
         } else if (strcmp(a, "--check") == 0)
             op->check = 1;
         else if (strcmp(a, "--csv") == 0)
@@ -487,15 +691,20 @@ int main(int argc, char **argv) {
            ta_version_string(), ta_cpu_isa_name(isa), (int)max_threads);
     for (it = 0; it < op.n_threads; ++it) {
         const int32_t threads = op.threads[it] ? op.threads[it] : max_threads;
-        const double peak = fma_peak(isa, threads);
-        printf("FMA peak (%s, %d thread%s): %.1f GFLOP/s\n", ta_cpu_isa_name(isa), (int)threads,
-               threads == 1 ? "" : "s", peak);
+        int pinned;
+        const double peak = fma_peak(isa, threads, &pinned);
+        printf("FMA peak (%s, %d thread%s%s): %.1f GFLOP/s = %.1f per thread, i.e. %.2f GHz at 2 "
+               "FMA ports x %d lanes x 2 flops\n",
+               ta_cpu_isa_name(isa), (int)threads, threads == 1 ? "" : "s",
+               pinned ? ", pinned" : ", not pinned", peak, peak / threads,
+               peak / threads / (2.0 * 2.0 * isa_lanes(isa)), isa_lanes(isa));
         if (op.csv)
             fprintf(stderr, "peak,%s,%d,,,,,,,,,%.3f,%.3f,1\n", ta_cpu_isa_name(isa), threads, peak,
                     peak);
         if (peak_only) continue;
-        printf("%-7s %3s  %5s %5s %4s %-6s %-4s %-3s %10s %9s %9s %7s\n", "isa", "thr", "S", "D",
-               "H", "mask", "type", "pas", "ms", "GFLOP/s", "peak", "of peak");
+        printf("%-8s %-7s %3s  %5s %5s %4s %-6s %-4s %-3s %10s %9s %9s %7s  %s\n", "kind", "isa",
+               "thr", "S", "D", "H", "mask", "type", "pas", "ms", "GFLOP/s", "peak", "of peak",
+               "MTA/SDPA time");
         for (is = 0; is < op.n_seqs; ++is)
             for (id = 0; id < op.n_dims; ++id)
                 for (ic = 0; ic < op.n_causal; ++ic) {
@@ -510,7 +719,15 @@ int main(int argc, char **argv) {
                     p.block_q = op.block_q;
                     p.block_k = op.block_k;
                     p.num_threads = threads;
-                    ok &= run_problem(&op, &p, peak, isa);
+                    {
+                        double sdpa_ms[2] = {0.0, 0.0};
+                        ok &= run_problem(&op, &p, peak, isa, sdpa_ms);
+                        if (op.mta_q > 0 && (p.flags & TA_CAUSAL)) {
+                            p.conv_q = op.mta_q;
+                            p.conv_k = op.mta_k;
+                            ok &= run_problem(&op, &p, peak, isa, sdpa_ms);
+                        }
+                    }
                 }
     }
     return ok ? 0 : 1;

@@ -20,6 +20,10 @@ Usage (from the repository root, after building cpu_bench):
         --seq 512,1024,2048,4096,8192 --dim 64,128 --out results.md
 
 Prints a table and writes it (markdown) to --out; --csv adds the raw rows.
+MTA (--mta 6x11 by default, "off" for none): cpu_bench's MTA rows of the same
+causal shapes go into a second table, ours only (PyTorch has no MTA kernel on
+the CPU): time, GFLOP/s (cpu_bench's MTA FLOP count), fraction of the peak
+and the ratio of the MTA time to our SDPA time of the same shape and pass.
 """
 import argparse
 import os
@@ -38,16 +42,17 @@ def flops(b, h, s, d, causal, bwd):
     return b * h * visible_pairs(s, causal) * per_pair
 
 
-def run_ours(bench, threads, seqs, dims, batch, heads, reps, passes):
-    """Runs cpu_bench; returns (peak GFLOP/s, {(s, d, causal, pass): ms}, isa)."""
+def run_ours(bench, threads, seqs, dims, batch, heads, reps, passes, mta, causal):
+    """Runs cpu_bench; returns (peak GFLOP/s, {(s, d, causal, pass): ms}, isa,
+    {(s, d, pass): (kind, ms, gflops, frac_peak, mta_over_sdpa)})."""
     cmd = [bench, "--threads", str(threads), "--seq", ",".join(map(str, seqs)),
            "--dim", ",".join(map(str, dims)), "--heads", str(heads), "--batch", str(batch),
-           "--reps", str(reps), "--pass", passes, "--csv"]
+           "--reps", str(reps), "--pass", passes, "--mta", mta, "--causal", causal, "--csv"]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     res = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if res.returncode != 0:
         sys.exit("cpu_bench failed:\n" + res.stdout + res.stderr)
-    peak, times, isa = None, {}, "?"
+    peak, times, isa, mta_rows = None, {}, "?", {}
     for line in res.stderr.splitlines():
         f = line.split(",")
         if f[0] == "peak":
@@ -55,7 +60,12 @@ def run_ours(bench, threads, seqs, dims, batch, heads, reps, passes):
         elif f[0] == "sdpa":
             # kind,isa,threads,batch,heads,seq,dim,causal,dtype,pass,ms,gflops,peak,frac
             times[(int(f[5]), int(f[6]), f[7] == "1", f[9])] = float(f[10])
-    return peak, times, isa
+        elif f[0].startswith("mta"):
+            # ... as sdpa, then the MTA / SDPA time ratio
+            mta_rows[(int(f[5]), int(f[6]), f[9])] = (
+                f[0], float(f[10]), float(f[11]), float(f[13]),
+                float(f[14]) if len(f) > 14 else float("nan"))
+    return peak, times, isa, mta_rows
 
 
 def time_torch(torch, b, h, s, d, causal, bwd, reps):
@@ -92,6 +102,8 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--pass", dest="passes", default="both", choices=["fwd", "bwd", "both"])
+    ap.add_argument("--causal", default="both", choices=["on", "off", "both"])
+    ap.add_argument("--mta", default="6x11", help="MTA conv c_qxc_k for the MTA table, or off")
     ap.add_argument("--out", default=None, help="write the markdown table here")
     ap.add_argument("--csv", action="store_true", help="also print CSV rows")
     a = ap.parse_args()
@@ -106,17 +118,28 @@ def main():
     lines.append(head)
     lines.append("|" + "---|" * 11)
     meta = []
+    mta_lines = ["| threads | S | D | conv | pass | MTA ms | our SDPA ms | MTA/SDPA | MTA GFLOP/s "
+                 "| of peak |", "|" + "---|" * 10]
     for t in [int(x) for x in a.threads.split(",")]:
         threads = t if t > 0 else (os.cpu_count() or 1)
-        peak, ours, isa = run_ours(a.bench, threads, seqs, dims, a.batch, a.heads, a.reps,
-                                   a.passes)
+        peak, ours, isa, mta_rows = run_ours(a.bench, threads, seqs, dims, a.batch, a.heads,
+                                             a.reps, a.passes, a.mta, a.causal)
+        for s in seqs:
+            for d in dims:
+                for p in passes:
+                    if (s, d, p) not in mta_rows:
+                        continue
+                    kind, ms, gf, frac, ratio = mta_rows[(s, d, p)]
+                    mta_lines.append(f"| {threads} | {s} | {d} | {kind[3:]} | {p} | {ms:.2f} "
+                                     f"| {ours[(s, d, True, p)]:.2f} | {ratio:.2f} | {gf:.1f} "
+                                     f"| {100 * frac:.0f}% |")
         torch.set_num_threads(threads)
         meta.append(f"{threads} thread(s): FMA peak {peak:.1f} GFLOP/s ({isa}), "
                     f"torch {torch.__version__} with {torch.get_num_threads()} threads")
         print(meta[-1], flush=True)
         for s in seqs:
             for d in dims:
-                for causal in (True, False):
+                for causal in {"on": (True,), "off": (False,), "both": (True, False)}[a.causal]:
                     for p in passes:
                         bwd = p == "bwd"
                         ms_t = time_torch(torch, a.batch, a.heads, s, d, causal, bwd, a.reps)
@@ -132,6 +155,9 @@ def main():
                             print(f"csv,{threads},{s},{d},{int(causal)},{p},{ms_o:.4f},"
                                   f"{ms_t:.4f},{peak:.2f}", flush=True)
     text = "\n".join(meta) + "\n\n" + "\n".join(lines) + "\n"
+    if len(mta_lines) > 2:
+        text += "\nMTA (causal; ours only: PyTorch has no CPU MTA kernel)\n\n"
+        text += "\n".join(mta_lines) + "\n"
     if a.out:
         with open(a.out, "w") as f:
             f.write(text)

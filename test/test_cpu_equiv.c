@@ -17,9 +17,12 @@
  *      A share of the problems (one in four) are MTA: causal, a c_q x c_k
  *      conv (c_q 1..16, odd c_k 1..31, 6x11 and 3x3 more often), random
  *      kernels of mixed signs, default or explicit tiles that leave at least
- *      one effective row and column in both passes, short sequences (the
- *      conv runs the reference's scalar tiles); dconv_w is compared too, with
- *      one and several threads (the ISA path does not apply).
+ *      one effective row and column in both passes, a negative scale now and
+ *      then (masked raw scores must stay +0), sequences up to 300 (some up to
+ *      600 with a small head dim: several row vectors and Q-tile groups); run
+ *      like the others under every ISA path with one and several threads
+ *      (c_q and c_k below and above the vector width and the conv/dconv_w
+ *      register blocks, so every tail); dconv_w is compared too.
  *   3. every fourth problem also: lse = NULL leaves o unchanged; a workspace
  *      too small for the call's thread count gives TA_ERR_WORKSPACE_SIZE and
  *      leaves every output untouched.
@@ -224,7 +227,7 @@ static int32_t pick_mta_block(ta_rng *r, int32_t halo) {
 static int32_t mta_max_len = 300; /* --quick: 40 */
 
 /* A random MTA problem: causal, GQA, seqlens_k, S_q != S_k, every dtype; small
- * (the conv runs the reference's scalar tiles). */
+ * (the reference's conv is scalar and slow). */
 static void random_mta_problem(ta_rng *r, tcase *tc) {
     ta_problem *p = &tc->p;
     int32_t b;
@@ -242,11 +245,19 @@ static void random_mta_problem(ta_rng *r, tcase *tc) {
     if (p->conv_q * p->conv_k > 100) { /* big kernels: shorter sequences */
         p->seq_q = 1 + p->seq_q / 3;
         p->seq_k = 1 + p->seq_k / 3;
+    } else if (ta_rng_int(r, 0, 9) == 0) { /* longer, narrower: more row vectors */
+        p->seq_q = ta_rng_int(r, mta_max_len, 2 * mta_max_len);
+        p->seq_k = ta_rng_int(r, 0, 1) ? p->seq_q : ta_rng_int(r, mta_max_len, 2 * mta_max_len);
+        p->head_dim = ta_rng_int(r, 1, 16);
+        p->head_dim_v = ta_rng_int(r, 1, 16);
+        p->batch = p->heads_q = p->heads_kv = 1;
     }
     p->block_q = pick_mta_block(r, 2 * (p->conv_q - 1));
     p->block_k = pick_mta_block(r, 4 * ((p->conv_k - 1) / 2));
     if (ta_rng_int(r, 0, 9) < 3)
         p->scale = ta_rng_uniform(r, 0.25f, 2.0f) / sqrtf((float)p->head_dim);
+    if (ta_rng_int(r, 0, 9) == 0)
+        p->scale = -ta_rng_uniform(r, 0.25f, 2.0f) / sqrtf((float)p->head_dim);
     if (ta_rng_int(r, 0, 9) < 4) {
         tc->seqlens = (int32_t *)malloc((size_t)p->batch * sizeof(int32_t));
         for (b = 0; b < p->batch; ++b) {
@@ -584,16 +595,10 @@ static void run_problem(ta_rng *r, tcase *tc, int index) {
     const int n_isa = machine_isas(isas);
     int i;
     if (!run_reference(r, tc)) return;
-    if (tc->p.conv_q > 0) { /* MTA: scalar reference tiles whatever the ISA; threads */
-        const int32_t many = several[ta_rng_int(r, 0, 3)];
-        const ta_cpu_isa isa = isas[ta_rng_int(r, 0, n_isa - 1)];
+    if (tc->p.conv_q > 0) { /* MTA: the same runs as SDPA below */
         n_mta_problems++;
         n_mta_6x11 += tc->p.conv_q == 6 && tc->p.conv_k == 11;
         n_mta_3x3 += tc->p.conv_q == 3 && tc->p.conv_k == 3;
-        run_cpu(r, tc, isa, ta_rng_int(r, 0, 4) == 0 ? 0 : 1);
-        run_cpu(r, tc, isa, many);
-        if (index % 4 == 0) run_extras(r, tc, isa);
-        return;
     }
     for (i = 0; i < n_isa; ++i) {
         const int32_t many = several[ta_rng_int(r, 0, 3)];
@@ -606,7 +611,7 @@ static void run_problem(ta_rng *r, tcase *tc, int index) {
         run_cpu(r, tc, isas[i], ta_rng_int(r, 0, 4) == 0 ? 0 : 1);
         run_cpu(r, tc, isas[i], many);
     }
-    if (index % 4 == 0) run_extras(r, tc, isas[n_isa - 1]);
+    if (index % 4 == 0 || (tc->p.conv_q > 0 && index % 8 == 3)) run_extras(r, tc, isas[n_isa - 1]);
 }
 
 int main(int argc, char **argv) {

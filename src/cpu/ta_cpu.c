@@ -8,8 +8,9 @@
  * tile buffers per thread; thread t uses slab t only. Results never depend on
  * the thread count: every task owns its output rows and computes them in the
  * reference's order (no reduction across threads). MTA (a conv) runs the
- * reference's own tile functions as tasks, and dconv_w is merged from
- * per-Q-tile sums on one thread afterwards, in the reference's order.
+ * same way with the conv kernels (ta_cpu_mta_impl.h); its one cross-task sum,
+ * dconv_w, is merged from per-Q-tile sums in the reference's order by tasks
+ * taking turns (ta_cpu_dw_merge).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -31,21 +32,53 @@
 #define TA_CPU_TASK_COUNTER atomic_llong
 #define TA_CPU_TASK_INIT(c) atomic_init((c), 0)
 #define TA_CPU_TASK_TAKE(c) ((int64_t)atomic_fetch_add_explicit((c), 1, memory_order_relaxed))
+/* The dconv_w merge's turn counters (one per head): acquire / release. */
+#define TA_CPU_TURN_LOAD(c)     ((int64_t)atomic_load_explicit((c), memory_order_acquire))
+#define TA_CPU_TURN_STORE(c, v) atomic_store_explicit((c), (v), memory_order_release)
 #else
-#define TA_CPU_TASK_COUNTER int64_t
-#define TA_CPU_TASK_INIT(c) (*(c) = 0)
-#define TA_CPU_TASK_TAKE(c) ta_cpu_task_take(c)
+#define TA_CPU_TASK_COUNTER     int64_t
+#define TA_CPU_TASK_INIT(c)     (*(c) = 0)
+#define TA_CPU_TASK_TAKE(c)     ta_cpu_task_take(c)
 static int64_t ta_cpu_task_take(int64_t *c) {
     int64_t v;
     TA_OMP("omp atomic capture")
     v = (*c)++;
     return v;
 }
+#define TA_CPU_TURN_LOAD(c)     ta_cpu_turn_load(c)
+#define TA_CPU_TURN_STORE(c, v) ta_cpu_turn_store((c), (v))
+static int64_t ta_cpu_turn_load(int64_t *c) {
+    int64_t v;
+    TA_OMP("omp atomic read")
+    v = *c;
+    TA_OMP("omp flush")
+    return v;
+}
+static void ta_cpu_turn_store(int64_t *c, int64_t v) {
+    int64_t old; /* an atomic capture: gcc misreads v as unused in `omp atomic write` */
+    TA_OMP("omp flush")
+    TA_OMP("omp atomic capture") {
+        old = *c;
+        *c = v;
+    }
+    (void)old;
+}
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TA_CPU_SPIN_PAUSE() _mm_pause()
+#else
+#define TA_CPU_SPIN_PAUSE() ((void)0)
+#endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <sched.h>
+#define TA_CPU_YIELD() ((void)sched_yield())
+#else
+#define TA_CPU_YIELD() ((void)0)
 #endif
 
 #include "ta_cpu.h"
 #include "ta_internal.h"
-#include "ta_ref.h"
 
 /* ---------------------------------------------------------------------- */
 /* Workspace                                                                */
@@ -78,7 +111,7 @@ int32_t ta_cpu_q_group(const ta_plan *plan, const ta_tiling *t, int32_t n_thread
 
 /* The three per-thread layouts (ta_cpu.h draws them). Each region is a
  * multiple of 64 bytes and starts on a 64-byte boundary (ta_ws_take). */
-void ta_cpu_carve_fwd(const ta_cpu_dims *dm, ta_ws_cursor *c, ta_cpu_fwd_ws *ws) {
+void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, ta_ws_cursor *c, ta_cpu_fwd_ws *ws) {
     const size_t bq = (size_t)dm->rows_max, bk = (size_t)dm->block_k;
     ws->dm = *dm;
     ws->qt = TA_WS_TAKE(c, float, (size_t)dm->d * dm->bq_pad);
@@ -91,6 +124,40 @@ void ta_cpu_carve_fwd(const ta_cpu_dims *dm, ta_ws_cursor *c, ta_cpu_fwd_ws *ws)
     ws->alpha = TA_WS_TAKE(c, float, dm->bq_pad);
     ws->nvis = TA_WS_TAKE(c, int32_t, dm->bq_pad);
     ws->lse = TA_WS_TAKE(c, float, dm->bq_pad);
+    ws->ld_sraw = conv ? dm->bq_pad + TA_CPU_PAD : 0;
+    ws->sraw = conv ? TA_WS_TAKE(c, float, bk * ws->ld_sraw) : NULL;
+}
+
+void ta_cpu_carve_mta_bwd(const ta_cpu_dims *dm, int32_t c_q, int32_t c_k, int32_t group,
+                          ta_ws_cursor *c, ta_cpu_mta_bwd_ws *ws) {
+    const size_t bq = (size_t)dm->rows_max, bk = (size_t)dm->block_k;
+    const size_t ld = dm->bq_pad + TA_CPU_PAD;
+    int32_t g;
+    ws->dm = *dm;
+    ws->ld = ld;
+    ws->group = group;
+    ws->qt = TA_WS_TAKE(c, float, (size_t)dm->d *ld);
+    ws->dot = TA_WS_TAKE(c, float, (size_t)dm->dv *ld);
+    ws->q = TA_WS_TAKE(c, float, bq * dm->d_pad);
+    ws->d_o = TA_WS_TAKE(c, float, bq * dm->dv_pad);
+    ws->o = TA_WS_TAKE(c, float, bq * dm->dv_pad);
+    ws->k = TA_WS_TAKE(c, float, bk * dm->d_pad);
+    ws->v = TA_WS_TAKE(c, float, bk * dm->dv_pad);
+    ws->st = TA_WS_TAKE(c, float, bk *ld);
+    ws->ct = TA_WS_TAKE(c, float, bk *ld);
+    ws->dct = TA_WS_TAKE(c, float, bk *ld);
+    ws->dst = TA_WS_TAKE(c, float, bk *ld);
+    ws->lse = TA_WS_TAKE(c, float, ld);
+    ws->delta = TA_WS_TAKE(c, float, ld);
+    ws->nvis = TA_WS_TAKE(c, int32_t, ld);
+    ws->dq_acc = TA_WS_TAKE(c, float, bq * dm->d_pad);
+    ws->dw_part = TA_WS_TAKE(c, float, (size_t)c_q *(size_t)c_k);
+    ws->dw_sum = TA_WS_TAKE(c, float, (size_t)c_q *(size_t)c_k);
+    for (g = 0; g < TA_CPU_DKDV_GROUP_MAX; ++g) {
+        const int mine = g < group;
+        ws->dk_acc[g] = mine ? TA_WS_TAKE(c, float, bk * dm->d_pad) : NULL;
+        ws->dv_acc[g] = mine ? TA_WS_TAKE(c, float, bk * dm->dv_pad) : NULL;
+    }
 }
 
 void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, ta_ws_cursor *c, ta_cpu_dkdv_ws *ws) {
@@ -153,15 +220,14 @@ static int32_t ta_cpu_threads(const ta_plan *plan) {
 
 /* A pass's per-thread tiles: forward, or backward (both of its layouts share
  * one slab: a thread runs one task at a time). With a conv (MTA, section 9 of
- * docs/cpu.md) the slab is instead one reference workspace of the pass
- * (ref_ws), and the backward has one array shared by all threads after the
- * slabs: dw_parts [B, H, n_q_tiles, c_q * c_k], each Q tile's dconv_w sum. */
+ * docs/cpu.md) the forward adds the raw-score tile and the backward has its
+ * own layout, plus H turn counters shared by all threads after the slabs. */
 typedef struct ta_cpu_slab {
-    ta_cpu_fwd_ws fwd;
-    ta_cpu_dkdv_ws dkdv;
+    ta_cpu_fwd_ws fwd;   /* forward (SDPA; MTA with sraw) */
+    ta_cpu_dkdv_ws dkdv; /* SDPA backward */
     ta_cpu_dq_ws dq;
-    void *ref_ws;    /* conv: this thread's reference workspace */
-    float *dw_parts; /* conv, backward: the Q tiles' dconv_w sums (all threads) */
+    ta_cpu_mta_bwd_ws mta;        /* MTA backward, both passes */
+    TA_CPU_TASK_COUNTER *dw_turn; /* MTA backward: [H] next (b, Q tile) to merge per head */
 } ta_cpu_slab;
 
 /* One thread's slab at base (NULL: size only); its bytes (a multiple of 64),
@@ -171,17 +237,16 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
     ta_cpu_dims dm;
     ta_ws_cursor c;
     size_t bytes;
-    if (plan->has_conv) { /* the reference's own tiles (ta_ref_*_tile) */
-        slab->ref_ws = base;
-        if ((backward ? ta_ref_bwd_workspace_size(plan, &bytes)
-                      : ta_ref_fwd_workspace_size(plan, &bytes)) != TA_OK)
-            return 0;
-        return bytes;
-    }
     ta_ws_begin(&c, base);
     if (!backward) {
         ta_cpu_dims_of(plan, &plan->fwd, ta_cpu_q_group(plan, &plan->fwd, n_threads), &dm);
-        ta_cpu_carve_fwd(&dm, &c, &slab->fwd);
+        ta_cpu_carve_fwd(&dm, plan->has_conv, &c, &slab->fwd);
+        return c.overflow ? 0 : c.used;
+    }
+    if (plan->has_conv) { /* MTA: one Q tile x one K tile per step */
+        ta_cpu_dims_of(plan, &plan->bwd, 1, &dm);
+        ta_cpu_carve_mta_bwd(&dm, plan->p.conv_q, plan->p.conv_k,
+                             ta_cpu_dkdv_group(plan, n_threads), &c, &slab->mta);
         return c.overflow ? 0 : c.used;
     }
     ta_cpu_dims_of(plan, &plan->bwd, 1, &dm);
@@ -200,35 +265,32 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
  *
  *   workspace = n_threads x slab, slab = one thread's tiles (64-byte multiple)
  *   +-----------------+-----------------+-- ... --+-----------------+----------------------+
- *   | slab, thread 0  | slab, thread 1  |         | slab, thread n-1| dw_parts (conv, bwd) |
+ *   | slab, thread 0  | slab, thread 1  |         | slab, thread n-1| dw_turn (conv, bwd)  |
  *   +-----------------+-----------------+-- ... --+-----------------+----------------------+
  *
- * With a conv a slab is one reference workspace of the pass, and the backward
- * adds dw_parts: B x H x n_q_tiles x c_q c_k floats, shared by all threads
- * (each Q tile's task writes its own c_q c_k entries).
+ * With a conv the backward adds dw_turn: H integer counters shared by all
+ * threads, the in-order dconv_w merge (ta_cpu_dw_merge). Nothing grows with
+ * B or S: every region is O(tile).
  * With a base, carves thread tid's slab into *slab. Returns the total size.
  */
 static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_threads, void *base,
                                int32_t tid, ta_cpu_slab *slab, size_t *total) {
     const size_t slab_bytes = ta_cpu_carve_slab(plan, backward, n_threads, NULL, slab);
-    size_t slabs_bytes, n_parts = 0;
+    size_t slabs_bytes;
     ta_ws_cursor c;
-    float *parts = NULL;
+    TA_CPU_TASK_COUNTER *turn = NULL;
     if (slab_bytes == 0 || !ta_mul_size(slab_bytes, (size_t)n_threads, &slabs_bytes))
         return TA_ERR_OVERFLOW;
-    if (backward && plan->has_conv &&
-        (!ta_mul_size((size_t)plan->p.batch, plan->n_conv, &n_parts) ||
-         !ta_mul_size(n_parts, (size_t)plan->bwd.num_q_tiles, &n_parts)))
-        return TA_ERR_OVERFLOW; /* n_conv = H c_q c_k */
     ta_ws_begin(&c, base);
     (void)TA_WS_TAKE(&c, unsigned char, slabs_bytes);
-    if (n_parts > 0) parts = TA_WS_TAKE(&c, float, n_parts);
+    if (backward && plan->has_conv)
+        turn = TA_WS_TAKE(&c, TA_CPU_TASK_COUNTER, (size_t)plan->p.heads_q);
     if (c.overflow) return TA_ERR_OVERFLOW;
     *total = c.used;
     if (base) {
         (void)ta_cpu_carve_slab(plan, backward, n_threads,
                                 (unsigned char *)base + (size_t)tid * slab_bytes, slab);
-        slab->dw_parts = parts;
+        slab->dw_turn = turn;
     }
     return TA_OK;
 }
@@ -294,8 +356,7 @@ static const ta_cpu_kernels *ta_cpu_kernels_for(ta_cpu_isa isa) {
 
 static int ta_cpu_available(void) { return 1; }
 
-/* SDPA (the vector tiles) and MTA (the reference's scalar tiles in parallel,
- * docs/cpu.md section 9). */
+/* SDPA and MTA, every plan (docs/cpu.md). */
 static int ta_cpu_supports(const ta_plan *plan) {
     (void)plan;
     return 1;
@@ -322,61 +383,52 @@ typedef struct ta_cpu_run {
     TA_CPU_TASK_COUNTER next; /* the next task to hand out */
 } ta_cpu_run;
 
-/* dw_parts entry of (b, h, Q tile qt): [c_q, c_k]. */
-static float *ta_cpu_dw_part(const ta_plan *plan, float *parts, int32_t b, int32_t h, int32_t qt) {
+/*
+ * dconv_w[h] += R(b, qt), in the reference's order (ta_ref_bwd; docs/mta.md
+ * backward step 5): per head, b ascending, Q tiles ascending, for the tiles
+ * that see a K tile (add = 1; the others are skipped but keep their turn).
+ * `turn` is the (b, Q tile) ordinal b n_q + qt: the task waits until every
+ * earlier (b, Q tile) of head h has been added. Per element that is the
+ * reference's sequence of additions (dconv_w zeroed first), whatever thread
+ * runs which tile. No deadlock: dq tasks are handed out in ascending
+ * (b, Q tile) order, so every earlier turn belongs to a task that a running
+ * thread has already taken, and the earliest unfinished one never waits.
+ */
+static void ta_cpu_dw_merge(const ta_plan *plan, const ta_bwd_args *a, TA_CPU_TASK_COUNTER *next,
+                            int32_t h, int64_t turn, const float *r, int add) {
     const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
-    const size_t tile =
-        ((size_t)b * (size_t)plan->p.heads_q + (size_t)h) * (size_t)plan->bwd.num_q_tiles +
-        (size_t)qt;
-    return parts + tile * n_w;
+    float *dw = a->dconv_w + (size_t)h * n_w; /* [c_q, c_k] of head h */
+    size_t n;
+    int spins = 0;
+    while (TA_CPU_TURN_LOAD(next) != turn) {
+        TA_CPU_SPIN_PAUSE();
+        if (++spins % 256 == 0) TA_CPU_YIELD(); /* more threads than cores */
+    }
+    for (n = 0; add && n < n_w; ++n)
+        dw[n] = dw[n] + r[n];
+    TA_CPU_TURN_STORE(next, turn + 1);
 }
 
-/* A conv task: the reference's own tile function on this thread's reference
- * workspace (q_group = k_group = 1: one tile per task). */
-static void ta_cpu_do_ref_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64_t task) {
+/* An MTA backward task: pass 1 (b, kv head, a group of K tiles), or pass 2
+ * (b, Q tile, h), numbered (b, Q tile) ascending with the heads inside, which
+ * computes R(b, qt) in its slab and merges it into dconv_w[h] in order. */
+static void ta_cpu_do_mta_bwd_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64_t task) {
     const ta_plan *plan = run->plan;
-    const ta_tiling *t = run->fa ? &plan->fwd : &plan->bwd;
-    const int64_t n_bh = (int64_t)plan->p.batch * plan->p.heads_q;
-    if (task < run->n_dkdv) { /* backward pass 1: (b, kv head, K tile) */
+    if (task < run->n_dkdv) { /* pass 1: (b, kv head, a group of K tiles) */
         const int64_t n_bhkv = (int64_t)plan->p.batch * plan->p.heads_kv;
         const int64_t bh = task % n_bhkv;
-        ta_ref_bwd_dkdv_tile(plan, run->ba, slab->ref_ws, (int32_t)(bh / plan->p.heads_kv),
-                             (int32_t)(bh % plan->p.heads_kv), (int32_t)(task / n_bhkv));
-    } else { /* forward, or backward pass 2: (b, h, Q tile), last Q tiles first */
-        const int64_t rest = task - run->n_dkdv, bh = rest % n_bh;
-        const int32_t qt = t->num_q_tiles - 1 - (int32_t)(rest / n_bh);
-        const int32_t b = (int32_t)(bh / plan->p.heads_q), h = (int32_t)(bh % plan->p.heads_q);
-        if (run->fa)
-            ta_ref_fwd_tile(plan, run->fa, slab->ref_ws, b, h, qt);
-        else
-            (void)ta_ref_bwd_dq_tile(plan, run->ba, slab->ref_ws, b, h, qt,
-                                     ta_cpu_dw_part(plan, slab->dw_parts, b, h, qt));
-    }
-}
-
-/*
- * dconv_w from the Q tiles' sums, on one thread after all tasks: exactly
- * ta_ref_bwd's merge (ta_ref.h, ta_ref_bwd_dq_tile): zero, then b ascending,
- * h, Q tiles ascending, dconv_w[h] += R(b, qt) for the tiles that see a K tile
- * (k_end > 0). Per element that is the reference's sequence of additions.
- */
-static void ta_cpu_dw_merge(const ta_plan *plan, const ta_bwd_args *a, float *parts) {
-    const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
-    size_t n;
-    int32_t b, h, qt;
-    for (n = 0; n < plan->n_conv; ++n)
-        a->dconv_w[n] = 0.0f;
-    for (b = 0; b < plan->p.batch; ++b) {
-        const int32_t key_len = ta_ref_key_len(plan, a->seqlens_k, b);
-        for (h = 0; h < plan->p.heads_q; ++h) {
-            float *dw = a->dconv_w + (size_t)h * n_w; /* [c_q, c_k] of head h */
-            for (qt = 0; qt < plan->bwd.num_q_tiles; ++qt) {
-                const float *part = ta_cpu_dw_part(plan, parts, b, h, qt);
-                if (ta_tile_k_end(&plan->bwd, qt, key_len) <= 0) continue;
-                for (n = 0; n < n_w; ++n)
-                    dw[n] = dw[n] + part[n];
-            }
-        }
+        const int32_t kt = (int32_t)(task / n_bhkv) * run->k_group;
+        const int32_t kt_end =
+            kt + run->k_group < plan->bwd.num_k_tiles ? kt + run->k_group : plan->bwd.num_k_tiles;
+        run->kern->mta_dkdv_task(plan, run->ba, &slab->mta, (int32_t)(bh / plan->p.heads_kv),
+                                 (int32_t)(bh % plan->p.heads_kv), kt, kt_end);
+    } else { /* pass 2: (b, Q tile) ascending, heads inside */
+        const int64_t rest = task - run->n_dkdv, turn = rest / plan->p.heads_q;
+        const int32_t h = (int32_t)(rest % plan->p.heads_q);
+        const int32_t b = (int32_t)(turn / plan->bwd.num_q_tiles);
+        const int32_t qt = (int32_t)(turn % plan->bwd.num_q_tiles);
+        const int add = run->kern->mta_dq_task(plan, run->ba, &slab->mta, b, h, qt);
+        ta_cpu_dw_merge(plan, run->ba, slab->dw_turn + h, h, turn, slab->mta.dw_sum, add);
     }
 }
 
@@ -387,8 +439,8 @@ static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64
     const int64_t n_bh = (int64_t)plan->p.batch * plan->p.heads_q;
     const int32_t n_q = t->num_q_tiles;
     const int32_t n_q_groups = (n_q + run->q_group - 1) / run->q_group;
-    if (plan->has_conv) {
-        ta_cpu_do_ref_task(run, slab, task);
+    if (plan->has_conv && !run->fa) {
+        ta_cpu_do_mta_bwd_task(run, slab, task);
         return;
     }
     if (task < run->n_dkdv) { /* backward, dk/dv */
@@ -404,7 +456,9 @@ static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64
         const int32_t qt = (n_q_groups - 1 - (int32_t)(rest / n_bh)) * run->q_group;
         const int32_t qt_end = qt + run->q_group < n_q ? qt + run->q_group : n_q;
         const int32_t b = (int32_t)(bh / plan->p.heads_q), h = (int32_t)(bh % plan->p.heads_q);
-        if (run->fa)
+        if (run->fa && plan->has_conv)
+            run->kern->mta_fwd_task(plan, run->fa, &slab->fwd, b, h, qt, qt_end);
+        else if (run->fa)
             run->kern->fwd_task(plan, run->fa, &slab->fwd, b, h, qt, qt_end);
         else
             run->kern->dq_task(plan, run->ba, &slab->dq, b, h, qt, qt_end);
@@ -455,8 +509,8 @@ static ta_status ta_cpu_start(ta_cpu_run *run, const ta_plan *plan, int backward
     run->workspace = workspace;
     run->kern = ta_cpu_kernels_for(ta_cpu_isa_resolve()); /* reads TA_CPU_ISA once */
     run->n_threads = ta_cpu_threads(plan);
-    run->q_group = plan->has_conv ? 1 : ta_cpu_q_group(plan, t, run->n_threads);
-    run->k_group = backward && !plan->has_conv ? ta_cpu_dkdv_group(plan, run->n_threads) : 1;
+    run->q_group = plan->has_conv && backward ? 1 : ta_cpu_q_group(plan, t, run->n_threads);
+    run->k_group = backward ? ta_cpu_dkdv_group(plan, run->n_threads) : 1;
     run->n_dkdv = backward ? (int64_t)plan->p.batch * plan->p.heads_kv *
                                  ((t->num_k_tiles + run->k_group - 1) / run->k_group)
                            : 0;
@@ -488,13 +542,17 @@ static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wor
     if (st != TA_OK) return st;
     run.fa = NULL;
     run.ba = a;
-    ta_cpu_parallel(&run);
-    if (plan->has_conv) { /* dconv_w: the fixed-order merge, one thread */
+    if (plan->has_conv) { /* dconv_w = 0, then the in-order merge (ta_cpu_dw_merge) */
         ta_cpu_slab slab;
-        size_t total;
+        size_t total, n;
+        int32_t h;
         (void)ta_cpu_layout(plan, 1, run.n_threads, workspace, 0, &slab, &total);
-        ta_cpu_dw_merge(plan, a, slab.dw_parts);
+        for (n = 0; n < plan->n_conv; ++n)
+            a->dconv_w[n] = 0.0f;
+        for (h = 0; h < plan->p.heads_q; ++h)
+            TA_CPU_TASK_INIT(slab.dw_turn + h);
     }
+    ta_cpu_parallel(&run);
     return TA_OK;
 }
 

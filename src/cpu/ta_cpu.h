@@ -68,6 +68,12 @@ typedef struct ta_cpu_fwd_ws {
     float *alpha;   /* [bq_pad]        this K tile's rescale factor (1 for rows it skips) */
     int32_t *nvis;  /* [bq_pad]        visible keys of this K tile per row (a prefix) */
     float *lse;     /* [bq_pad]        lse of the tile's rows before the store */
+    /* MTA only (NULL / 0 without a conv): raw scores S on the loaded region,
+     * held transposed [loaded key][loaded row]; st then holds the convolved
+     * C^T [effective key][effective row]. ld_sraw = bq_pad + TA_CPU_PAD: the
+     * conv reads lane x + a (a < c_q <= 16) for every lane x of a vector. */
+    float *sraw; /* [B_k, ld_sraw]  S^T, lane 0 = loaded row row_eff_begin - (c_q-1) */
+    size_t ld_sraw;
 } ta_cpu_fwd_ws;
 
 /* K tiles one dk/dv task holds at most (see ta_cpu_dkdv_group). */
@@ -114,6 +120,43 @@ typedef struct ta_cpu_dq_ws {
     float *dq_acc;        /* [B_q, d_pad] */
 } ta_cpu_dq_ws;
 
+/*
+ * MTA backward tiles of one thread (both passes: a thread runs one task at a
+ * time; one Q tile x one K tile of plan->bwd per step). Everything score-like
+ * is held transposed, [key][row], lanes across rows, with lane stride ld =
+ * pad(B_q) + TA_CPU_PAD (the conv and the dconv_w partial read lane x + a,
+ * a < c_q <= 16, for every lane x of a vector). Regions of one tile pair
+ * (docs/mta.md): loaded L (rows r0-(c_q-1) .. r1+(c_q-1), keys c0-2P ..
+ * c1+2P), gradient G (rows r0 .. r1+(c_q-1), keys c0-P .. c1+P), effective E.
+ *
+ *   | qt D x ld | dot D_v x ld | q B_q x d_pad | d_o, o B_q x dv_pad |
+ *   | k B_k x d_pad | v B_k x dv_pad | st, ct, dct, dst  B_k x ld each |
+ *   | lse, delta, nvis  ld each | dq_acc B_q x d_pad |
+ *   | dw_part, dw_sum c_q c_k | then per K tile of a pass-1 group: dk_acc B_k x d_pad | dv_acc B_k
+ * x dv_pad |
+ */
+typedef struct ta_cpu_mta_bwd_ws {
+    ta_cpu_dims dm;     /* rows_max = B_q, block_k = B_k (plan->bwd) */
+    size_t ld;          /* lane stride of the [key][row] tiles */
+    int32_t group;      /* K tiles per pass-1 task (slots carved) */
+    float *qt;          /* [D, ld]   Q^T, lane x = L row r0-(c_q-1)+x (zero outside [0, S_q)) */
+    float *dot;         /* [D_v, ld] dO^T, lane g = G row r0+g */
+    float *q;           /* [B_q, d_pad] Q rows of E (pass 1, when not read in place) */
+    float *d_o, *o;     /* [B_q, dv_pad] dO, O rows of G (when not read in place) */
+    float *k, *v;       /* [B_k, d_pad], [B_k, dv_pad] K rows (L keys), V rows (G keys) */
+    float *st;          /* [B_k, ld] S^T on L (+0 where not visible) */
+    float *ct;          /* [B_k, ld] C^T on G, overwritten by P^T */
+    float *dct;         /* [B_k, ld] dP^T on G, overwritten by dC^T (+0 where not live) */
+    float *dst;         /* [B_k, ld] dS^T on E */
+    float *lse, *delta; /* [ld] of G rows (lse -inf outside [0, S_q)) */
+    int32_t *nvis;      /* [ld] live keys of the K tile per E row (a prefix) */
+    float *dq_acc;      /* [B_q, d_pad] pass 2 */
+    float *dw_part;     /* [c_q c_k] pass 2: one pair's dconv_w partial */
+    float *dw_sum;      /* [c_q c_k] pass 2: R(b, qt), the Q tile's sum of partials */
+    float *dk_acc[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, d_pad] pass 1, per K tile of the group */
+    float *dv_acc[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, dv_pad] */
+} ta_cpu_mta_bwd_ws;
+
 /* One thread's tiles from a cursor (size mode when the cursor has no base). */
 void ta_cpu_dims_of(const ta_plan *plan, const ta_tiling *t, int32_t q_group, ta_cpu_dims *dm);
 /* Consecutive Q tiles one forward or dq task holds as one block of rows, for
@@ -123,7 +166,12 @@ void ta_cpu_dims_of(const ta_plan *plan, const ta_tiling *t, int32_t q_group, ta
  * (DESIGN.md 3.5), so this changes no bit; it is part of the workspace layout
  * (query and call compute the same value). */
 int32_t ta_cpu_q_group(const ta_plan *plan, const ta_tiling *t, int32_t n_threads);
-void ta_cpu_carve_fwd(const ta_cpu_dims *dm, ta_ws_cursor *c, ta_cpu_fwd_ws *ws);
+/* conv: 1 carves the MTA raw-score tile (sraw) too. */
+void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, ta_ws_cursor *c, ta_cpu_fwd_ws *ws);
+/* MTA backward tiles for a c_q x c_k conv (dims of plan->bwd, q_group 1) and
+ * `group` K tiles per pass-1 task (ta_cpu_dkdv_group). */
+void ta_cpu_carve_mta_bwd(const ta_cpu_dims *dm, int32_t c_q, int32_t c_k, int32_t group,
+                          ta_ws_cursor *c, ta_cpu_mta_bwd_ws *ws);
 void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, ta_ws_cursor *c, ta_cpu_dkdv_ws *ws);
 /* K tiles per dk/dv task for this plan and thread count: up to
  * TA_CPU_DKDV_GROUP_MAX while there are at least two tasks per thread. Part of
@@ -144,6 +192,17 @@ typedef struct ta_cpu_kernels {
                       int32_t b, int32_t h_kv, int32_t kt_begin, int32_t kt_end);
     void (*dq_task)(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_dq_ws *ws, int32_t b,
                     int32_t h, int32_t qt_begin, int32_t qt_end);
+    /* MTA (plan->has_conv): the forward over Q tiles [qt_begin, qt_end) of
+     * (b, h) (ws carved with conv = 1); backward pass 1 for K tiles
+     * [kt_begin, kt_end) of (b, h_kv); pass 2 for Q tile qt of (b, h), which also leaves
+     * ws->dw_sum [c_q, c_k] = R(b, qt), the tile's dconv_w sum over its K tiles, and
+     * returns 1 if the tile sees a K tile (the merge adds R(b, qt) only then). */
+    void (*mta_fwd_task)(const ta_plan *plan, const ta_fwd_args *a, const ta_cpu_fwd_ws *ws,
+                         int32_t b, int32_t h, int32_t qt_begin, int32_t qt_end);
+    void (*mta_dkdv_task)(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_mta_bwd_ws *ws,
+                          int32_t b, int32_t h_kv, int32_t kt_begin, int32_t kt_end);
+    int (*mta_dq_task)(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_mta_bwd_ws *ws,
+                       int32_t b, int32_t h, int32_t qt);
 } ta_cpu_kernels;
 
 extern const ta_cpu_kernels ta_cpu_kernels_scalar;

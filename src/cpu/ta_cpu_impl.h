@@ -362,10 +362,11 @@ static void cpu_k2(float *out, size_t ldo, const float *alpha, const float *C, s
 
 /* For cb keys from j0, nv feature vectors: for rows i ascending, the keys
  * j < nvis[i] get acc_j = fmaf(C[i][j], Y[i][f], acc_j). C points at key j0
- * of row 0 (C[i * ldc + c]). */
+ * of row 0 (C[i * ldc + c * ldk]: ldk = 1 for [row][key], the row stride of
+ * a [key][row] tile for one held transposed). */
 TA_KFN void cpu_k3_block(const int cb, const int nv, float *out, size_t ldo, const float *C,
-                         size_t ldc, const float *Y, size_t ldy, const int32_t *nvis, int32_t rows,
-                         int32_t j0) {
+                         size_t ldc, size_t ldk, const float *Y, size_t ldy, const int32_t *nvis,
+                         int32_t rows, int32_t j0) {
     ta_v acc[TA_RB][TA_NV];
     int c, k;
     int32_t i;
@@ -389,7 +390,7 @@ TA_KFN void cpu_k3_block(const int cb, const int nv, float *out, size_t ldo, con
         for (c = 0; c < cb; ++c) {
             /* all cb keys (the common case), else only the first `live` */
             if (live >= cb || c < live) {
-                const ta_v b = v_bcast(c_row + c);
+                const ta_v b = v_bcast(c_row + (size_t)c * ldk);
                 TA_UNROLL
                 for (k = 0; k < nv; ++k) {
                     acc[c][k] = v_fma(b, yv[k], acc[c][k]);
@@ -407,23 +408,29 @@ TA_KFN void cpu_k3_block(const int cb, const int nv, float *out, size_t ldo, con
 }
 
 TA_KFN void cpu_k3_cols(const int cb, float *out, size_t ldo, const float *C, size_t ldc,
-                        const float *Y, size_t ldy, const int32_t *nvis, int32_t rows, int32_t j0,
-                        int32_t nvec) {
+                        size_t ldk, const float *Y, size_t ldy, const int32_t *nvis, int32_t rows,
+                        int32_t j0, int32_t nvec) {
     int32_t v0 = 0;
     for (; v0 + TA_NV <= nvec; v0 += TA_NV)
-        cpu_k3_block(cb, TA_NV, out + v0 * TA_VW, ldo, C, ldc, Y + v0 * TA_VW, ldy, nvis, rows, j0);
+        cpu_k3_block(cb, TA_NV, out + v0 * TA_VW, ldo, C, ldc, ldk, Y + v0 * TA_VW, ldy, nvis, rows,
+                     j0);
     for (; v0 < nvec; ++v0)
-        cpu_k3_block(cb, 1, out + v0 * TA_VW, ldo, C, ldc, Y + v0 * TA_VW, ldy, nvis, rows, j0);
+        cpu_k3_block(cb, 1, out + v0 * TA_VW, ldo, C, ldc, ldk, Y + v0 * TA_VW, ldy, nvis, rows,
+                     j0);
 }
 
-/* The whole tile: out [keys, ldo], keys [0, n_keys); C [rows, ldc]; Y [rows, ldy]. */
-static void cpu_k3(float *out, size_t ldo, const float *C, size_t ldc, const float *Y, size_t ldy,
-                   const int32_t *nvis, int32_t rows, int32_t n_keys, int32_t nvec) {
+/* The whole tile: out [keys, ldo], keys [0, n_keys); C [rows, ldc] (key
+ * stride ldk); Y [rows, ldy]. */
+TA_KFN void cpu_k3_strided(float *out, size_t ldo, const float *C, size_t ldc, size_t ldk,
+                           const float *Y, size_t ldy, const int32_t *nvis, int32_t rows,
+                           int32_t n_keys, int32_t nvec) {
     int32_t j0 = 0;
     for (; j0 + TA_RB <= n_keys; j0 += TA_RB)
-        cpu_k3_cols(TA_RB, out + (size_t)j0 * ldo, ldo, C + j0, ldc, Y, ldy, nvis, rows, j0, nvec);
+        cpu_k3_cols(TA_RB, out + (size_t)j0 * ldo, ldo, C + (size_t)j0 * ldk, ldc, ldk, Y, ldy,
+                    nvis, rows, j0, nvec);
 #define TA_K3_TAIL(n)                                                                              \
-    cpu_k3_cols((n), out + (size_t)j0 * ldo, ldo, C + j0, ldc, Y, ldy, nvis, rows, j0, nvec)
+    cpu_k3_cols((n), out + (size_t)j0 * ldo, ldo, C + (size_t)j0 * ldk, ldc, ldk, Y, ldy, nvis,    \
+                rows, j0, nvec)
     switch (n_keys - j0) {
     case 0: break;
     case 1: TA_K3_TAIL(1); break;
@@ -433,6 +440,19 @@ static void cpu_k3(float *out, size_t ldo, const float *C, size_t ldc, const flo
     default: TA_K3_TAIL(5); break;
     }
 #undef TA_K3_TAIL
+}
+
+/* k3 on a [row][key] C (key stride 1). */
+static void cpu_k3(float *out, size_t ldo, const float *C, size_t ldc, const float *Y, size_t ldy,
+                   const int32_t *nvis, int32_t rows, int32_t n_keys, int32_t nvec) {
+    cpu_k3_strided(out, ldo, C, ldc, 1, Y, ldy, nvis, rows, n_keys, nvec);
+}
+
+/* k3 on a C held transposed, [key][row] with row stride ld (element (i, j) at
+ * C[j * ld + i]): the MTA backward's P^T and dS^T, read in place. */
+static void cpu_k3_t(float *out, size_t ldo, const float *C, size_t ld, const float *Y, size_t ldy,
+                     const int32_t *nvis, int32_t rows, int32_t n_keys, int32_t nvec) {
+    cpu_k3_strided(out, ldo, C, 1, ld, Y, ldy, nvis, rows, n_keys, nvec);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -850,4 +870,8 @@ static void cpu_dq_task(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_
     }
 }
 
-const ta_cpu_kernels TA_CPU_KERNELS = {TA_ISA_NAME, cpu_fwd_task, cpu_dkdv_task, cpu_dq_task};
+#include "ta_cpu_mta_impl.h"
+
+const ta_cpu_kernels TA_CPU_KERNELS = {TA_ISA_NAME,    cpu_fwd_task,     cpu_dkdv_task,
+                                       cpu_dq_task,    cpu_mta_fwd_task, cpu_mta_dkdv_task,
+                                       cpu_mta_dq_task};
