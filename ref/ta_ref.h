@@ -33,30 +33,6 @@ ta_status ta_ref_bwd_workspace_size(const ta_plan *plan, size_t *bytes);
 ta_status ta_ref_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace, void *stream);
 ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace, void *stream);
 
-/*
- * One tile of a pass at a time, for a backend that runs the reference's tiles
- * in parallel (src/cpu, MTA: docs/cpu.md section 9). Each runs exactly the
- * code ta_ref_fwd / ta_ref_bwd run for that tile. workspace: 64-byte aligned,
- * ta_ref_{fwd,bwd}_workspace_size bytes, used by this call alone; a->trace
- * must be NULL (the trace is not thread-safe).
- */
-/* Forward steps 1-3 for (b, query head h, Q tile qt) of plan->fwd: writes the
- * o and lse rows of that tile only. */
-void ta_ref_fwd_tile(const ta_plan *plan, const ta_fwd_args *a, void *workspace, int32_t b,
-                     int32_t h, int32_t qt);
-/* Backward pass 1 for (b, kv head h_kv, K tile kt) of plan->bwd: writes the dk,
- * dv rows of that tile only. */
-void ta_ref_bwd_dkdv_tile(const ta_plan *plan, const ta_bwd_args *a, void *workspace, int32_t b,
-                          int32_t h_kv, int32_t kt);
-/* Backward pass 2 for (b, query head h, Q tile qt): writes the dq rows of that
- * tile; with a conv, dw_part [c_q, c_k] = R(b, qt), the tile's dconv_w sum over
- * its K tiles (docs/mta.md, two-level merge). Leaves dconv_w alone. Returns 1
- * if ta_ref_bwd adds R(b, qt) to dconv_w[h] (the tile sees a K tile), else 0.
- * ta_ref_bwd's merge: dconv_w = 0, then per head, b ascending, qt ascending,
- * dconv_w[h][n] = dconv_w[h][n] + R(b, qt)[n] for each tile that returns 1. */
-int ta_ref_bwd_dq_tile(const ta_plan *plan, const ta_bwd_args *a, void *workspace, int32_t b,
-                       int32_t h, int32_t qt, float *dw_part);
-
 /* Where one step of a pass stands: which (batch, head) slice, which Q tile and
  * which K tile, filled from the tiling descriptor. All indices are absolute
  * (row of [0, S_q), column of [0, S_k)); loaded ranges may stick out of the

@@ -403,30 +403,3 @@ ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
             }
     return TA_OK;
 }
-
-/* ---- One tile at a time (ta_ref.h): the same functions as ta_ref_bwd ---- */
-
-void ta_ref_bwd_dkdv_tile(const ta_plan *plan, const ta_bwd_args *a, void *workspace, int32_t b,
-                          int32_t h_kv, int32_t kt) {
-    ta_ref_bwd_ws ws;
-    ta_ref_step st;
-    size_t bytes;
-    (void)ta_ref_bwd_layout(plan, workspace, &ws, &bytes); /* sized by the caller */
-    ta_ref_step_k(plan, &plan->bwd, a->seqlens_k, b, h_kv, kt, &st);
-    ta_ref_bwd_k_tile(plan, a, &ws, &st);
-}
-
-int ta_ref_bwd_dq_tile(const ta_plan *plan, const ta_bwd_args *a, void *workspace, int32_t b,
-                       int32_t h, int32_t qt, float *dw_part) {
-    const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
-    ta_ref_bwd_ws ws;
-    ta_ref_step st;
-    size_t bytes, n;
-    int32_t k_end;
-    (void)ta_ref_bwd_layout(plan, workspace, &ws, &bytes); /* sized by the caller */
-    ta_ref_step_q(plan, &plan->bwd, a->seqlens_k, b, h, qt, &st);
-    k_end = ta_ref_bwd_q_tile_dq(plan, a, &ws, &st);
-    for (n = 0; plan->has_conv && n < n_w; ++n)
-        dw_part[n] = ws.dw_qtile[n];
-    return k_end > 0;
-}

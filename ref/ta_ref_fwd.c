@@ -213,15 +213,3 @@ ta_status ta_ref_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace,
             }
     return TA_OK;
 }
-
-/* ---- One tile at a time (ta_ref.h): the same function as ta_ref_fwd ---- */
-
-void ta_ref_fwd_tile(const ta_plan *plan, const ta_fwd_args *a, void *workspace, int32_t b,
-                     int32_t h, int32_t qt) {
-    ta_ref_fwd_ws ws;
-    ta_ref_step st;
-    size_t bytes;
-    (void)ta_ref_fwd_layout(plan, workspace, &ws, &bytes); /* sized by the caller */
-    ta_ref_step_q(plan, &plan->fwd, a->seqlens_k, b, h, qt, &st);
-    ta_ref_fwd_q_tile(plan, a, &ws, &st);
-}
