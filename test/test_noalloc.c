@@ -4,7 +4,7 @@
  * Everything the calls need is allocated first. Then the program writes the
  * marker line TA_NOALLOC_BEGIN to stderr with write(2) (unbuffered, no stdio),
  * makes the library calls (size queries, ta_fwd, ta_bwd on several problems,
- * refused calls, ta_status_string, ta_backend_available), stores their
+ * SDPA and the MTA conv, refused calls, ta_status_string, ta_backend_available), stores their
  * statuses, writes TA_NOALLOC_END, and only then checks the statuses.
  *
  * The CPU backend runs on OpenMP, whose runtime allocates its thread pool and
@@ -133,13 +133,16 @@ typedef struct shape {
     ta_dtype dt;
     uint32_t flags;
     int use_seqlens, use_trace;
+    int32_t cq, ck; /* MTA conv size, 0 x 0 for SDPA */
 } shape;
 
 static const shape k_shapes[] = {
-    {2, 4, 2, 33, 47, 16, 8, TA_F32, TA_CAUSAL, 1, 1},
-    {1, 2, 1, 70, 70, 64, 64, TA_F16, TA_CAUSAL, 0, 0},
-    {1, 3, 3, 5, 130, 24, 40, TA_BF16, 0, 1, 0},
-    {1, 1, 1, 1, 1, 1, 1, TA_F32, 0, 0, 1},
+    {2, 4, 2, 33, 47, 16, 8, TA_F32, TA_CAUSAL, 1, 1, 0, 0},
+    {1, 2, 1, 70, 70, 64, 64, TA_F16, TA_CAUSAL, 0, 0, 0, 0},
+    {1, 3, 3, 5, 130, 24, 40, TA_BF16, 0, 1, 0, 0, 0},
+    {1, 1, 1, 1, 1, 1, 1, TA_F32, 0, 0, 1, 0, 0},
+    {2, 4, 2, 75, 90, 32, 16, TA_F32, TA_CAUSAL, 1, 1, 6, 11},
+    {1, 2, 1, 150, 150, 64, 64, TA_BF16, TA_CAUSAL, 0, 0, 3, 3},
 };
 #define N_SHAPES    ((int)(sizeof k_shapes / sizeof k_shapes[0]))
 #define N_RESULTS   20
@@ -149,7 +152,7 @@ static const shape k_shapes[] = {
 typedef struct bufs {
     ta_problem p;
     void *q, *k, *v, *o, *d_o, *dq, *dk, *dv, *ws;
-    float *lse;
+    float *lse, *w, *dw; /* w, dw: [H, c_q, c_k] with a conv, else NULL */
     int32_t *seqlens;
     size_t ws_bytes;
     ta_problem cpu_p;     /* p with num_threads = CPU_THREADS */
@@ -186,6 +189,12 @@ static void setup(bufs *x, const shape *s, ta_rng *rng) {
     x->p.head_dim_v = s->dv;
     x->p.dtype = s->dt;
     x->p.flags = s->flags;
+    x->p.conv_q = s->cq;
+    x->p.conv_k = s->ck;
+    if (s->cq) {
+        x->w = (float *)alloc_filled(rng, TA_F32, zu(s->h) * zu(s->cq) * zu(s->ck));
+        x->dw = (float *)alloc_filled(rng, TA_F32, zu(s->h) * zu(s->cq) * zu(s->ck));
+    }
     x->q = alloc_filled(rng, s->dt, nq);
     x->k = alloc_filled(rng, s->dt, nk);
     x->v = alloc_filled(rng, s->dt, nv);
@@ -224,6 +233,8 @@ static void teardown(bufs *x) {
     ta_test_free(x->dk);
     ta_test_free(x->dv);
     ta_test_free(x->lse);
+    if (x->w) ta_test_free(x->w);
+    if (x->dw) ta_test_free(x->dw);
     ta_test_free(x->seqlens);
     ta_test_free(x->ws);
     ta_test_free(x->cpu_ws);
@@ -245,6 +256,8 @@ static void run_calls(bufs *x, const shape *s) {
     fa.lse = x->lse;
     fa.seqlens_k = ba.seqlens_k = s->use_seqlens ? x->seqlens : NULL;
     fa.trace = ba.trace = s->use_trace ? &x->trace : NULL;
+    fa.conv_w = ba.conv_w = x->w;
+    ba.dconv_w = x->dw;
     ba.o = x->o;
     ba.d_o = x->d_o;
     ba.lse = x->lse;
@@ -301,6 +314,8 @@ static void warm_up_cpu(bufs *x, const shape *s) {
     ba.o = x->o;
     fa.lse = x->lse;
     fa.seqlens_k = ba.seqlens_k = s->use_seqlens ? x->seqlens : NULL;
+    fa.conv_w = ba.conv_w = x->w;
+    ba.dconv_w = x->dw;
     ba.d_o = x->d_o;
     ba.lse = x->lse;
     ba.dq = x->dq;
