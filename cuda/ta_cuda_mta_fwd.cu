@@ -136,7 +136,6 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         for (kt = 0; kt < k_end; ++kt) {
             const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
             const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
-            int32_t j0;
             g.col_load0 = ta_tile_col_load_begin(&t, kt);
             g.cols_load = ta_tile_col_load_end(&t, kt) - g.col_load0;
             /* visible effective columns of each row: e < n_vis (a prefix). Every
@@ -153,82 +152,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             ta_cuda_mta_conv(s, s_ld, w_s, p.conv_q, p.conv_k, rows, cols, n_vis, st, 1,
                              TA_CUDA_LDT);
             __syncthreads();
-            /* step 3: per row, the tile's max over the visible columns (exactly the
-             * reference's sequential comparison), the new max and alpha */
-            if (tid < TA_CUDA_TILE) {
-                const int32_t nv = n_vis[tid];
-                if (nv > 0) {
-                    float m_tile = st[tid];
-                    const float m_old = m_run[tid];
-                    float m_nw;
-                    int32_t j;
-                    for (j = 1; j < nv; ++j) {
-                        const float x = st[(size_t)j * TA_CUDA_LDT + tid];
-                        if (x > m_tile) m_tile = x;
-                    }
-                    m_nw = m_old > m_tile ? m_old : m_tile;
-                    m_new[tid] = m_nw;
-                    alpha[tid] = ta_exp(m_old - m_nw);
-                }
-            }
-            __syncthreads();
-            /* step 4: p = exp(C - m_new) on every visible entry */
-            for (int e = tid; e < TA_CUDA_TILE * cols; e += TA_CUDA_THREADS) {
-                const int i = e % TA_CUDA_TILE, j = e / TA_CUDA_TILE;
-                if (j < n_vis[i]) {
-                    float *x = st + (size_t)j * TA_CUDA_LDT + i;
-                    *x = ta_exp(*x - m_new[i]);
-                }
-            }
-            __syncthreads();
-            /* step 5: l = l * alpha, then l = l + p_j for j ascending (one thread per row) */
-            if (tid < TA_CUDA_TILE && n_vis[tid] > 0) {
-                const int32_t nv = n_vis[tid];
-                float l = l_run[tid] * alpha[tid];
-                int32_t j;
-                for (j = 0; j < nv; ++j)
-                    l = l + st[(size_t)j * TA_CUDA_LDT + tid];
-                l_run[tid] = l;
-                m_run[tid] = m_new[tid];
-            }
-            /* step 6: acc = acc * alpha, then acc = fmaf(p_j, v_j, acc), j ascending
-             * over the effective columns (keys col0 + j) */
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                row_vis[r] = n_vis[4 * ty + r];
-                if (row_vis[r] > 0) {
-                    const float al = alpha[4 * ty + r];
-#pragma unroll
-                    for (int s_ = 0; s_ < NS; ++s_)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e)
-                            acc[r][s_][e] = acc[r][s_][e] * al;
-                }
-            }
-            for (j0 = 0; j0 < cols; j0 += TA_CUDA_RCHUNK) {
-                const int jn = (int)ta_tiling_min_i32(TA_CUDA_RCHUNK, cols - j0);
-                ta_cuda_stage_rows<DT, NS>(stage, v_slots, kv_base + (size_t)(col0 + j0), jn);
-                for (int jj = 0; jj < jn; ++jj) {
-                    const int32_t j = j0 + jj;
-                    const float4 p4 =
-                        *reinterpret_cast<const float4 *>(st + (size_t)j * TA_CUDA_LDT + 4 * ty);
-                    const float pv[4] = {p4.x, p4.y, p4.z, p4.w};
-#pragma unroll
-                    for (int s_ = 0; s_ < NS; ++s_) {
-                        const float4 v4 = *reinterpret_cast<const float4 *>(
-                            stage + jj * (NS * TA_CUDA_SLOT) + s_ * TA_CUDA_SLOT + 4 * tx);
-                        const float vv[4] = {v4.x, v4.y, v4.z, v4.w};
-#pragma unroll
-                        for (int r = 0; r < 4; ++r) {
-                            const bool live = j < row_vis[r];
-#pragma unroll
-                            for (int e = 0; e < 4; ++e)
-                                acc[r][s_][e] =
-                                    live ? fmaf(pv[r], vv[e], acc[r][s_][e]) : acc[r][s_][e];
-                        }
-                    }
-                }
-            }
+            /* steps 3-6: row max and alpha, p = exp(C - m_new), l, acc: the SDPA
+             * forward's, over the effective columns (keys col0 + j); n_vis is
+             * rewritten with the same values */
+            ta_cuda_softmax_pv_tile<DT, NS>(st, col0, cols, vis_end, n_vis, m_run, l_run, m_new,
+                                            alpha, stage, v_slots, kv_base, acc,
+                                            row_vis);
         }
         /* step 7: o = acc / l (IEEE division), lse = m + log(l); unseen rows: 0, -inf */
         __syncthreads();

@@ -185,6 +185,109 @@ TA_DEV void ta_cuda_stage_rows(float *dst, const ta_cuda_slot *slots, size_t fir
 }
 
 /*
+ * One k tile of the forward's online softmax and P V accumulation over 64
+ * rows, the reference's rules (docs/reference.md section 2): the SDPA
+ * forward's steps 2-5 and the MTA forward's steps 3-6, on whichever scores the
+ * caller left in st.
+ *   st       [cols][TA_CUDA_LDT]: the tile's scores, transposed (st[j][i] for
+ *            row i, effective column j < cols); overwritten with p on the
+ *            visible entries. Published by a barrier before the call.
+ *   vis_end  [64]: each row's visible-key end (absolute column); the tile's
+ *            visible columns of row i are the prefix j < n_vis[i], written here
+ *   m_run, l_run [64]: running max and sum (updated); m_new, alpha [64]: scratch
+ *   acc, row_vis: this thread's register block (rows 4ty+r, features s*64+4tx+e),
+ *            rescaled by alpha, then acc = fmaf(p_j, v_j, acc) for j ascending,
+ *            v_j the row kv_base + col0 + j, staged through stage from v_slots
+ * Rows are independent; each row's max, sum and accumulators follow the
+ * reference's sequential order. Ends without a barrier.
+ */
+template <int DT, int NS>
+TA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols, const int32_t *vis_end,
+                                    int32_t *n_vis, float *m_run, float *l_run, float *m_new,
+                                    float *alpha, float *stage, const ta_cuda_slot *v_slots,
+                                    size_t kv_base, float (&acc)[4][NS][4],
+                                    int32_t (&row_vis)[4]) {
+    const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
+    int32_t j0;
+    /* per row, the tile's max over the visible columns (exactly the reference's
+     * sequential comparison), the new max and alpha */
+    if (tid < TA_CUDA_TILE) {
+        const int32_t nv =
+            ta_tiling_max_i32(0, ta_tiling_min_i32(vis_end[tid] - col0, cols)); /* j < nv */
+        n_vis[tid] = nv;
+        if (nv > 0) {
+            float m_tile = st[tid];
+            const float m_old = m_run[tid];
+            float m_nw;
+            int32_t j;
+            for (j = 1; j < nv; ++j) {
+                const float x = st[(size_t)j * TA_CUDA_LDT + tid];
+                if (x > m_tile) m_tile = x;
+            }
+            m_nw = m_old > m_tile ? m_old : m_tile;
+            m_new[tid] = m_nw;
+            alpha[tid] = ta_exp(m_old - m_nw);
+        }
+    }
+    __syncthreads();
+    /* p = exp(s - m_new) on every visible entry */
+    for (int e = tid; e < TA_CUDA_TILE * cols; e += TA_CUDA_THREADS) {
+        const int i = e % TA_CUDA_TILE, j = e / TA_CUDA_TILE;
+        if (j < n_vis[i]) {
+            float *x = st + (size_t)j * TA_CUDA_LDT + i;
+            *x = ta_exp(*x - m_new[i]);
+        }
+    }
+    __syncthreads();
+    /* l = l * alpha, then l = l + p_j for j ascending (one thread per row) */
+    if (tid < TA_CUDA_TILE && n_vis[tid] > 0) {
+        const int32_t nv = n_vis[tid];
+        float l = l_run[tid] * alpha[tid];
+        int32_t j;
+        for (j = 0; j < nv; ++j)
+            l = l + st[(size_t)j * TA_CUDA_LDT + tid];
+        l_run[tid] = l;
+        m_run[tid] = m_new[tid];
+    }
+    /* acc = acc * alpha, then acc = fmaf(p_j, v_j, acc), j ascending */
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        row_vis[r] = n_vis[4 * ty + r];
+        if (row_vis[r] > 0) {
+            const float al = alpha[4 * ty + r];
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    acc[r][s][e] = acc[r][s][e] * al;
+        }
+    }
+    for (j0 = 0; j0 < cols; j0 += TA_CUDA_RCHUNK) {
+        const int jn = (int)ta_tiling_min_i32(TA_CUDA_RCHUNK, cols - j0);
+        ta_cuda_stage_rows<DT, NS>(stage, v_slots, kv_base + (size_t)(col0 + j0), jn);
+        for (int jj = 0; jj < jn; ++jj) {
+            const int32_t j = j0 + jj;
+            const float4 p4 =
+                *reinterpret_cast<const float4 *>(st + (size_t)j * TA_CUDA_LDT + 4 * ty);
+            const float pv[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+            for (int s = 0; s < NS; ++s) {
+                const float4 v4 = *reinterpret_cast<const float4 *>(
+                    stage + jj * (NS * TA_CUDA_SLOT) + s * TA_CUDA_SLOT + 4 * tx);
+                const float vv[4] = {v4.x, v4.y, v4.z, v4.w};
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const bool live = j < row_vis[r];
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        acc[r][s][e] = live ? fmaf(pv[r], vv[e], acc[r][s][e]) : acc[r][s][e];
+                }
+            }
+        }
+    }
+}
+
+/*
  * Store a [4 x-slots][NS slots][4 features] register block: element (r, s, e)
  * goes to row x0 + 4*ty + r, feature s*64 + 4*tx + e of a [*, row_len] tensor
  * starting at row first_row, times `mul` (1 or the softmax scale) when
