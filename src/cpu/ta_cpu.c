@@ -109,15 +109,25 @@ int32_t ta_cpu_q_group(const ta_plan *plan, const ta_tiling *t, int32_t n_thread
     return g;
 }
 
+/* The lane stride of a tile held transposed ([feature or key][row]) with
+ * bq_pad lanes: bq_pad, plus one vector of 16 floats if that makes the row an
+ * odd number of 64-byte lines. With an even number (256 lanes: 1 KiB) the
+ * rows of a column fall into a few L1 sets (64 sets x 64 bytes = 4 KiB repeat)
+ * and evict each other; measured on the forward: up to 35% faster. */
+static size_t ta_cpu_lane_ld(size_t bq_pad) {
+    return bq_pad + ((bq_pad / TA_CPU_PAD) % 2 == 0 ? TA_CPU_PAD : 0);
+}
+
 /* The three per-thread layouts (ta_cpu.h draws them). Each region is a
  * multiple of 64 bytes and starts on a 64-byte boundary (ta_ws_take). */
 void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, ta_ws_cursor *c, ta_cpu_fwd_ws *ws) {
     const size_t bq = (size_t)dm->rows_max, bk = (size_t)dm->block_k;
     ws->dm = *dm;
-    ws->qt = TA_WS_TAKE(c, float, (size_t)dm->d * dm->bq_pad);
+    ws->ld = ta_cpu_lane_ld(dm->bq_pad);
+    ws->qt = TA_WS_TAKE(c, float, (size_t)dm->d * ws->ld);
     ws->k = TA_WS_TAKE(c, float, bk * dm->d_pad);
     ws->v = TA_WS_TAKE(c, float, bk * dm->dv_pad);
-    ws->st = TA_WS_TAKE(c, float, bk * dm->bq_pad);
+    ws->st = TA_WS_TAKE(c, float, bk * ws->ld);
     ws->acc = TA_WS_TAKE(c, float, bq * dm->dv_pad);
     ws->m = TA_WS_TAKE(c, float, dm->bq_pad);
     ws->l = TA_WS_TAKE(c, float, dm->bq_pad);
@@ -194,13 +204,14 @@ int32_t ta_cpu_dkdv_group(const ta_plan *plan, int32_t n_threads) {
 void ta_cpu_carve_dq(const ta_cpu_dims *dm, ta_ws_cursor *c, ta_cpu_dq_ws *ws) {
     const size_t bq = (size_t)dm->rows_max, bk = (size_t)dm->block_k;
     ws->dm = *dm;
-    ws->qt = TA_WS_TAKE(c, float, (size_t)dm->d * dm->bq_pad);
-    ws->dot = TA_WS_TAKE(c, float, (size_t)dm->dv * dm->bq_pad);
-    ws->ot = TA_WS_TAKE(c, float, (size_t)dm->dv * dm->bq_pad);
+    ws->ld = ta_cpu_lane_ld(dm->bq_pad);
+    ws->qt = TA_WS_TAKE(c, float, (size_t)dm->d * ws->ld);
+    ws->dot = TA_WS_TAKE(c, float, (size_t)dm->dv * ws->ld);
+    ws->ot = TA_WS_TAKE(c, float, (size_t)dm->dv * ws->ld);
     ws->k = TA_WS_TAKE(c, float, bk * dm->d_pad);
     ws->v = TA_WS_TAKE(c, float, bk * dm->dv_pad);
-    ws->st = TA_WS_TAKE(c, float, bk * dm->bq_pad);
-    ws->dpt = TA_WS_TAKE(c, float, bk * dm->bq_pad);
+    ws->st = TA_WS_TAKE(c, float, bk * ws->ld);
+    ws->dpt = TA_WS_TAKE(c, float, bk * ws->ld);
     ws->lse = TA_WS_TAKE(c, float, dm->bq_pad);
     ws->delta = TA_WS_TAKE(c, float, dm->bq_pad);
     ws->nvis = TA_WS_TAKE(c, int32_t, dm->bq_pad);
@@ -452,8 +463,13 @@ static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64
         run->kern->dkdv_task(plan, run->ba, &slab->dkdv, (int32_t)(bh / plan->p.heads_kv),
                              (int32_t)(bh % plan->p.heads_kv), kt, kt_end);
     } else { /* forward, or backward dq: q_group Q tiles of one (b, h) */
-        const int64_t rest = task - run->n_dkdv, bh = rest % n_bh;
-        const int32_t qt = (n_q_groups - 1 - (int32_t)(rest / n_bh)) * run->q_group;
+        /* several threads: last Q groups first across all (b, h) (the longest
+         * under a causal mask first, for balance); one thread: (b, h) outer,
+         * so consecutive tasks share the same K and V rows (cache reuse) */
+        const int64_t rest = task - run->n_dkdv;
+        const int64_t bh = run->n_threads > 1 ? rest % n_bh : rest / n_q_groups;
+        const int32_t qg = (int32_t)(run->n_threads > 1 ? rest / n_bh : rest % n_q_groups);
+        const int32_t qt = (n_q_groups - 1 - qg) * run->q_group;
         const int32_t qt_end = qt + run->q_group < n_q ? qt + run->q_group : n_q;
         const int32_t b = (int32_t)(bh / plan->p.heads_q), h = (int32_t)(bh % plan->p.heads_q);
         if (run->fa && plan->has_conv)

@@ -53,21 +53,22 @@ typedef struct ta_cpu_dims {
  *
  *   +-------------+-------------+--------------+-------------+--------------+----+---+-----+----+-----+
  *   | qt          | k           | v            | st          | acc          | m  | l |alpha|nvis|
- * lse | | D x bq_pad  | B_k x d_pad | B_k x dv_pad | B_k x bq_pad| B_q x dv_pad | bq_pad each |
+ * lse | | D x ld      | B_k x d_pad | B_k x dv_pad | B_k x ld    | B_q x dv_pad | bq_pad each |
  *   +-------------+-------------+--------------+-------------+--------------+----+---+-----+----+-----+
  */
 typedef struct ta_cpu_fwd_ws {
     ta_cpu_dims dm; /* the padded dims these buffers were carved for */
-    float *qt;      /* [D, bq_pad]     Q tile transposed (pad lanes 0) */
+    float *qt;      /* [D, ld]         Q tile transposed (pad lanes 0) */
     float *k;       /* [B_k, d_pad]    K tile rows, widened (f16/bf16, or f32 with D % 16 != 0) */
     float *v;       /* [B_k, dv_pad]   V tile rows, widened and zero padded */
-    float *st;      /* [B_k, bq_pad]   scores s[i,j] at st[j][i], then p */
+    float *st;      /* [B_k, ld]       scores s[i,j] at st[j][i], then p */
     float *acc;     /* [B_q, dv_pad]   unnormalised output */
     float *m;       /* [bq_pad]        running max; -inf until a key is seen */
     float *l;       /* [bq_pad]        running sum */
     float *alpha;   /* [bq_pad]        this K tile's rescale factor (1 for rows it skips) */
     int32_t *nvis;  /* [bq_pad]        visible keys of this K tile per row (a prefix) */
     float *lse;     /* [bq_pad]        lse of the tile's rows before the store */
+    size_t ld;      /* lane stride of qt and st: bq_pad, + 16 if even in 64-byte lines */
     /* MTA only (NULL / 0 without a conv): raw scores S on the loaded region,
      * held transposed [loaded key][loaded row]; st then holds the convolved
      * C^T [effective key][effective row]. ld_sraw = bq_pad + TA_CPU_PAD: the
@@ -107,17 +108,18 @@ typedef struct ta_cpu_dkdv_ws {
  * Q tiles of one (b, h) (B_q below stands for rows_max). Lanes across query
  * rows, as the forward.
  *
- *   | qt D x bq_pad | dot D_v x bq_pad | ot D_v x bq_pad | k B_k x d_pad | v B_k x dv_pad |
- *   | st B_k x bq_pad | dpt B_k x bq_pad | lse | delta | nvis (bq_pad each) | dq_acc B_q x d_pad |
+ *   | qt D x ld | dot D_v x ld | ot D_v x ld | k B_k x d_pad | v B_k x dv_pad |
+ *   | st B_k x ld | dpt B_k x ld | lse | delta | nvis (bq_pad each) | dq_acc B_q x d_pad |
  */
 typedef struct ta_cpu_dq_ws {
     ta_cpu_dims dm;
-    float *qt, *dot, *ot; /* [D | D_v, bq_pad] transposed Q, dO, O tiles */
+    float *qt, *dot, *ot; /* [D | D_v, ld] transposed Q, dO, O tiles */
     float *k, *v;         /* [B_k, d_pad], [B_k, dv_pad] K, V rows */
-    float *st, *dpt;      /* [B_k, bq_pad] scores; dP overwritten by dS */
+    float *st, *dpt;      /* [B_k, ld] scores; dP overwritten by dS */
     float *lse, *delta;   /* [bq_pad] */
     int32_t *nvis;        /* [bq_pad] */
     float *dq_acc;        /* [B_q, d_pad] */
+    size_t ld;            /* lane stride of qt, dot, ot, st, dpt: as ta_cpu_fwd_ws.ld */
 } ta_cpu_dq_ws;
 
 /*

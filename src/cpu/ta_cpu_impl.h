@@ -191,7 +191,7 @@ static int32_t cpu_fill_nvis(int32_t *nvis, size_t ld, const ta_tiling *t, int32
  * reference's ta_ref_dot; fmaf's product is exact, so operand order is free),
  * then one multiply by scale. */
 TA_KFN void cpu_k1_block(const int rb, const int nv, const float *T, size_t ldt, const float *R,
-                         size_t ldr, int32_t dim, ta_v scale, int scaled, float *out, size_t ldo) {
+                         size_t ldr, int32_t dim, float scale, int scaled, float *out, size_t ldo) {
     ta_v acc[TA_RB][TA_NV];
     int r, k;
     int32_t d;
@@ -223,41 +223,86 @@ TA_KFN void cpu_k1_block(const int rb, const int nv, const float *T, size_t ldt,
         TA_UNROLL
         for (k = 0; k < nv; ++k) {
             float *dst = out + (size_t)r * ldo + (size_t)(k * TA_VW);
-            v_store(dst, scaled ? v_mul(scale, acc[r][k]) : acc[r][k]);
+            v_store(dst, scaled ? v_mul(v_set1(scale), acc[r][k]) : acc[r][k]);
         }
     }
 }
 
-TA_KFN void cpu_k1_rows(const int rb, const float *T, size_t ldt, int32_t nvec, const float *R,
-                        size_t ldr, int32_t dim, ta_v scale, int scaled, float *out, size_t ldo) {
-    int32_t v0 = 0;
-    for (; v0 + TA_NV <= nvec; v0 += TA_NV)
-        cpu_k1_block(rb, TA_NV, T + v0 * TA_VW, ldt, R, ldr, dim, scale, scaled, out + v0 * TA_VW,
-                     ldo);
-    for (; v0 < nvec; ++v0)
-        cpu_k1_block(rb, 1, T + v0 * TA_VW, ldt, R, ldr, dim, scale, scaled, out + v0 * TA_VW, ldo);
+/* Each block size is its own out-of-line function: the block needs all but a
+ * few vector registers, and inlined into the loops around it the compiler
+ * spilled one of the T vectors to the stack. */
+_Static_assert(TA_RB == 6, "cpu_k1_panel and TA_K1_FN instantiate blocks of 1..6 rows");
+#define TA_K1_FN(rb, nv)                                                                           \
+    static __attribute__((noinline)) void cpu_k1_b##rb##_##nv(                                     \
+        const float *T, size_t ldt, const float *R, size_t ldr, int32_t dim, float scale,          \
+        int scaled, float *out, size_t ldo) {                                                      \
+        cpu_k1_block(rb, nv, T, ldt, R, ldr, dim, scale, scaled, out, ldo);                        \
+    }
+TA_K1_FN(1, 1)
+TA_K1_FN(2, 1)
+TA_K1_FN(3, 1)
+TA_K1_FN(4, 1)
+TA_K1_FN(5, 1)
+TA_K1_FN(6, 1)
+TA_K1_FN(1, TA_NV)
+TA_K1_FN(2, TA_NV)
+TA_K1_FN(3, TA_NV)
+TA_K1_FN(4, TA_NV)
+TA_K1_FN(5, TA_NV)
+TA_K1_FN(6, TA_NV)
+#undef TA_K1_FN
+
+typedef void (*cpu_k1_fn)(const float *, size_t, const float *, size_t, int32_t, float, int,
+                          float *, size_t);
+
+/* One column of key blocks: R rows [0, nr) against the lane vectors at T
+ * (TA_NV of them if wide, else one). */
+static void cpu_k1_panel(int wide, const float *T, size_t ldt, const float *R, size_t ldr,
+                         int32_t nr, int32_t dim, float scale, int scaled, float *out, size_t ldo) {
+    int32_t r0 = 0;
+    cpu_k1_fn fn;
+    for (; r0 < nr; r0 += TA_RB) {
+        switch (nr - r0) {
+        case 1: fn = wide ? cpu_k1_b1_TA_NV : cpu_k1_b1_1; break;
+        case 2: fn = wide ? cpu_k1_b2_TA_NV : cpu_k1_b2_1; break;
+        case 3: fn = wide ? cpu_k1_b3_TA_NV : cpu_k1_b3_1; break;
+        case 4: fn = wide ? cpu_k1_b4_TA_NV : cpu_k1_b4_1; break;
+        case 5: fn = wide ? cpu_k1_b5_TA_NV : cpu_k1_b5_1; break;
+        default: fn = wide ? cpu_k1_b6_TA_NV : cpu_k1_b6_1; break; /* TA_RB = 6 rows */
+        }
+        fn(T, ldt, R + (size_t)r0 * ldr, ldr, dim, scale, scaled, out + (size_t)r0 * ldo, ldo);
+    }
 }
 
-/* The whole tile: R rows [0, nr), nvec lane vectors of T. */
+/* The whole tile: R rows [0, nr), nvec lane vectors of T. Panels of TA_NV
+ * vectors outer, key blocks of TA_RB rows of R inner: one panel of T (dim x
+ * TA_NV vectors) serves every block, so it stays in L1. */
 static void cpu_k1(const float *T, size_t ldt, int32_t nvec, const float *R, size_t ldr, int32_t nr,
                    int32_t dim, float scale, int scaled, float *out, size_t ldo) {
-    const ta_v sc = v_set1(scale);
-    int32_t r0 = 0;
-    for (; r0 + TA_RB <= nr; r0 += TA_RB)
-        cpu_k1_rows(TA_RB, T, ldt, nvec, R + (size_t)r0 * ldr, ldr, dim, sc, scaled,
-                    out + (size_t)r0 * ldo, ldo);
-#define TA_K1_TAIL(n)                                                                              \
-    cpu_k1_rows((n), T, ldt, nvec, R + (size_t)r0 * ldr, ldr, dim, sc, scaled,                     \
-                out + (size_t)r0 * ldo, ldo)
-    switch (nr - r0) {
-    case 0: break;
-    case 1: TA_K1_TAIL(1); break;
-    case 2: TA_K1_TAIL(2); break;
-    case 3: TA_K1_TAIL(3); break;
-    case 4: TA_K1_TAIL(4); break;
-    default: TA_K1_TAIL(5); break;
+    int32_t v = 0;
+    for (; v + TA_NV <= nvec; v += TA_NV)
+        cpu_k1_panel(1, T + v * TA_VW, ldt, R, ldr, nr, dim, scale, scaled, out + v * TA_VW, ldo);
+    for (; v < nvec; ++v)
+        cpu_k1_panel(0, T + v * TA_VW, ldt, R, ldr, nr, dim, scale, scaled, out + v * TA_VW, ldo);
+}
+
+/* k1 for the forward's scores, only where they are read: per panel of lane
+ * vectors (query rows), keys [0, max n_i over the panel's rows); panels whose
+ * rows see no key of the tile are skipped (the softmax and k2 read s_ij only
+ * for j < n_i). */
+static void cpu_k1_visible(const float *T, size_t ldt, int32_t nvec, const int32_t *nvis,
+                           const float *R, size_t ldr, int32_t dim, float scale, int scaled,
+                           float *out, size_t ldo) {
+    int32_t v = 0, w, n, x;
+    for (; v < nvec; v += w) {
+        w = v + TA_NV <= nvec ? TA_NV : 1;
+        n = 0;
+        for (x = v * TA_VW; x < (v + w) * TA_VW; ++x)
+            n = nvis[x] > n ? nvis[x] : n;
+        if (n > 0)
+            cpu_k1_panel(w == TA_NV, T + v * TA_VW, ldt, R, ldr, n, dim, scale, scaled,
+                         out + v * TA_VW, ldo);
     }
-#undef TA_K1_TAIL
 }
 
 /* ---------------------------------------------------------------------- */
@@ -469,7 +514,7 @@ static void cpu_k3_t(float *out, size_t ldo, const float *C, size_t ld, const fl
  * st[j][i] holds s_ij on entry and p_ij on return.
  */
 static void cpu_fwd_softmax(const ta_cpu_fwd_ws *ws, int32_t rows) {
-    const size_t ld = ws->dm.bq_pad;
+    const size_t ld = ws->ld;
     const int32_t nvec = TA_NVEC(rows);
     int32_t v, j, x;
     for (v = 0; v < nvec; ++v) {
@@ -478,11 +523,16 @@ static void cpu_fwd_softmax(const ta_cpu_fwd_ws *ws, int32_t rows) {
         const ta_v m_old = v_load(ws->m + c0), l_old = v_load(ws->l + c0);
         ta_v m_tile = v_set1(-INFINITY), m_new, alpha, l;
         ta_m any;
-        int32_t j_max = 0;
-        for (x = 0; x < TA_VW; ++x)
+        int32_t j_max = 0, j_min = ws->nvis[c0];
+        for (x = 0; x < TA_VW; ++x) {
             j_max = ws->nvis[c0 + (size_t)x] > j_max ? ws->nvis[c0 + (size_t)x] : j_max;
-        /* step a: the tile's max over each row's visible keys */
-        for (j = 0; j < j_max; ++j) {
+            j_min = ws->nvis[c0 + (size_t)x] < j_min ? ws->nvis[c0 + (size_t)x] : j_min;
+        }
+        /* step a: the tile's max over each row's visible keys (keys below
+         * j_min are visible to every lane: no selection needed) */
+        for (j = 0; j < j_min; ++j)
+            m_tile = v_max(v_load(ws->st + (size_t)j * ld + c0), m_tile);
+        for (; j < j_max; ++j) {
             const ta_m vis = m_lt(v_set1((float)j), nf);
             m_tile = v_sel(vis, v_max(v_load(ws->st + (size_t)j * ld + c0), m_tile), m_tile);
         }
@@ -492,7 +542,13 @@ static void cpu_fwd_softmax(const ta_cpu_fwd_ws *ws, int32_t rows) {
         alpha = v_sel(any, v_exp(v_sub(m_old, m_new)), v_set1(1.0f));
         /* step c: l = l * alpha + p_j, keys ascending */
         l = v_sel(any, v_mul(l_old, alpha), l_old);
-        for (j = 0; j < j_max; ++j) {
+        for (j = 0; j < j_min; ++j) {
+            float *s = ws->st + (size_t)j * ld + c0;
+            const ta_v p = v_exp(v_sub(v_load(s), m_new));
+            l = v_add(l, p);
+            v_store(s, p);
+        }
+        for (; j < j_max; ++j) {
             float *s = ws->st + (size_t)j * ld + c0;
             const ta_v p = v_exp(v_sub(v_load(s), m_new));
             l = v_sel(m_lt(v_set1((float)j), nf), v_add(l, p), l);
@@ -556,7 +612,7 @@ static void cpu_fwd_task(const ta_plan *plan, const ta_fwd_args *a, const ta_cpu
     int32_t kt;
     size_t z;
     /* step 1 */
-    cpu_load_t(ws->qt, dm->bq_pad, a->q, p->dtype, q_row0, rows, p->head_dim);
+    cpu_load_t(ws->qt, ws->ld, a->q, p->dtype, q_row0, rows, p->head_dim);
     for (z = 0; z < dm->bq_pad; ++z) {
         ws->m[z] = -INFINITY;
         ws->l[z] = 0.0f;
@@ -575,10 +631,10 @@ static void cpu_fwd_task(const ta_plan *plan, const ta_fwd_args *a, const ta_cpu
                                p->head_dim, 0, &ldk);
         v_rows = cpu_rows_view(ws->v, dm->dv_pad, a->v, p->dtype, k_base + (size_t)col0, n_max,
                                p->head_dim_v, 1, &ldv);
-        cpu_k1(ws->qt, dm->bq_pad, TA_NVEC(rows), k_rows, ldk, n_max, p->head_dim, p->scale, 1,
-               ws->st, dm->bq_pad);
+        cpu_k1_visible(ws->qt, ws->ld, TA_NVEC(rows), ws->nvis, k_rows, ldk, p->head_dim, p->scale,
+                       1, ws->st, ws->ld);
         cpu_fwd_softmax(ws, rows);
-        cpu_k2(ws->acc, dm->dv_pad, ws->alpha, ws->st, dm->bq_pad, v_rows, ldv, ws->nvis, rows,
+        cpu_k2(ws->acc, dm->dv_pad, ws->alpha, ws->st, ws->ld, v_rows, ldv, ws->nvis, rows,
                TA_NVEC(p->head_dim_v));
     }
     /* step 3 */
@@ -777,7 +833,7 @@ static void cpu_dkdv_task(const ta_plan *plan, const ta_bwd_args *a, const ta_cp
 /* Pass 2, lanes over rows: for keys j < max n_i, P = exp(s - lse_i) and
  * dS = P * (dP - D_i) into dpt (which holds dP^T on entry). */
 static void cpu_dq_probs(const ta_cpu_dq_ws *ws, int32_t rows) {
-    const size_t ld = ws->dm.bq_pad;
+    const size_t ld = ws->ld;
     int32_t v, j, x;
     for (v = 0; v < TA_NVEC(rows); ++v) {
         const size_t c0 = (size_t)v * TA_VW;
@@ -797,13 +853,13 @@ static void cpu_dq_probs(const ta_cpu_dq_ws *ws, int32_t rows) {
 static void cpu_dq_load(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_dq_ws *ws,
                         size_t q_row0, int32_t rows) {
     const ta_problem *p = &plan->p;
-    const size_t ld = ws->dm.bq_pad;
+    const size_t ld = ws->ld;
     int32_t v, d;
     size_t z;
     cpu_load_t(ws->qt, ld, a->q, p->dtype, q_row0, rows, p->head_dim);
     cpu_load_t(ws->dot, ld, a->d_o, p->dtype, q_row0, rows, p->head_dim_v);
     cpu_load_t(ws->ot, ld, a->o, p->dtype, q_row0, rows, p->head_dim_v);
-    for (z = 0; z < ld; ++z)
+    for (z = 0; z < ws->dm.bq_pad; ++z)
         ws->lse[z] = z < (size_t)rows ? a->lse[q_row0 + z] : 0.0f;
     for (v = 0; v < TA_NVEC(rows); ++v) {
         ta_v acc = v_zero();
@@ -853,12 +909,12 @@ static void cpu_dq_task(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_
                                p->head_dim, 1, &ldk);
         v_rows = cpu_rows_view(ws->v, dm->dv_pad, a->v, p->dtype, k_base + (size_t)col0, n_max,
                                p->head_dim_v, 0, &ldv);
-        cpu_k1(ws->qt, dm->bq_pad, TA_NVEC(rows), k_rows, ldk, n_max, p->head_dim, p->scale, 1,
-               ws->st, dm->bq_pad);
-        cpu_k1(ws->dot, dm->bq_pad, TA_NVEC(rows), v_rows, ldv, n_max, p->head_dim_v, 0.0f, 0,
-               ws->dpt, dm->bq_pad);
+        cpu_k1_visible(ws->qt, ws->ld, TA_NVEC(rows), ws->nvis, k_rows, ldk, p->head_dim,
+                       p->scale, 1, ws->st, ws->ld);
+        cpu_k1_visible(ws->dot, ws->ld, TA_NVEC(rows), ws->nvis, v_rows, ldv, p->head_dim_v, 0.0f,
+                       0, ws->dpt, ws->ld);
         cpu_dq_probs(ws, rows);
-        cpu_k2(ws->dq_acc, dm->d_pad, NULL, ws->dpt, dm->bq_pad, k_rows, ldk, ws->nvis, rows,
+        cpu_k2(ws->dq_acc, dm->d_pad, NULL, ws->dpt, ws->ld, k_rows, ldk, ws->nvis, rows,
                TA_NVEC(p->head_dim));
     }
     /* step 3 */

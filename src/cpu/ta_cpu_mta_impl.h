@@ -349,7 +349,7 @@ static void cpu_mta_fwd_task(const ta_plan *plan, const ta_fwd_args *a, const ta
     /* step 1 */
     f.row_first = row0 - (c_q - 1);
     f.n_lanes = rows + c_q - 1;
-    cpu_load_t_rows(ws->qt, dm->bq_pad, a->q, p->dtype, q_slice, p->seq_q, f.row_first, f.n_lanes,
+    cpu_load_t_rows(ws->qt, ws->ld, a->q, p->dtype, q_slice, p->seq_q, f.row_first, f.n_lanes,
                     p->head_dim);
     for (z = 0; z < dm->bq_pad; ++z) {
         ws->m[z] = -INFINITY;
@@ -373,16 +373,16 @@ static void cpu_mta_fwd_task(const ta_plan *plan, const ta_fwd_args *a, const ta
             cpu_rows_view(ws->k, dm->d_pad, a->k, p->dtype, k_base + (size_t)(f.col_first + k_lo),
                           k_hi - k_lo, p->head_dim, 0, &ldk);
         /* a */
-        cpu_mta_scores(t, &f, ws->sraw, ws->ld_sraw, ws->qt, dm->bq_pad, k_rows, ldk, k_lo, k_hi,
+        cpu_mta_scores(t, &f, ws->sraw, ws->ld_sraw, ws->qt, ws->ld, k_rows, ldk, k_lo, k_hi,
                        n_keys, p->head_dim, p->scale);
         /* b: C^T[j][i], row i = row0 + i sees key col0 + j from i >= col0 + j - off - row0 */
-        cpu_conv(0, ws->st, dm->bq_pad, ws->sraw, ws->ld_sraw, w, c_q, c_k, 0, n_max,
+        cpu_conv(0, ws->st, ws->ld, ws->sraw, ws->ld_sraw, w, c_q, c_k, 0, n_max,
                  col0 - t->diag_offset - row0, rows);
         /* c */
         v_rows = cpu_rows_view(ws->v, dm->dv_pad, a->v, p->dtype, k_base + (size_t)col0, n_max,
                                p->head_dim_v, 1, &ldv);
         cpu_fwd_softmax(ws, rows);
-        cpu_k2(ws->acc, dm->dv_pad, ws->alpha, ws->st, dm->bq_pad, v_rows, ldv, ws->nvis, rows,
+        cpu_k2(ws->acc, dm->dv_pad, ws->alpha, ws->st, ws->ld, v_rows, ldv, ws->nvis, rows,
                TA_NVEC(p->head_dim_v));
     }
     /* step 3 */

@@ -28,6 +28,12 @@
 
 #include "ta_math.h"
 
+/* exp's easy range, |x| <= 86 (0x42ac0000): no special case, and e^x is a
+ * normal float (|n| <= 124) reached by one exact scaling of p. */
+#ifndef TA_EXP_EASY_BITS
+#define TA_EXP_EASY_BITS 0x42ac0000u
+#endif
+
 #define TA_AVX2_FN static inline __attribute__((target("avx2,fma"), always_inline))
 
 TA_AVX2_FN __m256i ta_avx2_i32(int32_t x) { return _mm256_set1_epi32(x); }
@@ -68,6 +74,15 @@ TA_AVX2_FN __m256 ta_avx2_exp(__m256 x) {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* step 4, when every lane has |x| <= TA_EXP_EASY (the common case): no
+     * special case applies, |n| <= 125 and p is in [0.7, 1.42], so p * 2^n1 *
+     * 2^n2 = p * 2^n is a normal float and both multiplies are exact; adding
+     * n to p's exponent field gives the same bits in one step. */
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(
+            _mm256_cmpgt_epi32(_mm256_and_si256(ux, ta_avx2_i32(0x7fffffff)),
+                               ta_avx2_i32((int32_t)TA_EXP_EASY_BITS)))) == 0)
+        return _mm256_castsi256_ps(
+            _mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(ni, 23)));
     /* step 4: n1 = ni / 2 truncated toward zero (add the sign bit, then shift
      * arithmetically), n2 = ni - n1; p * 2^n1 * 2^n2 */
     n1 = _mm256_srai_epi32(_mm256_add_epi32(ni, _mm256_srli_epi32(ni, 31)), 1);

@@ -18,6 +18,12 @@
 
 #include "ta_math.h"
 
+/* exp's easy range, |x| <= 86 (0x42ac0000): no special case, and e^x is a
+ * normal float (|n| <= 124) reached by one exact scaling of p. */
+#ifndef TA_EXP_EASY_BITS
+#define TA_EXP_EASY_BITS 0x42ac0000u
+#endif
+
 #define TA_AVX512_FN static inline __attribute__((target("avx512f,avx2,fma"), always_inline))
 
 TA_AVX512_FN __m512i ta_avx512_i32(int32_t x) { return _mm512_set1_epi32(x); }
@@ -57,6 +63,11 @@ TA_AVX512_FN __m512 ta_avx512_exp(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    /* step 4, when every lane has |x| <= TA_EXP_EASY (no special case; see
+     * ta_cpu_vmath_avx2.h): p * 2^n in one exact scaling */
+    if (_mm512_cmple_epu32_mask(_mm512_and_si512(ux, ta_avx512_i32(0x7fffffff)),
+                                ta_avx512_i32((int32_t)TA_EXP_EASY_BITS)) == 0xffff)
+        return _mm512_scalef_ps(p, n);
     /* step 4: n1 = ni / 2 (C truncation), n2 = ni - n1 */
     n1 = _mm512_srai_epi32(_mm512_add_epi32(ni, _mm512_srli_epi32(ni, 31)), 1);
     n2 = _mm512_sub_epi32(ni, n1);
