@@ -94,57 +94,6 @@ TA_DEV void ta_cuda_mta_load_w(float *w_s, const float *conv_w, int32_t h, int32
     __syncthreads();
 }
 
-/*
- * One 64 x 64 tile of dot products over n features, for tiles whose rows may
- * stick out of the tensor on either side (the MTA halos):
- *
- *   acc[r][c] = dot(A row 4*ty + r, B row 4*tx + c, n)   (+0, fmaf, f ascending)
- *
- * A row x (0 <= x < 64) is element (a_first + x) * n + f of tensor a if
- * a_lo <= x < a_hi, else a zero row (never read; a_first + x may then be
- * negative). Likewise B with b_first, b_lo, b_hi. Staged as
- * ta_cuda_dot_tile (cuda/ta_cuda_tile.cuh) does: same chunks, same order.
- */
-template <int DT>
-TA_DEV void ta_cuda_mta_dot_tile(float acc[4][4], const void *a, int64_t a_first, int32_t a_lo,
-                                 int32_t a_hi, const void *b, int64_t b_first, int32_t b_lo,
-                                 int32_t b_hi, int32_t n, float *stage) {
-    float *sa = stage, *sb = stage + TA_CUDA_FCHUNK * TA_CUDA_LDT;
-    const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
-#pragma unroll
-    for (int r = 0; r < 4; ++r)
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-            acc[r][c] = 0.0f;
-    for (int32_t f0 = 0; f0 < n; f0 += TA_CUDA_FCHUNK) {
-        const int nf = (int)ta_tiling_min_i32(TA_CUDA_FCHUNK, n - f0);
-        __syncthreads(); /* the previous chunk (or phase) is done with stage */
-        for (int e = tid; e < TA_CUDA_TILE * TA_CUDA_FCHUNK; e += TA_CUDA_THREADS) {
-            const int row = e / TA_CUDA_FCHUNK, f = e % TA_CUDA_FCHUNK;
-            float va = 0.0f, vb = 0.0f;
-            if (f < nf) {
-                if (row >= a_lo && row < a_hi)
-                    va = ta_cuda_load<DT>(a, (size_t)(a_first + row) * (size_t)n + (size_t)(f0 + f));
-                if (row >= b_lo && row < b_hi)
-                    vb = ta_cuda_load<DT>(b, (size_t)(b_first + row) * (size_t)n + (size_t)(f0 + f));
-            }
-            sa[f * TA_CUDA_LDT + row] = va;
-            sb[f * TA_CUDA_LDT + row] = vb;
-        }
-        __syncthreads();
-        if (nf == TA_CUDA_FCHUNK) {
-#pragma unroll 8
-            for (int f = 0; f < TA_CUDA_FCHUNK; ++f)
-                ta_cuda_fma_4x4(acc, *reinterpret_cast<const float4 *>(sa + f * TA_CUDA_LDT + 4 * ty),
-                                *reinterpret_cast<const float4 *>(sb + f * TA_CUDA_LDT + 4 * tx));
-        } else {
-            for (int f = 0; f < nf; ++f)
-                ta_cuda_fma_4x4(acc, *reinterpret_cast<const float4 *>(sa + f * TA_CUDA_LDT + 4 * ty),
-                                *reinterpret_cast<const float4 *>(sb + f * TA_CUDA_LDT + 4 * tx));
-        }
-    }
-}
-
 /* A loaded region of the score matrix, absolute indices (docs/tiling.md):
  * rows [row_load0, row_load0 + rows_load), columns [col_load0, col_load0 +
  * cols_load); either may stick out of the sequence (zero padding). */
@@ -165,7 +114,7 @@ typedef struct ta_cuda_mta_region {
  * index of row 0 of this (batch, head) in [B, H, S_q] / [B, H_kv, S_k] (times
  * dim gives the element). Rows and keys outside the sequence are never read.
  * s: [64][lds] with lds >= round_up(cols_load, 64); other columns untouched.
- * 64 columns per dot tile (ta_cuda_mta_dot_tile, through stage[TA_CUDA_DOT_BUF]).
+ * 64 columns per dot tile (ta_cuda_dot_tile_range, through stage[TA_CUDA_DOT_BUF]).
  * Ends without a barrier: __syncthreads() before reading s.
  */
 template <int DT>
@@ -190,8 +139,8 @@ TA_DEV void ta_cuda_mta_scores(float *s, int32_t lds, const void *q, size_t q_sl
         const int32_t b_hi = ta_tiling_min_i32(ta_tiling_min_i32(TA_CUDA_TILE, g.cols_load - c0),
                                                t->seq_k - j0);
         float acc[4][4];
-        ta_cuda_mta_dot_tile<DT>(acc, q, (int64_t)q_slice + g.row_load0, a_lo, a_hi, k,
-                                 (int64_t)k_slice + j0, b_lo, b_hi, dim, stage);
+        ta_cuda_dot_tile_range<DT>(acc, q, (int64_t)q_slice + g.row_load0, a_lo, a_hi, k,
+                                   (int64_t)k_slice + j0, b_lo, b_hi, dim, stage);
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
             float v[4];

@@ -196,57 +196,30 @@ TA_DEV ta_mta_bufs ta_mta_carve(float *base, const ta_mta_smem &m) {
  * Dot products of a rectangle: for x < n_a, y < n_b,
  *   epi(x, y, dot(A[a_row0 + x], B[b_row0 + y], n_feat))    (+0, fmaf, f ascending)
  * A row r is element (a_slice + r) * n_feat + f of a; rows outside [0, a_seq)
- * are zero and never read (likewise B). Covered in 64 x 64 tiles with the
- * staging of ta_cuda_dot_tile (features in chunks of 32, transposed, float4
- * reads); each thread owns a 4 x 4 micro-tile (rows 4ty + r, columns 4tx + c).
+ * are zero and never read (likewise B). Covered in 64 x 64 tiles, one
+ * ta_cuda_dot_tile_range each; each thread owns a 4 x 4 micro-tile (rows
+ * 4ty + r, columns 4tx + c).
  */
 template <int DT, typename Epi>
 TA_DEV void ta_mta_dot_rect(const void *a, size_t a_slice, int32_t a_seq, int32_t a_row0,
                             int32_t n_a, const void *b, size_t b_slice, int32_t b_seq,
                             int32_t b_row0, int32_t n_b, int32_t n_feat, float *stage,
                             const Epi &epi) {
-    float *sa = stage, *sb = stage + TA_CUDA_FCHUNK * TA_CUDA_LDT;
-    const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
+    const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
     for (int32_t ta0 = 0; ta0 < n_a; ta0 += TA_CUDA_TILE) {
+        /* tile rows x read A row a_row0 + ta0 + x: x < n_a - ta0, inside [0, a_seq) */
+        const int32_t ra0 = a_row0 + ta0;
+        const int32_t a_lo = ta_tiling_max_i32(0, -ra0);
+        const int32_t a_hi = ta_tiling_min_i32(ta_tiling_min_i32(TA_CUDA_TILE, n_a - ta0),
+                                               a_seq - ra0);
         for (int32_t tb0 = 0; tb0 < n_b; tb0 += TA_CUDA_TILE) {
+            const int32_t rb0 = b_row0 + tb0;
+            const int32_t b_lo = ta_tiling_max_i32(0, -rb0);
+            const int32_t b_hi = ta_tiling_min_i32(ta_tiling_min_i32(TA_CUDA_TILE, n_b - tb0),
+                                                   b_seq - rb0);
             float acc[4][4];
-#pragma unroll
-            for (int r = 0; r < 4; ++r)
-#pragma unroll
-                for (int c = 0; c < 4; ++c)
-                    acc[r][c] = 0.0f;
-            for (int32_t f0 = 0; f0 < n_feat; f0 += TA_CUDA_FCHUNK) {
-                const int nf = (int)ta_tiling_min_i32(TA_CUDA_FCHUNK, n_feat - f0);
-                __syncthreads(); /* the previous chunk (or phase) is done with stage */
-                for (int e = tid; e < TA_CUDA_TILE * TA_CUDA_FCHUNK; e += TA_CUDA_THREADS) {
-                    const int row = e / TA_CUDA_FCHUNK, f = e % TA_CUDA_FCHUNK;
-                    const int32_t ra = a_row0 + ta0 + row, rb = b_row0 + tb0 + row;
-                    float va = 0.0f, vb = 0.0f;
-                    if (f < nf) {
-                        if (ta0 + row < n_a && ra >= 0 && ra < a_seq)
-                            va = ta_cuda_load<DT>(a, (a_slice + (size_t)ra) * (size_t)n_feat +
-                                                         (size_t)(f0 + f));
-                        if (tb0 + row < n_b && rb >= 0 && rb < b_seq)
-                            vb = ta_cuda_load<DT>(b, (b_slice + (size_t)rb) * (size_t)n_feat +
-                                                         (size_t)(f0 + f));
-                    }
-                    sa[f * TA_CUDA_LDT + row] = va;
-                    sb[f * TA_CUDA_LDT + row] = vb;
-                }
-                __syncthreads();
-                if (nf == TA_CUDA_FCHUNK) {
-#pragma unroll 8
-                    for (int f = 0; f < TA_CUDA_FCHUNK; ++f)
-                        ta_cuda_fma_4x4(
-                            acc, *reinterpret_cast<const float4 *>(sa + f * TA_CUDA_LDT + 4 * ty),
-                            *reinterpret_cast<const float4 *>(sb + f * TA_CUDA_LDT + 4 * tx));
-                } else {
-                    for (int f = 0; f < nf; ++f)
-                        ta_cuda_fma_4x4(
-                            acc, *reinterpret_cast<const float4 *>(sa + f * TA_CUDA_LDT + 4 * ty),
-                            *reinterpret_cast<const float4 *>(sb + f * TA_CUDA_LDT + 4 * tx));
-                }
-            }
+            ta_cuda_dot_tile_range<DT>(acc, a, (int64_t)a_slice + ra0, a_lo, a_hi, b,
+                                       (int64_t)b_slice + rb0, b_lo, b_hi, n_feat, stage);
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
                 const int32_t x = ta0 + 4 * ty + r;

@@ -137,28 +137,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         }
         /* step 6: o = acc / l (IEEE division), lse = m + log(l); unseen rows: 0, -inf */
         __syncthreads();
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const int x = 4 * ty + r;
-            if (x >= rows) continue;
-            const float m = m_run[x], l = l_run[x];
-            const bool seen = m != ta_f32_from_bits(0xff800000u);
-#pragma unroll
-            for (int s = 0; s < NS; ++s)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int32_t f = s * TA_CUDA_SLOT + 4 * tx + e;
-                    if (f < p.head_dim_v)
-                        ta_cuda_store<DT>(p.o, (q_first + (size_t)x) * (size_t)p.head_dim_v + (size_t)f,
-                                          seen ? acc[r][s][e] / l : 0.0f);
-                }
-        }
-        if (p.lse && tid < rows) {
-            const float m = m_run[tid];
-            p.lse[q_first + (size_t)tid] = m != ta_f32_from_bits(0xff800000u)
-                                               ? m + ta_log(l_run[tid])
-                                               : ta_f32_from_bits(0xff800000u);
-        }
+        ta_cuda_fwd_store_rows<DT, NS>(p.o, p.lse, q_first, rows, p.head_dim_v, acc, m_run, l_run);
     }
 }
 

@@ -101,22 +101,24 @@ TA_DEV void ta_cuda_fma_4x4(float acc[4][4], const float4 a, const float4 b) {
 }
 
 /*
- * One 64 x 64 tile of dot products over n features:
+ * One 64 x 64 tile of dot products over n features, rows in a range:
  *
  *   acc[r][c] = dot(A[4*ty + r], B[4*tx + c], n)      (ta_ref_dot: +0, fmaf, f ascending)
  *
- * A row x is element (a_first + x) * n + f of tensor a (rows of n features);
- * rows x >= a_rows are not read (they give 0 and must not be used), and
- * likewise for B. Operands are staged through stage[TA_CUDA_DOT_BUF] in
- * chunks of TA_CUDA_FCHUNK features, transposed ([f][row], stride LDT) so a
- * thread reads its 4 rows as one float4. Warps read global memory along f
- * (coalesced); the transposing stores have 4-way bank conflicts, once per
- * element per chunk, against 64 float4 reads of it.
+ * A row x (0 <= x < 64) is element (a_first + x) * n + f of tensor a (rows of
+ * n features) if a_lo <= x < a_hi; other rows are not read (they give 0 and
+ * must not be used; a_first + x may be negative there, as for the MTA halos
+ * above row 0). Likewise B with b_first, b_lo, b_hi. Operands are staged
+ * through stage[TA_CUDA_DOT_BUF] in chunks of TA_CUDA_FCHUNK features,
+ * transposed ([f][row], stride LDT) so a thread reads its 4 rows as one
+ * float4. Warps read global memory along f (coalesced); the transposing stores
+ * have 4-way bank conflicts, once per element per chunk, against 64 float4
+ * reads of it.
  */
 template <int DT>
-TA_DEV void ta_cuda_dot_tile(float acc[4][4], const void *a, size_t a_first, int32_t a_rows,
-                             const void *b, size_t b_first, int32_t b_rows, int32_t n,
-                             float *stage) {
+TA_DEV void ta_cuda_dot_tile_range(float acc[4][4], const void *a, int64_t a_first, int32_t a_lo,
+                                   int32_t a_hi, const void *b, int64_t b_first, int32_t b_lo,
+                                   int32_t b_hi, int32_t n, float *stage) {
     float *sa = stage, *sb = stage + TA_CUDA_FCHUNK * TA_CUDA_LDT;
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
 #pragma unroll
@@ -131,10 +133,10 @@ TA_DEV void ta_cuda_dot_tile(float acc[4][4], const void *a, size_t a_first, int
             const int row = e / TA_CUDA_FCHUNK, f = e % TA_CUDA_FCHUNK;
             float va = 0.0f, vb = 0.0f;
             if (f < nf) {
-                if (row < a_rows)
-                    va = ta_cuda_load<DT>(a, (a_first + (size_t)row) * (size_t)n + (size_t)(f0 + f));
-                if (row < b_rows)
-                    vb = ta_cuda_load<DT>(b, (b_first + (size_t)row) * (size_t)n + (size_t)(f0 + f));
+                if (row >= a_lo && row < a_hi)
+                    va = ta_cuda_load<DT>(a, (size_t)(a_first + row) * (size_t)n + (size_t)(f0 + f));
+                if (row >= b_lo && row < b_hi)
+                    vb = ta_cuda_load<DT>(b, (size_t)(b_first + row) * (size_t)n + (size_t)(f0 + f));
             }
             sa[f * TA_CUDA_LDT + row] = va;
             sb[f * TA_CUDA_LDT + row] = vb;
@@ -151,6 +153,15 @@ TA_DEV void ta_cuda_dot_tile(float acc[4][4], const void *a, size_t a_first, int
                                 *reinterpret_cast<const float4 *>(sb + f * TA_CUDA_LDT + 4 * tx));
         }
     }
+}
+
+/* The common case: rows [0, a_rows) of A and [0, b_rows) of B. */
+template <int DT>
+TA_DEV void ta_cuda_dot_tile(float acc[4][4], const void *a, size_t a_first, int32_t a_rows,
+                             const void *b, size_t b_first, int32_t b_rows, int32_t n,
+                             float *stage) {
+    ta_cuda_dot_tile_range<DT>(acc, a, (int64_t)a_first, 0, a_rows, b, (int64_t)b_first, 0, b_rows,
+                               n, stage);
 }
 
 /* Where the features of register slot s come from: tensor base, row length
@@ -284,6 +295,41 @@ TA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols, const
                 }
             }
         }
+    }
+}
+
+/*
+ * The forward's last step for 64 rows (after a barrier that published m_run,
+ * l_run): o = acc / l (IEEE division) rounded once to the storage dtype, and
+ * lse = m + log(l); a row that saw no key (m = -inf) gets o = 0, lse = -inf.
+ * Rows x < rows, starting at row q_first of [B, H, S_q]; lse may be NULL.
+ */
+template <int DT, int NS>
+TA_DEV void ta_cuda_fwd_store_rows(void *o, float *lse, size_t q_first, int32_t rows,
+                                   int32_t head_dim_v, const float (&acc)[4][NS][4],
+                                   const float *m_run, const float *l_run) {
+    const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const int x = 4 * ty + r;
+        if (x >= rows) continue;
+        const float m = m_run[x], l = l_run[x];
+        const bool seen = m != ta_f32_from_bits(0xff800000u);
+#pragma unroll
+        for (int s = 0; s < NS; ++s)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int32_t f = s * TA_CUDA_SLOT + 4 * tx + e;
+                if (f < head_dim_v)
+                    ta_cuda_store<DT>(o, (q_first + (size_t)x) * (size_t)head_dim_v + (size_t)f,
+                                      seen ? acc[r][s][e] / l : 0.0f);
+            }
+    }
+    if (lse && tid < rows) {
+        const float m = m_run[tid];
+        lse[q_first + (size_t)tid] = m != ta_f32_from_bits(0xff800000u)
+                                         ? m + ta_log(l_run[tid])
+                                         : ta_f32_from_bits(0xff800000u);
     }
 }
 
