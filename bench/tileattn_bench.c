@@ -11,7 +11,7 @@
  *   - REF itself: its first run *is* the reference; every later run must be
  *     bit-identical to it (run-to-run determinism), and the reference may hold
  *     no NaN (a NaN means an output was left unwritten: poison survived).
- *   - other backends: bit-identical to REF (TA_PRECISION_EXACT, DESIGN.md 3),
+ *   - other backends: bit-identical to REF (TA_PRECISION_EXACT, docs/design.md 3),
  *     else MISMATCH with the max abs difference.
  * Every backward gets the same inputs: REF's forward o and lse, a random d_o.
  *
@@ -441,7 +441,7 @@ static void tensor_set(tensor_info *t, const char *name, elem_kind kind, ta_dtyp
     t->bytes = t->elems * elem_bytes(kind, dt);
 }
 
-/* Shapes of every tensor (DESIGN.md 2). Called after the library validated p, so
+/* Shapes of every tensor (docs/design.md 2). Called after the library validated p, so
  * the products fit size_t (it checks them). Unused tensors get 0 bytes. */
 static void tensors_describe(const ta_problem *p, int has_seqlens, int fwd_only, tensor_info *t) {
     const int32_t B = p->batch, H = p->heads_q, Hk = p->heads_kv, Sq = p->seq_q, Sk = p->seq_k;

@@ -7,7 +7,7 @@
  * access, shared-memory convention: every phase that writes a shared buffer
  * starts with __syncthreads()).
  *
- * Exactness (DESIGN.md 3): every output is one register of one thread running
+ * Exactness (docs/design.md 3): every output is one register of one thread running
  * the reference's scalar sequence:
  *   raw score  S[r][j] = scale * dot(q_r, k_j, D)   (ta_ref_scores: +0, fmaf, d
  *              ascending, then one multiply)  if visible, else +0

@@ -7,7 +7,7 @@
  * One block per (batch b, query head h, CUDA Q tile). The k tiles are the
  * plan's (block_k loaded columns, cols_eff = block_k - 2P: the contract fixes
  * where the online softmax rescales); the rows are the backend's choice (rows
- * are independent, DESIGN.md 3.5): a CUDA Q tile loads 64 rows, c_q - 1 halo
+ * are independent, docs/design.md 3.5): a CUDA Q tile loads 64 rows, c_q - 1 halo
  * rows on top of 64 - (c_q - 1) effective ones, so the tiling this kernel runs
  * is ta_tiling_make(S_q, S_k, 64, block_k, c_q, c_k, causal, TA_TILING_FWD)
  * and each row tile's k-tile range is ta_tile_k_end. For each k tile,

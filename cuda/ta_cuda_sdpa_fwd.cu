@@ -5,7 +5,7 @@
  * One block per (batch b, query head h, CUDA Q tile) of 64 rows. The k tiles are
  * the plan's (cols_eff = block_k: the contract fixes where the online softmax
  * rescales); the rows are the backend's choice (rows are independent,
- * DESIGN.md 3.5), so the tiling this kernel runs is
+ * docs/design.md 3.5), so the tiling this kernel runs is
  * ta_tiling_make(S_q, S_k, 64, block_k, ...) and its k-tile range per row tile
  * comes from ta_tile_k_end. For each k tile, ascending:
  *   1. scores   s[i][j] = scale * dot(q_i, k_j, D)   threads over (i, j)

@@ -7,7 +7,7 @@
  * columns x rows); each thread owns a 4 x 4 micro-tile of it, so the
  * micro-tile's row slot r is 4*ty + r and its column slot c is 4*tx + c.
  *
- * Exactness (DESIGN.md 3): threads split independent outputs only. Every
+ * Exactness (docs/design.md 3): threads split independent outputs only. Every
  * output element is one register (or one shared-memory word) that runs its
  * scalar sequence of the reference alone, in the reference's order:
  *   - ta_cuda_dot_tile: for each (r, c), acc = 0; for f ascending:

@@ -45,8 +45,9 @@ typedef enum ta_status {
                                          pointer alignment or buffer overlap is invalid,
                                          or (CUDA) a pointer the device cannot read */
     TA_ERR_UNSUPPORTED = -4,        /**< valid but not supported: head_dim > 256, tile
-                                         size, conv size or an operation not (yet)
-                                         implemented on this backend */
+                                         size, conv size, or an operation this backend
+                                         does not implement (e.g. a trace on a non-REF
+                                         backend) */
     TA_ERR_OVERFLOW = -5,           /**< a tensor or workspace size overflows size_t,
                                          or a length exceeds TA_SEQ_MAX */
     TA_ERR_WORKSPACE_SIZE = -6,     /**< workspace_bytes is smaller than the query said */
@@ -63,9 +64,11 @@ const char *ta_status_string(ta_status s);
 typedef enum ta_dtype { TA_F32 = 0, TA_F16 = 1, TA_BF16 = 2 } ta_dtype;
 
 typedef enum ta_backend {
-    TA_BACKEND_REF = 0,  /**< scalar C11 reference: the executable specification */
-    TA_BACKEND_CPU = 1,  /**< AVX2/AVX-512 + OpenMP (scalar fallback elsewhere); SDPA only so far */
-    TA_BACKEND_CUDA = 2  /**< NVIDIA GPU, sm_80+; SDPA only so far */
+    TA_BACKEND_REF = 0, /**< scalar C11 reference: the executable specification */
+    TA_BACKEND_CPU = 1, /**< AVX2/AVX-512 + OpenMP (scalar fallback elsewhere); SDPA and
+                             MTA conv, forward and backward; bit-identical to REF */
+    TA_BACKEND_CUDA = 2 /**< NVIDIA GPU, sm_80+; SDPA and MTA conv, forward and backward;
+                             bit-identical to REF in TA_PRECISION_EXACT */
 } ta_backend;
 
 typedef enum ta_precision {

@@ -2,7 +2,7 @@
  * Shared scalar math: the library's own exp and log, and the storage-dtype
  * conversions. One source, compiled for the host (C11) and the device (CUDA):
  * every backend that needs these calls exactly these operation sequences, so
- * results are bit-identical (DESIGN.md section 3, docs/exactness.md).
+ * results are bit-identical (docs/design.md section 3, docs/exactness.md).
  *
  * Rules for this file: only IEEE-754 single operations with a correctly rounded
  * result (+, -, *, /, fmaf, exact int <-> float conversions), comparisons and

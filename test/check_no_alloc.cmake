@@ -1,4 +1,4 @@
-# The archive references no allocator (DESIGN.md section 4).
+# The archive references no allocator (docs/design.md section 4).
 #
 #   cmake -DARCHIVE=libtileattn.a -DNM=/usr/bin/nm -P check_no_alloc.cmake
 #

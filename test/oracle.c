@@ -63,7 +63,7 @@ double *ta_oracle_widen(const void *buf, ta_dtype dt, size_t n) {
 /* |x| in magnitude mode, x otherwise. */
 static double ta_oracle_term(const ta_oracle_slice *sl, double x) { return sl->mag ? fabs(x) : x; }
 
-/* DESIGN.md 2: query row r sits at r + S_k - S_q; causal sees j <= that;
+/* docs/design.md 2: query row r sits at r + S_k - S_q; causal sees j <= that;
  * keys at or past key_len are masked. */
 static int ta_oracle_visible(const ta_problem *p, int32_t key_len, int32_t r, int32_t j) {
     if (j >= key_len) return 0;
@@ -102,7 +102,7 @@ static double ta_oracle_at(const ta_problem *p, const double *x, int64_t r, int6
     return x[(size_t)r * (size_t)p->seq_k + (size_t)j];
 }
 
-/* Step 2, MTA (DESIGN.md 2): C[i,j] = sum_{a,b} w[a,b] S[i-(c_q-1-a), j+b-P] on
+/* Step 2, MTA (docs/design.md 2): C[i,j] = sum_{a,b} w[a,b] S[i-(c_q-1-a), j+b-P] on
  * the visible (i, j), with S already 0 wherever its own (row, column) pair is
  * masked (step 1); |C| likewise from |w| and |S|. The softmax mask after the
  * conv is the same predicate at (i, j): causal and key length. */

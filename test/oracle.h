@@ -1,11 +1,11 @@
 /*
- * Float64 naive oracle, straight from DESIGN.md section 2: for each
+ * Float64 naive oracle, straight from docs/design.md section 2: for each
  * (batch, query head) it materialises the whole score matrix and runs
  *
  *     scores S  ->  transform C = T(S)  ->  masked softmax P  ->  o = P V
  *
  * The transform is the identity for plain SDPA and the MTA key-query conv
- * (DESIGN.md section 2) when p->conv_q, p->conv_k are set:
+ * (docs/design.md section 2) when p->conv_q, p->conv_k are set:
  *
  *   S[r,j] = scale <q_r, k_j> if vis(r, j), else 0         (mask before the conv:
  *                                                            each shifted score's own pair)

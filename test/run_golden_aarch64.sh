@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Golden hashes on another architecture (DESIGN.md 7, issue 3 item 4): cross-compiles
+# Golden hashes on another architecture (docs/design.md 7, issue 3 item 4): cross-compiles
 # the library and test_golden for aarch64 with the project's own CMake (static
 # link, no CUDA, no OpenMP), at -O3 (Release) and -O0 (Debug), and runs each under
 # qemu-aarch64 (user-mode emulation) against test/golden/hashes.txt, the file the

@@ -1,5 +1,5 @@
 /*
- * The CPU backend returns the reference backend's bits (DESIGN.md 3).
+ * The CPU backend returns the reference backend's bits (docs/design.md 3).
  *
  *   1. the vector widening (f16, bf16 -> f32) of every ISA path equals the
  *      scalar one on all 2^16 inputs; vector exp/log on a strided sample

@@ -1,5 +1,5 @@
 /*
- * CUDA backend, TA_PRECISION_EXACT: bit-identical to TA_BACKEND_REF (DESIGN.md 3),
+ * CUDA backend, TA_PRECISION_EXACT: bit-identical to TA_BACKEND_REF (docs/design.md 3),
  * label cuda.
  *
  * For every problem: fresh random inputs (replayable: the run's seed and the

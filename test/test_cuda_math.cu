@@ -1,5 +1,5 @@
 /*
- * Device math equals host math, bit for bit (DESIGN.md 3.4), label cuda.
+ * Device math equals host math, bit for bit (docs/design.md 3.4), label cuda.
  *
  * Kernels evaluate ta_exp, ta_log, f32 -> f16 and f32 -> bf16 on all 2^32
  * float inputs (in chunks) and f16 -> f32, bf16 -> f32 on all 2^16 inputs; the

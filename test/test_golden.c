@@ -1,12 +1,12 @@
 /*
- * Golden hashes of reference outputs (DESIGN.md 7; issue 3 item 4).
+ * Golden hashes of reference outputs (docs/design.md 7; issue 3 item 4).
  *
  * A fixed list of problems (SDPA and MTA, every dtype, GQA, seqlens_k, S_q != S_k
  * both ways, odd sizes, default and non-power-of-two tiles) runs a forward and a
  * backward on TA_BACKEND_REF; the raw bytes of every output (o, lse, dq, dk, dv,
  * dconv_w) are hashed with FNV-1a 64. The expected hashes are checked in under
  * test/golden/hashes.txt, so equal hashes under gcc and clang, -O0 and -O3, and
- * on another architecture show the exactness contract (DESIGN.md 3) holds there.
+ * on another architecture show the exactness contract (docs/design.md 3) holds there.
  *
  * The inputs must themselves be bit-exact everywhere: every value is a small
  * integer from the in-tree PRNG (ta_rng, splitmix64: integer arithmetic only)

@@ -1,6 +1,6 @@
 /*
  * Exhaustive accuracy of ta_exp and ta_log: all 2^32 float inputs against
- * double-precision exp/log (DESIGN.md 3.4, docs/exactness.md).
+ * double-precision exp/log (docs/design.md 3.4, docs/exactness.md).
  *
  *   normal outputs     max error in ulp of the exact result, must be <= 2
  *   subnormal outputs  max error in units of 2^-149, must be <= 1

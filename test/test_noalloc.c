@@ -1,5 +1,5 @@
 /*
- * No heap allocation inside any library call (DESIGN.md section 4).
+ * No heap allocation inside any library call (docs/design.md section 4).
  *
  * Everything the calls need is allocated first. Then the program writes the
  * marker line TA_NOALLOC_BEGIN to stderr with write(2) (unbuffered, no stdio),

@@ -255,7 +255,7 @@ static void fill_kernel(ta_rng *r, tcase *tc) {
     }
 }
 
-/* The identity kernel: w[h][c_q-1][P] = 1, all else 0 (DESIGN.md 2). */
+/* The identity kernel: w[h][c_q-1][P] = 1, all else 0 (docs/design.md 2). */
 static void identity_kernel(tcase *tc) {
     const int32_t cq = tc->p.conv_q, ck = tc->p.conv_k;
     size_t h;
@@ -324,7 +324,7 @@ static void check_traces(const tcase *tc, const ta_trace *tf, const ta_trace *tb
     free(grid);
 }
 
-/* Other tiles (DESIGN.md 3.5, docs/mta.md): rows are independent, so another
+/* Other tiles (docs/design.md 3.5, docs/mta.md): rows are independent, so another
  * block_q leaves the forward's bits alone; dq, dk, dv sum over full ranges in
  * one accumulator, so from the same o and lse they are bitwise the same under
  * any tiles; dconv_w's partials are cut per tile pair and the forward's online

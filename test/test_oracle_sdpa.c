@@ -200,7 +200,7 @@ static void check_traces(const tcase *tc, const ta_trace *tf, const ta_trace *tb
 /* One problem                                                             */
 /* ---------------------------------------------------------------------- */
 
-/* Other tiles. The contract (DESIGN.md 3.5): only block_k may change bits,
+/* Other tiles. The contract (docs/design.md 3.5): only block_k may change bits,
  * and only the forward's (where the online softmax rescales); the backward's
  * sums run over full ranges in one accumulator, so from the same o and lse it
  * is bit-identical under any tiles. Agreement with the oracle must hold. */

@@ -1,6 +1,6 @@
 /*
  * Invariants of the tiling descriptor (include/tileattn_tiling.h), checked
- * exhaustively over the supported domain (DESIGN.md section 5, docs/tiling.md).
+ * exhaustively over the supported domain (docs/design.md section 5, docs/tiling.md).
  *
  *   A. make      ta_tiling_make accepts exactly the valid geometries, with the
  *                documented status otherwise, and writes nothing when it refuses.
@@ -25,7 +25,7 @@
  *   H. edges     windowed B, C, E checks at S = TA_SEQ_MAX and neighbours.
  *
  * The expected values come from the test's own statement of the rules (the
- * spec_* functions, written from DESIGN.md sections 2 and 5), never from the
+ * spec_* functions, written from docs/design.md sections 2 and 5), never from the
  * header's arithmetic. Usage: test_tiling [--quick]   (seconds; sanitizer builds)
  */
 #include <stdarg.h>
@@ -65,7 +65,7 @@ enum {
     CK_HALO_COLS,    /* loaded columns cover j-P..j+P (bwd j-2P..j+2P) */
     CK_LOAD_EXTENT,  /* loaded extent <= block size */
     CK_CROSS,        /* a direction's geometry ignores the other direction's parameters */
-    CK_VISIBLE,      /* ta_tiling_visible equals the DESIGN.md mask */
+    CK_VISIBLE,      /* ta_tiling_visible equals the docs/design.md mask */
     CK_LAST_VISIBLE, /* ta_tile_last_visible_col is the last key any effective row sees */
     CK_K_END,        /* kt < k_end(qt) iff the pair holds a visible (row, key) */
     CK_Q_BEGIN,      /* qt >= q_begin(kt) iff the pair holds a visible (row, key) */
@@ -124,7 +124,7 @@ static void report(tally *tl, int check, int line, const char *fmt, ...) {
     } while (0)
 
 /* ------------------------------------------------------------------------ */
-/* The supported domain and the spec (DESIGN.md 2 and 5), independent of the header. */
+/* The supported domain and the spec (docs/design.md 2 and 5), independent of the header. */
 
 /* Tile sizes: every integer in [8, 256] (docs/api.md), 249 values, not only powers of
  * two. The densest checks (B/C to S = 1100, D, E2) run on a representative subset:
@@ -200,7 +200,7 @@ static int make(const geom *g, ta_tiling *t) {
                           g->splits);
 }
 
-/* The mask of DESIGN.md 2: query row r sits at absolute position r + S_k - S_q under
+/* The mask of docs/design.md 2: query row r sits at absolute position r + S_k - S_q under
  * the causal mask and sees keys j <= r + S_k - S_q; keys at or past key_len
  * (seqlens_k[b] <= S_k) are masked. */
 static int spec_visible(const geom *g, int64_t r, int64_t j, int64_t key_len) {
@@ -905,7 +905,7 @@ static void group_skip_all_blocks(const limits *lim) {
     }
 }
 
-/* The DESIGN.md mask vs ta_tiling_visible on every (r, j) around a small problem,
+/* The docs/design.md mask vs ta_tiling_visible on every (r, j) around a small problem,
  * and the prefix shape the other checks rely on. */
 static void group_visible(const limits *lim) {
     tally tl;

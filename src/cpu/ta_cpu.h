@@ -9,7 +9,7 @@
  *   ta_cpu_avx2.c    8 lanes (-mavx2 -mfma)
  *   ta_cpu_avx512.c  16 lanes (-mavx512f -mavx2 -mfma)
  *
- * All three produce the bits of TA_BACKEND_REF (DESIGN.md 3): lanes run over
+ * All three produce the bits of TA_BACKEND_REF (docs/design.md 3): lanes run over
  * independent outputs only, and every lane performs the reference's scalar
  * operation sequence.
  */
@@ -165,7 +165,7 @@ void ta_cpu_dims_of(const ta_plan *plan, const ta_tiling *t, int32_t q_group, ta
  * this plan and thread count: up to TA_CPU_Q_GROUP_MAX tiles and 256 rows,
  * while there are at least two tasks per thread. Each K tile is then loaded
  * once for all of them. Rows are independent and row tiling is free
- * (DESIGN.md 3.5), so this changes no bit; it is part of the workspace layout
+ * (docs/design.md 3.5), so this changes no bit; it is part of the workspace layout
  * (query and call compute the same value). */
 int32_t ta_cpu_q_group(const ta_plan *plan, const ta_tiling *t, int32_t n_threads);
 /* conv: 1 carves the MTA raw-score tile (sraw) too. */
