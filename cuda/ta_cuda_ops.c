@@ -18,8 +18,7 @@
 static int ta_cuda_available(void) { return ta_cuda_compiled() && ta_cuda_device_present(); }
 
 static int ta_cuda_supports(const ta_plan *plan) {
-    (void)plan;
-    return 1;
+    return !plan->has_window && !plan->strided; /* windows, strides: REF only so far */
 }
 
 /* The one forward layout routine: sizes (base NULL) and carves (base set). */

@@ -6,7 +6,8 @@
  * so this header never includes CUDA headers.
  *
  * Conventions used throughout:
- *   - Tensors are row-major and contiguous:
+ *   - Tensors are row-major; contiguous unless the call's ta_strides say otherwise
+ *     (the feature dimension is always contiguous):
  *       q   [B, H,    S_q, D ]      k [B, H_kv, S_k, D ]      v [B, H_kv, S_k, D_v]
  *       o   [B, H,    S_q, D_v]   lse [B, H,    S_q]  (always float32)
  *     B = batch, H = heads_q, H_kv = heads_kv, D = head_dim, D_v = head_dim_v.
@@ -41,8 +42,9 @@ typedef enum ta_status {
     TA_OK = 0,                      /**< success */
     TA_ERR_NULL_ARG = -1,           /**< a required pointer is NULL */
     TA_ERR_BAD_SHAPE = -2,          /**< a size is <= 0, or heads_q % heads_kv != 0 */
-    TA_ERR_BAD_ARG = -3,            /**< an enum, flag, scale, conv size, seqlens value,
-                                         pointer alignment or buffer overlap is invalid,
+    TA_ERR_BAD_ARG = -3,            /**< an enum, flag, scale, conv size, window, seqlens
+                                         value, stride, pointer alignment or buffer
+                                         overlap is invalid,
                                          or (CUDA) a pointer the device cannot read */
     TA_ERR_UNSUPPORTED = -4,        /**< valid but not supported: head_dim > 256, tile
                                          size, conv size, or an operation this backend
@@ -80,7 +82,9 @@ typedef enum ta_precision {
 /** Flags for ta_problem.flags. Unknown bits are rejected with TA_ERR_BAD_ARG. */
 #define TA_CAUSAL (1u << 0) /**< causal mask, aligned bottom-right: query row r sees
                                  keys j <= r + seq_k - seq_q */
-#define TA_FLAGS_ALL (TA_CAUSAL)
+#define TA_WINDOW (1u << 1) /**< sliding window: ta_problem.window_left/window_right apply
+                                 (without this flag both must be 0) */
+#define TA_FLAGS_ALL (TA_CAUSAL | TA_WINDOW)
 
 /** Limits of the supported domain (validated). */
 #define TA_HEAD_DIM_MAX 256       /**< head_dim and head_dim_v in [1, 256] */
@@ -117,7 +121,27 @@ typedef struct ta_problem {
                                  read by the size query and again by the call (keep
                                  it fixed in between, or set it). Results never
                                  depend on it. Ignored by REF and CUDA. >= 0. */
+    int32_t window_left;    /**< with TA_WINDOW: query row r (absolute position
+                                 pos = r + S_k - S_q) sees keys j >= pos - window_left;
+                                 negative = unbounded on the left. 0 without TA_WINDOW. */
+    int32_t window_right;   /**< with TA_WINDOW: row r sees keys j <= pos + window_right;
+                                 negative = unbounded. With TA_CAUSAL as well, the
+                                 tighter right bound holds. 0 without TA_WINDOW.
+                                 Masks every score the causal mask does (with the MTA
+                                 conv: the raw scores and the convolved ones, docs/mta.md). */
 } ta_problem;
+
+/**
+ * Element strides of one [B, heads, S, dim] tensor: element (b, h, s, d) lives at
+ * base[b * batch + h * head + s * seq + d] (the feature dimension is contiguous).
+ * All three 0 (a zero-initialised struct) = the contiguous layout
+ * {heads * S * dim, S * dim, dim}. Otherwise each must be >= 0 and no two
+ * distinct elements may share an address (TA_ERR_BAD_ARG); a [B, S, H, D] tensor
+ * is {S * H * D, D, H * D}. Gaps between rows are never read nor written.
+ */
+typedef struct ta_strides {
+    int64_t batch, head, seq;
+} ta_strides;
 
 /** Optional record of the tile schedule a backend ran (for tests). */
 typedef struct ta_trace_entry {
@@ -152,8 +176,10 @@ typedef struct ta_fwd_args {
                                    [0, S_k]; NULL = all S_k keys. HOST memory on
                                    every backend (validated before any launch). */
     void *o;                  /**< [B, H, S_q, D_v] dtype; required; written */
-    float *lse;               /**< [B, H, S_q] f32; NULL = not wanted; written */
+    float *lse;               /**< [B, H, S_q] f32; NULL = not wanted; written;
+                                   always contiguous */
     ta_trace *trace;          /**< NULL, or a caller trace buffer (REF only) */
+    ta_strides q_strides, k_strides, v_strides, o_strides; /**< zero = contiguous */
 } ta_fwd_args;
 
 /** Backward arguments. o and lse are the forward's outputs for the same inputs. */
@@ -169,6 +195,8 @@ typedef struct ta_bwd_args {
     void *dv;                 /**< [B, H_kv, S_k, D_v] dtype; required; written */
     float *dconv_w;           /**< [H, c_q, c_k] f32, summed over batch; required iff conv */
     ta_trace *trace;          /**< NULL, or a caller trace buffer (REF only) */
+    ta_strides q_strides, k_strides, v_strides, o_strides; /**< zero = contiguous */
+    ta_strides d_o_strides, dq_strides, dk_strides, dv_strides;
 } ta_bwd_args;
 
 /**

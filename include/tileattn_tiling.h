@@ -73,6 +73,8 @@ typedef struct ta_tiling {
     int32_t diag_offset;       /**< S_k - S_q (bottom-right aligned causal mask) */
     int32_t num_splits;        /**< split-K partitions of a row's k tiles, >= 1 */
     int32_t pass;              /**< TA_TILING_FWD or TA_TILING_BWD */
+    int32_t window_left;       /**< row r sees keys j >= r + diag_offset - window_left; -1: no bound */
+    int32_t window_right;      /**< and j <= r + diag_offset + window_right; -1: no bound */
 } ta_tiling;
 
 TA_TILING_FN int32_t ta_tiling_min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
@@ -144,6 +146,8 @@ TA_TILING_FN int ta_tiling_make(ta_tiling *t, int32_t seq_q, int32_t seq_k, int3
     t->diag_offset = seq_k - seq_q;
     t->num_splits = num_splits;
     t->pass = pass;
+    t->window_left = -1;
+    t->window_right = -1;
     return TA_OK;
 }
 
@@ -177,38 +181,153 @@ TA_TILING_FN int32_t ta_tile_col_load_end(const ta_tiling *t, int32_t kt) {
     return ta_tile_col_eff_end(t, kt) + t->halo_k;
 }
 
-/**
- * Last key (inclusive) any effective row of Q tile qt may see, given the key
- * length key_len (S_k, or seqlens_k[b] <= S_k); -1 if none. Under the causal
- * mask row r sees keys j <= r + diag_offset; with the MTA conv, a masked raw
- * score is a constant 0 and a masked convolved score is -inf, so columns past
- * this bound contribute nothing to the forward nor to any gradient.
+/* ---- The mask: one visible key interval per query row. ----
+ *
+ * Query row r sits at absolute position pos = r + diag_offset (bottom-right
+ * alignment, diag_offset = S_k - S_q) and sees the keys j in [lo, hi):
+ *
+ *     hi = key_len                                   (S_k, or seqlens_k[b])
+ *     hi = min(hi, pos + 1)                          causal
+ *     hi = min(hi, pos + window_right + 1)           window_right >= 0
+ *     lo = max(0, pos - window_left)                 window_left  >= 0
+ *
+ * clamped so that 0 <= lo <= hi <= key_len (an empty row has lo == hi). Both
+ * bounds are non-decreasing in r, so the rows of a tile see one contiguous key
+ * range and a key is seen by one contiguous row range: the K tiles a Q tile
+ * visits, and the Q tiles a K tile meets, are intervals. Without TA_WINDOW the
+ * window bounds are -1 (unbounded) and this is the causal/seqlens mask.
  */
+
+/** Set the sliding window of t (ta_tiling_make leaves both unbounded, -1).
+ *  Negative = unbounded; any non-negative int32 is accepted. */
+TA_TILING_FN void ta_tiling_set_window(ta_tiling *t, int32_t window_left, int32_t window_right) {
+    t->window_left = window_left < 0 ? -1 : window_left;
+    t->window_right = window_right < 0 ? -1 : window_right;
+}
+
+/** 1 if t has a finite right bound besides key_len (causal or window_right). */
+TA_TILING_FN int ta_tiling_right_bounded(const ta_tiling *t) {
+    return t->causal || t->window_right >= 0;
+}
+
+/** pos + 1 + (the right reach of the mask): hi of row r before the key_len
+ *  cut, in 64 bits (no overflow for any int32 window). Only meaningful when
+ *  ta_tiling_right_bounded(t). */
+TA_TILING_FN int64_t ta_tiling_row_hi_uncut(const ta_tiling *t, int32_t r) {
+    int64_t reach = t->causal ? 0 : (int64_t)t->window_right;
+    if (t->causal && t->window_right >= 0 && t->window_right < reach) reach = t->window_right;
+    return (int64_t)r + t->diag_offset + reach + 1;
+}
+
+/** The visible keys [*lo, *hi) of query row r (0 <= r < S_q) for key length
+ *  key_len (0 <= key_len <= S_k): the one definition of the mask. */
+TA_TILING_FN void ta_tile_row_keys(const ta_tiling *t, int32_t r, int32_t key_len, int32_t *lo,
+                                   int32_t *hi) {
+    int64_t h = key_len, l = 0;
+    if (ta_tiling_right_bounded(t)) {
+        const int64_t cut = ta_tiling_row_hi_uncut(t, r);
+        if (cut < h) h = cut;
+    }
+    if (t->window_left >= 0) l = (int64_t)r + t->diag_offset - t->window_left;
+    if (h < 0) h = 0;
+    if (l < 0) l = 0;
+    if (l > h) l = h;
+    *lo = (int32_t)l;
+    *hi = (int32_t)h;
+}
+
+/** 1 if key j is visible from query row r (both absolute; either may lie
+ *  outside the sequence, which is never visible): the one masking predicate. */
+TA_TILING_FN int ta_tiling_visible(const ta_tiling *t, int32_t r, int32_t j, int32_t key_len) {
+    int32_t lo, hi;
+    if (j < 0 || j >= key_len || r < 0 || r >= t->seq_q) return 0;
+    ta_tile_row_keys(t, r, key_len, &lo, &hi);
+    return j >= lo && j < hi;
+}
+
+/** The keys [*lo, *hi) seen by any effective row of Q tile qt: the union of the
+ *  rows' intervals, which is contiguous (see above). Empty: *lo == *hi == 0. */
+TA_TILING_FN void ta_tile_q_keys(const ta_tiling *t, int32_t qt, int32_t key_len, int32_t *lo,
+                                 int32_t *hi) {
+    const int32_t row_end = ta_tile_row_eff_end(t, qt);
+    int32_t first = ta_tile_row_eff_begin(t, qt), l, h, unused;
+    *lo = *hi = 0;
+    if (ta_tiling_right_bounded(t)) {
+        /* rows whose right bound is <= 0 see nothing: skip to the first that may */
+        const int64_t skip = -ta_tiling_row_hi_uncut(t, 0) + 1; /* smallest r with cut >= 1 */
+        if (skip > first) {
+            if (skip >= row_end) return;
+            first = (int32_t)skip;
+        }
+    }
+    ta_tile_row_keys(t, first, key_len, &l, &unused); /* lo is non-decreasing */
+    ta_tile_row_keys(t, row_end - 1, key_len, &unused, &h);
+    /* the last row's hi is the union's end: if that row is empty because its lo
+     * passed key_len, an earlier row already reached key_len (the bounds move by
+     * at most one key per row and every interval is at least one key wide) */
+    if (l >= h) return;
+    *lo = l;
+    *hi = h;
+}
+
+/** Last key (inclusive) any effective row of Q tile qt may see, given the key
+ *  length key_len (S_k, or seqlens_k[b] <= S_k); -1 if none. With the MTA conv,
+ *  a masked raw score is a constant 0 and a masked convolved score is -inf, so
+ *  columns outside the rows' intervals contribute nothing to the forward nor to
+ *  any gradient. */
 TA_TILING_FN int32_t ta_tile_last_visible_col(const ta_tiling *t, int32_t qt, int32_t key_len) {
-    int32_t last = key_len - 1;
-    if (t->causal) last = ta_tiling_min_i32(last, ta_tile_row_eff_end(t, qt) - 1 + t->diag_offset);
-    return ta_tiling_max_i32(last, -1);
+    int32_t lo, hi;
+    ta_tile_q_keys(t, qt, key_len, &lo, &hi);
+    return hi - 1;
 }
 
-/** Number of k tiles Q tile qt needs: k tiles [0, end) in ascending order; later
- *  ones hold only masked columns and are skipped. 0 when every row is masked. */
+/** K tiles Q tile qt visits: [ta_tile_k_begin, ta_tile_k_end) ascending; the
+ *  others hold only masked columns and are skipped. Empty (begin == end == 0)
+ *  when every row is masked. */
+TA_TILING_FN int32_t ta_tile_k_begin(const ta_tiling *t, int32_t qt, int32_t key_len) {
+    int32_t lo, hi;
+    ta_tile_q_keys(t, qt, key_len, &lo, &hi);
+    return hi > lo ? lo / t->cols_eff : 0;
+}
 TA_TILING_FN int32_t ta_tile_k_end(const ta_tiling *t, int32_t qt, int32_t key_len) {
-    const int32_t last = ta_tile_last_visible_col(t, qt, key_len);
-    return last < 0 ? 0 : last / t->cols_eff + 1;
+    int32_t lo, hi;
+    ta_tile_q_keys(t, qt, key_len, &lo, &hi);
+    return hi > lo ? (hi - 1) / t->cols_eff + 1 : 0;
 }
 
-/** First Q tile that needs k tile kt (the transpose of ta_tile_k_end, for the
- *  dk/dv pass); num_q_tiles if none does (kt starts past key_len or the diagonal). */
+/** Q tiles that see a key of K tile kt (the transpose, for the dk/dv pass):
+ *  [ta_tile_q_begin, ta_tile_q_end) ascending; empty (begin == end ==
+ *  num_q_tiles) when none does. */
+TA_TILING_FN void ta_tile_k_rows(const ta_tiling *t, int32_t kt, int32_t key_len, int32_t *q_begin,
+                                 int32_t *q_end) {
+    const int32_t c0 = ta_tile_col_eff_begin(t, kt);
+    const int32_t c1 = ta_tiling_min_i32(ta_tile_col_eff_end(t, kt), key_len); /* keys [c0, c1) */
+    int64_t r_min = 0, r_max = (int64_t)t->seq_q - 1; /* rows that see some key of [c0, c1) */
+    *q_begin = *q_end = t->num_q_tiles;
+    if (c0 >= c1) return;
+    /* hi(r) > c0: r + diag + reach + 1 > c0 (rows before see nothing of the tile) */
+    if (ta_tiling_right_bounded(t)) {
+        const int64_t need = (int64_t)c0 - (ta_tiling_row_hi_uncut(t, 0) - 1);
+        if (need > r_min) r_min = need;
+    }
+    /* lo(r) < c1: r + diag - window_left < c1 */
+    if (t->window_left >= 0) {
+        const int64_t last = (int64_t)c1 - 1 + t->window_left - t->diag_offset;
+        if (last < r_max) r_max = last;
+    }
+    if (r_min > r_max) return;
+    *q_begin = (int32_t)(r_min / t->rows_eff);
+    *q_end = (int32_t)(r_max / t->rows_eff) + 1;
+}
 TA_TILING_FN int32_t ta_tile_q_begin(const ta_tiling *t, int32_t kt, int32_t key_len) {
-    const int32_t col = ta_tile_col_eff_begin(t, kt);
-    int32_t row;
-    if (col >= key_len) return t->num_q_tiles;
-    if (!t->causal) return 0;
-    /* smallest row r with r + diag_offset >= col, i.e. r >= col - diag_offset */
-    row = col - t->diag_offset;
-    if (row <= 0) return 0;
-    if (row >= t->seq_q) return t->num_q_tiles;
-    return row / t->rows_eff;
+    int32_t b, e;
+    ta_tile_k_rows(t, kt, key_len, &b, &e);
+    return b;
+}
+TA_TILING_FN int32_t ta_tile_q_end(const ta_tiling *t, int32_t kt, int32_t key_len) {
+    int32_t b, e;
+    ta_tile_k_rows(t, kt, key_len, &b, &e);
+    return e;
 }
 
 /** Split-K: k tiles [k_begin, k_end) cut into num_splits contiguous, ascending,
@@ -220,11 +339,70 @@ TA_TILING_FN void ta_tile_split_range(const ta_tiling *t, int32_t split, int32_t
     *end = k_begin + (int32_t)(n * (split + 1) / t->num_splits);
 }
 
-/** 1 if key j is visible from query row r (both in range) under t's causal
- *  mask and key length; the one masking predicate every backend uses. */
-TA_TILING_FN int ta_tiling_visible(const ta_tiling *t, int32_t r, int32_t j, int32_t key_len) {
-    if (j < 0 || j >= key_len || r < 0 || r >= t->seq_q) return 0;
-    return !t->causal || j <= r + t->diag_offset;
+/* ---- Layout: element strides of every tensor, and the per-tile context. ---- */
+
+/** Resolved element strides of every tensor a pass touches (none zero-as-default:
+ *  the core fills contiguous strides in where the caller passed zeros). lse is
+ *  always contiguous [B, H, S_q]. */
+typedef struct ta_layout {
+    ta_strides q, k, v, o;       /* forward and backward */
+    ta_strides d_o, dq, dk, dv;  /* backward only (forward: unused) */
+} ta_layout;
+
+/** The contiguous strides of a [batch, heads, seq, dim] tensor. */
+TA_TILING_FN ta_strides ta_strides_contiguous(int32_t heads, int32_t seq, int32_t dim) {
+    ta_strides s;
+    s.seq = dim;
+    s.head = (int64_t)seq * dim;
+    s.batch = s.head * heads;
+    return s;
+}
+
+/** Element offset of row 0 of slice (b, h) of a tensor with strides s. */
+TA_TILING_FN int64_t ta_strides_slice(const ta_strides *s, int32_t b, int32_t h) {
+    return (int64_t)b * s->batch + (int64_t)h * s->head;
+}
+
+/** What one (batch, query head, Q tile) step reads from the plan: the key
+ *  length, the K tiles to visit, and the element offsets of its slices (row or
+ *  key 0; row r of q is at q + r * layout.q.seq). Backends take these from
+ *  ta_tile_context and derive none of them. */
+typedef struct ta_tile_ctx {
+    int32_t batch, head, head_kv; /* head: the query head; head_kv = head / group */
+    int32_t q_tile;               /* Q tile of the tiling the context was made for */
+    int32_t key_len;              /* seqlens_k[batch], or S_k */
+    int32_t k_begin, k_end;       /* K tiles [k_begin, k_end) hold a visible entry */
+    int64_t q, o, d_o, dq, lse;   /* slices of query head `head` */
+    int64_t k, v, dk, dv;         /* slices of kv head `head_kv` */
+} ta_tile_ctx;
+
+/** Key length of batch entry b: seqlens_k[b] (HOST memory), or seq_k if NULL. */
+TA_TILING_FN int32_t ta_tiling_key_len(const ta_tiling *t, const int32_t *seqlens_k, int32_t b) {
+    return seqlens_k ? seqlens_k[b] : t->seq_k;
+}
+
+/** Fill c for (batch b, query head h, Q tile qt) of tiling t. heads_q = H,
+ *  group = H / H_kv. Offsets of the backward-only tensors are filled too (the
+ *  forward's layout carries contiguous strides for them; harmless). */
+TA_TILING_FN void ta_tile_context(ta_tile_ctx *c, const ta_tiling *t, const ta_layout *lay,
+                                  int32_t heads_q, int32_t group, int32_t key_len, int32_t b,
+                                  int32_t h, int32_t qt) {
+    c->batch = b;
+    c->head = h;
+    c->head_kv = h / group; /* GQA: query head h reads kv head h / group */
+    c->q_tile = qt;
+    c->key_len = key_len;
+    c->k_begin = ta_tile_k_begin(t, qt, key_len);
+    c->k_end = ta_tile_k_end(t, qt, key_len);
+    c->q = ta_strides_slice(&lay->q, b, h);
+    c->o = ta_strides_slice(&lay->o, b, h);
+    c->d_o = ta_strides_slice(&lay->d_o, b, h);
+    c->dq = ta_strides_slice(&lay->dq, b, h);
+    c->lse = ((int64_t)b * heads_q + h) * t->seq_q;
+    c->k = ta_strides_slice(&lay->k, b, c->head_kv);
+    c->v = ta_strides_slice(&lay->v, b, c->head_kv);
+    c->dk = ta_strides_slice(&lay->dk, b, c->head_kv);
+    c->dv = ta_strides_slice(&lay->dv, b, c->head_kv);
 }
 
 #ifdef __cplusplus

@@ -41,8 +41,7 @@ ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
  *   loaded rows    [row_load_begin, row_load_begin + rows_load)
  *   and the same for columns. Without a conv, loaded = effective. */
 typedef struct ta_ref_step {
-    int32_t batch, head, head_kv; /* head is the query head; head_kv = head / group */
-    int32_t key_len;              /* seqlens_k[batch], or S_k */
+    ta_tile_ctx ctx; /* the descriptor's context: batch, heads, key_len, K tiles, slices */
     int32_t q_tile, row_begin, rows, row_load_begin, rows_load;
     int32_t k_tile, col_begin, cols, col_load_begin, cols_load;
 } ta_ref_step;
@@ -69,23 +68,10 @@ typedef struct ta_ref_conv {
     int32_t c_q, c_k, half_k;
 } ta_ref_conv;
 
-/* Key length of a batch entry: keys at or past it are masked. */
-static inline int32_t ta_ref_key_len(const ta_plan *plan, const int32_t *seqlens_k, int32_t b) {
-    return seqlens_k ? seqlens_k[b] : plan->p.seq_k;
-}
-
-/* Row index of query row r of (b, h) in the [B, H, S_q] grid: times D for q,
- * times D_v for o / d_o, as is for lse. */
-static inline size_t ta_ref_q_row(const ta_plan *plan, int32_t b, int32_t h, int32_t r) {
-    const ta_problem *p = &plan->p;
-    return ((size_t)b * (size_t)p->heads_q + (size_t)h) * (size_t)p->seq_q + (size_t)r;
-}
-
-/* Row index of key j of (b, h_kv) in the [B, H_kv, S_k] grid: times D for k,
- * times D_v for v. */
-static inline size_t ta_ref_k_row(const ta_plan *plan, int32_t b, int32_t h_kv, int32_t j) {
-    const ta_problem *p = &plan->p;
-    return ((size_t)b * (size_t)p->heads_kv + (size_t)h_kv) * (size_t)p->seq_k + (size_t)j;
+/* Element offset of row r of a tensor slice that starts at `slice` with row
+ * stride `seq` (ta_tile_ctx offsets, ta_layout strides). */
+static inline size_t ta_ref_row(int64_t slice, int64_t seq, int32_t r) {
+    return (size_t)(slice + (int64_t)r * seq);
 }
 
 /* Set the Q-tile fields of st from tiling t. */
@@ -106,22 +92,20 @@ static inline void ta_ref_step_cols(const ta_tiling *t, ta_ref_step *st, int32_t
     st->cols_load = ta_tile_col_load_end(t, kt) - st->col_load_begin;
 }
 
-/* Point st at Q tile qt of (batch b, query head h) under tiling t. */
+/* Point st at Q tile qt of (batch b, query head h) under tiling t: the
+ * descriptor's context, then the tile's rows. */
 static inline void ta_ref_step_q(const ta_plan *plan, const ta_tiling *t, const int32_t *seqlens_k,
                                  int32_t b, int32_t h, int32_t qt, ta_ref_step *st) {
-    st->batch = b;
-    st->key_len = ta_ref_key_len(plan, seqlens_k, b);
-    st->head = h;
-    st->head_kv = h / plan->group; /* GQA: query head h reads kv head h / group */
+    ta_plan_context(plan, t, seqlens_k, b, h, qt, &st->ctx);
     ta_ref_step_rows(t, st, qt);
 }
 
-/* Point st at K tile kt of (batch b, kv head h_kv) under tiling t. */
+/* Point st at K tile kt of (batch b, kv head h_kv) under tiling t: the context
+ * of the group's first query head (its k, v, dk, dv slices and key length);
+ * the dk/dv pass re-points the query side per head and Q tile. */
 static inline void ta_ref_step_k(const ta_plan *plan, const ta_tiling *t, const int32_t *seqlens_k,
                                  int32_t b, int32_t h_kv, int32_t kt, ta_ref_step *st) {
-    st->batch = b;
-    st->key_len = ta_ref_key_len(plan, seqlens_k, b);
-    st->head_kv = h_kv;
+    ta_plan_context(plan, t, seqlens_k, b, h_kv * plan->group, 0, &st->ctx);
     ta_ref_step_cols(t, st, kt);
 }
 
@@ -138,7 +122,7 @@ static inline ta_ref_region ta_ref_effective(const ta_ref_step *st) {
 /* 1 if key j is visible from query row r (absolute indices, either may lie
  * outside the sequence): the one masking predicate, ta_tiling_visible. */
 static inline int ta_ref_visible(const ta_tiling *t, const ta_ref_step *st, int32_t r, int32_t j) {
-    return ta_tiling_visible(t, r, j, st->key_len);
+    return ta_tiling_visible(t, r, j, st->ctx.key_len);
 }
 
 /* Element (r, j) of tile view v. */
@@ -163,14 +147,14 @@ static inline float ta_ref_dot(const float *a, const float *b, int32_t n) {
 
 /* ---- ref/ta_ref_tile.c ---- */
 
-/* dst [count, dim] = rows [first, first + count) of the [seq, dim] slice that
- * starts at row index slice_row0 of src (storage dtype), widened to f32; rows
- * outside [0, seq) are zero padding and never read from memory. */
-void ta_ref_load_rows(float *dst, const void *src, ta_dtype dt, size_t slice_row0, int32_t seq,
-                      int32_t first, int32_t count, int32_t dim);
+/* dst [count, dim] = rows [first, first + count) of the [seq, dim] slice of src
+ * (storage dtype) that starts at element `slice` with row stride `row_stride`,
+ * widened to f32; rows outside [0, seq) are zero padding and never read. */
+void ta_ref_load_rows(float *dst, const void *src, ta_dtype dt, int64_t slice, int64_t row_stride,
+                      int32_t seq, int32_t first, int32_t count, int32_t dim);
 
 /* K tile [cols_load, D] and V tile [cols_load, D_v] of step st: the loaded
- * columns of kv head st->head_kv, zero padded outside [0, S_k). */
+ * columns of kv head st->ctx.head_kv, zero padded outside [0, S_k). */
 void ta_ref_load_kv(const ta_plan *plan, const void *k, const void *v, float *k_tile, float *v_tile,
                     const ta_ref_step *st);
 

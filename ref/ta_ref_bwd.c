@@ -19,8 +19,9 @@
  *
  * Two passes over plan->bwd, each sum in one accumulator, ascending:
  *   pass 1 (dk/dv):    K tiles outer; for each, query heads of the kv group
- *                      ascending, then Q tiles from ta_tile_q_begin ascending.
- *   pass 2 (dq, dw):   Q tiles outer; K tiles [0, ta_tile_k_end) ascending.
+ *                      ascending, then the Q tiles [q_begin, q_end) that see the
+ *                      K tile (ta_tile_k_rows) ascending.
+ *   pass 2 (dq, dw):   Q tiles outer; the context's K tiles [k_begin, k_end) ascending.
  * Both passes recompute P, dC and dS with the same function, so they agree bitwise.
  *
  * Regions of one (Q tile, K tile) pair (absolute rows x columns); P_q = c_q-1,
@@ -155,13 +156,13 @@ static int ta_ref_bwd_live(const ta_plan *plan, const ta_ref_bwd_ws *ws, const t
 static void ta_ref_bwd_load_q(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
                               const ta_ref_step *st) {
     const ta_problem *p = &plan->p;
+    const ta_layout *lay = &plan->layout;
     const int32_t d_qk = p->head_dim, dv = p->head_dim_v;
-    const size_t slice = ta_ref_q_row(plan, st->batch, st->head, 0);
     int32_t i, d;
-    ta_ref_load_rows(ws->q, a->q, p->dtype, slice, p->seq_q, st->row_load_begin, st->rows_load,
-                     d_qk);
-    ta_ref_load_rows(ws->d_o, a->d_o, p->dtype, slice, p->seq_q, st->row_load_begin, st->rows_load,
-                     dv);
+    ta_ref_load_rows(ws->q, a->q, p->dtype, st->ctx.q, lay->q.seq, p->seq_q, st->row_load_begin,
+                     st->rows_load, d_qk);
+    ta_ref_load_rows(ws->d_o, a->d_o, p->dtype, st->ctx.d_o, lay->d_o.seq, p->seq_q,
+                     st->row_load_begin, st->rows_load, dv);
     for (i = 0; i < st->rows_load; ++i) {
         const float *do_row = ws->d_o + (size_t)i * (size_t)dv; /* [D_v] */
         const int32_t r = st->row_load_begin + i;               /* absolute row */
@@ -172,11 +173,11 @@ static void ta_ref_bwd_load_q(const ta_plan *plan, const ta_bwd_args *a, const t
             ws->lse[i] = -INFINITY;
             continue;
         }
-        o_first = (slice + (size_t)r) * (size_t)dv;
+        o_first = ta_ref_row(st->ctx.o, lay->o.seq, r);
         for (d = 0; d < dv; ++d)
             acc = TA_FMAF(do_row[d], ta_load(a->o, p->dtype, o_first + (size_t)d), acc);
         ws->delta[i] = acc;
-        ws->lse[i] = a->lse[slice + (size_t)r];
+        ws->lse[i] = a->lse[ta_ref_row(st->ctx.lse, 1, r)];
     }
 }
 
@@ -252,27 +253,32 @@ static void ta_ref_bwd_accum_dkdv(const ta_plan *plan, const ta_ref_bwd_ws *ws,
 static void ta_ref_bwd_store_dkdv(const ta_plan *plan, const ta_bwd_args *a,
                                   const ta_ref_bwd_ws *ws, const ta_ref_step *st) {
     const ta_problem *p = &plan->p;
-    const size_t d_qk = (size_t)p->head_dim, dv = (size_t)p->head_dim_v;
-    const size_t row0 = ta_ref_k_row(plan, st->batch, st->head_kv, st->col_begin);
-    const size_t cols = (size_t)st->cols;
-    size_t n;
-    for (n = 0; n < cols * d_qk; ++n)
-        ta_store(a->dk, p->dtype, row0 * d_qk + n, p->scale * ws->dk_acc[n]);
-    for (n = 0; n < cols * dv; ++n)
-        ta_store(a->dv, p->dtype, row0 * dv + n, ws->dv_acc[n]);
+    const ta_layout *lay = &plan->layout;
+    const int32_t d_qk = p->head_dim, dv = p->head_dim_v;
+    int32_t j, d;
+    for (j = st->col_begin; j < st->col_begin + st->cols; ++j) {
+        const float *dk_row = ws->dk_acc + ta_ref_off(st->col_begin, j, d_qk); /* [D] */
+        const float *dv_row = ws->dv_acc + ta_ref_off(st->col_begin, j, dv);   /* [D_v] */
+        const size_t dk_first = ta_ref_row(st->ctx.dk, lay->dk.seq, j);
+        const size_t dv_first = ta_ref_row(st->ctx.dv, lay->dv.seq, j);
+        for (d = 0; d < d_qk; ++d)
+            ta_store(a->dk, p->dtype, dk_first + (size_t)d, p->scale * dk_row[d]);
+        for (d = 0; d < dv; ++d)
+            ta_store(a->dv, p->dtype, dv_first + (size_t)d, dv_row[d]);
+    }
 }
 
 /* Pass 1 for one (b, kv head, K tile): the kv group's query heads ascending,
- * then Q tiles from the first that sees this K tile, ascending. */
+ * then the Q tiles that see this K tile, ascending. */
 static void ta_ref_bwd_k_tile(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
                               ta_ref_step *st) {
     const ta_tiling *t = &plan->bwd;
     const size_t n_dk = (size_t)st->cols * (size_t)plan->p.head_dim;
     const size_t n_dv = (size_t)st->cols * (size_t)plan->p.head_dim_v;
-    const int32_t q_begin = ta_tile_q_begin(t, st->k_tile, st->key_len);
     ta_ref_bwd_pair pr;
-    int32_t g, qt;
+    int32_t g, qt, q_begin, q_end;
     size_t n;
+    ta_tile_k_rows(t, st->k_tile, st->ctx.key_len, &q_begin, &q_end);
     /* step 1: K, V tiles (loaded columns); zero the dk, dv accumulators */
     ta_ref_load_kv(plan, a->k, a->v, ws->k, ws->v, st);
     for (n = 0; n < n_dk; ++n)
@@ -281,12 +287,13 @@ static void ta_ref_bwd_k_tile(const ta_plan *plan, const ta_bwd_args *a, const t
         ws->dv_acc[n] = 0.0f;
     /* step 2: heads of the group ascending (each with its own kernel), then Q tiles */
     for (g = 0; g < plan->group; ++g) {
-        ta_ref_conv cv;
-        st->head = st->head_kv * plan->group + g;
-        cv = ta_ref_conv_of(plan, a->conv_w, st->head);
-        for (qt = q_begin; qt < t->num_q_tiles; ++qt) {
+        const int32_t h = st->ctx.head_kv * plan->group + g;
+        const ta_ref_conv cv = ta_ref_conv_of(plan, a->conv_w, h);
+        for (qt = q_begin; qt < q_end; ++qt) {
+            /* the query side of (h, qt); the K tile and its slices stay */
+            ta_plan_context(plan, t, a->seqlens_k, st->ctx.batch, h, qt, &st->ctx);
             ta_ref_step_rows(t, st, qt);
-            ta_trace_add(a->trace, TA_PASS_BWD_DKDV, st->batch, st->head, qt, st->k_tile);
+            ta_trace_add(a->trace, TA_PASS_BWD_DKDV, st->ctx.batch, h, qt, st->k_tile);
             ta_ref_bwd_load_q(plan, a, ws, st);
             ta_ref_bwd_pair_make(plan, ws, st, &pr);
             ta_ref_bwd_recompute(plan, ws, &cv, st, &pr);
@@ -316,18 +323,19 @@ static void ta_ref_bwd_accum_dq(const ta_plan *plan, const ta_ref_bwd_ws *ws, co
     }
 }
 
-/* Pass 2 for one (b, h, Q tile), steps 1-3 but the dconv_w add: dq over K
- * tiles [0, k_end) ascending, and with a conv this Q tile's share R(b, qt) of
- * dconv_w[h] left in ws->dw_qtile (docs/mta.md, backward step 5). Returns k_end. */
-static int32_t ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a,
-                                    const ta_ref_bwd_ws *ws, ta_ref_step *st) {
+/* Pass 2 for one (b, h, Q tile), steps 1-3 but the dconv_w add: dq over the
+ * context's K tiles [k_begin, k_end) ascending, and with a conv this Q tile's
+ * share R(b, qt) of dconv_w[h] left in ws->dw_qtile (docs/mta.md, backward
+ * step 5). */
+static void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a,
+                                 const ta_ref_bwd_ws *ws, ta_ref_step *st) {
     const ta_problem *p = &plan->p;
-    const size_t n_dq = (size_t)st->rows * (size_t)p->head_dim;
+    const int32_t d_qk = p->head_dim;
+    const size_t n_dq = (size_t)st->rows * (size_t)d_qk;
     const size_t n_w = (size_t)p->conv_q * (size_t)p->conv_k;
-    const int32_t k_end = ta_tile_k_end(&plan->bwd, st->q_tile, st->key_len);
-    const ta_ref_conv cv = ta_ref_conv_of(plan, a->conv_w, st->head);
+    const ta_ref_conv cv = ta_ref_conv_of(plan, a->conv_w, st->ctx.head);
     ta_ref_bwd_pair pr;
-    int32_t kt;
+    int32_t kt, r, d;
     size_t n;
     /* step 1: Q, dO, lse, D tiles; zero the dq accumulator and this Q tile's dw sum */
     ta_ref_bwd_load_q(plan, a, ws, st);
@@ -336,9 +344,9 @@ static int32_t ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a,
     for (n = 0; plan->has_conv && n < n_w; ++n)
         ws->dw_qtile[n] = 0.0f;
     /* step 2: K tiles ascending: recompute, accumulate dS k; dw partial of the pair */
-    for (kt = 0; kt < k_end; ++kt) {
+    for (kt = st->ctx.k_begin; kt < st->ctx.k_end; ++kt) {
         ta_ref_step_cols(&plan->bwd, st, kt);
-        ta_trace_add(a->trace, TA_PASS_BWD_DQ, st->batch, st->head, st->q_tile, kt);
+        ta_trace_add(a->trace, TA_PASS_BWD_DQ, st->ctx.batch, st->ctx.head, st->q_tile, kt);
         ta_ref_load_kv(plan, a->k, a->v, ws->k, ws->v, st);
         ta_ref_bwd_pair_make(plan, ws, st, &pr);
         ta_ref_bwd_recompute(plan, ws, &cv, st, &pr);
@@ -349,23 +357,22 @@ static int32_t ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a,
             ws->dw_qtile[n] = ws->dw_qtile[n] + ws->dw_tile[n];
     }
     /* step 3: dq = scale * dq_acc, rounded once (the caller adds R(b, qt) to dconv_w[h]) */
-    {
-        const size_t first =
-            ta_ref_q_row(plan, st->batch, st->head, st->row_begin) * (size_t)p->head_dim;
-        for (n = 0; n < n_dq; ++n)
-            ta_store(a->dq, p->dtype, first + n, p->scale * ws->dq_acc[n]);
+    for (r = st->row_begin; r < st->row_begin + st->rows; ++r) {
+        const float *dq_row = ws->dq_acc + ta_ref_off(st->row_begin, r, d_qk); /* [D] */
+        const size_t first = ta_ref_row(st->ctx.dq, plan->layout.dq.seq, r);
+        for (d = 0; d < d_qk; ++d)
+            ta_store(a->dq, p->dtype, first + (size_t)d, p->scale * dq_row[d]);
     }
-    return k_end;
 }
 
 /* Pass 2 for one (b, h, Q tile): dq, then dconv_w[h] += R(b, qt). */
 static void ta_ref_bwd_q_tile(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
                               ta_ref_step *st) {
     const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
-    const int32_t k_end = ta_ref_bwd_q_tile_dq(plan, a, ws, st);
     size_t n;
-    if (plan->has_conv && k_end > 0) {
-        float *dw = a->dconv_w + (size_t)st->head * n_w; /* [c_q, c_k] of head h */
+    ta_ref_bwd_q_tile_dq(plan, a, ws, st);
+    if (plan->has_conv && st->ctx.k_begin < st->ctx.k_end) {
+        float *dw = a->dconv_w + (size_t)st->ctx.head * n_w; /* [c_q, c_k] of head h */
         for (n = 0; n < n_w; ++n)
             dw[n] = dw[n] + ws->dw_qtile[n];
     }

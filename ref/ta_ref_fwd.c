@@ -9,7 +9,7 @@
  * For each (batch b, query head h, Q tile qt) of plan->fwd:
  *   1. load the Q tile's loaded rows (widened; rows above row 0 are zeros);
  *      m = -inf, l = 0, acc = 0 per effective row
- *   2. for each K tile kt in [0, ta_tile_k_end) ascending:
+ *   2. for each K tile kt in the context's [k_begin, k_end) ascending:
  *        S = scores on the loaded region (masked entries 0)
  *        C = conv(S) on the effective region   (MTA; without a conv C is S)
  *        online softmax update of m, l, acc over the visible C of the
@@ -142,13 +142,14 @@ static void ta_ref_fwd_store(const ta_plan *plan, const ta_fwd_args *a, const ta
     const int32_t dv = p->head_dim_v;
     int32_t i, d;
     for (i = 0; i < st->rows; ++i) {
-        const size_t row = ta_ref_q_row(plan, st->batch, st->head, st->row_begin + i);
+        const int32_t r = st->row_begin + i; /* absolute row */
+        const size_t o_first = ta_ref_row(st->ctx.o, plan->layout.o.seq, r);
         const float *acc_row = ws->acc + (size_t)i * (size_t)dv; /* [D_v] */
         const float m = ws->row_max[i], l = ws->row_sum[i];
         const int seen = m != -INFINITY;
         for (d = 0; d < dv; ++d)
-            ta_store(a->o, p->dtype, row * (size_t)dv + (size_t)d, seen ? acc_row[d] / l : 0.0f);
-        if (a->lse) a->lse[row] = seen ? m + ta_log(l) : -INFINITY;
+            ta_store(a->o, p->dtype, o_first + (size_t)d, seen ? acc_row[d] / l : 0.0f);
+        if (a->lse) a->lse[ta_ref_row(st->ctx.lse, 1, r)] = seen ? m + ta_log(l) : -INFINITY;
     }
 }
 
@@ -158,13 +159,13 @@ static void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const t
     const ta_problem *p = &plan->p;
     const ta_tiling *t = &plan->fwd;
     const int32_t d_qk = p->head_dim, dv = p->head_dim_v;
-    const ta_ref_conv cv = ta_ref_conv_of(plan, a->conv_w, st->head);
+    const ta_ref_conv cv = ta_ref_conv_of(plan, a->conv_w, st->ctx.head);
     ta_ref_tile s, c;
     ta_ref_region eff;
     size_t n;
-    int32_t i, kt, k_end;
+    int32_t i, kt;
     /* step 1: Q tile [rows_load, D] widened; m = -inf, l = 0, acc = 0 */
-    ta_ref_load_rows(ws->q, a->q, p->dtype, ta_ref_q_row(plan, st->batch, st->head, 0), p->seq_q,
+    ta_ref_load_rows(ws->q, a->q, p->dtype, st->ctx.q, plan->layout.q.seq, p->seq_q,
                      st->row_load_begin, st->rows_load, d_qk);
     for (i = 0; i < st->rows; ++i) {
         ws->row_max[i] = -INFINITY;
@@ -172,11 +173,10 @@ static void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const t
     }
     for (n = 0; n < (size_t)st->rows * (size_t)dv; ++n)
         ws->acc[n] = 0.0f;
-    /* step 2: K tiles [0, k_end) ascending; tiles past k_end are fully masked */
-    k_end = ta_tile_k_end(t, st->q_tile, st->key_len);
-    for (kt = 0; kt < k_end; ++kt) {
+    /* step 2: K tiles [k_begin, k_end) ascending; the others are fully masked */
+    for (kt = st->ctx.k_begin; kt < st->ctx.k_end; ++kt) {
         ta_ref_step_cols(t, st, kt);
-        ta_trace_add(a->trace, TA_PASS_FWD, st->batch, st->head, st->q_tile, kt);
+        ta_trace_add(a->trace, TA_PASS_FWD, st->ctx.batch, st->ctx.head, st->q_tile, kt);
         ta_ref_load_kv(plan, a->k, a->v, ws->k, ws->v, st);
         /* S [rows_load, cols_load] on the loaded region */
         s.data = ws->s, s.row0 = st->row_load_begin, s.col0 = st->col_load_begin;

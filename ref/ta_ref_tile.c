@@ -11,13 +11,13 @@
 #include "ta_math.h"
 #include "ta_ref.h"
 
-void ta_ref_load_rows(float *dst, const void *src, ta_dtype dt, size_t slice_row0, int32_t seq,
-                      int32_t first, int32_t count, int32_t dim) {
+void ta_ref_load_rows(float *dst, const void *src, ta_dtype dt, int64_t slice, int64_t row_stride,
+                      int32_t seq, int32_t first, int32_t count, int32_t dim) {
     int32_t r, d;
     for (r = first; r < first + count; ++r) {
         float *dst_row = dst + ta_ref_off(first, r, dim); /* [dim] */
         const int in_seq = r >= 0 && r < seq;
-        const size_t src_first = in_seq ? (slice_row0 + (size_t)r) * (size_t)dim : 0;
+        const size_t src_first = in_seq ? ta_ref_row(slice, row_stride, r) : 0;
         for (d = 0; d < dim; ++d)
             dst_row[d] = in_seq ? ta_load(src, dt, src_first + (size_t)d) : 0.0f;
     }
@@ -26,11 +26,11 @@ void ta_ref_load_rows(float *dst, const void *src, ta_dtype dt, size_t slice_row
 void ta_ref_load_kv(const ta_plan *plan, const void *k, const void *v, float *k_tile, float *v_tile,
                     const ta_ref_step *st) {
     const ta_problem *p = &plan->p;
-    const size_t slice = ta_ref_k_row(plan, st->batch, st->head_kv, 0);
-    ta_ref_load_rows(k_tile, k, p->dtype, slice, p->seq_k, st->col_load_begin, st->cols_load,
-                     p->head_dim);
-    ta_ref_load_rows(v_tile, v, p->dtype, slice, p->seq_k, st->col_load_begin, st->cols_load,
-                     p->head_dim_v);
+    const ta_layout *lay = &plan->layout;
+    ta_ref_load_rows(k_tile, k, p->dtype, st->ctx.k, lay->k.seq, p->seq_k, st->col_load_begin,
+                     st->cols_load, p->head_dim);
+    ta_ref_load_rows(v_tile, v, p->dtype, st->ctx.v, lay->v.seq, p->seq_k, st->col_load_begin,
+                     st->cols_load, p->head_dim_v);
 }
 
 void ta_ref_scores(const ta_ref_tile *s, const float *q_tile, const float *k_tile, int32_t dim,

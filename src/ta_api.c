@@ -4,9 +4,11 @@
  *   1. problem (shape, enums, sizes, overflow, tiling)   -> ta_plan_make
  *   2. backend: enum, implemented, supports the operation, available (calls)
  *   3. stream
- *   4. argument pointers (NULL, alignment, overlap), trace, then the workspace
- *      (NULL, size, alignment)
- *   5. values read from host memory (seqlens_k, host memory on every backend)
+ *   4. strides (ta_plan_set_*_layout), then the backend again: does it run this
+ *      layout
+ *   5. argument pointers (NULL, alignment, overlap of the strided extents), trace,
+ *      then the workspace (NULL, size, alignment)
+ *   6. values read from host memory (seqlens_k, host memory on every backend)
  * Only then is anything written.
  */
 #include <stddef.h>
@@ -76,19 +78,19 @@ static ta_status ta_check_stream(const ta_backend_ops *ops, const void *stream) 
  * workspace counts as an output: nothing may overlap it. */
 #define TA_BUF(ptr, n, eb) {(ptr), (n) * (eb), (eb)}
 
-static ta_status ta_fwd_check_ptrs(const ta_plan *pl, ta_backend be, const ta_fwd_args *a,
-                                   const void *ws, size_t ws_bytes, size_t ws_needed) {
+static ta_status ta_fwd_check_ptrs(const ta_plan *pl, const ta_extents *ex, ta_backend be,
+                                   const ta_fwd_args *a, const void *ws, size_t ws_bytes,
+                                   size_t ws_needed) {
     const size_t eb = pl->elem_bytes;
     const size_t n_seql = (size_t)pl->p.batch;
     ta_status st;
     if (!a->q || !a->k || !a->v || !a->o) return TA_ERR_NULL_ARG;
     if (pl->has_conv && !a->conv_w) return TA_ERR_NULL_ARG;
     {
-        const ta_buf in[] = {TA_BUF(a->q, pl->n_q, eb), TA_BUF(a->k, pl->n_k, eb),
-                             TA_BUF(a->v, pl->n_v, eb),
+        const ta_buf in[] = {{a->q, ex->q, eb}, {a->k, ex->k, eb}, {a->v, ex->v, eb},
                              TA_BUF(pl->has_conv ? a->conv_w : NULL, pl->n_conv, sizeof(float)),
                              TA_BUF(a->seqlens_k, n_seql, sizeof(int32_t))};
-        const ta_buf out[] = {TA_BUF(a->o, pl->n_o, eb), TA_BUF(a->lse, pl->n_lse, sizeof(float)),
+        const ta_buf out[] = {{a->o, ex->o, eb}, TA_BUF(a->lse, pl->n_lse, sizeof(float)),
                               {ws, ws_needed, 1}};
         if ((st = ta_check_buffers(in, 5, out, 3)) != TA_OK) return st;
     }
@@ -100,35 +102,40 @@ ta_status ta_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, void 
                  size_t workspace_bytes, void *stream) {
     const ta_backend_ops *ops = NULL;
     ta_plan pl;
+    ta_extents ex;
     size_t need = 0;
     ta_status st;
     if (!p || !a) return TA_ERR_NULL_ARG;
     if ((st = ta_plan_for(p, be, 1, &pl, &ops)) != TA_OK) return st;
     if ((st = ta_check_stream(ops, stream)) != TA_OK) return st;
+    if ((st = ta_plan_set_fwd_layout(&pl, a, &ex)) != TA_OK) return st;
+    if (!ops->supports(&pl)) return TA_ERR_UNSUPPORTED;
     if ((st = ops->fwd_size(&pl, &need)) != TA_OK) return st;
-    if ((st = ta_fwd_check_ptrs(&pl, be, a, workspace, workspace_bytes, need)) != TA_OK) return st;
+    if ((st = ta_fwd_check_ptrs(&pl, &ex, be, a, workspace, workspace_bytes, need)) != TA_OK)
+        return st;
     if ((st = ta_check_seqlens_host(&pl, a->seqlens_k)) != TA_OK) return st;
     return ops->fwd(&pl, a, workspace, stream);
 }
 
-static ta_status ta_bwd_check_ptrs(const ta_plan *pl, ta_backend be, const ta_bwd_args *a,
-                                   const void *ws, size_t ws_bytes, size_t ws_needed) {
+static ta_status ta_bwd_check_ptrs(const ta_plan *pl, const ta_extents *ex, ta_backend be,
+                                   const ta_bwd_args *a, const void *ws, size_t ws_bytes,
+                                   size_t ws_needed) {
     const size_t eb = pl->elem_bytes;
     ta_status st;
     if (!a->q || !a->k || !a->v || !a->o || !a->d_o || !a->lse) return TA_ERR_NULL_ARG;
     if (!a->dq || !a->dk || !a->dv) return TA_ERR_NULL_ARG;
     if (pl->has_conv && (!a->conv_w || !a->dconv_w)) return TA_ERR_NULL_ARG;
     {
-        const ta_buf in[] = {TA_BUF(a->q, pl->n_q, eb),
-                             TA_BUF(a->k, pl->n_k, eb),
-                             TA_BUF(a->v, pl->n_v, eb),
-                             TA_BUF(a->o, pl->n_o, eb),
-                             TA_BUF(a->d_o, pl->n_o, eb),
+        const ta_buf in[] = {{a->q, ex->q, eb},
+                             {a->k, ex->k, eb},
+                             {a->v, ex->v, eb},
+                             {a->o, ex->o, eb},
+                             {a->d_o, ex->d_o, eb},
                              TA_BUF(a->lse, pl->n_lse, sizeof(float)),
                              TA_BUF(pl->has_conv ? a->conv_w : NULL, pl->n_conv, sizeof(float)),
                              TA_BUF(a->seqlens_k, (size_t)pl->p.batch, sizeof(int32_t))};
         const ta_buf out[] = {
-            TA_BUF(a->dq, pl->n_q, eb), TA_BUF(a->dk, pl->n_k, eb), TA_BUF(a->dv, pl->n_v, eb),
+            {a->dq, ex->dq, eb}, {a->dk, ex->dk, eb}, {a->dv, ex->dv, eb},
             TA_BUF(pl->has_conv ? a->dconv_w : NULL, pl->n_conv, sizeof(float)),
             {ws, ws_needed, 1}};
         if ((st = ta_check_buffers(in, 8, out, 5)) != TA_OK) return st;
@@ -141,13 +148,17 @@ ta_status ta_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a, void 
                  size_t workspace_bytes, void *stream) {
     const ta_backend_ops *ops = NULL;
     ta_plan pl;
+    ta_extents ex;
     size_t need = 0;
     ta_status st;
     if (!p || !a) return TA_ERR_NULL_ARG;
     if ((st = ta_plan_for(p, be, 1, &pl, &ops)) != TA_OK) return st;
     if ((st = ta_check_stream(ops, stream)) != TA_OK) return st;
+    if ((st = ta_plan_set_bwd_layout(&pl, a, &ex)) != TA_OK) return st;
+    if (!ops->supports(&pl)) return TA_ERR_UNSUPPORTED;
     if ((st = ops->bwd_size(&pl, &need)) != TA_OK) return st;
-    if ((st = ta_bwd_check_ptrs(&pl, be, a, workspace, workspace_bytes, need)) != TA_OK) return st;
+    if ((st = ta_bwd_check_ptrs(&pl, &ex, be, a, workspace, workspace_bytes, need)) != TA_OK)
+        return st;
     if ((st = ta_check_seqlens_host(&pl, a->seqlens_k)) != TA_OK) return st;
     return ops->bwd(&pl, a, workspace, stream);
 }

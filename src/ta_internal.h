@@ -20,10 +20,35 @@ typedef struct ta_plan {
     size_t n_q, n_k, n_v, n_o, n_lse, n_conv; /* element counts of each tensor */
     ta_tiling fwd;       /* forward-pass tiling */
     ta_tiling bwd;       /* backward-pass tiling (doubled halos) */
+    int has_window;      /* TA_WINDOW set (both tilings carry the bounds) */
+    ta_layout layout;    /* element strides of every tensor: contiguous after
+                            ta_plan_make; the caller's after ta_plan_set_*_layout */
+    int strided;         /* 1 if any tensor of the call is not contiguous */
 } ta_plan;
 
-/* Checks the problem alone (no pointers) and fills plan. */
+/* Checks the problem alone (no pointers) and fills plan (contiguous layout). */
 ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *plan);
+
+/* Byte extent of each tensor of a call under plan->layout: the span from its
+ * base to one past its last element (the overlap checks use it). */
+typedef struct ta_extents {
+    size_t q, k, v, o, d_o, dq, dk, dv;
+} ta_extents;
+
+/* Take a call's strides into plan->layout (zeros = contiguous), validate them
+ * (negative, aliasing, overflow: TA_ERR_BAD_ARG / TA_ERR_OVERFLOW) and give
+ * every tensor's byte extent. Forward: q, k, v, o only. */
+ta_status ta_plan_set_fwd_layout(ta_plan *plan, const ta_fwd_args *a, ta_extents *ext);
+ta_status ta_plan_set_bwd_layout(ta_plan *plan, const ta_bwd_args *a, ta_extents *ext);
+
+/* The step context of (b, h, qt) under tiling t (forward or backward) of plan:
+ * ta_tile_context with the plan's layout, heads and key length. */
+static inline void ta_plan_context(const ta_plan *plan, const ta_tiling *t,
+                                   const int32_t *seqlens_k, int32_t b, int32_t h, int32_t qt,
+                                   ta_tile_ctx *c) {
+    ta_tile_context(c, t, &plan->layout, plan->p.heads_q, plan->group,
+                    ta_tiling_key_len(t, seqlens_k, b), b, h, qt);
+}
 
 /* ---- Workspace: one cursor both sizes and carves (zstd cwksp-style). ----
  *

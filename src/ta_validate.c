@@ -27,6 +27,8 @@ static ta_status ta_check_args(const ta_problem *p) {
         return TA_ERR_BAD_ARG;
     if ((p->flags & ~(uint32_t)TA_FLAGS_ALL) != 0) return TA_ERR_BAD_ARG;
     if (isnan(p->scale) || isinf(p->scale)) return TA_ERR_BAD_ARG;
+    if (!(p->flags & TA_WINDOW) && (p->window_left != 0 || p->window_right != 0))
+        return TA_ERR_BAD_ARG; /* window sizes without the flag: a caller mistake */
     if ((p->conv_q == 0) != (p->conv_k == 0)) return TA_ERR_BAD_ARG;
     if (p->conv_q < 0 || p->conv_k < 0) return TA_ERR_BAD_ARG;
     if (p->conv_k != 0 && p->conv_k % 2 == 0) return TA_ERR_BAD_ARG;
@@ -64,6 +66,8 @@ static ta_status ta_count_elems(ta_plan *pl) {
     return TA_OK;
 }
 
+static void ta_plan_contiguous_layout(ta_plan *pl);
+
 ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl) {
     ta_status st;
     int32_t bq, bk;
@@ -89,9 +93,111 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl) {
     st = (ta_status)ta_tiling_make(&pl->fwd, p->seq_q, p->seq_k, bq, bk, p->conv_q, p->conv_k,
                                    (p->flags & TA_CAUSAL) != 0, TA_TILING_FWD, 1);
     if (st != TA_OK) return st;
-    return (ta_status)ta_tiling_make(&pl->bwd, p->seq_q, p->seq_k, bq, bk, p->conv_q, p->conv_k,
-                                     (p->flags & TA_CAUSAL) != 0, TA_TILING_BWD, 1);
+    st = (ta_status)ta_tiling_make(&pl->bwd, p->seq_q, p->seq_k, bq, bk, p->conv_q, p->conv_k,
+                                   (p->flags & TA_CAUSAL) != 0, TA_TILING_BWD, 1);
+    if (st != TA_OK) return st;
+    pl->has_window = (p->flags & TA_WINDOW) != 0;
+    if (pl->has_window) {
+        ta_tiling_set_window(&pl->fwd, p->window_left, p->window_right);
+        ta_tiling_set_window(&pl->bwd, p->window_left, p->window_right);
+    }
+    ta_plan_contiguous_layout(pl);
+    return TA_OK;
 }
+
+/* ---- Strided layouts ---- */
+
+/* The contiguous layout of every tensor of the problem. */
+static void ta_plan_contiguous_layout(ta_plan *pl) {
+    const ta_problem *p = &pl->p;
+    ta_layout *l = &pl->layout;
+    l->q = l->dq = ta_strides_contiguous(p->heads_q, p->seq_q, p->head_dim);
+    l->o = l->d_o = ta_strides_contiguous(p->heads_q, p->seq_q, p->head_dim_v);
+    l->k = l->dk = ta_strides_contiguous(p->heads_kv, p->seq_k, p->head_dim);
+    l->v = l->dv = ta_strides_contiguous(p->heads_kv, p->seq_k, p->head_dim_v);
+    pl->strided = 0;
+}
+
+/*
+ * One tensor [n_b, n_h, n_s, dim] with element strides s (the caller's; all
+ * zero = contiguous `dense`). Strides must be >= 0, and no two distinct
+ * elements may share an address. The test is the usual sufficient one: order
+ * the dimensions of extent > 1 by stride; each stride must reach past the span
+ * of all smaller ones (the feature dimension, stride 1, spans dim elements).
+ * It accepts every permutation of the dimensions with any gaps, and rejects
+ * interleavings it cannot prove disjoint. *bytes = the tensor's byte extent.
+ */
+static ta_status ta_check_strides(ta_strides *s, const ta_strides *dense, int32_t n_b, int32_t n_h,
+                                  int32_t n_s, int32_t dim, size_t elem_bytes, int *strided,
+                                  size_t *bytes) {
+    int64_t stride[3], extent[3], span = dim, last = dim - 1;
+    int n = 0, i, j;
+    if (s->batch == 0 && s->head == 0 && s->seq == 0) *s = *dense;
+    if (s->batch < 0 || s->head < 0 || s->seq < 0) return TA_ERR_BAD_ARG;
+    if (s->batch != dense->batch || s->head != dense->head || s->seq != dense->seq) *strided = 1;
+    /* dims of extent > 1, sorted by stride (insertion sort of at most 3) */
+    {
+        const int64_t st_all[3] = {s->batch, s->head, s->seq}, ex_all[3] = {n_b, n_h, n_s};
+        for (i = 0; i < 3; ++i) {
+            if (ex_all[i] <= 1) continue;
+            for (j = n; j > 0 && stride[j - 1] > st_all[i]; --j) {
+                stride[j] = stride[j - 1];
+                extent[j] = extent[j - 1];
+            }
+            stride[j] = st_all[i];
+            extent[j] = ex_all[i];
+            ++n;
+        }
+    }
+    for (i = 0; i < n; ++i) {
+        /* span <= 2^62 here: each step below is checked against it */
+        if (stride[i] < span) return TA_ERR_BAD_ARG; /* would alias a smaller dim's elements */
+        if (stride[i] > (INT64_C(1) << 62) / (extent[i] - 1)) return TA_ERR_OVERFLOW;
+        last += stride[i] * (extent[i] - 1);
+        if (last >= (INT64_C(1) << 62)) return TA_ERR_OVERFLOW;
+        span = last + 1;
+    }
+    if (!ta_mul_size((size_t)span, elem_bytes, bytes)) return TA_ERR_OVERFLOW;
+    return TA_OK;
+}
+
+#define TA_CHECK_STRIDES(field, user, nh, ns, dim, out)                                         \
+    do {                                                                                         \
+        ta_strides dense_ = pl->layout.field;                                                    \
+        pl->layout.field = (user);                                                               \
+        st = ta_check_strides(&pl->layout.field, &dense_, p->batch, (nh), (ns), (dim),          \
+                              pl->elem_bytes, &pl->strided, &(out));                             \
+        if (st != TA_OK) return st;                                                              \
+    } while (0)
+
+ta_status ta_plan_set_fwd_layout(ta_plan *pl, const ta_fwd_args *a, ta_extents *ext) {
+    const ta_problem *p = &pl->p;
+    ta_status st;
+    memset(ext, 0, sizeof *ext);
+    ta_plan_contiguous_layout(pl);
+    TA_CHECK_STRIDES(q, a->q_strides, p->heads_q, p->seq_q, p->head_dim, ext->q);
+    TA_CHECK_STRIDES(k, a->k_strides, p->heads_kv, p->seq_k, p->head_dim, ext->k);
+    TA_CHECK_STRIDES(v, a->v_strides, p->heads_kv, p->seq_k, p->head_dim_v, ext->v);
+    TA_CHECK_STRIDES(o, a->o_strides, p->heads_q, p->seq_q, p->head_dim_v, ext->o);
+    return TA_OK;
+}
+
+ta_status ta_plan_set_bwd_layout(ta_plan *pl, const ta_bwd_args *a, ta_extents *ext) {
+    const ta_problem *p = &pl->p;
+    ta_status st;
+    memset(ext, 0, sizeof *ext);
+    ta_plan_contiguous_layout(pl);
+    TA_CHECK_STRIDES(q, a->q_strides, p->heads_q, p->seq_q, p->head_dim, ext->q);
+    TA_CHECK_STRIDES(k, a->k_strides, p->heads_kv, p->seq_k, p->head_dim, ext->k);
+    TA_CHECK_STRIDES(v, a->v_strides, p->heads_kv, p->seq_k, p->head_dim_v, ext->v);
+    TA_CHECK_STRIDES(o, a->o_strides, p->heads_q, p->seq_q, p->head_dim_v, ext->o);
+    TA_CHECK_STRIDES(d_o, a->d_o_strides, p->heads_q, p->seq_q, p->head_dim_v, ext->d_o);
+    TA_CHECK_STRIDES(dq, a->dq_strides, p->heads_q, p->seq_q, p->head_dim, ext->dq);
+    TA_CHECK_STRIDES(dk, a->dk_strides, p->heads_kv, p->seq_k, p->head_dim, ext->dk);
+    TA_CHECK_STRIDES(dv, a->dv_strides, p->heads_kv, p->seq_k, p->head_dim_v, ext->dv);
+    return TA_OK;
+}
+#undef TA_CHECK_STRIDES
 
 /* ---- Pointer checks ---- */
 

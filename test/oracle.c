@@ -63,12 +63,22 @@ double *ta_oracle_widen(const void *buf, ta_dtype dt, size_t n) {
 /* |x| in magnitude mode, x otherwise. */
 static double ta_oracle_term(const ta_oracle_slice *sl, double x) { return sl->mag ? fabs(x) : x; }
 
-/* docs/design.md 2: query row r sits at r + S_k - S_q; causal sees j <= that;
- * keys at or past key_len are masked. */
+/* docs/design.md 2: query row r sits at pos = r + S_k - S_q; causal sees j <= pos;
+ * keys at or past key_len are masked; a window (TA_WINDOW) keeps
+ * pos - window_left <= j <= pos + window_right, a negative bound being none. */
 static int ta_oracle_visible(const ta_problem *p, int32_t key_len, int32_t r, int32_t j) {
+    const int64_t pos = (int64_t)r + p->seq_k - p->seq_q;
     if (j >= key_len) return 0;
-    if ((p->flags & TA_CAUSAL) && (int64_t)j > (int64_t)r + p->seq_k - p->seq_q) return 0;
+    if ((p->flags & TA_CAUSAL) && (int64_t)j > pos) return 0;
+    if ((p->flags & TA_WINDOW) && p->window_left >= 0 && (int64_t)j < pos - p->window_left)
+        return 0;
+    if ((p->flags & TA_WINDOW) && p->window_right >= 0 && (int64_t)j > pos + p->window_right)
+        return 0;
     return 1;
+}
+
+int ta_oracle_sees(const ta_problem *p, int32_t key_len, int32_t r, int32_t j) {
+    return ta_oracle_visible(p, key_len, r, j);
 }
 
 /* Step 1: raw scores, their magnitudes and their mask. */

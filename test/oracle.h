@@ -92,4 +92,8 @@ int ta_oracle_bwd_grads_mag(const ta_problem *p, const ta_oracle_in *in, const t
 /* Widen n elements of a dtype buffer into a new double array (free()). */
 double *ta_oracle_widen(const void *buf, ta_dtype dt, size_t n);
 
+/* The mask of docs/design.md section 2 (causal, key_len, window), written
+ * from the spec and not from the tiling header: 1 if query row r sees key j. */
+int ta_oracle_sees(const ta_problem *p, int32_t key_len, int32_t r, int32_t j);
+
 #endif /* TA_ORACLE_H */

@@ -41,6 +41,26 @@ void ta_oc_random_scale(ta_rng *r, ta_problem *p) {
                    sqrtf((float)p->head_dim);
 }
 
+void ta_oc_random_window(ta_rng *r, ta_problem *p, int percent) {
+    const int32_t reach = p->seq_k > p->seq_q ? p->seq_k : p->seq_q;
+    if (ta_rng_int(r, 0, 99) >= percent) return;
+    p->flags |= TA_WINDOW;
+    /* each bound: unbounded, 0, small, or up to the length (and past it) */
+    p->window_left = ta_rng_int(r, 0, 4) == 0 ? -1 : ta_rng_int(r, 0, 3) == 0 ? 0 :
+                     ta_rng_int(r, 0, 1) ? ta_rng_int(r, 1, 16) : ta_rng_int(r, 1, reach + 2);
+    p->window_right = ta_rng_int(r, 0, 3) == 0 ? -1 : ta_rng_int(r, 0, 3) == 0 ? 0 :
+                      ta_rng_int(r, 0, 1) ? ta_rng_int(r, 1, 16) : ta_rng_int(r, 1, reach + 2);
+}
+
+int ta_oc_make_tiling(const ta_problem *p, int32_t block_q, int32_t block_k, int pass,
+                      ta_tiling *t) {
+    const int st = ta_tiling_make(t, p->seq_q, p->seq_k, block_q, block_k, p->conv_q, p->conv_k,
+                                  (p->flags & TA_CAUSAL) != 0, pass, 1);
+    if (st == TA_OK && (p->flags & TA_WINDOW))
+        ta_tiling_set_window(t, p->window_left, p->window_right);
+    return st;
+}
+
 void ta_oc_random_seqlens(ta_rng *r, tcase *tc) {
     const ta_problem *p = &tc->p;
     int32_t b;
@@ -108,6 +128,10 @@ void ta_oc_describe(const tcase *tc, char *buf, size_t n) {
         snprintf(mid, sizeof mid, "conv=%dx%d", p->conv_q, p->conv_k);
     else
         snprintf(mid, sizeof mid, "%s", (p->flags & TA_CAUSAL) ? "causal" : "full");
+    if (p->flags & TA_WINDOW) {
+        const size_t used = strlen(mid);
+        snprintf(mid + used, sizeof mid - used, " win(%d,%d)", p->window_left, p->window_right);
+    }
     snprintf(buf, n, "B=%d H=%d Hkv=%d Sq=%d Sk=%d D=%d Dv=%d %s %s bq=%d bk=%d scale=%g%s",
              p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_k, p->head_dim, p->head_dim_v,
              ta_oc_dtype_name[p->dtype], mid, p->block_q, p->block_k, (double)p->scale,
@@ -296,9 +320,10 @@ void ta_oc_check_masked(const tcase *tc, const run_out *out) {
             for (r = 0; r < p->seq_q; ++r) {
                 const size_t row =
                     ((size_t)b * (size_t)p->heads_q + (size_t)h) * (size_t)p->seq_q + (size_t)r;
-                int zero = 1;
-                if (key_len > 0 && !((p->flags & TA_CAUSAL) && r + p->seq_k - p->seq_q < 0))
-                    continue;
+                int zero = 1, sees = 0;
+                for (j = 0; j < key_len && !sees; ++j)
+                    sees = ta_oracle_sees(p, key_len, r, j);
+                if (sees) continue;
                 for (x = 0; x < (size_t)p->head_dim_v; ++x)
                     zero &= ta_get(out->o, p->dtype, row * (size_t)p->head_dim_v + x) == 0.0;
                 for (x = 0; x < (size_t)p->head_dim; ++x)
@@ -306,10 +331,13 @@ void ta_oc_check_masked(const tcase *tc, const run_out *out) {
                 TA_CHECK(zero && out->lse[row] == -INFINITY, "masked row b=%d h=%d r=%d", b, h, r);
             }
         for (h = 0; h < p->heads_kv; ++h)
-            for (j = key_len; j < p->seq_k; ++j) {
+            for (j = 0; j < p->seq_k; ++j) {
                 const size_t row =
                     ((size_t)b * (size_t)p->heads_kv + (size_t)h) * (size_t)p->seq_k + (size_t)j;
-                int zero = 1;
+                int zero = 1, seen = 0;
+                for (r = 0; r < p->seq_q && !seen; ++r)
+                    seen = ta_oracle_sees(p, key_len, r, j);
+                if (seen) continue;
                 for (x = 0; x < (size_t)p->head_dim; ++x)
                     zero &= ta_get(out->dk, p->dtype, row * (size_t)p->head_dim + x) == 0.0;
                 for (x = 0; x < (size_t)p->head_dim_v; ++x)
@@ -342,7 +370,8 @@ size_t ta_oc_check_fwd_trace(const tcase *tc, const ta_tiling *t, const ta_trace
     for (b = 0; b < p->batch; ++b)
         for (h = 0; h < p->heads_q; ++h)
             for (qt = 0; qt < t->num_q_tiles; ++qt)
-                for (kt = 0; kt < ta_tile_k_end(t, qt, tc->seqlens ? tc->seqlens[b] : p->seq_k);
+                for (kt = ta_tile_k_begin(t, qt, tc->seqlens ? tc->seqlens[b] : p->seq_k);
+                     kt < ta_tile_k_end(t, qt, tc->seqlens ? tc->seqlens[b] : p->seq_k);
                      ++kt, ++n) {
                     const ta_trace_entry *e = n < tf->count ? &tf->entries[n] : NULL;
                     TA_CHECK(e && e->batch == b && e->head == h && e->q_tile == qt &&

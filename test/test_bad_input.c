@@ -226,8 +226,33 @@ SET(m_dtype_neg, c->p.dtype = (ta_dtype)-1)
 SET(m_precision_2, c->p.precision = (ta_precision)2)
 SET(m_backend_3, c->be = (ta_backend)3)
 SET(m_backend_neg, c->be = (ta_backend)-1)
-SET(m_flag_bit1, c->p.flags = TA_CAUSAL | (1u << 1))
+SET(m_flag_bit2, c->p.flags = TA_CAUSAL | (1u << 2))
 SET(m_flag_bit31, c->p.flags = 1u << 31)
+SET(m_window_left_no_flag, c->p.window_left = 3)
+SET(m_window_right_no_flag, c->p.window_right = -1)
+/* strides (element counts; the feature dimension is contiguous) */
+SET(m_q_stride_neg, c->fa.q_strides.batch = c->ba.q_strides.batch = -1;
+    c->fa.q_strides.head = c->ba.q_strides.head = SQ_ * D_;
+    c->fa.q_strides.seq = c->ba.q_strides.seq = D_)
+SET(m_k_rows_alias, c->fa.k_strides.batch = c->ba.k_strides.batch = HKV_ * SK_ * D_;
+    c->fa.k_strides.head = c->ba.k_strides.head = SK_ * D_;
+    c->fa.k_strides.seq = c->ba.k_strides.seq = D_ - 1)
+SET(m_dq_heads_alias, c->ba.dq_strides.batch = H_ * SQ_ * D_; c->ba.dq_strides.head = D_;
+    c->ba.dq_strides.seq = D_; c->fa.o_strides.batch = H_ * SQ_ * DV_;
+    c->fa.o_strides.head = DV_; c->fa.o_strides.seq = DV_)
+SET(m_o_strided_overlap, c->fa.o_strides.batch = c->ba.o_strides.batch = 1 << 20;
+    c->fa.o_strides.head = c->ba.o_strides.head = SQ_ * DV_;
+    c->fa.o_strides.seq = c->ba.o_strides.seq = DV_;
+    c->ba.dq_strides.batch = 1 << 20; c->ba.dq_strides.head = SQ_ * D_;
+    c->ba.dq_strides.seq = D_)
+SET(m_v_stride_overflow, c->fa.v_strides.batch = c->ba.v_strides.batch = INT64_MAX / 2;
+    c->fa.v_strides.head = c->ba.v_strides.head = SK_ * DV_;
+    c->fa.v_strides.seq = c->ba.v_strides.seq = DV_)
+/* dk is a [B, H_kv, S_k, D] output; d_o's batch stride reaches over the arena */
+SET(m_dk_overlaps_strided_d_o, c->ba.d_o_strides.batch = 1 << 20;
+    c->ba.d_o_strides.head = SQ_ * DV_; c->ba.d_o_strides.seq = DV_)
+SET(m_order_strides_before_null, c->fa.q = c->ba.q = NULL;
+    c->fa.k_strides.seq = c->ba.k_strides.seq = -1)
 SET(m_scale_nan, c->p.scale = NAN)
 SET(m_scale_inf, c->p.scale = INFINITY)
 SET(m_scale_neg_inf, c->p.scale = -INFINITY)
@@ -386,7 +411,16 @@ static const bad_case k_cases[] = {
     {"precision 2", E_ALL, TA_ERR_BAD_ARG, m_precision_2},
     {"backend 3", E_ALL, TA_ERR_BAD_ARG, m_backend_3},
     {"backend -1", E_ALL, TA_ERR_BAD_ARG, m_backend_neg},
-    {"unknown flag bit 1", E_ALL, TA_ERR_BAD_ARG, m_flag_bit1},
+    {"unknown flag bit 2", E_ALL, TA_ERR_BAD_ARG, m_flag_bit2},
+    {"window_left without TA_WINDOW", E_ALL, TA_ERR_BAD_ARG, m_window_left_no_flag},
+    {"window_right without TA_WINDOW", E_ALL, TA_ERR_BAD_ARG, m_window_right_no_flag},
+    {"q strides negative", E_CALLS, TA_ERR_BAD_ARG, m_q_stride_neg},
+    {"k rows alias (seq stride < D)", E_CALLS, TA_ERR_BAD_ARG, m_k_rows_alias},
+    {"dq heads alias rows (head stride = seq stride)", E_CALLS, TA_ERR_BAD_ARG, m_dq_heads_alias},
+    {"o strided into the next region (overlap)", E_CALLS, TA_ERR_BAD_ARG, m_o_strided_overlap},
+    {"v strides overflow", E_CALLS, TA_ERR_OVERFLOW, m_v_stride_overflow},
+    {"strided d_o overlaps dk", E_BWD, TA_ERR_BAD_ARG, m_dk_overlaps_strided_d_o},
+    {"order: strides before NULL pointers", E_CALLS, TA_ERR_BAD_ARG, m_order_strides_before_null},
     {"unknown flag bit 31", E_ALL, TA_ERR_BAD_ARG, m_flag_bit31},
     {"scale NaN", E_ALL, TA_ERR_BAD_ARG, m_scale_nan},
     {"scale +inf", E_ALL, TA_ERR_BAD_ARG, m_scale_inf},

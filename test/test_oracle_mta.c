@@ -89,8 +89,7 @@ static void resolved_blocks(const ta_problem *p, int32_t *bq, int32_t *bk) {
 static int make_tiling(const ta_problem *p, int pass, ta_tiling *t) {
     int32_t bq, bk;
     resolved_blocks(p, &bq, &bk);
-    return ta_tiling_make(t, p->seq_q, p->seq_k, bq, bk, p->conv_q, p->conv_k,
-                          (p->flags & TA_CAUSAL) != 0, pass, 1);
+    return ta_oc_make_tiling(p, bq, bk, pass, t);
 }
 
 static int32_t key_len_of(const tcase *tc, int32_t b) {
@@ -236,6 +235,7 @@ static void random_problem(ta_rng *r, tcase *tc, double work, int small_tiles) {
         }
     }
     ta_oc_random_seqlens(r, tc);
+    ta_oc_random_window(r, p, 25);
 }
 
 /* A kernel with mixed signs: uniform in [-a, a] (a scaled to the kernel's size,
@@ -302,6 +302,7 @@ static void check_traces(const tcase *tc, const ta_trace *tf, const ta_trace *tb
         size_t c;
         if (e->batch < 0 || e->batch >= p->batch || e->head < 0 || e->head >= p->heads_q ||
             e->q_tile < 0 || e->q_tile >= u.num_q_tiles || e->k_tile < 0 ||
+            e->k_tile < ta_tile_k_begin(&u, e->q_tile, key_len_of(tc, e->batch)) ||
             e->k_tile >= ta_tile_k_end(&u, e->q_tile, key_len_of(tc, e->batch)) ||
             (e->pass != TA_PASS_BWD_DKDV && e->pass != TA_PASS_BWD_DQ)) {
             TA_CHECK(0, "bwd trace entry %zu (b=%d h=%d qt=%d kt=%d pass=%d) is not a kept pair", i,
@@ -315,7 +316,8 @@ static void check_traces(const tcase *tc, const ta_trace *tf, const ta_trace *tb
     for (b = 0; b < p->batch; ++b)
         for (h = 0; h < p->heads_q; ++h)
             for (qt = 0; qt < u.num_q_tiles; ++qt)
-                for (kt = 0; kt < ta_tile_k_end(&u, qt, key_len_of(tc, b)); ++kt, ++kept) {
+                for (kt = ta_tile_k_begin(&u, qt, key_len_of(tc, b));
+                     kt < ta_tile_k_end(&u, qt, key_len_of(tc, b)); ++kt, ++kept) {
                     const size_t c = ta_oc_cell(p, &u, b, h, qt, kt);
                     TA_CHECK(grid[c] == passes, "bwd pair b=%d h=%d qt=%d kt=%d: passes %x of %x",
                              b, h, qt, kt, grid[c], passes);

@@ -111,6 +111,7 @@ static void random_problem(ta_rng *r, tcase *tc, double work) {
     p->block_k = pick_block(r);
     ta_oc_random_scale(r, p);
     ta_oc_random_seqlens(r, tc);
+    ta_oc_random_window(r, p, 30);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -168,8 +169,7 @@ static void check_traces(const tcase *tc, const ta_trace *tf, const ta_trace *tb
     ta_tiling_default_blocks(0, 0, &bq, &bk);
     if (p->block_q) bq = p->block_q;
     if (p->block_k) bk = p->block_k;
-    if (ta_tiling_make(&t, p->seq_q, p->seq_k, bq, bk, 0, 0, (p->flags & TA_CAUSAL) != 0,
-                       TA_TILING_FWD, 1) != TA_OK) {
+    if (ta_oc_make_tiling(p, bq, bk, TA_TILING_FWD, &t) != TA_OK) {
         TA_CHECK(0, "ta_tiling_make failed");
         return;
     }

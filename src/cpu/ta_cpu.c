@@ -369,8 +369,7 @@ static int ta_cpu_available(void) { return 1; }
 
 /* SDPA and MTA, every plan (docs/cpu.md). */
 static int ta_cpu_supports(const ta_plan *plan) {
-    (void)plan;
-    return 1;
+    return !plan->has_window && !plan->strided; /* windows, strides: REF only so far */
 }
 
 /*
