@@ -339,6 +339,33 @@ TA_TILING_FN void ta_tile_split_range(const ta_tiling *t, int32_t split, int32_t
     *end = k_begin + (int32_t)(n * (split + 1) / t->num_splits);
 }
 
+/* ---- The operation: the stages of the one forward and one backward pipeline. ----
+ *
+ * Every backend runs one pipeline per pass:
+ *
+ *   for each (batch, head, Q tile):                        context (ta_tile_context)
+ *     load Q rows          -> load transform   (q rows)    stages.load
+ *     for K tile in [k_begin, k_end) (per split):          stages.num_splits
+ *       load K, V rows     -> load transform   (k rows)    stages.load
+ *       S = scale Q K^T    on the loaded region (masked by the row intervals)
+ *       C = score transform(S) on the effective region     stages.score
+ *       online softmax over C, P V                          (the row intervals)
+ *     store o, lse
+ *
+ * and the backward mirrors it (recompute S, C, P; dC; dS = transform^T(dC)).
+ * An operation is a choice of stages, never a new pipeline. Today: no load
+ * transform, the MTA conv as the one score transform, one split.
+ */
+#define TA_LOAD_NONE 0       /**< q, k rows as stored (widened to f32) */
+#define TA_SCORE_NONE 0      /**< C = S */
+#define TA_SCORE_MTA_CONV 1  /**< C = the MTA key-query conv of S (docs/mta.md) */
+
+typedef struct ta_stages {
+    int32_t load;       /**< TA_LOAD_*: transform of q/k rows as they are loaded */
+    int32_t score;      /**< TA_SCORE_*: transform of the raw score tile */
+    int32_t num_splits; /**< key splits per row (1) */
+} ta_stages;
+
 /* ---- Layout: element strides of every tensor, and the per-tile context. ---- */
 
 /** Resolved element strides of every tensor a pass touches (none zero-as-default:

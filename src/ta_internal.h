@@ -14,7 +14,8 @@
 /* ---- Validated, derived view of a problem: what every backend reads. ---- */
 typedef struct ta_plan {
     ta_problem p;        /* copy with defaults filled in (scale, block_q, block_k) */
-    int has_conv;        /* conv_q, conv_k > 0 */
+    ta_stages stages;    /* the operation: load and score transforms, key splits */
+    int has_conv;        /* stages.score == TA_SCORE_MTA_CONV (conv_q, conv_k > 0) */
     int group;           /* heads_q / heads_kv: query heads per kv head */
     size_t elem_bytes;   /* storage dtype size */
     size_t n_q, n_k, n_v, n_o, n_lse, n_conv; /* element counts of each tensor */

@@ -78,6 +78,9 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl) {
     memset(pl, 0, sizeof *pl);
     pl->p = *p;
     pl->has_conv = p->conv_q > 0;
+    pl->stages.load = TA_LOAD_NONE;
+    pl->stages.score = pl->has_conv ? TA_SCORE_MTA_CONV : TA_SCORE_NONE;
+    pl->stages.num_splits = 1;
     pl->group = p->heads_q / p->heads_kv;
     pl->elem_bytes = p->dtype == TA_F32 ? 4u : 2u;
     if ((st = ta_count_elems(pl)) != TA_OK) return st;
@@ -170,27 +173,30 @@ static ta_status ta_check_strides(ta_strides *s, const ta_strides *dense, int32_
         if (st != TA_OK) return st;                                                              \
     } while (0)
 
-ta_status ta_plan_set_fwd_layout(ta_plan *pl, const ta_fwd_args *a, ta_extents *ext) {
+/* q, k, v, o: the tensors both passes take. */
+static ta_status ta_set_qkvo_layout(ta_plan *pl, const ta_strides *q, const ta_strides *k,
+                                    const ta_strides *v, const ta_strides *o, ta_extents *ext) {
     const ta_problem *p = &pl->p;
     ta_status st;
     memset(ext, 0, sizeof *ext);
     ta_plan_contiguous_layout(pl);
-    TA_CHECK_STRIDES(q, a->q_strides, p->heads_q, p->seq_q, p->head_dim, ext->q);
-    TA_CHECK_STRIDES(k, a->k_strides, p->heads_kv, p->seq_k, p->head_dim, ext->k);
-    TA_CHECK_STRIDES(v, a->v_strides, p->heads_kv, p->seq_k, p->head_dim_v, ext->v);
-    TA_CHECK_STRIDES(o, a->o_strides, p->heads_q, p->seq_q, p->head_dim_v, ext->o);
+    TA_CHECK_STRIDES(q, *q, p->heads_q, p->seq_q, p->head_dim, ext->q);
+    TA_CHECK_STRIDES(k, *k, p->heads_kv, p->seq_k, p->head_dim, ext->k);
+    TA_CHECK_STRIDES(v, *v, p->heads_kv, p->seq_k, p->head_dim_v, ext->v);
+    TA_CHECK_STRIDES(o, *o, p->heads_q, p->seq_q, p->head_dim_v, ext->o);
     return TA_OK;
+}
+
+ta_status ta_plan_set_fwd_layout(ta_plan *pl, const ta_fwd_args *a, ta_extents *ext) {
+    return ta_set_qkvo_layout(pl, &a->q_strides, &a->k_strides, &a->v_strides, &a->o_strides,
+                              ext);
 }
 
 ta_status ta_plan_set_bwd_layout(ta_plan *pl, const ta_bwd_args *a, ta_extents *ext) {
     const ta_problem *p = &pl->p;
-    ta_status st;
-    memset(ext, 0, sizeof *ext);
-    ta_plan_contiguous_layout(pl);
-    TA_CHECK_STRIDES(q, a->q_strides, p->heads_q, p->seq_q, p->head_dim, ext->q);
-    TA_CHECK_STRIDES(k, a->k_strides, p->heads_kv, p->seq_k, p->head_dim, ext->k);
-    TA_CHECK_STRIDES(v, a->v_strides, p->heads_kv, p->seq_k, p->head_dim_v, ext->v);
-    TA_CHECK_STRIDES(o, a->o_strides, p->heads_q, p->seq_q, p->head_dim_v, ext->o);
+    ta_status st =
+        ta_set_qkvo_layout(pl, &a->q_strides, &a->k_strides, &a->v_strides, &a->o_strides, ext);
+    if (st != TA_OK) return st;
     TA_CHECK_STRIDES(d_o, a->d_o_strides, p->heads_q, p->seq_q, p->head_dim_v, ext->d_o);
     TA_CHECK_STRIDES(dq, a->dq_strides, p->heads_q, p->seq_q, p->head_dim, ext->dq);
     TA_CHECK_STRIDES(dk, a->dk_strides, p->heads_kv, p->seq_k, p->head_dim, ext->dk);
