@@ -1,14 +1,15 @@
 /*
  * CPU backend (TA_BACKEND_CPU): entry points, workspace layout, instruction
- * set dispatch and the OpenMP task loops. The arithmetic is in ta_cpu_impl.h
- * (compiled per ISA); docs/cpu.md describes the whole design.
+ * set dispatch and the OpenMP task loops. The arithmetic is in the
+ * ta_cpu_*.inc pieces, compiled once per ISA (ta_cpu_scalar.c, ..._avx2.c,
+ * ..._avx512.c); docs/cpu.md describes the whole design.
  *
  * Threads: ta_problem.num_threads, or omp_get_max_threads() when it is 0 (read
  * by the size query and again by the call). The workspace holds one slab of
  * tile buffers per thread; thread t uses slab t only. Results never depend on
  * the thread count: every task owns its output rows and computes them in the
  * reference's order (no reduction across threads). MTA (a conv) runs the
- * same way with the conv kernels (ta_cpu_mta_impl.h); its one cross-task sum,
+ * same way with the conv kernels (ta_cpu_mta.inc); its one cross-task sum,
  * dconv_w, is merged from per-Q-tile sums in the reference's order by tasks
  * taking turns (ta_cpu_dw_merge).
  */

@@ -2,12 +2,19 @@
  * CPU backend internals (docs/cpu.md): the per-thread tile buffers, their one
  * layout routine, and the table of tile tasks each instruction set provides.
  *
- *   ta_cpu.c         entry points, workspace layout, ISA dispatch, OpenMP loops
- *   ta_cpu_impl.h    the tiled algorithm and its micro-kernels, written once
- *                    over a small vector layer and compiled three times:
- *   ta_cpu_scalar.c  1 lane  (portable, no ISA flags: the fallback)
- *   ta_cpu_avx2.c    8 lanes (-mavx2 -mfma)
- *   ta_cpu_avx512.c  16 lanes (-mavx512f -mavx2 -mfma)
+ *   ta_cpu.c           entry points, workspace layout, ISA dispatch, OpenMP loops
+ *   the algorithm, written once over a small vector layer; each piece
+ *   includes only the pieces below it:
+ *     ta_cpu_tile.inc    tile I/O: load, widen, store rows; visible keys per row
+ *     ta_cpu_micro.inc   micro-kernels k1, k2, k3 and the D_i row dots
+ *     ta_cpu_stages.inc  stages SDPA and MTA share (forward softmax and store)
+ *     ta_cpu_sdpa.inc    SDPA tasks: forward, dk/dv, dq
+ *     ta_cpu_mta.inc     MTA tasks (the conv, dconv_w): forward, dk/dv, dq
+ *   compiled three times, each ISA file defining the vector layer, including
+ *   the tasks and building its own ta_cpu_kernels table:
+ *     ta_cpu_scalar.c    1 lane  (portable, no ISA flags: the fallback)
+ *     ta_cpu_avx2.c      8 lanes (-mavx2 -mfma)
+ *     ta_cpu_avx512.c    16 lanes (-mavx512f -mavx2 -mfma)
  *
  * All three produce the bits of TA_BACKEND_REF (DESIGN.md 3): lanes run over
  * independent outputs only, and every lane performs the reference's scalar
