@@ -45,9 +45,12 @@ TA_VFN ta_v v_bf16(const uint16_t *p) { return ta_avx512_bf16_to_f32(p); }
 
 #include "ta_cpu_mta.inc"
 
-const ta_cpu_kernels ta_cpu_kernels_avx512 = {"avx512",       cpu_fwd_task,     cpu_dkdv_task,
-                                              cpu_dq_task,    cpu_mta_fwd_task, cpu_mta_dkdv_task,
-                                              cpu_mta_dq_task};
+const ta_cpu_kernels ta_cpu_kernels_avx512 = {
+    .name = "avx512",
+    .fwd = {.sdpa = cpu_sdpa_fwd_task, .mta = cpu_mta_fwd_task},
+    .dkdv = {.sdpa = cpu_sdpa_dkdv_task, .mta = cpu_mta_dkdv_task},
+    .dq = {.sdpa = cpu_sdpa_dq_task, .mta = cpu_mta_dq_task},
+};
 
 #else
 typedef int ta_cpu_avx512_unavailable; /* not an x86 AVX-512 build: never selected */

@@ -44,6 +44,9 @@ TA_VFN ta_v v_bf16(const uint16_t *p) { return ta_bf16_to_f32(*p); }
 
 #include "ta_cpu_mta.inc"
 
-const ta_cpu_kernels ta_cpu_kernels_scalar = {"scalar",       cpu_fwd_task,     cpu_dkdv_task,
-                                              cpu_dq_task,    cpu_mta_fwd_task, cpu_mta_dkdv_task,
-                                              cpu_mta_dq_task};
+const ta_cpu_kernels ta_cpu_kernels_scalar = {
+    .name = "scalar",
+    .fwd = {.sdpa = cpu_sdpa_fwd_task, .mta = cpu_mta_fwd_task},
+    .dkdv = {.sdpa = cpu_sdpa_dkdv_task, .mta = cpu_mta_dkdv_task},
+    .dq = {.sdpa = cpu_sdpa_dq_task, .mta = cpu_mta_dq_task},
+};
