@@ -1,14 +1,15 @@
 /*
  * CPU backend (TA_BACKEND_CPU): entry points, workspace layout, instruction
- * set dispatch and the OpenMP task loops. The arithmetic is in ta_cpu_impl.h
- * (compiled per ISA); docs/cpu.md describes the whole design.
+ * set dispatch and the OpenMP task loops. The arithmetic is in the
+ * ta_cpu_*.inc pieces, compiled once per ISA (ta_cpu_scalar.c, ..._avx2.c,
+ * ..._avx512.c); docs/cpu.md describes the whole design.
  *
  * Threads: ta_problem.num_threads, or omp_get_max_threads() when it is 0 (read
  * by the size query and again by the call). The workspace holds one slab of
  * tile buffers per thread; thread t uses slab t only. Results never depend on
  * the thread count: every task owns its output rows and computes them in the
  * reference's order (no reduction across threads). MTA (a conv) runs the
- * same way with the conv kernels (ta_cpu_mta_impl.h); its one cross-task sum,
+ * same way with the conv kernels (ta_cpu_mta.inc); its one cross-task sum,
  * dconv_w, is merged from per-Q-tile sums in the reference's order by tasks
  * taking turns (ta_cpu_dw_merge).
  */
@@ -430,14 +431,14 @@ static void ta_cpu_do_mta_bwd_task(const ta_cpu_run *run, const ta_cpu_slab *sla
         const int32_t kt = (int32_t)(task / n_bhkv) * run->k_group;
         const int32_t kt_end =
             kt + run->k_group < plan->bwd.num_k_tiles ? kt + run->k_group : plan->bwd.num_k_tiles;
-        run->kern->mta_dkdv_task(plan, run->ba, &slab->mta, (int32_t)(bh / plan->p.heads_kv),
-                                 (int32_t)(bh % plan->p.heads_kv), kt, kt_end);
+        run->kern->dkdv.mta(plan, run->ba, &slab->mta, (int32_t)(bh / plan->p.heads_kv),
+                            (int32_t)(bh % plan->p.heads_kv), kt, kt_end);
     } else { /* pass 2: (b, Q tile) ascending, heads inside */
         const int64_t rest = task - run->n_dkdv, turn = rest / plan->p.heads_q;
         const int32_t h = (int32_t)(rest % plan->p.heads_q);
         const int32_t b = (int32_t)(turn / plan->bwd.num_q_tiles);
         const int32_t qt = (int32_t)(turn % plan->bwd.num_q_tiles);
-        const int add = run->kern->mta_dq_task(plan, run->ba, &slab->mta, b, h, qt);
+        const int add = run->kern->dq.mta(plan, run->ba, &slab->mta, b, h, qt);
         ta_cpu_dw_merge(plan, run->ba, slab->dw_turn + h, h, turn, slab->mta.dw_sum, add);
     }
 }
@@ -459,7 +460,7 @@ static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64
         const int32_t kt = (int32_t)(task / n_bhkv) * run->k_group;
         const int32_t kt_end =
             kt + run->k_group < t->num_k_tiles ? kt + run->k_group : t->num_k_tiles;
-        run->kern->dkdv_task(plan, run->ba, &slab->dkdv, (int32_t)(bh / plan->p.heads_kv),
+        run->kern->dkdv.sdpa(plan, run->ba, &slab->dkdv, (int32_t)(bh / plan->p.heads_kv),
                              (int32_t)(bh % plan->p.heads_kv), kt, kt_end);
     } else { /* forward, or backward dq: q_group Q tiles of one (b, h) */
         /* several threads: last Q groups first across all (b, h) (the longest
@@ -472,11 +473,11 @@ static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64
         const int32_t qt_end = qt + run->q_group < n_q ? qt + run->q_group : n_q;
         const int32_t b = (int32_t)(bh / plan->p.heads_q), h = (int32_t)(bh % plan->p.heads_q);
         if (run->fa && plan->has_conv)
-            run->kern->mta_fwd_task(plan, run->fa, &slab->fwd, b, h, qt, qt_end);
+            run->kern->fwd.mta(plan, run->fa, &slab->fwd, b, h, qt, qt_end);
         else if (run->fa)
-            run->kern->fwd_task(plan, run->fa, &slab->fwd, b, h, qt, qt_end);
+            run->kern->fwd.sdpa(plan, run->fa, &slab->fwd, b, h, qt, qt_end);
         else
-            run->kern->dq_task(plan, run->ba, &slab->dq, b, h, qt, qt_end);
+            run->kern->dq.sdpa(plan, run->ba, &slab->dq, b, h, qt, qt_end);
     }
 }
 

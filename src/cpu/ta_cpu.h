@@ -2,12 +2,19 @@
  * CPU backend internals (docs/cpu.md): the per-thread tile buffers, their one
  * layout routine, and the table of tile tasks each instruction set provides.
  *
- *   ta_cpu.c         entry points, workspace layout, ISA dispatch, OpenMP loops
- *   ta_cpu_impl.h    the tiled algorithm and its micro-kernels, written once
- *                    over a small vector layer and compiled three times:
- *   ta_cpu_scalar.c  1 lane  (portable, no ISA flags: the fallback)
- *   ta_cpu_avx2.c    8 lanes (-mavx2 -mfma)
- *   ta_cpu_avx512.c  16 lanes (-mavx512f -mavx2 -mfma)
+ *   ta_cpu.c           entry points, workspace layout, ISA dispatch, OpenMP loops
+ *   the algorithm, written once over a small vector layer; each piece
+ *   includes only the pieces below it:
+ *     ta_cpu_tile.inc    tile I/O: load, widen, store rows; visible keys per row
+ *     ta_cpu_micro.inc   micro-kernels k1, k2, k3 and the D_i row dots
+ *     ta_cpu_stages.inc  stages SDPA and MTA share (forward softmax and store)
+ *     ta_cpu_sdpa.inc    SDPA tasks: forward, dk/dv, dq
+ *     ta_cpu_mta.inc     MTA tasks (the conv, dconv_w): forward, dk/dv, dq
+ *   compiled three times, each ISA file defining the vector layer, including
+ *   the tasks and building its own ta_cpu_kernels table:
+ *     ta_cpu_scalar.c    1 lane  (portable, no ISA flags: the fallback)
+ *     ta_cpu_avx2.c      8 lanes (-mavx2 -mfma)
+ *     ta_cpu_avx512.c    16 lanes (-mavx512f -mavx2 -mfma)
  *
  * All three produce the bits of TA_BACKEND_REF (docs/design.md 3): lanes run over
  * independent outputs only, and every lane performs the reference's scalar
@@ -182,29 +189,40 @@ void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, ta_ws_cursor *c, ta
 int32_t ta_cpu_dkdv_group(const ta_plan *plan, int32_t n_threads);
 void ta_cpu_carve_dq(const ta_cpu_dims *dm, ta_ws_cursor *c, ta_cpu_dq_ws *ws);
 
-/* The tile tasks of one instruction set. Each task writes only its own output
- * rows (o, lse rows of (b, h, qt in [qt_begin, qt_end)); dk, dv rows of
- * (b, h_kv, kt in [kt_begin, kt_end)); dq rows of (b, h, qt in [qt_begin,
- * qt_end))), so tasks run in any order on any thread with the same bits. */
+/* The tile tasks of one instruction set, one group per stage of a call, each
+ * with its SDPA and its MTA (plan->has_conv) variant; ta_cpu.c picks the
+ * variant. Each task writes only its own output rows (o, lse rows of (b, h,
+ * qt in [qt_begin, qt_end)); dk, dv rows of (b, h_kv, kt in [kt_begin,
+ * kt_end)); dq rows of (b, h, qt in [qt_begin, qt_end))), so tasks run in any
+ * order on any thread with the same bits. Every ISA file
+ * (ta_cpu_scalar.c, ...) builds its own table from its ta_cpu_sdpa.inc and
+ * ta_cpu_mta.inc tasks. */
 typedef struct ta_cpu_kernels {
     const char *name;
-    void (*fwd_task)(const ta_plan *plan, const ta_fwd_args *a, const ta_cpu_fwd_ws *ws, int32_t b,
+    /* Forward of Q tiles [qt_begin, qt_end) of (b, h); MTA: ws carved with conv = 1. */
+    struct {
+        void (*sdpa)(const ta_plan *plan, const ta_fwd_args *a, const ta_cpu_fwd_ws *ws, int32_t b,
                      int32_t h, int32_t qt_begin, int32_t qt_end);
-    void (*dkdv_task)(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_dkdv_ws *ws,
-                      int32_t b, int32_t h_kv, int32_t kt_begin, int32_t kt_end);
-    void (*dq_task)(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_dq_ws *ws, int32_t b,
+        void (*mta)(const ta_plan *plan, const ta_fwd_args *a, const ta_cpu_fwd_ws *ws, int32_t b,
                     int32_t h, int32_t qt_begin, int32_t qt_end);
-    /* MTA (plan->has_conv): the forward over Q tiles [qt_begin, qt_end) of
-     * (b, h) (ws carved with conv = 1); backward pass 1 for K tiles
-     * [kt_begin, kt_end) of (b, h_kv); pass 2 for Q tile qt of (b, h), which also leaves
-     * ws->dw_sum [c_q, c_k] = R(b, qt), the tile's dconv_w sum over its K tiles, and
-     * returns 1 if the tile sees a K tile (the merge adds R(b, qt) only then). */
-    void (*mta_fwd_task)(const ta_plan *plan, const ta_fwd_args *a, const ta_cpu_fwd_ws *ws,
-                         int32_t b, int32_t h, int32_t qt_begin, int32_t qt_end);
-    void (*mta_dkdv_task)(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_mta_bwd_ws *ws,
-                          int32_t b, int32_t h_kv, int32_t kt_begin, int32_t kt_end);
-    int (*mta_dq_task)(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_mta_bwd_ws *ws,
-                       int32_t b, int32_t h, int32_t qt);
+    } fwd;
+    /* Backward pass 1 (dk, dv) of K tiles [kt_begin, kt_end) of (b, h_kv). */
+    struct {
+        void (*sdpa)(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_dkdv_ws *ws, int32_t b,
+                     int32_t h_kv, int32_t kt_begin, int32_t kt_end);
+        void (*mta)(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_mta_bwd_ws *ws,
+                    int32_t b, int32_t h_kv, int32_t kt_begin, int32_t kt_end);
+    } dkdv;
+    /* Backward pass 2 (dq). SDPA: Q tiles [qt_begin, qt_end) of (b, h). MTA:
+     * Q tile qt of (b, h), which also leaves ws->dw_sum [c_q, c_k] = R(b, qt),
+     * the tile's dconv_w sum over its K tiles, and returns 1 if the tile sees a
+     * K tile (the merge adds R(b, qt) only then). */
+    struct {
+        void (*sdpa)(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_dq_ws *ws, int32_t b,
+                     int32_t h, int32_t qt_begin, int32_t qt_end);
+        int (*mta)(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_mta_bwd_ws *ws,
+                   int32_t b, int32_t h, int32_t qt);
+    } dq;
 } ta_cpu_kernels;
 
 extern const ta_cpu_kernels ta_cpu_kernels_scalar;

@@ -2,19 +2,18 @@
  * CPU backend, AVX2 + FMA instantiation: 8 lanes, register blocks of 6 rows
  * (or keys) x 2 vectors (12 accumulators of the 16 ymm registers). Compiled
  * with -mavx2 -mfma (CMakeLists.txt); run only after ta_cpu_isa_best() saw
- * AVX2 and FMA. The algorithm is ta_cpu_impl.h.
+ * AVX2 and FMA. The algorithm is the
+ * ta_cpu_*.inc pieces (tile I/O, micro-kernels, SDPA and MTA tasks).
  */
 #include "ta_cpu_vmath_avx2.h"
 
 #if defined(TA_HAVE_VMATH_AVX2) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
-#define TA_VW          8
-#define TA_RB          6
-#define TA_NV          2
-#define TA_CPU_KERNELS ta_cpu_kernels_avx2
-#define TA_ISA_NAME    "avx2"
-#define TA_VFN         static inline __attribute__((always_inline))
+#define TA_VW  8
+#define TA_RB  6
+#define TA_NV  2
+#define TA_VFN static inline __attribute__((always_inline))
 
 typedef __m256 ta_v;
 typedef __m256 ta_m;
@@ -43,7 +42,17 @@ TA_VFN ta_v v_i32f(const int32_t *p) {
 TA_VFN ta_v v_f16(const uint16_t *p) { return ta_avx2_f16_to_f32(p); }
 TA_VFN ta_v v_bf16(const uint16_t *p) { return ta_avx2_bf16_to_f32(p); }
 
-#include "ta_cpu_impl.h"
+/* the tasks (each piece includes the ones below it) */
+#include "ta_cpu_sdpa.inc"
+
+#include "ta_cpu_mta.inc"
+
+const ta_cpu_kernels ta_cpu_kernels_avx2 = {
+    .name = "avx2",
+    .fwd = {.sdpa = cpu_sdpa_fwd_task, .mta = cpu_mta_fwd_task},
+    .dkdv = {.sdpa = cpu_sdpa_dkdv_task, .mta = cpu_mta_dkdv_task},
+    .dq = {.sdpa = cpu_sdpa_dq_task, .mta = cpu_mta_dq_task},
+};
 
 #else
 typedef int ta_cpu_avx2_unavailable; /* not an x86 AVX2 build: ta_cpu.c never selects it */

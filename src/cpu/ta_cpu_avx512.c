@@ -2,19 +2,18 @@
  * CPU backend, AVX-512F instantiation: 16 lanes, register blocks of 6 rows
  * (or keys) x 4 vectors (24 accumulators of the 32 zmm registers). Compiled
  * with -mavx512f -mavx2 -mfma (CMakeLists.txt); run only after
- * ta_cpu_isa_best() saw AVX512F, AVX2 and FMA. The algorithm is ta_cpu_impl.h.
+ * ta_cpu_isa_best() saw AVX512F, AVX2 and FMA. The algorithm is the
+ * ta_cpu_*.inc pieces (tile I/O, micro-kernels, SDPA and MTA tasks).
  */
 #include "ta_cpu_vmath_avx512.h"
 
 #if defined(TA_HAVE_VMATH_AVX512) && defined(__AVX512F__) && defined(__FMA__)
 #include <immintrin.h>
 
-#define TA_VW          16
-#define TA_RB          6
-#define TA_NV          4
-#define TA_CPU_KERNELS ta_cpu_kernels_avx512
-#define TA_ISA_NAME    "avx512"
-#define TA_VFN         static inline __attribute__((always_inline))
+#define TA_VW  16
+#define TA_RB  6
+#define TA_NV  4
+#define TA_VFN static inline __attribute__((always_inline))
 
 typedef __m512 ta_v;
 typedef __mmask16 ta_m;
@@ -41,7 +40,17 @@ TA_VFN ta_v v_i32f(const int32_t *p) { return _mm512_cvtepi32_ps(_mm512_loadu_si
 TA_VFN ta_v v_f16(const uint16_t *p) { return ta_avx512_f16_to_f32(p); }
 TA_VFN ta_v v_bf16(const uint16_t *p) { return ta_avx512_bf16_to_f32(p); }
 
-#include "ta_cpu_impl.h"
+/* the tasks (each piece includes the ones below it) */
+#include "ta_cpu_sdpa.inc"
+
+#include "ta_cpu_mta.inc"
+
+const ta_cpu_kernels ta_cpu_kernels_avx512 = {
+    .name = "avx512",
+    .fwd = {.sdpa = cpu_sdpa_fwd_task, .mta = cpu_mta_fwd_task},
+    .dkdv = {.sdpa = cpu_sdpa_dkdv_task, .mta = cpu_mta_dkdv_task},
+    .dq = {.sdpa = cpu_sdpa_dq_task, .mta = cpu_mta_dq_task},
+};
 
 #else
 typedef int ta_cpu_avx512_unavailable; /* not an x86 AVX-512 build: never selected */

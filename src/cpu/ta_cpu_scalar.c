@@ -2,7 +2,7 @@
  * CPU backend, portable instantiation: one lane, compiled for the baseline
  * ISA (no flags). The fallback on CPUs without AVX2 + FMA, and the path
  * TA_CPU_ISA=scalar forces. Same tiling, threading and operation order as the
- * vector paths (ta_cpu_impl.h); fmaf is the C11 function (a libm call or one
+ * vector paths (the ta_cpu_*.inc pieces); fmaf is the C11 function (a libm call or one
  * instruction, correctly rounded either way).
  */
 #include <math.h>
@@ -10,12 +10,10 @@
 
 #include "ta_math.h"
 
-#define TA_VW          1
-#define TA_RB          6
-#define TA_NV          2
-#define TA_CPU_KERNELS ta_cpu_kernels_scalar
-#define TA_ISA_NAME    "scalar"
-#define TA_VFN         static inline
+#define TA_VW  1
+#define TA_RB  6
+#define TA_NV  2
+#define TA_VFN static inline
 
 typedef float ta_v;
 typedef int ta_m;
@@ -41,4 +39,14 @@ TA_VFN ta_v v_i32f(const int32_t *p) { return (float)*p; }
 TA_VFN ta_v v_f16(const uint16_t *p) { return ta_f16_to_f32(*p); }
 TA_VFN ta_v v_bf16(const uint16_t *p) { return ta_bf16_to_f32(*p); }
 
-#include "ta_cpu_impl.h"
+/* the tasks (each piece includes the ones below it) */
+#include "ta_cpu_sdpa.inc"
+
+#include "ta_cpu_mta.inc"
+
+const ta_cpu_kernels ta_cpu_kernels_scalar = {
+    .name = "scalar",
+    .fwd = {.sdpa = cpu_sdpa_fwd_task, .mta = cpu_mta_fwd_task},
+    .dkdv = {.sdpa = cpu_sdpa_dkdv_task, .mta = cpu_mta_dkdv_task},
+    .dq = {.sdpa = cpu_sdpa_dq_task, .mta = cpu_mta_dq_task},
+};
