@@ -54,18 +54,25 @@ class Problem(ctypes.Structure):  # ta_problem (include/tileattn.h)
                 ("batch", "heads_q", "heads_kv", "seq_q", "seq_k", "head_dim", "head_dim_v",
                  "dtype", "precision")] + [
         ("flags", ctypes.c_uint32), ("scale", ctypes.c_float)] + [
-        (n, ctypes.c_int32) for n in ("conv_q", "conv_k", "block_q", "block_k", "num_threads")]
+        (n, ctypes.c_int32) for n in ("conv_q", "conv_k", "block_q", "block_k", "num_threads",
+                                      "window_left", "window_right")]
 
 
-class FwdArgs(ctypes.Structure):  # ta_fwd_args
+class Strides(ctypes.Structure):  # ta_strides; all zero = contiguous
+    _fields_ = [(n, ctypes.c_int64) for n in ("batch", "head", "seq")]
+
+
+class FwdArgs(ctypes.Structure):  # ta_fwd_args (every field: ctypes zero-fills the rest)
     _fields_ = [(n, ctypes.c_void_p) for n in
-                ("q", "k", "v", "conv_w", "seqlens_k", "o", "lse", "trace")]
+                ("q", "k", "v", "conv_w", "seqlens_k", "o", "lse", "trace")] + [
+        (n + "_strides", Strides) for n in ("q", "k", "v", "o")]
 
 
 class BwdArgs(ctypes.Structure):  # ta_bwd_args
     _fields_ = [(n, ctypes.c_void_p) for n in
                 ("q", "k", "v", "o", "d_o", "lse", "conv_w", "seqlens_k", "dq", "dk", "dv",
-                 "dconv_w", "trace")]
+                 "dconv_w", "trace")] + [
+        (n + "_strides", Strides) for n in ("q", "k", "v", "o", "d_o", "dq", "dk", "dv")]
 
 
 def load(lib_path):
