@@ -56,8 +56,6 @@ typedef struct ta_cuda_bwd_params {
     int32_t seqlens_k[TA_CUDA_BATCH_CHUNK];
 } ta_cuda_bwd_params;
 
-#define TA_CUDA_NEG_INF_BITS 0xff800000u
-
 /* ---------------------------------------------------------------------------- */
 /* delta                                                                          */
 /* ---------------------------------------------------------------------------- */
@@ -82,9 +80,9 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS)
 
 /* Row arrays of one 64-row tile: lse, delta, and the visible key end (0 for a
  * row past the tile or with lse = -inf: such a row has no live entry). */
-TA_DEV void ta_cuda_bwd_rows(const ta_cuda_bwd_params &p, const ta_tiling *t, size_t q_first,
-                             int32_t row0, int32_t rows, int32_t key_len, float *lse_s,
-                             float *delta_s, int32_t *vis_end) {
+TA_CUDA_DEV void ta_cuda_bwd_rows(const ta_cuda_bwd_params &p, const ta_tiling *t, size_t q_first,
+                                  int32_t row0, int32_t rows, int32_t key_len, float *lse_s,
+                                  float *delta_s, int32_t *vis_end) {
     const int tid = (int)threadIdx.x;
     if (tid >= TA_CUDA_TILE) return;
     if (tid < rows) {
@@ -102,8 +100,8 @@ TA_DEV void ta_cuda_bwd_rows(const ta_cuda_bwd_params &p, const ta_tiling *t, si
 }
 
 /* P and dS of one live entry: the reference's ta_ref_bwd_probs. */
-TA_DEV void ta_cuda_probs(float dot_qk, float dot_dov, float scale, float lse, float delta,
-                          float *p_out, float *ds_out) {
+TA_CUDA_DEV void ta_cuda_probs(float dot_qk, float dot_dov, float scale, float lse, float delta,
+                               float *p_out, float *ds_out) {
     const float s = scale * dot_qk;
     const float pr = ta_exp(s - lse);
     *p_out = pr;

@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         /* init: m = -inf, l = 0 per row; the visible key range of each row */
         __syncthreads(); /* the previous tile is done with the row arrays */
         if (tid < TA_CUDA_TILE) {
-            m_run[tid] = ta_f32_from_bits(0xff800000u); /* -inf */
+            m_run[tid] = ta_f32_from_bits(TA_CUDA_NEG_INF_BITS);
             l_run[tid] = 0.0f;
             vis_end[tid] = tid < rows ? ta_cuda_visible_end(&t, row0 + tid, key_len) : 0;
         }
