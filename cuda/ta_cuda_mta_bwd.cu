@@ -137,26 +137,16 @@ static inline __host__ __device__ void ta_cuda_mta_bwd_smem_make(ta_cuda_mta_bwd
 /* kernel parameters                                                             */
 /* ---------------------------------------------------------------------------- */
 
-typedef struct ta_cuda_mta_bwd_params {
-    const void *q, *k, *v, *d_o; /* as in ta_bwd_args */
-    const float *lse, *delta;    /* [B, H, S_q] */
-    const float *conv_w;         /* [H, c_q, c_k] */
-    void *dq, *dk, *dv;
-    float *dw_rows; /* [B, H, n_q, c_q, c_k], n_q = plan->bwd.num_q_tiles */
-    float *dconv_w; /* [H, c_q, c_k] */
-    ta_tiling t;    /* dq, merge: plan->bwd; dk/dv: the kernel's own */
-    ta_cuda_mta_bwd_smem sm;
-    int32_t heads_q, heads_kv, group, head_dim, head_dim_v, conv_q, conv_k;
-    float scale;
-    int32_t band_rows;   /* dq: effective rows per band, divides 64 */
-    int32_t n_groups;    /* dq: accumulator groups; dk/dv: feature groups */
-    int32_t n_slots;     /* dq: slots of D, ceil(D / 64) */
-    int32_t acc_blocks;  /* dq: ceil(rows_eff / 64) x n_slots accumulator blocks in all */
-    int32_t merge_first; /* merge: start from 0 (first batch chunk) or from dconv_w */
-    int32_t dw_paired;   /* dq: dconv_w partials of two tile pairs at once (one band per tile) */
-    int32_t batch_begin, batch_count, has_seqlens;
-    int32_t seqlens_k[TA_CUDA_BATCH_CHUNK];
-} ta_cuda_mta_bwd_params;
+/* The base (t: dq and merge plan->bwd, dk/dv the kernel's own tiling; dw_rows
+ * [B, H, n_q, c_q, c_k], n_q = plan->bwd.num_q_tiles) and each kernel's geometry. */
+struct ta_cuda_mta_bwd_params : ta_cuda_params {
+    ta_cuda_mta_bwd_smem sm; /* dq, dk/dv: the band's shared-memory offset table */
+    int32_t band_rows;       /* dq: effective rows per band, divides 64 */
+    int32_t n_groups;        /* dq: accumulator groups; dk/dv: feature groups */
+    int32_t n_slots;         /* dq: slots of D, ceil(D / 64) */
+    int32_t acc_blocks;      /* dq: ceil(rows_eff / 64) x n_slots accumulator blocks in all */
+    int32_t dw_paired; /* dq: dconv_w partials of two tile pairs at once (one band per tile) */
+};
 
 /* A band: effective rows [row0, row0 + rows), columns [col0, col0 + cols). */
 typedef struct ta_cuda_mta_band {
@@ -497,18 +487,14 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     const int32_t a0 = n0 / ck, b0 = n0 % ck, a1 = n1 / ck, b1 = n1 % ck;
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        const int32_t fg = (int32_t)(tile % p.n_groups);
-        const int64_t rest = tile / p.n_groups;
-        const int32_t qt = n_qt - 1 - (int32_t)(rest % n_qt); /* longest (causal) first */
-        const int32_t h = (int32_t)((rest / n_qt) % p.heads_q);
-        const int32_t b_local = (int32_t)(rest / n_qt / p.heads_q);
-        const int32_t b = p.batch_begin + b_local;
-        const int32_t key_len = p.has_seqlens ? p.seqlens_k[b_local] : t.seq_k;
+        const int32_t fg = (int32_t)(tile % p.n_groups); /* then a q-side tile, last first */
+        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile / p.n_groups, n_qt);
+        const int32_t qt = at.qt, h = at.h, b = p.batch_begin + at.b_local;
+        const int32_t key_len = ta_cuda_key_len(p, at.b_local);
         const int32_t r0 = ta_tile_row_eff_begin(&t, qt), r1 = ta_tile_row_eff_end(&t, qt);
         const int32_t k_end = ta_tile_k_end(&t, qt, key_len);
-        const size_t q_slice = ((size_t)b * (size_t)p.heads_q + (size_t)h) * (size_t)t.seq_q;
-        const size_t kv_slice =
-            ((size_t)b * (size_t)p.heads_kv + (size_t)(h / p.group)) * (size_t)t.seq_k;
+        const size_t q_slice = ta_cuda_q_slice(p, b, h);
+        const size_t kv_slice = ta_cuda_kv_slice(p, b, h / p.group);
         const bool do_dw = fg == 0;
         float acc[NB][4][4];
         float r_sum0 = 0.0f, r_sum1 = 0.0f; /* R(b, qt) of entries n0, n1 */
@@ -694,27 +680,18 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_kv * n_kt * p.n_groups;
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        const int32_t fg = (int32_t)(tile % p.n_groups);
-        const int32_t kt = (int32_t)((tile / p.n_groups) % n_kt);
-        const int32_t h_kv = (int32_t)((tile / p.n_groups / n_kt) % p.heads_kv);
-        const int32_t b_local = (int32_t)(tile / p.n_groups / n_kt / p.heads_kv);
-        const int32_t b = p.batch_begin + b_local;
-        const int32_t key_len = p.has_seqlens ? p.seqlens_k[b_local] : t.seq_k;
+        const ta_cuda_kv_tile at = ta_cuda_kv_tile_at(p, tile, n_kt, p.n_groups);
+        const int32_t fg = at.fg, kt = at.kt, h_kv = at.h_kv, b = p.batch_begin + at.b_local;
+        const int32_t key_len = ta_cuda_key_len(p, at.b_local);
         const int32_t c0 = ta_tile_col_eff_begin(&t, kt);
         const int32_t cols = ta_tile_col_eff_end(&t, kt) - c0;
         const int32_t q_begin = ta_tile_q_begin(&t, kt, key_len);
         const int32_t slot0 = fg * NS; /* this group's first slot */
         const int32_t n_slots = ta_tiling_min_i32(NS, n_slots_all - slot0);
         const bool need_ds = slot0 < nk; /* the group holds dk slots */
-        const size_t kv_slice = ((size_t)b * (size_t)p.heads_kv + (size_t)h_kv) * (size_t)t.seq_k;
+        const size_t kv_slice = ta_cuda_kv_slice(p, b, h_kv);
         float acc[4][NS][4]; /* acc[key 4ty+r][slot s feature 4tx+e] */
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-#pragma unroll
-            for (int s = 0; s < NS; ++s)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    acc[r][s][e] = 0.0f;
+        ta_cuda_acc_zero<NS>(acc);
         __syncthreads(); /* the previous tile is done with slots */
         if (tid < NS) {
             const int32_t u = slot0 + tid;
@@ -728,7 +705,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         /* step 1: the kv group's query heads ascending (each with its kernel), then Q tiles */
         for (int32_t g = 0; g < p.group; ++g) {
             const int32_t h = h_kv * p.group + g;
-            const size_t q_slice = ((size_t)b * (size_t)p.heads_q + (size_t)h) * (size_t)t.seq_q;
+            const size_t q_slice = ta_cuda_q_slice(p, b, h);
             ta_cuda_mta_bwd_load_w(p, bf, h);
             for (int32_t qt = q_begin; qt < n_qt; ++qt) {
                 const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
@@ -803,7 +780,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 /* ---------------------------------------------------------------------------- */
 
 /*
- * One thread per (h, a, b'): dconv_w = (merge_first ? 0 : dconv_w) + R(b, 0) +
+ * One thread per (h, a, b'): dconv_w = (first chunk ? 0 : dconv_w) + R(b, 0) +
  * R(b, 1) + ... for the chunk's batch entries ascending, skipping Q tiles with
  * no k tile (the reference adds nothing for them). Loads go ahead in groups of
  * 8; the adds stay in order.
@@ -816,10 +793,10 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS)
     for (int64_t idx = (int64_t)blockIdx.x * TA_CUDA_THREADS + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * TA_CUDA_THREADS) {
         const int32_t h = (int32_t)(idx / n_w), n = (int32_t)(idx % n_w);
-        float acc = p.merge_first ? 0.0f : p.dconv_w[idx];
+        float acc = p.batch_begin == 0 ? 0.0f : p.dconv_w[idx]; /* later chunks continue */
         for (int32_t b_local = 0; b_local < p.batch_count; ++b_local) {
             const int32_t b = p.batch_begin + b_local;
-            const int32_t key_len = p.has_seqlens ? p.seqlens_k[b_local] : t.seq_k;
+            const int32_t key_len = ta_cuda_key_len(p, b_local);
             const float *r_in =
                 p.dw_rows +
                 ((size_t)b * (size_t)p.heads_q + (size_t)h) * (size_t)n_qt * (size_t)n_w +
@@ -952,41 +929,21 @@ extern "C" ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
     const void *k_dq, *k_dkdv;
     const void *k_merge = reinterpret_cast<const void *>(&ta_cuda_mta_dw_merge_kernel);
     ta_cuda_mta_bwd_params prm_dq, prm_kv;
+    ta_cuda_launch_desc launch[3];
     size_t smem_dq, smem_kv;
     int64_t merge_blocks;
-    int32_t b0;
     ta_status st;
     if ((st = ta_cuda_check_pointers(ptrs, 13)) != TA_OK) return st;
     memset(&prm_dq, 0, sizeof prm_dq);
-    prm_dq.q = a->q;
-    prm_dq.k = a->k;
-    prm_dq.v = a->v;
-    prm_dq.d_o = a->d_o;
-    prm_dq.lse = a->lse;
-    prm_dq.delta = ws->delta;
-    prm_dq.conv_w = a->conv_w;
-    prm_dq.dq = a->dq;
-    prm_dq.dk = a->dk;
-    prm_dq.dv = a->dv;
-    prm_dq.dw_rows = ws->dw_rows;
-    prm_dq.dconv_w = a->dconv_w;
-    prm_dq.heads_q = pr->heads_q;
-    prm_dq.heads_kv = pr->heads_kv;
-    prm_dq.group = plan->group;
-    prm_dq.head_dim = pr->head_dim;
-    prm_dq.head_dim_v = pr->head_dim_v;
-    prm_dq.conv_q = pr->conv_q;
-    prm_dq.conv_k = pr->conv_k;
-    prm_dq.scale = pr->scale;
-    prm_dq.has_seqlens = a->seqlens_k != NULL;
-    prm_kv = prm_dq;
+    memset(&prm_kv, 0, sizeof prm_kv);
     /* dq + dw and merge: the plan's backward tiles (the contractual dconv_w cuts) */
-    prm_dq.t = *tb;
+    ta_cuda_params_bwd(&prm_dq, plan, tb, a, ws);
     prm_dq.n_groups = n_groups_dq;
     prm_dq.n_slots = nk;
     prm_dq.acc_blocks = acc_blocks;
     if ((st = ta_cuda_mta_dq_geometry(plan, &prm_dq)) != TA_OK) return st;
-    /* dk/dv: the kernel's own tiles */
+    /* dk/dv: the kernel's own tiles (the geometry replaces t) */
+    ta_cuda_params_bwd(&prm_kv, plan, tb, a, ws);
     prm_kv.n_groups = n_groups_kv;
     if ((st = ta_cuda_mta_dkdv_geometry(plan, &prm_kv)) != TA_OK) return st;
     smem_dq = (size_t)prm_dq.sm.floats * sizeof(float);
@@ -997,27 +954,11 @@ extern "C" ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
     if ((st = ta_cuda_bwd_delta(plan, a, ws->delta, stream)) != TA_OK) return st;
     merge_blocks =
         ((int64_t)pr->heads_q * pr->conv_q * pr->conv_k + TA_CUDA_THREADS - 1) / TA_CUDA_THREADS;
-    for (b0 = 0; b0 < pr->batch; b0 += prm_dq.batch_count) {
-        prm_dq.batch_begin = b0;
-        prm_dq.batch_count =
-            a->seqlens_k ? ta_tiling_min_i32(TA_CUDA_BATCH_CHUNK, pr->batch - b0) : pr->batch;
-        if (a->seqlens_k)
-            memcpy(prm_dq.seqlens_k, a->seqlens_k + b0,
-                   (size_t)prm_dq.batch_count * sizeof(int32_t));
-        prm_dq.merge_first = b0 == 0;
-        prm_kv.batch_begin = prm_dq.batch_begin;
-        prm_kv.batch_count = prm_dq.batch_count;
-        memcpy(prm_kv.seqlens_k, prm_dq.seqlens_k, sizeof prm_kv.seqlens_k);
-        st = ta_cuda_launch(
-            k_dkdv, (int64_t)prm_kv.batch_count * pr->heads_kv * prm_kv.t.num_k_tiles * n_groups_kv,
-            smem_kv, &prm_kv, stream);
-        if (st != TA_OK) return st;
-        st = ta_cuda_launch(
-            k_dq, (int64_t)prm_dq.batch_count * pr->heads_q * tb->num_q_tiles * n_groups_dq,
-            smem_dq, &prm_dq, stream);
-        if (st != TA_OK) return st;
-        st = ta_cuda_launch(k_merge, merge_blocks, 0, &prm_dq, stream);
-        if (st != TA_OK) return st;
-    }
-    return TA_OK;
+    /* per batch chunk: dk/dv, dq + dw partials, then the merge of the chunk's R */
+    launch[0] = ta_cuda_launch_of(
+        k_dkdv, &prm_kv, (int64_t)pr->heads_kv * prm_kv.t.num_k_tiles * n_groups_kv, 0, smem_kv);
+    launch[1] = ta_cuda_launch_of(k_dq, &prm_dq,
+                                  (int64_t)pr->heads_q * tb->num_q_tiles * n_groups_dq, 0, smem_dq);
+    launch[2] = ta_cuda_launch_of(k_merge, &prm_dq, 0, merge_blocks, 0);
+    return ta_cuda_launch_batches(launch, 3, a->seqlens_k, pr->batch, stream);
 }

@@ -26,7 +26,6 @@
  */
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #include <cuda_runtime.h>
 
@@ -39,21 +38,6 @@ extern "C" {
 #include "ta_internal.h"
 #include "ta_math.h"
 }
-
-/* Kernel parameters, by value (one launch per TA_CUDA_BATCH_CHUNK batch entries
- * when seqlens_k is given; one launch otherwise). */
-typedef struct ta_cuda_mta_fwd_params {
-    const void *q, *k, *v; /* [B,H,S_q,D], [B,H_kv,S_k,D], [B,H_kv,S_k,D_v] */
-    const float *conv_w;   /* [H, c_q, c_k] f32 */
-    void *o;               /* [B,H,S_q,D_v] */
-    float *lse;            /* [B,H,S_q] or NULL */
-    ta_tiling t;           /* rows: the CUDA tile (64 loaded); columns: the plan's block_k */
-    int32_t heads_q, heads_kv, group, head_dim, head_dim_v, conv_q, conv_k;
-    float scale;
-    int32_t batch_begin, batch_count; /* this launch's batch entries */
-    int32_t has_seqlens;
-    int32_t seqlens_k[TA_CUDA_BATCH_CHUNK]; /* [batch_count] when has_seqlens */
-} ta_cuda_mta_fwd_params;
 
 /* Loaded columns of a k tile rounded up to whole dot tiles of 64. */
 static __host__ __device__ int32_t ta_cuda_mta_fwd_cols_cap(const ta_tiling *t) {
@@ -76,7 +60,7 @@ static __host__ __device__ size_t ta_cuda_mta_fwd_smem_floats(int32_t cols_cap) 
 
 template <int DT, int NS>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
-    ta_cuda_mta_fwd_kernel(const __grid_constant__ ta_cuda_mta_fwd_params p) {
+    ta_cuda_mta_fwd_kernel(const __grid_constant__ ta_cuda_params p) {
     extern __shared__ float4 ta_cuda_mta_fwd_smem[];
     __shared__ ta_cuda_slot v_slots[TA_CUDA_SLOTS];
     const ta_tiling t = p.t;
@@ -99,32 +83,22 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         s[e] = 0.0f;
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        /* which (b, h, qt): the last q tiles first (the longest under the causal mask) */
-        const int32_t qt = n_qt - 1 - (int32_t)(tile % n_qt);
-        const int32_t h = (int32_t)((tile / n_qt) % p.heads_q);
-        const int32_t b_local = (int32_t)(tile / n_qt / p.heads_q);
-        const int32_t b = p.batch_begin + b_local;
-        const int32_t key_len = p.has_seqlens ? p.seqlens_k[b_local] : t.seq_k;
+        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt);
+        const int32_t qt = at.qt, h = at.h, b = p.batch_begin + at.b_local;
+        const int32_t key_len = ta_cuda_key_len(p, at.b_local);
         const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
         const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
         const int32_t k_end = ta_tile_k_end(&t, qt, key_len);
-        const size_t q_slice = ((size_t)b * (size_t)p.heads_q + (size_t)h) * (size_t)t.seq_q;
-        const size_t q_first = q_slice + (size_t)row0; /* row index in [B, H, S_q] */
-        const size_t kv_base = ((size_t)b * (size_t)p.heads_kv + (size_t)(h / p.group)) *
-                               (size_t)t.seq_k; /* GQA: head h reads kv head h / group */
+        const size_t q_slice = ta_cuda_q_slice(p, b, h);
+        const size_t q_first = q_slice + (size_t)row0;              /* query-side row */
+        const size_t kv_base = ta_cuda_kv_slice(p, b, h / p.group); /* GQA: kv head h / group */
         ta_cuda_mta_region g;
         float acc[4][NS][4]; /* acc[row 4ty+r][feature s*64 + 4tx + e] */
         int32_t row_vis[4];
         int32_t kt;
         g.row_load0 = ta_tile_row_load_begin(&t, qt);
         g.rows_load = ta_tile_row_load_end(&t, qt) - g.row_load0; /* rows + c_q - 1 <= 64 */
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-#pragma unroll
-            for (int s_ = 0; s_ < NS; ++s_)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    acc[r][s_][e] = 0.0f;
+        ta_cuda_acc_zero<NS>(acc);
         /* init: m = -inf, l = 0 per effective row; its visible key range; the kernel */
         __syncthreads(); /* the previous tile is done with the row arrays */
         if (tid < TA_CUDA_TILE) {
@@ -190,51 +164,27 @@ extern "C" ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a,
     const int ns = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
     const void *kernel = ta_cuda_mta_fwd_pick(pr->dtype, ns);
     const void *ptrs[6] = {a->q, a->k, a->v, a->o, a->lse, a->conv_w};
-    ta_cuda_mta_fwd_params prm;
+    ta_tiling t;
+    ta_cuda_params prm;
+    ta_cuda_launch_desc launch;
     size_t smem, smem_max, smem_limit;
-    int32_t b0;
     ta_status st;
     (void)ws; /* no device workspace (ta_cuda.h) */
     if ((st = ta_cuda_check_pointers(ptrs, 6)) != TA_OK) return st;
-    memset(&prm, 0, sizeof prm);
     /* 64 loaded rows per CUDA Q tile (64 - (c_q - 1) effective); the plan's k tiles */
-    st = (ta_status)ta_tiling_make(&prm.t, pr->seq_q, pr->seq_k, TA_CUDA_TILE, plan->fwd.block_k,
+    st = (ta_status)ta_tiling_make(&t, pr->seq_q, pr->seq_k, TA_CUDA_TILE, plan->fwd.block_k,
                                    pr->conv_q, pr->conv_k, plan->fwd.causal, TA_TILING_FWD, 1);
     if (st != TA_OK) return st;
     /* Opt in to what the largest block_k needs (159,232 B), capped at the device's
      * limit: one value per (kernel, device), so concurrent callers agree. A GPU
      * with 99 KB (sm_86, sm_89) runs block_k <= 128 and refuses larger ones. */
-    smem = ta_cuda_mta_fwd_smem_floats(ta_cuda_mta_fwd_cols_cap(&prm.t)) * sizeof(float);
+    smem = ta_cuda_mta_fwd_smem_floats(ta_cuda_mta_fwd_cols_cap(&t)) * sizeof(float);
     smem_max = ta_cuda_mta_fwd_smem_floats(TA_BLOCK_MAX) * sizeof(float);
     if ((st = ta_cuda_smem_limit(&smem_limit)) != TA_OK) return st;
     if (smem > smem_limit) return TA_ERR_UNSUPPORTED;
     if (smem_max > smem_limit) smem_max = smem_limit;
     if ((st = ta_cuda_opt_in_smem(kernel, smem_max)) != TA_OK) return st;
-    prm.q = a->q;
-    prm.k = a->k;
-    prm.v = a->v;
-    prm.conv_w = a->conv_w;
-    prm.o = a->o;
-    prm.lse = a->lse;
-    prm.heads_q = pr->heads_q;
-    prm.heads_kv = pr->heads_kv;
-    prm.group = plan->group;
-    prm.head_dim = pr->head_dim;
-    prm.head_dim_v = pr->head_dim_v;
-    prm.conv_q = pr->conv_q;
-    prm.conv_k = pr->conv_k;
-    prm.scale = pr->scale;
-    prm.has_seqlens = a->seqlens_k != NULL;
-    /* seqlens_k (host memory) travels by value, TA_CUDA_BATCH_CHUNK entries per launch */
-    for (b0 = 0; b0 < pr->batch; b0 += prm.batch_count) {
-        prm.batch_begin = b0;
-        prm.batch_count = a->seqlens_k ? ta_tiling_min_i32(TA_CUDA_BATCH_CHUNK, pr->batch - b0)
-                                       : pr->batch;
-        if (a->seqlens_k)
-            memcpy(prm.seqlens_k, a->seqlens_k + b0, (size_t)prm.batch_count * sizeof(int32_t));
-        st = ta_cuda_launch(kernel, (int64_t)prm.batch_count * pr->heads_q * prm.t.num_q_tiles,
-                            smem, &prm, stream);
-        if (st != TA_OK) return st;
-    }
-    return TA_OK;
+    ta_cuda_params_fwd(&prm, plan, &t, a);
+    launch = ta_cuda_launch_of(kernel, &prm, (int64_t)pr->heads_q * t.num_q_tiles, 0, smem);
+    return ta_cuda_launch_batches(&launch, 1, a->seqlens_k, pr->batch, stream);
 }

@@ -43,18 +43,10 @@ extern "C" {
 #include "ta_math.h"
 }
 
-typedef struct ta_cuda_bwd_params {
-    const void *q, *k, *v, *o, *d_o; /* as in ta_bwd_args */
-    const float *lse;                /* [B, H, S_q] */
-    float *delta;                    /* [B, H, S_q], the workspace */
-    void *dq, *dk, *dv;
-    ta_tiling t; /* 64 x 64 */
-    int32_t heads_q, heads_kv, group, head_dim, head_dim_v;
-    float scale;
+/* The base (t: 64 x 64) and the dk/dv kernel's feature groups. */
+struct ta_cuda_bwd_params : ta_cuda_params {
     int32_t n_groups; /* dk/dv feature groups per key tile */
-    int32_t batch_begin, batch_count, has_seqlens;
-    int32_t seqlens_k[TA_CUDA_BATCH_CHUNK];
-} ta_cuda_bwd_params;
+};
 
 /* ---------------------------------------------------------------------------- */
 /* delta                                                                          */
@@ -134,29 +126,19 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_kv * n_kt * p.n_groups;
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        const int32_t fg = (int32_t)(tile % p.n_groups);
-        const int32_t kt = (int32_t)((tile / p.n_groups) % n_kt);
-        const int32_t h_kv = (int32_t)((tile / p.n_groups / n_kt) % p.heads_kv);
-        const int32_t b_local = (int32_t)(tile / p.n_groups / n_kt / p.heads_kv);
-        const int32_t b = p.batch_begin + b_local;
-        const int32_t key_len = p.has_seqlens ? p.seqlens_k[b_local] : t.seq_k;
+        const ta_cuda_kv_tile at = ta_cuda_kv_tile_at(p, tile, n_kt, p.n_groups);
+        const int32_t fg = at.fg, kt = at.kt, h_kv = at.h_kv, b = p.batch_begin + at.b_local;
+        const int32_t key_len = ta_cuda_key_len(p, at.b_local);
         const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
         const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
         const int32_t q_begin = ta_tile_q_begin(&t, kt, key_len);
         const int32_t slot0 = fg * NS; /* this group's first slot */
         const int32_t n_slots = ta_tiling_min_i32(NS, n_slots_all - slot0);
         const bool need_ds = slot0 < nk; /* the group holds dk slots */
-        const size_t kv_first = ((size_t)b * (size_t)p.heads_kv + (size_t)h_kv) * (size_t)t.seq_k +
-                                (size_t)col0; /* key row index in [B, H_kv, S_k] */
+        const size_t kv_first = ta_cuda_kv_slice(p, b, h_kv) + (size_t)col0; /* key-side row */
         float acc[4][NS][4]; /* acc[key 4ty+r][slot s feature 4tx+e] */
         int32_t g;
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-#pragma unroll
-            for (int s = 0; s < NS; ++s)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    acc[r][s][e] = 0.0f;
+        ta_cuda_acc_zero<NS>(acc);
         /* this group's slots: dk slots take features of q, dv slots of dO */
         __syncthreads(); /* the previous tile is done with slots */
         if (tid < NS) {
@@ -175,8 +157,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             for (qt = q_begin; qt < n_qt; ++qt) {
                 const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
                 const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
-                const size_t q_first =
-                    ((size_t)b * (size_t)p.heads_q + (size_t)h) * (size_t)t.seq_q + (size_t)row0;
+                const size_t q_first = ta_cuda_q_slice(p, b, h) + (size_t)row0;
                 float s_t[4][4], dp_t[4][4]; /* [key 4ty+a][row 4tx+c] */
                 int32_t i0;
                 __syncthreads(); /* the previous Q tile is done with the row arrays */
@@ -294,28 +275,18 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     if (tid < NS) k_slots[tid] = ta_cuda_slot{p.k, p.head_dim, tid * TA_CUDA_SLOT};
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        const int32_t qt = n_qt - 1 - (int32_t)(tile % n_qt); /* longest (causal) first */
-        const int32_t h = (int32_t)((tile / n_qt) % p.heads_q);
-        const int32_t b_local = (int32_t)(tile / n_qt / p.heads_q);
-        const int32_t b = p.batch_begin + b_local;
-        const int32_t key_len = p.has_seqlens ? p.seqlens_k[b_local] : t.seq_k;
+        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt); /* longest (causal) first */
+        const int32_t qt = at.qt, h = at.h, b = p.batch_begin + at.b_local;
+        const int32_t key_len = ta_cuda_key_len(p, at.b_local);
         const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
         const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
         const int32_t k_end = ta_tile_k_end(&t, qt, key_len);
-        const size_t q_first =
-            ((size_t)b * (size_t)p.heads_q + (size_t)h) * (size_t)t.seq_q + (size_t)row0;
-        const size_t kv_base =
-            ((size_t)b * (size_t)p.heads_kv + (size_t)(h / p.group)) * (size_t)t.seq_k;
+        const size_t q_first = ta_cuda_q_slice(p, b, h) + (size_t)row0;
+        const size_t kv_base = ta_cuda_kv_slice(p, b, h / p.group);
         float acc[4][NS][4]; /* acc[row 4ty+r][feature s*64 + 4tx + e] */
         int32_t row_vis[4];
         int32_t kt;
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-#pragma unroll
-            for (int s = 0; s < NS; ++s)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    acc[r][s][e] = 0.0f;
+        ta_cuda_acc_zero<NS>(acc);
         /* step 1: lse, D, visible key ends of the tile's rows */
         __syncthreads(); /* the previous tile is done with the row arrays */
         ta_cuda_bwd_rows(p, &t, q_first, row0, rows, key_len, lse_s, delta_s, vis_end);
@@ -403,12 +374,11 @@ template <int DT> static const void *ta_cuda_dkdv_pick_ns(int ns) {
 }
 
 typedef struct ta_cuda_bwd_kernels {
-    const void *delta, *dkdv, *dq;
+    const void *dkdv, *dq;
 } ta_cuda_bwd_kernels;
 
 template <int DT> static ta_cuda_bwd_kernels ta_cuda_bwd_pick_dt(int ns_dkdv, int ns_dq) {
     ta_cuda_bwd_kernels k;
-    k.delta = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<DT>);
     k.dkdv = ta_cuda_dkdv_pick_ns<DT>(ns_dkdv);
     k.dq = ta_cuda_dq_pick_ns<DT>(ns_dq);
     return k;
@@ -423,38 +393,27 @@ static ta_cuda_bwd_kernels ta_cuda_bwd_pick(ta_dtype dt, int ns_dkdv, int ns_dq)
     return ta_cuda_bwd_pick_dt<TA_F32>(ns_dkdv, ns_dq);
 }
 
-/* The delta kernel: one thread per row of [B, H, S_q]. */
-static ta_status ta_cuda_launch_delta(const void *kernel, const ta_plan *plan,
-                                      const ta_bwd_args *a, float *delta, void *stream) {
-    const int64_t grid_cap = 65536; /* grid-stride beyond this */
+/* The delta kernel of plan's dtype, one thread per row of [B, H, S_q], at
+ * most 65,536 blocks (grid-stride beyond); shared with the MTA backward
+ * (cuda/ta_cuda_bwd_common.cuh). */
+ta_status ta_cuda_bwd_delta(const ta_plan *plan, const ta_bwd_args *a, float *delta, void *stream) {
+    const int64_t grid_cap = 65536;
     const int64_t blocks = (int64_t)((plan->n_lse + TA_CUDA_THREADS - 1) / TA_CUDA_THREADS);
-    const unsigned int grid = (unsigned int)(blocks < grid_cap ? blocks : grid_cap);
+    const void *kernel = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<TA_F32>);
     size_t n_rows = plan->n_lse;
     int32_t dv = plan->p.head_dim_v;
     const void *o = a->o, *d_o = a->d_o;
     void *args[5];
+    if (plan->p.dtype == TA_F16)
+        kernel = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<TA_F16>);
+    if (plan->p.dtype == TA_BF16)
+        kernel = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<TA_BF16>);
     args[0] = &o;
     args[1] = &d_o;
     args[2] = &delta;
     args[3] = &n_rows;
     args[4] = &dv;
-    if (cudaLaunchKernel(kernel, dim3(grid), dim3(TA_CUDA_THREADS), args, 0,
-                         static_cast<cudaStream_t>(stream)) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return TA_ERR_DEVICE;
-    }
-    return TA_OK;
-}
-
-/* The delta kernel of plan's dtype, shared with the MTA backward
- * (cuda/ta_cuda_bwd_common.cuh). */
-ta_status ta_cuda_bwd_delta(const ta_plan *plan, const ta_bwd_args *a, float *delta, void *stream) {
-    const void *kernel = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<TA_F32>);
-    if (plan->p.dtype == TA_F16)
-        kernel = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<TA_F16>);
-    if (plan->p.dtype == TA_BF16)
-        kernel = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<TA_BF16>);
-    return ta_cuda_launch_delta(kernel, plan, a, delta, stream);
+    return ta_cuda_launch_args(kernel, blocks < grid_cap ? blocks : grid_cap, 0, args, stream);
 }
 
 extern "C" ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a,
@@ -468,48 +427,23 @@ extern "C" ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a,
     const void *ptrs[10] = {a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk, a->dv, ws->delta};
     const size_t smem_dkdv = TA_CUDA_DKDV_SMEM_FLOATS * sizeof(float);
     const size_t smem_dq = TA_CUDA_DQ_SMEM_FLOATS * sizeof(float);
+    ta_tiling t;
     ta_cuda_bwd_params prm;
-    int32_t b0;
+    ta_cuda_launch_desc launch[2];
     ta_status st;
     if ((st = ta_cuda_check_pointers(ptrs, 10)) != TA_OK) return st;
     memset(&prm, 0, sizeof prm);
-    st = (ta_status)ta_tiling_make(&prm.t, pr->seq_q, pr->seq_k, TA_CUDA_TILE, TA_CUDA_TILE,
-                                   pr->conv_q, pr->conv_k, plan->bwd.causal, TA_TILING_BWD, 1);
+    /* the backward's own 64 x 64 tiles (its bits depend on no tile size) */
+    st = (ta_status)ta_tiling_make(&t, pr->seq_q, pr->seq_k, TA_CUDA_TILE, TA_CUDA_TILE, pr->conv_q,
+                                   pr->conv_k, plan->bwd.causal, TA_TILING_BWD, 1);
     if (st != TA_OK) return st;
     if ((st = ta_cuda_opt_in_smem(kern.dkdv, smem_dkdv)) != TA_OK) return st;
     if ((st = ta_cuda_opt_in_smem(kern.dq, smem_dq)) != TA_OK) return st;
-    if ((st = ta_cuda_launch_delta(kern.delta, plan, a, ws->delta, stream)) != TA_OK) return st;
-    prm.q = a->q;
-    prm.k = a->k;
-    prm.v = a->v;
-    prm.o = a->o;
-    prm.d_o = a->d_o;
-    prm.lse = a->lse;
-    prm.delta = ws->delta;
-    prm.dq = a->dq;
-    prm.dk = a->dk;
-    prm.dv = a->dv;
-    prm.heads_q = pr->heads_q;
-    prm.heads_kv = pr->heads_kv;
-    prm.group = plan->group;
-    prm.head_dim = pr->head_dim;
-    prm.head_dim_v = pr->head_dim_v;
-    prm.scale = pr->scale;
+    if ((st = ta_cuda_bwd_delta(plan, a, ws->delta, stream)) != TA_OK) return st;
+    ta_cuda_params_bwd(&prm, plan, &t, a, ws);
     prm.n_groups = n_groups;
-    prm.has_seqlens = a->seqlens_k != NULL;
-    for (b0 = 0; b0 < pr->batch; b0 += prm.batch_count) {
-        prm.batch_begin = b0;
-        prm.batch_count = a->seqlens_k ? ta_tiling_min_i32(TA_CUDA_BATCH_CHUNK, pr->batch - b0)
-                                       : pr->batch;
-        if (a->seqlens_k)
-            memcpy(prm.seqlens_k, a->seqlens_k + b0, (size_t)prm.batch_count * sizeof(int32_t));
-        st = ta_cuda_launch(kern.dkdv,
-                            (int64_t)prm.batch_count * pr->heads_kv * prm.t.num_k_tiles * n_groups,
-                            smem_dkdv, &prm, stream);
-        if (st != TA_OK) return st;
-        st = ta_cuda_launch(kern.dq, (int64_t)prm.batch_count * pr->heads_q * prm.t.num_q_tiles,
-                            smem_dq, &prm, stream);
-        if (st != TA_OK) return st;
-    }
-    return TA_OK;
+    launch[0] = ta_cuda_launch_of(kern.dkdv, &prm, (int64_t)pr->heads_kv * t.num_k_tiles * n_groups,
+                                  0, smem_dkdv);
+    launch[1] = ta_cuda_launch_of(kern.dq, &prm, (int64_t)pr->heads_q * t.num_q_tiles, 0, smem_dq);
+    return ta_cuda_launch_batches(launch, 2, a->seqlens_k, pr->batch, stream);
 }

@@ -87,6 +87,18 @@ TA_CUDA_DEV int32_t ta_cuda_visible_end(const ta_tiling *t, int32_t r, int32_t k
     return ta_tiling_max_i32(end, 0);
 }
 
+/* A thread's register block of a 64 x (NS x 64) accumulator tile (rows or
+ * keys 4ty+r, features s*64 + 4tx + e), set to +0. */
+template <int NS> TA_CUDA_DEV void ta_cuda_acc_zero(float (&acc)[4][NS][4]) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int s = 0; s < NS; ++s)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                acc[r][s][e] = 0.0f;
+}
+
 /* Thread coordinates in the 16 x 16 grid. */
 TA_CUDA_DEV int ta_cuda_tx(void) { return (int)(threadIdx.x & 15u); }
 TA_CUDA_DEV int ta_cuda_ty(void) { return (int)(threadIdx.x >> 4); }
