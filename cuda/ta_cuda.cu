@@ -70,21 +70,28 @@ ta_status ta_cuda_check_pointers(const void *const *ptrs, int n) {
     return TA_OK;
 }
 
-ta_status ta_cuda_opt_in_smem(const void *kernel, size_t max_bytes) {
-    if (max_bytes <= 48u * 1024u) return TA_OK;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)max_bytes) != cudaSuccess)
-        return ta_cuda_fail();
-    return TA_OK;
-}
-
-ta_status ta_cuda_smem_limit(size_t *bytes) {
-    int device = 0, limit = 0;
+ta_status ta_cuda_smem_opt_in(const void *kernel, size_t need, size_t most) {
+    const size_t dflt = 48u * 1024u; /* every device's default, under every opt-in limit */
+    int device = 0, limit_attr = 0;
+    cudaFuncAttributes fa;
+    size_t limit;
+    if (most < need) most = need;
+    if (most <= dflt) return TA_OK;
     if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-            cudaSuccess)
+        cudaDeviceGetAttribute(&limit_attr, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+            cudaSuccess ||
+        cudaFuncGetAttributes(&fa, kernel) != cudaSuccess)
         return ta_cuda_fail();
-    *bytes = limit > 0 ? (size_t)limit : 0u;
+    /* the device limit holds static and dynamic shared memory together (the
+     * kernels' __shared__ slot arrays take 64 B) */
+    limit = limit_attr > 0 && (size_t)limit_attr > fa.sharedSizeBytes
+                ? (size_t)limit_attr - fa.sharedSizeBytes
+                : 0u;
+    if (need > limit) return TA_ERR_UNSUPPORTED;
+    if (most > limit) most = limit;
+    if (most > dflt && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)most) != cudaSuccess)
+        return ta_cuda_fail();
     return TA_OK;
 }
 

@@ -42,19 +42,18 @@ void ta_cuda_params_bwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling 
 ta_status ta_cuda_check_pointers(const void *const *ptrs, int n);
 
 /*
- * Opt kernel in to `max_bytes` of dynamic shared memory (above the 48 KB
- * default). Always the same value for a kernel, so concurrent callers set the
- * same attribute (reentrant). TA_ERR_DEVICE if the device has less.
+ * The one shared-memory policy, called by every launcher for every kernel with
+ * dynamic shared memory before its first launch. need: this launch's bytes
+ * (from the kernel's offset table); most: the kernel's largest need over all
+ * launches. The kernel is opted in to min(most, device limit) bytes when that
+ * is above the 48 KB default: one value per (kernel, device), so concurrent
+ * callers set the same attribute (reentrant). The device limit is
+ * cudaDevAttrMaxSharedMemoryPerBlockOptin (227 KB on sm_90, 163 KB on sm_80,
+ * 99 KB on sm_86/sm_89) less the kernel's static shared memory.
+ * TA_ERR_UNSUPPORTED if need exceeds it (nothing launched), TA_ERR_DEVICE if
+ * a CUDA call fails.
  */
-ta_status ta_cuda_opt_in_smem(const void *kernel, size_t max_bytes);
-
-/*
- * The current device's largest dynamic shared memory per block after an opt-in
- * (cudaDevAttrMaxSharedMemoryPerBlockOptin: 227 KB on sm_90, 163 KB on sm_80,
- * 99 KB on sm_86/sm_89), into *bytes. A constant of the device, so a launcher
- * may cap its opt-in with it and stay reentrant. TA_ERR_DEVICE if the query fails.
- */
-ta_status ta_cuda_smem_limit(size_t *bytes);
+ta_status ta_cuda_smem_opt_in(const void *kernel, size_t need, size_t most);
 
 /*
  * Launch kernel(args...) with TA_CUDA_THREADS threads per block and

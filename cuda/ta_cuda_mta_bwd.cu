@@ -469,11 +469,11 @@ TA_CUDA_DEV void ta_cuda_mta_dw_chain(float part[NC], const float *dc, int32_t l
 template <int DT, int NB>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_mta_dq_kernel(const __grid_constant__ ta_cuda_mta_bwd_params p) {
-    extern __shared__ float4 ta_cuda_mta_dq_smem[];
+    extern __shared__ float4 ta_cuda_mta_dq_dyn_smem[];
     const ta_tiling t = p.t;
     const ta_cuda_mta_bwd_smem m = p.sm;
     const ta_cuda_mta_bwd_bufs bf =
-        ta_cuda_mta_bwd_carve(reinterpret_cast<float *>(ta_cuda_mta_dq_smem), m);
+        ta_cuda_mta_bwd_carve(reinterpret_cast<float *>(ta_cuda_mta_dq_dyn_smem), m);
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
     const int32_t n_qt = t.num_q_tiles, pk = (p.conv_k - 1) / 2, ck = p.conv_k;
     const int32_t n_w = p.conv_q * p.conv_k, width = p.n_slots * TA_CUDA_SLOT;
@@ -667,12 +667,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 template <int DT, int NS>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_mta_dkdv_kernel(const __grid_constant__ ta_cuda_mta_bwd_params p) {
-    extern __shared__ float4 ta_cuda_mta_dkdv_smem[];
+    extern __shared__ float4 ta_cuda_mta_dkdv_dyn_smem[];
     __shared__ ta_cuda_slot slots[TA_CUDA_SLOTS];
     const ta_tiling t = p.t;
     const ta_cuda_mta_bwd_smem m = p.sm;
     const ta_cuda_mta_bwd_bufs bf =
-        ta_cuda_mta_bwd_carve(reinterpret_cast<float *>(ta_cuda_mta_dkdv_smem), m);
+        ta_cuda_mta_bwd_carve(reinterpret_cast<float *>(ta_cuda_mta_dkdv_dyn_smem), m);
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
     const int32_t n_kt = t.num_k_tiles, n_qt = t.num_q_tiles, pk = (p.conv_k - 1) / 2;
     const int32_t nk = (p.head_dim + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT; /* dk slots */
@@ -949,8 +949,9 @@ extern "C" ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
     smem_dq = (size_t)prm_dq.sm.floats * sizeof(float);
     smem_kv = (size_t)prm_kv.sm.floats * sizeof(float);
     ta_cuda_mta_pick(pr->dtype, nb_dq, ns_dkdv, &k_dq, &k_dkdv);
-    if ((st = ta_cuda_opt_in_smem(k_dq, TA_CUDA_MTA_BWD_SMEM_MAX)) != TA_OK) return st;
-    if ((st = ta_cuda_opt_in_smem(k_dkdv, TA_CUDA_MTA_BWD_SMEM_MAX)) != TA_OK) return st;
+    /* the geometry fits each band into TA_CUDA_MTA_BWD_SMEM_MAX, the opt-in */
+    if ((st = ta_cuda_smem_opt_in(k_dq, smem_dq, TA_CUDA_MTA_BWD_SMEM_MAX)) != TA_OK) return st;
+    if ((st = ta_cuda_smem_opt_in(k_dkdv, smem_kv, TA_CUDA_MTA_BWD_SMEM_MAX)) != TA_OK) return st;
     if ((st = ta_cuda_bwd_delta(plan, a, ws->delta, stream)) != TA_OK) return st;
     merge_blocks =
         ((int64_t)pr->heads_q * pr->conv_q * pr->conv_k + TA_CUDA_THREADS - 1) / TA_CUDA_THREADS;

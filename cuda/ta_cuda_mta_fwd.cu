@@ -39,42 +39,36 @@ extern "C" {
 #include "ta_math.h"
 }
 
-/* Loaded columns of a k tile rounded up to whole dot tiles of 64. */
-static __host__ __device__ int32_t ta_cuda_mta_fwd_cols_cap(const ta_tiling *t) {
-    return (t->block_k + TA_CUDA_TILE - 1) / TA_CUDA_TILE * TA_CUDA_TILE;
-}
-
 /*
- * Dynamic shared memory (floats), cols_cap = ta_cuda_mta_fwd_cols_cap:
+ * Dynamic shared memory: the forwards' table (cuda/ta_cuda_tile.cuh), cols_cap
+ * = ta_cuda_fwd_cols_cap, with the MTA regions:
  *   s      [64][s_ld]           raw scores S of the loaded region (s_ld = ta_cuda_mta_s_ld)
  *   st     [cols_cap][LDT]      C, then p, of the effective region, transposed: st[e][x]
  *   stage  [STAGE_BUF]          dot-tile chunks / V rows
- *   w_s    [W_BUF]              the head's conv kernel, rows padded to 4
+ *   w      [W_BUF]              the head's conv kernel, rows padded to 4
  *   m_run, l_run, m_new, alpha [64] f32; vis_end, n_vis [64] int32
  */
-static __host__ __device__ size_t ta_cuda_mta_fwd_smem_floats(int32_t cols_cap) {
-    return (size_t)TA_CUDA_TILE * (size_t)ta_cuda_mta_s_ld(cols_cap) +
-           (size_t)cols_cap * TA_CUDA_LDT + TA_CUDA_STAGE_BUF + TA_CUDA_MTA_W_BUF +
-           6 * TA_CUDA_TILE;
+static __host__ __device__ ta_cuda_fwd_smem ta_cuda_mta_fwd_smem(int32_t cols_cap) {
+    return ta_cuda_fwd_smem_make(cols_cap, TA_CUDA_TILE * ta_cuda_mta_s_ld(cols_cap),
+                                 TA_CUDA_MTA_W_BUF);
 }
 
 template <int DT, int NS>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_mta_fwd_kernel(const __grid_constant__ ta_cuda_params p) {
-    extern __shared__ float4 ta_cuda_mta_fwd_smem[];
+    extern __shared__ float4 ta_cuda_mta_fwd_dyn_smem[];
     __shared__ ta_cuda_slot v_slots[TA_CUDA_SLOTS];
     const ta_tiling t = p.t;
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
-    const int32_t cols_cap = ta_cuda_mta_fwd_cols_cap(&t), n_qt = t.num_q_tiles;
+    const int32_t cols_cap = ta_cuda_fwd_cols_cap(&t), n_qt = t.num_q_tiles;
     const int32_t s_ld = ta_cuda_mta_s_ld(cols_cap);
-    float *s = reinterpret_cast<float *>(ta_cuda_mta_fwd_smem);
-    float *st = s + (size_t)TA_CUDA_TILE * (size_t)s_ld;
-    float *stage = st + (size_t)cols_cap * TA_CUDA_LDT;
-    float *w_s = stage + TA_CUDA_STAGE_BUF;
-    float *m_run = w_s + TA_CUDA_MTA_W_BUF, *l_run = m_run + TA_CUDA_TILE;
-    float *m_new = l_run + TA_CUDA_TILE, *alpha = m_new + TA_CUDA_TILE;
-    int32_t *vis_end = reinterpret_cast<int32_t *>(alpha + TA_CUDA_TILE);
-    int32_t *n_vis = vis_end + TA_CUDA_TILE;
+    const ta_cuda_fwd_smem sm = ta_cuda_mta_fwd_smem(cols_cap);
+    float *base = reinterpret_cast<float *>(ta_cuda_mta_fwd_dyn_smem);
+    float *s = base + sm.s, *st = base + sm.st, *stage = base + sm.stage, *w_s = base + sm.w;
+    float *m_run = base + sm.m_run, *l_run = base + sm.l_run;
+    float *m_new = base + sm.m_new, *alpha = base + sm.alpha;
+    int32_t *vis_end = reinterpret_cast<int32_t *>(base + sm.vis_end);
+    int32_t *n_vis = reinterpret_cast<int32_t *>(base + sm.n_vis);
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
     if (tid < NS) v_slots[tid] = ta_cuda_slot{p.v, p.head_dim_v, tid * TA_CUDA_SLOT};
     /* S columns past a tile's loaded ones are read by the conv's discarded
@@ -167,7 +161,7 @@ extern "C" ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a,
     ta_tiling t;
     ta_cuda_params prm;
     ta_cuda_launch_desc launch;
-    size_t smem, smem_max, smem_limit;
+    size_t smem;
     ta_status st;
     (void)ws; /* no device workspace (ta_cuda.h) */
     if ((st = ta_cuda_check_pointers(ptrs, 6)) != TA_OK) return st;
@@ -175,15 +169,13 @@ extern "C" ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a,
     st = (ta_status)ta_tiling_make(&t, pr->seq_q, pr->seq_k, TA_CUDA_TILE, plan->fwd.block_k,
                                    pr->conv_q, pr->conv_k, plan->fwd.causal, TA_TILING_FWD, 1);
     if (st != TA_OK) return st;
-    /* Opt in to what the largest block_k needs (159,232 B), capped at the device's
-     * limit: one value per (kernel, device), so concurrent callers agree. A GPU
-     * with 99 KB (sm_86, sm_89) runs block_k <= 128 and refuses larger ones. */
-    smem = ta_cuda_mta_fwd_smem_floats(ta_cuda_mta_fwd_cols_cap(&t)) * sizeof(float);
-    smem_max = ta_cuda_mta_fwd_smem_floats(TA_BLOCK_MAX) * sizeof(float);
-    if ((st = ta_cuda_smem_limit(&smem_limit)) != TA_OK) return st;
-    if (smem > smem_limit) return TA_ERR_UNSUPPORTED;
-    if (smem_max > smem_limit) smem_max = smem_limit;
-    if ((st = ta_cuda_opt_in_smem(kernel, smem_max)) != TA_OK) return st;
+    /* block_k's need (57,856 B at <= 64 .. 159,232 B at <= 256); the opt-in is
+     * the largest block_k's, capped at the device's limit. A GPU with 99 KB
+     * (sm_86, sm_89) runs block_k <= 128 and refuses larger ones. */
+    smem = (size_t)ta_cuda_mta_fwd_smem(ta_cuda_fwd_cols_cap(&t)).floats * sizeof(float);
+    st = ta_cuda_smem_opt_in(kernel, smem,
+                             (size_t)ta_cuda_mta_fwd_smem(TA_BLOCK_MAX).floats * sizeof(float));
+    if (st != TA_OK) return st;
     ta_cuda_params_fwd(&prm, plan, &t, a);
     launch = ta_cuda_launch_of(kernel, &prm, (int64_t)pr->heads_q * t.num_q_tiles, 0, smem);
     return ta_cuda_launch_batches(&launch, 1, a->seqlens_k, pr->batch, stream);

@@ -100,26 +100,52 @@ TA_CUDA_DEV void ta_cuda_probs(float dot_qk, float dot_dov, float scale, float l
     *ds_out = pr * (dot_dov - delta);
 }
 
+/*
+ * Dynamic shared memory of the dk/dv (has_p = 1) and dq (has_p = 0) kernels,
+ * offsets in floats:
+ *
+ *   +-----------------+-----------------+-----------+---------------------------+
+ *   | p [64][LDT]     | ds [64][LDT]    | stage     | lse, delta [64] f32,      |
+ *   | dk/dv: P[i][j]  | dk/dv: dS[i][j] | STAGE_BUF | vis_end [64] int32        |
+ *   | dq: none        | dq: dS[j][i]    |           |                           |
+ *   +-----------------+-----------------+-----------+---------------------------+
+ *
+ * dk/dv 52,992 B, dq 35,584 B.
+ */
+typedef struct ta_cuda_bwd_smem {
+    int32_t p, ds, stage, lse, delta, vis_end;
+    int32_t floats; /* total */
+} ta_cuda_bwd_smem;
+
+static __host__ __device__ __forceinline__ ta_cuda_bwd_smem ta_cuda_bwd_smem_make(int32_t has_p) {
+    ta_cuda_bwd_smem m;
+    int32_t end = 0;
+    m.p = ta_cuda_smem_take(&end, has_p ? TA_CUDA_TILE * TA_CUDA_LDT : 0);
+    m.ds = ta_cuda_smem_take(&end, TA_CUDA_TILE * TA_CUDA_LDT);
+    m.stage = ta_cuda_smem_take(&end, TA_CUDA_STAGE_BUF);
+    m.lse = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.delta = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.vis_end = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.floats = end;
+    return m;
+}
+
 /* ---------------------------------------------------------------------------- */
 /* dk, dv                                                                         */
 /* ---------------------------------------------------------------------------- */
 
-/* Dynamic shared memory (floats): ps, dss [64][LDT] (P[i][j], dS[i][j]),
- * stage [STAGE_BUF], lse_s, delta_s [64] f32, vis_end [64] int32. */
-#define TA_CUDA_DKDV_SMEM_FLOATS (2 * TA_CUDA_TILE * TA_CUDA_LDT + TA_CUDA_STAGE_BUF + 3 * TA_CUDA_TILE)
-
 template <int DT, int NS>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_dkdv_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
-    extern __shared__ float4 ta_cuda_dkdv_smem[];
+    extern __shared__ float4 ta_cuda_dkdv_dyn_smem[];
     __shared__ ta_cuda_slot slots[TA_CUDA_SLOTS];
     const ta_tiling t = p.t;
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
-    float *ps = reinterpret_cast<float *>(ta_cuda_dkdv_smem);
-    float *dss = ps + TA_CUDA_TILE * TA_CUDA_LDT;
-    float *stage = dss + TA_CUDA_TILE * TA_CUDA_LDT;
-    float *lse_s = stage + TA_CUDA_STAGE_BUF, *delta_s = lse_s + TA_CUDA_TILE;
-    int32_t *vis_end = reinterpret_cast<int32_t *>(delta_s + TA_CUDA_TILE);
+    const ta_cuda_bwd_smem sm = ta_cuda_bwd_smem_make(1);
+    float *base = reinterpret_cast<float *>(ta_cuda_dkdv_dyn_smem);
+    float *ps = base + sm.p, *dss = base + sm.ds, *stage = base + sm.stage;
+    float *lse_s = base + sm.lse, *delta_s = base + sm.delta;
+    int32_t *vis_end = reinterpret_cast<int32_t *>(base + sm.vis_end);
     const int32_t n_kt = t.num_k_tiles, n_qt = t.num_q_tiles;
     const int32_t nk = (p.head_dim + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT; /* dk slots */
     const int32_t n_slots_all = nk + (p.head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
@@ -255,21 +281,18 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 /* dq                                                                             */
 /* ---------------------------------------------------------------------------- */
 
-/* Shared memory (floats): dst [64][LDT] (dS[j][i], transposed), stage
- * [STAGE_BUF], lse_s, delta_s [64] f32, vis_end [64] int32. Under 48 KB. */
-#define TA_CUDA_DQ_SMEM_FLOATS (TA_CUDA_TILE * TA_CUDA_LDT + TA_CUDA_STAGE_BUF + 3 * TA_CUDA_TILE)
-
 template <int DT, int NS>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_dq_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
-    extern __shared__ float4 ta_cuda_dq_smem[];
+    extern __shared__ float4 ta_cuda_dq_dyn_smem[];
     __shared__ ta_cuda_slot k_slots[TA_CUDA_SLOTS];
     const ta_tiling t = p.t;
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
-    float *dst = reinterpret_cast<float *>(ta_cuda_dq_smem);
-    float *stage = dst + TA_CUDA_TILE * TA_CUDA_LDT;
-    float *lse_s = stage + TA_CUDA_STAGE_BUF, *delta_s = lse_s + TA_CUDA_TILE;
-    int32_t *vis_end = reinterpret_cast<int32_t *>(delta_s + TA_CUDA_TILE);
+    const ta_cuda_bwd_smem sm = ta_cuda_bwd_smem_make(0);
+    float *base = reinterpret_cast<float *>(ta_cuda_dq_dyn_smem);
+    float *dst = base + sm.ds, *stage = base + sm.stage; /* dst: dS transposed, dst[j][i] */
+    float *lse_s = base + sm.lse, *delta_s = base + sm.delta;
+    int32_t *vis_end = reinterpret_cast<int32_t *>(base + sm.vis_end);
     const int32_t n_qt = t.num_q_tiles;
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
     if (tid < NS) k_slots[tid] = ta_cuda_slot{p.k, p.head_dim, tid * TA_CUDA_SLOT};
@@ -425,8 +448,8 @@ extern "C" ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a,
     const int ns_dkdv = (nk + nv + n_groups - 1) / n_groups;
     const ta_cuda_bwd_kernels kern = ta_cuda_bwd_pick(pr->dtype, ns_dkdv, nk);
     const void *ptrs[10] = {a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk, a->dv, ws->delta};
-    const size_t smem_dkdv = TA_CUDA_DKDV_SMEM_FLOATS * sizeof(float);
-    const size_t smem_dq = TA_CUDA_DQ_SMEM_FLOATS * sizeof(float);
+    const size_t smem_dkdv = (size_t)ta_cuda_bwd_smem_make(1).floats * sizeof(float);
+    const size_t smem_dq = (size_t)ta_cuda_bwd_smem_make(0).floats * sizeof(float);
     ta_tiling t;
     ta_cuda_bwd_params prm;
     ta_cuda_launch_desc launch[2];
@@ -437,8 +460,9 @@ extern "C" ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a,
     st = (ta_status)ta_tiling_make(&t, pr->seq_q, pr->seq_k, TA_CUDA_TILE, TA_CUDA_TILE, pr->conv_q,
                                    pr->conv_k, plan->bwd.causal, TA_TILING_BWD, 1);
     if (st != TA_OK) return st;
-    if ((st = ta_cuda_opt_in_smem(kern.dkdv, smem_dkdv)) != TA_OK) return st;
-    if ((st = ta_cuda_opt_in_smem(kern.dq, smem_dq)) != TA_OK) return st;
+    /* one size per kernel: need and opt-in are the same */
+    if ((st = ta_cuda_smem_opt_in(kern.dkdv, smem_dkdv, smem_dkdv)) != TA_OK) return st;
+    if ((st = ta_cuda_smem_opt_in(kern.dq, smem_dq, smem_dq)) != TA_OK) return st;
     if ((st = ta_cuda_bwd_delta(plan, a, ws->delta, stream)) != TA_OK) return st;
     ta_cuda_params_bwd(&prm, plan, &t, a, ws);
     prm.n_groups = n_groups;

@@ -34,35 +34,28 @@ extern "C" {
 #include "ta_math.h"
 }
 
-/* Score tile capacity: the k tile's loaded columns, rounded up to 64. */
-static __host__ __device__ int32_t ta_cuda_fwd_cols_cap(const ta_tiling *t) {
-    return (t->block_k + TA_CUDA_TILE - 1) / TA_CUDA_TILE * TA_CUDA_TILE;
-}
-
-/*
- * Dynamic shared memory (floats):
- *   st     [cols_cap][LDT]  scores, then p, of one k tile, transposed: st[j][i]
- *   stage  [STAGE_BUF]      dot-tile chunks / V rows
- *   m_run, l_run, m_new, alpha [64] f32; vis_end, n_vis [64] int32
- */
-static __host__ __device__ size_t ta_cuda_fwd_smem_floats(int32_t cols_cap) {
-    return (size_t)cols_cap * TA_CUDA_LDT + TA_CUDA_STAGE_BUF + 6 * TA_CUDA_TILE;
+/* Dynamic shared memory: the forwards' table (cuda/ta_cuda_tile.cuh) without
+ * the MTA regions: st [cols_cap][LDT] (scores, then p, of one k tile,
+ * transposed: st[j][i]), stage, the row arrays. */
+static __host__ __device__ ta_cuda_fwd_smem ta_cuda_sdpa_fwd_smem(int32_t cols_cap) {
+    return ta_cuda_fwd_smem_make(cols_cap, 0, 0);
 }
 
 template <int DT, int NS>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_fwd_kernel(const __grid_constant__ ta_cuda_params p) {
-    extern __shared__ float4 ta_cuda_fwd_smem[];
+    extern __shared__ float4 ta_cuda_fwd_dyn_smem[];
     __shared__ ta_cuda_slot v_slots[TA_CUDA_SLOTS];
     const ta_tiling t = p.t;
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
     const int32_t cols_cap = ta_cuda_fwd_cols_cap(&t), n_qt = t.num_q_tiles;
-    float *st = reinterpret_cast<float *>(ta_cuda_fwd_smem);
-    float *stage = st + (size_t)cols_cap * TA_CUDA_LDT;
-    float *m_run = stage + TA_CUDA_STAGE_BUF, *l_run = m_run + TA_CUDA_TILE;
-    float *m_new = l_run + TA_CUDA_TILE, *alpha = m_new + TA_CUDA_TILE;
-    int32_t *vis_end = reinterpret_cast<int32_t *>(alpha + TA_CUDA_TILE);
-    int32_t *n_vis = vis_end + TA_CUDA_TILE;
+    const ta_cuda_fwd_smem sm = ta_cuda_sdpa_fwd_smem(cols_cap);
+    float *base = reinterpret_cast<float *>(ta_cuda_fwd_dyn_smem);
+    float *st = base + sm.st, *stage = base + sm.stage;
+    float *m_run = base + sm.m_run, *l_run = base + sm.l_run;
+    float *m_new = base + sm.m_new, *alpha = base + sm.alpha;
+    int32_t *vis_end = reinterpret_cast<int32_t *>(base + sm.vis_end);
+    int32_t *n_vis = reinterpret_cast<int32_t *>(base + sm.n_vis);
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
     if (tid < NS) v_slots[tid] = ta_cuda_slot{p.v, p.head_dim_v, tid * TA_CUDA_SLOT};
 
@@ -143,7 +136,7 @@ extern "C" ta_status ta_cuda_sdpa_fwd(const ta_plan *plan, const ta_fwd_args *a,
     ta_tiling t;
     ta_cuda_params prm;
     ta_cuda_launch_desc launch;
-    size_t smem, smem_max;
+    size_t smem;
     ta_status st;
     (void)ws; /* no device workspace yet (ta_cuda.h) */
     if ((st = ta_cuda_check_pointers(ptrs, 5)) != TA_OK) return st;
@@ -151,9 +144,12 @@ extern "C" ta_status ta_cuda_sdpa_fwd(const ta_plan *plan, const ta_fwd_args *a,
     st = (ta_status)ta_tiling_make(&t, pr->seq_q, pr->seq_k, TA_CUDA_TILE, plan->fwd.block_k,
                                    pr->conv_q, pr->conv_k, plan->fwd.causal, TA_TILING_FWD, 1);
     if (st != TA_OK) return st;
-    smem = ta_cuda_fwd_smem_floats(ta_cuda_fwd_cols_cap(&t)) * sizeof(float);
-    smem_max = ta_cuda_fwd_smem_floats(TA_BLOCK_MAX) * sizeof(float);
-    if (smem > 48u * 1024u && (st = ta_cuda_opt_in_smem(kernel, smem_max)) != TA_OK) return st;
+    /* block_k's need (36,352 B at <= 64 .. 88,576 B at <= 256); the opt-in is
+     * the largest block_k's, capped at the device's limit */
+    smem = (size_t)ta_cuda_sdpa_fwd_smem(ta_cuda_fwd_cols_cap(&t)).floats * sizeof(float);
+    st = ta_cuda_smem_opt_in(kernel, smem,
+                             (size_t)ta_cuda_sdpa_fwd_smem(TA_BLOCK_MAX).floats * sizeof(float));
+    if (st != TA_OK) return st;
     ta_cuda_params_fwd(&prm, plan, &t, a);
     launch = ta_cuda_launch_of(kernel, &prm, (int64_t)pr->heads_q * t.num_q_tiles, 0, smem);
     return ta_cuda_launch_batches(&launch, 1, a->seqlens_k, pr->batch, stream);

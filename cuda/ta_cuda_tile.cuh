@@ -59,6 +59,61 @@ static_assert(TA_CUDA_SLOTS * TA_CUDA_SLOT >= TA_HEAD_DIM_MAX, "slots cover ever
 
 #define TA_CUDA_DEV static __device__ __forceinline__
 
+/*
+ * Shared-memory offset tables. A kernel's dynamic shared memory is one float
+ * array cut into regions by one __host__ __device__ function per kernel (its
+ * table): the launcher calls it to size the launch (and its largest need, for
+ * the opt-in, ta_cuda_smem_opt_in), the kernel to carve, so the two cannot
+ * disagree. ta_cuda_smem_take hands out the next region of `floats` floats at
+ * *end and returns its offset; regions of a multiple of 4 floats keep the
+ * next one 16-byte aligned (float4 access).
+ */
+static __host__ __device__ __forceinline__ int32_t ta_cuda_smem_take(int32_t *end, int32_t floats) {
+    const int32_t off = *end;
+    *end += floats;
+    return off;
+}
+
+/*
+ * The forwards' table (SDPA and MTA), offsets in floats:
+ *
+ *   +-------------------+------------------+-----------+---------+------------------------+
+ *   | s [s_floats]      | st [cols_cap][LDT] | stage   | w       | m_run l_run m_new alpha |
+ *   | MTA: raw S, 0 SDPA| scores / p, st[j][i] | STAGE_BUF | w_floats| vis_end n_vis [64] each |
+ *   +-------------------+------------------+-----------+---------+------------------------+
+ *
+ * s_floats: 64 x s_ld for the MTA's raw scores, 0 for SDPA; w_floats: the
+ * MTA's conv kernel (TA_CUDA_MTA_W_BUF), 0 for SDPA. vis_end, n_vis are int32.
+ */
+typedef struct ta_cuda_fwd_smem {
+    int32_t s, st, stage, w, m_run, l_run, m_new, alpha, vis_end, n_vis;
+    int32_t floats; /* total */
+} ta_cuda_fwd_smem;
+
+static __host__ __device__ __forceinline__ ta_cuda_fwd_smem
+ta_cuda_fwd_smem_make(int32_t cols_cap, int32_t s_floats, int32_t w_floats) {
+    ta_cuda_fwd_smem m;
+    int32_t end = 0;
+    m.s = ta_cuda_smem_take(&end, s_floats);
+    m.st = ta_cuda_smem_take(&end, cols_cap * TA_CUDA_LDT);
+    m.stage = ta_cuda_smem_take(&end, TA_CUDA_STAGE_BUF);
+    m.w = ta_cuda_smem_take(&end, w_floats);
+    m.m_run = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.l_run = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.m_new = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.alpha = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.vis_end = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.n_vis = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.floats = end;
+    return m;
+}
+
+/* Loaded columns of a forward k tile rounded up to whole dot tiles of 64:
+ * the score tile's capacity. */
+static __host__ __device__ __forceinline__ int32_t ta_cuda_fwd_cols_cap(const ta_tiling *t) {
+    return (t->block_k + TA_CUDA_TILE - 1) / TA_CUDA_TILE * TA_CUDA_TILE;
+}
+
 /* ---- Storage dtype access: widening and rounding are the shared ta_math.h ones. */
 template <int DT> TA_CUDA_DEV float ta_cuda_load(const void *base, size_t idx) {
     if (DT == TA_F16) return ta_f16_to_f32(static_cast<const uint16_t *>(base)[idx]);
