@@ -93,6 +93,30 @@ static inline ta_cuda_launch_desc ta_cuda_launch_of(const void *kernel, P *param
 }
 
 /*
+ * The kernel instantiation for a dtype and a count n (slots or accumulator
+ * blocks) in [LO, 4]: K<dtype, n>, where F is a kernel family, a struct with
+ * `template <int DT, int N> static const void *at()` returning &K<DT, N>.
+ * n <= LO gives LO, n >= 4 gives 4; only K<*, LO..4> are instantiated.
+ */
+template <class F, int DT, int LO, int HI> struct ta_cuda_pick_count {
+    static const void *at(int n) {
+        return n <= LO ? F::template at<DT, LO>() : ta_cuda_pick_count<F, DT, LO + 1, HI>::at(n);
+    }
+};
+template <class F, int DT, int HI> struct ta_cuda_pick_count<F, DT, HI, HI> {
+    static const void *at(int) { return F::template at<DT, HI>(); }
+};
+
+template <class F, int LO> static inline const void *ta_cuda_pick(ta_dtype dt, int n) {
+    switch (dt) {
+    case TA_F16: return ta_cuda_pick_count<F, TA_F16, LO, 4>::at(n);
+    case TA_BF16: return ta_cuda_pick_count<F, TA_BF16, LO, 4>::at(n);
+    case TA_F32: break;
+    }
+    return ta_cuda_pick_count<F, TA_F32, LO, 4>::at(n);
+}
+
+/*
  * The one batch-chunk loop: seqlens_k (host memory, or NULL) travels by value
  * in the parameters, TA_CUDA_BATCH_CHUNK entries per launch; for each chunk of
  * the batch entries [0, batch), in order, the n kernels of l in order, each

@@ -823,39 +823,18 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS)
 /* launch                                                                        */
 /* ---------------------------------------------------------------------------- */
 
-template <int DT> static const void *ta_cuda_mta_dq_pick_nb(int nb) {
-    switch (nb) {
-    case 1: return reinterpret_cast<const void *>(&ta_cuda_mta_dq_kernel<DT, 1>);
-    case 2: return reinterpret_cast<const void *>(&ta_cuda_mta_dq_kernel<DT, 2>);
-    case 3: return reinterpret_cast<const void *>(&ta_cuda_mta_dq_kernel<DT, 3>);
-    default: return reinterpret_cast<const void *>(&ta_cuda_mta_dq_kernel<DT, 4>);
+/* The instantiations, by dtype and count: dq by accumulator blocks NB 1..4;
+ * dk/dv by slots 2..4 (D + D_v >= 2 features, as the SDPA kernel). */
+struct ta_cuda_mta_dq_family {
+    template <int DT, int NB> static const void *at() {
+        return reinterpret_cast<const void *>(&ta_cuda_mta_dq_kernel<DT, NB>);
     }
-}
-
-/* D + D_v >= 2 features, so a group holds 2, 3 or 4 slots (as the SDPA kernel). */
-template <int DT> static const void *ta_cuda_mta_dkdv_pick_ns(int ns) {
-    switch (ns) {
-    case 2: return reinterpret_cast<const void *>(&ta_cuda_mta_dkdv_kernel<DT, 2>);
-    case 3: return reinterpret_cast<const void *>(&ta_cuda_mta_dkdv_kernel<DT, 3>);
-    default: return reinterpret_cast<const void *>(&ta_cuda_mta_dkdv_kernel<DT, 4>);
+};
+struct ta_cuda_mta_dkdv_family {
+    template <int DT, int NS> static const void *at() {
+        return reinterpret_cast<const void *>(&ta_cuda_mta_dkdv_kernel<DT, NS>);
     }
-}
-
-static void ta_cuda_mta_pick(ta_dtype dt, int nb, int ns, const void **dq, const void **dkdv) {
-    switch (dt) {
-    case TA_F16:
-        *dq = ta_cuda_mta_dq_pick_nb<TA_F16>(nb);
-        *dkdv = ta_cuda_mta_dkdv_pick_ns<TA_F16>(ns);
-        return;
-    case TA_BF16:
-        *dq = ta_cuda_mta_dq_pick_nb<TA_BF16>(nb);
-        *dkdv = ta_cuda_mta_dkdv_pick_ns<TA_BF16>(ns);
-        return;
-    case TA_F32: break;
-    }
-    *dq = ta_cuda_mta_dq_pick_nb<TA_F32>(nb);
-    *dkdv = ta_cuda_mta_dkdv_pick_ns<TA_F32>(ns);
-}
+};
 
 /*
  * dq kernel geometry: the largest band (64, 32, 16, 8 or 4 effective rows, so a
@@ -926,7 +905,8 @@ extern "C" ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
     const int nb_dq = (acc_blocks + n_groups_dq - 1) / n_groups_dq;
     const void *ptrs[13] = {a->q,  a->k,  a->v,      a->o,      a->d_o,     a->lse,     a->dq,
                             a->dk, a->dv, ws->delta, a->conv_w, a->dconv_w, ws->dw_rows};
-    const void *k_dq, *k_dkdv;
+    const void *k_dq = ta_cuda_pick<ta_cuda_mta_dq_family, 1>(pr->dtype, nb_dq);
+    const void *k_dkdv = ta_cuda_pick<ta_cuda_mta_dkdv_family, 2>(pr->dtype, ns_dkdv);
     const void *k_merge = reinterpret_cast<const void *>(&ta_cuda_mta_dw_merge_kernel);
     ta_cuda_mta_bwd_params prm_dq, prm_kv;
     ta_cuda_launch_desc launch[3];
@@ -948,7 +928,6 @@ extern "C" ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
     if ((st = ta_cuda_mta_dkdv_geometry(plan, &prm_kv)) != TA_OK) return st;
     smem_dq = (size_t)prm_dq.sm.floats * sizeof(float);
     smem_kv = (size_t)prm_kv.sm.floats * sizeof(float);
-    ta_cuda_mta_pick(pr->dtype, nb_dq, ns_dkdv, &k_dq, &k_dkdv);
     /* the geometry fits each band into TA_CUDA_MTA_BWD_SMEM_MAX, the opt-in */
     if ((st = ta_cuda_smem_opt_in(k_dq, smem_dq, TA_CUDA_MTA_BWD_SMEM_MAX)) != TA_OK) return st;
     if ((st = ta_cuda_smem_opt_in(k_dkdv, smem_kv, TA_CUDA_MTA_BWD_SMEM_MAX)) != TA_OK) return st;

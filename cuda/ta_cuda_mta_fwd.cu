@@ -133,30 +133,18 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     }
 }
 
-/* The instantiation for a dtype and a slot count (NS = ceil(D_v / 64)). */
-template <int DT> static const void *ta_cuda_mta_fwd_pick_ns(int ns) {
-    switch (ns) {
-    case 1: return reinterpret_cast<const void *>(&ta_cuda_mta_fwd_kernel<DT, 1>);
-    case 2: return reinterpret_cast<const void *>(&ta_cuda_mta_fwd_kernel<DT, 2>);
-    case 3: return reinterpret_cast<const void *>(&ta_cuda_mta_fwd_kernel<DT, 3>);
-    default: return reinterpret_cast<const void *>(&ta_cuda_mta_fwd_kernel<DT, 4>);
+/* The instantiations, by dtype and slot count (NS = ceil(D_v / 64), 1..4). */
+struct ta_cuda_mta_fwd_family {
+    template <int DT, int NS> static const void *at() {
+        return reinterpret_cast<const void *>(&ta_cuda_mta_fwd_kernel<DT, NS>);
     }
-}
-
-static const void *ta_cuda_mta_fwd_pick(ta_dtype dt, int ns) {
-    switch (dt) {
-    case TA_F16: return ta_cuda_mta_fwd_pick_ns<TA_F16>(ns);
-    case TA_BF16: return ta_cuda_mta_fwd_pick_ns<TA_BF16>(ns);
-    case TA_F32: break;
-    }
-    return ta_cuda_mta_fwd_pick_ns<TA_F32>(ns);
-}
+};
 
 extern "C" ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a,
                                      const ta_cuda_fwd_ws *ws, void *stream) {
     const ta_problem *pr = &plan->p;
     const int ns = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
-    const void *kernel = ta_cuda_mta_fwd_pick(pr->dtype, ns);
+    const void *kernel = ta_cuda_pick<ta_cuda_mta_fwd_family, 1>(pr->dtype, ns);
     const void *ptrs[6] = {a->q, a->k, a->v, a->o, a->lse, a->conv_w};
     ta_tiling t;
     ta_cuda_params prm;

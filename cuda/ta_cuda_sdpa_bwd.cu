@@ -378,43 +378,18 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 /* launch                                                                         */
 /* ---------------------------------------------------------------------------- */
 
-template <int DT> static const void *ta_cuda_dq_pick_ns(int ns) {
-    switch (ns) {
-    case 1: return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, 1>);
-    case 2: return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, 2>);
-    case 3: return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, 3>);
-    default: return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, 4>);
+/* The instantiations, by dtype and slot count: dq 1..4 (ceil(D / 64)); dk/dv
+ * 2..4 (D + D_v >= 2 features, so a group holds 2, 3 or 4 slots, see the top). */
+struct ta_cuda_dq_family {
+    template <int DT, int NS> static const void *at() {
+        return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, NS>);
     }
-}
-
-/* D + D_v >= 2 features, so a group holds 2, 3 or 4 slots (see the top). */
-template <int DT> static const void *ta_cuda_dkdv_pick_ns(int ns) {
-    switch (ns) {
-    case 2: return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, 2>);
-    case 3: return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, 3>);
-    default: return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, 4>);
+};
+struct ta_cuda_dkdv_family {
+    template <int DT, int NS> static const void *at() {
+        return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, NS>);
     }
-}
-
-typedef struct ta_cuda_bwd_kernels {
-    const void *dkdv, *dq;
-} ta_cuda_bwd_kernels;
-
-template <int DT> static ta_cuda_bwd_kernels ta_cuda_bwd_pick_dt(int ns_dkdv, int ns_dq) {
-    ta_cuda_bwd_kernels k;
-    k.dkdv = ta_cuda_dkdv_pick_ns<DT>(ns_dkdv);
-    k.dq = ta_cuda_dq_pick_ns<DT>(ns_dq);
-    return k;
-}
-
-static ta_cuda_bwd_kernels ta_cuda_bwd_pick(ta_dtype dt, int ns_dkdv, int ns_dq) {
-    switch (dt) {
-    case TA_F16: return ta_cuda_bwd_pick_dt<TA_F16>(ns_dkdv, ns_dq);
-    case TA_BF16: return ta_cuda_bwd_pick_dt<TA_BF16>(ns_dkdv, ns_dq);
-    case TA_F32: break;
-    }
-    return ta_cuda_bwd_pick_dt<TA_F32>(ns_dkdv, ns_dq);
-}
+};
 
 /* The delta kernel of plan's dtype, one thread per row of [B, H, S_q], at
  * most 65,536 blocks (grid-stride beyond); shared with the MTA backward
@@ -446,7 +421,8 @@ extern "C" ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a,
     const int nv = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
     const int n_groups = (nk + nv + TA_CUDA_SLOTS - 1) / TA_CUDA_SLOTS;
     const int ns_dkdv = (nk + nv + n_groups - 1) / n_groups;
-    const ta_cuda_bwd_kernels kern = ta_cuda_bwd_pick(pr->dtype, ns_dkdv, nk);
+    const void *k_dkdv = ta_cuda_pick<ta_cuda_dkdv_family, 2>(pr->dtype, ns_dkdv);
+    const void *k_dq = ta_cuda_pick<ta_cuda_dq_family, 1>(pr->dtype, nk);
     const void *ptrs[10] = {a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk, a->dv, ws->delta};
     const size_t smem_dkdv = (size_t)ta_cuda_bwd_smem_make(1).floats * sizeof(float);
     const size_t smem_dq = (size_t)ta_cuda_bwd_smem_make(0).floats * sizeof(float);
@@ -461,13 +437,13 @@ extern "C" ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a,
                                    pr->conv_k, plan->bwd.causal, TA_TILING_BWD, 1);
     if (st != TA_OK) return st;
     /* one size per kernel: need and opt-in are the same */
-    if ((st = ta_cuda_smem_opt_in(kern.dkdv, smem_dkdv, smem_dkdv)) != TA_OK) return st;
-    if ((st = ta_cuda_smem_opt_in(kern.dq, smem_dq, smem_dq)) != TA_OK) return st;
+    if ((st = ta_cuda_smem_opt_in(k_dkdv, smem_dkdv, smem_dkdv)) != TA_OK) return st;
+    if ((st = ta_cuda_smem_opt_in(k_dq, smem_dq, smem_dq)) != TA_OK) return st;
     if ((st = ta_cuda_bwd_delta(plan, a, ws->delta, stream)) != TA_OK) return st;
     ta_cuda_params_bwd(&prm, plan, &t, a, ws);
     prm.n_groups = n_groups;
-    launch[0] = ta_cuda_launch_of(kern.dkdv, &prm, (int64_t)pr->heads_kv * t.num_k_tiles * n_groups,
-                                  0, smem_dkdv);
-    launch[1] = ta_cuda_launch_of(kern.dq, &prm, (int64_t)pr->heads_q * t.num_q_tiles, 0, smem_dq);
+    launch[0] = ta_cuda_launch_of(k_dkdv, &prm, (int64_t)pr->heads_kv * t.num_k_tiles * n_groups, 0,
+                                  smem_dkdv);
+    launch[1] = ta_cuda_launch_of(k_dq, &prm, (int64_t)pr->heads_q * t.num_q_tiles, 0, smem_dq);
     return ta_cuda_launch_batches(launch, 2, a->seqlens_k, pr->batch, stream);
 }
