@@ -1,11 +1,13 @@
 /*
  * CUDA backend: probes (ta_cuda_compiled, ta_cuda_device_present) and the host
- * helpers of the launch code (cuda/ta_cuda_host.cuh): device-pointer checks,
- * shared-memory opt-in, kernel launch. Every CUDA call is checked; a failure
- * becomes TA_ERR_DEVICE (never an abort or a message). Nothing here allocates.
+ * helpers of the launch code (cuda/ta_cuda_host.cuh): the parameter fill,
+ * device-pointer checks, shared-memory opt-in, kernel launch and the
+ * batch-chunk loop. Every CUDA call is checked; a failure becomes
+ * TA_ERR_DEVICE (never an abort or a message). Nothing here allocates.
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cuda_runtime.h>
 
@@ -68,33 +70,107 @@ ta_status ta_cuda_check_pointers(const void *const *ptrs, int n) {
     return TA_OK;
 }
 
-ta_status ta_cuda_opt_in_smem(const void *kernel, size_t max_bytes) {
-    if (max_bytes <= 48u * 1024u) return TA_OK;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)max_bytes) != cudaSuccess)
-        return ta_cuda_fail();
-    return TA_OK;
-}
-
-ta_status ta_cuda_smem_limit(size_t *bytes) {
-    int device = 0, limit = 0;
+ta_status ta_cuda_smem_opt_in(const void *kernel, size_t need, size_t most) {
+    const size_t dflt = 48u * 1024u; /* every device's default, under every opt-in limit */
+    int device = 0, limit_attr = 0;
+    cudaFuncAttributes fa;
+    size_t limit;
+    if (most < need) most = need;
+    if (most <= dflt) return TA_OK;
     if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-            cudaSuccess)
+        cudaDeviceGetAttribute(&limit_attr, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+            cudaSuccess ||
+        cudaFuncGetAttributes(&fa, kernel) != cudaSuccess)
         return ta_cuda_fail();
-    *bytes = limit > 0 ? (size_t)limit : 0u;
+    /* the device limit holds static and dynamic shared memory together (the
+     * kernels' __shared__ slot arrays take 64 B) */
+    limit = limit_attr > 0 && (size_t)limit_attr > fa.sharedSizeBytes
+                ? (size_t)limit_attr - fa.sharedSizeBytes
+                : 0u;
+    if (need > limit) return TA_ERR_UNSUPPORTED;
+    if (most > limit) most = limit;
+    if (most > dflt && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)most) != cudaSuccess)
+        return ta_cuda_fail();
     return TA_OK;
 }
 
-ta_status ta_cuda_launch(const void *kernel, int64_t n_blocks, size_t smem_bytes, void *param,
-                         void *stream) {
+ta_status ta_cuda_launch_args(const void *kernel, int64_t n_blocks, size_t smem_bytes, void **args,
+                              void *stream) {
     const int64_t grid_max = 2147483647;
     const unsigned int grid = (unsigned int)(n_blocks < grid_max ? n_blocks : grid_max);
-    void *args[1];
-    args[0] = param;
     if (n_blocks < 1) return TA_OK;
     if (cudaLaunchKernel(kernel, dim3(grid), dim3(TA_CUDA_THREADS), args, smem_bytes,
                          static_cast<cudaStream_t>(stream)) != cudaSuccess)
         return ta_cuda_fail();
     return TA_OK;
+}
+
+ta_status ta_cuda_launch_batches(const ta_cuda_launch_desc *l, int n, const int32_t *seqlens_k,
+                                 int32_t batch, void *stream) {
+    int32_t b0, count;
+    for (b0 = 0; b0 < batch; b0 += count) {
+        int i;
+        count = seqlens_k ? ta_tiling_min_i32(TA_CUDA_BATCH_CHUNK, batch - b0) : batch;
+        for (i = 0; i < n; ++i) {
+            ta_cuda_params *base = l[i].base;
+            void *args[1];
+            ta_status st;
+            base->batch_begin = b0;
+            base->batch_count = count;
+            if (seqlens_k) memcpy(base->seqlens_k, seqlens_k + b0, (size_t)count * sizeof(int32_t));
+            args[0] = l[i].params;
+            st = ta_cuda_launch_args(l[i].kernel, l[i].blocks_per_entry * count + l[i].blocks_fixed,
+                                     l[i].smem, args, stream);
+            if (st != TA_OK) return st;
+        }
+    }
+    return TA_OK;
+}
+
+/* The part of the fill both passes share: dims, scale, tiling. */
+static void ta_cuda_params_dims(ta_cuda_params *p, const ta_plan *plan, const ta_tiling *t,
+                                const int32_t *seqlens_k) {
+    const ta_problem *pr = &plan->p;
+    p->t = *t;
+    p->heads_q = pr->heads_q;
+    p->heads_kv = pr->heads_kv;
+    p->group = plan->group;
+    p->head_dim = pr->head_dim;
+    p->head_dim_v = pr->head_dim_v;
+    p->conv_q = pr->conv_q;
+    p->conv_k = pr->conv_k;
+    p->scale = pr->scale;
+    p->has_seqlens = seqlens_k != NULL;
+}
+
+void ta_cuda_params_fwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling *t,
+                        const ta_fwd_args *a) {
+    memset(p, 0, sizeof *p);
+    p->q = a->q;
+    p->k = a->k;
+    p->v = a->v;
+    p->o = a->o;
+    p->lse = a->lse;
+    p->conv_w = a->conv_w;
+    ta_cuda_params_dims(p, plan, t, a->seqlens_k);
+}
+
+void ta_cuda_params_bwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling *t,
+                        const ta_bwd_args *a, const ta_cuda_bwd_ws *ws) {
+    memset(p, 0, sizeof *p);
+    p->q = a->q;
+    p->k = a->k;
+    p->v = a->v;
+    p->d_o = a->d_o;
+    p->o = const_cast<void *>(a->o);      /* read only: the delta kernel's input */
+    p->lse = const_cast<float *>(a->lse); /* read only in the backward */
+    p->conv_w = a->conv_w;
+    p->dq = a->dq;
+    p->dk = a->dk;
+    p->dv = a->dv;
+    p->dconv_w = a->dconv_w;
+    p->delta = ws->delta;
+    p->dw_rows = ws->dw_rows;
+    ta_cuda_params_dims(p, plan, t, a->seqlens_k);
 }

@@ -1,6 +1,7 @@
 /*
- * Host-side helpers shared by the CUDA launch code (cuda/ta_cuda_sdpa_*.cu),
- * defined in cuda/ta_cuda.cu. Not installed.
+ * Host-side helpers shared by the CUDA launch code (cuda/ta_cuda_sdpa_*.cu,
+ * cuda/ta_cuda_mta_*.cu), defined in cuda/ta_cuda.cu: the parameter fill, the
+ * batch-chunk launcher, the shared-memory policy, pointer checks. Not installed.
  */
 #ifndef TA_CUDA_HOST_CUH
 #define TA_CUDA_HOST_CUH
@@ -10,14 +11,25 @@
 
 #include <cuda_runtime.h>
 
+#include "ta_cuda_params.cuh"
+
 extern "C" {
+#include "ta_cuda.h"
 #include "ta_internal.h"
 }
 
-/* seqlens_k entries per launch, passed by value in the kernel parameters
- * (problems with more batch entries take several launches). 2 KB of the 4 KB
- * parameter space every CUDA version allows. */
-#define TA_CUDA_BATCH_CHUNK 512
+/*
+ * The one fill of the kernel parameter base (cuda/ta_cuda_params.cuh): zeroes
+ * *p, then sets the pass's tensor pointers from a (and the workspace ws), the
+ * dims and scale from plan, the tiling t the kernel
+ * runs (copied) and has_seqlens. The batch chunk is ta_cuda_launch_batches'.
+ * A launcher with a derived parameter struct calls this on its base part and
+ * sets its own fields after.
+ */
+void ta_cuda_params_fwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling *t,
+                        const ta_fwd_args *a);
+void ta_cuda_params_bwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling *t,
+                        const ta_bwd_args *a, const ta_cuda_bwd_ws *ws);
 
 /*
  * TA_OK if every non-NULL pointer of ptrs[0 .. n) is memory a kernel on the
@@ -30,27 +42,90 @@ extern "C" {
 ta_status ta_cuda_check_pointers(const void *const *ptrs, int n);
 
 /*
- * Opt kernel in to `max_bytes` of dynamic shared memory (above the 48 KB
- * default). Always the same value for a kernel, so concurrent callers set the
- * same attribute (reentrant). TA_ERR_DEVICE if the device has less.
+ * The one shared-memory policy, called by every launcher for every kernel with
+ * dynamic shared memory before its first launch. need: this launch's bytes
+ * (from the kernel's offset table); most: the kernel's largest need over all
+ * launches. The kernel is opted in to min(most, device limit) bytes when that
+ * is above the 48 KB default: one value per (kernel, device), so concurrent
+ * callers set the same attribute (reentrant). The device limit is
+ * cudaDevAttrMaxSharedMemoryPerBlockOptin (227 KB on sm_90, 163 KB on sm_80,
+ * 99 KB on sm_86/sm_89) less the kernel's static shared memory.
+ * TA_ERR_UNSUPPORTED if need exceeds it (nothing launched), TA_ERR_DEVICE if
+ * a CUDA call fails.
  */
-ta_status ta_cuda_opt_in_smem(const void *kernel, size_t max_bytes);
+ta_status ta_cuda_smem_opt_in(const void *kernel, size_t need, size_t most);
 
 /*
- * The current device's largest dynamic shared memory per block after an opt-in
- * (cudaDevAttrMaxSharedMemoryPerBlockOptin: 227 KB on sm_90, 163 KB on sm_80,
- * 99 KB on sm_86/sm_89), into *bytes. A constant of the device, so a launcher
- * may cap its opt-in with it and stay reentrant. TA_ERR_DEVICE if the query fails.
- */
-ta_status ta_cuda_smem_limit(size_t *bytes);
-
-/*
- * Launch kernel(param) with TA_CUDA_THREADS threads per block and
+ * Launch kernel(args...) with TA_CUDA_THREADS threads per block and
  * min(n_blocks, 2^31 - 1) blocks (kernels loop over their tiles with a grid
- * stride, so any n_blocks >= 1 is covered) on stream. TA_ERR_DEVICE if the
- * launch fails.
+ * stride, so any n_blocks >= 1 is covered; n_blocks < 1 launches nothing) on
+ * stream. TA_ERR_DEVICE if the launch fails.
  */
-ta_status ta_cuda_launch(const void *kernel, int64_t n_blocks, size_t smem_bytes, void *param,
-                         void *stream);
+ta_status ta_cuda_launch_args(const void *kernel, int64_t n_blocks, size_t smem_bytes, void **args,
+                              void *stream);
+
+/*
+ * One kernel of a pass for ta_cuda_launch_batches: its parameter struct (the
+ * kernel's one argument, a ta_cuda_params or a struct derived from it), that
+ * struct's ta_cuda_params part (where the batch chunk is written), and its
+ * grid: blocks_per_entry * batch_count + blocks_fixed blocks of smem bytes.
+ */
+typedef struct ta_cuda_launch_desc {
+    const void *kernel;
+    void *params;
+    ta_cuda_params *base;
+    int64_t blocks_per_entry, blocks_fixed;
+    size_t smem;
+} ta_cuda_launch_desc;
+
+template <typename P>
+static inline ta_cuda_launch_desc ta_cuda_launch_of(const void *kernel, P *params,
+                                                    int64_t blocks_per_entry, int64_t blocks_fixed,
+                                                    size_t smem) {
+    ta_cuda_launch_desc d;
+    d.kernel = kernel;
+    d.params = params;
+    d.base = static_cast<ta_cuda_params *>(params);
+    d.blocks_per_entry = blocks_per_entry;
+    d.blocks_fixed = blocks_fixed;
+    d.smem = smem;
+    return d;
+}
+
+/*
+ * The kernel instantiation for a dtype and a count n (slots or accumulator
+ * blocks) in [LO, 4]: K<dtype, n>, where F is a kernel family, a struct with
+ * `template <int DT, int N> static const void *at()` returning &K<DT, N>.
+ * n <= LO gives LO, n >= 4 gives 4; only K<*, LO..4> are instantiated.
+ */
+template <class F, int DT, int LO, int HI> struct ta_cuda_pick_count {
+    static const void *at(int n) {
+        return n <= LO ? F::template at<DT, LO>() : ta_cuda_pick_count<F, DT, LO + 1, HI>::at(n);
+    }
+};
+template <class F, int DT, int HI> struct ta_cuda_pick_count<F, DT, HI, HI> {
+    static const void *at(int) { return F::template at<DT, HI>(); }
+};
+
+template <class F, int LO> static inline const void *ta_cuda_pick(ta_dtype dt, int n) {
+    switch (dt) {
+    case TA_F16: return ta_cuda_pick_count<F, TA_F16, LO, 4>::at(n);
+    case TA_BF16: return ta_cuda_pick_count<F, TA_BF16, LO, 4>::at(n);
+    case TA_F32: break;
+    }
+    return ta_cuda_pick_count<F, TA_F32, LO, 4>::at(n);
+}
+
+/*
+ * The one batch-chunk loop: seqlens_k (host memory, or NULL) travels by value
+ * in the parameters, TA_CUDA_BATCH_CHUNK entries per launch; for each chunk of
+ * the batch entries [0, batch), in order, the n kernels of l in order, each
+ * with the chunk written into its base. Without seqlens_k, one chunk of all
+ * entries. Not cudaMemcpyAsync: a copy from pageable host memory waits for
+ * the stream's earlier work. TA_ERR_DEVICE if a launch fails (the kernels
+ * launched before it stay enqueued).
+ */
+ta_status ta_cuda_launch_batches(const ta_cuda_launch_desc *l, int n, const int32_t *seqlens_k,
+                                 int32_t batch, void *stream);
 
 #endif /* TA_CUDA_HOST_CUH */

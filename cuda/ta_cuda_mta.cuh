@@ -62,7 +62,7 @@ extern "C" {
 
 static_assert(TA_CUDA_MTA_W_LD_MAX % 4 == 0, "float4 rows of the conv kernel");
 
-TA_DEV int32_t ta_cuda_mta_w_ld(int32_t c_k) { return (c_k + 3) / 4 * 4; }
+TA_CUDA_DEV int32_t ta_cuda_mta_w_ld(int32_t c_k) { return (c_k + 3) / 4 * 4; }
 
 /*
  * Row stride of an S tile with at most cols_load loaded columns: at least
@@ -82,8 +82,8 @@ static __host__ __device__ __forceinline__ int32_t ta_cuda_mta_s_ld(int32_t cols
  * (w_ld = ta_cuda_mta_w_ld(c_k)). conv_w: [H, c_q, c_k] f32, device memory.
  * Starts and ends with __syncthreads() (w_s is readable on return).
  */
-TA_DEV void ta_cuda_mta_load_w(float *w_s, const float *conv_w, int32_t h, int32_t c_q,
-                               int32_t c_k) {
+TA_CUDA_DEV void ta_cuda_mta_load_w(float *w_s, const float *conv_w, int32_t h, int32_t c_q,
+                                    int32_t c_k) {
     const int32_t w_ld = ta_cuda_mta_w_ld(c_k);
     const float *w_h = conv_w + (size_t)h * (size_t)c_q * (size_t)c_k;
     __syncthreads(); /* the previous phase is done with w_s */
@@ -118,10 +118,10 @@ typedef struct ta_cuda_mta_region {
  * Ends without a barrier: __syncthreads() before reading s.
  */
 template <int DT>
-TA_DEV void ta_cuda_mta_scores(float *s, int32_t lds, const void *q, size_t q_slice,
-                               const void *k, size_t k_slice, int32_t dim, float scale,
-                               const ta_tiling *t, int32_t key_len, ta_cuda_mta_region g,
-                               float *stage) {
+TA_CUDA_DEV void ta_cuda_mta_scores(float *s, int32_t lds, const void *q, size_t q_slice,
+                                    const void *k, size_t k_slice, int32_t dim, float scale,
+                                    const ta_tiling *t, int32_t key_len, ta_cuda_mta_region g,
+                                    float *stage) {
     const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
     /* loaded rows inside [0, S_q): x in [a_lo, a_hi) */
     const int32_t a_lo = ta_tiling_max_i32(0, -g.row_load0);
@@ -158,8 +158,8 @@ TA_DEV void ta_cuda_mta_scores(float *s, int32_t lds, const void *q, size_t q_sl
 
 /* The 16 fused multiply-adds of one 4-wide chunk of kernel columns: for bb
  * ascending, acc[c] = fmaf(w[bb], win[bb + c], acc[c]), only bb < n_b. */
-TA_DEV void ta_cuda_mta_conv_chunk(float acc[4], const float4 w4, const float4 lo, const float4 hi,
-                                   int n_b) {
+TA_CUDA_DEV void ta_cuda_mta_conv_chunk(float acc[4], const float4 w4, const float4 lo,
+                                        const float4 hi, int n_b) {
     const float w[4] = {w4.x, w4.y, w4.z, w4.w};
     const float win[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
@@ -195,9 +195,9 @@ TA_DEV void ta_cuda_mta_conv_chunk(float acc[4], const float4 w4, const float4 l
  * __syncthreads() between their writes and this call and between this call
  * and reads of out.
  */
-TA_DEV void ta_cuda_mta_conv(const float *s, int32_t lds, const float *w_s, int32_t c_q,
-                             int32_t c_k, int32_t rows, int32_t cols, const int32_t *n_out,
-                             float *out, int32_t out_row_stride, int32_t out_col_stride) {
+TA_CUDA_DEV void ta_cuda_mta_conv(const float *s, int32_t lds, const float *w_s, int32_t c_q,
+                                  int32_t c_k, int32_t rows, int32_t cols, const int32_t *n_out,
+                                  float *out, int32_t out_row_stride, int32_t out_col_stride) {
     const int32_t w_ld = ta_cuda_mta_w_ld(c_k);
     const int32_t n_full = c_k / 4, n_tail = c_k % 4; /* 4-column chunks of the kernel */
     const int32_t groups = (cols + 3) / 4;

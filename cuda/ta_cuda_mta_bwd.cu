@@ -55,18 +55,17 @@ extern "C" {
 #include "ta_math.h"
 }
 
-#define TA_MTA_NEG_INF_BITS 0xff800000u
 /* Dynamic shared memory every MTA backward kernel is opted in to (always this
  * value, so concurrent callers set the same attribute); the geometry below is
  * chosen to fit it. Under the 99 KB an sm_86/sm_89 block may have. */
-#define TA_MTA_SMEM_MAX ((size_t)98 * 1024)
+#define TA_CUDA_MTA_BWD_SMEM_MAX ((size_t)98 * 1024)
 /* Outputs per thread of the conv and the transposed conv: one row, 4 columns. */
-#define TA_MTA_STRIP 4
+#define TA_CUDA_MTA_STRIP 4
 /* 64 x 64 (rows x features) dq accumulator blocks per dq block. */
-#define TA_MTA_ACC_BLOCKS 4
+#define TA_CUDA_MTA_ACC_BLOCKS 4
 /* Paired dconv_w partials: threads [0, 128) run one tile pair's chains, threads
  * [128, 256) the next pair's, so c_q c_k <= 128. */
-#define TA_MTA_PAIR_THREADS (TA_CUDA_THREADS / 2)
+#define TA_CUDA_MTA_PAIR_THREADS (TA_CUDA_THREADS / 2)
 
 /* ---------------------------------------------------------------------------- */
 /* shared-memory layout of a band (host and device)                              */
@@ -83,25 +82,26 @@ extern "C" {
  *   | dc [rows+P_q][cols+2P] | ds [rows][cols] | w [c_q c_k] | lse, delta, vis, live [rows+P_q] |
  *   +------------------------+-----------------+-------------+---------------------------------+
  */
-typedef struct ta_mta_smem {
+typedef struct ta_cuda_mta_bwd_smem {
     int32_t lds, ldg, ldd; /* row strides of s, p/dc, ds */
     int32_t off_s, off_p, off_dc, off_ds, off_w, off_lse, off_delta, off_vis, off_live;
     int32_t ldw_dc, ldw_s;             /* row strides of the stashed dC and S (dq, paired) */
-    int32_t off_xfer, off_wdc, off_ws; /* dq, paired dconv_w partials: see ta_mta_dq_kernel */
+    int32_t off_xfer, off_wdc, off_ws; /* dq, paired dconv_w partials: see ta_cuda_mta_dq_kernel */
     int32_t floats;                    /* total */
-} ta_mta_smem;
+} ta_cuda_mta_bwd_smem;
 
-static inline __host__ __device__ void ta_mta_smem_make(ta_mta_smem *m, int32_t rows_eff,
-                                                        int32_t cols_eff, int32_t conv_q,
-                                                        int32_t conv_k, int32_t paired) {
+static inline __host__ __device__ void ta_cuda_mta_bwd_smem_make(ta_cuda_mta_bwd_smem *m,
+                                                                 int32_t rows_eff, int32_t cols_eff,
+                                                                 int32_t conv_q, int32_t conv_k,
+                                                                 int32_t paired) {
     const int32_t pq = conv_q - 1, pk = (conv_k - 1) / 2;
     const int32_t g_rows = rows_eff + pq;
     int32_t off = TA_CUDA_STAGE_BUF;
     /* odd strides: a warp's threads walk rows (column strips, see
-     * ta_mta_conv_strip), so odd strides keep them on distinct banks; + 3
+     * ta_cuda_mta_conv_strip), so odd strides keep them on distinct banks; + 3
      * columns of padding for the last strip of a row (read, never used) */
-    m->lds = (cols_eff + 4 * pk + TA_MTA_STRIP - 1) | 1;
-    m->ldg = (cols_eff + 2 * pk + TA_MTA_STRIP - 1) | 1;
+    m->lds = (cols_eff + 4 * pk + TA_CUDA_MTA_STRIP - 1) | 1;
+    m->ldg = (cols_eff + 2 * pk + TA_CUDA_MTA_STRIP - 1) | 1;
     m->ldd = cols_eff | 1;
     m->off_s = off;
     off += (rows_eff + 2 * pq) * m->lds;
@@ -125,7 +125,7 @@ static inline __host__ __device__ void ta_mta_smem_make(ta_mta_smem *m, int32_t 
     m->ldw_dc = cols_eff;
     m->ldw_s = (cols_eff + 2 * pk) | 1;
     m->off_xfer = off;
-    off += paired ? TA_MTA_PAIR_THREADS : 0;
+    off += paired ? TA_CUDA_MTA_PAIR_THREADS : 0;
     m->off_wdc = off;
     off += paired ? rows_eff * m->ldw_dc : 0;
     m->off_ws = off;
@@ -137,41 +137,31 @@ static inline __host__ __device__ void ta_mta_smem_make(ta_mta_smem *m, int32_t 
 /* kernel parameters                                                             */
 /* ---------------------------------------------------------------------------- */
 
-typedef struct ta_mta_bwd_params {
-    const void *q, *k, *v, *d_o; /* as in ta_bwd_args */
-    const float *lse, *delta;    /* [B, H, S_q] */
-    const float *conv_w;         /* [H, c_q, c_k] */
-    void *dq, *dk, *dv;
-    float *dw_rows; /* [B, H, n_q, c_q, c_k], n_q = plan->bwd.num_q_tiles */
-    float *dconv_w; /* [H, c_q, c_k] */
-    ta_tiling t;    /* dq, merge: plan->bwd; dk/dv: the kernel's own */
-    ta_mta_smem sm;
-    int32_t heads_q, heads_kv, group, head_dim, head_dim_v, conv_q, conv_k;
-    float scale;
-    int32_t band_rows;   /* dq: effective rows per band, divides 64 */
-    int32_t n_groups;    /* dq: accumulator groups; dk/dv: feature groups */
-    int32_t n_slots;     /* dq: slots of D, ceil(D / 64) */
-    int32_t acc_blocks;  /* dq: ceil(rows_eff / 64) x n_slots accumulator blocks in all */
-    int32_t merge_first; /* merge: start from 0 (first batch chunk) or from dconv_w */
-    int32_t dw_paired;   /* dq: dconv_w partials of two tile pairs at once (one band per tile) */
-    int32_t batch_begin, batch_count, has_seqlens;
-    int32_t seqlens_k[TA_CUDA_BATCH_CHUNK];
-} ta_mta_bwd_params;
+/* The base (t: dq and merge plan->bwd, dk/dv the kernel's own tiling; dw_rows
+ * [B, H, n_q, c_q, c_k], n_q = plan->bwd.num_q_tiles) and each kernel's geometry. */
+struct ta_cuda_mta_bwd_params : ta_cuda_params {
+    ta_cuda_mta_bwd_smem sm; /* dq, dk/dv: the band's shared-memory offset table */
+    int32_t band_rows;       /* dq: effective rows per band, divides 64 */
+    int32_t n_groups;        /* dq: accumulator groups; dk/dv: feature groups */
+    int32_t n_slots;         /* dq: slots of D, ceil(D / 64) */
+    int32_t acc_blocks;      /* dq: ceil(rows_eff / 64) x n_slots accumulator blocks in all */
+    int32_t dw_paired; /* dq: dconv_w partials of two tile pairs at once (one band per tile) */
+};
 
 /* A band: effective rows [row0, row0 + rows), columns [col0, col0 + cols). */
-typedef struct ta_mta_band {
+typedef struct ta_cuda_mta_band {
     int32_t row0, rows, col0, cols;
-} ta_mta_band;
+} ta_cuda_mta_band;
 
-/* Shared buffers of a band, carved by ta_mta_smem. */
-typedef struct ta_mta_bufs {
+/* Shared buffers of a band, carved by ta_cuda_mta_bwd_smem. */
+typedef struct ta_cuda_mta_bwd_bufs {
     float *stage, *s, *p, *dc, *ds, *w, *lse, *delta;
     int32_t *vis, *live;
     float *xfer, *wdc, *ws; /* dq, paired partials */
-} ta_mta_bufs;
+} ta_cuda_mta_bwd_bufs;
 
-TA_DEV ta_mta_bufs ta_mta_carve(float *base, const ta_mta_smem &m) {
-    ta_mta_bufs b;
+TA_CUDA_DEV ta_cuda_mta_bwd_bufs ta_cuda_mta_bwd_carve(float *base, const ta_cuda_mta_bwd_smem &m) {
+    ta_cuda_mta_bwd_bufs b;
     b.stage = base;
     b.s = base + m.off_s;
     b.p = base + m.off_p;
@@ -201,10 +191,10 @@ TA_DEV ta_mta_bufs ta_mta_carve(float *base, const ta_mta_smem &m) {
  * 4ty + r, columns 4tx + c).
  */
 template <int DT, typename Epi>
-TA_DEV void ta_mta_dot_rect(const void *a, size_t a_slice, int32_t a_seq, int32_t a_row0,
-                            int32_t n_a, const void *b, size_t b_slice, int32_t b_seq,
-                            int32_t b_row0, int32_t n_b, int32_t n_feat, float *stage,
-                            const Epi &epi) {
+TA_CUDA_DEV void ta_cuda_mta_dot_rect(const void *a, size_t a_slice, int32_t a_seq, int32_t a_row0,
+                                      int32_t n_a, const void *b, size_t b_slice, int32_t b_seq,
+                                      int32_t b_row0, int32_t n_b, int32_t n_feat, float *stage,
+                                      const Epi &epi) {
     const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
     for (int32_t ta0 = 0; ta0 < n_a; ta0 += TA_CUDA_TILE) {
         /* tile rows x read A row a_row0 + ta0 + x: x < n_a - ta0, inside [0, a_seq) */
@@ -242,8 +232,8 @@ TA_DEV void ta_mta_dot_rect(const void *a, size_t a_slice, int32_t a_seq, int32_
  * of a sliding window (one new S value per b). Reads up to 3 columns past the
  * last output's window (row padding).
  */
-TA_DEV void ta_mta_conv_strip(float c[TA_MTA_STRIP], const float *s0, int32_t lds, const float *w,
-                              int32_t cq, int32_t ck) {
+TA_CUDA_DEV void ta_cuda_mta_conv_strip(float c[TA_CUDA_MTA_STRIP], const float *s0, int32_t lds,
+                                        const float *w, int32_t cq, int32_t ck) {
     float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
     for (int32_t a = 0; a < cq; ++a) {
         const float *sr = s0 + a * lds, *wr = w + a * ck;
@@ -273,8 +263,8 @@ TA_DEV void ta_mta_conv_strip(float c[TA_MTA_STRIP], const float *s0, int32_t ld
  *   d[o] = +0; a ascending, b ascending: d[o] = fmaf(w[a][b], dC[..][o - b], d[o]).
  * The window slides left (one new dC value per b).
  */
-TA_DEV void ta_mta_conv_grad_strip(float d[TA_MTA_STRIP], const float *d0, int32_t ldg,
-                                   const float *w, int32_t cq, int32_t ck) {
+TA_CUDA_DEV void ta_cuda_mta_conv_grad_strip(float d[TA_CUDA_MTA_STRIP], const float *d0,
+                                             int32_t ldg, const float *w, int32_t cq, int32_t ck) {
     float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
     for (int32_t a = 0; a < cq; ++a) {
         const float *dr = d0 - a * ldg, *wr = w + a * ck;
@@ -305,15 +295,16 @@ TA_DEV void ta_mta_conv_grad_strip(float d[TA_MTA_STRIP], const float *d0, int32
  * bf.ds, bf.s and the row arrays hold the band.
  */
 template <int DT>
-TA_DEV void ta_mta_band_recompute(const ta_mta_bwd_params &p, const ta_tiling &t,
-                                  const ta_mta_smem &m, const ta_mta_bufs &bf,
-                                  const ta_mta_band &bd, int32_t key_len, size_t q_slice,
-                                  size_t kv_slice, bool need_dc) {
+TA_CUDA_DEV void ta_cuda_mta_band_recompute(const ta_cuda_mta_bwd_params &p, const ta_tiling &t,
+                                            const ta_cuda_mta_bwd_smem &m,
+                                            const ta_cuda_mta_bwd_bufs &bf,
+                                            const ta_cuda_mta_band &bd, int32_t key_len,
+                                            size_t q_slice, size_t kv_slice, bool need_dc) {
     const int tid = (int)threadIdx.x;
     const int32_t pq = p.conv_q - 1, pk = (p.conv_k - 1) / 2, ck = p.conv_k, cq = p.conv_q;
     const int32_t g_rows = bd.rows + pq, g_cols = bd.cols + 2 * pk;
     const int32_t lds = m.lds, ldg = m.ldg, ldd = m.ldd;
-    const float neg_inf = ta_f32_from_bits(TA_MTA_NEG_INF_BITS);
+    const float neg_inf = ta_f32_from_bits(TA_CUDA_NEG_INF_BITS);
     const float scale = p.scale;
     float *s = bf.s, *pb = bf.p, *dc = bf.dc, *ds = bf.ds;
     const float *w = bf.w, *lse_g = bf.lse, *delta_g = bf.delta;
@@ -338,27 +329,27 @@ TA_DEV void ta_mta_band_recompute(const ta_mta_bwd_params &p, const ta_tiling &t
     /* 1. S on the loaded region */
     {
         const int32_t r_first = bd.row0 - pq, j_first = bd.col0 - 2 * pk;
-        ta_mta_dot_rect<DT>(p.q, q_slice, t.seq_q, r_first, bd.rows + 2 * pq, p.k, kv_slice,
-                            t.seq_k, j_first, bd.cols + 4 * pk, p.head_dim, bf.stage,
-                            [&](int32_t x, int32_t y, float acc) {
-                                const int32_t j = j_first + y;
-                                const int32_t ve = ta_cuda_visible_end(&t, r_first + x, key_len);
-                                s[x * lds + y] = (j >= 0 && j < ve) ? scale * acc : 0.0f;
-                            });
+        ta_cuda_mta_dot_rect<DT>(
+            p.q, q_slice, t.seq_q, r_first, bd.rows + 2 * pq, p.k, kv_slice, t.seq_k, j_first,
+            bd.cols + 4 * pk, p.head_dim, bf.stage, [&](int32_t x, int32_t y, float acc) {
+                const int32_t j = j_first + y;
+                const int32_t ve = ta_cuda_visible_end(&t, r_first + x, key_len);
+                s[x * lds + y] = (j >= 0 && j < ve) ? scale * acc : 0.0f;
+            });
     }
     __syncthreads();
     /* 2. C, then P = exp(C - lse), on the live entries of the gradient region; threads
      * over strips of 4 columns of one row, rows fastest */
     {
-        const int32_t n_strips = (g_cols + TA_MTA_STRIP - 1) / TA_MTA_STRIP;
+        const int32_t n_strips = (g_cols + TA_CUDA_MTA_STRIP - 1) / TA_CUDA_MTA_STRIP;
         for (e = tid; e < g_rows * n_strips; e += TA_CUDA_THREADS) {
-            const int32_t x = e % g_rows, y0 = e / g_rows * TA_MTA_STRIP;
+            const int32_t x = e % g_rows, y0 = e / g_rows * TA_CUDA_MTA_STRIP;
             const int32_t j0 = bd.col0 - pk + y0, le = live_g[x];
-            float c[TA_MTA_STRIP] = {0.0f, 0.0f, 0.0f, 0.0f};
-            if (j0 + TA_MTA_STRIP > 0 && j0 < le) /* some live entry */
-                ta_mta_conv_strip(c, s + x * lds + y0, lds, w, cq, ck);
+            float c[TA_CUDA_MTA_STRIP] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (j0 + TA_CUDA_MTA_STRIP > 0 && j0 < le) /* some live entry */
+                ta_cuda_mta_conv_strip(c, s + x * lds + y0, lds, w, cq, ck);
 #pragma unroll
-            for (int o = 0; o < TA_MTA_STRIP; ++o)
+            for (int o = 0; o < TA_CUDA_MTA_STRIP; ++o)
                 if (y0 + o < g_cols)
                     pb[x * ldg + y0 + o] =
                         j0 + o >= 0 && j0 + o < le ? ta_exp(c[o] - lse_g[x]) : 0.0f;
@@ -371,27 +362,27 @@ TA_DEV void ta_mta_band_recompute(const ta_mta_bwd_params &p, const ta_tiling &t
     /* 3. dP and dC on the gradient region (the dot tile syncs before its epilogue) */
     {
         const int32_t j_first = bd.col0 - pk;
-        ta_mta_dot_rect<DT>(p.d_o, q_slice, t.seq_q, bd.row0, g_rows, p.v, kv_slice, t.seq_k,
-                            j_first, g_cols, p.head_dim_v, bf.stage,
-                            [&](int32_t x, int32_t y, float acc) {
-                                const int32_t j = j_first + y;
-                                dc[x * ldg + y] = (j >= 0 && j < live_g[x])
-                                                      ? pb[x * ldg + y] * (acc - delta_g[x])
-                                                      : 0.0f;
-                            });
+        ta_cuda_mta_dot_rect<DT>(p.d_o, q_slice, t.seq_q, bd.row0, g_rows, p.v, kv_slice, t.seq_k,
+                                 j_first, g_cols, p.head_dim_v, bf.stage,
+                                 [&](int32_t x, int32_t y, float acc) {
+                                     const int32_t j = j_first + y;
+                                     dc[x * ldg + y] = (j >= 0 && j < live_g[x])
+                                                           ? pb[x * ldg + y] * (acc - delta_g[x])
+                                                           : 0.0f;
+                                 });
     }
     __syncthreads();
     /* 4. dS on the effective region: the transposed conv, visible entries; strips as in 2 */
     {
-        const int32_t n_strips = (bd.cols + TA_MTA_STRIP - 1) / TA_MTA_STRIP;
+        const int32_t n_strips = (bd.cols + TA_CUDA_MTA_STRIP - 1) / TA_CUDA_MTA_STRIP;
         for (e = tid; e < bd.rows * n_strips; e += TA_CUDA_THREADS) {
-            const int32_t x = e % bd.rows, y0 = e / bd.rows * TA_MTA_STRIP;
+            const int32_t x = e % bd.rows, y0 = e / bd.rows * TA_CUDA_MTA_STRIP;
             const int32_t ve = vis_g[x];
-            float d[TA_MTA_STRIP] = {0.0f, 0.0f, 0.0f, 0.0f};
+            float d[TA_CUDA_MTA_STRIP] = {0.0f, 0.0f, 0.0f, 0.0f};
             if (bd.col0 + y0 < ve)
-                ta_mta_conv_grad_strip(d, dc + (x + pq) * ldg + y0 + 2 * pk, ldg, w, cq, ck);
+                ta_cuda_mta_conv_grad_strip(d, dc + (x + pq) * ldg + y0 + 2 * pk, ldg, w, cq, ck);
 #pragma unroll
-            for (int o = 0; o < TA_MTA_STRIP; ++o)
+            for (int o = 0; o < TA_CUDA_MTA_STRIP; ++o)
                 if (y0 + o < bd.cols) ds[x * ldd + y0 + o] = bd.col0 + y0 + o < ve ? d[o] : 0.0f;
         }
     }
@@ -400,7 +391,8 @@ TA_DEV void ta_mta_band_recompute(const ta_mta_bwd_params &p, const ta_tiling &t
 
 /* The kernel of query head h into bf.w (after a barrier: the previous head's
  * users are done). */
-TA_DEV void ta_mta_load_w(const ta_mta_bwd_params &p, const ta_mta_bufs &bf, int32_t h) {
+TA_CUDA_DEV void ta_cuda_mta_bwd_load_w(const ta_cuda_mta_bwd_params &p,
+                                        const ta_cuda_mta_bwd_bufs &bf, int32_t h) {
     const int32_t n_w = p.conv_q * p.conv_k;
     __syncthreads();
     for (int32_t n = (int32_t)threadIdx.x; n < n_w; n += TA_CUDA_THREADS)
@@ -410,8 +402,8 @@ TA_DEV void ta_mta_load_w(const ta_mta_bwd_params &p, const ta_mta_bufs &bf, int
 /* Stage rows [first_row, first_row + rows) (rows <= RCHUNK) of a [*, dim]
  * tensor into dst[RCHUNK][width] (width = 64 n_slots >= dim), 0 past dim or rows. */
 template <int DT>
-TA_DEV void ta_mta_stage_k(float *dst, const void *src, size_t first_row, int32_t rows, int32_t dim,
-                           int32_t width) {
+TA_CUDA_DEV void ta_cuda_mta_stage_k(float *dst, const void *src, size_t first_row, int32_t rows,
+                                     int32_t dim, int32_t width) {
     __syncthreads(); /* the previous phase is done with dst */
     for (int32_t e = (int32_t)threadIdx.x; e < TA_CUDA_RCHUNK * width; e += TA_CUDA_THREADS) {
         const int32_t x = e / width, f = e % width;
@@ -433,8 +425,9 @@ TA_DEV void ta_mta_stage_k(float *dst, const void *src, size_t first_row, int32_
  * chain's fmaf stay in order.
  */
 template <int NC, int STEPS>
-TA_DEV void ta_mta_dw_chain(float part[NC], const float *dc, int32_t ld_dc,
-                            const float *const s[NC], int32_t ld_s, int32_t rows, int32_t cols) {
+TA_CUDA_DEV void ta_cuda_mta_dw_chain(float part[NC], const float *dc, int32_t ld_dc,
+                                      const float *const s[NC], int32_t ld_s, int32_t rows,
+                                      int32_t cols) {
     constexpr int kStep = STEPS; /* steps whose loads go first */
     for (int32_t x = 0; x < rows; ++x) {
         const float *dr = dc + x * ld_dc;
@@ -475,11 +468,12 @@ TA_DEV void ta_mta_dw_chain(float part[NC], const float *dc, int32_t ld_dc,
  */
 template <int DT, int NB>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
-    ta_mta_dq_kernel(const __grid_constant__ ta_mta_bwd_params p) {
-    extern __shared__ float4 ta_mta_dq_smem[];
+    ta_cuda_mta_dq_kernel(const __grid_constant__ ta_cuda_mta_bwd_params p) {
+    extern __shared__ float4 ta_cuda_mta_dq_dyn_smem[];
     const ta_tiling t = p.t;
-    const ta_mta_smem m = p.sm;
-    const ta_mta_bufs bf = ta_mta_carve(reinterpret_cast<float *>(ta_mta_dq_smem), m);
+    const ta_cuda_mta_bwd_smem m = p.sm;
+    const ta_cuda_mta_bwd_bufs bf =
+        ta_cuda_mta_bwd_carve(reinterpret_cast<float *>(ta_cuda_mta_dq_dyn_smem), m);
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
     const int32_t n_qt = t.num_q_tiles, pk = (p.conv_k - 1) / 2, ck = p.conv_k;
     const int32_t n_w = p.conv_q * p.conv_k, width = p.n_slots * TA_CUDA_SLOT;
@@ -493,18 +487,14 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     const int32_t a0 = n0 / ck, b0 = n0 % ck, a1 = n1 / ck, b1 = n1 % ck;
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        const int32_t fg = (int32_t)(tile % p.n_groups);
-        const int64_t rest = tile / p.n_groups;
-        const int32_t qt = n_qt - 1 - (int32_t)(rest % n_qt); /* longest (causal) first */
-        const int32_t h = (int32_t)((rest / n_qt) % p.heads_q);
-        const int32_t b_local = (int32_t)(rest / n_qt / p.heads_q);
-        const int32_t b = p.batch_begin + b_local;
-        const int32_t key_len = p.has_seqlens ? p.seqlens_k[b_local] : t.seq_k;
+        const int32_t fg = (int32_t)(tile % p.n_groups); /* then a q-side tile, last first */
+        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile / p.n_groups, n_qt);
+        const int32_t qt = at.qt, h = at.h, b = p.batch_begin + at.b_local;
+        const int32_t key_len = ta_cuda_key_len(p, at.b_local);
         const int32_t r0 = ta_tile_row_eff_begin(&t, qt), r1 = ta_tile_row_eff_end(&t, qt);
         const int32_t k_end = ta_tile_k_end(&t, qt, key_len);
-        const size_t q_slice = ((size_t)b * (size_t)p.heads_q + (size_t)h) * (size_t)t.seq_q;
-        const size_t kv_slice =
-            ((size_t)b * (size_t)p.heads_kv + (size_t)(h / p.group)) * (size_t)t.seq_k;
+        const size_t q_slice = ta_cuda_q_slice(p, b, h);
+        const size_t kv_slice = ta_cuda_kv_slice(p, b, h / p.group);
         const bool do_dw = fg == 0;
         float acc[NB][4][4];
         float r_sum0 = 0.0f, r_sum1 = 0.0f; /* R(b, qt) of entries n0, n1 */
@@ -515,14 +505,15 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
                     acc[u][r][e] = 0.0f;
-        ta_mta_load_w(p, bf, h);
+        ta_cuda_mta_bwd_load_w(p, bf, h);
         /* step 2: k tiles ascending */
         for (int32_t kt = 0; kt < k_end; ++kt) {
             const int32_t c0 = ta_tile_col_eff_begin(&t, kt);
             const int32_t cols = ta_tile_col_eff_end(&t, kt) - c0;
             float part0 = 0.0f, part1 = 0.0f; /* part(b, qt, kt) of entries n0, n1 */
             for (int32_t row0 = r0; row0 < r1; row0 += p.band_rows) {
-                const ta_mta_band bd = {row0, ta_tiling_min_i32(p.band_rows, r1 - row0), c0, cols};
+                const ta_cuda_mta_band bd = {row0, ta_tiling_min_i32(p.band_rows, r1 - row0), c0,
+                                             cols};
                 const int32_t unit = (row0 - r0) / TA_CUDA_TILE;
                 const int32_t slot_off =
                     (row0 - r0) % TA_CUDA_TILE; /* band's first row in the unit */
@@ -534,12 +525,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 }
                 if (!has && !do_dw) continue;
                 /* steps 2a-2d: S, P, dC, dS of the band */
-                ta_mta_band_recompute<DT>(p, t, m, bf, bd, key_len, q_slice, kv_slice, true);
+                ta_cuda_mta_band_recompute<DT>(p, t, m, bf, bd, key_len, q_slice, kv_slice, true);
                 /* step 2e: dq_r = fmaf(dS_rj, k_j, dq_r), keys j ascending, live only */
                 for (int32_t j0 = 0; has && j0 < cols; j0 += TA_CUDA_RCHUNK) {
                     const int32_t jn = ta_tiling_min_i32(TA_CUDA_RCHUNK, cols - j0);
-                    ta_mta_stage_k<DT>(bf.stage, p.k, kv_slice + (size_t)(c0 + j0), jn, p.head_dim,
-                                       width);
+                    ta_cuda_mta_stage_k<DT>(bf.stage, p.k, kv_slice + (size_t)(c0 + j0), jn,
+                                            p.head_dim, width);
                     for (int32_t jj = 0; jj < jn; ++jj) {
                         const int32_t y = j0 + jj, j = c0 + y;
                         float dsv[4];
@@ -576,14 +567,14 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                         const float *s_ab[2] = {bf.s + a0 * m.lds + b0 + pk,
                                                 bf.s + a1 * m.lds + b1 + pk};
                         float parts[2] = {part0, part1};
-                        ta_mta_dw_chain<2, kDwSteps / 2>(parts, dc_e, m.ldg, s_ab, m.lds, bd.rows,
-                                                         cols);
+                        ta_cuda_mta_dw_chain<2, kDwSteps / 2>(parts, dc_e, m.ldg, s_ab, m.lds,
+                                                              bd.rows, cols);
                         part0 = parts[0];
                         part1 = parts[1];
                     } else {
                         const float *s_ab[1] = {bf.s + a0 * m.lds + b0 + pk};
-                        ta_mta_dw_chain<1, kDwSteps>(&part0, dc_e, m.ldg, s_ab, m.lds, bd.rows,
-                                                     cols);
+                        ta_cuda_mta_dw_chain<1, kDwSteps>(&part0, dc_e, m.ldg, s_ab, m.lds, bd.rows,
+                                                          cols);
                     }
                 }
                 /* paired (one band per tile, c_q c_k <= 128): an even pair stashes its dC on
@@ -601,17 +592,17 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                             bf.ws[e / (cols + 2 * pk) * m.ldw_s + e % (cols + 2 * pk)] =
                                 bf.s[e / (cols + 2 * pk) * m.lds + pk + e % (cols + 2 * pk)];
                     } else {
-                        const int32_t n_cur = odd ? tid - TA_MTA_PAIR_THREADS : tid;
+                        const int32_t n_cur = odd ? tid - TA_CUDA_MTA_PAIR_THREADS : tid;
                         float prev = 0.0f, cur = 0.0f;
                         if (odd && tid < n_w) { /* pair kt-1, from the stash (never the
                                                  * last k tile: all cols_eff columns) */
                             const float *s_ab[1] = {bf.ws + a0 * m.ldw_s + b0};
-                            ta_mta_dw_chain<1, kDwSteps>(&prev, bf.wdc, m.ldw_dc, s_ab, m.ldw_s,
-                                                         bd.rows, t.cols_eff);
+                            ta_cuda_mta_dw_chain<1, kDwSteps>(&prev, bf.wdc, m.ldw_dc, s_ab,
+                                                              m.ldw_s, bd.rows, t.cols_eff);
                         } else if (n_cur >= 0 && n_cur < n_w) { /* pair kt */
                             const float *s_ab[1] = {bf.s + (n_cur / ck) * m.lds + n_cur % ck + pk};
-                            ta_mta_dw_chain<1, kDwSteps>(&cur, bf.dc + pk, m.ldg, s_ab, m.lds,
-                                                         bd.rows, cols);
+                            ta_cuda_mta_dw_chain<1, kDwSteps>(&cur, bf.dc + pk, m.ldg, s_ab, m.lds,
+                                                              bd.rows, cols);
                             if (odd) bf.xfer[n_cur] = cur;
                         }
                         if (odd) {
@@ -675,12 +666,13 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
  */
 template <int DT, int NS>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
-    ta_mta_dkdv_kernel(const __grid_constant__ ta_mta_bwd_params p) {
-    extern __shared__ float4 ta_mta_dkdv_smem[];
+    ta_cuda_mta_dkdv_kernel(const __grid_constant__ ta_cuda_mta_bwd_params p) {
+    extern __shared__ float4 ta_cuda_mta_dkdv_dyn_smem[];
     __shared__ ta_cuda_slot slots[TA_CUDA_SLOTS];
     const ta_tiling t = p.t;
-    const ta_mta_smem m = p.sm;
-    const ta_mta_bufs bf = ta_mta_carve(reinterpret_cast<float *>(ta_mta_dkdv_smem), m);
+    const ta_cuda_mta_bwd_smem m = p.sm;
+    const ta_cuda_mta_bwd_bufs bf =
+        ta_cuda_mta_bwd_carve(reinterpret_cast<float *>(ta_cuda_mta_dkdv_dyn_smem), m);
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
     const int32_t n_kt = t.num_k_tiles, n_qt = t.num_q_tiles, pk = (p.conv_k - 1) / 2;
     const int32_t nk = (p.head_dim + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT; /* dk slots */
@@ -688,27 +680,18 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_kv * n_kt * p.n_groups;
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        const int32_t fg = (int32_t)(tile % p.n_groups);
-        const int32_t kt = (int32_t)((tile / p.n_groups) % n_kt);
-        const int32_t h_kv = (int32_t)((tile / p.n_groups / n_kt) % p.heads_kv);
-        const int32_t b_local = (int32_t)(tile / p.n_groups / n_kt / p.heads_kv);
-        const int32_t b = p.batch_begin + b_local;
-        const int32_t key_len = p.has_seqlens ? p.seqlens_k[b_local] : t.seq_k;
+        const ta_cuda_kv_tile at = ta_cuda_kv_tile_at(p, tile, n_kt, p.n_groups);
+        const int32_t fg = at.fg, kt = at.kt, h_kv = at.h_kv, b = p.batch_begin + at.b_local;
+        const int32_t key_len = ta_cuda_key_len(p, at.b_local);
         const int32_t c0 = ta_tile_col_eff_begin(&t, kt);
         const int32_t cols = ta_tile_col_eff_end(&t, kt) - c0;
         const int32_t q_begin = ta_tile_q_begin(&t, kt, key_len);
         const int32_t slot0 = fg * NS; /* this group's first slot */
         const int32_t n_slots = ta_tiling_min_i32(NS, n_slots_all - slot0);
         const bool need_ds = slot0 < nk; /* the group holds dk slots */
-        const size_t kv_slice = ((size_t)b * (size_t)p.heads_kv + (size_t)h_kv) * (size_t)t.seq_k;
+        const size_t kv_slice = ta_cuda_kv_slice(p, b, h_kv);
         float acc[4][NS][4]; /* acc[key 4ty+r][slot s feature 4tx+e] */
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-#pragma unroll
-            for (int s = 0; s < NS; ++s)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    acc[r][s][e] = 0.0f;
+        ta_cuda_acc_zero<NS>(acc);
         __syncthreads(); /* the previous tile is done with slots */
         if (tid < NS) {
             const int32_t u = slot0 + tid;
@@ -722,13 +705,14 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         /* step 1: the kv group's query heads ascending (each with its kernel), then Q tiles */
         for (int32_t g = 0; g < p.group; ++g) {
             const int32_t h = h_kv * p.group + g;
-            const size_t q_slice = ((size_t)b * (size_t)p.heads_q + (size_t)h) * (size_t)t.seq_q;
-            ta_mta_load_w(p, bf, h);
+            const size_t q_slice = ta_cuda_q_slice(p, b, h);
+            ta_cuda_mta_bwd_load_w(p, bf, h);
             for (int32_t qt = q_begin; qt < n_qt; ++qt) {
                 const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
-                const ta_mta_band bd = {row0, ta_tile_row_eff_end(&t, qt) - row0, c0, cols};
+                const ta_cuda_mta_band bd = {row0, ta_tile_row_eff_end(&t, qt) - row0, c0, cols};
                 /* step 2: S, P (and dC, dS) of the tile pair */
-                ta_mta_band_recompute<DT>(p, t, m, bf, bd, key_len, q_slice, kv_slice, need_ds);
+                ta_cuda_mta_band_recompute<DT>(p, t, m, bf, bd, key_len, q_slice, kv_slice,
+                                               need_ds);
                 /* step 3: dv_j = fmaf(P_ij, dO_i, dv_j), dk_j = fmaf(dS_ij, q_i, dk_j), rows
                  * i ascending, live entries only */
                 for (int32_t i0 = 0; i0 < bd.rows; i0 += TA_CUDA_RCHUNK) {
@@ -796,23 +780,23 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 /* ---------------------------------------------------------------------------- */
 
 /*
- * One thread per (h, a, b'): dconv_w = (merge_first ? 0 : dconv_w) + R(b, 0) +
+ * One thread per (h, a, b'): dconv_w = (first chunk ? 0 : dconv_w) + R(b, 0) +
  * R(b, 1) + ... for the chunk's batch entries ascending, skipping Q tiles with
  * no k tile (the reference adds nothing for them). Loads go ahead in groups of
  * 8; the adds stay in order.
  */
 __global__ void __launch_bounds__(TA_CUDA_THREADS)
-    ta_mta_dw_merge_kernel(const __grid_constant__ ta_mta_bwd_params p) {
+    ta_cuda_mta_dw_merge_kernel(const __grid_constant__ ta_cuda_mta_bwd_params p) {
     const ta_tiling t = p.t;
     const int32_t n_w = p.conv_q * p.conv_k, n_qt = t.num_q_tiles;
     const int64_t total = (int64_t)p.heads_q * n_w;
     for (int64_t idx = (int64_t)blockIdx.x * TA_CUDA_THREADS + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * TA_CUDA_THREADS) {
         const int32_t h = (int32_t)(idx / n_w), n = (int32_t)(idx % n_w);
-        float acc = p.merge_first ? 0.0f : p.dconv_w[idx];
+        float acc = p.batch_begin == 0 ? 0.0f : p.dconv_w[idx]; /* later chunks continue */
         for (int32_t b_local = 0; b_local < p.batch_count; ++b_local) {
             const int32_t b = p.batch_begin + b_local;
-            const int32_t key_len = p.has_seqlens ? p.seqlens_k[b_local] : t.seq_k;
+            const int32_t key_len = ta_cuda_key_len(p, b_local);
             const float *r_in =
                 p.dw_rows +
                 ((size_t)b * (size_t)p.heads_q + (size_t)h) * (size_t)n_qt * (size_t)n_w +
@@ -839,55 +823,34 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS)
 /* launch                                                                        */
 /* ---------------------------------------------------------------------------- */
 
-template <int DT> static const void *ta_mta_dq_pick_nb(int nb) {
-    switch (nb) {
-    case 1: return reinterpret_cast<const void *>(&ta_mta_dq_kernel<DT, 1>);
-    case 2: return reinterpret_cast<const void *>(&ta_mta_dq_kernel<DT, 2>);
-    case 3: return reinterpret_cast<const void *>(&ta_mta_dq_kernel<DT, 3>);
-    default: return reinterpret_cast<const void *>(&ta_mta_dq_kernel<DT, 4>);
+/* The instantiations, by dtype and count: dq by accumulator blocks NB 1..4;
+ * dk/dv by slots 2..4 (D + D_v >= 2 features, as the SDPA kernel). */
+struct ta_cuda_mta_dq_family {
+    template <int DT, int NB> static const void *at() {
+        return reinterpret_cast<const void *>(&ta_cuda_mta_dq_kernel<DT, NB>);
     }
-}
-
-/* D + D_v >= 2 features, so a group holds 2, 3 or 4 slots (as the SDPA kernel). */
-template <int DT> static const void *ta_mta_dkdv_pick_ns(int ns) {
-    switch (ns) {
-    case 2: return reinterpret_cast<const void *>(&ta_mta_dkdv_kernel<DT, 2>);
-    case 3: return reinterpret_cast<const void *>(&ta_mta_dkdv_kernel<DT, 3>);
-    default: return reinterpret_cast<const void *>(&ta_mta_dkdv_kernel<DT, 4>);
+};
+struct ta_cuda_mta_dkdv_family {
+    template <int DT, int NS> static const void *at() {
+        return reinterpret_cast<const void *>(&ta_cuda_mta_dkdv_kernel<DT, NS>);
     }
-}
-
-static void ta_mta_pick(ta_dtype dt, int nb, int ns, const void **dq, const void **dkdv) {
-    switch (dt) {
-    case TA_F16:
-        *dq = ta_mta_dq_pick_nb<TA_F16>(nb);
-        *dkdv = ta_mta_dkdv_pick_ns<TA_F16>(ns);
-        return;
-    case TA_BF16:
-        *dq = ta_mta_dq_pick_nb<TA_BF16>(nb);
-        *dkdv = ta_mta_dkdv_pick_ns<TA_BF16>(ns);
-        return;
-    case TA_F32: break;
-    }
-    *dq = ta_mta_dq_pick_nb<TA_F32>(nb);
-    *dkdv = ta_mta_dkdv_pick_ns<TA_F32>(ns);
-}
+};
 
 /*
  * dq kernel geometry: the largest band (64, 32, 16, 8 or 4 effective rows, so a
  * band never straddles a 64-row accumulator unit) whose buffers fit
- * TA_MTA_SMEM_MAX. TA_ERR_UNSUPPORTED if none does (not reached for any
+ * TA_CUDA_MTA_BWD_SMEM_MAX. TA_ERR_UNSUPPORTED if none does (not reached for any
  * accepted size: 4 rows at B_k = 256 and the largest conv take about 80 KB).
  */
-static ta_status ta_mta_dq_geometry(const ta_plan *plan, ta_mta_bwd_params *prm) {
+static ta_status ta_cuda_mta_dq_geometry(const ta_plan *plan, ta_cuda_mta_bwd_params *prm) {
     const ta_tiling *t = &plan->bwd;
     const ta_problem *pr = &plan->p;
     int32_t band;
     /* one band per tile and a small kernel: the paired dconv_w partials, if they fit */
-    if (t->rows_eff <= TA_CUDA_TILE && pr->conv_q * pr->conv_k <= TA_MTA_PAIR_THREADS &&
+    if (t->rows_eff <= TA_CUDA_TILE && pr->conv_q * pr->conv_k <= TA_CUDA_MTA_PAIR_THREADS &&
         pr->head_dim <= 2 * TA_CUDA_SLOT) {
-        ta_mta_smem_make(&prm->sm, t->rows_eff, t->cols_eff, pr->conv_q, pr->conv_k, 1);
-        if ((size_t)prm->sm.floats * sizeof(float) <= TA_MTA_SMEM_MAX) {
+        ta_cuda_mta_bwd_smem_make(&prm->sm, t->rows_eff, t->cols_eff, pr->conv_q, pr->conv_k, 1);
+        if ((size_t)prm->sm.floats * sizeof(float) <= TA_CUDA_MTA_BWD_SMEM_MAX) {
             prm->band_rows = t->rows_eff;
             prm->dw_paired = 1;
             return TA_OK;
@@ -896,8 +859,8 @@ static ta_status ta_mta_dq_geometry(const ta_plan *plan, ta_mta_bwd_params *prm)
     prm->dw_paired = 0;
     for (band = TA_CUDA_TILE; band >= 4; band /= 2) {
         const int32_t rows = ta_tiling_min_i32(band, t->rows_eff);
-        ta_mta_smem_make(&prm->sm, rows, t->cols_eff, pr->conv_q, pr->conv_k, 0);
-        if ((size_t)prm->sm.floats * sizeof(float) <= TA_MTA_SMEM_MAX) {
+        ta_cuda_mta_bwd_smem_make(&prm->sm, rows, t->cols_eff, pr->conv_q, pr->conv_k, 0);
+        if ((size_t)prm->sm.floats * sizeof(float) <= TA_CUDA_MTA_BWD_SMEM_MAX) {
             prm->band_rows = rows;
             return TA_OK;
         }
@@ -911,7 +874,7 @@ static ta_status ta_mta_dq_geometry(const ta_plan *plan, ta_mta_bwd_params *prm)
  * least 32 effective columns), else 64 effective columns (loaded 64 + 4P <=
  * 124, two dot tiles); rows shrink to 48 loaded when the buffers would not fit.
  */
-static ta_status ta_mta_dkdv_geometry(const ta_plan *plan, ta_mta_bwd_params *prm) {
+static ta_status ta_cuda_mta_dkdv_geometry(const ta_plan *plan, ta_cuda_mta_bwd_params *prm) {
     const ta_problem *pr = &plan->p;
     const int32_t pk = (pr->conv_k - 1) / 2;
     const int32_t block_k = pk <= 8 ? TA_CUDA_TILE : TA_CUDA_TILE + 4 * pk;
@@ -921,8 +884,9 @@ static ta_status ta_mta_dkdv_geometry(const ta_plan *plan, ta_mta_bwd_params *pr
             (ta_status)ta_tiling_make(&prm->t, pr->seq_q, pr->seq_k, block_q, block_k, pr->conv_q,
                                       pr->conv_k, plan->bwd.causal, TA_TILING_BWD, 1);
         if (st != TA_OK) return st;
-        ta_mta_smem_make(&prm->sm, prm->t.rows_eff, prm->t.cols_eff, pr->conv_q, pr->conv_k, 0);
-        if ((size_t)prm->sm.floats * sizeof(float) <= TA_MTA_SMEM_MAX) return TA_OK;
+        ta_cuda_mta_bwd_smem_make(&prm->sm, prm->t.rows_eff, prm->t.cols_eff, pr->conv_q,
+                                  pr->conv_k, 0);
+        if ((size_t)prm->sm.floats * sizeof(float) <= TA_CUDA_MTA_BWD_SMEM_MAX) return TA_OK;
     }
     return TA_ERR_UNSUPPORTED;
 }
@@ -937,79 +901,44 @@ extern "C" ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
     const int ns_dkdv = (nk + nv + n_groups_kv - 1) / n_groups_kv;
     const int units = (tb->rows_eff + TA_CUDA_TILE - 1) / TA_CUDA_TILE;
     const int acc_blocks = units * nk;
-    const int n_groups_dq = (acc_blocks + TA_MTA_ACC_BLOCKS - 1) / TA_MTA_ACC_BLOCKS;
+    const int n_groups_dq = (acc_blocks + TA_CUDA_MTA_ACC_BLOCKS - 1) / TA_CUDA_MTA_ACC_BLOCKS;
     const int nb_dq = (acc_blocks + n_groups_dq - 1) / n_groups_dq;
     const void *ptrs[13] = {a->q,  a->k,  a->v,      a->o,      a->d_o,     a->lse,     a->dq,
                             a->dk, a->dv, ws->delta, a->conv_w, a->dconv_w, ws->dw_rows};
-    const void *k_dq, *k_dkdv;
-    const void *k_merge = reinterpret_cast<const void *>(&ta_mta_dw_merge_kernel);
-    ta_mta_bwd_params prm_dq, prm_kv;
+    const void *k_dq = ta_cuda_pick<ta_cuda_mta_dq_family, 1>(pr->dtype, nb_dq);
+    const void *k_dkdv = ta_cuda_pick<ta_cuda_mta_dkdv_family, 2>(pr->dtype, ns_dkdv);
+    const void *k_merge = reinterpret_cast<const void *>(&ta_cuda_mta_dw_merge_kernel);
+    ta_cuda_mta_bwd_params prm_dq, prm_kv;
+    ta_cuda_launch_desc launch[3];
     size_t smem_dq, smem_kv;
     int64_t merge_blocks;
-    int32_t b0;
     ta_status st;
     if ((st = ta_cuda_check_pointers(ptrs, 13)) != TA_OK) return st;
     memset(&prm_dq, 0, sizeof prm_dq);
-    prm_dq.q = a->q;
-    prm_dq.k = a->k;
-    prm_dq.v = a->v;
-    prm_dq.d_o = a->d_o;
-    prm_dq.lse = a->lse;
-    prm_dq.delta = ws->delta;
-    prm_dq.conv_w = a->conv_w;
-    prm_dq.dq = a->dq;
-    prm_dq.dk = a->dk;
-    prm_dq.dv = a->dv;
-    prm_dq.dw_rows = ws->dw_rows;
-    prm_dq.dconv_w = a->dconv_w;
-    prm_dq.heads_q = pr->heads_q;
-    prm_dq.heads_kv = pr->heads_kv;
-    prm_dq.group = plan->group;
-    prm_dq.head_dim = pr->head_dim;
-    prm_dq.head_dim_v = pr->head_dim_v;
-    prm_dq.conv_q = pr->conv_q;
-    prm_dq.conv_k = pr->conv_k;
-    prm_dq.scale = pr->scale;
-    prm_dq.has_seqlens = a->seqlens_k != NULL;
-    prm_kv = prm_dq;
+    memset(&prm_kv, 0, sizeof prm_kv);
     /* dq + dw and merge: the plan's backward tiles (the contractual dconv_w cuts) */
-    prm_dq.t = *tb;
+    ta_cuda_params_bwd(&prm_dq, plan, tb, a, ws);
     prm_dq.n_groups = n_groups_dq;
     prm_dq.n_slots = nk;
     prm_dq.acc_blocks = acc_blocks;
-    if ((st = ta_mta_dq_geometry(plan, &prm_dq)) != TA_OK) return st;
-    /* dk/dv: the kernel's own tiles */
+    if ((st = ta_cuda_mta_dq_geometry(plan, &prm_dq)) != TA_OK) return st;
+    /* dk/dv: the kernel's own tiles (the geometry replaces t) */
+    ta_cuda_params_bwd(&prm_kv, plan, tb, a, ws);
     prm_kv.n_groups = n_groups_kv;
-    if ((st = ta_mta_dkdv_geometry(plan, &prm_kv)) != TA_OK) return st;
+    if ((st = ta_cuda_mta_dkdv_geometry(plan, &prm_kv)) != TA_OK) return st;
     smem_dq = (size_t)prm_dq.sm.floats * sizeof(float);
     smem_kv = (size_t)prm_kv.sm.floats * sizeof(float);
-    ta_mta_pick(pr->dtype, nb_dq, ns_dkdv, &k_dq, &k_dkdv);
-    if ((st = ta_cuda_opt_in_smem(k_dq, TA_MTA_SMEM_MAX)) != TA_OK) return st;
-    if ((st = ta_cuda_opt_in_smem(k_dkdv, TA_MTA_SMEM_MAX)) != TA_OK) return st;
+    /* the geometry fits each band into TA_CUDA_MTA_BWD_SMEM_MAX, the opt-in */
+    if ((st = ta_cuda_smem_opt_in(k_dq, smem_dq, TA_CUDA_MTA_BWD_SMEM_MAX)) != TA_OK) return st;
+    if ((st = ta_cuda_smem_opt_in(k_dkdv, smem_kv, TA_CUDA_MTA_BWD_SMEM_MAX)) != TA_OK) return st;
     if ((st = ta_cuda_bwd_delta(plan, a, ws->delta, stream)) != TA_OK) return st;
     merge_blocks =
         ((int64_t)pr->heads_q * pr->conv_q * pr->conv_k + TA_CUDA_THREADS - 1) / TA_CUDA_THREADS;
-    for (b0 = 0; b0 < pr->batch; b0 += prm_dq.batch_count) {
-        prm_dq.batch_begin = b0;
-        prm_dq.batch_count =
-            a->seqlens_k ? ta_tiling_min_i32(TA_CUDA_BATCH_CHUNK, pr->batch - b0) : pr->batch;
-        if (a->seqlens_k)
-            memcpy(prm_dq.seqlens_k, a->seqlens_k + b0,
-                   (size_t)prm_dq.batch_count * sizeof(int32_t));
-        prm_dq.merge_first = b0 == 0;
-        prm_kv.batch_begin = prm_dq.batch_begin;
-        prm_kv.batch_count = prm_dq.batch_count;
-        memcpy(prm_kv.seqlens_k, prm_dq.seqlens_k, sizeof prm_kv.seqlens_k);
-        st = ta_cuda_launch(
-            k_dkdv, (int64_t)prm_kv.batch_count * pr->heads_kv * prm_kv.t.num_k_tiles * n_groups_kv,
-            smem_kv, &prm_kv, stream);
-        if (st != TA_OK) return st;
-        st = ta_cuda_launch(
-            k_dq, (int64_t)prm_dq.batch_count * pr->heads_q * tb->num_q_tiles * n_groups_dq,
-            smem_dq, &prm_dq, stream);
-        if (st != TA_OK) return st;
-        st = ta_cuda_launch(k_merge, merge_blocks, 0, &prm_dq, stream);
-        if (st != TA_OK) return st;
-    }
-    return TA_OK;
+    /* per batch chunk: dk/dv, dq + dw partials, then the merge of the chunk's R */
+    launch[0] = ta_cuda_launch_of(
+        k_dkdv, &prm_kv, (int64_t)pr->heads_kv * prm_kv.t.num_k_tiles * n_groups_kv, 0, smem_kv);
+    launch[1] = ta_cuda_launch_of(k_dq, &prm_dq,
+                                  (int64_t)pr->heads_q * tb->num_q_tiles * n_groups_dq, 0, smem_dq);
+    launch[2] = ta_cuda_launch_of(k_merge, &prm_dq, 0, merge_blocks, 0);
+    return ta_cuda_launch_batches(launch, 3, a->seqlens_k, pr->batch, stream);
 }

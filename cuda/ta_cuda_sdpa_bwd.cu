@@ -43,20 +43,10 @@ extern "C" {
 #include "ta_math.h"
 }
 
-typedef struct ta_cuda_bwd_params {
-    const void *q, *k, *v, *o, *d_o; /* as in ta_bwd_args */
-    const float *lse;                /* [B, H, S_q] */
-    float *delta;                    /* [B, H, S_q], the workspace */
-    void *dq, *dk, *dv;
-    ta_tiling t; /* 64 x 64 */
-    int32_t heads_q, heads_kv, group, head_dim, head_dim_v;
-    float scale;
+/* The base (t: 64 x 64) and the dk/dv kernel's feature groups. */
+struct ta_cuda_bwd_params : ta_cuda_params {
     int32_t n_groups; /* dk/dv feature groups per key tile */
-    int32_t batch_begin, batch_count, has_seqlens;
-    int32_t seqlens_k[TA_CUDA_BATCH_CHUNK];
-} ta_cuda_bwd_params;
-
-#define TA_CUDA_NEG_INF_BITS 0xff800000u
+};
 
 /* ---------------------------------------------------------------------------- */
 /* delta                                                                          */
@@ -82,9 +72,9 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS)
 
 /* Row arrays of one 64-row tile: lse, delta, and the visible key end (0 for a
  * row past the tile or with lse = -inf: such a row has no live entry). */
-TA_DEV void ta_cuda_bwd_rows(const ta_cuda_bwd_params &p, const ta_tiling *t, size_t q_first,
-                             int32_t row0, int32_t rows, int32_t key_len, float *lse_s,
-                             float *delta_s, int32_t *vis_end) {
+TA_CUDA_DEV void ta_cuda_bwd_rows(const ta_cuda_bwd_params &p, const ta_tiling *t, size_t q_first,
+                                  int32_t row0, int32_t rows, int32_t key_len, float *lse_s,
+                                  float *delta_s, int32_t *vis_end) {
     const int tid = (int)threadIdx.x;
     if (tid >= TA_CUDA_TILE) return;
     if (tid < rows) {
@@ -102,63 +92,79 @@ TA_DEV void ta_cuda_bwd_rows(const ta_cuda_bwd_params &p, const ta_tiling *t, si
 }
 
 /* P and dS of one live entry: the reference's ta_ref_bwd_probs. */
-TA_DEV void ta_cuda_probs(float dot_qk, float dot_dov, float scale, float lse, float delta,
-                          float *p_out, float *ds_out) {
+TA_CUDA_DEV void ta_cuda_probs(float dot_qk, float dot_dov, float scale, float lse, float delta,
+                               float *p_out, float *ds_out) {
     const float s = scale * dot_qk;
     const float pr = ta_exp(s - lse);
     *p_out = pr;
     *ds_out = pr * (dot_dov - delta);
 }
 
+/*
+ * Dynamic shared memory of the dk/dv (has_p = 1) and dq (has_p = 0) kernels,
+ * offsets in floats:
+ *
+ *   +-----------------+-----------------+-----------+---------------------------+
+ *   | p [64][LDT]     | ds [64][LDT]    | stage     | lse, delta [64] f32,      |
+ *   | dk/dv: P[i][j]  | dk/dv: dS[i][j] | STAGE_BUF | vis_end [64] int32        |
+ *   | dq: none        | dq: dS[j][i]    |           |                           |
+ *   +-----------------+-----------------+-----------+---------------------------+
+ *
+ * dk/dv 52,992 B, dq 35,584 B.
+ */
+typedef struct ta_cuda_bwd_smem {
+    int32_t p, ds, stage, lse, delta, vis_end;
+    int32_t floats; /* total */
+} ta_cuda_bwd_smem;
+
+static __host__ __device__ __forceinline__ ta_cuda_bwd_smem ta_cuda_bwd_smem_make(int32_t has_p) {
+    ta_cuda_bwd_smem m;
+    int32_t end = 0;
+    m.p = ta_cuda_smem_take(&end, has_p ? TA_CUDA_TILE * TA_CUDA_LDT : 0);
+    m.ds = ta_cuda_smem_take(&end, TA_CUDA_TILE * TA_CUDA_LDT);
+    m.stage = ta_cuda_smem_take(&end, TA_CUDA_STAGE_BUF);
+    m.lse = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.delta = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.vis_end = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.floats = end;
+    return m;
+}
+
 /* ---------------------------------------------------------------------------- */
 /* dk, dv                                                                         */
 /* ---------------------------------------------------------------------------- */
 
-/* Dynamic shared memory (floats): ps, dss [64][LDT] (P[i][j], dS[i][j]),
- * stage [STAGE_BUF], lse_s, delta_s [64] f32, vis_end [64] int32. */
-#define TA_CUDA_DKDV_SMEM_FLOATS (2 * TA_CUDA_TILE * TA_CUDA_LDT + TA_CUDA_STAGE_BUF + 3 * TA_CUDA_TILE)
-
 template <int DT, int NS>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_dkdv_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
-    extern __shared__ float4 ta_cuda_dkdv_smem[];
+    extern __shared__ float4 ta_cuda_dkdv_dyn_smem[];
     __shared__ ta_cuda_slot slots[TA_CUDA_SLOTS];
     const ta_tiling t = p.t;
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
-    float *ps = reinterpret_cast<float *>(ta_cuda_dkdv_smem);
-    float *dss = ps + TA_CUDA_TILE * TA_CUDA_LDT;
-    float *stage = dss + TA_CUDA_TILE * TA_CUDA_LDT;
-    float *lse_s = stage + TA_CUDA_STAGE_BUF, *delta_s = lse_s + TA_CUDA_TILE;
-    int32_t *vis_end = reinterpret_cast<int32_t *>(delta_s + TA_CUDA_TILE);
+    const ta_cuda_bwd_smem sm = ta_cuda_bwd_smem_make(1);
+    float *base = reinterpret_cast<float *>(ta_cuda_dkdv_dyn_smem);
+    float *ps = base + sm.p, *dss = base + sm.ds, *stage = base + sm.stage;
+    float *lse_s = base + sm.lse, *delta_s = base + sm.delta;
+    int32_t *vis_end = reinterpret_cast<int32_t *>(base + sm.vis_end);
     const int32_t n_kt = t.num_k_tiles, n_qt = t.num_q_tiles;
     const int32_t nk = (p.head_dim + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT; /* dk slots */
     const int32_t n_slots_all = nk + (p.head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_kv * n_kt * p.n_groups;
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        const int32_t fg = (int32_t)(tile % p.n_groups);
-        const int32_t kt = (int32_t)((tile / p.n_groups) % n_kt);
-        const int32_t h_kv = (int32_t)((tile / p.n_groups / n_kt) % p.heads_kv);
-        const int32_t b_local = (int32_t)(tile / p.n_groups / n_kt / p.heads_kv);
-        const int32_t b = p.batch_begin + b_local;
-        const int32_t key_len = p.has_seqlens ? p.seqlens_k[b_local] : t.seq_k;
+        const ta_cuda_kv_tile at = ta_cuda_kv_tile_at(p, tile, n_kt, p.n_groups);
+        const int32_t fg = at.fg, kt = at.kt, h_kv = at.h_kv, b = p.batch_begin + at.b_local;
+        const int32_t key_len = ta_cuda_key_len(p, at.b_local);
         const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
         const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
         const int32_t q_begin = ta_tile_q_begin(&t, kt, key_len);
         const int32_t slot0 = fg * NS; /* this group's first slot */
         const int32_t n_slots = ta_tiling_min_i32(NS, n_slots_all - slot0);
         const bool need_ds = slot0 < nk; /* the group holds dk slots */
-        const size_t kv_first = ((size_t)b * (size_t)p.heads_kv + (size_t)h_kv) * (size_t)t.seq_k +
-                                (size_t)col0; /* key row index in [B, H_kv, S_k] */
+        const size_t kv_first = ta_cuda_kv_slice(p, b, h_kv) + (size_t)col0; /* key-side row */
         float acc[4][NS][4]; /* acc[key 4ty+r][slot s feature 4tx+e] */
         int32_t g;
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-#pragma unroll
-            for (int s = 0; s < NS; ++s)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    acc[r][s][e] = 0.0f;
+        ta_cuda_acc_zero<NS>(acc);
         /* this group's slots: dk slots take features of q, dv slots of dO */
         __syncthreads(); /* the previous tile is done with slots */
         if (tid < NS) {
@@ -177,8 +183,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             for (qt = q_begin; qt < n_qt; ++qt) {
                 const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
                 const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
-                const size_t q_first =
-                    ((size_t)b * (size_t)p.heads_q + (size_t)h) * (size_t)t.seq_q + (size_t)row0;
+                const size_t q_first = ta_cuda_q_slice(p, b, h) + (size_t)row0;
                 float s_t[4][4], dp_t[4][4]; /* [key 4ty+a][row 4tx+c] */
                 int32_t i0;
                 __syncthreads(); /* the previous Q tile is done with the row arrays */
@@ -276,48 +281,35 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 /* dq                                                                             */
 /* ---------------------------------------------------------------------------- */
 
-/* Shared memory (floats): dst [64][LDT] (dS[j][i], transposed), stage
- * [STAGE_BUF], lse_s, delta_s [64] f32, vis_end [64] int32. Under 48 KB. */
-#define TA_CUDA_DQ_SMEM_FLOATS (TA_CUDA_TILE * TA_CUDA_LDT + TA_CUDA_STAGE_BUF + 3 * TA_CUDA_TILE)
-
 template <int DT, int NS>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_dq_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
-    extern __shared__ float4 ta_cuda_dq_smem[];
+    extern __shared__ float4 ta_cuda_dq_dyn_smem[];
     __shared__ ta_cuda_slot k_slots[TA_CUDA_SLOTS];
     const ta_tiling t = p.t;
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
-    float *dst = reinterpret_cast<float *>(ta_cuda_dq_smem);
-    float *stage = dst + TA_CUDA_TILE * TA_CUDA_LDT;
-    float *lse_s = stage + TA_CUDA_STAGE_BUF, *delta_s = lse_s + TA_CUDA_TILE;
-    int32_t *vis_end = reinterpret_cast<int32_t *>(delta_s + TA_CUDA_TILE);
+    const ta_cuda_bwd_smem sm = ta_cuda_bwd_smem_make(0);
+    float *base = reinterpret_cast<float *>(ta_cuda_dq_dyn_smem);
+    float *dst = base + sm.ds, *stage = base + sm.stage; /* dst: dS transposed, dst[j][i] */
+    float *lse_s = base + sm.lse, *delta_s = base + sm.delta;
+    int32_t *vis_end = reinterpret_cast<int32_t *>(base + sm.vis_end);
     const int32_t n_qt = t.num_q_tiles;
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
     if (tid < NS) k_slots[tid] = ta_cuda_slot{p.k, p.head_dim, tid * TA_CUDA_SLOT};
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        const int32_t qt = n_qt - 1 - (int32_t)(tile % n_qt); /* longest (causal) first */
-        const int32_t h = (int32_t)((tile / n_qt) % p.heads_q);
-        const int32_t b_local = (int32_t)(tile / n_qt / p.heads_q);
-        const int32_t b = p.batch_begin + b_local;
-        const int32_t key_len = p.has_seqlens ? p.seqlens_k[b_local] : t.seq_k;
+        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt); /* longest (causal) first */
+        const int32_t qt = at.qt, h = at.h, b = p.batch_begin + at.b_local;
+        const int32_t key_len = ta_cuda_key_len(p, at.b_local);
         const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
         const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
         const int32_t k_end = ta_tile_k_end(&t, qt, key_len);
-        const size_t q_first =
-            ((size_t)b * (size_t)p.heads_q + (size_t)h) * (size_t)t.seq_q + (size_t)row0;
-        const size_t kv_base =
-            ((size_t)b * (size_t)p.heads_kv + (size_t)(h / p.group)) * (size_t)t.seq_k;
+        const size_t q_first = ta_cuda_q_slice(p, b, h) + (size_t)row0;
+        const size_t kv_base = ta_cuda_kv_slice(p, b, h / p.group);
         float acc[4][NS][4]; /* acc[row 4ty+r][feature s*64 + 4tx + e] */
         int32_t row_vis[4];
         int32_t kt;
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-#pragma unroll
-            for (int s = 0; s < NS; ++s)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    acc[r][s][e] = 0.0f;
+        ta_cuda_acc_zero<NS>(acc);
         /* step 1: lse, D, visible key ends of the tile's rows */
         __syncthreads(); /* the previous tile is done with the row arrays */
         ta_cuda_bwd_rows(p, &t, q_first, row0, rows, key_len, lse_s, delta_s, vis_end);
@@ -386,77 +378,40 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 /* launch                                                                         */
 /* ---------------------------------------------------------------------------- */
 
-template <int DT> static const void *ta_cuda_dq_pick_ns(int ns) {
-    switch (ns) {
-    case 1: return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, 1>);
-    case 2: return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, 2>);
-    case 3: return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, 3>);
-    default: return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, 4>);
+/* The instantiations, by dtype and slot count: dq 1..4 (ceil(D / 64)); dk/dv
+ * 2..4 (D + D_v >= 2 features, so a group holds 2, 3 or 4 slots, see the top). */
+struct ta_cuda_dq_family {
+    template <int DT, int NS> static const void *at() {
+        return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, NS>);
     }
-}
-
-/* D + D_v >= 2 features, so a group holds 2, 3 or 4 slots (see the top). */
-template <int DT> static const void *ta_cuda_dkdv_pick_ns(int ns) {
-    switch (ns) {
-    case 2: return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, 2>);
-    case 3: return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, 3>);
-    default: return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, 4>);
+};
+struct ta_cuda_dkdv_family {
+    template <int DT, int NS> static const void *at() {
+        return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, NS>);
     }
-}
+};
 
-typedef struct ta_cuda_bwd_kernels {
-    const void *delta, *dkdv, *dq;
-} ta_cuda_bwd_kernels;
-
-template <int DT> static ta_cuda_bwd_kernels ta_cuda_bwd_pick_dt(int ns_dkdv, int ns_dq) {
-    ta_cuda_bwd_kernels k;
-    k.delta = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<DT>);
-    k.dkdv = ta_cuda_dkdv_pick_ns<DT>(ns_dkdv);
-    k.dq = ta_cuda_dq_pick_ns<DT>(ns_dq);
-    return k;
-}
-
-static ta_cuda_bwd_kernels ta_cuda_bwd_pick(ta_dtype dt, int ns_dkdv, int ns_dq) {
-    switch (dt) {
-    case TA_F16: return ta_cuda_bwd_pick_dt<TA_F16>(ns_dkdv, ns_dq);
-    case TA_BF16: return ta_cuda_bwd_pick_dt<TA_BF16>(ns_dkdv, ns_dq);
-    case TA_F32: break;
-    }
-    return ta_cuda_bwd_pick_dt<TA_F32>(ns_dkdv, ns_dq);
-}
-
-/* The delta kernel: one thread per row of [B, H, S_q]. */
-static ta_status ta_cuda_launch_delta(const void *kernel, const ta_plan *plan,
-                                      const ta_bwd_args *a, float *delta, void *stream) {
-    const int64_t grid_cap = 65536; /* grid-stride beyond this */
+/* The delta kernel of plan's dtype, one thread per row of [B, H, S_q], at
+ * most 65,536 blocks (grid-stride beyond); shared with the MTA backward
+ * (cuda/ta_cuda_bwd_common.cuh). */
+ta_status ta_cuda_bwd_delta(const ta_plan *plan, const ta_bwd_args *a, float *delta, void *stream) {
+    const int64_t grid_cap = 65536;
     const int64_t blocks = (int64_t)((plan->n_lse + TA_CUDA_THREADS - 1) / TA_CUDA_THREADS);
-    const unsigned int grid = (unsigned int)(blocks < grid_cap ? blocks : grid_cap);
+    const void *kernel = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<TA_F32>);
     size_t n_rows = plan->n_lse;
     int32_t dv = plan->p.head_dim_v;
     const void *o = a->o, *d_o = a->d_o;
     void *args[5];
+    if (plan->p.dtype == TA_F16)
+        kernel = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<TA_F16>);
+    if (plan->p.dtype == TA_BF16)
+        kernel = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<TA_BF16>);
     args[0] = &o;
     args[1] = &d_o;
     args[2] = &delta;
     args[3] = &n_rows;
     args[4] = &dv;
-    if (cudaLaunchKernel(kernel, dim3(grid), dim3(TA_CUDA_THREADS), args, 0,
-                         static_cast<cudaStream_t>(stream)) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return TA_ERR_DEVICE;
-    }
-    return TA_OK;
-}
-
-/* The delta kernel of plan's dtype, shared with the MTA backward
- * (cuda/ta_cuda_bwd_common.cuh). */
-ta_status ta_cuda_bwd_delta(const ta_plan *plan, const ta_bwd_args *a, float *delta, void *stream) {
-    const void *kernel = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<TA_F32>);
-    if (plan->p.dtype == TA_F16)
-        kernel = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<TA_F16>);
-    if (plan->p.dtype == TA_BF16)
-        kernel = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<TA_BF16>);
-    return ta_cuda_launch_delta(kernel, plan, a, delta, stream);
+    return ta_cuda_launch_args(kernel, blocks < grid_cap ? blocks : grid_cap, 0, args, stream);
 }
 
 extern "C" ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a,
@@ -466,52 +421,29 @@ extern "C" ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a,
     const int nv = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
     const int n_groups = (nk + nv + TA_CUDA_SLOTS - 1) / TA_CUDA_SLOTS;
     const int ns_dkdv = (nk + nv + n_groups - 1) / n_groups;
-    const ta_cuda_bwd_kernels kern = ta_cuda_bwd_pick(pr->dtype, ns_dkdv, nk);
+    const void *k_dkdv = ta_cuda_pick<ta_cuda_dkdv_family, 2>(pr->dtype, ns_dkdv);
+    const void *k_dq = ta_cuda_pick<ta_cuda_dq_family, 1>(pr->dtype, nk);
     const void *ptrs[10] = {a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk, a->dv, ws->delta};
-    const size_t smem_dkdv = TA_CUDA_DKDV_SMEM_FLOATS * sizeof(float);
-    const size_t smem_dq = TA_CUDA_DQ_SMEM_FLOATS * sizeof(float);
+    const size_t smem_dkdv = (size_t)ta_cuda_bwd_smem_make(1).floats * sizeof(float);
+    const size_t smem_dq = (size_t)ta_cuda_bwd_smem_make(0).floats * sizeof(float);
+    ta_tiling t;
     ta_cuda_bwd_params prm;
-    int32_t b0;
+    ta_cuda_launch_desc launch[2];
     ta_status st;
     if ((st = ta_cuda_check_pointers(ptrs, 10)) != TA_OK) return st;
     memset(&prm, 0, sizeof prm);
-    st = (ta_status)ta_tiling_make(&prm.t, pr->seq_q, pr->seq_k, TA_CUDA_TILE, TA_CUDA_TILE,
-                                   pr->conv_q, pr->conv_k, plan->bwd.causal, TA_TILING_BWD, 1);
+    /* the backward's own 64 x 64 tiles (its bits depend on no tile size) */
+    st = (ta_status)ta_tiling_make(&t, pr->seq_q, pr->seq_k, TA_CUDA_TILE, TA_CUDA_TILE, pr->conv_q,
+                                   pr->conv_k, plan->bwd.causal, TA_TILING_BWD, 1);
     if (st != TA_OK) return st;
-    if ((st = ta_cuda_opt_in_smem(kern.dkdv, smem_dkdv)) != TA_OK) return st;
-    if ((st = ta_cuda_opt_in_smem(kern.dq, smem_dq)) != TA_OK) return st;
-    if ((st = ta_cuda_launch_delta(kern.delta, plan, a, ws->delta, stream)) != TA_OK) return st;
-    prm.q = a->q;
-    prm.k = a->k;
-    prm.v = a->v;
-    prm.o = a->o;
-    prm.d_o = a->d_o;
-    prm.lse = a->lse;
-    prm.delta = ws->delta;
-    prm.dq = a->dq;
-    prm.dk = a->dk;
-    prm.dv = a->dv;
-    prm.heads_q = pr->heads_q;
-    prm.heads_kv = pr->heads_kv;
-    prm.group = plan->group;
-    prm.head_dim = pr->head_dim;
-    prm.head_dim_v = pr->head_dim_v;
-    prm.scale = pr->scale;
+    /* one size per kernel: need and opt-in are the same */
+    if ((st = ta_cuda_smem_opt_in(k_dkdv, smem_dkdv, smem_dkdv)) != TA_OK) return st;
+    if ((st = ta_cuda_smem_opt_in(k_dq, smem_dq, smem_dq)) != TA_OK) return st;
+    if ((st = ta_cuda_bwd_delta(plan, a, ws->delta, stream)) != TA_OK) return st;
+    ta_cuda_params_bwd(&prm, plan, &t, a, ws);
     prm.n_groups = n_groups;
-    prm.has_seqlens = a->seqlens_k != NULL;
-    for (b0 = 0; b0 < pr->batch; b0 += prm.batch_count) {
-        prm.batch_begin = b0;
-        prm.batch_count = a->seqlens_k ? ta_tiling_min_i32(TA_CUDA_BATCH_CHUNK, pr->batch - b0)
-                                       : pr->batch;
-        if (a->seqlens_k)
-            memcpy(prm.seqlens_k, a->seqlens_k + b0, (size_t)prm.batch_count * sizeof(int32_t));
-        st = ta_cuda_launch(kern.dkdv,
-                            (int64_t)prm.batch_count * pr->heads_kv * prm.t.num_k_tiles * n_groups,
-                            smem_dkdv, &prm, stream);
-        if (st != TA_OK) return st;
-        st = ta_cuda_launch(kern.dq, (int64_t)prm.batch_count * pr->heads_q * prm.t.num_q_tiles,
-                            smem_dq, &prm, stream);
-        if (st != TA_OK) return st;
-    }
-    return TA_OK;
+    launch[0] = ta_cuda_launch_of(k_dkdv, &prm, (int64_t)pr->heads_kv * t.num_k_tiles * n_groups, 0,
+                                  smem_dkdv);
+    launch[1] = ta_cuda_launch_of(k_dq, &prm, (int64_t)pr->heads_q * t.num_q_tiles, 0, smem_dq);
+    return ta_cuda_launch_batches(launch, 2, a->seqlens_k, pr->batch, stream);
 }

@@ -22,7 +22,6 @@
  */
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #include <cuda_runtime.h>
 
@@ -35,80 +34,48 @@ extern "C" {
 #include "ta_math.h"
 }
 
-/* Kernel parameters, by value (one launch per TA_CUDA_BATCH_CHUNK batch entries
- * when seqlens_k is given; one launch otherwise). */
-typedef struct ta_cuda_fwd_params {
-    const void *q, *k, *v; /* [B,H,S_q,D], [B,H_kv,S_k,D], [B,H_kv,S_k,D_v] */
-    void *o;               /* [B,H,S_q,D_v] */
-    float *lse;            /* [B,H,S_q] or NULL */
-    ta_tiling t;           /* rows: the CUDA tile; columns: the plan's block_k */
-    int32_t heads_q, heads_kv, group, head_dim, head_dim_v;
-    float scale;
-    int32_t batch_begin, batch_count; /* this launch's batch entries */
-    int32_t has_seqlens;
-    int32_t seqlens_k[TA_CUDA_BATCH_CHUNK]; /* [batch_count] when has_seqlens */
-} ta_cuda_fwd_params;
-
-/* Score tile capacity: the k tile's loaded columns, rounded up to 64. */
-static __host__ __device__ int32_t ta_cuda_fwd_cols_cap(const ta_tiling *t) {
-    return (t->block_k + TA_CUDA_TILE - 1) / TA_CUDA_TILE * TA_CUDA_TILE;
-}
-
-/*
- * Dynamic shared memory (floats):
- *   st     [cols_cap][LDT]  scores, then p, of one k tile, transposed: st[j][i]
- *   stage  [STAGE_BUF]      dot-tile chunks / V rows
- *   m_run, l_run, m_new, alpha [64] f32; vis_end, n_vis [64] int32
- */
-static __host__ __device__ size_t ta_cuda_fwd_smem_floats(int32_t cols_cap) {
-    return (size_t)cols_cap * TA_CUDA_LDT + TA_CUDA_STAGE_BUF + 6 * TA_CUDA_TILE;
+/* Dynamic shared memory: the forwards' table (cuda/ta_cuda_tile.cuh) without
+ * the MTA regions: st [cols_cap][LDT] (scores, then p, of one k tile,
+ * transposed: st[j][i]), stage, the row arrays. */
+static __host__ __device__ ta_cuda_fwd_smem ta_cuda_sdpa_fwd_smem(int32_t cols_cap) {
+    return ta_cuda_fwd_smem_make(cols_cap, 0, 0);
 }
 
 template <int DT, int NS>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
-    ta_cuda_fwd_kernel(const __grid_constant__ ta_cuda_fwd_params p) {
-    extern __shared__ float4 ta_cuda_fwd_smem[];
+    ta_cuda_fwd_kernel(const __grid_constant__ ta_cuda_params p) {
+    extern __shared__ float4 ta_cuda_fwd_dyn_smem[];
     __shared__ ta_cuda_slot v_slots[TA_CUDA_SLOTS];
     const ta_tiling t = p.t;
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
     const int32_t cols_cap = ta_cuda_fwd_cols_cap(&t), n_qt = t.num_q_tiles;
-    float *st = reinterpret_cast<float *>(ta_cuda_fwd_smem);
-    float *stage = st + (size_t)cols_cap * TA_CUDA_LDT;
-    float *m_run = stage + TA_CUDA_STAGE_BUF, *l_run = m_run + TA_CUDA_TILE;
-    float *m_new = l_run + TA_CUDA_TILE, *alpha = m_new + TA_CUDA_TILE;
-    int32_t *vis_end = reinterpret_cast<int32_t *>(alpha + TA_CUDA_TILE);
-    int32_t *n_vis = vis_end + TA_CUDA_TILE;
+    const ta_cuda_fwd_smem sm = ta_cuda_sdpa_fwd_smem(cols_cap);
+    float *base = reinterpret_cast<float *>(ta_cuda_fwd_dyn_smem);
+    float *st = base + sm.st, *stage = base + sm.stage;
+    float *m_run = base + sm.m_run, *l_run = base + sm.l_run;
+    float *m_new = base + sm.m_new, *alpha = base + sm.alpha;
+    int32_t *vis_end = reinterpret_cast<int32_t *>(base + sm.vis_end);
+    int32_t *n_vis = reinterpret_cast<int32_t *>(base + sm.n_vis);
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
     if (tid < NS) v_slots[tid] = ta_cuda_slot{p.v, p.head_dim_v, tid * TA_CUDA_SLOT};
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        /* which (b, h, qt): the last q tiles first (the longest under the causal mask) */
-        const int32_t qt = n_qt - 1 - (int32_t)(tile % n_qt);
-        const int32_t h = (int32_t)((tile / n_qt) % p.heads_q);
-        const int32_t b_local = (int32_t)(tile / n_qt / p.heads_q);
-        const int32_t b = p.batch_begin + b_local;
-        const int32_t key_len = p.has_seqlens ? p.seqlens_k[b_local] : t.seq_k;
+        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt);
+        const int32_t qt = at.qt, b = p.batch_begin + at.b_local;
+        const int32_t key_len = ta_cuda_key_len(p, at.b_local);
         const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
         const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
         const int32_t k_end = ta_tile_k_end(&t, qt, key_len);
-        const size_t q_first = ((size_t)b * (size_t)p.heads_q + (size_t)h) * (size_t)t.seq_q +
-                               (size_t)row0; /* row index in [B, H, S_q] */
-        const size_t kv_base = ((size_t)b * (size_t)p.heads_kv + (size_t)(h / p.group)) *
-                               (size_t)t.seq_k; /* GQA: head h reads kv head h / group */
+        const size_t q_first = ta_cuda_q_slice(p, b, at.h) + (size_t)row0; /* query-side row */
+        const size_t kv_base = ta_cuda_kv_slice(p, b, at.h / p.group); /* GQA: kv head h / group */
         float acc[4][NS][4];                     /* acc[row 4ty+r][feature s*64 + 4tx + e] */
         int32_t row_vis[4];
         int32_t kt;
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-#pragma unroll
-            for (int s = 0; s < NS; ++s)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    acc[r][s][e] = 0.0f;
+        ta_cuda_acc_zero<NS>(acc);
         /* init: m = -inf, l = 0 per row; the visible key range of each row */
         __syncthreads(); /* the previous tile is done with the row arrays */
         if (tid < TA_CUDA_TILE) {
-            m_run[tid] = ta_f32_from_bits(0xff800000u); /* -inf */
+            m_run[tid] = ta_f32_from_bits(TA_CUDA_NEG_INF_BITS);
             l_run[tid] = 0.0f;
             vis_end[tid] = tid < rows ? ta_cuda_visible_end(&t, row0 + tid, key_len) : 0;
         }
@@ -141,66 +108,37 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     }
 }
 
-/* The instantiation for a dtype and a slot count (NS = ceil(D_v / 64)). */
-template <int DT> static const void *ta_cuda_fwd_pick_ns(int ns) {
-    switch (ns) {
-    case 1: return reinterpret_cast<const void *>(&ta_cuda_fwd_kernel<DT, 1>);
-    case 2: return reinterpret_cast<const void *>(&ta_cuda_fwd_kernel<DT, 2>);
-    case 3: return reinterpret_cast<const void *>(&ta_cuda_fwd_kernel<DT, 3>);
-    default: return reinterpret_cast<const void *>(&ta_cuda_fwd_kernel<DT, 4>);
+/* The instantiations, by dtype and slot count (NS = ceil(D_v / 64), 1..4). */
+struct ta_cuda_fwd_family {
+    template <int DT, int NS> static const void *at() {
+        return reinterpret_cast<const void *>(&ta_cuda_fwd_kernel<DT, NS>);
     }
-}
-
-static const void *ta_cuda_fwd_pick(ta_dtype dt, int ns) {
-    switch (dt) {
-    case TA_F16: return ta_cuda_fwd_pick_ns<TA_F16>(ns);
-    case TA_BF16: return ta_cuda_fwd_pick_ns<TA_BF16>(ns);
-    case TA_F32: break;
-    }
-    return ta_cuda_fwd_pick_ns<TA_F32>(ns);
-}
+};
 
 extern "C" ta_status ta_cuda_sdpa_fwd(const ta_plan *plan, const ta_fwd_args *a,
                                       const ta_cuda_fwd_ws *ws, void *stream) {
     const ta_problem *pr = &plan->p;
     const int ns = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
-    const void *kernel = ta_cuda_fwd_pick(pr->dtype, ns);
+    const void *kernel = ta_cuda_pick<ta_cuda_fwd_family, 1>(pr->dtype, ns);
     const void *ptrs[5] = {a->q, a->k, a->v, a->o, a->lse};
-    ta_cuda_fwd_params prm;
-    size_t smem, smem_max;
-    int32_t b0;
+    ta_tiling t;
+    ta_cuda_params prm;
+    ta_cuda_launch_desc launch;
+    size_t smem;
     ta_status st;
     (void)ws; /* no device workspace yet (ta_cuda.h) */
     if ((st = ta_cuda_check_pointers(ptrs, 5)) != TA_OK) return st;
-    memset(&prm, 0, sizeof prm);
-    st = (ta_status)ta_tiling_make(&prm.t, pr->seq_q, pr->seq_k, TA_CUDA_TILE, plan->fwd.block_k,
+    /* 64-row CUDA Q tiles; the plan's k tiles */
+    st = (ta_status)ta_tiling_make(&t, pr->seq_q, pr->seq_k, TA_CUDA_TILE, plan->fwd.block_k,
                                    pr->conv_q, pr->conv_k, plan->fwd.causal, TA_TILING_FWD, 1);
     if (st != TA_OK) return st;
-    smem = ta_cuda_fwd_smem_floats(ta_cuda_fwd_cols_cap(&prm.t)) * sizeof(float);
-    smem_max = ta_cuda_fwd_smem_floats(TA_BLOCK_MAX) * sizeof(float);
-    if (smem > 48u * 1024u && (st = ta_cuda_opt_in_smem(kernel, smem_max)) != TA_OK) return st;
-    prm.q = a->q;
-    prm.k = a->k;
-    prm.v = a->v;
-    prm.o = a->o;
-    prm.lse = a->lse;
-    prm.heads_q = pr->heads_q;
-    prm.heads_kv = pr->heads_kv;
-    prm.group = plan->group;
-    prm.head_dim = pr->head_dim;
-    prm.head_dim_v = pr->head_dim_v;
-    prm.scale = pr->scale;
-    prm.has_seqlens = a->seqlens_k != NULL;
-    /* seqlens_k (host memory) travels by value, TA_CUDA_BATCH_CHUNK entries per launch */
-    for (b0 = 0; b0 < pr->batch; b0 += prm.batch_count) {
-        prm.batch_begin = b0;
-        prm.batch_count = a->seqlens_k ? ta_tiling_min_i32(TA_CUDA_BATCH_CHUNK, pr->batch - b0)
-                                       : pr->batch;
-        if (a->seqlens_k)
-            memcpy(prm.seqlens_k, a->seqlens_k + b0, (size_t)prm.batch_count * sizeof(int32_t));
-        st = ta_cuda_launch(kernel, (int64_t)prm.batch_count * pr->heads_q * prm.t.num_q_tiles,
-                            smem, &prm, stream);
-        if (st != TA_OK) return st;
-    }
-    return TA_OK;
+    /* block_k's need (36,352 B at <= 64 .. 88,576 B at <= 256); the opt-in is
+     * the largest block_k's, capped at the device's limit */
+    smem = (size_t)ta_cuda_sdpa_fwd_smem(ta_cuda_fwd_cols_cap(&t)).floats * sizeof(float);
+    st = ta_cuda_smem_opt_in(kernel, smem,
+                             (size_t)ta_cuda_sdpa_fwd_smem(TA_BLOCK_MAX).floats * sizeof(float));
+    if (st != TA_OK) return st;
+    ta_cuda_params_fwd(&prm, plan, &t, a);
+    launch = ta_cuda_launch_of(kernel, &prm, (int64_t)pr->heads_q * t.num_q_tiles, 0, smem);
+    return ta_cuda_launch_batches(&launch, 1, a->seqlens_k, pr->batch, stream);
 }

@@ -43,6 +43,7 @@ extern "C" {
 #define TA_CUDA_RCHUNK  16  /* source rows per shared-memory chunk of an accumulation */
 #define TA_CUDA_SLOT    64  /* features per register slot: 16 threads x 4 */
 #define TA_CUDA_SLOTS   4   /* at most 4 slots: 256 features = TA_HEAD_DIM_MAX */
+#define TA_CUDA_NEG_INF_BITS 0xff800000u /* -inf: lse of a row that sees no key, m's start */
 
 /* Floats of the dot-tile staging buffer: a [FCHUNK][LDT] tile for each operand. */
 #define TA_CUDA_DOT_BUF (2 * TA_CUDA_FCHUNK * TA_CUDA_LDT)
@@ -56,16 +57,71 @@ static_assert(TA_CUDA_TILE == 16 * 4, "16 threads x 4 slots per tile side");
 static_assert(TA_CUDA_LDT % 4 == 0 && TA_CUDA_LDT >= TA_CUDA_TILE, "float4 rows of a tile");
 static_assert(TA_CUDA_SLOTS * TA_CUDA_SLOT >= TA_HEAD_DIM_MAX, "slots cover every head dim");
 
-#define TA_DEV static __device__ __forceinline__
+#define TA_CUDA_DEV static __device__ __forceinline__
+
+/*
+ * Shared-memory offset tables. A kernel's dynamic shared memory is one float
+ * array cut into regions by one __host__ __device__ function per kernel (its
+ * table): the launcher calls it to size the launch (and its largest need, for
+ * the opt-in, ta_cuda_smem_opt_in), the kernel to carve, so the two cannot
+ * disagree. ta_cuda_smem_take hands out the next region of `floats` floats at
+ * *end and returns its offset; regions of a multiple of 4 floats keep the
+ * next one 16-byte aligned (float4 access).
+ */
+static __host__ __device__ __forceinline__ int32_t ta_cuda_smem_take(int32_t *end, int32_t floats) {
+    const int32_t off = *end;
+    *end += floats;
+    return off;
+}
+
+/*
+ * The forwards' table (SDPA and MTA), offsets in floats:
+ *
+ *   +-------------------+------------------+-----------+---------+------------------------+
+ *   | s [s_floats]      | st [cols_cap][LDT] | stage   | w       | m_run l_run m_new alpha |
+ *   | MTA: raw S, 0 SDPA| scores / p, st[j][i] | STAGE_BUF | w_floats| vis_end n_vis [64] each |
+ *   +-------------------+------------------+-----------+---------+------------------------+
+ *
+ * s_floats: 64 x s_ld for the MTA's raw scores, 0 for SDPA; w_floats: the
+ * MTA's conv kernel (TA_CUDA_MTA_W_BUF), 0 for SDPA. vis_end, n_vis are int32.
+ */
+typedef struct ta_cuda_fwd_smem {
+    int32_t s, st, stage, w, m_run, l_run, m_new, alpha, vis_end, n_vis;
+    int32_t floats; /* total */
+} ta_cuda_fwd_smem;
+
+static __host__ __device__ __forceinline__ ta_cuda_fwd_smem
+ta_cuda_fwd_smem_make(int32_t cols_cap, int32_t s_floats, int32_t w_floats) {
+    ta_cuda_fwd_smem m;
+    int32_t end = 0;
+    m.s = ta_cuda_smem_take(&end, s_floats);
+    m.st = ta_cuda_smem_take(&end, cols_cap * TA_CUDA_LDT);
+    m.stage = ta_cuda_smem_take(&end, TA_CUDA_STAGE_BUF);
+    m.w = ta_cuda_smem_take(&end, w_floats);
+    m.m_run = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.l_run = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.m_new = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.alpha = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.vis_end = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.n_vis = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.floats = end;
+    return m;
+}
+
+/* Loaded columns of a forward k tile rounded up to whole dot tiles of 64:
+ * the score tile's capacity. */
+static __host__ __device__ __forceinline__ int32_t ta_cuda_fwd_cols_cap(const ta_tiling *t) {
+    return (t->block_k + TA_CUDA_TILE - 1) / TA_CUDA_TILE * TA_CUDA_TILE;
+}
 
 /* ---- Storage dtype access: widening and rounding are the shared ta_math.h ones. */
-template <int DT> TA_DEV float ta_cuda_load(const void *base, size_t idx) {
+template <int DT> TA_CUDA_DEV float ta_cuda_load(const void *base, size_t idx) {
     if (DT == TA_F16) return ta_f16_to_f32(static_cast<const uint16_t *>(base)[idx]);
     if (DT == TA_BF16) return ta_bf16_to_f32(static_cast<const uint16_t *>(base)[idx]);
     return static_cast<const float *>(base)[idx];
 }
 
-template <int DT> TA_DEV void ta_cuda_store(void *base, size_t idx, float x) {
+template <int DT> TA_CUDA_DEV void ta_cuda_store(void *base, size_t idx, float x) {
     if (DT == TA_F16)
         static_cast<uint16_t *>(base)[idx] = ta_f32_to_f16(x);
     else if (DT == TA_BF16)
@@ -79,19 +135,31 @@ template <int DT> TA_DEV void ta_cuda_store(void *base, size_t idx, float x) {
  * j, key_len) is true exactly for 0 <= j < end (the mask is a prefix in j).
  * 0 for a row outside [0, S_q).
  */
-TA_DEV int32_t ta_cuda_visible_end(const ta_tiling *t, int32_t r, int32_t key_len) {
+TA_CUDA_DEV int32_t ta_cuda_visible_end(const ta_tiling *t, int32_t r, int32_t key_len) {
     int32_t end = key_len;
     if (r < 0 || r >= t->seq_q) return 0;
     if (t->causal) end = ta_tiling_min_i32(end, r + t->diag_offset + 1);
     return ta_tiling_max_i32(end, 0);
 }
 
+/* A thread's register block of a 64 x (NS x 64) accumulator tile (rows or
+ * keys 4ty+r, features s*64 + 4tx + e), set to +0. */
+template <int NS> TA_CUDA_DEV void ta_cuda_acc_zero(float (&acc)[4][NS][4]) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int s = 0; s < NS; ++s)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                acc[r][s][e] = 0.0f;
+}
+
 /* Thread coordinates in the 16 x 16 grid. */
-TA_DEV int ta_cuda_tx(void) { return (int)(threadIdx.x & 15u); }
-TA_DEV int ta_cuda_ty(void) { return (int)(threadIdx.x >> 4); }
+TA_CUDA_DEV int ta_cuda_tx(void) { return (int)(threadIdx.x & 15u); }
+TA_CUDA_DEV int ta_cuda_ty(void) { return (int)(threadIdx.x >> 4); }
 
 /* The 16 fused multiply-adds of one feature step of a 4 x 4 micro-tile. */
-TA_DEV void ta_cuda_fma_4x4(float acc[4][4], const float4 a, const float4 b) {
+TA_CUDA_DEV void ta_cuda_fma_4x4(float acc[4][4], const float4 a, const float4 b) {
     const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
     for (int r = 0; r < 4; ++r)
@@ -116,9 +184,9 @@ TA_DEV void ta_cuda_fma_4x4(float acc[4][4], const float4 a, const float4 b) {
  * reads of it.
  */
 template <int DT>
-TA_DEV void ta_cuda_dot_tile_range(float acc[4][4], const void *a, int64_t a_first, int32_t a_lo,
-                                   int32_t a_hi, const void *b, int64_t b_first, int32_t b_lo,
-                                   int32_t b_hi, int32_t n, float *stage) {
+TA_CUDA_DEV void ta_cuda_dot_tile_range(float acc[4][4], const void *a, int64_t a_first,
+                                        int32_t a_lo, int32_t a_hi, const void *b, int64_t b_first,
+                                        int32_t b_lo, int32_t b_hi, int32_t n, float *stage) {
     float *sa = stage, *sb = stage + TA_CUDA_FCHUNK * TA_CUDA_LDT;
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
 #pragma unroll
@@ -157,9 +225,9 @@ TA_DEV void ta_cuda_dot_tile_range(float acc[4][4], const void *a, int64_t a_fir
 
 /* The common case: rows [0, a_rows) of A and [0, b_rows) of B. */
 template <int DT>
-TA_DEV void ta_cuda_dot_tile(float acc[4][4], const void *a, size_t a_first, int32_t a_rows,
-                             const void *b, size_t b_first, int32_t b_rows, int32_t n,
-                             float *stage) {
+TA_CUDA_DEV void ta_cuda_dot_tile(float acc[4][4], const void *a, size_t a_first, int32_t a_rows,
+                                  const void *b, size_t b_first, int32_t b_rows, int32_t n,
+                                  float *stage) {
     ta_cuda_dot_tile_range<DT>(acc, a, (int64_t)a_first, 0, a_rows, b, (int64_t)b_first, 0, b_rows,
                                n, stage);
 }
@@ -179,8 +247,8 @@ typedef struct ta_cuda_slot {
  * Consecutive threads read consecutive features (coalesced).
  */
 template <int DT, int NS>
-TA_DEV void ta_cuda_stage_rows(float *dst, const ta_cuda_slot *slots, size_t first_row,
-                               int32_t rows) {
+TA_CUDA_DEV void ta_cuda_stage_rows(float *dst, const ta_cuda_slot *slots, size_t first_row,
+                                    int32_t rows) {
     const int width = NS * TA_CUDA_SLOT;
     __syncthreads(); /* the previous phase is done with dst */
     for (int e = (int)threadIdx.x; e < TA_CUDA_RCHUNK * width; e += TA_CUDA_THREADS) {
@@ -213,11 +281,11 @@ TA_DEV void ta_cuda_stage_rows(float *dst, const ta_cuda_slot *slots, size_t fir
  * reference's sequential order. Ends without a barrier.
  */
 template <int DT, int NS>
-TA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols, const int32_t *vis_end,
-                                    int32_t *n_vis, float *m_run, float *l_run, float *m_new,
-                                    float *alpha, float *stage, const ta_cuda_slot *v_slots,
-                                    size_t kv_base, float (&acc)[4][NS][4],
-                                    int32_t (&row_vis)[4]) {
+TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
+                                         const int32_t *vis_end, int32_t *n_vis, float *m_run,
+                                         float *l_run, float *m_new, float *alpha, float *stage,
+                                         const ta_cuda_slot *v_slots, size_t kv_base,
+                                         float (&acc)[4][NS][4], int32_t (&row_vis)[4]) {
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
     int32_t j0;
     /* per row, the tile's max over the visible columns (exactly the reference's
@@ -305,16 +373,16 @@ TA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols, const
  * Rows x < rows, starting at row q_first of [B, H, S_q]; lse may be NULL.
  */
 template <int DT, int NS>
-TA_DEV void ta_cuda_fwd_store_rows(void *o, float *lse, size_t q_first, int32_t rows,
-                                   int32_t head_dim_v, const float (&acc)[4][NS][4],
-                                   const float *m_run, const float *l_run) {
+TA_CUDA_DEV void ta_cuda_fwd_store_rows(void *o, float *lse, size_t q_first, int32_t rows,
+                                        int32_t head_dim_v, const float (&acc)[4][NS][4],
+                                        const float *m_run, const float *l_run) {
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
         const int x = 4 * ty + r;
         if (x >= rows) continue;
         const float m = m_run[x], l = l_run[x];
-        const bool seen = m != ta_f32_from_bits(0xff800000u);
+        const bool seen = m != ta_f32_from_bits(TA_CUDA_NEG_INF_BITS);
 #pragma unroll
         for (int s = 0; s < NS; ++s)
 #pragma unroll
@@ -327,9 +395,9 @@ TA_DEV void ta_cuda_fwd_store_rows(void *o, float *lse, size_t q_first, int32_t 
     }
     if (lse && tid < rows) {
         const float m = m_run[tid];
-        lse[q_first + (size_t)tid] = m != ta_f32_from_bits(0xff800000u)
+        lse[q_first + (size_t)tid] = m != ta_f32_from_bits(TA_CUDA_NEG_INF_BITS)
                                          ? m + ta_log(l_run[tid])
-                                         : ta_f32_from_bits(0xff800000u);
+                                         : ta_f32_from_bits(TA_CUDA_NEG_INF_BITS);
     }
 }
 
@@ -341,8 +409,8 @@ TA_DEV void ta_cuda_fwd_store_rows(void *o, float *lse, size_t q_first, int32_t 
  * row_len are not written.
  */
 template <int DT, int NS>
-TA_DEV void ta_cuda_store_block(void *dst, size_t first_row, int32_t rows, int32_t row_len,
-                                const float acc[4][NS][4], int scaled, float mul) {
+TA_CUDA_DEV void ta_cuda_store_block(void *dst, size_t first_row, int32_t rows, int32_t row_len,
+                                     const float acc[4][NS][4], int scaled, float mul) {
     const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
