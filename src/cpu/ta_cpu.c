@@ -137,6 +137,9 @@ void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, ta_ws_cursor *c, ta_cpu_f
     ws->lse = TA_WS_TAKE(c, float, dm->bq_pad);
     ws->ld_sraw = conv ? dm->bq_pad + TA_CPU_PAD : 0;
     ws->sraw = conv ? TA_WS_TAKE(c, float, bk * ws->ld_sraw) : NULL;
+    ws->nlo = TA_WS_TAKE(c, int32_t, dm->bq_pad);
+    ws->row_lo = TA_WS_TAKE(c, int32_t, conv ? ws->ld_sraw : dm->bq_pad);
+    ws->row_hi = TA_WS_TAKE(c, int32_t, conv ? ws->ld_sraw : dm->bq_pad);
 }
 
 void ta_cpu_carve_mta_bwd(const ta_cpu_dims *dm, int32_t c_q, int32_t c_k, int32_t group,
@@ -160,7 +163,10 @@ void ta_cpu_carve_mta_bwd(const ta_cpu_dims *dm, int32_t c_q, int32_t c_k, int32
     ws->dst = TA_WS_TAKE(c, float, bk *ld);
     ws->lse = TA_WS_TAKE(c, float, ld);
     ws->delta = TA_WS_TAKE(c, float, ld);
+    ws->nlo = TA_WS_TAKE(c, int32_t, ld);
     ws->nvis = TA_WS_TAKE(c, int32_t, ld);
+    ws->row_lo = TA_WS_TAKE(c, int32_t, ld);
+    ws->row_hi = TA_WS_TAKE(c, int32_t, ld);
     ws->dq_acc = TA_WS_TAKE(c, float, bq * dm->d_pad);
     ws->dw_part = TA_WS_TAKE(c, float, (size_t)c_q *(size_t)c_k);
     ws->dw_sum = TA_WS_TAKE(c, float, (size_t)c_q *(size_t)c_k);
@@ -183,7 +189,10 @@ void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, ta_ws_cursor *c, ta
     ws->ds = TA_WS_TAKE(c, float, bq * dm->bk_pad);
     ws->lse = TA_WS_TAKE(c, float, dm->bq_pad);
     ws->delta = TA_WS_TAKE(c, float, dm->bq_pad);
+    ws->nlo = TA_WS_TAKE(c, int32_t, dm->bq_pad);
     ws->nvis = TA_WS_TAKE(c, int32_t, dm->bq_pad);
+    ws->row_lo = TA_WS_TAKE(c, int32_t, dm->bq_pad);
+    ws->row_hi = TA_WS_TAKE(c, int32_t, dm->bq_pad);
     for (g = 0; g < TA_CPU_DKDV_GROUP_MAX; ++g) {
         const int mine = g < group;
         ws->kt[g] = mine ? TA_WS_TAKE(c, float, (size_t)dm->d * dm->bk_pad) : NULL;
@@ -215,7 +224,10 @@ void ta_cpu_carve_dq(const ta_cpu_dims *dm, ta_ws_cursor *c, ta_cpu_dq_ws *ws) {
     ws->dpt = TA_WS_TAKE(c, float, bk * ws->ld);
     ws->lse = TA_WS_TAKE(c, float, dm->bq_pad);
     ws->delta = TA_WS_TAKE(c, float, dm->bq_pad);
+    ws->nlo = TA_WS_TAKE(c, int32_t, dm->bq_pad);
     ws->nvis = TA_WS_TAKE(c, int32_t, dm->bq_pad);
+    ws->row_lo = TA_WS_TAKE(c, int32_t, dm->bq_pad);
+    ws->row_hi = TA_WS_TAKE(c, int32_t, dm->bq_pad);
     ws->dq_acc = TA_WS_TAKE(c, float, bq * dm->d_pad);
 }
 
@@ -368,9 +380,11 @@ static const ta_cpu_kernels *ta_cpu_kernels_for(ta_cpu_isa isa) {
 
 static int ta_cpu_available(void) { return 1; }
 
-/* SDPA and MTA, every plan (docs/cpu.md). */
+/* SDPA and MTA, every plan: any mask (causal, key lengths, sliding windows)
+ * and any strides; the tasks read the per-tile context (docs/cpu.md). */
 static int ta_cpu_supports(const ta_plan *plan) {
-    return !plan->has_window && !plan->strided; /* windows, strides: REF only so far */
+    (void)plan;
+    return 1;
 }
 
 /*

@@ -58,10 +58,14 @@ typedef struct ta_cpu_dims {
  * Scores run with lanes across query rows, so Q is held transposed and the
  * score/probability tile is [key][row]:
  *
- *   +-------------+-------------+--------------+-------------+--------------+----+---+-----+----+-----+
- *   | qt          | k           | v            | st          | acc          | m  | l |alpha|nvis|
- * lse | | D x ld      | B_k x d_pad | B_k x dv_pad | B_k x ld    | B_q x dv_pad | bq_pad each |
- *   +-------------+-------------+--------------+-------------+--------------+----+---+-----+----+-----+
+ *   +-------------+-------------+--------------+-------------+--------------+
+ *   | qt          | k           | v            | st          | acc          |
+ *   | D x ld      | B_k x d_pad | B_k x dv_pad | B_k x ld    | B_q x dv_pad |
+ *   +-------------+-------------+--------------+-------------+--------------+
+ *   | m | l | alpha | nvis | lse (bq_pad each) | sraw (conv only: B_k x ld_sraw) |
+ *   | nlo (bq_pad) | row_lo | row_hi (bq_pad each; ld_sraw each with a conv) |
+ *   (the interval arrays come last, so the other regions keep the offsets
+ *   they had before windows: no change of L1 set placement to measure)
  */
 typedef struct ta_cpu_fwd_ws {
     ta_cpu_dims dm; /* the padded dims these buffers were carved for */
@@ -73,9 +77,13 @@ typedef struct ta_cpu_fwd_ws {
     float *m;       /* [bq_pad]        running max; -inf until a key is seen */
     float *l;       /* [bq_pad]        running sum */
     float *alpha;   /* [bq_pad]        this K tile's rescale factor (1 for rows it skips) */
-    int32_t *nvis;  /* [bq_pad]        visible keys of this K tile per row (a prefix) */
+    int32_t *nlo;   /* [bq_pad]        visible keys of this K tile per row: [nlo, nvis), */
+    int32_t *nvis;  /* [bq_pad]        from the tile's first column (cpu_fill_vis) */
     float *lse;     /* [bq_pad]        lse of the tile's rows before the store */
-    size_t ld;      /* lane stride of qt and st: bq_pad, + 16 if even in 64-byte lines */
+    /* [bq_pad; ld_sraw with a conv] the task's rows' visible keys (absolute; with a
+     * conv: of the loaded rows, lane = sraw lane) */
+    int32_t *row_lo, *row_hi;
+    size_t ld; /* lane stride of qt and st: bq_pad, + 16 if even in 64-byte lines */
     /* MTA only (NULL / 0 without a conv): raw scores S on the loaded region,
      * held transposed [loaded key][loaded row]; st then holds the convolved
      * C^T [effective key][effective row]. ld_sraw = bq_pad + TA_CPU_PAD: the
@@ -94,7 +102,7 @@ typedef struct ta_cpu_fwd_ws {
  * Lanes across keys: K and V held transposed, P and dS are [row][key].
  *
  *   | q B_q x d_pad | d_o B_q x dv_pad | o B_q x dv_pad | p B_q x bk_pad | ds B_q x bk_pad |
- *   | lse | delta | nvis (bq_pad each) |
+ *   | lse | delta | nlo | nvis | row_lo | row_hi (bq_pad each) |
  *   then per K tile of the group (group slots):
  *   | kt D x bk_pad | vt D_v x bk_pad | dk_acc B_k x d_pad | dv_acc B_k x dv_pad |
  */
@@ -104,7 +112,9 @@ typedef struct ta_cpu_dkdv_ws {
     float *q, *d_o, *o; /* [B_q, d_pad], [B_q, dv_pad] x2: Q, dO, O rows (widened) */
     float *p, *ds;      /* [B_q, bk_pad] P, then dP overwritten by dS */
     float *lse, *delta; /* [bq_pad] */
-    int32_t *nvis;      /* [bq_pad] live keys of the K tile per row (0: lse = -inf) */
+    /* [bq_pad] live keys [nlo, nvis) of the K tile per row (0, 0: none, or lse = -inf);
+     * the Q tile's rows' visible keys [row_lo, row_hi) (absolute) */
+    int32_t *nlo, *nvis, *row_lo, *row_hi;
     float *kt[TA_CPU_DKDV_GROUP_MAX], *vt[TA_CPU_DKDV_GROUP_MAX]; /* [D | D_v, bk_pad] K, V^T */
     float *dk_acc[TA_CPU_DKDV_GROUP_MAX];                         /* [B_k, d_pad] */
     float *dv_acc[TA_CPU_DKDV_GROUP_MAX];                         /* [B_k, dv_pad] */
@@ -116,7 +126,8 @@ typedef struct ta_cpu_dkdv_ws {
  * rows, as the forward.
  *
  *   | qt D x ld | dot D_v x ld | ot D_v x ld | k B_k x d_pad | v B_k x dv_pad |
- *   | st B_k x ld | dpt B_k x ld | lse | delta | nvis (bq_pad each) | dq_acc B_q x d_pad |
+ *   | st B_k x ld | dpt B_k x ld | lse | delta | nlo | nvis | row_lo | row_hi (bq_pad each) |
+ *   | dq_acc B_q x d_pad |
  */
 typedef struct ta_cpu_dq_ws {
     ta_cpu_dims dm;
@@ -124,9 +135,11 @@ typedef struct ta_cpu_dq_ws {
     float *k, *v;         /* [B_k, d_pad], [B_k, dv_pad] K, V rows */
     float *st, *dpt;      /* [B_k, ld] scores; dP overwritten by dS */
     float *lse, *delta;   /* [bq_pad] */
-    int32_t *nvis;        /* [bq_pad] */
-    float *dq_acc;        /* [B_q, d_pad] */
-    size_t ld;            /* lane stride of qt, dot, ot, st, dpt: as ta_cpu_fwd_ws.ld */
+    /* [bq_pad] live keys [nlo, nvis) of the K tile per row; the task's rows' visible
+     * keys [row_lo, row_hi) (absolute) */
+    int32_t *nlo, *nvis, *row_lo, *row_hi;
+    float *dq_acc; /* [B_q, d_pad] */
+    size_t ld;     /* lane stride of qt, dot, ot, st, dpt: as ta_cpu_fwd_ws.ld */
 } ta_cpu_dq_ws;
 
 /*
@@ -140,7 +153,7 @@ typedef struct ta_cpu_dq_ws {
  *
  *   | qt D x ld | dot D_v x ld | q B_q x d_pad | d_o, o B_q x dv_pad |
  *   | k B_k x d_pad | v B_k x dv_pad | st, ct, dct, dst  B_k x ld each |
- *   | lse, delta, nvis  ld each | dq_acc B_q x d_pad |
+ *   | lse, delta, nlo, nvis, row_lo, row_hi  ld each | dq_acc B_q x d_pad |
  *   | dw_part, dw_sum c_q c_k | then per K tile of a pass-1 group: dk_acc B_k x d_pad | dv_acc B_k
  * x dv_pad |
  */
@@ -158,10 +171,12 @@ typedef struct ta_cpu_mta_bwd_ws {
     float *dct;         /* [B_k, ld] dP^T on G, overwritten by dC^T (+0 where not live) */
     float *dst;         /* [B_k, ld] dS^T on E */
     float *lse, *delta; /* [ld] of G rows (lse -inf outside [0, S_q)) */
-    int32_t *nvis;      /* [ld] live keys of the K tile per E row (a prefix) */
-    float *dq_acc;      /* [B_q, d_pad] pass 2 */
-    float *dw_part;     /* [c_q c_k] pass 2: one pair's dconv_w partial */
-    float *dw_sum;      /* [c_q c_k] pass 2: R(b, qt), the Q tile's sum of partials */
+    /* [ld] live keys [nlo, nvis) of the K tile per E row; visible keys [row_lo,
+     * row_hi) (absolute) of L row r0-(c_q-1)+x */
+    int32_t *nlo, *nvis, *row_lo, *row_hi;
+    float *dq_acc;  /* [B_q, d_pad] pass 2 */
+    float *dw_part; /* [c_q c_k] pass 2: one pair's dconv_w partial */
+    float *dw_sum;  /* [c_q c_k] pass 2: R(b, qt), the Q tile's sum of partials */
     float *dk_acc[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, d_pad] pass 1, per K tile of the group */
     float *dv_acc[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, dv_pad] */
 } ta_cpu_mta_bwd_ws;
