@@ -14,6 +14,10 @@
  *      has (forced with TA_CPU_ISA) and with one and several threads, outputs
  *      poisoned and workspace filled with NaN or random bytes, and every
  *      output must be memcmp-equal to the reference's.
+ *      About 30% of the problems (SDPA and MTA) have a sliding window
+ *      (TA_WINDOW) whose bounds are unbounded, 0, small, around the lengths or
+ *      past them; one in eight runs every tensor in the [B, S, H, D] layout
+ *      (ta_strides, the reference on the same layout).
  *      A share of the problems (one in four) are MTA: causal, a c_q x c_k
  *      conv (c_q 1..16, odd c_k 1..31, 6x11 and 3x3 more often), random
  *      kernels of mixed signs, default or explicit tiles that leave at least
@@ -155,6 +159,7 @@ static void check_vmath(void) {
 
 typedef struct tcase {
     ta_problem p;
+    int bshd; /* 1: every tensor [B, S, H, D] (strides), else contiguous [B, H, S, D] */
     int32_t *seqlens;
     size_t eb, n[T_COUNT]; /* elements of o, lse, dq (= q), dk (= k), dv (= v), dconv_w */
     void *q, *k, *v, *d_o;
@@ -226,6 +231,25 @@ static int32_t pick_mta_block(ta_rng *r, int32_t halo) {
 
 static int32_t mta_max_len = 300; /* --quick: 40 */
 
+/* A sliding window for `percent` of the problems: each bound unbounded (-1),
+ * 0, small, or anywhere up to past the longer length (test/oracle_check.c's
+ * ta_oc_random_window, this test's own generator). */
+static void random_window(ta_rng *r, ta_problem *p, int percent) {
+    const int32_t reach = p->seq_k > p->seq_q ? p->seq_k : p->seq_q;
+    if (ta_rng_int(r, 0, 99) >= percent) return;
+    p->flags |= TA_WINDOW;
+    p->window_left = ta_rng_int(r, 0, 4) == 0   ? -1
+                     : ta_rng_int(r, 0, 3) == 0 ? 0
+                     : ta_rng_int(r, 0, 1)      ? ta_rng_int(r, 1, 16)
+                                                : ta_rng_int(r, 1, reach + 2);
+    p->window_right = ta_rng_int(r, 0, 3) == 0   ? -1
+                      : ta_rng_int(r, 0, 3) == 0 ? 0
+                      : ta_rng_int(r, 0, 1)      ? ta_rng_int(r, 1, 16)
+                                                 : ta_rng_int(r, 1, reach + 2);
+}
+
+static int n_window, n_bshd; /* problems with a window, with the [B, S, H, D] layout */
+
 /* A random MTA problem: causal, GQA, seqlens_k, S_q != S_k, every dtype; small
  * (the reference's conv is scalar and slow). */
 static void random_mta_problem(ta_rng *r, tcase *tc) {
@@ -265,6 +289,8 @@ static void random_mta_problem(ta_rng *r, tcase *tc) {
             tc->seqlens[b] = c < 15 ? 0 : c < 40 ? p->seq_k : ta_rng_int(r, 1, p->seq_k);
         }
     }
+    random_window(r, p, 30);
+    tc->bshd = ta_rng_int(r, 0, 7) == 0;
 }
 
 /* A random problem whose work B*H*S_q*S_k*(D+D_v) stays under `work`. */
@@ -296,6 +322,8 @@ static void random_problem(ta_rng *r, tcase *tc, double work) {
             tc->seqlens[b] = c < 15 ? 0 : c < 40 ? p->seq_k : ta_rng_int(r, 1, p->seq_k);
         }
     }
+    random_window(r, p, 30);
+    tc->bshd = ta_rng_int(r, 0, 7) == 0;
 }
 
 /* Some elements replaced by +-0 and subnormals of the dtype (rounding of the
@@ -372,11 +400,28 @@ static void free_case(tcase *tc) {
 
 static void describe(const tcase *tc, char *buf, size_t n) {
     const ta_problem *p = &tc->p;
+    char win[48] = "";
+    if (p->flags & TA_WINDOW)
+        snprintf(win, sizeof win, " window(%d,%d)", p->window_left, p->window_right);
     snprintf(buf, n,
-             "B=%d H=%d H_kv=%d S_q=%d S_k=%d D=%d D_v=%d %s %s conv %dx%d blocks %d,%d scale %g%s",
+             "B=%d H=%d H_kv=%d S_q=%d S_k=%d D=%d D_v=%d %s %s%s conv %dx%d blocks %d,%d "
+             "scale %g%s%s",
              p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_k, p->head_dim, p->head_dim_v,
-             dtype_name[p->dtype], (p->flags & TA_CAUSAL) ? "causal" : "full", p->conv_q, p->conv_k,
-             p->block_q, p->block_k, (double)p->scale, tc->seqlens ? " seqlens" : "");
+             dtype_name[p->dtype], (p->flags & TA_CAUSAL) ? "causal" : "full", win, p->conv_q,
+             p->conv_k, p->block_q, p->block_k, (double)p->scale, tc->seqlens ? " seqlens" : "",
+             tc->bshd ? " BSHD" : "");
+}
+
+/* Strides of a [B, heads, S, dim] tensor held as [B, S, heads, dim] (no gaps:
+ * the same extent as the contiguous layout), or zeros (contiguous). */
+static ta_strides layout_of(const tcase *tc, int32_t heads, int32_t seq, int32_t dim) {
+    ta_strides st;
+    memset(&st, 0, sizeof st);
+    if (!tc->bshd) return st;
+    st.head = dim;
+    st.seq = (int64_t)heads * dim;
+    st.batch = (int64_t)seq * heads * dim;
+    return st;
 }
 
 /* Workspace of `bytes` (at least 64), filled with NaN bytes or random bytes:
@@ -403,6 +448,10 @@ static ta_fwd_args fwd_args(const tcase *tc, void *const *out) {
     a.o = out[T_O];
     a.lse = (float *)out[T_LSE];
     a.conv_w = tc->conv_w;
+    a.q_strides = layout_of(tc, tc->p.heads_q, tc->p.seq_q, tc->p.head_dim);
+    a.k_strides = layout_of(tc, tc->p.heads_kv, tc->p.seq_k, tc->p.head_dim);
+    a.v_strides = layout_of(tc, tc->p.heads_kv, tc->p.seq_k, tc->p.head_dim_v);
+    a.o_strides = layout_of(tc, tc->p.heads_q, tc->p.seq_q, tc->p.head_dim_v);
     return a;
 }
 
@@ -421,6 +470,10 @@ static ta_bwd_args bwd_args(const tcase *tc, void *const *out) {
     a.dv = out[T_DV];
     a.conv_w = tc->conv_w;
     a.dconv_w = tc->conv_w ? (float *)out[T_DW] : NULL;
+    a.q_strides = a.dq_strides = layout_of(tc, tc->p.heads_q, tc->p.seq_q, tc->p.head_dim);
+    a.k_strides = a.dk_strides = layout_of(tc, tc->p.heads_kv, tc->p.seq_k, tc->p.head_dim);
+    a.v_strides = a.dv_strides = layout_of(tc, tc->p.heads_kv, tc->p.seq_k, tc->p.head_dim_v);
+    a.o_strides = a.d_o_strides = layout_of(tc, tc->p.heads_q, tc->p.seq_q, tc->p.head_dim_v);
     return a;
 }
 
@@ -595,6 +648,8 @@ static void run_problem(ta_rng *r, tcase *tc, int index) {
     const int n_isa = machine_isas(isas);
     int i;
     if (!run_reference(r, tc)) return;
+    n_window += (tc->p.flags & TA_WINDOW) != 0;
+    n_bshd += tc->bshd;
     if (tc->p.conv_q > 0) { /* MTA: the same runs as SDPA below */
         n_mta_problems++;
         n_mta_6x11 += tc->p.conv_q == 6 && tc->p.conv_k == 11;
@@ -665,6 +720,8 @@ int main(int argc, char **argv) {
     printf("  of which MTA: %ld problems (%ld 6x11, %ld 3x3), 1 thread: %ld   several threads: "
            "%ld\n",
            n_mta_problems, n_mta_6x11, n_mta_3x3, n_mta_runs[0], n_mta_runs[1]);
+    printf("  problems with a sliding window: %d; in the [B, S, H, D] layout: %d\n", n_window,
+           n_bshd);
     if (saved_env)
         setenv("TA_CPU_ISA", saved_env, 1);
     else
