@@ -4,8 +4,9 @@
  * Everything the calls need is allocated first. Then the program writes the
  * marker line TA_NOALLOC_BEGIN to stderr with write(2) (unbuffered, no stdio),
  * makes the library calls (size queries, ta_fwd, ta_bwd on several problems,
- * SDPA and the MTA conv, refused calls, ta_status_string, ta_backend_available), stores their
- * statuses, writes TA_NOALLOC_END, and only then checks the statuses.
+ * SDPA and the MTA conv, sliding windows on strided tensors, refused calls,
+ * ta_status_string, ta_backend_available), stores their statuses, writes
+ * TA_NOALLOC_END, and only then checks the statuses.
  *
  * The CPU backend runs on OpenMP, whose runtime allocates its thread pool and
  * team on the first parallel region (and again when the team size changes).
@@ -134,15 +135,20 @@ typedef struct shape {
     uint32_t flags;
     int use_seqlens, use_trace;
     int32_t cq, ck; /* MTA conv size, 0 x 0 for SDPA */
+    int32_t wl, wr; /* window bounds (with TA_WINDOW in flags) */
+    int bshd;       /* 1: every tensor in the [B, S, H, D] layout (ta_strides) */
 } shape;
 
 static const shape k_shapes[] = {
-    {2, 4, 2, 33, 47, 16, 8, TA_F32, TA_CAUSAL, 1, 1, 0, 0},
-    {1, 2, 1, 70, 70, 64, 64, TA_F16, TA_CAUSAL, 0, 0, 0, 0},
-    {1, 3, 3, 5, 130, 24, 40, TA_BF16, 0, 1, 0, 0, 0},
-    {1, 1, 1, 1, 1, 1, 1, TA_F32, 0, 0, 1, 0, 0},
-    {2, 4, 2, 75, 90, 32, 16, TA_F32, TA_CAUSAL, 1, 1, 6, 11},
-    {1, 2, 1, 150, 150, 64, 64, TA_BF16, TA_CAUSAL, 0, 0, 3, 3},
+    {2, 4, 2, 33, 47, 16, 8, TA_F32, TA_CAUSAL, 1, 1, 0, 0, 0, 0, 0},
+    {1, 2, 1, 70, 70, 64, 64, TA_F16, TA_CAUSAL, 0, 0, 0, 0, 0, 0, 0},
+    {1, 3, 3, 5, 130, 24, 40, TA_BF16, 0, 1, 0, 0, 0, 0, 0, 0},
+    {1, 1, 1, 1, 1, 1, 1, TA_F32, 0, 0, 1, 0, 0, 0, 0, 0},
+    {2, 4, 2, 75, 90, 32, 16, TA_F32, TA_CAUSAL, 1, 1, 6, 11, 0, 0, 0},
+    {1, 2, 1, 150, 150, 64, 64, TA_BF16, TA_CAUSAL, 0, 0, 3, 3, 0, 0, 0},
+    /* a sliding window on strided tensors: SDPA, then MTA */
+    {2, 4, 2, 100, 120, 32, 48, TA_F32, TA_WINDOW, 1, 0, 0, 0, 23, 6, 1},
+    {1, 2, 1, 130, 130, 32, 32, TA_F16, TA_CAUSAL | TA_WINDOW, 0, 0, 3, 5, 40, -1, 1},
 };
 #define N_SHAPES    ((int)(sizeof k_shapes / sizeof k_shapes[0]))
 #define N_RESULTS   20
@@ -166,6 +172,26 @@ typedef struct bufs {
 } bufs;
 
 static size_t zu(int32_t v) { return (size_t)v; }
+
+/* Strides of a [B, heads, S, dim] tensor held as [B, S, heads, dim] (the same
+ * extent as the contiguous layout), or zeros (contiguous). */
+static ta_strides layout_of(const shape *s, int32_t heads, int32_t seq, int32_t dim) {
+    ta_strides st;
+    memset(&st, 0, sizeof st);
+    if (!s->bshd) return st;
+    st.head = dim;
+    st.seq = (int64_t)heads * dim;
+    st.batch = (int64_t)seq * heads * dim;
+    return st;
+}
+
+/* Every tensor's strides of shape s into the arguments. */
+static void set_layouts(const shape *s, ta_fwd_args *fa, ta_bwd_args *ba) {
+    fa->q_strides = ba->q_strides = ba->dq_strides = layout_of(s, s->h, s->sq, s->d);
+    fa->k_strides = ba->k_strides = ba->dk_strides = layout_of(s, s->hkv, s->sk, s->d);
+    fa->v_strides = ba->v_strides = ba->dv_strides = layout_of(s, s->hkv, s->sk, s->dv);
+    fa->o_strides = ba->o_strides = ba->d_o_strides = layout_of(s, s->h, s->sq, s->dv);
+}
 
 static void *alloc_filled(ta_rng *rng, ta_dtype dt, size_t n) {
     void *p = ta_test_alloc(n * ta_dtype_size(dt));
@@ -191,6 +217,8 @@ static void setup(bufs *x, const shape *s, ta_rng *rng) {
     x->p.flags = s->flags;
     x->p.conv_q = s->cq;
     x->p.conv_k = s->ck;
+    x->p.window_left = s->wl;
+    x->p.window_right = s->wr;
     if (s->cq) {
         x->w = (float *)alloc_filled(rng, TA_F32, zu(s->h) * zu(s->cq) * zu(s->ck));
         x->dw = (float *)alloc_filled(rng, TA_F32, zu(s->h) * zu(s->cq) * zu(s->ck));
@@ -264,6 +292,7 @@ static void run_calls(bufs *x, const shape *s) {
     ba.dq = x->dq;
     ba.dk = x->dk;
     ba.dv = x->dv;
+    set_layouts(s, &fa, &ba);
     bad.head_dim = 0;
 #define CALL(expected, expr)                                                                       \
     do {                                                                                           \
@@ -321,6 +350,7 @@ static void warm_up_cpu(bufs *x, const shape *s) {
     ba.dq = x->dq;
     ba.dk = x->dk;
     ba.dv = x->dv;
+    set_layouts(s, &fa, &ba);
     TA_CHECK(ta_fwd(&x->cpu_p, TA_BACKEND_CPU, &fa, x->cpu_ws, x->cpu_ws_bytes, NULL) == TA_OK,
              "cpu warm-up fwd");
     TA_CHECK(ta_bwd(&x->cpu_p, TA_BACKEND_CPU, &ba, x->cpu_ws, x->cpu_ws_bytes, NULL) == TA_OK,
