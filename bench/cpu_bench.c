@@ -13,7 +13,9 @@
  *      after one warm-up, GFLOP/s with the FLOP count of tileattn-bench
  *      (per visible (row, key) pair: forward 2 (D + D_v), backward
  *      2 (3 D + 2 D_v); exp and softmax not counted), and the fraction of the
- *      peak at that thread count.
+ *      peak at that thread count. --window L,R adds a sliding window to every
+ *      problem; visible pairs are counted from the descriptor's row intervals
+ *      (ta_tile_row_keys).
  *   3. MTA (--mta QxK, default 6x11; causal problems only): the same shape
  *      with the conv, its GFLOP/s and the ratio of its time to our SDPA time
  *      of the same pass. FLOPs (mta_flops): forward = 2D per visible entry of
@@ -67,6 +69,8 @@ typedef struct opts {
     int causal_modes[2], n_causal;
     int32_t batch, heads, reps, block_q, block_k;
     int32_t mta_q, mta_k; /* MTA rows: c_q x c_k (0: none) */
+    int window;           /* --window: TA_WINDOW with win_l, win_r (negative: unbounded) */
+    int32_t win_l, win_r;
     ta_dtype dtype;
     int do_fwd, do_bwd, check, csv;
 } opts;
@@ -247,17 +251,40 @@ static double fma_peak(ta_cpu_isa isa, int32_t threads, int *all_pinned) {
 /* Attention                                                                */
 /* ---------------------------------------------------------------------- */
 
-/* Visible (row, key) pairs of one (b, h) slice. */
-static double visible_pairs(int32_t sq, int32_t sk, int causal) {
+/* The mask of p (causal, window) on tiling t: the descriptor's own rows'
+ * intervals (ta_tile_row_keys) count the visible pairs below. */
+static void bench_set_window(const ta_problem *p, ta_tiling *t) {
+    if (p->flags & TA_WINDOW) ta_tiling_set_window(t, p->window_left, p->window_right);
+}
+
+/* Visible entries of rows [r_begin, r_end) x columns [c_begin, c_end), both
+ * clipped to the sequence, under the mask of t (causal bottom-right, window)
+ * with all S_k keys. */
+static double visible_in(const ta_tiling *t, int32_t r_begin, int32_t r_end, int32_t c_begin,
+                         int32_t c_end) {
     double n = 0.0;
-    int32_t r;
-    if (!causal) return (double)sq * (double)sk;
-    for (r = 0; r < sq; ++r) {
-        int32_t last = r + sk - sq;
-        if (last >= sk) last = sk - 1;
-        if (last >= 0) n += (double)(last + 1);
+    int32_t r, lo, hi;
+    if (r_begin < 0) r_begin = 0;
+    if (r_end > t->seq_q) r_end = t->seq_q;
+    if (c_begin < 0) c_begin = 0;
+    if (c_end > t->seq_k) c_end = t->seq_k;
+    for (r = r_begin; r < r_end; ++r) {
+        ta_tile_row_keys(t, r, t->seq_k, &lo, &hi);
+        lo = lo > c_begin ? lo : c_begin;
+        hi = hi < c_end ? hi : c_end;
+        if (hi > lo) n += (double)(hi - lo);
     }
     return n;
+}
+
+/* Visible (row, key) pairs of one (b, h) slice. */
+static double visible_pairs(const ta_problem *p) {
+    ta_tiling t;
+    if (ta_tiling_make(&t, p->seq_q, p->seq_k, TA_BLOCK_DEFAULT, TA_BLOCK_DEFAULT, 0, 0,
+                       (p->flags & TA_CAUSAL) != 0, TA_TILING_FWD, 1) != TA_OK)
+        return 0.0;
+    bench_set_window(p, &t);
+    return visible_in(&t, 0, p->seq_q, 0, p->seq_k);
 }
 
 static void fill(void *buf, ta_dtype dt, size_t n, uint64_t *state) {
@@ -439,24 +466,6 @@ static const char *dtype_str(ta_dtype dt) {
     return dt == TA_F32 ? "f32" : dt == TA_F16 ? "f16" : "bf16";
 }
 
-/* Visible entries of rows [r_begin, r_end) x columns [c_begin, c_end), both
- * clipped to the sequence, causal (bottom-right) or not. */
-static double visible_in(int32_t sq, int32_t sk, int causal, int32_t r_begin, int32_t r_end,
-                         int32_t c_begin, int32_t c_end) {
-    double n = 0.0;
-    int32_t r;
-    if (r_begin < 0) r_begin = 0;
-    if (r_end > sq) r_end = sq;
-    if (c_begin < 0) c_begin = 0;
-    if (c_end > sk) c_end = sk;
-    for (r = r_begin; r < r_end; ++r) {
-        int32_t last = c_end - 1;
-        if (causal && r + sk - sq < last) last = r + sk - sq;
-        if (last >= c_begin) n += (double)(last + 1 - c_begin);
-    }
-    return n;
-}
-
 /* FLOPs of one (b, h) slice of an MTA pass (header comment, item 3), from the
  * library's own tiling (default or given tiles). */
 static double mta_flops(const ta_problem *p, int bwd) {
@@ -471,21 +480,20 @@ static double mta_flops(const ta_problem *p, int bwd) {
     if (ta_tiling_make(&t, p->seq_q, p->seq_k, bq, bk, p->conv_q, p->conv_k, causal,
                        bwd ? TA_TILING_BWD : TA_TILING_FWD, 1) != TA_OK)
         return 0.0;
+    bench_set_window(p, &t);
     for (qt = 0; qt < t.num_q_tiles; ++qt) {
         const int32_t r0 = ta_tile_row_eff_begin(&t, qt), r1 = ta_tile_row_eff_end(&t, qt);
-        for (kt = 0; kt < ta_tile_k_end(&t, qt, p->seq_k); ++kt) {
+        for (kt = ta_tile_k_begin(&t, qt, p->seq_k); kt < ta_tile_k_end(&t, qt, p->seq_k); ++kt) {
             const int32_t c0 = ta_tile_col_eff_begin(&t, kt), c1 = ta_tile_col_eff_end(&t, kt);
             const double loaded =
-                visible_in(p->seq_q, p->seq_k, causal, ta_tile_row_load_begin(&t, qt),
-                           ta_tile_row_load_end(&t, qt), ta_tile_col_load_begin(&t, kt),
-                           ta_tile_col_load_end(&t, kt));
-            const double eff = visible_in(p->seq_q, p->seq_k, causal, r0, r1, c0, c1);
+                visible_in(&t, ta_tile_row_load_begin(&t, qt), ta_tile_row_load_end(&t, qt),
+                           ta_tile_col_load_begin(&t, kt), ta_tile_col_load_end(&t, kt));
+            const double eff = visible_in(&t, r0, r1, c0, c1);
             if (!bwd) {
                 fl += 2.0 * d * loaded + (cc + 2.0 * dv) * eff;
             } else {
                 const int32_t pq = p->conv_q - 1, pk = (p->conv_k - 1) / 2;
-                const double grad =
-                    visible_in(p->seq_q, p->seq_k, causal, r0, r1 + pq, c0 - pk, c1 + pk);
+                const double grad = visible_in(&t, r0, r1 + pq, c0 - pk, c1 + pk);
                 fl += 2.0 * d * loaded + (2.0 * dv + cc) * grad + (cc + 4.0 * d + 2.0 * dv) * eff +
                       cc * (double)(r1 - r0) * (c1 - c0);
             }
@@ -501,8 +509,7 @@ static int run_problem(const opts *op, ta_problem *p, double peak, ta_cpu_isa is
                        double *sdpa_ms) {
     bufs x;
     const int mta = p->conv_q > 0;
-    const double pairs =
-        (double)p->batch * p->heads_q * visible_pairs(p->seq_q, p->seq_k, p->flags & TA_CAUSAL);
+    const double pairs = (double)p->batch * p->heads_q * visible_pairs(p);
     char kind[32];
     float *w = NULL, *dw = NULL;
     int bwd, ok = 1;
@@ -597,6 +604,8 @@ static void usage(void) {
         "  --block-q N, --block-k N   tile sizes                      [library]\n"
         "  --reps N       timed calls per measurement (median)        [3]\n"
         "  --mta QxK      MTA rows (causal shapes) with a c_q x c_k conv, or off [6x11]\n"
+        "  --window L,R   sliding window (TA_WINDOW) of L keys left, R right of the\n"
+        "                 diagonal on every problem; negative = unbounded  [none]\n"
         "  --check        compare each result with the reference (slow)\n"
         "  --peak-only    measure the FMA peak and stop\n"
         "  --csv          also write CSV rows to stderr\n"
@@ -658,6 +667,9 @@ static int parse_args(int argc, char **argv, opts *op, int *peak_only) {
             else if (sscanf(v, "%dx%d", &op->mta_q, &op->mta_k) != 2 || op->mta_q < 1 ||
                      op->mta_k < 1 || op->mta_k % 2 == 0)
                 used = -1;
+        } else if (strcmp(a, "--window") == 0 && v) {
+            used = sscanf(v, "%d,%d", &op->win_l, &op->win_r) == 2 ? 2 : -1;
+            op->window = 1;
         } else if (strcmp(a, "--check") == 0)
             op->check = 1;
         else if (strcmp(a, "--csv") == 0)
@@ -689,6 +701,10 @@ int main(int argc, char **argv) {
     printf("cpu_bench: tileattn %s, CPU path %s, up to %d threads; FLOPs per visible pair: "
            "fwd 2(D+D_v), bwd 2(3D+2D_v)\n",
            ta_version_string(), ta_cpu_isa_name(isa), (int)max_threads);
+    if (op.window)
+        printf("every problem with a sliding window: %d keys left, %d right of the diagonal "
+               "(negative: unbounded); FLOPs count the visible pairs only\n",
+               (int)op.win_l, (int)op.win_r);
     for (it = 0; it < op.n_threads; ++it) {
         const int32_t threads = op.threads[it] ? op.threads[it] : max_threads;
         int pinned;
@@ -716,6 +732,11 @@ int main(int argc, char **argv) {
                     p.head_dim = p.head_dim_v = op.dims[id];
                     p.dtype = op.dtype;
                     p.flags = op.causal_modes[ic] ? TA_CAUSAL : 0u;
+                    if (op.window) {
+                        p.flags |= TA_WINDOW;
+                        p.window_left = op.win_l;
+                        p.window_right = op.win_r;
+                    }
                     p.block_q = op.block_q;
                     p.block_k = op.block_k;
                     p.num_threads = threads;
