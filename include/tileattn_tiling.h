@@ -214,8 +214,8 @@ TA_TILING_FN int ta_tiling_right_bounded(const ta_tiling *t) {
  *  cut, in 64 bits (no overflow for any int32 window). Only meaningful when
  *  ta_tiling_right_bounded(t). */
 TA_TILING_FN int64_t ta_tiling_row_hi_uncut(const ta_tiling *t, int32_t r) {
-    int64_t reach = t->causal ? 0 : (int64_t)t->window_right;
-    if (t->causal && t->window_right >= 0 && t->window_right < reach) reach = t->window_right;
+    /* causal caps the reach at 0, and window_right >= 0 never goes below it */
+    const int64_t reach = t->causal ? 0 : (int64_t)t->window_right;
     return (int64_t)r + t->diag_offset + reach + 1;
 }
 

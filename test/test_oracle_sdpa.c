@@ -338,7 +338,7 @@ int main(int argc, char **argv) {
         random_problem(&rng, &tc, work);
         if (quick) { /* every dtype, both masks, in a handful of problems */
             tc.p.dtype = (ta_dtype)(i % 3);
-            tc.p.flags = (i / 3) % 2 ? TA_CAUSAL : 0u;
+            tc.p.flags = ((i / 3) % 2 ? TA_CAUSAL : 0u) | (tc.p.flags & TA_WINDOW);
         }
         ta_oc_make_buffers(&rng, &tc);
         run_case(&rng, &tc, i % 3 == 0);
