@@ -50,7 +50,8 @@ extern "C" {
 #define TA_CUDA_KEY_ROWS (TA_CUDA_TILE + TA_CONV_Q_MAX)
 
 /* Floats of the dot-tile staging buffer: a [FCHUNK][LDT] tile for each operand,
- * then the element offsets of the two operands' tile rows (int64 [2][64]). */
+ * then the element offsets of the two operands' tile rows (int64 [2][64],
+ * written and read by dot tiles only). */
 #define TA_CUDA_DOT_BUF (2 * TA_CUDA_FCHUNK * TA_CUDA_LDT + 2 * 2 * TA_CUDA_TILE)
 /* Floats of an accumulation source chunk: [RCHUNK][SLOTS * SLOT]. */
 #define TA_CUDA_SRC_BUF (TA_CUDA_RCHUNK * TA_CUDA_SLOTS * TA_CUDA_SLOT)
@@ -61,6 +62,8 @@ static_assert(TA_CUDA_THREADS == 16 * 16, "16 x 16 thread grid");
 static_assert(TA_CUDA_TILE == 16 * 4, "16 threads x 4 slots per tile side");
 static_assert(TA_CUDA_LDT % 4 == 0 && TA_CUDA_LDT >= TA_CUDA_TILE, "float4 rows of a tile");
 static_assert(TA_CUDA_SLOTS * TA_CUDA_SLOT >= TA_HEAD_DIM_MAX, "slots cover every head dim");
+static_assert(TA_CUDA_SRC_BUF <= 2 * TA_CUDA_FCHUNK * TA_CUDA_LDT,
+              "row staging stays clear of the dot tile's row offsets");
 
 #define TA_CUDA_DEV static __device__ __forceinline__
 
@@ -255,7 +258,9 @@ TA_CUDA_DEV void ta_cuda_dot_tile_range(float acc[4][4], const ta_cuda_rows &a, 
 #pragma unroll
         for (int c = 0; c < 4; ++c)
             acc[r][c] = 0.0f;
-    __syncthreads(); /* the previous phase is done with stage */
+    /* offs is touched by dot tiles only (row staging stays below it), and the
+     * previous dot tile's last reads of it precede that tile's second
+     * barrier: no barrier before these writes; the first chunk's publishes them */
     if (tid < TA_CUDA_TILE)
         offs[tid] = tid >= a_lo && tid < a_hi ? ta_cuda_row(a.slice, a.ld, a_row0 + tid) : -1;
     else if (tid < 2 * TA_CUDA_TILE)
