@@ -46,11 +46,13 @@ extern "C" {
 /*
  * Dynamic shared memory: the forwards' table (cuda/ta_cuda_tile.cuh), cols_cap
  * = ta_cuda_fwd_cols_cap, with the MTA regions:
+ *   m_run, l_run, m_new, alpha [64] f32; key_lo, key_hi [80] int32 (loaded
+ *          rows' visible keys); tile_lo, tile_hi [64] int32 (effective rows'
+ *          visible columns of the current k tile)
  *   s      [64][s_ld]           raw scores S of the loaded region (s_ld = ta_cuda_mta_s_ld)
  *   st     [cols_cap][LDT]      C, then p, of the effective region, transposed: st[e][x]
- *   stage  [STAGE_BUF]          dot-tile chunks / V rows
+ *   stage  [STAGE_BUF]          dot-tile chunks and row offsets / V rows
  *   w      [W_BUF]              the head's conv kernel, rows padded to 4
- *   m_run, l_run, m_new, alpha [64] f32; vis_end, n_vis [64] int32
  */
 static __host__ __device__ ta_cuda_fwd_smem ta_cuda_mta_fwd_smem(int32_t cols_cap) {
     return ta_cuda_fwd_smem_make(cols_cap, TA_CUDA_TILE * ta_cuda_mta_s_ld(cols_cap),
