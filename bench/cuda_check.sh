@@ -73,7 +73,7 @@ if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
     rc=$?
     note "compute-sanitizer $tool: rc=$rc ($(( $(secs) - t )) s): $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
   done
-  for i in ${RACECHECK_PROBLEMS:-0 3 5 9 10 11 12 13}; do
+  for i in ${RACECHECK_PROBLEMS:-0 3 5 9 10 11 12 13 14 15 16 17}; do
     t=$(secs)
     echo "==== racecheck --quick --problem $i" >>"$OUT/sanitizer.log"
     OMP_NUM_THREADS=1 timeout "${SAN_TIMEOUT:-150}" "$SAN" --tool racecheck --racecheck-report all \

@@ -128,11 +128,22 @@ ta_status ta_cuda_launch_batches(const ta_cuda_launch_desc *l, int n, const int3
     return TA_OK;
 }
 
-/* The part of the fill both passes share: dims, scale, tiling. */
+ta_status ta_cuda_tiling(const ta_plan *plan, int32_t block_q, int32_t block_k, int32_t pass,
+                         ta_tiling *t) {
+    const ta_problem *pr = &plan->p;
+    const int st = ta_tiling_make(t, pr->seq_q, pr->seq_k, block_q, block_k, pr->conv_q, pr->conv_k,
+                                  plan->fwd.causal, pass, 1);
+    if (st != TA_OK) return (ta_status)st;
+    ta_tiling_set_window(t, plan->fwd.window_left, plan->fwd.window_right);
+    return TA_OK;
+}
+
+/* The part of the fill both passes share: dims, scale, tiling, layout. */
 static void ta_cuda_params_dims(ta_cuda_params *p, const ta_plan *plan, const ta_tiling *t,
                                 const int32_t *seqlens_k) {
     const ta_problem *pr = &plan->p;
     p->t = *t;
+    p->lay = plan->layout;
     p->heads_q = pr->heads_q;
     p->heads_kv = pr->heads_kv;
     p->group = plan->group;

@@ -12,6 +12,7 @@ extern "C" {
 
 /*
  * Enqueue the delta kernel on stream: delta[row] = dot(dO_row, o_row, D_v)
+ * (o and d_o addressed by the plan's layout, delta contiguous [B, H, S_q])
  * (+0, fmaf, d ascending, o read from the stored forward output) for every row
  * of [B, H, S_q], the reference's D_i (ta_ref_bwd_load_q). TA_ERR_DEVICE if the
  * launch fails.

@@ -21,8 +21,9 @@ extern "C" {
 /*
  * The one fill of the kernel parameter base (cuda/ta_cuda_params.cuh): zeroes
  * *p, then sets the pass's tensor pointers from a (and the workspace ws), the
- * dims and scale from plan, the tiling t the kernel
- * runs (copied) and has_seqlens. The batch chunk is ta_cuda_launch_batches'.
+ * dims, scale and layout (the call's strides) from plan, the tiling t the
+ * kernel runs (copied; made by ta_cuda_tiling, or one of the plan's) and
+ * has_seqlens. The batch chunk is ta_cuda_launch_batches'.
  * A launcher with a derived parameter struct calls this on its base part and
  * sets its own fields after.
  */
@@ -30,6 +31,16 @@ void ta_cuda_params_fwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling 
                         const ta_fwd_args *a);
 void ta_cuda_params_bwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling *t,
                         const ta_bwd_args *a, const ta_cuda_bwd_ws *ws);
+
+/*
+ * The tiling a kernel runs: block_q x block_k tiles of the plan's problem for
+ * `pass` (TA_TILING_FWD / _BWD halos of the plan's conv), with the plan's mask
+ * (causal and the sliding window, ta_tiling_set_window). A kernel may pick
+ * its own row tiles (rows are independent); the forward keeps the plan's
+ * block_k (the contract's key cut). Errors as ta_tiling_make.
+ */
+ta_status ta_cuda_tiling(const ta_plan *plan, int32_t block_q, int32_t block_k, int32_t pass,
+                         ta_tiling *t);
 
 /*
  * TA_OK if every non-NULL pointer of ptrs[0 .. n) is memory a kernel on the

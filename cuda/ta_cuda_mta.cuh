@@ -106,32 +106,27 @@ typedef struct ta_cuda_mta_region {
  * Raw scores of one 64-row band of a loaded region (docs/mta.md forward
  * step 1, ta_ref_scores):
  *
- *   s[x][jl] = scale * dot(q_r, k_j, dim)   if ta_tiling_visible(t, r, j, key_len)
+ *   s[x][jl] = scale * dot(q_r, k_j, dim)   if key_lo[x] <= j < key_hi[x]
  *            = +0                            otherwise
  *   r = g.row_load0 + x, j = g.col_load0 + jl,  x < 64, jl < round_up(cols_load, 64)
  *
- * (+0 also for x >= rows_load and jl >= cols_load.) q_slice / k_slice: row
- * index of row 0 of this (batch, head) in [B, H, S_q] / [B, H_kv, S_k] (times
- * dim gives the element). Rows and keys outside the sequence are never read.
+ * (+0 also for x >= rows_load and jl >= cols_load.) key_lo, key_hi [64]: each
+ * loaded row's visible keys (ta_cuda_row_keys; (0, 0) for rows outside the
+ * sequence), written before the call. q, k: the (batch, head) slices. Rows
+ * and keys outside the sequence are never read.
  * s: [64][lds] with lds >= round_up(cols_load, 64); other columns untouched.
  * 64 columns per dot tile (ta_cuda_dot_tile_range, through stage[TA_CUDA_DOT_BUF]).
  * Ends without a barrier: __syncthreads() before reading s.
  */
 template <int DT>
-TA_CUDA_DEV void ta_cuda_mta_scores(float *s, int32_t lds, const void *q, size_t q_slice,
-                                    const void *k, size_t k_slice, int32_t dim, float scale,
-                                    const ta_tiling *t, int32_t key_len, ta_cuda_mta_region g,
-                                    float *stage) {
+TA_CUDA_DEV void ta_cuda_mta_scores(float *s, int32_t lds, const ta_cuda_rows &q,
+                                    const ta_cuda_rows &k, int32_t dim, float scale,
+                                    const ta_tiling *t, const int32_t *key_lo,
+                                    const int32_t *key_hi, ta_cuda_mta_region g, float *stage) {
     const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
     /* loaded rows inside [0, S_q): x in [a_lo, a_hi) */
     const int32_t a_lo = ta_tiling_max_i32(0, -g.row_load0);
     const int32_t a_hi = ta_tiling_min_i32(g.rows_load, t->seq_q - g.row_load0);
-    int32_t vis_end[4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-        const int32_t x = 4 * ty + r;
-        vis_end[r] = x < g.rows_load ? ta_cuda_visible_end(t, g.row_load0 + x, key_len) : 0;
-    }
     for (int32_t c0 = 0; c0 < g.cols_load; c0 += TA_CUDA_TILE) {
         const int32_t j0 = g.col_load0 + c0; /* absolute column of chunk column 0 */
         /* chunk columns y inside [0, S_k) and the loaded range: [b_lo, b_hi) */
@@ -139,15 +134,15 @@ TA_CUDA_DEV void ta_cuda_mta_scores(float *s, int32_t lds, const void *q, size_t
         const int32_t b_hi = ta_tiling_min_i32(ta_tiling_min_i32(TA_CUDA_TILE, g.cols_load - c0),
                                                t->seq_k - j0);
         float acc[4][4];
-        ta_cuda_dot_tile_range<DT>(acc, q, (int64_t)q_slice + g.row_load0, a_lo, a_hi, k,
-                                   (int64_t)k_slice + j0, b_lo, b_hi, dim, stage);
+        ta_cuda_dot_tile_range<DT>(acc, q, g.row_load0, a_lo, a_hi, k, j0, b_lo, b_hi, dim, stage);
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
+            const int32_t lo = key_lo[4 * ty + r], hi = key_hi[4 * ty + r];
             float v[4];
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
                 const int32_t y = 4 * tx + c, j = j0 + y;
-                const bool vis = c0 + y < g.cols_load && j >= 0 && j < vis_end[r];
+                const bool vis = c0 + y < g.cols_load && j >= lo && j < hi;
                 v[c] = vis ? scale * acc[r][c] : 0.0f;
             }
             *reinterpret_cast<float4 *>(s + (size_t)(4 * ty + r) * (size_t)lds + (size_t)(c0 + 4 * tx)) =
@@ -178,9 +173,10 @@ TA_CUDA_DEV void ta_cuda_mta_conv_chunk(float acc[4], const float4 w4, const flo
  *   out[x * out_row_stride + e * out_col_stride] =
  *       +0; for a = 0 .. c_q-1, b = 0 .. c_k-1 ascending: fmaf(w_s[a][b], s[x + a][e + b], .)
  *
- * for x < rows and e < n_out[x] (n_out: [rows] in shared memory, each <= cols;
- * NULL: every e < cols). Nothing else of out is written. Every term is
- * visited (masked raw scores are the zeros s holds), as the reference does.
+ * for x < rows and out_lo[x] <= e < out_hi[x] (the row's visible columns,
+ * [rows] each in shared memory, 0 <= lo <= hi <= cols; NULL: every e < cols).
+ * Nothing else of out is written. Every term is visited (masked raw scores
+ * are the zeros s holds), as the reference does.
  *
  * Threads own (x, 4 consecutive e): consecutive threads take consecutive rows
  * x (conflict-free float4 reads of s with ta_cuda_mta_s_ld strides, and
@@ -191,22 +187,23 @@ TA_CUDA_DEV void ta_cuda_mta_conv_chunk(float acc[4], const float4 w4, const flo
  * s: 16-byte aligned, lds % 4 == 0, rows x + a < its rows, and at least
  * cols + c_k - 1 + TA_CUDA_MTA_S_SLACK readable floats per row
  * (lds >= ta_cuda_mta_s_ld(cols + c_k - 1)). w_s as
- * ta_cuda_mta_load_w leaves it. Reads s, w_s, n_out; the caller puts a
+ * ta_cuda_mta_load_w leaves it. Reads s, w_s, out_lo, out_hi; the caller puts a
  * __syncthreads() between their writes and this call and between this call
  * and reads of out.
  */
 TA_CUDA_DEV void ta_cuda_mta_conv(const float *s, int32_t lds, const float *w_s, int32_t c_q,
-                                  int32_t c_k, int32_t rows, int32_t cols, const int32_t *n_out,
-                                  float *out, int32_t out_row_stride, int32_t out_col_stride) {
+                                  int32_t c_k, int32_t rows, int32_t cols, const int32_t *out_lo,
+                                  const int32_t *out_hi, float *out, int32_t out_row_stride,
+                                  int32_t out_col_stride) {
     const int32_t w_ld = ta_cuda_mta_w_ld(c_k);
     const int32_t n_full = c_k / 4, n_tail = c_k % 4; /* 4-column chunks of the kernel */
     const int32_t groups = (cols + 3) / 4;
     const int32_t items = rows * groups;
     for (int32_t it = (int32_t)threadIdx.x; it < items; it += TA_CUDA_THREADS) {
         const int32_t x = it % rows, e0 = 4 * (it / rows);
-        const int32_t n_x = n_out ? n_out[x] : cols;
+        const int32_t lo_x = out_lo ? out_lo[x] : 0, hi_x = out_hi ? out_hi[x] : cols;
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (e0 >= n_x) continue;
+        if (e0 >= hi_x || e0 + 4 <= lo_x) continue; /* none of e0 .. e0+3 visible */
         for (int32_t a = 0; a < c_q; ++a) {
             const float *s_row = s + (size_t)(x + a) * (size_t)lds + (size_t)e0; /* window start */
             const float *w_row = w_s + (size_t)a * (size_t)w_ld;
@@ -226,7 +223,7 @@ TA_CUDA_DEV void ta_cuda_mta_conv(const float *s, int32_t lds, const float *w_s,
         }
 #pragma unroll
         for (int c = 0; c < 4; ++c)
-            if (e0 + c < n_x)
+            if (e0 + c >= lo_x && e0 + c < hi_x)
                 out[(size_t)x * (size_t)out_row_stride + (size_t)(e0 + c) * (size_t)out_col_stride] =
                     acc[c];
     }

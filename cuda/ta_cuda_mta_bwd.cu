@@ -7,10 +7,11 @@
  *   dk/dv  one block per (b, kv head, K tile of its own tiling, feature group);
  *          threads over (key j, feature d); each accumulator sums over (query
  *          head of the group ascending, row ascending), Q tiles from
- *          ta_tile_q_begin on. dk/dv do not depend on the tiling (docs/mta.md
- *          step 4), so the kernel picks tiles that fit its shared memory.
+ *          the Q tiles [q_begin, q_end) that meet the key tile (ta_tile_k_rows).
+ *          dk/dv do not depend on the tiling (docs/mta.md step 4), so the
+ *          kernel picks tiles that fit its shared memory.
  *   dq+dw  one block per (b, query head, plan->bwd Q tile, dq feature group);
- *          k tiles [0, ta_tile_k_end) of plan->bwd ascending; dq in registers
+ *          the context's k tiles [k_begin, k_end) of plan->bwd ascending; dq in registers
  *          (threads over (row, feature)), the dconv_w partial part(b, qt, kt)
  *          one register per (a, b') (thread n owns entries n and n + 256), and
  *          R(b, qt) = 0 + part(kt = 0) + part(kt = 1) + ... written to
@@ -34,6 +35,12 @@
  *   2. live: P = ta_exp(C - lse), C = conv_w(S)          (ta_ref_conv_scores)
  *   3. live: dC = P * (dot(dO_i, v_j, D_v) - D_i); else 0 (ta_ref_bwd_probs)
  *   4. vis: dS = conv_w^T(dC); else 0                    (ta_ref_conv_grad)
+ *
+ * vis: key j is in row r's interval [lo, hi) (ta_cuda_row_keys: causal,
+ * seqlens_k, window); live: vis and lse_r > -inf, the interval [lo, live_hi)
+ * with live_hi = 0 for a dead row. Entries that are neither are skipped by
+ * the sums, never added as zeros. Slices come from the per-tile context
+ * (ta_cuda_context) under the call's layout.
  *
  * Every value is a function of its absolute (row, column) alone, so any band
  * gives the reference's bits. Threads split independent outputs only; every
@@ -79,12 +86,17 @@ extern "C" {
  *   | stage           | s  [rows+2P_q][cols+4P]    | p  [rows+P_q][cols+2P]     |
  *   | STAGE_BUF       | S on the loaded region     | P on the gradient region   |
  *   +-----------------+----------------------------+----------------------------+
- *   | dc [rows+P_q][cols+2P] | ds [rows][cols] | w [c_q c_k] | lse, delta, vis, live [rows+P_q] |
+ *   | dc [rows+P_q][cols+2P] | ds [rows][cols] | w [c_q c_k] | lse, delta, key_lo, key_hi,     |
+ *   |                        |                 |             | live_hi [rows+2P_q]             |
  *   +------------------------+-----------------+-------------+---------------------------------+
+ *
+ * The row arrays hold the band's loaded rows [row0 - P_q, row0 + rows + P_q):
+ * loaded row x is gradient row x - P_q and effective row x - P_q.
  */
 typedef struct ta_cuda_mta_bwd_smem {
     int32_t lds, ldg, ldd; /* row strides of s, p/dc, ds */
-    int32_t off_s, off_p, off_dc, off_ds, off_w, off_lse, off_delta, off_vis, off_live;
+    int32_t off_s, off_p, off_dc, off_ds, off_w, off_lse, off_delta, off_key_lo, off_key_hi,
+        off_live_hi;
     int32_t ldw_dc, ldw_s;             /* row strides of the stashed dC and S (dq, paired) */
     int32_t off_xfer, off_wdc, off_ws; /* dq, paired dconv_w partials: see ta_cuda_mta_dq_kernel */
     int32_t floats;                    /* total */
@@ -95,7 +107,7 @@ static inline __host__ __device__ void ta_cuda_mta_bwd_smem_make(ta_cuda_mta_bwd
                                                                  int32_t conv_q, int32_t conv_k,
                                                                  int32_t paired) {
     const int32_t pq = conv_q - 1, pk = (conv_k - 1) / 2;
-    const int32_t g_rows = rows_eff + pq;
+    const int32_t g_rows = rows_eff + pq, l_rows = rows_eff + 2 * pq;
     int32_t off = TA_CUDA_STAGE_BUF;
     /* odd strides: a warp's threads walk rows (column strips, see
      * ta_cuda_mta_conv_strip), so odd strides keep them on distinct banks; + 3
@@ -114,13 +126,15 @@ static inline __host__ __device__ void ta_cuda_mta_bwd_smem_make(ta_cuda_mta_bwd
     m->off_w = off;
     off += conv_q * conv_k;
     m->off_lse = off;
-    off += g_rows;
+    off += l_rows;
     m->off_delta = off;
-    off += g_rows;
-    m->off_vis = off;
-    off += g_rows;
-    m->off_live = off;
-    off += g_rows;
+    off += l_rows;
+    m->off_key_lo = off;
+    off += l_rows;
+    m->off_key_hi = off;
+    off += l_rows;
+    m->off_live_hi = off;
+    off += l_rows;
     /* paired dconv_w partials (dq only): one pair's dC on E and the S it reads */
     m->ldw_dc = cols_eff;
     m->ldw_s = (cols_eff + 2 * pk) | 1;
@@ -155,8 +169,8 @@ typedef struct ta_cuda_mta_band {
 
 /* Shared buffers of a band, carved by ta_cuda_mta_bwd_smem. */
 typedef struct ta_cuda_mta_bwd_bufs {
-    float *stage, *s, *p, *dc, *ds, *w, *lse, *delta;
-    int32_t *vis, *live;
+    float *stage, *s, *p, *dc, *ds, *w, *lse, *delta; /* row arrays: [loaded row] */
+    int32_t *key_lo, *key_hi, *live_hi;               /* [loaded row] */
     float *xfer, *wdc, *ws; /* dq, paired partials */
 } ta_cuda_mta_bwd_bufs;
 
@@ -170,8 +184,9 @@ TA_CUDA_DEV ta_cuda_mta_bwd_bufs ta_cuda_mta_bwd_carve(float *base, const ta_cud
     b.w = base + m.off_w;
     b.lse = base + m.off_lse;
     b.delta = base + m.off_delta;
-    b.vis = reinterpret_cast<int32_t *>(base + m.off_vis);
-    b.live = reinterpret_cast<int32_t *>(base + m.off_live);
+    b.key_lo = reinterpret_cast<int32_t *>(base + m.off_key_lo);
+    b.key_hi = reinterpret_cast<int32_t *>(base + m.off_key_hi);
+    b.live_hi = reinterpret_cast<int32_t *>(base + m.off_live_hi);
     b.xfer = base + m.off_xfer;
     b.wdc = base + m.off_wdc;
     b.ws = base + m.off_ws;
@@ -185,14 +200,13 @@ TA_CUDA_DEV ta_cuda_mta_bwd_bufs ta_cuda_mta_bwd_carve(float *base, const ta_cud
 /*
  * Dot products of a rectangle: for x < n_a, y < n_b,
  *   epi(x, y, dot(A[a_row0 + x], B[b_row0 + y], n_feat))    (+0, fmaf, f ascending)
- * A row r is element (a_slice + r) * n_feat + f of a; rows outside [0, a_seq)
- * are zero and never read (likewise B). Covered in 64 x 64 tiles, one
- * ta_cuda_dot_tile_range each; each thread owns a 4 x 4 micro-tile (rows
- * 4ty + r, columns 4tx + c).
+ * A row r is row r of the slice a; rows outside [0, a_seq) are zero and never
+ * read (likewise B). Covered in 64 x 64 tiles, one ta_cuda_dot_tile_range
+ * each; each thread owns a 4 x 4 micro-tile (rows 4ty + r, columns 4tx + c).
  */
 template <int DT, typename Epi>
-TA_CUDA_DEV void ta_cuda_mta_dot_rect(const void *a, size_t a_slice, int32_t a_seq, int32_t a_row0,
-                                      int32_t n_a, const void *b, size_t b_slice, int32_t b_seq,
+TA_CUDA_DEV void ta_cuda_mta_dot_rect(const ta_cuda_rows &a, int32_t a_seq, int32_t a_row0,
+                                      int32_t n_a, const ta_cuda_rows &b, int32_t b_seq,
                                       int32_t b_row0, int32_t n_b, int32_t n_feat, float *stage,
                                       const Epi &epi) {
     const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
@@ -208,8 +222,7 @@ TA_CUDA_DEV void ta_cuda_mta_dot_rect(const void *a, size_t a_slice, int32_t a_s
             const int32_t b_hi = ta_tiling_min_i32(ta_tiling_min_i32(TA_CUDA_TILE, n_b - tb0),
                                                    b_seq - rb0);
             float acc[4][4];
-            ta_cuda_dot_tile_range<DT>(acc, a, (int64_t)a_slice + ra0, a_lo, a_hi, b,
-                                       (int64_t)b_slice + rb0, b_lo, b_hi, n_feat, stage);
+            ta_cuda_dot_tile_range<DT>(acc, a, ra0, a_lo, a_hi, b, rb0, b_lo, b_hi, n_feat, stage);
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
                 const int32_t x = ta0 + 4 * ty + r;
@@ -287,54 +300,56 @@ TA_CUDA_DEV void ta_cuda_mta_conv_grad_strip(float d[TA_CUDA_MTA_STRIP], const f
 }
 
 /*
- * The recomputation of one band (steps 1-4 at the top), for query head h's
- * slice q_slice (row index of row 0 in [B, H, S_q]) and kv slice kv_slice.
- * Needs the head's kernel in bf.w (written before the call). need_dc = 0 stops
- * after P (a dk/dv group without dk slots). Starts and ends with
- * __syncthreads(): afterwards bf.p (P, live entries; 0 elsewhere), bf.dc,
- * bf.ds, bf.s and the row arrays hold the band.
+ * The recomputation of one band (steps 1-4 at the top) for the context c (the
+ * query head's q, d_o, lse slices, the kv head's k, v slices, the key length;
+ * shared memory, read where used). Needs the head's kernel in bf.w (written
+ * before the call). need_dc = 0 stops after P (a dk/dv group without dk
+ * slots). Starts and ends with __syncthreads(): afterwards bf.p (P, live
+ * entries; 0 elsewhere), bf.dc, bf.ds, bf.s and the row arrays hold the band.
  */
 template <int DT>
-TA_CUDA_DEV void ta_cuda_mta_band_recompute(const ta_cuda_mta_bwd_params &p, const ta_tiling &t,
-                                            const ta_cuda_mta_bwd_smem &m,
-                                            const ta_cuda_mta_bwd_bufs &bf,
-                                            const ta_cuda_mta_band &bd, int32_t key_len,
-                                            size_t q_slice, size_t kv_slice, bool need_dc) {
+TA_CUDA_DEV void
+ta_cuda_mta_band_recompute(const ta_cuda_mta_bwd_params &p, const ta_tiling &t,
+                           const ta_cuda_mta_bwd_smem &m, const ta_cuda_mta_bwd_bufs &bf,
+                           const ta_cuda_mta_band &bd, const ta_tile_ctx &c, bool need_dc) {
     const int tid = (int)threadIdx.x;
     const int32_t pq = p.conv_q - 1, pk = (p.conv_k - 1) / 2, ck = p.conv_k, cq = p.conv_q;
-    const int32_t g_rows = bd.rows + pq, g_cols = bd.cols + 2 * pk;
+    const int32_t g_rows = bd.rows + pq, g_cols = bd.cols + 2 * pk, l_rows = bd.rows + 2 * pq;
     const int32_t lds = m.lds, ldg = m.ldg, ldd = m.ldd;
     const float neg_inf = ta_f32_from_bits(TA_CUDA_NEG_INF_BITS);
     const float scale = p.scale;
     float *s = bf.s, *pb = bf.p, *dc = bf.dc, *ds = bf.ds;
-    const float *w = bf.w, *lse_g = bf.lse, *delta_g = bf.delta;
-    const int32_t *vis_g = bf.vis, *live_g = bf.live;
+    const float *w = bf.w;
+    /* the row arrays of gradient row x (loaded row x + pq) */
+    const float *lse_g = bf.lse + pq, *delta_g = bf.delta + pq;
+    const int32_t *lo_g = bf.key_lo + pq, *hi_g = bf.key_hi + pq, *live_g = bf.live_hi + pq;
     int32_t e;
     __syncthreads(); /* the previous band is done with every buffer */
-    /* row arrays of the gradient rows: lse, D, visible key end, live key end */
-    for (e = tid; e < g_rows; e += TA_CUDA_THREADS) {
-        const int32_t i = bd.row0 + e;
+    /* row arrays of the loaded rows: lse, D, visible keys [lo, hi), live end */
+    for (e = tid; e < l_rows; e += TA_CUDA_THREADS) {
+        const int32_t i = bd.row0 - pq + e;
         float l = neg_inf, d = 0.0f;
-        int32_t ve = 0;
-        if (i < t.seq_q) {
-            l = p.lse[q_slice + (size_t)i];
-            d = p.delta[q_slice + (size_t)i];
-            ve = ta_cuda_visible_end(&t, i, key_len);
+        int32_t lo = 0, hi = 0;
+        if (i >= 0 && i < t.seq_q) {
+            l = p.lse[c.lse + i];
+            d = p.delta[c.lse + i];
+            ta_cuda_row_keys(&t, i, c.key_len, &lo, &hi);
         }
         bf.lse[e] = l;
         bf.delta[e] = d;
-        bf.vis[e] = ve;
-        bf.live[e] = l != neg_inf ? ve : 0;
+        bf.key_lo[e] = lo;
+        bf.key_hi[e] = hi;
+        bf.live_hi[e] = l != neg_inf ? hi : 0; /* live keys: [lo, live_hi) */
     }
-    /* 1. S on the loaded region */
+    /* 1. S on the loaded region (the dot tiles' barriers publish the row arrays) */
     {
         const int32_t r_first = bd.row0 - pq, j_first = bd.col0 - 2 * pk;
         ta_cuda_mta_dot_rect<DT>(
-            p.q, q_slice, t.seq_q, r_first, bd.rows + 2 * pq, p.k, kv_slice, t.seq_k, j_first,
-            bd.cols + 4 * pk, p.head_dim, bf.stage, [&](int32_t x, int32_t y, float acc) {
+            ta_cuda_rows_of(p.q, c.q, p.lay.q.seq), t.seq_q, r_first, l_rows,
+            ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), t.seq_k, j_first, bd.cols + 4 * pk, p.head_dim,
+            bf.stage, [&](int32_t x, int32_t y, float acc) {
                 const int32_t j = j_first + y;
-                const int32_t ve = ta_cuda_visible_end(&t, r_first + x, key_len);
-                s[x * lds + y] = (j >= 0 && j < ve) ? scale * acc : 0.0f;
+                s[x * lds + y] = (j >= bf.key_lo[x] && j < bf.key_hi[x]) ? scale * acc : 0.0f;
             });
     }
     __syncthreads();
@@ -344,15 +359,15 @@ TA_CUDA_DEV void ta_cuda_mta_band_recompute(const ta_cuda_mta_bwd_params &p, con
         const int32_t n_strips = (g_cols + TA_CUDA_MTA_STRIP - 1) / TA_CUDA_MTA_STRIP;
         for (e = tid; e < g_rows * n_strips; e += TA_CUDA_THREADS) {
             const int32_t x = e % g_rows, y0 = e / g_rows * TA_CUDA_MTA_STRIP;
-            const int32_t j0 = bd.col0 - pk + y0, le = live_g[x];
-            float c[TA_CUDA_MTA_STRIP] = {0.0f, 0.0f, 0.0f, 0.0f};
-            if (j0 + TA_CUDA_MTA_STRIP > 0 && j0 < le) /* some live entry */
-                ta_cuda_mta_conv_strip(c, s + x * lds + y0, lds, w, cq, ck);
+            const int32_t j0 = bd.col0 - pk + y0, lo = lo_g[x], le = live_g[x];
+            float cv[TA_CUDA_MTA_STRIP] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (j0 + TA_CUDA_MTA_STRIP > lo && j0 < le) /* some live entry */
+                ta_cuda_mta_conv_strip(cv, s + x * lds + y0, lds, w, cq, ck);
 #pragma unroll
             for (int o = 0; o < TA_CUDA_MTA_STRIP; ++o)
                 if (y0 + o < g_cols)
                     pb[x * ldg + y0 + o] =
-                        j0 + o >= 0 && j0 + o < le ? ta_exp(c[o] - lse_g[x]) : 0.0f;
+                        j0 + o >= lo && j0 + o < le ? ta_exp(cv[o] - lse_g[x]) : 0.0f;
         }
     }
     if (!need_dc) {
@@ -362,11 +377,12 @@ TA_CUDA_DEV void ta_cuda_mta_band_recompute(const ta_cuda_mta_bwd_params &p, con
     /* 3. dP and dC on the gradient region (the dot tile syncs before its epilogue) */
     {
         const int32_t j_first = bd.col0 - pk;
-        ta_cuda_mta_dot_rect<DT>(p.d_o, q_slice, t.seq_q, bd.row0, g_rows, p.v, kv_slice, t.seq_k,
-                                 j_first, g_cols, p.head_dim_v, bf.stage,
+        ta_cuda_mta_dot_rect<DT>(ta_cuda_rows_of(p.d_o, c.d_o, p.lay.d_o.seq), t.seq_q, bd.row0,
+                                 g_rows, ta_cuda_rows_of(p.v, c.v, p.lay.v.seq), t.seq_k, j_first,
+                                 g_cols, p.head_dim_v, bf.stage,
                                  [&](int32_t x, int32_t y, float acc) {
                                      const int32_t j = j_first + y;
-                                     dc[x * ldg + y] = (j >= 0 && j < live_g[x])
+                                     dc[x * ldg + y] = (j >= lo_g[x] && j < live_g[x])
                                                            ? pb[x * ldg + y] * (acc - delta_g[x])
                                                            : 0.0f;
                                  });
@@ -377,13 +393,14 @@ TA_CUDA_DEV void ta_cuda_mta_band_recompute(const ta_cuda_mta_bwd_params &p, con
         const int32_t n_strips = (bd.cols + TA_CUDA_MTA_STRIP - 1) / TA_CUDA_MTA_STRIP;
         for (e = tid; e < bd.rows * n_strips; e += TA_CUDA_THREADS) {
             const int32_t x = e % bd.rows, y0 = e / bd.rows * TA_CUDA_MTA_STRIP;
-            const int32_t ve = vis_g[x];
+            const int32_t j0 = bd.col0 + y0, lo = lo_g[x], hi = hi_g[x];
             float d[TA_CUDA_MTA_STRIP] = {0.0f, 0.0f, 0.0f, 0.0f};
-            if (bd.col0 + y0 < ve)
+            if (j0 + TA_CUDA_MTA_STRIP > lo && j0 < hi) /* some visible entry */
                 ta_cuda_mta_conv_grad_strip(d, dc + (x + pq) * ldg + y0 + 2 * pk, ldg, w, cq, ck);
 #pragma unroll
             for (int o = 0; o < TA_CUDA_MTA_STRIP; ++o)
-                if (y0 + o < bd.cols) ds[x * ldd + y0 + o] = bd.col0 + y0 + o < ve ? d[o] : 0.0f;
+                if (y0 + o < bd.cols)
+                    ds[x * ldd + y0 + o] = j0 + o >= lo && j0 + o < hi ? d[o] : 0.0f;
         }
     }
     __syncthreads();
@@ -399,17 +416,19 @@ TA_CUDA_DEV void ta_cuda_mta_bwd_load_w(const ta_cuda_mta_bwd_params &p,
         bf.w[n] = p.conv_w[(size_t)h * (size_t)n_w + (size_t)n];
 }
 
-/* Stage rows [first_row, first_row + rows) (rows <= RCHUNK) of a [*, dim]
- * tensor into dst[RCHUNK][width] (width = 64 n_slots >= dim), 0 past dim or rows. */
+/* Stage rows [first_row, first_row + rows) (rows <= RCHUNK, inside the
+ * sequence) of the slice src (rows of dim features) into dst[RCHUNK][width]
+ * (width = 64 n_slots >= dim), 0 past dim or rows. */
 template <int DT>
-TA_CUDA_DEV void ta_cuda_mta_stage_k(float *dst, const void *src, size_t first_row, int32_t rows,
-                                     int32_t dim, int32_t width) {
+TA_CUDA_DEV void ta_cuda_mta_stage_k(float *dst, const ta_cuda_rows &src, int32_t first_row,
+                                     int32_t rows, int32_t dim, int32_t width) {
     __syncthreads(); /* the previous phase is done with dst */
     for (int32_t e = (int32_t)threadIdx.x; e < TA_CUDA_RCHUNK * width; e += TA_CUDA_THREADS) {
         const int32_t x = e / width, f = e % width;
         float val = 0.0f;
         if (x < rows && f < dim)
-            val = ta_cuda_load<DT>(src, (first_row + (size_t)x) * (size_t)dim + (size_t)f);
+            val = ta_cuda_load<DT>(src.base,
+                                   (size_t)(ta_cuda_row(src.slice, src.ld, first_row + x) + f));
         dst[e] = val;
     }
     __syncthreads();
@@ -470,6 +489,7 @@ template <int DT, int NB>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_mta_dq_kernel(const __grid_constant__ ta_cuda_mta_bwd_params p) {
     extern __shared__ float4 ta_cuda_mta_dq_dyn_smem[];
+    __shared__ ta_tile_ctx ctx_s;
     const ta_tiling t = p.t;
     const ta_cuda_mta_bwd_smem m = p.sm;
     const ta_cuda_mta_bwd_bufs bf =
@@ -489,12 +509,9 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         const int32_t fg = (int32_t)(tile % p.n_groups); /* then a q-side tile, last first */
         const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile / p.n_groups, n_qt);
-        const int32_t qt = at.qt, h = at.h, b = p.batch_begin + at.b_local;
-        const int32_t key_len = ta_cuda_key_len(p, at.b_local);
+        const int32_t qt = at.qt;
+        const ta_tile_ctx &c = ctx_s; /* the tile's context: made once, read where used */
         const int32_t r0 = ta_tile_row_eff_begin(&t, qt), r1 = ta_tile_row_eff_end(&t, qt);
-        const int32_t k_end = ta_tile_k_end(&t, qt, key_len);
-        const size_t q_slice = ta_cuda_q_slice(p, b, h);
-        const size_t kv_slice = ta_cuda_kv_slice(p, b, h / p.group);
         const bool do_dw = fg == 0;
         float acc[NB][4][4];
         float r_sum0 = 0.0f, r_sum1 = 0.0f; /* R(b, qt) of entries n0, n1 */
@@ -505,9 +522,11 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
                     acc[u][r][e] = 0.0f;
-        ta_cuda_mta_bwd_load_w(p, bf, h);
-        /* step 2: k tiles ascending */
-        for (int32_t kt = 0; kt < k_end; ++kt) {
+        __syncthreads(); /* the previous tile is done with ctx_s */
+        if (tid == 0) ctx_s = ta_cuda_context(p, at.b_local, at.h, qt);
+        ta_cuda_mta_bwd_load_w(p, bf, at.h); /* its barrier publishes ctx_s */
+        /* step 2: the context's k tiles [k_begin, k_end) ascending */
+        for (int32_t kt = c.k_begin; kt < c.k_end; ++kt) {
             const int32_t c0 = ta_tile_col_eff_begin(&t, kt);
             const int32_t cols = ta_tile_col_eff_end(&t, kt) - c0;
             float part0 = 0.0f, part1 = 0.0f; /* part(b, qt, kt) of entries n0, n1 */
@@ -525,12 +544,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 }
                 if (!has && !do_dw) continue;
                 /* steps 2a-2d: S, P, dC, dS of the band */
-                ta_cuda_mta_band_recompute<DT>(p, t, m, bf, bd, key_len, q_slice, kv_slice, true);
+                ta_cuda_mta_band_recompute<DT>(p, t, m, bf, bd, c, true);
                 /* step 2e: dq_r = fmaf(dS_rj, k_j, dq_r), keys j ascending, live only */
                 for (int32_t j0 = 0; has && j0 < cols; j0 += TA_CUDA_RCHUNK) {
                     const int32_t jn = ta_tiling_min_i32(TA_CUDA_RCHUNK, cols - j0);
-                    ta_cuda_mta_stage_k<DT>(bf.stage, p.k, kv_slice + (size_t)(c0 + j0), jn,
-                                            p.head_dim, width);
+                    ta_cuda_mta_stage_k<DT>(bf.stage, ta_cuda_rows_of(p.k, c.k, p.lay.k.seq),
+                                            c0 + j0, jn, p.head_dim, width);
                     for (int32_t jj = 0; jj < jn; ++jj) {
                         const int32_t y = j0 + jj, j = c0 + y;
                         float dsv[4];
@@ -540,7 +559,9 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                             const int32_t x = 4 * ty + r - slot_off;
                             const bool in = x >= 0 && x < bd.rows;
                             const int32_t xc = in ? x : 0;
-                            live[r] = in && j < bf.live[xc];
+                            /* live keys of effective row xc (loaded row xc + c_q - 1) */
+                            live[r] = in && j >= bf.key_lo[xc + p.conv_q - 1] &&
+                                      j < bf.live_hi[xc + p.conv_q - 1];
                             dsv[r] = bf.ds[xc * m.ldd + y];
                         }
 #pragma unroll
@@ -577,13 +598,14 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                                                           cols);
                     }
                 }
-                /* paired (one band per tile, c_q c_k <= 128): an even pair stashes its dC on
-                 * E and the S it reads; the odd pair after it runs both pairs' chains at
+                /* paired (one band per tile, c_q c_k <= 128): an even pair (kt - k_begin
+                 * even) stashes its dC on E and the S it reads; the odd pair after it runs
+                 * both pairs' chains at
                  * once (threads [0, 128): the stashed pair, [128, 256): its own), then
                  * R = R + part(kt-1) + part(kt) in order; a last even pair runs alone. */
                 if (do_dw && paired) {
-                    const bool odd = (kt & 1) != 0;
-                    if (!odd && kt + 1 < k_end) {
+                    const bool odd = ((kt - c.k_begin) & 1) != 0;
+                    if (!odd && kt + 1 < c.k_end) {
                         for (int32_t e = tid; e < bd.rows * cols; e += TA_CUDA_THREADS)
                             bf.wdc[e / cols * m.ldw_dc + e % cols] =
                                 bf.dc[e / cols * m.ldg + pk + e % cols];
@@ -637,17 +659,17 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
                         if (f0 + e < p.head_dim)
-                            ta_cuda_store<DT>(p.dq,
-                                              (q_slice + (size_t)row) * (size_t)p.head_dim +
-                                                  (size_t)(f0 + e),
-                                              p.scale * acc[u][r][e]);
+                            ta_cuda_store<DT>(
+                                p.dq, (size_t)(ta_cuda_row(c.dq, p.lay.dq.seq, row) + f0 + e),
+                                p.scale * acc[u][r][e]);
                 }
             }
         }
         if (do_dw) {
-            float *r_out = p.dw_rows + (((size_t)b * (size_t)p.heads_q + (size_t)h) * (size_t)n_qt +
-                                        (size_t)qt) *
-                                           (size_t)n_w;
+            float *r_out =
+                p.dw_rows + (((size_t)c.batch * (size_t)p.heads_q + (size_t)c.head) * (size_t)n_qt +
+                             (size_t)qt) *
+                                (size_t)n_w;
             if (n0 < n_w) r_out[n0] = r_sum0;
             if (n1 < n_w) r_out[n1] = r_sum1;
         }
@@ -669,65 +691,80 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_mta_dkdv_kernel(const __grid_constant__ ta_cuda_mta_bwd_params p) {
     extern __shared__ float4 ta_cuda_mta_dkdv_dyn_smem[];
     __shared__ ta_cuda_slot slots[TA_CUDA_SLOTS];
+    __shared__ ta_tile_ctx ctx_s; /* key side, then the current query head's slices */
     const ta_tiling t = p.t;
     const ta_cuda_mta_bwd_smem m = p.sm;
     const ta_cuda_mta_bwd_bufs bf =
         ta_cuda_mta_bwd_carve(reinterpret_cast<float *>(ta_cuda_mta_dkdv_dyn_smem), m);
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
-    const int32_t n_kt = t.num_k_tiles, n_qt = t.num_q_tiles, pk = (p.conv_k - 1) / 2;
+    const int32_t n_kt = t.num_k_tiles, pk = (p.conv_k - 1) / 2, pq = p.conv_q - 1;
     const int32_t nk = (p.head_dim + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT; /* dk slots */
     const int32_t n_slots_all = nk + (p.head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_kv * n_kt * p.n_groups;
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         const ta_cuda_kv_tile at = ta_cuda_kv_tile_at(p, tile, n_kt, p.n_groups);
-        const int32_t fg = at.fg, kt = at.kt, h_kv = at.h_kv, b = p.batch_begin + at.b_local;
-        const int32_t key_len = ta_cuda_key_len(p, at.b_local);
+        const int32_t fg = at.fg, kt = at.kt, h_kv = at.h_kv;
+        const ta_tile_ctx &c = ctx_s; /* made once per head, read where used */
         const int32_t c0 = ta_tile_col_eff_begin(&t, kt);
         const int32_t cols = ta_tile_col_eff_end(&t, kt) - c0;
-        const int32_t q_begin = ta_tile_q_begin(&t, kt, key_len);
         const int32_t slot0 = fg * NS; /* this group's first slot */
         const int32_t n_slots = ta_tiling_min_i32(NS, n_slots_all - slot0);
         const bool need_ds = slot0 < nk; /* the group holds dk slots */
-        const size_t kv_slice = ta_cuda_kv_slice(p, b, h_kv);
+        int32_t q_begin, q_end;
         float acc[4][NS][4]; /* acc[key 4ty+r][slot s feature 4tx+e] */
         ta_cuda_acc_zero<NS>(acc);
-        __syncthreads(); /* the previous tile is done with slots */
-        if (tid < NS) {
-            const int32_t u = slot0 + tid;
-            if (tid >= n_slots)
-                slots[tid] = ta_cuda_slot{p.q, 0, 0}; /* unused: every feature is padding */
-            else if (u < nk)
-                slots[tid] = ta_cuda_slot{p.q, p.head_dim, u * TA_CUDA_SLOT};
-            else
-                slots[tid] = ta_cuda_slot{p.d_o, p.head_dim_v, (u - nk) * TA_CUDA_SLOT};
-        }
+        /* the key side: the context of the kv group's first query head (its k,
+         * v, dk, dv slices and key length, as the reference's) */
+        __syncthreads(); /* the previous tile is done with ctx_s */
+        if (tid == 0) ctx_s = ta_cuda_context(p, at.b_local, h_kv * p.group, 0);
+        __syncthreads();
+        ta_tile_k_rows(&t, kt, c.key_len, &q_begin, &q_end); /* Q tiles that meet the key tile */
         /* step 1: the kv group's query heads ascending (each with its kernel), then Q tiles */
         for (int32_t g = 0; g < p.group; ++g) {
             const int32_t h = h_kv * p.group + g;
-            const size_t q_slice = ta_cuda_q_slice(p, b, h);
+            /* head h's context (the same key side) and this group's slots: dk
+             * slots take features of q, dv slots of dO; the kernel's barrier
+             * publishes them. ctx_s.batch is re-read from shared memory each
+             * head, so the per-batch products are not hoisted into registers. */
+            {
+                const ta_tile_ctx hd = ta_cuda_context(p, c.batch - p.batch_begin, h, 0);
+                const int32_t u = slot0 + tid;
+                __syncthreads(); /* the previous head is done with ctx_s and slots */
+                if (tid == 0) ctx_s = hd;
+                if (tid >= n_slots && tid < NS) /* unused: every feature is padding */
+                    slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.q, hd.q, p.lay.q.seq), 0, 0);
+                else if (tid < NS && u < nk)
+                    slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.q, hd.q, p.lay.q.seq),
+                                                 p.head_dim, u * TA_CUDA_SLOT);
+                else if (tid < NS)
+                    slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.d_o, hd.d_o, p.lay.d_o.seq),
+                                                 p.head_dim_v, (u - nk) * TA_CUDA_SLOT);
+            }
             ta_cuda_mta_bwd_load_w(p, bf, h);
-            for (int32_t qt = q_begin; qt < n_qt; ++qt) {
+            for (int32_t qt = q_begin; qt < q_end; ++qt) {
                 const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
                 const ta_cuda_mta_band bd = {row0, ta_tile_row_eff_end(&t, qt) - row0, c0, cols};
                 /* step 2: S, P (and dC, dS) of the tile pair */
-                ta_cuda_mta_band_recompute<DT>(p, t, m, bf, bd, key_len, q_slice, kv_slice,
-                                               need_ds);
+                ta_cuda_mta_band_recompute<DT>(p, t, m, bf, bd, c, need_ds);
                 /* step 3: dv_j = fmaf(P_ij, dO_i, dv_j), dk_j = fmaf(dS_ij, q_i, dk_j), rows
                  * i ascending, live entries only */
                 for (int32_t i0 = 0; i0 < bd.rows; i0 += TA_CUDA_RCHUNK) {
                     const int in = (int)ta_tiling_min_i32(TA_CUDA_RCHUNK, bd.rows - i0);
-                    ta_cuda_stage_rows<DT, NS>(bf.stage, slots, q_slice + (size_t)(row0 + i0), in);
+                    ta_cuda_stage_rows<DT, NS>(bf.stage, slots, row0 + i0, in);
                     for (int ii = 0; ii < in; ++ii) {
                         const int32_t x = i0 + ii;
-                        const int32_t le = bf.live[x];
+                        /* row x's live keys [lo, live_hi) (loaded row x + c_q - 1), as
+                         * slots of this thread's keys c0 + 4ty + r: live iff lo <= r < hi */
+                        const int32_t lo = bf.key_lo[x + pq] - (c0 + 4 * ty);
+                        const int32_t hi = bf.live_hi[x + pq] - (c0 + 4 * ty);
                         float pv[4], dv[4];
                         bool live[4];
 #pragma unroll
                         for (int r = 0; r < 4; ++r) {
                             const int32_t y = 4 * ty + r;
                             const int32_t yc = y < cols ? y : 0;
-                            live[r] = y < cols && c0 + y < le;
+                            live[r] = y < cols && r >= lo && r < hi;
                             pv[r] = bf.p[x * m.ldg + yc + pk];
                             dv[r] = need_ds ? bf.ds[x * m.ldd + yc] : 0.0f;
                         }
@@ -758,17 +795,19 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             const int32_t len = is_dk ? p.head_dim : p.head_dim_v;
             const int32_t f0 = (is_dk ? u : u - nk) * TA_CUDA_SLOT + 4 * tx;
             void *dst = is_dk ? p.dk : p.dv;
+            const int64_t slice = is_dk ? c.dk : c.dv;
+            const int64_t ld = is_dk ? p.lay.dk.seq : p.lay.dv.seq;
             if (s >= n_slots) continue;
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
                 const int32_t j = 4 * ty + r;
                 if (j >= cols) continue;
+                const int64_t first = ta_cuda_row(slice, ld, c0 + j);
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const size_t idx =
-                        (kv_slice + (size_t)(c0 + j)) * (size_t)len + (size_t)(f0 + e);
                     if (f0 + e >= len) continue;
-                    ta_cuda_store<DT>(dst, idx, is_dk ? p.scale * acc[r][s][e] : acc[r][s][e]);
+                    ta_cuda_store<DT>(dst, (size_t)(first + f0 + e),
+                                      is_dk ? p.scale * acc[r][s][e] : acc[r][s][e]);
                 }
             }
         }
@@ -880,9 +919,7 @@ static ta_status ta_cuda_mta_dkdv_geometry(const ta_plan *plan, ta_cuda_mta_bwd_
     const int32_t block_k = pk <= 8 ? TA_CUDA_TILE : TA_CUDA_TILE + 4 * pk;
     int32_t block_q;
     for (block_q = TA_CUDA_TILE; block_q >= 2 * (pr->conv_q - 1) + 1; block_q -= 16) {
-        ta_status st =
-            (ta_status)ta_tiling_make(&prm->t, pr->seq_q, pr->seq_k, block_q, block_k, pr->conv_q,
-                                      pr->conv_k, plan->bwd.causal, TA_TILING_BWD, 1);
+        const ta_status st = ta_cuda_tiling(plan, block_q, block_k, TA_TILING_BWD, &prm->t);
         if (st != TA_OK) return st;
         ta_cuda_mta_bwd_smem_make(&prm->sm, prm->t.rows_eff, prm->t.cols_eff, pr->conv_q,
                                   pr->conv_k, 0);

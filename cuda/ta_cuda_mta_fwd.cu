@@ -9,9 +9,9 @@
  * where the online softmax rescales); the rows are the backend's choice (rows
  * are independent, docs/design.md 3.5): a CUDA Q tile loads 64 rows, c_q - 1 halo
  * rows on top of 64 - (c_q - 1) effective ones, so the tiling this kernel runs
- * is ta_tiling_make(S_q, S_k, 64, block_k, c_q, c_k, causal, TA_TILING_FWD)
- * and each row tile's k-tile range is ta_tile_k_end. For each k tile,
- * ascending:
+ * is ta_cuda_tiling(plan, 64, block_k, TA_TILING_FWD) (the plan's mask) and
+ * each row tile's context (ta_cuda_context) gives its key length, slices and
+ * K tiles [k_begin, k_end). For each of those k tiles, ascending:
  *   1. raw scores S on the loaded region [64 rows][block_k columns]
  *      (ta_cuda_mta_scores: scale * dot, +0 where not visible)  threads over (x, jl)
  *   2. conv C on the visible effective entries, written transposed into the
@@ -22,7 +22,11 @@
  *   6. acc = acc * alpha; acc += p v                            threads over (x, d)
  * then o = acc / l, lse = m + log(l) (rows that saw no key: 0, -inf).
  * Steps 3-6 and the store are the SDPA forward's (cuda/ta_cuda_sdpa_fwd.cu)
- * with the convolved scores in place of the raw ones.
+ * with the convolved scores in place of the raw ones. Visible: key j of row r
+ * is in the row's interval [lo, hi) (ta_cuda_row_keys: causal, seqlens_k,
+ * window), the raw scores by their own (row, key) before the conv, the
+ * convolved ones after it (docs/mta.md section 2); C is formed and read only
+ * on a row's visible columns [max(lo, col0), min(hi, col0 + cols)).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -42,11 +46,13 @@ extern "C" {
 /*
  * Dynamic shared memory: the forwards' table (cuda/ta_cuda_tile.cuh), cols_cap
  * = ta_cuda_fwd_cols_cap, with the MTA regions:
+ *   m_run, l_run, m_new, alpha [64] f32; key_lo, key_hi [80] int32 (loaded
+ *          rows' visible keys); tile_lo, tile_hi [64] int32 (effective rows'
+ *          visible columns of the current k tile)
  *   s      [64][s_ld]           raw scores S of the loaded region (s_ld = ta_cuda_mta_s_ld)
  *   st     [cols_cap][LDT]      C, then p, of the effective region, transposed: st[e][x]
- *   stage  [STAGE_BUF]          dot-tile chunks / V rows
+ *   stage  [STAGE_BUF]          dot-tile chunks and row offsets / V rows
  *   w      [W_BUF]              the head's conv kernel, rows padded to 4
- *   m_run, l_run, m_new, alpha [64] f32; vis_end, n_vis [64] int32
  */
 static __host__ __device__ ta_cuda_fwd_smem ta_cuda_mta_fwd_smem(int32_t cols_cap) {
     return ta_cuda_fwd_smem_make(cols_cap, TA_CUDA_TILE * ta_cuda_mta_s_ld(cols_cap),
@@ -58,19 +64,23 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_mta_fwd_kernel(const __grid_constant__ ta_cuda_params p) {
     extern __shared__ float4 ta_cuda_mta_fwd_dyn_smem[];
     __shared__ ta_cuda_slot v_slots[TA_CUDA_SLOTS];
+    __shared__ ta_tile_ctx ctx_s;
     const ta_tiling t = p.t;
-    const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
+    const int tid = (int)threadIdx.x;
     const int32_t cols_cap = ta_cuda_fwd_cols_cap(&t), n_qt = t.num_q_tiles;
-    const int32_t s_ld = ta_cuda_mta_s_ld(cols_cap);
+    const int32_t s_ld = ta_cuda_mta_s_ld(cols_cap), pq = p.conv_q - 1;
     const ta_cuda_fwd_smem sm = ta_cuda_mta_fwd_smem(cols_cap);
     float *base = reinterpret_cast<float *>(ta_cuda_mta_fwd_dyn_smem);
     float *s = base + sm.s, *st = base + sm.st, *stage = base + sm.stage, *w_s = base + sm.w;
     float *m_run = base + sm.m_run, *l_run = base + sm.l_run;
     float *m_new = base + sm.m_new, *alpha = base + sm.alpha;
-    int32_t *vis_end = reinterpret_cast<int32_t *>(base + sm.vis_end);
-    int32_t *n_vis = reinterpret_cast<int32_t *>(base + sm.n_vis);
+    /* key_lo, key_hi: the visible keys of loaded row x; effective row i is loaded row i + c_q - 1
+     */
+    int32_t *key_lo = reinterpret_cast<int32_t *>(base + sm.key_lo);
+    int32_t *key_hi = reinterpret_cast<int32_t *>(base + sm.key_hi);
+    int32_t *tile_lo = reinterpret_cast<int32_t *>(base + sm.tile_lo);
+    int32_t *tile_hi = reinterpret_cast<int32_t *>(base + sm.tile_hi);
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
-    if (tid < NS) v_slots[tid] = ta_cuda_slot{p.v, p.head_dim_v, tid * TA_CUDA_SLOT};
     /* S columns past a tile's loaded ones are read by the conv's discarded
      * lanes only; zero them once so they are never uninitialised */
     for (int e = tid; e < TA_CUDA_TILE * s_ld; e += TA_CUDA_THREADS)
@@ -78,58 +88,65 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt);
-        const int32_t qt = at.qt, h = at.h, b = p.batch_begin + at.b_local;
-        const int32_t key_len = ta_cuda_key_len(p, at.b_local);
+        const int32_t qt = at.qt;
+        const ta_tile_ctx &c = ctx_s; /* the tile's context: made once, read where used */
         const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
         const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
-        const int32_t k_end = ta_tile_k_end(&t, qt, key_len);
-        const size_t q_slice = ta_cuda_q_slice(p, b, h);
-        const size_t q_first = q_slice + (size_t)row0;              /* query-side row */
-        const size_t kv_base = ta_cuda_kv_slice(p, b, h / p.group); /* GQA: kv head h / group */
         ta_cuda_mta_region g;
         float acc[4][NS][4]; /* acc[row 4ty+r][feature s*64 + 4tx + e] */
-        int32_t row_vis[4];
         int32_t kt;
         g.row_load0 = ta_tile_row_load_begin(&t, qt);
         g.rows_load = ta_tile_row_load_end(&t, qt) - g.row_load0; /* rows + c_q - 1 <= 64 */
         ta_cuda_acc_zero<NS>(acc);
-        /* init: m = -inf, l = 0 per effective row; its visible key range; the kernel */
-        __syncthreads(); /* the previous tile is done with the row arrays */
+        /* init: the context; m = -inf, l = 0 per effective row; the visible key
+         * interval of each loaded row; the V slots on the kv slice; the kernel */
+        __syncthreads(); /* the previous tile is done with the row arrays, ctx_s, slots */
+        if (tid == 0) ctx_s = ta_cuda_context(p, at.b_local, at.h, qt);
+        __syncthreads();
         if (tid < TA_CUDA_TILE) {
             m_run[tid] = ta_f32_from_bits(TA_CUDA_NEG_INF_BITS);
             l_run[tid] = 0.0f;
-            vis_end[tid] = tid < rows ? ta_cuda_visible_end(&t, row0 + tid, key_len) : 0;
         }
-        ta_cuda_mta_load_w(w_s, p.conv_w, h, p.conv_q, p.conv_k); /* ends with a barrier */
-        for (kt = 0; kt < k_end; ++kt) {
+        if (tid < TA_CUDA_KEY_ROWS)
+            ta_cuda_row_keys(&t, tid < g.rows_load ? g.row_load0 + tid : -1, c.key_len,
+                             &key_lo[tid], &key_hi[tid]);
+        if (tid < NS)
+            v_slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.v, c.v, p.lay.v.seq), p.head_dim_v,
+                                           tid * TA_CUDA_SLOT);
+        ta_cuda_mta_load_w(w_s, p.conv_w, c.head, p.conv_q, p.conv_k); /* ends with a barrier */
+        /* the context's K tiles [k_begin, k_end) ascending; the others are fully masked */
+        for (kt = c.k_begin; kt < c.k_end; ++kt) {
             const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
             const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
             g.col_load0 = ta_tile_col_load_begin(&t, kt);
             g.cols_load = ta_tile_col_load_end(&t, kt) - g.col_load0;
-            /* visible effective columns of each row: e < n_vis (a prefix). Every
-             * reader of the previous tile's n_vis has passed a barrier since. */
-            if (tid < TA_CUDA_TILE)
-                n_vis[tid] = ta_tiling_max_i32(0, ta_tiling_min_i32(vis_end[tid] - col0, cols));
             /* step 1: S on the loaded region (starts with a barrier) */
-            ta_cuda_mta_scores<DT>(s, s_ld, p.q, q_slice, p.k, kv_base, p.head_dim, p.scale, &t,
-                                   key_len, g, stage);
+            ta_cuda_mta_scores<DT>(s, s_ld, ta_cuda_rows_of(p.q, c.q, p.lay.q.seq),
+                                   ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), p.head_dim, p.scale, &t,
+                                   key_lo, key_hi, g, stage);
+            /* the visible effective columns [tile_lo, tile_hi) of each effective
+             * row (the previous tile's readers have passed the scores' barriers) */
+            if (tid < TA_CUDA_TILE)
+                ta_cuda_tile_cols(key_lo[tid + pq], key_hi[tid + pq], col0, cols, &tile_lo[tid],
+                                  &tile_hi[tid]);
             __syncthreads();
             /* step 2: C[x][e] on the visible effective entries, into st[e][x]
              * (effective row x reads loaded rows x .. x + c_q - 1, effective
              * column e reads loaded columns e .. e + c_k - 1) */
-            ta_cuda_mta_conv(s, s_ld, w_s, p.conv_q, p.conv_k, rows, cols, n_vis, st, 1,
+            ta_cuda_mta_conv(s, s_ld, w_s, p.conv_q, p.conv_k, rows, cols, tile_lo, tile_hi, st, 1,
                              TA_CUDA_LDT);
             __syncthreads();
             /* steps 3-6: row max and alpha, p = exp(C - m_new), l, acc: the SDPA
-             * forward's, over the effective columns (keys col0 + j); n_vis is
-             * rewritten with the same values */
-            ta_cuda_softmax_pv_tile<DT, NS>(st, col0, cols, vis_end, n_vis, m_run, l_run, m_new,
-                                            alpha, stage, v_slots, kv_base, acc,
-                                            row_vis);
+             * forward's, over the effective columns (keys col0 + j) of the
+             * effective rows; tile_lo, tile_hi are rewritten with the same values */
+            ta_cuda_softmax_pv_tile<DT, NS>(st, col0, cols, key_lo + pq, key_hi + pq, tile_lo,
+                                            tile_hi, m_run, l_run, m_new, alpha, stage, v_slots,
+                                            acc);
         }
         /* step 7: o = acc / l (IEEE division), lse = m + log(l); unseen rows: 0, -inf */
         __syncthreads();
-        ta_cuda_fwd_store_rows<DT, NS>(p.o, p.lse, q_first, rows, p.head_dim_v, acc, m_run, l_run);
+        ta_cuda_fwd_store_rows<DT, NS>(row0, rows, p.head_dim_v, acc, m_run, l_run, p.o, c.o,
+                                       p.lay.o.seq, p.lse, c.lse);
     }
 }
 
@@ -153,10 +170,9 @@ extern "C" ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a,
     ta_status st;
     (void)ws; /* no device workspace (ta_cuda.h) */
     if ((st = ta_cuda_check_pointers(ptrs, 6)) != TA_OK) return st;
-    /* 64 loaded rows per CUDA Q tile (64 - (c_q - 1) effective); the plan's k tiles */
-    st = (ta_status)ta_tiling_make(&t, pr->seq_q, pr->seq_k, TA_CUDA_TILE, plan->fwd.block_k,
-                                   pr->conv_q, pr->conv_k, plan->fwd.causal, TA_TILING_FWD, 1);
-    if (st != TA_OK) return st;
+    /* 64 loaded rows per CUDA Q tile (64 - (c_q - 1) effective); the plan's k tiles, mask */
+    if ((st = ta_cuda_tiling(plan, TA_CUDA_TILE, plan->fwd.block_k, TA_TILING_FWD, &t)) != TA_OK)
+        return st;
     /* block_k's need (57,856 B at <= 64 .. 159,232 B at <= 256); the opt-in is
      * the largest block_k's, capped at the device's limit. A GPU with 99 KB
      * (sm_86, sm_89) runs block_k <= 128 and refuses larger ones. */

@@ -7,16 +7,22 @@
  * kernel's own fields (feature groups, shared-memory offset table, ...).
  * Not installed.
  *
- * Where a change of layout goes: every (batch, head) slice offset of every
- * kernel comes from ta_cuda_q_slice / ta_cuda_kv_slice below; visibility from
- * the tiling `t` (causal, diag_offset); the batch chunk from
- * ta_cuda_launch_batches (cuda/ta_cuda_host.cuh). Per-tensor element strides
- * (batch, head, seq) and sliding-window bounds are fields added to this struct,
- * set by the fill and read by those helpers. Not yet: with the contiguous
- * layout the slices follow from the dims, and int64 stride fields read in the
- * helpers cost registers (ptxas, CUDA 13.0: SDPA forward f32 124 -> 128
- * registers and up to 28/28 B of new spills on sm_90a), so they wait for the
- * change that needs them.
+ * What a kernel derives from it, it takes from the tiling descriptor
+ * (include/tileattn_tiling.h): the per-tile context (ta_cuda_context: key
+ * length, K tile range, element offsets of every slice under the call's
+ * layout), the row intervals of the mask (ta_cuda_row_keys in
+ * cuda/ta_cuda_tile.cuh) and the dk/dv pass's Q tile range (ta_tile_k_rows).
+ * The tiling `t` is the one the kernel runs (its own row tiles, the plan's
+ * key cut where the contract needs it) and carries the plan's mask: causal,
+ * diag_offset and the sliding window.
+ *
+ * Strides: `lay` holds the call's resolved element strides (int64, in the
+ * parameter space). Kernels form a tile's slice offset once per tile (the
+ * context) and address row r of a tensor as offset + r * lay.X.seq, the
+ * product in 64 bits (a stride times a row can pass 2^31; ta_cuda_row in
+ * cuda/ta_cuda_tile.cuh). The strides are
+ * read where they are used, from the parameter space, so they hold no
+ * register across the hot loops (ptxas figures: docs/cuda.md section 3).
  */
 #ifndef TA_CUDA_PARAMS_CUH
 #define TA_CUDA_PARAMS_CUH
@@ -47,8 +53,9 @@ struct ta_cuda_params {
     float *delta;          /* [B, H, S_q] f32, workspace (backward) */
     float *dw_rows;        /* [B, H, n_q, c_q, c_k] f32, workspace (MTA backward) */
     /* the tiling this kernel runs (each launcher picks its tile sizes); holds
-     * S_q, S_k, the mask (causal, diag_offset) and the halos */
+     * S_q, S_k, the mask (causal, diag_offset, window) and the halos */
     ta_tiling t;
+    ta_layout lay; /* element strides of q, k, v, o, d_o, dq, dk, dv (plan->layout) */
     int32_t heads_q, heads_kv, group; /* group = H / H_kv: query head h reads kv head h / group */
     int32_t head_dim, head_dim_v;     /* D, D_v */
     int32_t conv_q, conv_k;           /* c_q, c_k; 0, 0 without a conv */
@@ -68,19 +75,18 @@ TA_CUDA_PARAMS_FN int32_t ta_cuda_key_len(const ta_cuda_params &p, int32_t b_loc
 }
 
 /*
- * Row index of row 0 of query head h's slice of batch entry b in the query
- * side's tensors (q, o, d_o, dq with rows of D or D_v features; lse, delta
- * with rows of 1): element (row, f) of a tensor with rows of n features is
- * row * n + f, as every device helper addresses it. Contiguous [B, H, S_q, n].
+ * The per-tile context of (batch entry batch_begin + b_local, query head h,
+ * Q tile qt) of the kernel's tiling p.t: the key length, the K tiles
+ * [k_begin, k_end) that hold a visible entry, the kv head, and the element
+ * offsets of the slices (row 0) of every tensor under p.lay (ta_tile_context).
+ * Fields a kernel does not read cost nothing (inlined, dead code).
  */
-TA_CUDA_PARAMS_FN size_t ta_cuda_q_slice(const ta_cuda_params &p, int32_t b, int32_t h) {
-    return ((size_t)b * (size_t)p.heads_q + (size_t)h) * (size_t)p.t.seq_q;
-}
-
-/* Likewise for kv head h_kv in the key side's tensors (k, v, dk, dv),
- * contiguous [B, H_kv, S_k, n]. */
-TA_CUDA_PARAMS_FN size_t ta_cuda_kv_slice(const ta_cuda_params &p, int32_t b, int32_t h_kv) {
-    return ((size_t)b * (size_t)p.heads_kv + (size_t)h_kv) * (size_t)p.t.seq_k;
+TA_CUDA_PARAMS_FN ta_tile_ctx ta_cuda_context(const ta_cuda_params &p, int32_t b_local, int32_t h,
+                                              int32_t qt) {
+    ta_tile_ctx c;
+    ta_tile_context(&c, &p.t, &p.lay, p.heads_q, p.group, ta_cuda_key_len(p, b_local),
+                    p.batch_begin + b_local, h, qt);
+    return c;
 }
 
 /* A block's tile of a query-side grid [batch_count][heads_q][n_qt] (SDPA and

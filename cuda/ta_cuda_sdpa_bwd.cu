@@ -5,18 +5,23 @@
  *   delta  one thread per query row: D_i = dot(dO_i, o_i, D_v) from the stored o
  *   dk/dv  one block per (b, kv head, 64-key tile, feature group); threads over
  *          (key j, feature d); each accumulator sums over (query head of the
- *          group ascending, row ascending), Q tiles from ta_tile_q_begin on
+ *          group ascending, row ascending), the Q tiles [q_begin, q_end) that
+ *          meet the key tile (ta_tile_k_rows)
  *   dq     one block per (b, query head, 64-row tile); threads over (row i,
- *          feature d); each accumulator sums over keys ascending, k tiles
- *          [0, ta_tile_k_end)
+ *          feature d); each accumulator sums over keys ascending, the
+ *          context's k tiles [k_begin, k_end)
  *
  * Both the dk/dv and the dq kernel recompute, for every live entry (visible and
  * lse_i > -inf), exactly the reference's
  *   s = scale * dot(q_i, k_j, D), P = exp(s - lse_i), dP = dot(dO_i, v_j, D_v),
  *   dS = P * (dP - D_i).
+ * An entry is live iff its key is in the row's interval [lo, hi)
+ * (ta_cuda_row_keys: causal, seqlens_k, window) and the row saw a key in the
+ * forward (lse > -inf); other entries are skipped, never added as zeros.
  * The backward's bits depend on no tile size (every sum runs over the whole
  * index range in ascending order), so these kernels run their own 64 x 64
- * tiling, made by ta_tiling_make(S_q, S_k, 64, 64, ...).
+ * tiling, made by ta_cuda_tiling(plan, 64, 64) (the plan's mask). Slices come
+ * from the per-tile context (ta_cuda_context) under the call's layout.
  *
  * Feature groups (dk/dv): the output features of a key tile are D of dk and D_v
  * of dv, in slots of 64; a block holds at most 4 slots of accumulators (64
@@ -52,43 +57,70 @@ struct ta_cuda_bwd_params : ta_cuda_params {
 /* delta                                                                          */
 /* ---------------------------------------------------------------------------- */
 
-/* delta[row] = dot(dO_row, o_row, D_v): +0, fmaf, d ascending (ta_ref_bwd_load_q). */
+/* delta[row] = dot(dO_row, o_row, D_v): +0, fmaf, d ascending (ta_ref_bwd_load_q),
+ * for every row (b, h, s) of [B, H, S_q]; delta is contiguous, o and d_o are
+ * addressed by their strides. */
 template <int DT>
 __global__ void __launch_bounds__(TA_CUDA_THREADS)
     ta_cuda_delta_kernel(const void *o, const void *d_o, float *delta, size_t n_rows,
-                         int32_t head_dim_v) {
+                         int32_t head_dim_v, int32_t heads_q, int32_t seq_q, ta_strides o_st,
+                         ta_strides d_o_st) {
     size_t row;
     for (row = (size_t)blockIdx.x * TA_CUDA_THREADS + threadIdx.x; row < n_rows;
          row += (size_t)gridDim.x * TA_CUDA_THREADS) {
-        const size_t first = row * (size_t)head_dim_v;
+        const int32_t s = (int32_t)(row % (size_t)seq_q);
+        const int32_t h = (int32_t)(row / (size_t)seq_q % (size_t)heads_q);
+        const int32_t b = (int32_t)(row / (size_t)seq_q / (size_t)heads_q);
+        const int64_t o_first = ta_cuda_row(ta_strides_slice(&o_st, b, h), o_st.seq, s);
+        const int64_t do_first = ta_cuda_row(ta_strides_slice(&d_o_st, b, h), d_o_st.seq, s);
         float acc = 0.0f;
         int32_t d;
         for (d = 0; d < head_dim_v; ++d)
-            acc = fmaf(ta_cuda_load<DT>(d_o, first + (size_t)d), ta_cuda_load<DT>(o, first + (size_t)d),
-                       acc);
+            acc = fmaf(ta_cuda_load<DT>(d_o, (size_t)(do_first + d)),
+                       ta_cuda_load<DT>(o, (size_t)(o_first + d)), acc);
         delta[row] = acc;
     }
 }
 
-/* Row arrays of one 64-row tile: lse, delta, and the visible key end (0 for a
- * row past the tile or with lse = -inf: such a row has no live entry). */
-TA_CUDA_DEV void ta_cuda_bwd_rows(const ta_cuda_bwd_params &p, const ta_tiling *t, size_t q_first,
-                                  int32_t row0, int32_t rows, int32_t key_len, float *lse_s,
-                                  float *delta_s, int32_t *vis_end) {
+/* Row arrays of one 64-row tile, rows row0 + x of the lse / delta slice at
+ * lse_slice ([B, H, S_q], contiguous): lse, delta, and the live keys [lo, hi)
+ * (the row's visible interval, or (0, 0) for a row past the tile or with
+ * lse = -inf: such a row has no live entry). */
+TA_CUDA_DEV void ta_cuda_bwd_rows(const ta_cuda_bwd_params &p, const ta_tiling *t,
+                                  int64_t lse_slice, int32_t row0, int32_t rows, int32_t key_len,
+                                  float *lse_s, float *delta_s, int2 *keys) {
     const int tid = (int)threadIdx.x;
+    int32_t lo = 0, hi = 0;
+    float l = 0.0f, d = 0.0f;
     if (tid >= TA_CUDA_TILE) return;
     if (tid < rows) {
-        const float l = p.lse[q_first + (size_t)tid];
-        lse_s[tid] = l;
-        delta_s[tid] = p.delta[q_first + (size_t)tid];
-        vis_end[tid] = l != ta_f32_from_bits(TA_CUDA_NEG_INF_BITS)
-                           ? ta_cuda_visible_end(t, row0 + tid, key_len)
-                           : 0;
-    } else {
-        lse_s[tid] = 0.0f;
-        delta_s[tid] = 0.0f;
-        vis_end[tid] = 0;
+        l = p.lse[lse_slice + row0 + tid];
+        d = p.delta[lse_slice + row0 + tid];
+        if (l != ta_f32_from_bits(TA_CUDA_NEG_INF_BITS))
+            ta_cuda_row_keys(t, row0 + tid, key_len, &lo, &hi);
     }
+    lse_s[tid] = l;
+    delta_s[tid] = d;
+    keys[tid] = make_int2(lo, hi);
+}
+
+/* The slices of query head h in a kv tile's context kc (the group's first
+ * head): q, d_o and lse of ta_cuda_context(batch kc.batch, head h). kc is
+ * read from shared memory inside the head loop, so the per-batch products are
+ * formed per head, never hoisted out of the loop into registers (measured:
+ * eight 64-bit batch offsets spilled). */
+typedef struct ta_cuda_head_slices {
+    int64_t q, d_o, lse;
+} ta_cuda_head_slices;
+
+TA_CUDA_DEV ta_cuda_head_slices ta_cuda_head_of(const ta_cuda_params &p, const ta_tile_ctx &kc,
+                                                int32_t h) {
+    const ta_tile_ctx c = ta_cuda_context(p, kc.batch - p.batch_begin, h, 0);
+    ta_cuda_head_slices s;
+    s.q = c.q;
+    s.d_o = c.d_o;
+    s.lse = c.lse;
+    return s;
 }
 
 /* P and dS of one live entry: the reference's ta_ref_bwd_probs. */
@@ -104,28 +136,29 @@ TA_CUDA_DEV void ta_cuda_probs(float dot_qk, float dot_dov, float scale, float l
  * Dynamic shared memory of the dk/dv (has_p = 1) and dq (has_p = 0) kernels,
  * offsets in floats:
  *
- *   +-----------------+-----------------+-----------+---------------------------+
- *   | p [64][LDT]     | ds [64][LDT]    | stage     | lse, delta [64] f32,      |
- *   | dk/dv: P[i][j]  | dk/dv: dS[i][j] | STAGE_BUF | vis_end [64] int32        |
- *   | dq: none        | dq: dS[j][i]    |           |                           |
- *   +-----------------+-----------------+-----------+---------------------------+
+ *   +--------------------------+-----------------+-----------------+-----------+
+ *   | lse, delta [64] f32,     | p [64][LDT]     | ds [64][LDT]    | stage     |
+ *   | keys [64] int2 (lo, hi)  | dk/dv: P[i][j]  | dk/dv: dS[i][j] | STAGE_BUF |
+ *   |                          | dq: none        | dq: dS[j][i]    |           |
+ *   +--------------------------+-----------------+-----------------+-----------+
  *
- * dk/dv 52,992 B, dq 35,584 B.
+ * The row arrays first (offsets that do not depend on has_p: one base
+ * register). dk/dv 53,248 B, dq 35,840 B.
  */
 typedef struct ta_cuda_bwd_smem {
-    int32_t p, ds, stage, lse, delta, vis_end;
+    int32_t lse, delta, keys, p, ds, stage;
     int32_t floats; /* total */
 } ta_cuda_bwd_smem;
 
 static __host__ __device__ __forceinline__ ta_cuda_bwd_smem ta_cuda_bwd_smem_make(int32_t has_p) {
     ta_cuda_bwd_smem m;
     int32_t end = 0;
+    m.lse = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.delta = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.keys = ta_cuda_smem_take(&end, 2 * TA_CUDA_TILE);
     m.p = ta_cuda_smem_take(&end, has_p ? TA_CUDA_TILE * TA_CUDA_LDT : 0);
     m.ds = ta_cuda_smem_take(&end, TA_CUDA_TILE * TA_CUDA_LDT);
     m.stage = ta_cuda_smem_take(&end, TA_CUDA_STAGE_BUF);
-    m.lse = ta_cuda_smem_take(&end, TA_CUDA_TILE);
-    m.delta = ta_cuda_smem_take(&end, TA_CUDA_TILE);
-    m.vis_end = ta_cuda_smem_take(&end, TA_CUDA_TILE);
     m.floats = end;
     return m;
 }
@@ -139,60 +172,73 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_dkdv_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
     extern __shared__ float4 ta_cuda_dkdv_dyn_smem[];
     __shared__ ta_cuda_slot slots[TA_CUDA_SLOTS];
+    __shared__ ta_tile_ctx kctx_s;         /* the key side */
+    __shared__ ta_cuda_head_slices head_s; /* the current query head's slices */
     const ta_tiling t = p.t;
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
     const ta_cuda_bwd_smem sm = ta_cuda_bwd_smem_make(1);
     float *base = reinterpret_cast<float *>(ta_cuda_dkdv_dyn_smem);
     float *ps = base + sm.p, *dss = base + sm.ds, *stage = base + sm.stage;
     float *lse_s = base + sm.lse, *delta_s = base + sm.delta;
-    int32_t *vis_end = reinterpret_cast<int32_t *>(base + sm.vis_end);
-    const int32_t n_kt = t.num_k_tiles, n_qt = t.num_q_tiles;
+    int2 *keys = reinterpret_cast<int2 *>(base + sm.keys);
+    const int32_t n_kt = t.num_k_tiles;
     const int32_t nk = (p.head_dim + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT; /* dk slots */
     const int32_t n_slots_all = nk + (p.head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_kv * n_kt * p.n_groups;
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         const ta_cuda_kv_tile at = ta_cuda_kv_tile_at(p, tile, n_kt, p.n_groups);
-        const int32_t fg = at.fg, kt = at.kt, h_kv = at.h_kv, b = p.batch_begin + at.b_local;
-        const int32_t key_len = ta_cuda_key_len(p, at.b_local);
+        const int32_t fg = at.fg, kt = at.kt, h_kv = at.h_kv;
+        const ta_tile_ctx &kc = kctx_s;         /* made once, read where used */
+        const ta_cuda_head_slices &hc = head_s; /* likewise, per query head */
         const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
         const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
-        const int32_t q_begin = ta_tile_q_begin(&t, kt, key_len);
         const int32_t slot0 = fg * NS; /* this group's first slot */
         const int32_t n_slots = ta_tiling_min_i32(NS, n_slots_all - slot0);
         const bool need_ds = slot0 < nk; /* the group holds dk slots */
-        const size_t kv_first = ta_cuda_kv_slice(p, b, h_kv) + (size_t)col0; /* key-side row */
         float acc[4][NS][4]; /* acc[key 4ty+r][slot s feature 4tx+e] */
-        int32_t g;
+        int32_t g, q_begin, q_end;
         ta_cuda_acc_zero<NS>(acc);
-        /* this group's slots: dk slots take features of q, dv slots of dO */
-        __syncthreads(); /* the previous tile is done with slots */
-        if (tid < NS) {
-            const int32_t u = slot0 + tid;
-            if (tid >= n_slots)
-                slots[tid] = ta_cuda_slot{p.q, 0, 0}; /* unused: every feature is padding */
-            else if (u < nk)
-                slots[tid] = ta_cuda_slot{p.q, p.head_dim, u * TA_CUDA_SLOT};
-            else
-                slots[tid] = ta_cuda_slot{p.d_o, p.head_dim_v, (u - nk) * TA_CUDA_SLOT};
-        }
+        /* the key side: the context of the kv group's first query head (its k,
+         * v, dk, dv slices and key length, as the reference's) */
+        __syncthreads(); /* the previous tile is done with kctx_s */
+        if (tid == 0) kctx_s = ta_cuda_context(p, at.b_local, h_kv * p.group, 0);
+        __syncthreads();
+        ta_tile_k_rows(&t, kt, kc.key_len, &q_begin, &q_end); /* Q tiles that meet the key tile */
         /* step 1: the kv group's query heads ascending, then Q tiles ascending */
         for (g = 0; g < p.group; ++g) {
             const int32_t h = h_kv * p.group + g;
             int32_t qt;
-            for (qt = q_begin; qt < n_qt; ++qt) {
+            /* head h's slices; this group's slots: dk slots take features of q,
+             * dv slots of dO (the q-tile loop's first barrier publishes them) */
+            __syncthreads(); /* the previous head is done with head_s and slots */
+            if (tid == 0) head_s = ta_cuda_head_of(p, kc, h);
+            if (tid < NS) {
+                const ta_cuda_head_slices hd = ta_cuda_head_of(p, kc, h);
+                const int32_t u = slot0 + tid;
+                if (tid >= n_slots) /* unused: every feature is padding */
+                    slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.q, hd.q, p.lay.q.seq), 0, 0);
+                else if (u < nk)
+                    slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.q, hd.q, p.lay.q.seq),
+                                                 p.head_dim, u * TA_CUDA_SLOT);
+                else
+                    slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.d_o, hd.d_o, p.lay.d_o.seq),
+                                                 p.head_dim_v, (u - nk) * TA_CUDA_SLOT);
+            }
+            for (qt = q_begin; qt < q_end; ++qt) {
                 const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
                 const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
-                const size_t q_first = ta_cuda_q_slice(p, b, h) + (size_t)row0;
                 float s_t[4][4], dp_t[4][4]; /* [key 4ty+a][row 4tx+c] */
                 int32_t i0;
                 __syncthreads(); /* the previous Q tile is done with the row arrays */
-                ta_cuda_bwd_rows(p, &t, q_first, row0, rows, key_len, lse_s, delta_s, vis_end);
+                ta_cuda_bwd_rows(p, &t, hc.lse, row0, rows, kc.key_len, lse_s, delta_s, keys);
                 /* step 2: recompute S^T and dP^T for the tile (threads over (j, i)) */
-                ta_cuda_dot_tile<DT>(s_t, p.k, kv_first, cols, p.q, q_first, rows, p.head_dim,
-                                     stage);
+                ta_cuda_dot_tile<DT>(s_t, ta_cuda_rows_of(p.k, kc.k, p.lay.k.seq), col0, cols,
+                                     ta_cuda_rows_of(p.q, hc.q, p.lay.q.seq), row0, rows,
+                                     p.head_dim, stage);
                 if (need_ds)
-                    ta_cuda_dot_tile<DT>(dp_t, p.v, kv_first, cols, p.d_o, q_first, rows,
+                    ta_cuda_dot_tile<DT>(dp_t, ta_cuda_rows_of(p.v, kc.v, p.lay.v.seq), col0, cols,
+                                         ta_cuda_rows_of(p.d_o, hc.d_o, p.lay.d_o.seq), row0, rows,
                                          p.head_dim_v, stage);
                 else
 #pragma unroll
@@ -204,13 +250,14 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 #pragma unroll
                 for (int c = 0; c < 4; ++c) {
                     const int i = 4 * tx + c;
-                    const int32_t ve = vis_end[i];
+                    const int2 kv = keys[i]; /* row i's live keys [lo, hi) */
                     float pw[4], dw[4];
 #pragma unroll
                     for (int a = 0; a < 4; ++a) {
+                        const int32_t j = col0 + 4 * ty + a;
                         pw[a] = 0.0f;
                         dw[a] = 0.0f;
-                        if (col0 + 4 * ty + a < ve)
+                        if (j >= kv.x && j < kv.y)
                             ta_cuda_probs(s_t[a][c], dp_t[a][c], p.scale, lse_s[i], delta_s[i],
                                           &pw[a], &dw[a]);
                     }
@@ -223,10 +270,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                  * rows i ascending, live entries only */
                 for (i0 = 0; i0 < rows; i0 += TA_CUDA_RCHUNK) {
                     const int in = (int)ta_tiling_min_i32(TA_CUDA_RCHUNK, rows - i0);
-                    ta_cuda_stage_rows<DT, NS>(stage, slots, q_first + (size_t)i0, in);
+                    ta_cuda_stage_rows<DT, NS>(stage, slots, row0 + i0, in);
                     for (int ii = 0; ii < in; ++ii) {
                         const int i = i0 + ii;
-                        const int32_t ve = vis_end[i];
+                        const int2 kv = keys[i]; /* row i's live keys [lo, hi) */
+                        /* ... as slots of this thread's keys 4ty + r: live iff lo <= r < hi */
+                        const int32_t lo = kv.x - (col0 + 4 * ty), hi = kv.y - (col0 + 4 * ty);
                         const float4 p4 =
                             *reinterpret_cast<const float4 *>(ps + i * TA_CUDA_LDT + 4 * ty);
                         const float4 d4 =
@@ -241,7 +290,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                             const float xv[4] = {x4.x, x4.y, x4.z, x4.w};
 #pragma unroll
                             for (int r = 0; r < 4; ++r) {
-                                const bool live = col0 + 4 * ty + r < ve;
+                                const bool live = r >= lo && r < hi;
                                 const float coef = is_dk ? dv[r] : pv[r];
 #pragma unroll
                                 for (int e = 0; e < 4; ++e)
@@ -261,16 +310,19 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             const int32_t len = is_dk ? p.head_dim : p.head_dim_v;
             const int32_t f0 = (is_dk ? u : u - nk) * TA_CUDA_SLOT + 4 * tx;
             void *dst = is_dk ? p.dk : p.dv;
+            const int64_t slice = is_dk ? kc.dk : kc.dv;
+            const int64_t ld = is_dk ? p.lay.dk.seq : p.lay.dv.seq;
             if (s >= n_slots) continue;
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
                 const int j = 4 * ty + r;
                 if (j >= cols) continue;
+                const int64_t first = ta_cuda_row(slice, ld, col0 + j);
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const size_t idx = (kv_first + (size_t)j) * (size_t)len + (size_t)(f0 + e);
                     if (f0 + e >= len) continue;
-                    ta_cuda_store<DT>(dst, idx, is_dk ? p.scale * acc[r][s][e] : acc[r][s][e]);
+                    ta_cuda_store<DT>(dst, (size_t)(first + f0 + e),
+                                      is_dk ? p.scale * acc[r][s][e] : acc[r][s][e]);
                 }
             }
         }
@@ -286,59 +338,66 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_dq_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
     extern __shared__ float4 ta_cuda_dq_dyn_smem[];
     __shared__ ta_cuda_slot k_slots[TA_CUDA_SLOTS];
+    __shared__ ta_tile_ctx ctx_s;
     const ta_tiling t = p.t;
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
     const ta_cuda_bwd_smem sm = ta_cuda_bwd_smem_make(0);
     float *base = reinterpret_cast<float *>(ta_cuda_dq_dyn_smem);
     float *dst = base + sm.ds, *stage = base + sm.stage; /* dst: dS transposed, dst[j][i] */
     float *lse_s = base + sm.lse, *delta_s = base + sm.delta;
-    int32_t *vis_end = reinterpret_cast<int32_t *>(base + sm.vis_end);
+    int2 *keys = reinterpret_cast<int2 *>(base + sm.keys);
     const int32_t n_qt = t.num_q_tiles;
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
-    if (tid < NS) k_slots[tid] = ta_cuda_slot{p.k, p.head_dim, tid * TA_CUDA_SLOT};
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt); /* longest (causal) first */
-        const int32_t qt = at.qt, h = at.h, b = p.batch_begin + at.b_local;
-        const int32_t key_len = ta_cuda_key_len(p, at.b_local);
+        const int32_t qt = at.qt;
+        const ta_tile_ctx &c = ctx_s; /* the tile's context: made once, read where used */
         const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
         const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
-        const int32_t k_end = ta_tile_k_end(&t, qt, key_len);
-        const size_t q_first = ta_cuda_q_slice(p, b, h) + (size_t)row0;
-        const size_t kv_base = ta_cuda_kv_slice(p, b, h / p.group);
         float acc[4][NS][4]; /* acc[row 4ty+r][feature s*64 + 4tx + e] */
-        int32_t row_vis[4];
+        int2 row_keys[4];    /* live keys [lo, hi) of rows 4ty+r (NS < 3; else read from keys) */
         int32_t kt;
         ta_cuda_acc_zero<NS>(acc);
-        /* step 1: lse, D, visible key ends of the tile's rows */
-        __syncthreads(); /* the previous tile is done with the row arrays */
-        ta_cuda_bwd_rows(p, &t, q_first, row0, rows, key_len, lse_s, delta_s, vis_end);
+        /* step 1: the context; lse, D, live key intervals of the tile's rows; the
+         * K slots on this tile's kv slice */
+        __syncthreads(); /* the previous tile is done with the row arrays, ctx_s, slots */
+        if (tid == 0) ctx_s = ta_cuda_context(p, at.b_local, at.h, qt);
+        __syncthreads();
+        ta_cuda_bwd_rows(p, &t, c.lse, row0, rows, c.key_len, lse_s, delta_s, keys);
+        if (tid < NS)
+            k_slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), p.head_dim,
+                                           tid * TA_CUDA_SLOT);
         __syncthreads();
 #pragma unroll
-        for (int r = 0; r < 4; ++r)
-            row_vis[r] = vis_end[4 * ty + r];
-        /* step 2: k tiles ascending */
-        for (kt = 0; kt < k_end; ++kt) {
+        for (int r = 0; r < 4; ++r) {
+            row_keys[r] = NS < 3 ? keys[4 * ty + r] : make_int2(0, 0);
+        }
+        /* step 2: the context's k tiles [k_begin, k_end) ascending */
+        for (kt = c.k_begin; kt < c.k_end; ++kt) {
             const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
             const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
-            const size_t kv_first = kv_base + (size_t)col0;
             float s_t[4][4], dp_t[4][4]; /* [row 4ty+r][key 4tx+c] */
             int32_t j0;
-            ta_cuda_dot_tile<DT>(s_t, p.q, q_first, rows, p.k, kv_first, cols, p.head_dim, stage);
-            ta_cuda_dot_tile<DT>(dp_t, p.d_o, q_first, rows, p.v, kv_first, cols, p.head_dim_v,
+            ta_cuda_dot_tile<DT>(s_t, ta_cuda_rows_of(p.q, c.q, p.lay.q.seq), row0, rows,
+                                 ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), col0, cols, p.head_dim,
+                                 stage);
+            ta_cuda_dot_tile<DT>(dp_t, ta_cuda_rows_of(p.d_o, c.d_o, p.lay.d_o.seq), row0, rows,
+                                 ta_cuda_rows_of(p.v, c.v, p.lay.v.seq), col0, cols, p.head_dim_v,
                                  stage);
             /* dS of the live entries into dst[j][i] */
 #pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const int j = 4 * tx + c;
+            for (int cc = 0; cc < 4; ++cc) {
+                const int j = 4 * tx + cc;
                 float dw[4];
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
                     const int i = 4 * ty + r;
                     float pr;
                     dw[r] = 0.0f;
-                    if (col0 + j < row_vis[r])
-                        ta_cuda_probs(s_t[r][c], dp_t[r][c], p.scale, lse_s[i], delta_s[i], &pr,
+                    const int2 kv = NS < 3 ? row_keys[r] : keys[i];
+                    if (col0 + j >= kv.x && col0 + j < kv.y)
+                        ta_cuda_probs(s_t[r][cc], dp_t[r][cc], p.scale, lse_s[i], delta_s[i], &pr,
                                       &dw[r]);
                 }
                 *reinterpret_cast<float4 *>(dst + j * TA_CUDA_LDT + 4 * ty) =
@@ -347,30 +406,37 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             /* dq_i = fmaf(dS_ij, k_j, dq_i), keys j ascending, live entries only */
             for (j0 = 0; j0 < cols; j0 += TA_CUDA_RCHUNK) {
                 const int jn = (int)ta_tiling_min_i32(TA_CUDA_RCHUNK, cols - j0);
-                ta_cuda_stage_rows<DT, NS>(stage, k_slots, kv_first + (size_t)j0, jn);
+                ta_cuda_stage_rows<DT, NS>(stage, k_slots, col0 + j0, jn);
                 for (int jj = 0; jj < jn; ++jj) {
                     const int32_t j = j0 + jj;
                     const float4 d4 =
                         *reinterpret_cast<const float4 *>(dst + j * TA_CUDA_LDT + 4 * ty);
                     const float dv[4] = {d4.x, d4.y, d4.z, d4.w};
+                    bool live[4]; /* key col0 + j is live for row 4ty+r */
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) {
+                        /* NS >= 3: the bounds from shared memory, registers go to acc */
+                        const int2 kv = NS < 3 ? row_keys[r] : keys[4 * ty + r];
+                        live[r] = col0 + j >= kv.x && col0 + j < kv.y;
+                    }
 #pragma unroll
                     for (int s = 0; s < NS; ++s) {
                         const float4 k4 = *reinterpret_cast<const float4 *>(
                             stage + jj * (NS * TA_CUDA_SLOT) + s * TA_CUDA_SLOT + 4 * tx);
                         const float kv[4] = {k4.x, k4.y, k4.z, k4.w};
 #pragma unroll
-                        for (int r = 0; r < 4; ++r) {
-                            const bool live = col0 + j < row_vis[r];
+                        for (int r = 0; r < 4; ++r)
 #pragma unroll
                             for (int e = 0; e < 4; ++e)
-                                acc[r][s][e] = live ? fmaf(dv[r], kv[e], acc[r][s][e]) : acc[r][s][e];
-                        }
+                                acc[r][s][e] =
+                                    live[r] ? fmaf(dv[r], kv[e], acc[r][s][e]) : acc[r][s][e];
                     }
                 }
             }
         }
         /* step 3: dq = store(scale * acc) */
-        ta_cuda_store_block<DT, NS>(p.dq, q_first, rows, p.head_dim, acc, 1, p.scale);
+        ta_cuda_store_block<DT, NS>(row0, rows, p.head_dim, acc, 1, p.scale, p.dq, c.dq,
+                                    p.lay.dq.seq);
     }
 }
 
@@ -399,9 +465,10 @@ ta_status ta_cuda_bwd_delta(const ta_plan *plan, const ta_bwd_args *a, float *de
     const int64_t blocks = (int64_t)((plan->n_lse + TA_CUDA_THREADS - 1) / TA_CUDA_THREADS);
     const void *kernel = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<TA_F32>);
     size_t n_rows = plan->n_lse;
-    int32_t dv = plan->p.head_dim_v;
+    int32_t dv = plan->p.head_dim_v, heads_q = plan->p.heads_q, seq_q = plan->p.seq_q;
+    ta_strides o_st = plan->layout.o, d_o_st = plan->layout.d_o;
     const void *o = a->o, *d_o = a->d_o;
-    void *args[5];
+    void *args[9];
     if (plan->p.dtype == TA_F16)
         kernel = reinterpret_cast<const void *>(&ta_cuda_delta_kernel<TA_F16>);
     if (plan->p.dtype == TA_BF16)
@@ -411,6 +478,10 @@ ta_status ta_cuda_bwd_delta(const ta_plan *plan, const ta_bwd_args *a, float *de
     args[2] = &delta;
     args[3] = &n_rows;
     args[4] = &dv;
+    args[5] = &heads_q;
+    args[6] = &seq_q;
+    args[7] = &o_st;
+    args[8] = &d_o_st;
     return ta_cuda_launch_args(kernel, blocks < grid_cap ? blocks : grid_cap, 0, args, stream);
 }
 
@@ -432,10 +503,9 @@ extern "C" ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a,
     ta_status st;
     if ((st = ta_cuda_check_pointers(ptrs, 10)) != TA_OK) return st;
     memset(&prm, 0, sizeof prm);
-    /* the backward's own 64 x 64 tiles (its bits depend on no tile size) */
-    st = (ta_status)ta_tiling_make(&t, pr->seq_q, pr->seq_k, TA_CUDA_TILE, TA_CUDA_TILE, pr->conv_q,
-                                   pr->conv_k, plan->bwd.causal, TA_TILING_BWD, 1);
-    if (st != TA_OK) return st;
+    /* the backward's own 64 x 64 tiles (its bits depend on no tile size), the plan's mask */
+    if ((st = ta_cuda_tiling(plan, TA_CUDA_TILE, TA_CUDA_TILE, TA_TILING_BWD, &t)) != TA_OK)
+        return st;
     /* one size per kernel: need and opt-in are the same */
     if ((st = ta_cuda_smem_opt_in(k_dkdv, smem_dkdv, smem_dkdv)) != TA_OK) return st;
     if ((st = ta_cuda_smem_opt_in(k_dq, smem_dq, smem_dq)) != TA_OK) return st;

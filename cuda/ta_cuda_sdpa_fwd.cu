@@ -6,14 +6,19 @@
  * the plan's (cols_eff = block_k: the contract fixes where the online softmax
  * rescales); the rows are the backend's choice (rows are independent,
  * docs/design.md 3.5), so the tiling this kernel runs is
- * ta_tiling_make(S_q, S_k, 64, block_k, ...) and its k-tile range per row tile
- * comes from ta_tile_k_end. For each k tile, ascending:
+ * ta_cuda_tiling(plan, 64, block_k) (the plan's mask: causal, seqlens_k,
+ * window) and each row tile's context (ta_cuda_context) gives its key length,
+ * slices and K tiles [k_begin, k_end). For each of those k tiles, ascending:
  *   1. scores   s[i][j] = scale * dot(q_i, k_j, D)   threads over (i, j)
  *   2. row max  m_tile, m_new, alpha = exp(m - m_new) one thread per row, j ascending
  *   3. p[i][j] = exp(s[i][j] - m_new[i])            threads over (i, j), visible only
  *   4. l = l * alpha + sum_j p                       one thread per row, j ascending
  *   5. acc = acc * alpha; acc += p[i][j] v[j]        threads over (i, d), j ascending
- * then o = acc / l, lse = m + log(l) (rows that saw no key: 0, -inf).
+ * then o = acc / l, lse = m + log(l) (rows that saw no key: 0, -inf). Steps 2-5
+ * visit row i's visible columns of the tile only, [max(lo_i, col0), min(hi_i,
+ * col0 + cols)) for its key interval [lo_i, hi_i) (ta_cuda_row_keys): masked
+ * entries are skipped, never added as zeros. Row r of a tensor slice is at
+ * the context's offset + r * its seq stride (any layout).
  *
  * Where the MTA conv goes: step 1 computes raw scores on the loaded region
  * (ta_tile_row_load_begin.., ta_tile_col_load_begin..), the conv maps them to
@@ -46,6 +51,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_fwd_kernel(const __grid_constant__ ta_cuda_params p) {
     extern __shared__ float4 ta_cuda_fwd_dyn_smem[];
     __shared__ ta_cuda_slot v_slots[TA_CUDA_SLOTS];
+    __shared__ ta_tile_ctx ctx_s;
     const ta_tiling t = p.t;
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
     const int32_t cols_cap = ta_cuda_fwd_cols_cap(&t), n_qt = t.num_q_tiles;
@@ -54,57 +60,62 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     float *st = base + sm.st, *stage = base + sm.stage;
     float *m_run = base + sm.m_run, *l_run = base + sm.l_run;
     float *m_new = base + sm.m_new, *alpha = base + sm.alpha;
-    int32_t *vis_end = reinterpret_cast<int32_t *>(base + sm.vis_end);
-    int32_t *n_vis = reinterpret_cast<int32_t *>(base + sm.n_vis);
+    int32_t *key_lo = reinterpret_cast<int32_t *>(base + sm.key_lo);
+    int32_t *key_hi = reinterpret_cast<int32_t *>(base + sm.key_hi);
+    int32_t *tile_lo = reinterpret_cast<int32_t *>(base + sm.tile_lo);
+    int32_t *tile_hi = reinterpret_cast<int32_t *>(base + sm.tile_hi);
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
-    if (tid < NS) v_slots[tid] = ta_cuda_slot{p.v, p.head_dim_v, tid * TA_CUDA_SLOT};
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt);
-        const int32_t qt = at.qt, b = p.batch_begin + at.b_local;
-        const int32_t key_len = ta_cuda_key_len(p, at.b_local);
+        const int32_t qt = at.qt;
+        const ta_tile_ctx &c = ctx_s; /* the tile's context: made once, read where used */
         const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
         const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
-        const int32_t k_end = ta_tile_k_end(&t, qt, key_len);
-        const size_t q_first = ta_cuda_q_slice(p, b, at.h) + (size_t)row0; /* query-side row */
-        const size_t kv_base = ta_cuda_kv_slice(p, b, at.h / p.group); /* GQA: kv head h / group */
-        float acc[4][NS][4];                     /* acc[row 4ty+r][feature s*64 + 4tx + e] */
-        int32_t row_vis[4];
+        float acc[4][NS][4]; /* acc[row 4ty+r][feature s*64 + 4tx + e] */
         int32_t kt;
         ta_cuda_acc_zero<NS>(acc);
-        /* init: m = -inf, l = 0 per row; the visible key range of each row */
-        __syncthreads(); /* the previous tile is done with the row arrays */
+        /* init: m = -inf, l = 0 per row; the visible key interval of each row;
+         * the V slots on this tile's kv slice */
+        __syncthreads(); /* the previous tile is done with the row arrays and slots */
+        if (tid == 0) ctx_s = ta_cuda_context(p, at.b_local, at.h, qt);
+        __syncthreads();
         if (tid < TA_CUDA_TILE) {
             m_run[tid] = ta_f32_from_bits(TA_CUDA_NEG_INF_BITS);
             l_run[tid] = 0.0f;
-            vis_end[tid] = tid < rows ? ta_cuda_visible_end(&t, row0 + tid, key_len) : 0;
+            ta_cuda_row_keys(&t, tid < rows ? row0 + tid : -1, c.key_len, &key_lo[tid],
+                             &key_hi[tid]);
         }
-        for (kt = 0; kt < k_end; ++kt) {
+        if (tid < NS)
+            v_slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.v, c.v, p.lay.v.seq), p.head_dim_v,
+                                           tid * TA_CUDA_SLOT);
+        /* the context's K tiles [k_begin, k_end) ascending; the others are fully masked */
+        for (kt = c.k_begin; kt < c.k_end; ++kt) {
             const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
             const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
             int32_t c0;
             /* step 1: s[i][j] = scale * dot(q_i, k_j), 64 columns at a time */
             for (c0 = 0; c0 < cols; c0 += TA_CUDA_TILE) {
                 float s[4][4];
-                ta_cuda_dot_tile<DT>(s, p.q, q_first, rows, p.k, kv_base + (size_t)(col0 + c0),
-                                     ta_tiling_min_i32(TA_CUDA_TILE, cols - c0), p.head_dim,
-                                     stage);
+                ta_cuda_dot_tile<DT>(s, ta_cuda_rows_of(p.q, c.q, p.lay.q.seq), row0, rows,
+                                     ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), col0 + c0,
+                                     ta_tiling_min_i32(TA_CUDA_TILE, cols - c0), p.head_dim, stage);
 #pragma unroll
-                for (int c = 0; c < 4; ++c)
-                    *reinterpret_cast<float4 *>(st + (size_t)(c0 + 4 * tx + c) * TA_CUDA_LDT +
+                for (int cc = 0; cc < 4; ++cc)
+                    *reinterpret_cast<float4 *>(st + (size_t)(c0 + 4 * tx + cc) * TA_CUDA_LDT +
                                                 4 * ty) =
-                        make_float4(p.scale * s[0][c], p.scale * s[1][c], p.scale * s[2][c],
-                                    p.scale * s[3][c]);
+                        make_float4(p.scale * s[0][cc], p.scale * s[1][cc], p.scale * s[2][cc],
+                                    p.scale * s[3][cc]);
             }
             __syncthreads();
             /* steps 2-5: row max and alpha, p = exp(s - m_new), l, acc (shared with MTA) */
-            ta_cuda_softmax_pv_tile<DT, NS>(st, col0, cols, vis_end, n_vis, m_run, l_run, m_new,
-                                            alpha, stage, v_slots, kv_base, acc,
-                                            row_vis);
+            ta_cuda_softmax_pv_tile<DT, NS>(st, col0, cols, key_lo, key_hi, tile_lo, tile_hi, m_run,
+                                            l_run, m_new, alpha, stage, v_slots, acc);
         }
         /* step 6: o = acc / l (IEEE division), lse = m + log(l); unseen rows: 0, -inf */
         __syncthreads();
-        ta_cuda_fwd_store_rows<DT, NS>(p.o, p.lse, q_first, rows, p.head_dim_v, acc, m_run, l_run);
+        ta_cuda_fwd_store_rows<DT, NS>(row0, rows, p.head_dim_v, acc, m_run, l_run, p.o, c.o,
+                                       p.lay.o.seq, p.lse, c.lse);
     }
 }
 
@@ -128,10 +139,9 @@ extern "C" ta_status ta_cuda_sdpa_fwd(const ta_plan *plan, const ta_fwd_args *a,
     ta_status st;
     (void)ws; /* no device workspace yet (ta_cuda.h) */
     if ((st = ta_cuda_check_pointers(ptrs, 5)) != TA_OK) return st;
-    /* 64-row CUDA Q tiles; the plan's k tiles */
-    st = (ta_status)ta_tiling_make(&t, pr->seq_q, pr->seq_k, TA_CUDA_TILE, plan->fwd.block_k,
-                                   pr->conv_q, pr->conv_k, plan->fwd.causal, TA_TILING_FWD, 1);
-    if (st != TA_OK) return st;
+    /* 64-row CUDA Q tiles; the plan's k tiles and mask */
+    if ((st = ta_cuda_tiling(plan, TA_CUDA_TILE, plan->fwd.block_k, TA_TILING_FWD, &t)) != TA_OK)
+        return st;
     /* block_k's need (36,352 B at <= 64 .. 88,576 B at <= 256); the opt-in is
      * the largest block_k's, capped at the device's limit */
     smem = (size_t)ta_cuda_sdpa_fwd_smem(ta_cuda_fwd_cols_cap(&t)).floats * sizeof(float);

@@ -44,9 +44,15 @@ extern "C" {
 #define TA_CUDA_SLOT    64  /* features per register slot: 16 threads x 4 */
 #define TA_CUDA_SLOTS   4   /* at most 4 slots: 256 features = TA_HEAD_DIM_MAX */
 #define TA_CUDA_NEG_INF_BITS 0xff800000u /* -inf: lse of a row that sees no key, m's start */
+/* Entries of the forwards' key_lo / key_hi row arrays: 64 loaded rows, and
+ * room for the MTA forward's effective rows, which start c_q - 1 <= 15 rows
+ * further (their entries past the loaded rows are empty intervals). */
+#define TA_CUDA_KEY_ROWS (TA_CUDA_TILE + TA_CONV_Q_MAX)
 
-/* Floats of the dot-tile staging buffer: a [FCHUNK][LDT] tile for each operand. */
-#define TA_CUDA_DOT_BUF (2 * TA_CUDA_FCHUNK * TA_CUDA_LDT)
+/* Floats of the dot-tile staging buffer: a [FCHUNK][LDT] tile for each operand,
+ * then the element offsets of the two operands' tile rows (int64 [2][64],
+ * written and read by dot tiles only). */
+#define TA_CUDA_DOT_BUF (2 * TA_CUDA_FCHUNK * TA_CUDA_LDT + 2 * 2 * TA_CUDA_TILE)
 /* Floats of an accumulation source chunk: [RCHUNK][SLOTS * SLOT]. */
 #define TA_CUDA_SRC_BUF (TA_CUDA_RCHUNK * TA_CUDA_SLOTS * TA_CUDA_SLOT)
 /* The staging buffer serves both phases. */
@@ -56,6 +62,8 @@ static_assert(TA_CUDA_THREADS == 16 * 16, "16 x 16 thread grid");
 static_assert(TA_CUDA_TILE == 16 * 4, "16 threads x 4 slots per tile side");
 static_assert(TA_CUDA_LDT % 4 == 0 && TA_CUDA_LDT >= TA_CUDA_TILE, "float4 rows of a tile");
 static_assert(TA_CUDA_SLOTS * TA_CUDA_SLOT >= TA_HEAD_DIM_MAX, "slots cover every head dim");
+static_assert(TA_CUDA_SRC_BUF <= 2 * TA_CUDA_FCHUNK * TA_CUDA_LDT,
+              "row staging stays clear of the dot tile's row offsets");
 
 #define TA_CUDA_DEV static __device__ __forceinline__
 
@@ -77,16 +85,23 @@ static __host__ __device__ __forceinline__ int32_t ta_cuda_smem_take(int32_t *en
 /*
  * The forwards' table (SDPA and MTA), offsets in floats:
  *
- *   +-------------------+------------------+-----------+---------+------------------------+
- *   | s [s_floats]      | st [cols_cap][LDT] | stage   | w       | m_run l_run m_new alpha |
- *   | MTA: raw S, 0 SDPA| scores / p, st[j][i] | STAGE_BUF | w_floats| vis_end n_vis [64] each |
- *   +-------------------+------------------+-----------+---------+------------------------+
+ *   +-------------------------+-------------------+--------------------+-----------+----------+
+ *   | m_run l_run m_new alpha | s [s_floats]      | st [cols_cap][LDT] | stage     | w        |
+ *   | [64] each               |                   |                    |           |          |
+ *   | key_lo key_hi [80]      | MTA: raw S, 0 SDPA| scores/p, st[j][i] | STAGE_BUF | w_floats |
+ *   | tile_lo tile_hi         |                   |                    |           |          |
+ *   +-------------------------+-------------------+--------------------+-----------+----------+
  *
- * s_floats: 64 x s_ld for the MTA's raw scores, 0 for SDPA; w_floats: the
- * MTA's conv kernel (TA_CUDA_MTA_W_BUF), 0 for SDPA. vis_end, n_vis are int32.
+ * The row arrays come first, at offsets that do not depend on block_k: the
+ * kernels address them from the one base register (measured: a register per
+ * array otherwise). s_floats: 64 x s_ld for the MTA's raw scores, 0 for SDPA;
+ * w_floats: the MTA's conv kernel (TA_CUDA_MTA_W_BUF), 0 for SDPA. key_lo,
+ * key_hi [TA_CUDA_KEY_ROWS] (a loaded row's visible keys, absolute) and
+ * tile_lo, tile_hi [64] (an effective row's visible columns of the current k
+ * tile, relative) are int32.
  */
 typedef struct ta_cuda_fwd_smem {
-    int32_t s, st, stage, w, m_run, l_run, m_new, alpha, vis_end, n_vis;
+    int32_t s, st, stage, w, m_run, l_run, m_new, alpha, key_lo, key_hi, tile_lo, tile_hi;
     int32_t floats; /* total */
 } ta_cuda_fwd_smem;
 
@@ -94,16 +109,18 @@ static __host__ __device__ __forceinline__ ta_cuda_fwd_smem
 ta_cuda_fwd_smem_make(int32_t cols_cap, int32_t s_floats, int32_t w_floats) {
     ta_cuda_fwd_smem m;
     int32_t end = 0;
-    m.s = ta_cuda_smem_take(&end, s_floats);
-    m.st = ta_cuda_smem_take(&end, cols_cap * TA_CUDA_LDT);
-    m.stage = ta_cuda_smem_take(&end, TA_CUDA_STAGE_BUF);
-    m.w = ta_cuda_smem_take(&end, w_floats);
     m.m_run = ta_cuda_smem_take(&end, TA_CUDA_TILE);
     m.l_run = ta_cuda_smem_take(&end, TA_CUDA_TILE);
     m.m_new = ta_cuda_smem_take(&end, TA_CUDA_TILE);
     m.alpha = ta_cuda_smem_take(&end, TA_CUDA_TILE);
-    m.vis_end = ta_cuda_smem_take(&end, TA_CUDA_TILE);
-    m.n_vis = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.key_lo = ta_cuda_smem_take(&end, TA_CUDA_KEY_ROWS);
+    m.key_hi = ta_cuda_smem_take(&end, TA_CUDA_KEY_ROWS);
+    m.tile_lo = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.tile_hi = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.s = ta_cuda_smem_take(&end, s_floats);
+    m.st = ta_cuda_smem_take(&end, cols_cap * TA_CUDA_LDT);
+    m.stage = ta_cuda_smem_take(&end, TA_CUDA_STAGE_BUF);
+    m.w = ta_cuda_smem_take(&end, w_floats);
     m.floats = end;
     return m;
 }
@@ -131,15 +148,56 @@ template <int DT> TA_CUDA_DEV void ta_cuda_store(void *base, size_t idx, float x
 }
 
 /*
- * Keys [0, end) are the visible ones from query row r: ta_tiling_visible(t, r,
- * j, key_len) is true exactly for 0 <= j < end (the mask is a prefix in j).
- * 0 for a row outside [0, S_q).
+ * The mask: the visible keys [*lo, *hi) of query row r, the descriptor's
+ * ta_tile_row_keys (causal, seqlens_k, sliding window); a row outside
+ * [0, S_q) (a halo row) sees none, (0, 0). ta_tiling_visible(t, r, j, key_len)
+ * is true exactly for lo <= j < hi.
  */
-TA_CUDA_DEV int32_t ta_cuda_visible_end(const ta_tiling *t, int32_t r, int32_t key_len) {
-    int32_t end = key_len;
-    if (r < 0 || r >= t->seq_q) return 0;
-    if (t->causal) end = ta_tiling_min_i32(end, r + t->diag_offset + 1);
-    return ta_tiling_max_i32(end, 0);
+TA_CUDA_DEV void ta_cuda_row_keys(const ta_tiling *t, int32_t r, int32_t key_len, int32_t *lo,
+                                  int32_t *hi) {
+    *lo = 0;
+    *hi = 0;
+    if (r >= 0 && r < t->seq_q) ta_tile_row_keys(t, r, key_len, lo, hi);
+}
+
+/*
+ * A row's visible columns of the keys [col0, col0 + cols), relative to col0:
+ * [*b, *e) = [max(lo, col0), min(hi, col0 + cols)) - col0 for the row's keys
+ * [lo, hi); (0, 0) when empty. The entries outside are skipped, never added
+ * as zeros (exactly where the reference skips them).
+ */
+TA_CUDA_DEV void ta_cuda_tile_cols(int32_t lo, int32_t hi, int32_t col0, int32_t cols, int32_t *b,
+                                   int32_t *e) {
+    const int32_t jb = ta_tiling_max_i32(lo - col0, 0), je = ta_tiling_min_i32(hi - col0, cols);
+    *b = jb < je ? jb : 0;
+    *e = jb < je ? je : 0;
+}
+
+/* Element offset of row r of a slice that starts at `slice`, rows `seq`
+ * elements apart (a ta_strides seq stride): the product in 64 bits (a stride
+ * times a row can pass 2^31). Only for rows inside the sequence (a halo row
+ * may lie outside it and is never addressed). */
+TA_CUDA_DEV int64_t ta_cuda_row(int64_t slice, int64_t seq, int32_t r) {
+    return slice + (int64_t)r * seq;
+}
+
+/*
+ * Rows of one (batch, head) slice of a tensor: feature f of row r is element
+ * slice + r * ld + f of base (ta_tile_ctx offset, ta_layout seq stride; the
+ * product in 64 bits, ta_cuda_row). Only rows inside the sequence are
+ * addressed.
+ */
+typedef struct ta_cuda_rows {
+    const void *base;
+    int64_t slice, ld;
+} ta_cuda_rows;
+
+TA_CUDA_DEV ta_cuda_rows ta_cuda_rows_of(const void *base, int64_t slice, int64_t ld) {
+    ta_cuda_rows x;
+    x.base = base;
+    x.slice = slice;
+    x.ld = ld;
+    return x;
 }
 
 /* A thread's register block of a 64 x (NS x 64) accumulator tile (rows or
@@ -173,38 +231,52 @@ TA_CUDA_DEV void ta_cuda_fma_4x4(float acc[4][4], const float4 a, const float4 b
  *
  *   acc[r][c] = dot(A[4*ty + r], B[4*tx + c], n)      (ta_ref_dot: +0, fmaf, f ascending)
  *
- * A row x (0 <= x < 64) is element (a_first + x) * n + f of tensor a (rows of
- * n features) if a_lo <= x < a_hi; other rows are not read (they give 0 and
- * must not be used; a_first + x may be negative there, as for the MTA halos
- * above row 0). Likewise B with b_first, b_lo, b_hi. Operands are staged
- * through stage[TA_CUDA_DOT_BUF] in chunks of TA_CUDA_FCHUNK features,
+ * A tile row x (0 <= x < 64) is row a_row0 + x of the slice a if a_lo <= x <
+ * a_hi; other rows are not read (they give 0 and must not be used; a_row0 + x
+ * may be negative there, as for the MTA halos above row 0). Likewise B with
+ * b_row0, b_lo, b_hi. Operands are staged through stage[TA_CUDA_DOT_BUF] in
+ * chunks of TA_CUDA_FCHUNK features,
  * transposed ([f][row], stride LDT) so a thread reads its 4 rows as one
  * float4. Warps read global memory along f (coalesced); the transposing stores
  * have 4-way bank conflicts, once per element per chunk, against 64 float4
- * reads of it.
+ * reads of it. The element offset of each tile row (64-bit: slice + row *
+ * stride) is formed once per call into the staging buffer and read back per
+ * chunk: held in registers, the 16 row addresses a thread stages were
+ * measured to spill (ptxas, docs/cuda.md section 3).
  */
 template <int DT>
-TA_CUDA_DEV void ta_cuda_dot_tile_range(float acc[4][4], const void *a, int64_t a_first,
-                                        int32_t a_lo, int32_t a_hi, const void *b, int64_t b_first,
-                                        int32_t b_lo, int32_t b_hi, int32_t n, float *stage) {
+TA_CUDA_DEV void ta_cuda_dot_tile_range(float acc[4][4], const ta_cuda_rows &a, int32_t a_row0,
+                                        int32_t a_lo, int32_t a_hi, const ta_cuda_rows &b,
+                                        int32_t b_row0, int32_t b_lo, int32_t b_hi, int32_t n,
+                                        float *stage) {
     float *sa = stage, *sb = stage + TA_CUDA_FCHUNK * TA_CUDA_LDT;
+    /* [2][64]: element of feature 0 of A's, then B's tile rows; -1: not read */
+    int64_t *offs = reinterpret_cast<int64_t *>(stage + 2 * TA_CUDA_FCHUNK * TA_CUDA_LDT);
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
 #pragma unroll
     for (int r = 0; r < 4; ++r)
 #pragma unroll
         for (int c = 0; c < 4; ++c)
             acc[r][c] = 0.0f;
+    /* offs is touched by dot tiles only (row staging stays below it), and the
+     * previous dot tile's last reads of it precede that tile's second
+     * barrier: no barrier before these writes; the first chunk's publishes them */
+    if (tid < TA_CUDA_TILE)
+        offs[tid] = tid >= a_lo && tid < a_hi ? ta_cuda_row(a.slice, a.ld, a_row0 + tid) : -1;
+    else if (tid < 2 * TA_CUDA_TILE)
+        offs[tid] = tid - TA_CUDA_TILE >= b_lo && tid - TA_CUDA_TILE < b_hi
+                        ? ta_cuda_row(b.slice, b.ld, b_row0 + tid - TA_CUDA_TILE)
+                        : -1;
     for (int32_t f0 = 0; f0 < n; f0 += TA_CUDA_FCHUNK) {
         const int nf = (int)ta_tiling_min_i32(TA_CUDA_FCHUNK, n - f0);
-        __syncthreads(); /* the previous chunk (or phase) is done with stage */
+        __syncthreads(); /* the previous chunk is done with stage; offs published */
         for (int e = tid; e < TA_CUDA_TILE * TA_CUDA_FCHUNK; e += TA_CUDA_THREADS) {
             const int row = e / TA_CUDA_FCHUNK, f = e % TA_CUDA_FCHUNK;
+            const int64_t oa = offs[row], ob = offs[TA_CUDA_TILE + row];
             float va = 0.0f, vb = 0.0f;
             if (f < nf) {
-                if (row >= a_lo && row < a_hi)
-                    va = ta_cuda_load<DT>(a, (size_t)(a_first + row) * (size_t)n + (size_t)(f0 + f));
-                if (row >= b_lo && row < b_hi)
-                    vb = ta_cuda_load<DT>(b, (size_t)(b_first + row) * (size_t)n + (size_t)(f0 + f));
+                if (oa >= 0) va = ta_cuda_load<DT>(a.base, (size_t)(oa + f0 + f));
+                if (ob >= 0) vb = ta_cuda_load<DT>(b.base, (size_t)(ob + f0 + f));
             }
             sa[f * TA_CUDA_LDT + row] = va;
             sb[f * TA_CUDA_LDT + row] = vb;
@@ -223,31 +295,42 @@ TA_CUDA_DEV void ta_cuda_dot_tile_range(float acc[4][4], const void *a, int64_t 
     }
 }
 
-/* The common case: rows [0, a_rows) of A and [0, b_rows) of B. */
+/* The common case: rows [a_row0, a_row0 + a_rows) of A and [b_row0, b_row0 +
+ * b_rows) of B, all inside their sequences. */
 template <int DT>
-TA_CUDA_DEV void ta_cuda_dot_tile(float acc[4][4], const void *a, size_t a_first, int32_t a_rows,
-                                  const void *b, size_t b_first, int32_t b_rows, int32_t n,
-                                  float *stage) {
-    ta_cuda_dot_tile_range<DT>(acc, a, (int64_t)a_first, 0, a_rows, b, (int64_t)b_first, 0, b_rows,
-                               n, stage);
+TA_CUDA_DEV void ta_cuda_dot_tile(float acc[4][4], const ta_cuda_rows &a, int32_t a_row0,
+                                  int32_t a_rows, const ta_cuda_rows &b, int32_t b_row0,
+                                  int32_t b_rows, int32_t n, float *stage) {
+    ta_cuda_dot_tile_range<DT>(acc, a, a_row0, 0, a_rows, b, b_row0, 0, b_rows, n, stage);
 }
 
-/* Where the features of register slot s come from: tensor base, row length
- * (D or D_v) and first feature. Features at or past row_len are padding. */
+/* Where the features of register slot s come from: the rows of a tensor
+ * slice, row length (D or D_v) and first feature. Features at or past row_len
+ * are padding. Kernels keep their slots in shared memory and re-point them
+ * (a new slice) after a barrier. */
 typedef struct ta_cuda_slot {
-    const void *base;
+    ta_cuda_rows src;
     int32_t row_len;
     int32_t feat0;
 } ta_cuda_slot;
 
+TA_CUDA_DEV ta_cuda_slot ta_cuda_slot_of(const ta_cuda_rows &src, int32_t row_len, int32_t feat0) {
+    ta_cuda_slot s;
+    s.src = src;
+    s.row_len = row_len;
+    s.feat0 = feat0;
+    return s;
+}
+
 /*
- * Stage rows [first_row, first_row + rows) (rows <= RCHUNK) of the slots'
- * features into dst[RCHUNK][NS * SLOT]: dst[x][s*64 + f] = slot s's tensor at
- * row first_row + x, feature feat0 + f; 0 past the row length or past rows.
- * Consecutive threads read consecutive features (coalesced).
+ * Stage rows [first_row, first_row + rows) (rows <= RCHUNK, inside the
+ * sequence) of the slots' features into dst[RCHUNK][NS * SLOT]: dst[x][s*64 +
+ * f] = slot s's slice at row first_row + x, feature feat0 + f; 0 past the row
+ * length or past rows. Consecutive threads read consecutive features
+ * (coalesced).
  */
 template <int DT, int NS>
-TA_CUDA_DEV void ta_cuda_stage_rows(float *dst, const ta_cuda_slot *slots, size_t first_row,
+TA_CUDA_DEV void ta_cuda_stage_rows(float *dst, const ta_cuda_slot *slots, int32_t first_row,
                                     int32_t rows) {
     const int width = NS * TA_CUDA_SLOT;
     __syncthreads(); /* the previous phase is done with dst */
@@ -256,8 +339,9 @@ TA_CUDA_DEV void ta_cuda_stage_rows(float *dst, const ta_cuda_slot *slots, size_
         const int32_t f = slots[s].feat0 + col % TA_CUDA_SLOT;
         float val = 0.0f;
         if (x < rows && f < slots[s].row_len)
-            val = ta_cuda_load<DT>(slots[s].base, (first_row + (size_t)x) * (size_t)slots[s].row_len +
-                                                      (size_t)f);
+            val = ta_cuda_load<DT>(
+                slots[s].src.base,
+                (size_t)(ta_cuda_row(slots[s].src.slice, slots[s].src.ld, first_row + x) + f));
         dst[e] = val;
     }
     __syncthreads();
@@ -271,35 +355,39 @@ TA_CUDA_DEV void ta_cuda_stage_rows(float *dst, const ta_cuda_slot *slots, size_
  *   st       [cols][TA_CUDA_LDT]: the tile's scores, transposed (st[j][i] for
  *            row i, effective column j < cols); overwritten with p on the
  *            visible entries. Published by a barrier before the call.
- *   vis_end  [64]: each row's visible-key end (absolute column); the tile's
- *            visible columns of row i are the prefix j < n_vis[i], written here
+ *   key_lo, key_hi [64]: each row's visible keys [lo, hi) (absolute columns,
+ *            ta_cuda_row_keys); the tile's visible columns of row i are
+ *            [tile_lo[i], tile_hi[i]) (relative to col0, ta_cuda_tile_cols),
+ *            written here; the others are skipped, never added as zeros
  *   m_run, l_run [64]: running max and sum (updated); m_new, alpha [64]: scratch
- *   acc, row_vis: this thread's register block (rows 4ty+r, features s*64+4tx+e),
+ *   acc:     this thread's register block (rows 4ty+r, features s*64+4tx+e),
  *            rescaled by alpha, then acc = fmaf(p_j, v_j, acc) for j ascending,
- *            v_j the row kv_base + col0 + j, staged through stage from v_slots
+ *            v_j the key col0 + j of the v_slots' slice, staged through stage
  * Rows are independent; each row's max, sum and accumulators follow the
  * reference's sequential order. Ends without a barrier.
  */
 template <int DT, int NS>
 TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
-                                         const int32_t *vis_end, int32_t *n_vis, float *m_run,
+                                         const int32_t *key_lo, const int32_t *key_hi,
+                                         int32_t *tile_lo, int32_t *tile_hi, float *m_run,
                                          float *l_run, float *m_new, float *alpha, float *stage,
-                                         const ta_cuda_slot *v_slots, size_t kv_base,
-                                         float (&acc)[4][NS][4], int32_t (&row_vis)[4]) {
+                                         const ta_cuda_slot *v_slots, float (&acc)[4][NS][4]) {
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
+    int32_t row_b[4], row_e[4]; /* visible columns [row_b, row_e) of rows 4ty+r */
     int32_t j0;
     /* per row, the tile's max over the visible columns (exactly the reference's
      * sequential comparison), the new max and alpha */
     if (tid < TA_CUDA_TILE) {
-        const int32_t nv =
-            ta_tiling_max_i32(0, ta_tiling_min_i32(vis_end[tid] - col0, cols)); /* j < nv */
-        n_vis[tid] = nv;
-        if (nv > 0) {
-            float m_tile = st[tid];
+        int32_t jb, je;
+        ta_cuda_tile_cols(key_lo[tid], key_hi[tid], col0, cols, &jb, &je);
+        tile_lo[tid] = jb;
+        tile_hi[tid] = je;
+        if (jb < je) {
+            float m_tile = st[(size_t)jb * TA_CUDA_LDT + tid];
             const float m_old = m_run[tid];
             float m_nw;
             int32_t j;
-            for (j = 1; j < nv; ++j) {
+            for (j = jb + 1; j < je; ++j) {
                 const float x = st[(size_t)j * TA_CUDA_LDT + tid];
                 if (x > m_tile) m_tile = x;
             }
@@ -312,18 +400,18 @@ TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
     /* p = exp(s - m_new) on every visible entry */
     for (int e = tid; e < TA_CUDA_TILE * cols; e += TA_CUDA_THREADS) {
         const int i = e % TA_CUDA_TILE, j = e / TA_CUDA_TILE;
-        if (j < n_vis[i]) {
+        if (j >= tile_lo[i] && j < tile_hi[i]) {
             float *x = st + (size_t)j * TA_CUDA_LDT + i;
             *x = ta_exp(*x - m_new[i]);
         }
     }
     __syncthreads();
     /* l = l * alpha, then l = l + p_j for j ascending (one thread per row) */
-    if (tid < TA_CUDA_TILE && n_vis[tid] > 0) {
-        const int32_t nv = n_vis[tid];
+    if (tid < TA_CUDA_TILE && tile_lo[tid] < tile_hi[tid]) {
+        const int32_t je = tile_hi[tid];
         float l = l_run[tid] * alpha[tid];
         int32_t j;
-        for (j = 0; j < nv; ++j)
+        for (j = tile_lo[tid]; j < je; ++j)
             l = l + st[(size_t)j * TA_CUDA_LDT + tid];
         l_run[tid] = l;
         m_run[tid] = m_new[tid];
@@ -331,8 +419,9 @@ TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
     /* acc = acc * alpha, then acc = fmaf(p_j, v_j, acc), j ascending */
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-        row_vis[r] = n_vis[4 * ty + r];
-        if (row_vis[r] > 0) {
+        row_b[r] = tile_lo[4 * ty + r];
+        row_e[r] = tile_hi[4 * ty + r];
+        if (row_b[r] < row_e[r]) {
             const float al = alpha[4 * ty + r];
 #pragma unroll
             for (int s = 0; s < NS; ++s)
@@ -343,12 +432,25 @@ TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
     }
     for (j0 = 0; j0 < cols; j0 += TA_CUDA_RCHUNK) {
         const int jn = (int)ta_tiling_min_i32(TA_CUDA_RCHUNK, cols - j0);
-        ta_cuda_stage_rows<DT, NS>(stage, v_slots, kv_base + (size_t)(col0 + j0), jn);
+        ta_cuda_stage_rows<DT, NS>(stage, v_slots, col0 + j0, jn);
         for (int jj = 0; jj < jn; ++jj) {
             const int32_t j = j0 + jj;
             const float4 p4 =
                 *reinterpret_cast<const float4 *>(st + (size_t)j * TA_CUDA_LDT + 4 * ty);
             const float pv[4] = {p4.x, p4.y, p4.z, p4.w};
+            bool live[4];  /* j is a visible column of row 4ty+r */
+            if (NS >= 3) { /* bounds from shared memory: registers go to acc */
+                const int4 b4 = *reinterpret_cast<const int4 *>(tile_lo + 4 * ty);
+                const int4 e4 = *reinterpret_cast<const int4 *>(tile_hi + 4 * ty);
+                live[0] = j >= b4.x && j < e4.x;
+                live[1] = j >= b4.y && j < e4.y;
+                live[2] = j >= b4.z && j < e4.z;
+                live[3] = j >= b4.w && j < e4.w;
+            } else {
+#pragma unroll
+                for (int r = 0; r < 4; ++r)
+                    live[r] = j >= row_b[r] && j < row_e[r];
+            }
 #pragma unroll
             for (int s = 0; s < NS; ++s) {
                 const float4 v4 = *reinterpret_cast<const float4 *>(
@@ -356,10 +458,9 @@ TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
                 const float vv[4] = {v4.x, v4.y, v4.z, v4.w};
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
-                    const bool live = j < row_vis[r];
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
-                        acc[r][s][e] = live ? fmaf(pv[r], vv[e], acc[r][s][e]) : acc[r][s][e];
+                        acc[r][s][e] = live[r] ? fmaf(pv[r], vv[e], acc[r][s][e]) : acc[r][s][e];
                 }
             }
         }
@@ -370,12 +471,15 @@ TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
  * The forward's last step for 64 rows (after a barrier that published m_run,
  * l_run): o = acc / l (IEEE division) rounded once to the storage dtype, and
  * lse = m + log(l); a row that saw no key (m = -inf) gets o = 0, lse = -inf.
- * Rows x < rows, starting at row q_first of [B, H, S_q]; lse may be NULL.
+ * Rows row0 + x, x < rows, of the o slice (element o_slice, rows o_ld apart)
+ * and of the lse slice (element lse_slice, contiguous [B, H, S_q]); lse may be
+ * NULL.
  */
 template <int DT, int NS>
-TA_CUDA_DEV void ta_cuda_fwd_store_rows(void *o, float *lse, size_t q_first, int32_t rows,
-                                        int32_t head_dim_v, const float (&acc)[4][NS][4],
-                                        const float *m_run, const float *l_run) {
+TA_CUDA_DEV void ta_cuda_fwd_store_rows(int32_t row0, int32_t rows, int32_t head_dim_v,
+                                        const float (&acc)[4][NS][4], const float *m_run,
+                                        const float *l_run, void *o, int64_t o_slice, int64_t o_ld,
+                                        float *lse, int64_t lse_slice) {
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -383,46 +487,48 @@ TA_CUDA_DEV void ta_cuda_fwd_store_rows(void *o, float *lse, size_t q_first, int
         if (x >= rows) continue;
         const float m = m_run[x], l = l_run[x];
         const bool seen = m != ta_f32_from_bits(TA_CUDA_NEG_INF_BITS);
+        const int64_t first = ta_cuda_row(o_slice, o_ld, row0 + x);
 #pragma unroll
         for (int s = 0; s < NS; ++s)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int32_t f = s * TA_CUDA_SLOT + 4 * tx + e;
                 if (f < head_dim_v)
-                    ta_cuda_store<DT>(o, (q_first + (size_t)x) * (size_t)head_dim_v + (size_t)f,
-                                      seen ? acc[r][s][e] / l : 0.0f);
+                    ta_cuda_store<DT>(o, (size_t)(first + f), seen ? acc[r][s][e] / l : 0.0f);
             }
     }
     if (lse && tid < rows) {
         const float m = m_run[tid];
-        lse[q_first + (size_t)tid] = m != ta_f32_from_bits(TA_CUDA_NEG_INF_BITS)
-                                         ? m + ta_log(l_run[tid])
-                                         : ta_f32_from_bits(TA_CUDA_NEG_INF_BITS);
+        lse[lse_slice + row0 + tid] = m != ta_f32_from_bits(TA_CUDA_NEG_INF_BITS)
+                                          ? m + ta_log(l_run[tid])
+                                          : ta_f32_from_bits(TA_CUDA_NEG_INF_BITS);
     }
 }
 
 /*
  * Store a [4 x-slots][NS slots][4 features] register block: element (r, s, e)
- * goes to row x0 + 4*ty + r, feature s*64 + 4*tx + e of a [*, row_len] tensor
- * starting at row first_row, times `mul` (1 or the softmax scale) when
- * `scaled`, rounded once to the storage dtype. Rows >= rows and features >=
- * row_len are not written.
+ * goes to row row0 + 4*ty + r, feature s*64 + 4*tx + e of the slice of dst at
+ * element dst_slice (rows dst_ld apart, row_len features), times `mul` (1 or
+ * the softmax scale) when `scaled`, rounded once to the storage dtype. Block
+ * rows >= rows and features >= row_len are not written.
  */
 template <int DT, int NS>
-TA_CUDA_DEV void ta_cuda_store_block(void *dst, size_t first_row, int32_t rows, int32_t row_len,
-                                     const float acc[4][NS][4], int scaled, float mul) {
+TA_CUDA_DEV void ta_cuda_store_block(int32_t row0, int32_t rows, int32_t row_len,
+                                     const float acc[4][NS][4], int scaled, float mul, void *dst,
+                                     int64_t dst_slice, int64_t dst_ld) {
     const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
         const int x = 4 * ty + r;
         if (x >= rows) continue;
+        const int64_t first = ta_cuda_row(dst_slice, dst_ld, row0 + x);
 #pragma unroll
         for (int s = 0; s < NS; ++s)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int32_t f = s * TA_CUDA_SLOT + 4 * tx + e;
                 if (f < row_len)
-                    ta_cuda_store<DT>(dst, (first_row + (size_t)x) * (size_t)row_len + (size_t)f,
+                    ta_cuda_store<DT>(dst, (size_t)(first + f),
                                       scaled ? mul * acc[r][s][e] : acc[r][s][e]);
             }
     }

@@ -22,8 +22,16 @@
  * 1..31, 6x11 and 3x3 often; explicit blocks that leave at least one effective
  * row/column in the backward; conv weights with mixed signs and exact zeros)
  * and fixed large MTA problems (S_k = 16384, S = 16384 with short seqlens_k,
- * S = 4096 at 6x11, the largest kernel, 600 batch entries). The REF side of the
- * problems runs in parallel on the host
+ * S = 4096 at 6x11, the largest kernel, 600 batch entries). About 30% of the
+ * random problems (SDPA and MTA) have a sliding window (TA_WINDOW; each bound
+ * -1, 0, small, around the length or past it), and about 25% run on strided
+ * device tensors: each of q, k, v, o, d_o, dq, dk, dv gets a [B, H, S, D] or
+ * [B, S, H, D] layout with random gaps after each row, head and batch entry
+ * (REF runs the contiguous call on the same values; the gathered device
+ * elements must equal it bitwise, and every gap byte of a device output must
+ * still hold the run's poison; input gaps hold NaN). Fixed windowed and
+ * strided problems too (S = 16384 causal local, both-sided windows, MTA).
+ * The REF side of the problems runs in parallel on the host
  * (OpenMP); each host thread drives the GPU on its own stream.
  * Then device bad-input cases: pageable host pointers (TA_ERR_BAD_ARG, outputs
  * untouched), mapped pinned host memory and managed memory (accepted, same
@@ -31,14 +39,15 @@
  * the size queries.
  *
  *   test_cuda_equiv [--quick] [--problem N] [--count N] [--count-mta N] [--mta | --sdpa]
- *                   [--fwd-only | --bwd-only]
+ *                   [--fwd-only | --bwd-only] [--window] [--strided]
  *
- * --quick: 14 small problems (10 SDPA, 4 MTA) and the bad-input cases (for
- * compute-sanitizer).
+ * --quick: 18 small problems (10 SDPA, 4 MTA, then 2 SDPA and 2 MTA with a
+ * window, 3 of them strided) and the bad-input cases (for compute-sanitizer).
  * --problem N: only problem N of the run (with TA_SEED to replay a failure).
  * --count N, --count-mta N: random SDPA / MTA problems (default 320 each).
  * --mta, --sdpa: only the MTA / only the SDPA problems (and no bad-input cases).
  * --fwd-only, --bwd-only: compare only the forward / only the backward outputs.
+ * --window, --strided: every random problem has a window / strided tensors.
  * Without a CUDA device: prints "no CUDA device: skipped" and exits 77.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
@@ -63,6 +72,9 @@
 
 /* What to compare (--fwd-only, --bwd-only); set once in main. */
 static int g_check_fwd = 1, g_check_bwd = 1;
+/* Share of random problems with a window / strided tensors, percent (--window,
+ * --strided: 100); set once in main. */
+static int g_window_pct = 30, g_strided_pct = 25;
 
 /* ---- Failure accounting, safe from several host threads ---- */
 #ifdef _OPENMP
@@ -98,6 +110,7 @@ typedef struct spec {
     ta_problem p;
     int seqlens_mode; /* 0: NULL, 1: random in [0, S_k], 2: all S_k, 3: random in [1, 300] */
     int use_stream;   /* 1: the thread's created stream, 0: NULL */
+    int strided;      /* 1: device tensors in random strided layouts */
     float lo, hi;     /* input range */
     char tag[24];     /* what the problem is for */
 } spec;
@@ -130,6 +143,23 @@ static double work(const ta_problem *p) {
     return (double)p->batch * p->heads_q * p->seq_q * p->seq_k * (p->head_dim + p->head_dim_v);
 }
 
+/* With probability percent: a sliding window (TA_WINDOW) whose bounds are
+ * each unbounded (-1), 0, small, or up to the length and past it (as
+ * test/oracle_check.c's ta_oc_random_window). */
+static void random_window(ta_rng *r, ta_problem *p, int percent) {
+    const int32_t reach = p->seq_k > p->seq_q ? p->seq_k : p->seq_q;
+    if (ta_rng_int(r, 0, 99) >= percent) return;
+    p->flags |= TA_WINDOW;
+    p->window_left = ta_rng_int(r, 0, 4) == 0   ? -1
+                     : ta_rng_int(r, 0, 3) == 0 ? 0
+                     : ta_rng_int(r, 0, 1)      ? ta_rng_int(r, 1, 16)
+                                                : ta_rng_int(r, 1, reach + 2);
+    p->window_right = ta_rng_int(r, 0, 3) == 0   ? -1
+                      : ta_rng_int(r, 0, 3) == 0 ? 0
+                      : ta_rng_int(r, 0, 1)      ? ta_rng_int(r, 1, 16)
+                                                 : ta_rng_int(r, 1, reach + 2);
+}
+
 /* Random problem number idx of the run (deterministic in seed and idx). */
 static void random_spec(uint64_t seed, int idx, spec *s) {
     ta_rng r;
@@ -155,6 +185,8 @@ static void random_spec(uint64_t seed, int idx, spec *s) {
     } while (work(p) > 2.5e7);
     s->seqlens_mode = ta_rng_int(&r, 0, 2);
     s->use_stream = ta_rng_int(&r, 0, 2) != 0;
+    random_window(&r, p, g_window_pct);
+    s->strided = ta_rng_int(&r, 0, 99) < g_strided_pct;
     s->lo = -1.0f;
     s->hi = 1.0f;
     if (ta_rng_int(&r, 0, 4) == 0) { /* peaky softmax: exp underflows to 0 for some keys */
@@ -219,6 +251,8 @@ static void random_mta_spec(uint64_t seed, int idx, spec *s) {
     } while (work(p) * (1.0 + p->conv_q * p->conv_k / 32.0) > 1.5e7);
     s->seqlens_mode = ta_rng_int(&r, 0, 2);
     s->use_stream = ta_rng_int(&r, 0, 2) != 0;
+    random_window(&r, p, g_window_pct);
+    s->strided = ta_rng_int(&r, 0, 99) < g_strided_pct;
     s->lo = -1.0f;
     s->hi = 1.0f;
     if (ta_rng_int(&r, 0, 4) == 0) {
@@ -268,6 +302,46 @@ static int specs_from_table(const fixed_problem *k, int n, spec *out) {
 }
 #define SPECS_FROM(table, out) specs_from_table(table, (int)(sizeof table / sizeof table[0]), out)
 
+/* The window bounds and layout of table specs: row i of `win` is
+ * {window_left, window_right, strided} for out[i] (whose flags carry TA_WINDOW). */
+static void specs_set_windows(spec *out, const int32_t (*win)[3], int n) {
+    int i;
+    for (i = 0; i < n; ++i) {
+        out[i].p.window_left = win[i][0];
+        out[i].p.window_right = win[i][1];
+        out[i].strided = win[i][2];
+    }
+}
+
+/* Fixed windowed and strided problems: causal local attention at S = 16384,
+ * both-sided windows with seqlens_k and GQA, the MTA conv with a window. */
+static int special_window_specs(spec *out, int with_sdpa, int with_mta) {
+    static const fixed_problem k_sdpa[] = {
+        {1, 2, 1, 16384, 16384, 64, 64, 0, 0, 0, 0, TA_BF16, TA_CAUSAL | TA_WINDOW, 0, 0.0f,
+         "S 16k causal window"},
+        {2, 4, 2, 3000, 2000, 96, 64, 0, 100, 0, 0, TA_F16, TA_WINDOW, 1, 0.0f,
+         "window both sides"},
+    };
+    static const int32_t w_sdpa[][3] = {{256, -1, 0}, {100, 50, 1}};
+    static const fixed_problem k_mta[] = {
+        {1, 2, 1, 4096, 4096, 32, 32, 0, 0, 6, 11, TA_F32, TA_CAUSAL | TA_WINDOW, 0, 0.0f,
+         "MTA S 4k window"},
+        {2, 4, 2, 700, 900, 96, 64, 0, 0, 6, 11, TA_F16, TA_CAUSAL | TA_WINDOW, 1, 0.0f,
+         "MTA GQA window"},
+    };
+    static const int32_t w_mta[][3] = {{200, -1, 1}, {37, 3, 1}};
+    int n = 0;
+    if (with_sdpa) {
+        specs_set_windows(out + n, w_sdpa, SPECS_FROM(k_sdpa, out + n));
+        n += 2;
+    }
+    if (with_mta) {
+        specs_set_windows(out + n, w_mta, SPECS_FROM(k_mta, out + n));
+        n += 2;
+    }
+    return n;
+}
+
 /* Large and special MTA problems (S_k up to 16384; the REF side is slow, so
  * the long ones are narrow or see few keys). */
 static int special_mta_specs(spec *out) {
@@ -302,7 +376,8 @@ static int special_specs(spec *out) {
     return SPECS_FROM(k, out);
 }
 
-/* --quick: small problems that still touch every feature (the last 4: MTA). */
+/* --quick: small problems that still touch every feature (10 SDPA, 4 MTA,
+ * then 2 SDPA and 2 MTA with windows, 3 of them strided). */
 static int quick_specs(spec *out) {
     static const fixed_problem k[] = {
         {2, 4, 2, 37, 53, 16, 8, 0, 0, 0, 0, TA_F32, TA_CAUSAL, 1, 0.0f, "quick"},
@@ -319,21 +394,32 @@ static int quick_specs(spec *out) {
         {1, 2, 1, 70, 40, 64, 48, 13, 29, 3, 3, TA_BF16, TA_CAUSAL, 0, -0.5f, "quick mta"},
         {1, 1, 1, 45, 45, 8, 8, 31, 61, 16, 31, TA_F16, TA_CAUSAL, 2, 0.0f, "quick mta"},
         {3, 2, 2, 9, 130, 33, 33, 0, 8, 1, 1, TA_F32, TA_CAUSAL, 1, 0.0f, "quick mta"},
+        {2, 4, 2, 70, 90, 40, 24, 0, 16, 0, 0, TA_F32, TA_CAUSAL | TA_WINDOW, 1, 0.0f,
+         "quick window"},
+        {1, 2, 1, 100, 60, 64, 130, 32, 24, 0, 0, TA_BF16, TA_WINDOW, 0, 0.0f, "quick window"},
+        {2, 2, 1, 80, 96, 32, 16, 0, 0, 6, 11, TA_F16, TA_CAUSAL | TA_WINDOW, 1, 0.0f,
+         "quick mta window"},
+        {1, 2, 2, 50, 50, 8, 8, 0, 0, 3, 3, TA_F32, TA_CAUSAL | TA_WINDOW, 0, 0.0f,
+         "quick mta window"},
     };
-    return SPECS_FROM(k, out);
+    static const int32_t win[][3] = {{5, -1, 1}, {7, 3, 1}, {20, 0, 1}, {0, -1, 0}};
+    const int n = SPECS_FROM(k, out);
+    specs_set_windows(out + n - 4, win, 4);
+    return n;
 }
 
 static void describe(const spec *s, int idx, char *buf, size_t n) {
     const ta_problem *p = &s->p;
     static const char *const dt[] = {"f32", "f16", "bf16"};
     snprintf(buf, n,
-             "#%d [%s] B=%d H=%d H_kv=%d S_q=%d S_k=%d D=%d D_v=%d %s %s conv=%dx%d "
-             "seqlens=%d bq=%d bk=%d scale=%g stream=%d range=%g",
+             "#%d [%s] B=%d H=%d H_kv=%d S_q=%d S_k=%d D=%d D_v=%d %s %s window=%s(%d,%d) "
+             "conv=%dx%d seqlens=%d bq=%d bk=%d scale=%g stream=%d strided=%d range=%g",
              idx, s->tag, (int)p->batch, (int)p->heads_q, (int)p->heads_kv, (int)p->seq_q,
              (int)p->seq_k, (int)p->head_dim, (int)p->head_dim_v, dt[p->dtype],
-             (p->flags & TA_CAUSAL) ? "causal" : "full", (int)p->conv_q, (int)p->conv_k,
+             (p->flags & TA_CAUSAL) ? "causal" : "full", (p->flags & TA_WINDOW) ? "on" : "off",
+             (int)p->window_left, (int)p->window_right, (int)p->conv_q, (int)p->conv_k,
              s->seqlens_mode, (int)p->block_q, (int)p->block_k, (double)p->scale, s->use_stream,
-             (double)s->hi);
+             s->strided, (double)s->hi);
 }
 
 /* ---- One problem ---- */
@@ -391,6 +477,127 @@ static void *dev_alloc(size_t bytes) {
     return p;
 }
 
+/* ---- Device layouts ---- */
+
+/* The tensors of a call; X_O serves the forward's o and the backward's o input. */
+enum { X_Q, X_K, X_V, X_O, X_DO, X_DQ, X_DK, X_DV, X_COUNT };
+
+/* One [n_b, n_h, n_s, dim] tensor on the device: contiguous (the call passes
+ * zero strides) or strided ([B, H, S, D] or [B, S, H, D] with random gaps after
+ * each row, head and batch entry, as test_strides). */
+typedef struct layout {
+    int32_t n_b, n_h, n_s, dim;
+    ta_strides st;          /* resolved strides */
+    ta_strides arg;         /* what the call passes: zeros when contiguous */
+    size_t extent;          /* elements from the base to one past the last */
+    unsigned char *is_elem; /* [extent] 1 where an element lives; NULL when contiguous */
+} layout;
+
+static int64_t pick_gap(ta_rng *r) {
+    static const int64_t gaps[5] = {0, 0, 1, 3, 16};
+    return gaps[ta_rng_int(r, 0, 4)];
+}
+
+static void layout_make(ta_rng *r, layout *x, int32_t n_b, int32_t n_h, int32_t n_s, int32_t dim,
+                        int strided) {
+    int32_t b, h, s;
+    memset(x, 0, sizeof *x);
+    x->n_b = n_b, x->n_h = n_h, x->n_s = n_s, x->dim = dim;
+    if (!strided) {
+        x->st.seq = dim;
+        x->st.head = (int64_t)n_s * dim;
+        x->st.batch = x->st.head * n_h;
+        x->extent = (size_t)n_b * (size_t)n_h * (size_t)n_s * (size_t)dim;
+        return;
+    }
+    if (ta_rng_int(r, 0, 1)) { /* [B, S, H, D]: heads inside a row */
+        x->st.head = dim + pick_gap(r);
+        x->st.seq = n_h * x->st.head + pick_gap(r);
+        x->st.batch = n_s * x->st.seq + pick_gap(r);
+    } else {
+        x->st.seq = dim + pick_gap(r);
+        x->st.head = n_s * x->st.seq + pick_gap(r);
+        x->st.batch = n_h * x->st.head + pick_gap(r);
+    }
+    x->arg = x->st;
+    x->extent = (size_t)((int64_t)(n_b - 1) * x->st.batch + (int64_t)(n_h - 1) * x->st.head +
+                         (int64_t)(n_s - 1) * x->st.seq + dim);
+    x->is_elem = (unsigned char *)calloc(x->extent, 1);
+    if (!x->is_elem) {
+        fprintf(stderr, "out of host memory\n");
+        exit(1);
+    }
+    for (b = 0; b < n_b; ++b)
+        for (h = 0; h < n_h; ++h)
+            for (s = 0; s < n_s; ++s)
+                memset(x->is_elem + b * x->st.batch + h * x->st.head + s * x->st.seq, 1,
+                       (size_t)dim);
+}
+
+/* Element offset of row (b, h, s) of x. */
+static size_t layout_row(const layout *x, int32_t b, int32_t h, int32_t s) {
+    return (size_t)(b * x->st.batch + h * x->st.head + s * x->st.seq);
+}
+
+/* dst (x's layout, extent elements) = the contiguous [n_b, n_h, n_s, dim]
+ * tensor src; bytes between elements are left as they are. */
+static void layout_scatter(void *dst, const void *src, const layout *x, size_t eb) {
+    int32_t b, h, s;
+    size_t row = 0;
+    for (b = 0; b < x->n_b; ++b)
+        for (h = 0; h < x->n_h; ++h)
+            for (s = 0; s < x->n_s; ++s, ++row)
+                memcpy((char *)dst + layout_row(x, b, h, s) * eb,
+                       (const char *)src + row * (size_t)x->dim * eb, (size_t)x->dim * eb);
+}
+
+/* The inverse: contiguous dst = the elements of src (x's layout). */
+static void layout_gather(void *dst, const void *src, const layout *x, size_t eb) {
+    int32_t b, h, s;
+    size_t row = 0;
+    for (b = 0; b < x->n_b; ++b)
+        for (h = 0; h < x->n_h; ++h)
+            for (s = 0; s < x->n_s; ++s, ++row)
+                memcpy((char *)dst + row * (size_t)x->dim * eb,
+                       (const char *)src + layout_row(x, b, h, s) * eb, (size_t)x->dim * eb);
+}
+
+/* Number of bytes between the elements of buf (x's layout) that differ from byte. */
+static size_t layout_bad_gaps(const void *buf, const layout *x, size_t eb, int byte) {
+    const unsigned char *p = (const unsigned char *)buf;
+    size_t i, bad = 0, j;
+    if (!x->is_elem) return 0;
+    for (i = 0; i < x->extent; ++i)
+        if (!x->is_elem[i])
+            for (j = 0; j < eb; ++j)
+                bad += p[i * eb + j] != (unsigned char)byte;
+    return bad;
+}
+
+/* The device buffer dev (x's layout) = the contiguous host tensor src; gaps
+ * hold 0xFF bytes (NaN in every dtype: reading one would show). stage:
+ * extent * eb bytes of host scratch. */
+static void upload(void *dev, const void *src, const layout *x, size_t eb, void *stage) {
+    memset(stage, 0xFF, x->extent * eb);
+    layout_scatter(stage, src, x, eb);
+    CUDA_OK(cudaMemcpy(dev, stage, x->extent * eb, cudaMemcpyHostToDevice));
+}
+
+/* Copy the device output dev (x's layout, filled with the byte `poison`
+ * before the call) back: every gap byte must still be the poison, and the
+ * gathered elements must equal ref bit for bit. stage: extent * eb bytes,
+ * got: the contiguous tensor's bytes. Returns 1 if both hold. */
+static int check_output(const char *what, const char *desc, const void *ref, const void *dev,
+                        const layout *x, size_t eb, int poison, void *stage, void *got) {
+    const size_t n = (size_t)x->n_b * (size_t)x->n_h * (size_t)x->n_s * (size_t)x->dim;
+    size_t bad;
+    CUDA_OK(cudaMemcpy(stage, dev, x->extent * eb, cudaMemcpyDeviceToHost));
+    bad = layout_bad_gaps(stage, x, eb, poison);
+    if (bad) FAIL("%s: %s: %zu gap bytes between the elements were written", desc, what, bad);
+    layout_gather(got, stage, x, eb);
+    return same_bytes(what, desc, ref, got, n, eb) && bad == 0;
+}
+
 /* Runs problem s; returns 1 if every check passed. */
 static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t thread_stream) {
     const ta_problem *p = &s->p;
@@ -398,9 +605,11 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
     const cudaStream_t st = s->use_stream ? thread_stream : (cudaStream_t)0;
     char desc[400];
     int32_t *seqlens = NULL;
-    void *q, *k, *v, *d_o, *o_ref, *dq_ref, *dk_ref, *dv_ref, *ws_host, *got;
+    void *q, *k, *v, *d_o, *o_ref, *dq_ref, *dk_ref, *dv_ref, *ws_host, *got, *stage = NULL;
     float *lse_ref, *lse_got, *w = NULL, *dw_ref = NULL, *dw_got = NULL;
     size_t fwd_ref_bytes = 0, bwd_ref_bytes = 0, fwd_bytes = 0, bwd_bytes = 0, ws_bytes, max_n;
+    size_t max_extent = 0;
+    layout lay[X_COUNT];
     dev_bufs d;
     ta_fwd_args fa;
     ta_bwd_args ba;
@@ -505,28 +714,48 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
             ok = 0;
         }
     }
+    if (ok) { /* the device layouts: a random strided one per tensor, or contiguous */
+        ta_rng rl;
+        int x;
+        ta_rng_seed(&rl, seed ^ (UINT64_C(0x2545f4914f6cdd1d) * (uint64_t)(idx + 3)));
+        layout_make(&rl, &lay[X_Q], p->batch, p->heads_q, p->seq_q, p->head_dim, s->strided);
+        layout_make(&rl, &lay[X_K], p->batch, p->heads_kv, p->seq_k, p->head_dim, s->strided);
+        layout_make(&rl, &lay[X_V], p->batch, p->heads_kv, p->seq_k, p->head_dim_v, s->strided);
+        layout_make(&rl, &lay[X_O], p->batch, p->heads_q, p->seq_q, p->head_dim_v, s->strided);
+        layout_make(&rl, &lay[X_DO], p->batch, p->heads_q, p->seq_q, p->head_dim_v, s->strided);
+        layout_make(&rl, &lay[X_DQ], p->batch, p->heads_q, p->seq_q, p->head_dim, s->strided);
+        layout_make(&rl, &lay[X_DK], p->batch, p->heads_kv, p->seq_k, p->head_dim, s->strided);
+        layout_make(&rl, &lay[X_DV], p->batch, p->heads_kv, p->seq_k, p->head_dim_v, s->strided);
+        for (x = 0; x < X_COUNT; ++x)
+            if (lay[x].extent > max_extent) max_extent = lay[x].extent;
+        stage = malloc(max_extent * z.eb);
+        if (!stage) {
+            fprintf(stderr, "out of host memory\n");
+            exit(1);
+        }
+    }
     if (ok) {
         ws_bytes = fwd_bytes > bwd_bytes ? fwd_bytes : bwd_bytes;
-        d.q = dev_alloc(z.q * z.eb);
-        d.k = dev_alloc(z.k * z.eb);
-        d.v = dev_alloc(z.v * z.eb);
-        d.d_o = dev_alloc(z.o * z.eb);
-        d.o = dev_alloc(z.o * z.eb);
-        d.o_in = dev_alloc(z.o * z.eb);
-        d.dq = dev_alloc(z.q * z.eb);
-        d.dk = dev_alloc(z.k * z.eb);
-        d.dv = dev_alloc(z.v * z.eb);
+        d.q = dev_alloc(lay[X_Q].extent * z.eb);
+        d.k = dev_alloc(lay[X_K].extent * z.eb);
+        d.v = dev_alloc(lay[X_V].extent * z.eb);
+        d.d_o = dev_alloc(lay[X_DO].extent * z.eb);
+        d.o = dev_alloc(lay[X_O].extent * z.eb);
+        d.o_in = dev_alloc(lay[X_O].extent * z.eb);
+        d.dq = dev_alloc(lay[X_DQ].extent * z.eb);
+        d.dk = dev_alloc(lay[X_DK].extent * z.eb);
+        d.dv = dev_alloc(lay[X_DV].extent * z.eb);
         d.ws = ws_bytes ? dev_alloc(ws_bytes) : NULL;
         d.lse = (float *)dev_alloc(z.lse * sizeof(float));
         d.lse_in = (float *)dev_alloc(z.lse * sizeof(float));
         d.w = z.w ? (float *)dev_alloc(z.w * sizeof(float)) : NULL;
         d.dw = z.w ? (float *)dev_alloc(z.w * sizeof(float)) : NULL;
         if (z.w) CUDA_OK(cudaMemcpy(d.w, w, z.w * sizeof(float), cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(d.q, q, z.q * z.eb, cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(d.k, k, z.k * z.eb, cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(d.v, v, z.v * z.eb, cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(d.d_o, d_o, z.o * z.eb, cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(d.o_in, o_ref, z.o * z.eb, cudaMemcpyHostToDevice));
+        upload(d.q, q, &lay[X_Q], z.eb, stage);
+        upload(d.k, k, &lay[X_K], z.eb, stage);
+        upload(d.v, v, &lay[X_V], z.eb, stage);
+        upload(d.d_o, d_o, &lay[X_DO], z.eb, stage);
+        upload(d.o_in, o_ref, &lay[X_O], z.eb, stage);
         CUDA_OK(cudaMemcpy(d.lse_in, lse_ref, z.lse * sizeof(float), cudaMemcpyHostToDevice));
 
         /* two runs with different poison; each must equal REF (so also each other) */
@@ -541,7 +770,11 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
                 fa.conv_w = d.w;
                 fa.o = d.o;
                 fa.lse = d.lse;
-                CUDA_OK(cudaMemsetAsync(d.o, poison, z.o * z.eb, st));
+                fa.q_strides = lay[X_Q].arg;
+                fa.k_strides = lay[X_K].arg;
+                fa.v_strides = lay[X_V].arg;
+                fa.o_strides = lay[X_O].arg;
+                CUDA_OK(cudaMemsetAsync(d.o, poison, lay[X_O].extent * z.eb, st));
                 CUDA_OK(cudaMemsetAsync(d.lse, poison, z.lse * sizeof(float), st));
                 if (d.ws) CUDA_OK(cudaMemsetAsync(d.ws, poison ^ 0x5A, ws_bytes, st));
                 stt = ta_fwd(p, TA_BACKEND_CUDA, &fa, d.ws, ws_bytes, (void *)st);
@@ -551,20 +784,20 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
                     break;
                 }
                 CUDA_OK(cudaStreamSynchronize(st));
-                CUDA_OK(cudaMemcpy(got, d.o, z.o * z.eb, cudaMemcpyDeviceToHost));
-                ok &= same_bytes(run ? "o (run 2)" : "o", desc, o_ref, got, z.o, z.eb);
+                ok &= check_output(run ? "o (run 2)" : "o", desc, o_ref, d.o, &lay[X_O], z.eb,
+                                   poison, stage, got);
                 CUDA_OK(cudaMemcpy(lse_got, d.lse, z.lse * sizeof(float), cudaMemcpyDeviceToHost));
                 ok &= same_bytes(run ? "lse (run 2)" : "lse", desc, lse_ref, lse_got, z.lse,
                                  sizeof(float));
                 if (run == 1) { /* without lse: the same o */
                     fa.lse = NULL;
-                    CUDA_OK(cudaMemsetAsync(d.o, 0xFF, z.o * z.eb, st));
+                    CUDA_OK(cudaMemsetAsync(d.o, 0xFF, lay[X_O].extent * z.eb, st));
                     stt = ta_fwd(p, TA_BACKEND_CUDA, &fa, d.ws, ws_bytes, (void *)st);
                     if (stt != TA_OK)
                         FAIL("%s: CUDA fwd, lse NULL: %s", desc, ta_status_string(stt));
                     CUDA_OK(cudaStreamSynchronize(st));
-                    CUDA_OK(cudaMemcpy(got, d.o, z.o * z.eb, cudaMemcpyDeviceToHost));
-                    ok &= same_bytes("o (lse NULL)", desc, o_ref, got, z.o, z.eb);
+                    ok &= check_output("o (lse NULL)", desc, o_ref, d.o, &lay[X_O], z.eb, 0xFF,
+                                       stage, got);
                 }
             }
 
@@ -582,10 +815,18 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
             ba.dv = d.dv;
             ba.conv_w = d.w;
             ba.dconv_w = d.dw;
+            ba.q_strides = lay[X_Q].arg;
+            ba.k_strides = lay[X_K].arg;
+            ba.v_strides = lay[X_V].arg;
+            ba.o_strides = lay[X_O].arg;
+            ba.d_o_strides = lay[X_DO].arg;
+            ba.dq_strides = lay[X_DQ].arg;
+            ba.dk_strides = lay[X_DK].arg;
+            ba.dv_strides = lay[X_DV].arg;
             if (d.dw) CUDA_OK(cudaMemsetAsync(d.dw, poison, z.w * sizeof(float), st));
-            CUDA_OK(cudaMemsetAsync(d.dq, poison, z.q * z.eb, st));
-            CUDA_OK(cudaMemsetAsync(d.dk, poison, z.k * z.eb, st));
-            CUDA_OK(cudaMemsetAsync(d.dv, poison, z.v * z.eb, st));
+            CUDA_OK(cudaMemsetAsync(d.dq, poison, lay[X_DQ].extent * z.eb, st));
+            CUDA_OK(cudaMemsetAsync(d.dk, poison, lay[X_DK].extent * z.eb, st));
+            CUDA_OK(cudaMemsetAsync(d.dv, poison, lay[X_DV].extent * z.eb, st));
             if (d.ws) CUDA_OK(cudaMemsetAsync(d.ws, poison ^ 0x33, ws_bytes, st));
             stt = ta_bwd(p, TA_BACKEND_CUDA, &ba, d.ws, ws_bytes, (void *)st);
             if (stt != TA_OK) {
@@ -594,12 +835,12 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
                 break;
             }
             CUDA_OK(cudaStreamSynchronize(st));
-            CUDA_OK(cudaMemcpy(got, d.dq, z.q * z.eb, cudaMemcpyDeviceToHost));
-            ok &= same_bytes(run ? "dq (run 2)" : "dq", desc, dq_ref, got, z.q, z.eb);
-            CUDA_OK(cudaMemcpy(got, d.dk, z.k * z.eb, cudaMemcpyDeviceToHost));
-            ok &= same_bytes(run ? "dk (run 2)" : "dk", desc, dk_ref, got, z.k, z.eb);
-            CUDA_OK(cudaMemcpy(got, d.dv, z.v * z.eb, cudaMemcpyDeviceToHost));
-            ok &= same_bytes(run ? "dv (run 2)" : "dv", desc, dv_ref, got, z.v, z.eb);
+            ok &= check_output(run ? "dq (run 2)" : "dq", desc, dq_ref, d.dq, &lay[X_DQ], z.eb,
+                               poison, stage, got);
+            ok &= check_output(run ? "dk (run 2)" : "dk", desc, dk_ref, d.dk, &lay[X_DK], z.eb,
+                               poison, stage, got);
+            ok &= check_output(run ? "dv (run 2)" : "dv", desc, dv_ref, d.dv, &lay[X_DV], z.eb,
+                               poison, stage, got);
             if (z.w) {
                 CUDA_OK(cudaMemcpy(dw_got, d.dw, z.w * sizeof(float), cudaMemcpyDeviceToHost));
                 ok &= same_bytes(run ? "dconv_w (run 2)" : "dconv_w", desc, dw_ref, dw_got, z.w,
@@ -620,6 +861,12 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
         CUDA_OK(cudaFree(d.lse_in));
         if (d.w) CUDA_OK(cudaFree(d.w));
         if (d.dw) CUDA_OK(cudaFree(d.dw));
+    }
+    if (stage) {
+        int x;
+        for (x = 0; x < X_COUNT; ++x)
+            free(lay[x].is_elem);
+        free(stage);
     }
     free(q);
     free(k);
@@ -921,6 +1168,8 @@ static void print_coverage(const spec *specs, int n) {
     int i, dt[3] = {0, 0, 0}, causal = 0, seql = 0, gqa = 0, neq = 0, s1 = 0, d_small = 0;
     int d_big = 0, d_ne = 0, bk_set = 0, bk_odd = 0, bq_set = 0, scale_set = 0, scale_neg = 0;
     int stream = 0, fast = 0, big_s = 0, mta = 0, c611 = 0, c_max = 0, c_1x1 = 0, c_other = 0;
+    int win = 0, win_mta = 0, win_left = 0, win_right = 0, win_causal = 0, strided = 0;
+    int strided_mta = 0;
     int32_t max_sq = 0, max_sk = 0;
     for (i = 0; i < n; ++i) {
         const ta_problem *p = &specs[i].p;
@@ -941,6 +1190,15 @@ static void print_coverage(const spec *specs, int n) {
         scale_neg += p->scale < 0.0f;
         stream += specs[i].use_stream;
         fast += p->precision == TA_PRECISION_FAST;
+        strided += specs[i].strided;
+        strided_mta += specs[i].strided && p->conv_q;
+        if (p->flags & TA_WINDOW) {
+            ++win;
+            win_mta += p->conv_q != 0;
+            win_left += p->window_left >= 0;
+            win_right += p->window_right >= 0;
+            win_causal += (p->flags & TA_CAUSAL) != 0;
+        }
         if (p->conv_q) {
             ++mta;
             c611 += p->conv_q == 6 && p->conv_k == 11;
@@ -955,10 +1213,12 @@ static void print_coverage(const spec *specs, int n) {
            "S_q != S_k %d; S = 1 %d; S >= 4096 %d (max S_q %d, S_k %d); D or D_v <= 8 %d, "
            "> 128 %d, D != D_v %d; block_k set %d (not a power of two %d), block_q set %d; "
            "scale set %d (negative %d); created stream %d; TA_PRECISION_FAST %d; MTA %d (6x11 "
-           "%d, 1x1 %d, c_q = 16 or c_k = 31 %d, not 6x11 or 3x3 %d)\n",
+           "%d, 1x1 %d, c_q = 16 or c_k = 31 %d, not 6x11 or 3x3 %d); window %d (MTA %d; "
+           "left bound %d, right bound %d, with TA_CAUSAL %d); strided %d (MTA %d)\n",
            n, dt[0], dt[1], dt[2], causal, seql, gqa, neq, s1, big_s, (int)max_sq, (int)max_sk,
            d_small, d_big, d_ne, bk_set, bk_odd, bq_set, scale_set, scale_neg, stream, fast, mta,
-           c611, c_1x1, c_max, c_other);
+           c611, c_1x1, c_max, c_other, win, win_mta, win_left, win_right, win_causal, strided,
+           strided_mta);
 }
 
 /* ---- main ---- */
@@ -988,9 +1248,14 @@ int main(int argc, char **argv) {
             g_check_bwd = 0;
         else if (strcmp(argv[i], "--bwd-only") == 0)
             g_check_fwd = 0;
+        else if (strcmp(argv[i], "--window") == 0)
+            g_window_pct = 100;
+        else if (strcmp(argv[i], "--strided") == 0)
+            g_strided_pct = 100;
         else {
             fprintf(stderr, "usage: test_cuda_equiv [--quick] [--problem N] [--count N] "
-                            "[--count-mta N] [--mta | --sdpa] [--fwd-only | --bwd-only]\n");
+                            "[--count-mta N] [--mta | --sdpa] [--fwd-only | --bwd-only] "
+                            "[--window] [--strided]\n");
             return 2;
         }
     }
@@ -1016,6 +1281,7 @@ int main(int argc, char **argv) {
     } else {
         if (want_mta) n_specs += special_mta_specs(specs + n_specs);
         if (want_sdpa) n_specs += special_specs(specs + n_specs);
+        n_specs += special_window_specs(specs + n_specs, want_sdpa, want_mta);
         for (i = 0; want_mta && i < count_mta; ++i)
             random_mta_spec(seed, i, &specs[n_specs++]);
         for (i = 0; want_sdpa && i < count; ++i)
