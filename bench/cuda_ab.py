@@ -30,28 +30,13 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cuda_bench import (TA_BACKEND_CUDA, TA_CAUSAL, TA_F32, BwdArgs, FwdArgs, Problem,  # noqa: E402
-                        check, f32_peak_tflops, load)
+                        check, f32_peak_tflops, load, median_ms)
 
 TA_WINDOW = 2
 SDPA = [(4, 16, 1024, 64, False), (4, 16, 1024, 64, True), (2, 16, 4096, 64, True),
         (2, 16, 4096, 128, True), (1, 16, 8192, 128, True), (1, 16, 4096, 256, False)]
 MTA = [(1, 8, 1024, 64, 6, 11), (1, 8, 2048, 64, 6, 11), (1, 8, 4096, 64, 6, 11),
        (1, 8, 4096, 128, 6, 11), (1, 8, 8192, 64, 6, 11), (1, 8, 2048, 64, 3, 3)]
-
-
-def event_median(fn, reps):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1))
-    return statistics.median(times)
 
 
 def one_shape(libs, b, h, s, d, causal, conv, window, args):
@@ -106,7 +91,7 @@ def one_shape(libs, b, h, s, d, causal, conv, window, args):
     for _ in range(args.rounds):
         for pass_ in ("fwd", "bwd"):
             for name in libs:
-                state[name]["t"][pass_].append(event_median(state[name][pass_], args.reps))
+                state[name]["t"][pass_].append(median_ms(state[name][pass_], 3, args.reps))
     names = list(libs)
     ref = state[names[0]]["out"]
     same = all(all((x is None and y is None) or torch.equal(x, y)

@@ -41,17 +41,6 @@ void ta_oc_random_scale(ta_rng *r, ta_problem *p) {
                    sqrtf((float)p->head_dim);
 }
 
-void ta_oc_random_window(ta_rng *r, ta_problem *p, int percent) {
-    const int32_t reach = p->seq_k > p->seq_q ? p->seq_k : p->seq_q;
-    if (ta_rng_int(r, 0, 99) >= percent) return;
-    p->flags |= TA_WINDOW;
-    /* each bound: unbounded, 0, small, or up to the length (and past it) */
-    p->window_left = ta_rng_int(r, 0, 4) == 0 ? -1 : ta_rng_int(r, 0, 3) == 0 ? 0 :
-                     ta_rng_int(r, 0, 1) ? ta_rng_int(r, 1, 16) : ta_rng_int(r, 1, reach + 2);
-    p->window_right = ta_rng_int(r, 0, 3) == 0 ? -1 : ta_rng_int(r, 0, 3) == 0 ? 0 :
-                      ta_rng_int(r, 0, 1) ? ta_rng_int(r, 1, 16) : ta_rng_int(r, 1, reach + 2);
-}
-
 int ta_oc_make_tiling(const ta_problem *p, int32_t block_q, int32_t block_k, int pass,
                       ta_tiling *t) {
     const int st = ta_tiling_make(t, p->seq_q, p->seq_k, block_q, block_k, p->conv_q, p->conv_k,

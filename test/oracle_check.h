@@ -52,8 +52,6 @@ void ta_oc_random_heads(ta_rng *r, ta_problem *p, const int32_t dim_cuts[3]);
 void ta_oc_random_scale(ta_rng *r, ta_problem *p);
 /* 4 in 10: seqlens_k, each 0, full or partial. */
 void ta_oc_random_seqlens(ta_rng *r, tcase *tc);
-/* With probability percent/100: TA_WINDOW with random bounds (-1, 0, small, long). */
-void ta_oc_random_window(ta_rng *r, ta_problem *p, int percent);
 /* The tiling the library builds for p with these blocks (window included). */
 int ta_oc_make_tiling(const ta_problem *p, int32_t block_q, int32_t block_k, int pass,
                       ta_tiling *t);

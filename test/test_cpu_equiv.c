@@ -231,23 +231,6 @@ static int32_t pick_mta_block(ta_rng *r, int32_t halo) {
 
 static int32_t mta_max_len = 300; /* --quick: 40 */
 
-/* A sliding window for `percent` of the problems: each bound unbounded (-1),
- * 0, small, or anywhere up to past the longer length (test/oracle_check.c's
- * ta_oc_random_window, this test's own generator). */
-static void random_window(ta_rng *r, ta_problem *p, int percent) {
-    const int32_t reach = p->seq_k > p->seq_q ? p->seq_k : p->seq_q;
-    if (ta_rng_int(r, 0, 99) >= percent) return;
-    p->flags |= TA_WINDOW;
-    p->window_left = ta_rng_int(r, 0, 4) == 0   ? -1
-                     : ta_rng_int(r, 0, 3) == 0 ? 0
-                     : ta_rng_int(r, 0, 1)      ? ta_rng_int(r, 1, 16)
-                                                : ta_rng_int(r, 1, reach + 2);
-    p->window_right = ta_rng_int(r, 0, 3) == 0   ? -1
-                      : ta_rng_int(r, 0, 3) == 0 ? 0
-                      : ta_rng_int(r, 0, 1)      ? ta_rng_int(r, 1, 16)
-                                                 : ta_rng_int(r, 1, reach + 2);
-}
-
 static int n_window, n_bshd; /* problems with a window, with the [B, S, H, D] layout */
 
 /* A random MTA problem: causal, GQA, seqlens_k, S_q != S_k, every dtype; small
@@ -289,7 +272,7 @@ static void random_mta_problem(ta_rng *r, tcase *tc) {
             tc->seqlens[b] = c < 15 ? 0 : c < 40 ? p->seq_k : ta_rng_int(r, 1, p->seq_k);
         }
     }
-    random_window(r, p, 30);
+    ta_test_random_window(r, p, 30);
     tc->bshd = ta_rng_int(r, 0, 7) == 0;
 }
 
@@ -322,7 +305,7 @@ static void random_problem(ta_rng *r, tcase *tc, double work) {
             tc->seqlens[b] = c < 15 ? 0 : c < 40 ? p->seq_k : ta_rng_int(r, 1, p->seq_k);
         }
     }
-    random_window(r, p, 30);
+    ta_test_random_window(r, p, 30);
     tc->bshd = ta_rng_int(r, 0, 7) == 0;
 }
 

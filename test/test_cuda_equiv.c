@@ -143,23 +143,6 @@ static double work(const ta_problem *p) {
     return (double)p->batch * p->heads_q * p->seq_q * p->seq_k * (p->head_dim + p->head_dim_v);
 }
 
-/* With probability percent: a sliding window (TA_WINDOW) whose bounds are
- * each unbounded (-1), 0, small, or up to the length and past it (as
- * test/oracle_check.c's ta_oc_random_window). */
-static void random_window(ta_rng *r, ta_problem *p, int percent) {
-    const int32_t reach = p->seq_k > p->seq_q ? p->seq_k : p->seq_q;
-    if (ta_rng_int(r, 0, 99) >= percent) return;
-    p->flags |= TA_WINDOW;
-    p->window_left = ta_rng_int(r, 0, 4) == 0   ? -1
-                     : ta_rng_int(r, 0, 3) == 0 ? 0
-                     : ta_rng_int(r, 0, 1)      ? ta_rng_int(r, 1, 16)
-                                                : ta_rng_int(r, 1, reach + 2);
-    p->window_right = ta_rng_int(r, 0, 3) == 0   ? -1
-                      : ta_rng_int(r, 0, 3) == 0 ? 0
-                      : ta_rng_int(r, 0, 1)      ? ta_rng_int(r, 1, 16)
-                                                 : ta_rng_int(r, 1, reach + 2);
-}
-
 /* Random problem number idx of the run (deterministic in seed and idx). */
 static void random_spec(uint64_t seed, int idx, spec *s) {
     ta_rng r;
@@ -185,7 +168,7 @@ static void random_spec(uint64_t seed, int idx, spec *s) {
     } while (work(p) > 2.5e7);
     s->seqlens_mode = ta_rng_int(&r, 0, 2);
     s->use_stream = ta_rng_int(&r, 0, 2) != 0;
-    random_window(&r, p, g_window_pct);
+    ta_test_random_window(&r, p, g_window_pct);
     s->strided = ta_rng_int(&r, 0, 99) < g_strided_pct;
     s->lo = -1.0f;
     s->hi = 1.0f;
@@ -251,7 +234,7 @@ static void random_mta_spec(uint64_t seed, int idx, spec *s) {
     } while (work(p) * (1.0 + p->conv_q * p->conv_k / 32.0) > 1.5e7);
     s->seqlens_mode = ta_rng_int(&r, 0, 2);
     s->use_stream = ta_rng_int(&r, 0, 2) != 0;
-    random_window(&r, p, g_window_pct);
+    ta_test_random_window(&r, p, g_window_pct);
     s->strided = ta_rng_int(&r, 0, 99) < g_strided_pct;
     s->lo = -1.0f;
     s->hi = 1.0f;

@@ -235,7 +235,7 @@ static void random_problem(ta_rng *r, tcase *tc, double work, int small_tiles) {
         }
     }
     ta_oc_random_seqlens(r, tc);
-    ta_oc_random_window(r, p, 25);
+    ta_test_random_window(r, p, 25);
 }
 
 /* A kernel with mixed signs: uniform in [-a, a] (a scaled to the kernel's size,

@@ -111,7 +111,7 @@ static void random_problem(ta_rng *r, tcase *tc, double work) {
     p->block_k = pick_block(r);
     ta_oc_random_scale(r, p);
     ta_oc_random_seqlens(r, tc);
-    ta_oc_random_window(r, p, 30);
+    ta_test_random_window(r, p, 30);
 }
 
 /* ---------------------------------------------------------------------- */

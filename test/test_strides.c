@@ -258,7 +258,7 @@ static void random_problem(ta_rng *r, tcase *tc) {
     }
     ta_oc_random_scale(r, p);
     ta_oc_random_seqlens(r, tc);
-    ta_oc_random_window(r, p, 30);
+    ta_test_random_window(r, p, 30);
 }
 
 int main(int argc, char **argv) {

@@ -92,3 +92,14 @@ int ta_test_finish(const char *test_name) {
     printf("%s: passed\n", test_name);
     return 0;
 }
+
+void ta_test_random_window(ta_rng *r, ta_problem *p, int percent) {
+    const int32_t reach = p->seq_k > p->seq_q ? p->seq_k : p->seq_q;
+    if (ta_rng_int(r, 0, 99) >= percent) return;
+    p->flags |= TA_WINDOW;
+    /* each bound: unbounded, 0, small, or up to the length (and past it) */
+    p->window_left = ta_rng_int(r, 0, 4) == 0 ? -1 : ta_rng_int(r, 0, 3) == 0 ? 0 :
+                     ta_rng_int(r, 0, 1) ? ta_rng_int(r, 1, 16) : ta_rng_int(r, 1, reach + 2);
+    p->window_right = ta_rng_int(r, 0, 3) == 0 ? -1 : ta_rng_int(r, 0, 3) == 0 ? 0 :
+                      ta_rng_int(r, 0, 1) ? ta_rng_int(r, 1, 16) : ta_rng_int(r, 1, reach + 2);
+}

@@ -43,6 +43,10 @@ int ta_canary_intact(const void *buf, size_t bytes);
 void *ta_test_alloc(size_t bytes);
 void ta_test_free(void *p);
 
+/* With probability percent/100: TA_WINDOW on p, each bound unbounded (-1), 0,
+ * small (1..16) or up to past the longer length (set seq_q, seq_k first). */
+void ta_test_random_window(ta_rng *r, ta_problem *p, int percent);
+
 /* Check framework: count failures, print the first few. */
 extern int ta_test_failures;
 #define TA_CHECK(cond, ...)                                                                 \
