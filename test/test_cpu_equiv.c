@@ -395,16 +395,12 @@ static void describe(const tcase *tc, char *buf, size_t n) {
              tc->bshd ? " BSHD" : "");
 }
 
-/* Strides of a [B, heads, S, dim] tensor held as [B, S, heads, dim] (no gaps:
- * the same extent as the contiguous layout), or zeros (contiguous). */
+/* Strides of a [B, heads, S, dim] tensor held as [B, S, heads, dim] (no gaps),
+ * or zeros (contiguous). */
 static ta_strides layout_of(const tcase *tc, int32_t heads, int32_t seq, int32_t dim) {
     ta_strides st;
     memset(&st, 0, sizeof st);
-    if (!tc->bshd) return st;
-    st.head = dim;
-    st.seq = (int64_t)heads * dim;
-    st.batch = (int64_t)seq * heads * dim;
-    return st;
+    return tc->bshd ? ta_test_strides_bshd(heads, seq, dim) : st;
 }
 
 /* Workspace of `bytes` (at least 64), filled with NaN bytes or random bytes:

@@ -465,104 +465,12 @@ static void *dev_alloc(size_t bytes) {
 /* The tensors of a call; X_O serves the forward's o and the backward's o input. */
 enum { X_Q, X_K, X_V, X_O, X_DO, X_DQ, X_DK, X_DV, X_COUNT };
 
-/* One [n_b, n_h, n_s, dim] tensor on the device: contiguous (the call passes
- * zero strides) or strided ([B, H, S, D] or [B, S, H, D] with random gaps after
- * each row, head and batch entry, as test_strides). */
-typedef struct layout {
-    int32_t n_b, n_h, n_s, dim;
-    ta_strides st;          /* resolved strides */
-    ta_strides arg;         /* what the call passes: zeros when contiguous */
-    size_t extent;          /* elements from the base to one past the last */
-    unsigned char *is_elem; /* [extent] 1 where an element lives; NULL when contiguous */
-} layout;
-
-static int64_t pick_gap(ta_rng *r) {
-    static const int64_t gaps[5] = {0, 0, 1, 3, 16};
-    return gaps[ta_rng_int(r, 0, 4)];
-}
-
-static void layout_make(ta_rng *r, layout *x, int32_t n_b, int32_t n_h, int32_t n_s, int32_t dim,
-                        int strided) {
-    int32_t b, h, s;
-    memset(x, 0, sizeof *x);
-    x->n_b = n_b, x->n_h = n_h, x->n_s = n_s, x->dim = dim;
-    if (!strided) {
-        x->st.seq = dim;
-        x->st.head = (int64_t)n_s * dim;
-        x->st.batch = x->st.head * n_h;
-        x->extent = (size_t)n_b * (size_t)n_h * (size_t)n_s * (size_t)dim;
-        return;
-    }
-    if (ta_rng_int(r, 0, 1)) { /* [B, S, H, D]: heads inside a row */
-        x->st.head = dim + pick_gap(r);
-        x->st.seq = n_h * x->st.head + pick_gap(r);
-        x->st.batch = n_s * x->st.seq + pick_gap(r);
-    } else {
-        x->st.seq = dim + pick_gap(r);
-        x->st.head = n_s * x->st.seq + pick_gap(r);
-        x->st.batch = n_h * x->st.head + pick_gap(r);
-    }
-    x->arg = x->st;
-    x->extent = (size_t)((int64_t)(n_b - 1) * x->st.batch + (int64_t)(n_h - 1) * x->st.head +
-                         (int64_t)(n_s - 1) * x->st.seq + dim);
-    x->is_elem = (unsigned char *)calloc(x->extent, 1);
-    if (!x->is_elem) {
-        fprintf(stderr, "out of host memory\n");
-        exit(1);
-    }
-    for (b = 0; b < n_b; ++b)
-        for (h = 0; h < n_h; ++h)
-            for (s = 0; s < n_s; ++s)
-                memset(x->is_elem + b * x->st.batch + h * x->st.head + s * x->st.seq, 1,
-                       (size_t)dim);
-}
-
-/* Element offset of row (b, h, s) of x. */
-static size_t layout_row(const layout *x, int32_t b, int32_t h, int32_t s) {
-    return (size_t)(b * x->st.batch + h * x->st.head + s * x->st.seq);
-}
-
-/* dst (x's layout, extent elements) = the contiguous [n_b, n_h, n_s, dim]
- * tensor src; bytes between elements are left as they are. */
-static void layout_scatter(void *dst, const void *src, const layout *x, size_t eb) {
-    int32_t b, h, s;
-    size_t row = 0;
-    for (b = 0; b < x->n_b; ++b)
-        for (h = 0; h < x->n_h; ++h)
-            for (s = 0; s < x->n_s; ++s, ++row)
-                memcpy((char *)dst + layout_row(x, b, h, s) * eb,
-                       (const char *)src + row * (size_t)x->dim * eb, (size_t)x->dim * eb);
-}
-
-/* The inverse: contiguous dst = the elements of src (x's layout). */
-static void layout_gather(void *dst, const void *src, const layout *x, size_t eb) {
-    int32_t b, h, s;
-    size_t row = 0;
-    for (b = 0; b < x->n_b; ++b)
-        for (h = 0; h < x->n_h; ++h)
-            for (s = 0; s < x->n_s; ++s, ++row)
-                memcpy((char *)dst + row * (size_t)x->dim * eb,
-                       (const char *)src + layout_row(x, b, h, s) * eb, (size_t)x->dim * eb);
-}
-
-/* Number of bytes between the elements of buf (x's layout) that differ from byte. */
-static size_t layout_bad_gaps(const void *buf, const layout *x, size_t eb, int byte) {
-    const unsigned char *p = (const unsigned char *)buf;
-    size_t i, bad = 0, j;
-    if (!x->is_elem) return 0;
-    for (i = 0; i < x->extent; ++i)
-        if (!x->is_elem[i])
-            for (j = 0; j < eb; ++j)
-                bad += p[i * eb + j] != (unsigned char)byte;
-    return bad;
-}
-
 /* The device buffer dev (x's layout) = the contiguous host tensor src; gaps
  * hold 0xFF bytes (NaN in every dtype: reading one would show). stage:
  * extent * eb bytes of host scratch. */
-static void upload(void *dev, const void *src, const layout *x, size_t eb, void *stage) {
+static void upload(void *dev, const void *src, const ta_test_layout *x, size_t eb, void *stage) {
     memset(stage, 0xFF, x->extent * eb);
-    layout_scatter(stage, src, x, eb);
+    ta_test_layout_scatter(stage, src, x, eb);
     CUDA_OK(cudaMemcpy(dev, stage, x->extent * eb, cudaMemcpyHostToDevice));
 }
 
@@ -571,13 +479,13 @@ static void upload(void *dev, const void *src, const layout *x, size_t eb, void 
  * gathered elements must equal ref bit for bit. stage: extent * eb bytes,
  * got: the contiguous tensor's bytes. Returns 1 if both hold. */
 static int check_output(const char *what, const char *desc, const void *ref, const void *dev,
-                        const layout *x, size_t eb, int poison, void *stage, void *got) {
+                        const ta_test_layout *x, size_t eb, int poison, void *stage, void *got) {
     const size_t n = (size_t)x->n_b * (size_t)x->n_h * (size_t)x->n_s * (size_t)x->dim;
     size_t bad;
     CUDA_OK(cudaMemcpy(stage, dev, x->extent * eb, cudaMemcpyDeviceToHost));
-    bad = layout_bad_gaps(stage, x, eb, poison);
+    bad = ta_test_layout_bad_gaps(stage, x, eb, poison);
     if (bad) FAIL("%s: %s: %zu gap bytes between the elements were written", desc, what, bad);
-    layout_gather(got, stage, x, eb);
+    ta_test_layout_gather(got, stage, x, eb);
     return same_bytes(what, desc, ref, got, n, eb) && bad == 0;
 }
 
@@ -592,7 +500,7 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
     float *lse_ref, *lse_got, *w = NULL, *dw_ref = NULL, *dw_got = NULL;
     size_t fwd_ref_bytes = 0, bwd_ref_bytes = 0, fwd_bytes = 0, bwd_bytes = 0, ws_bytes, max_n;
     size_t max_extent = 0;
-    layout lay[X_COUNT];
+    ta_test_layout lay[X_COUNT];
     dev_bufs d;
     ta_fwd_args fa;
     ta_bwd_args ba;
@@ -701,14 +609,14 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
         ta_rng rl;
         int x;
         ta_rng_seed(&rl, seed ^ (UINT64_C(0x2545f4914f6cdd1d) * (uint64_t)(idx + 3)));
-        layout_make(&rl, &lay[X_Q], p->batch, p->heads_q, p->seq_q, p->head_dim, s->strided);
-        layout_make(&rl, &lay[X_K], p->batch, p->heads_kv, p->seq_k, p->head_dim, s->strided);
-        layout_make(&rl, &lay[X_V], p->batch, p->heads_kv, p->seq_k, p->head_dim_v, s->strided);
-        layout_make(&rl, &lay[X_O], p->batch, p->heads_q, p->seq_q, p->head_dim_v, s->strided);
-        layout_make(&rl, &lay[X_DO], p->batch, p->heads_q, p->seq_q, p->head_dim_v, s->strided);
-        layout_make(&rl, &lay[X_DQ], p->batch, p->heads_q, p->seq_q, p->head_dim, s->strided);
-        layout_make(&rl, &lay[X_DK], p->batch, p->heads_kv, p->seq_k, p->head_dim, s->strided);
-        layout_make(&rl, &lay[X_DV], p->batch, p->heads_kv, p->seq_k, p->head_dim_v, s->strided);
+        ta_test_layout_make(&rl, &lay[X_Q], p->batch, p->heads_q, p->seq_q, p->head_dim, s->strided);
+        ta_test_layout_make(&rl, &lay[X_K], p->batch, p->heads_kv, p->seq_k, p->head_dim, s->strided);
+        ta_test_layout_make(&rl, &lay[X_V], p->batch, p->heads_kv, p->seq_k, p->head_dim_v, s->strided);
+        ta_test_layout_make(&rl, &lay[X_O], p->batch, p->heads_q, p->seq_q, p->head_dim_v, s->strided);
+        ta_test_layout_make(&rl, &lay[X_DO], p->batch, p->heads_q, p->seq_q, p->head_dim_v, s->strided);
+        ta_test_layout_make(&rl, &lay[X_DQ], p->batch, p->heads_q, p->seq_q, p->head_dim, s->strided);
+        ta_test_layout_make(&rl, &lay[X_DK], p->batch, p->heads_kv, p->seq_k, p->head_dim, s->strided);
+        ta_test_layout_make(&rl, &lay[X_DV], p->batch, p->heads_kv, p->seq_k, p->head_dim_v, s->strided);
         for (x = 0; x < X_COUNT; ++x)
             if (lay[x].extent > max_extent) max_extent = lay[x].extent;
         stage = malloc(max_extent * z.eb);
@@ -848,7 +756,7 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
     if (stage) {
         int x;
         for (x = 0; x < X_COUNT; ++x)
-            free(lay[x].is_elem);
+            ta_test_layout_free(&lay[x]);
         free(stage);
     }
     free(q);

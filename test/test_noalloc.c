@@ -173,16 +173,12 @@ typedef struct bufs {
 
 static size_t zu(int32_t v) { return (size_t)v; }
 
-/* Strides of a [B, heads, S, dim] tensor held as [B, S, heads, dim] (the same
- * extent as the contiguous layout), or zeros (contiguous). */
+/* Strides of a [B, heads, S, dim] tensor held as [B, S, heads, dim] (no gaps),
+ * or zeros (contiguous). */
 static ta_strides layout_of(const shape *s, int32_t heads, int32_t seq, int32_t dim) {
     ta_strides st;
     memset(&st, 0, sizeof st);
-    if (!s->bshd) return st;
-    st.head = dim;
-    st.seq = (int64_t)heads * dim;
-    st.batch = (int64_t)seq * heads * dim;
-    return st;
+    return s->bshd ? ta_test_strides_bshd(heads, seq, dim) : st;
 }
 
 /* Every tensor's strides of shape s into the arguments. */

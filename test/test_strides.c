@@ -30,88 +30,27 @@
 enum { X_Q, X_K, X_V, X_O, X_DO, X_DQ, X_DK, X_DV, X_COUNT };
 static const char *const x_name[X_COUNT] = {"q", "k", "v", "o", "d_o", "dq", "dk", "dv"};
 
-/* One tensor [n_b, n_h, n_s, dim] in a strided buffer. */
+/* One tensor in a strided buffer: its layout (test_util.h) and the bytes. */
 typedef struct strided {
-    int32_t n_b, n_h, n_s, dim;
-    ta_strides st;
-    size_t extent;          /* elements from the base to one past the last */
-    unsigned char *buf;     /* [extent * eb] */
-    unsigned char *is_elem; /* [extent] 1 where an element lives */
-    int bshd;               /* 1: [B, S, H, D] order, else [B, H, S, D] */
+    ta_test_layout lay;
+    unsigned char *buf; /* [lay.extent * eb], gaps hold the canary */
 } strided;
-
-static int64_t pick_gap(ta_rng *r) {
-    static const int64_t gaps[5] = {0, 0, 1, 3, 16};
-    return gaps[ta_rng_int(r, 0, 4)];
-}
 
 static void make_strided(ta_rng *r, strided *x, int32_t n_b, int32_t n_h, int32_t n_s,
                          int32_t dim, size_t eb) {
-    int64_t inner;
-    int32_t b, h, s;
-    x->n_b = n_b, x->n_h = n_h, x->n_s = n_s, x->dim = dim;
-    x->bshd = ta_rng_int(r, 0, 1);
-    if (x->bshd) { /* head innermost after the feature */
-        x->st.head = dim + pick_gap(r);
-        x->st.seq = n_h * x->st.head + pick_gap(r);
-        x->st.batch = n_s * x->st.seq + pick_gap(r);
-    } else {
-        x->st.seq = dim + pick_gap(r);
-        x->st.head = n_s * x->st.seq + pick_gap(r);
-        x->st.batch = n_h * x->st.head + pick_gap(r);
-    }
-    inner = (int64_t)(n_b - 1) * x->st.batch + (int64_t)(n_h - 1) * x->st.head +
-            (int64_t)(n_s - 1) * x->st.seq + dim;
-    x->extent = (size_t)inner;
-    x->buf = (unsigned char *)ta_test_alloc(x->extent * eb);
-    x->is_elem = (unsigned char *)calloc(x->extent, 1);
-    ta_canary_fill(x->buf, x->extent * eb);
-    for (b = 0; b < n_b; ++b)
-        for (h = 0; h < n_h; ++h)
-            for (s = 0; s < n_s; ++s)
-                memset(x->is_elem + b * x->st.batch + h * x->st.head + s * x->st.seq, 1,
-                       (size_t)dim);
+    ta_test_layout_make(r, &x->lay, n_b, n_h, n_s, dim, 1);
+    x->buf = (unsigned char *)ta_test_alloc(x->lay.extent * eb);
+    ta_canary_fill(x->buf, x->lay.extent * eb);
 }
 
 static void free_strided(strided *x) {
     ta_test_free(x->buf);
-    free(x->is_elem);
-}
-
-/* Element index (b, h, s, 0) of the contiguous [n_b, n_h, n_s, dim] tensor, and
- * of the strided one. */
-static size_t dense_at(const strided *x, int32_t b, int32_t h, int32_t s) {
-    return (((size_t)b * (size_t)x->n_h + (size_t)h) * (size_t)x->n_s + (size_t)s) *
-           (size_t)x->dim;
-}
-static size_t strided_at(const strided *x, int32_t b, int32_t h, int32_t s) {
-    return (size_t)(b * x->st.batch + h * x->st.head + s * x->st.seq);
-}
-
-/* Copy rows between the contiguous tensor and the strided one. */
-static void move_rows(strided *x, void *dense, size_t eb, int to_strided) {
-    int32_t b, h, s;
-    for (b = 0; b < x->n_b; ++b)
-        for (h = 0; h < x->n_h; ++h)
-            for (s = 0; s < x->n_s; ++s) {
-                unsigned char *d = (unsigned char *)dense + dense_at(x, b, h, s) * eb;
-                unsigned char *st = x->buf + strided_at(x, b, h, s) * eb;
-                if (to_strided)
-                    memcpy(st, d, (size_t)x->dim * eb);
-                else
-                    memcpy(d, st, (size_t)x->dim * eb);
-            }
+    ta_test_layout_free(&x->lay);
 }
 
 /* Every byte of a gap still holds the canary. */
 static int gaps_intact(const strided *x, size_t eb) {
-    size_t i, k;
-    for (i = 0; i < x->extent; ++i) {
-        if (x->is_elem[i]) continue;
-        for (k = 0; k < eb; ++k)
-            if (x->buf[i * eb + k] != TA_CANARY_BYTE) return 0;
-    }
-    return 1;
+    return ta_test_layout_bad_gaps(x->buf, &x->lay, eb, TA_CANARY_BYTE) == 0;
 }
 
 static int g_unsupported, g_ran_backend[2];
@@ -143,10 +82,10 @@ static void run_backend(ta_rng *r, const tcase *tc, ta_backend be, const run_out
     make_strided(r, &x[X_DQ], B, H, p->seq_q, p->head_dim, eb);
     make_strided(r, &x[X_DK], B, Hk, p->seq_k, p->head_dim, eb);
     make_strided(r, &x[X_DV], B, Hk, p->seq_k, p->head_dim_v, eb);
-    move_rows(&x[X_Q], tc->q, eb, 1);
-    move_rows(&x[X_K], tc->k, eb, 1);
-    move_rows(&x[X_V], tc->v, eb, 1);
-    move_rows(&x[X_DO], tc->d_o, eb, 1);
+    ta_test_layout_scatter(x[X_Q].buf, tc->q, &x[X_Q].lay, eb);
+    ta_test_layout_scatter(x[X_K].buf, tc->k, &x[X_K].lay, eb);
+    ta_test_layout_scatter(x[X_V].buf, tc->v, &x[X_V].lay, eb);
+    ta_test_layout_scatter(x[X_DO].buf, tc->d_o, &x[X_DO].lay, eb);
     (void)ta_fwd_workspace_size(p, be, &ws_bytes);
     (void)ta_bwd_workspace_size(p, be, &ws2);
     ws = ta_test_alloc((ws_bytes > ws2 ? ws_bytes : ws2) + 64);
@@ -155,8 +94,8 @@ static void run_backend(ta_rng *r, const tcase *tc, ta_backend be, const run_out
     memset(&fa, 0, sizeof fa);
     fa.q = x[X_Q].buf, fa.k = x[X_K].buf, fa.v = x[X_V].buf, fa.o = x[X_O].buf;
     fa.lse = lse, fa.conv_w = tc->conv_w, fa.seqlens_k = tc->seqlens;
-    fa.q_strides = x[X_Q].st, fa.k_strides = x[X_K].st, fa.v_strides = x[X_V].st;
-    fa.o_strides = x[X_O].st;
+    fa.q_strides = x[X_Q].lay.st, fa.k_strides = x[X_K].lay.st, fa.v_strides = x[X_V].lay.st;
+    fa.o_strides = x[X_O].lay.st;
     ta_poison(lse, tc->n_lse * sizeof(float));
     st = ta_fwd(p, be, &fa, ws, ws_bytes, NULL);
     if (st == TA_ERR_UNSUPPORTED && be != TA_BACKEND_REF) {
@@ -167,7 +106,7 @@ static void run_backend(ta_rng *r, const tcase *tc, ta_backend be, const run_out
     TA_CHECK(st == TA_OK, "%s fwd on %s: %s", be == TA_BACKEND_REF ? "REF" : "CPU", desc,
              ta_status_string(st));
     if (st != TA_OK) goto done;
-    move_rows(&x[X_O], dense, eb, 0);
+    ta_test_layout_gather(dense, x[X_O].buf, &x[X_O].lay, eb);
     TA_CHECK(memcmp(dense, want->o, tc->n_o * eb) == 0, "%s strided o != contiguous o: %s",
              be == TA_BACKEND_REF ? "REF" : "CPU", desc);
     TA_CHECK(memcmp(lse, want->lse, tc->n_lse * sizeof(float)) == 0,
@@ -180,25 +119,25 @@ static void run_backend(ta_rng *r, const tcase *tc, ta_backend be, const run_out
     ba.q = x[X_Q].buf, ba.k = x[X_K].buf, ba.v = x[X_V].buf, ba.o = x[X_O].buf;
     ba.d_o = x[X_DO].buf, ba.lse = lse, ba.conv_w = tc->conv_w, ba.seqlens_k = tc->seqlens;
     ba.dq = x[X_DQ].buf, ba.dk = x[X_DK].buf, ba.dv = x[X_DV].buf, ba.dconv_w = dw;
-    ba.q_strides = x[X_Q].st, ba.k_strides = x[X_K].st, ba.v_strides = x[X_V].st;
-    ba.o_strides = x[X_O].st, ba.d_o_strides = x[X_DO].st, ba.dq_strides = x[X_DQ].st;
-    ba.dk_strides = x[X_DK].st, ba.dv_strides = x[X_DV].st;
+    ba.q_strides = x[X_Q].lay.st, ba.k_strides = x[X_K].lay.st, ba.v_strides = x[X_V].lay.st;
+    ba.o_strides = x[X_O].lay.st, ba.d_o_strides = x[X_DO].lay.st, ba.dq_strides = x[X_DQ].lay.st;
+    ba.dk_strides = x[X_DK].lay.st, ba.dv_strides = x[X_DV].lay.st;
     if (dw) ta_poison(dw, tc->n_w * sizeof(float));
     st = ta_bwd(p, be, &ba, ws, ws2, NULL);
     TA_CHECK(st == TA_OK, "bwd on %s: %s", desc, ta_status_string(st));
     if (st != TA_OK) goto done;
-    move_rows(&x[X_DQ], dense, eb, 0);
+    ta_test_layout_gather(dense, x[X_DQ].buf, &x[X_DQ].lay, eb);
     TA_CHECK(memcmp(dense, want->dq, tc->n_q * eb) == 0, "strided dq differs: %s", desc);
-    move_rows(&x[X_DK], dense, eb, 0);
+    ta_test_layout_gather(dense, x[X_DK].buf, &x[X_DK].lay, eb);
     TA_CHECK(memcmp(dense, want->dk, tc->n_k * eb) == 0, "strided dk differs: %s", desc);
-    move_rows(&x[X_DV], dense, eb, 0);
+    ta_test_layout_gather(dense, x[X_DV].buf, &x[X_DV].lay, eb);
     TA_CHECK(memcmp(dense, want->dv, tc->n_v * eb) == 0, "strided dv differs: %s", desc);
     if (dw)
         TA_CHECK(memcmp(dw, want->dw, tc->n_w * sizeof(float)) == 0, "dconv_w differs: %s",
                  desc);
     for (i = 0; i < X_COUNT; ++i)
         TA_CHECK(gaps_intact(&x[i], eb), "gaps of %s written (%s layout): %s", x_name[i],
-                 x[i].bshd ? "BSHD" : "BHSD", desc);
+                 x[i].lay.bshd ? "BSHD" : "BHSD", desc);
 done:
     for (i = 0; i < X_COUNT; ++i)
         free_strided(&x[i]);

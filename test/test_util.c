@@ -103,3 +103,96 @@ void ta_test_random_window(ta_rng *r, ta_problem *p, int percent) {
     p->window_right = ta_rng_int(r, 0, 3) == 0 ? -1 : ta_rng_int(r, 0, 3) == 0 ? 0 :
                       ta_rng_int(r, 0, 1) ? ta_rng_int(r, 1, 16) : ta_rng_int(r, 1, reach + 2);
 }
+
+/* ---- Test layouts (strided tensors) ---- */
+
+static int64_t pick_gap(ta_rng *r) {
+    static const int64_t gaps[5] = {0, 0, 1, 3, 16};
+    return gaps[ta_rng_int(r, 0, 4)];
+}
+
+void ta_test_layout_make(ta_rng *r, ta_test_layout *x, int32_t n_b, int32_t n_h, int32_t n_s, int32_t dim,
+                        int strided) {
+    int32_t b, h, s;
+    memset(x, 0, sizeof *x);
+    x->n_b = n_b, x->n_h = n_h, x->n_s = n_s, x->dim = dim;
+    if (!strided) {
+        x->st.seq = dim;
+        x->st.head = (int64_t)n_s * dim;
+        x->st.batch = x->st.head * n_h;
+        x->extent = (size_t)n_b * (size_t)n_h * (size_t)n_s * (size_t)dim;
+        return;
+    }
+    x->bshd = ta_rng_int(r, 0, 1);
+    if (x->bshd) { /* [B, S, H, D]: heads inside a row */
+        x->st.head = dim + pick_gap(r);
+        x->st.seq = n_h * x->st.head + pick_gap(r);
+        x->st.batch = n_s * x->st.seq + pick_gap(r);
+    } else {
+        x->st.seq = dim + pick_gap(r);
+        x->st.head = n_s * x->st.seq + pick_gap(r);
+        x->st.batch = n_h * x->st.head + pick_gap(r);
+    }
+    x->arg = x->st;
+    x->extent = (size_t)((int64_t)(n_b - 1) * x->st.batch + (int64_t)(n_h - 1) * x->st.head +
+                         (int64_t)(n_s - 1) * x->st.seq + dim);
+    x->is_elem = (unsigned char *)calloc(x->extent, 1);
+    if (!x->is_elem) {
+        fprintf(stderr, "out of host memory\n");
+        exit(1);
+    }
+    for (b = 0; b < n_b; ++b)
+        for (h = 0; h < n_h; ++h)
+            for (s = 0; s < n_s; ++s)
+                memset(x->is_elem + b * x->st.batch + h * x->st.head + s * x->st.seq, 1,
+                       (size_t)dim);
+}
+
+/* Element offset of row (b, h, s) of x. */
+static size_t layout_row(const ta_test_layout *x, int32_t b, int32_t h, int32_t s) {
+    return (size_t)(b * x->st.batch + h * x->st.head + s * x->st.seq);
+}
+
+void ta_test_layout_scatter(void *dst, const void *src, const ta_test_layout *x, size_t eb) {
+    int32_t b, h, s;
+    size_t row = 0;
+    for (b = 0; b < x->n_b; ++b)
+        for (h = 0; h < x->n_h; ++h)
+            for (s = 0; s < x->n_s; ++s, ++row)
+                memcpy((char *)dst + layout_row(x, b, h, s) * eb,
+                       (const char *)src + row * (size_t)x->dim * eb, (size_t)x->dim * eb);
+}
+
+void ta_test_layout_gather(void *dst, const void *src, const ta_test_layout *x, size_t eb) {
+    int32_t b, h, s;
+    size_t row = 0;
+    for (b = 0; b < x->n_b; ++b)
+        for (h = 0; h < x->n_h; ++h)
+            for (s = 0; s < x->n_s; ++s, ++row)
+                memcpy((char *)dst + row * (size_t)x->dim * eb,
+                       (const char *)src + layout_row(x, b, h, s) * eb, (size_t)x->dim * eb);
+}
+
+size_t ta_test_layout_bad_gaps(const void *buf, const ta_test_layout *x, size_t eb, int byte) {
+    const unsigned char *p = (const unsigned char *)buf;
+    size_t i, bad = 0, j;
+    if (!x->is_elem) return 0;
+    for (i = 0; i < x->extent; ++i)
+        if (!x->is_elem[i])
+            for (j = 0; j < eb; ++j)
+                bad += p[i * eb + j] != (unsigned char)byte;
+    return bad;
+}
+
+void ta_test_layout_free(ta_test_layout *x) {
+    free(x->is_elem);
+    x->is_elem = NULL;
+}
+
+ta_strides ta_test_strides_bshd(int32_t heads, int32_t seq, int32_t dim) {
+    ta_strides st;
+    st.head = dim;
+    st.seq = (int64_t)heads * dim;
+    st.batch = (int64_t)seq * heads * dim;
+    return st;
+}

@@ -47,6 +47,29 @@ void ta_test_free(void *p);
  * small (1..16) or up to past the longer length (set seq_q, seq_k first). */
 void ta_test_random_window(ta_rng *r, ta_problem *p, int percent);
 
+/* A [n_b, n_h, n_s, dim] tensor's layout in a test (test_strides, test_cuda_equiv):
+ * contiguous, or strided [B, H, S, D] or [B, S, H, D] (one draw) with random gaps
+ * (0, 1, 3 or 16 elements) after each row, head and batch entry. */
+typedef struct ta_test_layout {
+    int32_t n_b, n_h, n_s, dim;
+    ta_strides st;          /* resolved strides */
+    ta_strides arg;         /* what a call passes: zeros when contiguous */
+    size_t extent;          /* elements from the base to one past the last */
+    unsigned char *is_elem; /* [extent] 1 where an element lives; NULL when contiguous */
+    int bshd;               /* strided and [B, S, H, D] */
+} ta_test_layout;
+void ta_test_layout_make(ta_rng *r, ta_test_layout *x, int32_t n_b, int32_t n_h, int32_t n_s,
+                         int32_t dim, int strided);
+void ta_test_layout_free(ta_test_layout *x);
+/* dst (x's layout) = the contiguous tensor src; gap bytes are left as they are. */
+void ta_test_layout_scatter(void *dst, const void *src, const ta_test_layout *x, size_t eb);
+/* contiguous dst = the elements of src (x's layout). */
+void ta_test_layout_gather(void *dst, const void *src, const ta_test_layout *x, size_t eb);
+/* Gap bytes of buf (x's layout) that differ from byte. */
+size_t ta_test_layout_bad_gaps(const void *buf, const ta_test_layout *x, size_t eb, int byte);
+/* Strides of a [B, heads, S, dim] tensor held as [B, S, heads, dim] without gaps. */
+ta_strides ta_test_strides_bshd(int32_t heads, int32_t seq, int32_t dim);
+
 /* Check framework: count failures, print the first few. */
 extern int ta_test_failures;
 #define TA_CHECK(cond, ...)                                                                 \
