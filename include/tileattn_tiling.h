@@ -250,17 +250,12 @@ TA_TILING_FN int ta_tiling_visible(const ta_tiling *t, int32_t r, int32_t j, int
 TA_TILING_FN void ta_tile_q_keys(const ta_tiling *t, int32_t qt, int32_t key_len, int32_t *lo,
                                  int32_t *hi) {
     const int32_t row_end = ta_tile_row_eff_end(t, qt);
-    int32_t first = ta_tile_row_eff_begin(t, qt), l, h, unused;
+    int32_t l, h, unused;
     *lo = *hi = 0;
-    if (ta_tiling_right_bounded(t)) {
-        /* rows whose right bound is <= 0 see nothing: skip to the first that may */
-        const int64_t skip = -ta_tiling_row_hi_uncut(t, 0) + 1; /* smallest r with cut >= 1 */
-        if (skip > first) {
-            if (skip >= row_end) return;
-            first = (int32_t)skip;
-        }
-    }
-    ta_tile_row_keys(t, first, key_len, &l, &unused); /* lo is non-decreasing */
+    /* lo is non-decreasing, so the first row's lo starts the union. A first row
+     * that sees nothing because its right bound is <= 0 gives lo = 0, and so
+     * does the first row that sees a key after it (its position is <= 0). */
+    ta_tile_row_keys(t, ta_tile_row_eff_begin(t, qt), key_len, &l, &unused);
     ta_tile_row_keys(t, row_end - 1, key_len, &unused, &h);
     /* the last row's hi is the union's end: if that row is empty because its lo
      * passed key_len, an earlier row already reached key_len (the bounds move by
