@@ -55,7 +55,7 @@ class Problem(ctypes.Structure):  # ta_problem (include/tileattn.h)
                  "dtype", "precision")] + [
         ("flags", ctypes.c_uint32), ("scale", ctypes.c_float)] + [
         (n, ctypes.c_int32) for n in ("conv_q", "conv_k", "block_q", "block_k", "num_threads",
-                                      "window_left", "window_right")]
+                                      "window_left", "window_right", "tile_config")]
 
 
 class Strides(ctypes.Structure):  # ta_strides; all zero = contiguous

@@ -10,7 +10,8 @@
 #
 # Environment: OUT (log folder, default ./cuda_check_out), BUILD (build folder,
 # default /tmp/ta_cuda_check), TA_SEED (replay test_cuda_equiv), SKIP_BENCH=1,
-# SKIP_MATH=1, SKIP_SANITIZER=1, SKIP_MAINJOB=1, SKIP_EQUIV=1. Logs: $OUT/{env,build,cuda_math,cuda_equiv,
+# SKIP_MATH=1, SKIP_SANITIZER=1, SKIP_MAINJOB=1, SKIP_EQUIV=1, SKIP_FAST=1 (test_cuda_fast),
+# SKIP_FAST_BENCH=1 (bench/cuda_fast_bench.py; FAST_BENCH_ARGS). Logs: $OUT/{env,build,cuda_math,cuda_equiv,
 # sanitizer,bench}.log and $OUT/summary.txt; the summary is printed last.
 set -u -o pipefail
 SRC=$(cd "${1:-.}" && pwd)
@@ -36,7 +37,7 @@ note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 t=$(secs)
 if cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
      -DTILEATTN_EXHAUSTIVE=OFF >"$OUT/build.log" 2>&1 &&
-   cmake --build "$BUILD" -j"$JOBS" --target tileattn test_cuda_math test_cuda_equiv tileattn-bench \
+   cmake --build "$BUILD" -j"$JOBS" --target tileattn test_cuda_math test_cuda_equiv test_cuda_fast tileattn-bench \
      >>"$OUT/build.log" 2>&1; then
   note "build: ok ($(( $(secs) - t )) s)"
 else
@@ -46,6 +47,7 @@ else
   exit 1
 fi
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+: >"$OUT/sanitizer_fast.log"
 
 # 2. CUDA exact == REF
 if [ "${SKIP_EQUIV:-0}" != 1 ]; then
@@ -55,6 +57,26 @@ if [ "${SKIP_EQUIV:-0}" != 1 ]; then
   note "test_cuda_equiv: rc=$rc ($(( $(secs) - t )) s)"
   grep -E "seed|coverage|bit-identical|bad-input|passed|FAILED" "$OUT/cuda_equiv.log" | tee -a "$SUMMARY"
   grep -m 12 "FAIL" "$OUT/cuda_equiv.log" | tee -a "$SUMMARY"
+fi
+
+# 2b. fast mode (tensor cores) against the float64 oracle, determinism, graph
+#     capture; then memcheck and racecheck on a few of its problems
+if [ "${SKIP_FAST:-0}" != 1 ]; then
+  t=$(secs)
+  timeout "${FAST_TIMEOUT:-300}" "$BUILD/test/test_cuda_fast" >"$OUT/cuda_fast.log" 2>&1
+  rc=$?
+  note "test_cuda_fast: rc=$rc ($(( $(secs) - t )) s)"
+  grep -E "seed|accuracy|f16|bf16|determinism|passed|FAIL|failed" "$OUT/cuda_fast.log" | head -40 | tee -a "$SUMMARY"
+  if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
+    for tool in memcheck racecheck; do
+      t=$(secs)
+      echo "==== $tool test_cuda_fast --count 6" >>"$OUT/sanitizer_fast.log"
+      timeout "${SAN_TIMEOUT:-150}" "$SAN" --tool "$tool" --error-exitcode 99 \
+        "$BUILD/test/test_cuda_fast" --count 6 >>"$OUT/sanitizer_fast.log" 2>&1
+      rc=$?
+      note "compute-sanitizer $tool (test_cuda_fast --count 6): rc=$rc ($(( $(secs) - t )) s): $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer_fast.log" | tail -1)"
+    done
+  fi
 fi
 
 # 3. compute-sanitizer on the quick subset, one host thread. racecheck on the
@@ -91,6 +113,17 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     ${BENCH_ARGS:-} >>"$OUT/bench.log" 2>&1
   note "bench: rc=$?"
   cat "$OUT/bench.log"
+fi
+
+# 4a. fast mode against PyTorch flash and cuDNN (bf16); FAST_BENCH_ARGS
+if [ "${SKIP_FAST_BENCH:-0}" != 1 ]; then
+  [ -f "$BUILD/libtileattn_bench.so" ] || gcc -shared -o "$BUILD/libtileattn_bench.so" \
+    -Wl,--whole-archive "$BUILD/libtileattn.a" -Wl,--no-whole-archive -L/usr/local/cuda/lib64 \
+    -lcudart -lm -fopenmp >"$OUT/fast_bench.log" 2>&1
+  PYTHONUNBUFFERED=1 timeout "${FAST_BENCH_TIMEOUT:-300}" python3 "$SRC/bench/cuda_fast_bench.py" \
+    --lib "$BUILD/libtileattn_bench.so" --csv "$OUT/fast_bench.csv" ${FAST_BENCH_ARGS:-} >>"$OUT/fast_bench.log" 2>&1
+  note "fast bench: rc=$?"
+  cat "$OUT/fast_bench.log"
 fi
 
 # 4b. the main job (tileattn-bench: REF, CPU and CUDA rows, each checked against

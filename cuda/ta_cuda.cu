@@ -97,10 +97,15 @@ ta_status ta_cuda_smem_opt_in(const void *kernel, size_t need, size_t most) {
 
 ta_status ta_cuda_launch_args(const void *kernel, int64_t n_blocks, size_t smem_bytes, void **args,
                               void *stream) {
+    return ta_cuda_launch_threads(kernel, n_blocks, TA_CUDA_THREADS, smem_bytes, args, stream);
+}
+
+ta_status ta_cuda_launch_threads(const void *kernel, int64_t n_blocks, int threads,
+                                 size_t smem_bytes, void **args, void *stream) {
     const int64_t grid_max = 2147483647;
     const unsigned int grid = (unsigned int)(n_blocks < grid_max ? n_blocks : grid_max);
     if (n_blocks < 1) return TA_OK;
-    if (cudaLaunchKernel(kernel, dim3(grid), dim3(TA_CUDA_THREADS), args, smem_bytes,
+    if (cudaLaunchKernel(kernel, dim3(grid), dim3((unsigned int)threads), args, smem_bytes,
                          static_cast<cudaStream_t>(stream)) != cudaSuccess)
         return ta_cuda_fail();
     return TA_OK;
@@ -120,8 +125,10 @@ ta_status ta_cuda_launch_batches(const ta_cuda_launch_desc *l, int n, const int3
             base->batch_count = count;
             if (seqlens_k) memcpy(base->seqlens_k, seqlens_k + b0, (size_t)count * sizeof(int32_t));
             args[0] = l[i].params;
-            st = ta_cuda_launch_args(l[i].kernel, l[i].blocks_per_entry * count + l[i].blocks_fixed,
-                                     l[i].smem, args, stream);
+            st = ta_cuda_launch_threads(l[i].kernel,
+                                        l[i].blocks_per_entry * count + l[i].blocks_fixed,
+                                        l[i].threads ? l[i].threads : TA_CUDA_THREADS,
+                                        l[i].smem, args, stream);
             if (st != TA_OK) return st;
         }
     }

@@ -59,6 +59,18 @@ ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_cu
 ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a, const ta_cuda_bwd_ws *ws,
                           void *stream);
 
+/* Candidates of one head dim in the fast configuration table, at most. */
+#define TA_CUDA_FAST_CFG_MAX 4
+
+/* Fast mode (cuda/ta_cuda_fast_fwd.cu): the tensor-core SDPA forward for f16 /
+ * bf16 storage, D = D_v in {64, 96, 128, 256} (ta_cuda_ops.c routes only
+ * those). As ta_cuda_sdpa_fwd, and TA_ERR_UNSUPPORTED (nothing launched) if a
+ * row of q, k, v or o does not start on 16 bytes (a base address, or a stride
+ * that is not a multiple of 8 elements), the head dim is not in the table or
+ * tile_config is past the head dim's candidates. */
+ta_status ta_cuda_fast_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                           void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -42,3 +42,12 @@ ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a, const ta_cu
     (void)stream;
     return TA_ERR_BACKEND_UNAVAILABLE;
 }
+
+ta_status ta_cuda_fast_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                           void *stream) {
+    (void)plan;
+    (void)a;
+    (void)ws;
+    (void)stream;
+    return TA_ERR_BACKEND_UNAVAILABLE;
+}

@@ -74,12 +74,16 @@ ta_status ta_cuda_smem_opt_in(const void *kernel, size_t need, size_t most);
  */
 ta_status ta_cuda_launch_args(const void *kernel, int64_t n_blocks, size_t smem_bytes, void **args,
                               void *stream);
+/* The same with `threads` threads per block (the fast-mode kernels' own). */
+ta_status ta_cuda_launch_threads(const void *kernel, int64_t n_blocks, int threads,
+                                 size_t smem_bytes, void **args, void *stream);
 
 /*
  * One kernel of a pass for ta_cuda_launch_batches: its parameter struct (the
  * kernel's one argument, a ta_cuda_params or a struct derived from it), that
  * struct's ta_cuda_params part (where the batch chunk is written), and its
- * grid: blocks_per_entry * batch_count + blocks_fixed blocks of smem bytes.
+ * grid: blocks_per_entry * batch_count + blocks_fixed blocks of smem bytes,
+ * `threads` threads each (0, as ta_cuda_launch_of sets it: TA_CUDA_THREADS).
  */
 typedef struct ta_cuda_launch_desc {
     const void *kernel;
@@ -87,6 +91,7 @@ typedef struct ta_cuda_launch_desc {
     ta_cuda_params *base;
     int64_t blocks_per_entry, blocks_fixed;
     size_t smem;
+    int threads;
 } ta_cuda_launch_desc;
 
 template <typename P>
@@ -100,6 +105,7 @@ static inline ta_cuda_launch_desc ta_cuda_launch_of(const void *kernel, P *param
     d.blocks_per_entry = blocks_per_entry;
     d.blocks_fixed = blocks_fixed;
     d.smem = smem;
+    d.threads = 0;
     return d;
 }
 

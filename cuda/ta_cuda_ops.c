@@ -8,8 +8,13 @@
  * Supported: SDPA and the MTA conv (causal only, as everywhere), forward and
  * backward, every dtype, causal or not (SDPA), seqlens_k, sliding windows,
  * strided tensors, GQA, S_q != S_k, D and D_v in [1, 256], every conv size and
- * block size the library accepts. TA_PRECISION_FAST runs the exact kernels
- * (bit-identical results satisfy any FAST bound).
+ * block size the library accepts.
+ *
+ * TA_PRECISION_FAST: the SDPA forward of f16 / bf16 problems runs on tensor
+ * cores (cuda/ta_cuda_fast_fwd.cu; D = D_v in {64, 96, 128, 256}, other head
+ * dims TA_ERR_UNSUPPORTED in fast mode); f32 problems, the MTA conv and every
+ * backward run the exact kernels (bit-identical results satisfy any FAST
+ * bound) until their fast kernels land.
  */
 #include <stddef.h>
 
@@ -18,10 +23,26 @@
 
 static int ta_cuda_available(void) { return ta_cuda_compiled() && ta_cuda_device_present(); }
 
+/* 1 if the plan takes the fast-mode path: TA_PRECISION_FAST, f16 / bf16
+ * storage, plain SDPA. Its head dims are the fast configuration table's, for
+ * both passes (the backward's fast kernels will share the table). */
+static int ta_cuda_fast_path(const ta_plan *plan) {
+    return plan->p.precision == TA_PRECISION_FAST && plan->p.dtype != TA_F32 && !plan->has_conv;
+}
+
+/* The head dims of the fast configuration table and their candidate counts
+ * (cuda/ta_cuda_fast_fwd.cu, which returns TA_ERR_UNSUPPORTED for any other):
+ * here in plain C so the workspace query answers the same without CUDA. */
+static int ta_cuda_fast_head_dims(const ta_plan *plan) {
+    const int32_t d = plan->p.head_dim;
+    return d == plan->p.head_dim_v && (d == 64 || d == 96 || d == 128 || d == 256) &&
+           plan->p.tile_config <= (d == 96 ? 2 : 3);
+}
+
 /* Every operation of the plan: SDPA and the MTA conv, any mask (causal,
  * seqlens_k, sliding window) and any validated layout (ta_strides). */
 static int ta_cuda_supports(const ta_plan *plan) {
-    (void)plan;
+    if (ta_cuda_fast_path(plan)) return ta_cuda_fast_head_dims(plan);
     return 1;
 }
 
@@ -84,6 +105,7 @@ static ta_status ta_cuda_fwd(const ta_plan *plan, const ta_fwd_args *a, void *wo
     size_t bytes;
     const ta_status st = ta_cuda_fwd_layout(plan, workspace, &ws, &bytes);
     if (st != TA_OK) return st;
+    if (ta_cuda_fast_path(plan)) return ta_cuda_fast_fwd(plan, a, &ws, stream);
     return plan->has_conv ? ta_cuda_mta_fwd(plan, a, &ws, stream)
                           : ta_cuda_sdpa_fwd(plan, a, &ws, stream);
 }

@@ -129,6 +129,12 @@ typedef struct ta_problem {
                                  tighter right bound holds. 0 without TA_WINDOW.
                                  Masks every score the causal mask does (with the MTA
                                  conv: the raw scores and the convolved ones, docs/mta.md). */
+    int32_t tile_config;    /**< TA_PRECISION_FAST on CUDA: 0 = the default tile
+                                 configuration of the problem's head dim; k >= 1 =
+                                 candidate k of the backend's table (docs/cuda.md
+                                 section 7); a k past the table: TA_ERR_UNSUPPORTED.
+                                 Equal tile_config, equal bits. Ignored elsewhere
+                                 (exact mode's tiles are block_q, block_k). >= 0. */
 } ta_problem;
 
 /**

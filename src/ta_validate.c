@@ -35,6 +35,7 @@ static ta_status ta_check_args(const ta_problem *p) {
     if (p->conv_q > TA_CONV_Q_MAX || p->conv_k > TA_CONV_K_MAX) return TA_ERR_UNSUPPORTED;
     if (p->block_q < 0 || p->block_k < 0) return TA_ERR_BAD_ARG;
     if (p->num_threads < 0) return TA_ERR_BAD_ARG;
+    if (p->tile_config < 0) return TA_ERR_BAD_ARG;
     if (p->block_q != 0 && !ta_tiling_is_block_size(p->block_q)) return TA_ERR_UNSUPPORTED;
     if (p->block_k != 0 && !ta_tiling_is_block_size(p->block_k)) return TA_ERR_UNSUPPORTED;
     return TA_OK;

@@ -152,7 +152,10 @@ static void random_spec(uint64_t seed, int idx, spec *s) {
     ta_rng_seed(&r, seed ^ (UINT64_C(0x9e3779b97f4a7c15) * (uint64_t)(idx + 1)));
     do {
         p->dtype = (ta_dtype)ta_rng_int(&r, 0, 2);
-        p->precision = ta_rng_int(&r, 0, 9) == 0 ? TA_PRECISION_FAST : TA_PRECISION_EXACT;
+        /* fast mode runs the exact kernels for f32 SDPA (f16/bf16 SDPA takes the
+         * tensor-core forward: test_cuda_fast) */
+        p->precision = ta_rng_int(&r, 0, 9) == 0 && p->dtype == TA_F32 ? TA_PRECISION_FAST
+                                                                        : TA_PRECISION_EXACT;
         p->flags = ta_rng_int(&r, 0, 1) ? TA_CAUSAL : 0u;
         p->batch = ta_rng_int(&r, 1, 3);
         p->heads_kv = ta_rng_int(&r, 1, 3);

@@ -1,0 +1,498 @@
+/*
+ * CUDA fast mode (TA_PRECISION_FAST), the tensor-core SDPA forward of f16 / bf16
+ * problems (cuda/ta_cuda_fast_fwd.cu), label cuda:
+ *
+ *  1. accuracy: random problems (f16 and bf16; D = D_v in {64, 96, 128, 256};
+ *     causal or not; seqlens_k (0, partial, full); sliding windows; GQA;
+ *     S_q != S_k, odd and prime lengths; default and explicit scales, negative
+ *     too; [B, H, S, D] or, one problem in four, [B, S, H, D] tensors) against
+ *     the float64 oracle. Every o element's error, divided by the oracle's
+ *     magnitude o_mag (oracle.h), must stay under TA_FAST_O_BOUND(dtype), lse's
+ *     (over lse_mag) under TA_FAST_LSE_BOUND; a row that sees no key must give
+ *     o = 0 exactly and lse = -inf. The largest errors are printed per dtype
+ *     and head dim (docs/exactness.md quotes them).
+ *  2. determinism: one problem run 10 times (outputs poisoned with another
+ *     pattern each time): identical bytes.
+ *  3. CUDA graphs: the call captured on a created stream (global capture
+ *     mode), the graph replayed twice: the bytes of a direct call.
+ *     Each problem draws its tile_config (every candidate of the table).
+ *  4. unsupported in fast mode: D = 80 (the size query says
+ *     TA_ERR_UNSUPPORTED, also without a GPU), a q row stride that is not a
+ *     multiple of 8 elements, a q base off 16 bytes: TA_ERR_UNSUPPORTED with
+ *     o and lse untouched.
+ *
+ *   test_cuda_fast [--count N] [--problem N]     TA_SEED replays a run.
+ * Without a CUDA device: prints "no CUDA device: skipped" (after part 4's size
+ * query) and exits 77.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "oracle.h"
+#include "test_util.h"
+#include "tileattn.h"
+
+/* Bounds (docs/exactness.md): o errs by p's rounding to the storage type (one
+ * unit roundoff u of each term of sum_j p_ij v_j) and o's own rounding (u |o|),
+ * so 2u of the magnitude; lse by f32 arithmetic only. */
+#define TA_FAST_O_BOUND(dt) ((dt) == TA_BF16 ? 2.0 * 0x1p-8 : 2.0 * 0x1p-11)
+#define TA_FAST_LSE_BOUND   1e-5
+
+#define CUDA_OK(call)                                                                      \
+    do {                                                                                   \
+        cudaError_t e_ = (call);                                                           \
+        if (e_ != cudaSuccess) {                                                           \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                  \
+                    cudaGetErrorString(e_));                                               \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+static const int32_t k_dims[4] = {64, 96, 128, 256};
+
+/* Largest normalised errors, by dtype (0 f16, 1 bf16) and head dim index. */
+static double g_err_o[2][4], g_err_lse[2][4];
+
+/* One problem: p, seqlens, the [B,S,H,D] choice. */
+typedef struct fspec {
+    ta_problem p;
+    int32_t seqlens[4];
+    int has_seqlens, bshd;
+} fspec;
+
+static int32_t pick_len(ta_rng *r) {
+    switch (ta_rng_int(r, 0, 5)) {
+    case 0: return ta_rng_int(r, 1, 17);
+    case 1: return 127 + 2 * ta_rng_int(r, 0, 3); /* odd, around a tile edge */
+    case 2: return 257;                           /* prime */
+    default: return ta_rng_int(r, 1, 700);
+    }
+}
+
+static void random_fspec(uint64_t seed, int idx, fspec *s) {
+    ta_rng r;
+    ta_problem *p = &s->p;
+    int32_t group, b;
+    memset(s, 0, sizeof *s);
+    ta_rng_seed(&r, seed ^ (UINT64_C(0x9e3779b97f4a7c15) * (uint64_t)(idx + 1)));
+    p->dtype = ta_rng_int(&r, 0, 1) ? TA_BF16 : TA_F16;
+    p->precision = TA_PRECISION_FAST;
+    p->flags = ta_rng_int(&r, 0, 1) ? TA_CAUSAL : 0u;
+    p->batch = ta_rng_int(&r, 1, 3);
+    p->heads_kv = ta_rng_int(&r, 1, 3);
+    group = ta_rng_int(&r, 0, 2) == 0 ? 1 : ta_rng_int(&r, 1, 4);
+    p->heads_q = p->heads_kv * group;
+    p->head_dim = p->head_dim_v = k_dims[ta_rng_int(&r, 0, 3)];
+    p->seq_q = pick_len(&r);
+    p->seq_k = ta_rng_int(&r, 0, 2) == 0 ? p->seq_q : pick_len(&r);
+    if (ta_rng_int(&r, 0, 4) == 0) p->scale = ta_rng_uniform(&r, -0.3f, 0.3f);
+    s->has_seqlens = ta_rng_int(&r, 0, 9) < 3;
+    for (b = 0; b < p->batch; ++b) {
+        const int k = ta_rng_int(&r, 0, 3);
+        s->seqlens[b] = k == 0 ? 0 : k == 1 ? p->seq_k : ta_rng_int(&r, 1, p->seq_k);
+    }
+    ta_test_random_window(&r, p, 30);
+    s->bshd = ta_rng_int(&r, 0, 3) == 0;
+    /* every candidate of the table (cuda/ta_cuda_fast_fwd.cu): 0 = default */
+    p->tile_config = ta_rng_int(&r, 0, p->head_dim == 96 ? 2 : 3);
+}
+
+static void describe(const fspec *s, char *buf, size_t n) {
+    const ta_problem *p = &s->p;
+    snprintf(buf, n,
+             "%s B=%d H=%d/%d S=%d/%d D=%d cfg=%d %s%s%swin=%d/%d scale=%g",
+             p->dtype == TA_BF16 ? "bf16" : "f16", p->batch, p->heads_q, p->heads_kv, p->seq_q,
+             p->seq_k, p->head_dim, p->tile_config, p->flags & TA_CAUSAL ? "causal " : "",
+             s->has_seqlens ? "seqlens " : "", s->bshd ? "bshd " : "",
+             p->flags & TA_WINDOW ? p->window_left : 0, p->flags & TA_WINDOW ? p->window_right : 0,
+             (double)p->scale);
+}
+
+/* Element count of a [B, heads, S, dim] tensor. */
+static size_t count4(int32_t b, int32_t h, int32_t s, int32_t d) {
+    return (size_t)b * (size_t)h * (size_t)s * (size_t)d;
+}
+
+/* to = 1: dst ([B,S,H,D] if bshd, else a copy) = the contiguous [B,H,S,D] src;
+ * to = 0: the inverse. */
+static void permute(void *dst, const void *src, int32_t nb, int32_t nh, int32_t ns, int32_t d,
+                    int bshd, size_t eb, int to) {
+    const size_t b_n = (size_t)nb, h_n = (size_t)nh, s_n = (size_t)ns, row = (size_t)d * eb;
+    size_t b, h, i;
+    if (!bshd) {
+        memcpy(dst, src, b_n * h_n * s_n * row);
+        return;
+    }
+    for (b = 0; b < b_n; ++b)
+        for (h = 0; h < h_n; ++h)
+            for (i = 0; i < s_n; ++i) {
+                const size_t bhsd = ((b * h_n + h) * s_n + i) * row;
+                const size_t bshd_at = ((b * s_n + i) * h_n + h) * row;
+                if (to)
+                    memcpy((char *)dst + bshd_at, (const char *)src + bhsd, row);
+                else
+                    memcpy((char *)dst + bhsd, (const char *)src + bshd_at, row);
+            }
+}
+
+/* A problem's device buffers and call arguments. */
+typedef struct fcall {
+    ta_fwd_args a;
+    void *dq, *dk, *dv, *d_o, *ws;
+    float *dlse;
+    size_t nq, nk, nv, no, nlse, eb, ws_bytes;
+} fcall;
+
+static void call_make(fcall *c, const fspec *s, const void *q, const void *k, const void *v) {
+    const ta_problem *p = &s->p;
+    void *stage;
+    memset(c, 0, sizeof *c);
+    c->eb = ta_dtype_size(p->dtype);
+    c->nq = count4(p->batch, p->heads_q, p->seq_q, p->head_dim);
+    c->nk = count4(p->batch, p->heads_kv, p->seq_k, p->head_dim);
+    c->nv = count4(p->batch, p->heads_kv, p->seq_k, p->head_dim_v);
+    c->no = count4(p->batch, p->heads_q, p->seq_q, p->head_dim_v);
+    c->nlse = count4(p->batch, p->heads_q, p->seq_q, 1);
+    stage = malloc(c->nq * c->eb + c->nk * c->eb + c->nv * c->eb);
+    if (!stage) exit(1);
+    CUDA_OK(cudaMalloc(&c->dq, c->nq * c->eb));
+    CUDA_OK(cudaMalloc(&c->dk, c->nk * c->eb));
+    CUDA_OK(cudaMalloc(&c->dv, c->nv * c->eb));
+    CUDA_OK(cudaMalloc(&c->d_o, c->no * c->eb));
+    CUDA_OK(cudaMalloc((void **)&c->dlse, c->nlse * sizeof(float)));
+    permute(stage, q, p->batch, p->heads_q, p->seq_q, p->head_dim, s->bshd, c->eb, 1);
+    CUDA_OK(cudaMemcpy(c->dq, stage, c->nq * c->eb, cudaMemcpyHostToDevice));
+    permute(stage, k, p->batch, p->heads_kv, p->seq_k, p->head_dim, s->bshd, c->eb, 1);
+    CUDA_OK(cudaMemcpy(c->dk, stage, c->nk * c->eb, cudaMemcpyHostToDevice));
+    permute(stage, v, p->batch, p->heads_kv, p->seq_k, p->head_dim_v, s->bshd, c->eb, 1);
+    CUDA_OK(cudaMemcpy(c->dv, stage, c->nv * c->eb, cudaMemcpyHostToDevice));
+    free(stage);
+    c->a.q = c->dq;
+    c->a.k = c->dk;
+    c->a.v = c->dv;
+    c->a.o = c->d_o;
+    c->a.lse = c->dlse;
+    c->a.seqlens_k = s->has_seqlens ? s->seqlens : NULL;
+    if (s->bshd) {
+        c->a.q_strides = ta_test_strides_bshd(p->heads_q, p->seq_q, p->head_dim);
+        c->a.k_strides = ta_test_strides_bshd(p->heads_kv, p->seq_k, p->head_dim);
+        c->a.v_strides = ta_test_strides_bshd(p->heads_kv, p->seq_k, p->head_dim_v);
+        c->a.o_strides = ta_test_strides_bshd(p->heads_q, p->seq_q, p->head_dim_v);
+    }
+    if (ta_fwd_workspace_size(p, TA_BACKEND_CUDA, &c->ws_bytes) != TA_OK) c->ws_bytes = 0;
+    CUDA_OK(cudaMalloc(&c->ws, c->ws_bytes ? c->ws_bytes : 64));
+}
+
+static void call_free(fcall *c) {
+    cudaFree(c->dq);
+    cudaFree(c->dk);
+    cudaFree(c->dv);
+    cudaFree(c->d_o);
+    cudaFree(c->dlse);
+    cudaFree(c->ws);
+}
+
+/* Poison o and lse with `byte`, run the call on stream, copy o (as stored)
+ * and lse back. */
+static ta_status call_run(fcall *c, const ta_problem *p, int byte, void *stream, void *o_host,
+                          float *lse_host) {
+    ta_status st;
+    CUDA_OK(cudaMemset(c->d_o, byte, c->no * c->eb));
+    CUDA_OK(cudaMemset(c->dlse, byte, c->nlse * sizeof(float)));
+    st = ta_fwd(p, TA_BACKEND_CUDA, &c->a, c->ws, c->ws_bytes, stream);
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(o_host, c->d_o, c->no * c->eb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(lse_host, c->dlse, c->nlse * sizeof(float), cudaMemcpyDeviceToHost));
+    return st;
+}
+
+/* Part 1 for problem idx: returns 1 if every element is within its bound. */
+static int check_problem(uint64_t seed, int idx) {
+    fspec s;
+    ta_problem *p;
+    ta_rng r;
+    fcall c;
+    ta_oracle_in in;
+    void *q, *k, *v, *o_got, *o_stage;
+    float *lse_got;
+    double *o_ref, *lse_ref, *o_mag, *lse_mag, *wq, *wk, *wv;
+    double worst_o = 0.0, worst_lse = 0.0;
+    size_t i, bad = 0;
+    char desc[256];
+    int di, ok;
+    ta_status st;
+    random_fspec(seed, idx, &s);
+    p = &s.p;
+    describe(&s, desc, sizeof desc);
+    for (di = 0; di < 3 && k_dims[di] != p->head_dim; ++di) continue;
+    ta_rng_seed(&r, seed + UINT64_C(0x51ed27) * (uint64_t)(idx + 7));
+    memset(&c, 0, sizeof c);
+    c.eb = ta_dtype_size(p->dtype);
+    q = malloc(count4(p->batch, p->heads_q, p->seq_q, p->head_dim) * c.eb);
+    k = malloc(count4(p->batch, p->heads_kv, p->seq_k, p->head_dim) * c.eb);
+    v = malloc(count4(p->batch, p->heads_kv, p->seq_k, p->head_dim_v) * c.eb);
+    if (!q || !k || !v) exit(1);
+    ta_fill_uniform(&r, q, p->dtype, count4(p->batch, p->heads_q, p->seq_q, p->head_dim), -2.0f,
+                    2.0f);
+    ta_fill_uniform(&r, k, p->dtype, count4(p->batch, p->heads_kv, p->seq_k, p->head_dim), -2.0f,
+                    2.0f);
+    ta_fill_uniform(&r, v, p->dtype, count4(p->batch, p->heads_kv, p->seq_k, p->head_dim_v),
+                    -1.0f, 1.0f);
+    call_make(&c, &s, q, k, v);
+    o_got = malloc(c.no * c.eb);
+    o_stage = malloc(c.no * c.eb);
+    lse_got = (float *)malloc(c.nlse * sizeof(float));
+    o_ref = (double *)malloc(c.no * sizeof(double));
+    o_mag = (double *)malloc(c.no * sizeof(double));
+    lse_ref = (double *)malloc(c.nlse * sizeof(double));
+    lse_mag = (double *)malloc(c.nlse * sizeof(double));
+    if (!o_got || !o_stage || !lse_got || !o_ref || !o_mag || !lse_ref || !lse_mag) exit(1);
+    wq = ta_oracle_widen(q, p->dtype, c.nq);
+    wk = ta_oracle_widen(k, p->dtype, c.nk);
+    wv = ta_oracle_widen(v, p->dtype, c.nv);
+    memset(&in, 0, sizeof in);
+    in.q = wq;
+    in.k = wk;
+    in.v = wv;
+    in.seqlens_k = c.a.seqlens_k;
+    if (ta_oracle_fwd(p, &in, o_ref, lse_ref) != 0 || ta_oracle_fwd_mag(p, &in, o_mag, lse_mag) != 0)
+        exit(1);
+    st = call_run(&c, p, 0xFF, NULL, o_stage, lse_got);
+    TA_CHECK(st == TA_OK, "problem %d (%s): ta_fwd: %s", idx, desc, ta_status_string(st));
+    permute(o_got, o_stage, p->batch, p->heads_q, p->seq_q, p->head_dim_v, s.bshd, c.eb, 0);
+    for (i = 0; st == TA_OK && i < c.nlse; ++i) {
+        const size_t dv = (size_t)p->head_dim_v;
+        size_t d;
+        if (isinf(lse_ref[i])) { /* sees no key: o = 0 exactly, lse = -inf */
+            int zero = isinf(lse_got[i]) && lse_got[i] < 0;
+            for (d = 0; d < dv; ++d) zero = zero && ta_get(o_got, p->dtype, i * dv + d) == 0.0;
+            if (!zero && bad++ < 3)
+                TA_CHECK(0, "problem %d (%s): row %zu sees no key but o/lse = %g/%g", idx, desc,
+                         i, ta_get(o_got, p->dtype, i * dv), (double)lse_got[i]);
+            continue;
+        }
+        for (d = 0; d < dv; ++d) {
+            const double got = ta_get(o_got, p->dtype, i * dv + d);
+            const double e = fabs(got - o_ref[i * dv + d]) / fmax(o_mag[i * dv + d], 1e-300);
+            if (!(e <= TA_FAST_O_BOUND(p->dtype)) && bad++ < 3)
+                TA_CHECK(0, "problem %d (%s): o[%zu][%zu] = %.8g, oracle %.8g, error %.3g of %g",
+                         idx, desc, i, d, got, o_ref[i * dv + d], e, o_mag[i * dv + d]);
+            if (e > worst_o || e != e) worst_o = e;
+        }
+        {
+            const double e = fabs((double)lse_got[i] - lse_ref[i]) / fmax(lse_mag[i], 1e-300);
+            if (!(e <= TA_FAST_LSE_BOUND) && bad++ < 3)
+                TA_CHECK(0, "problem %d (%s): lse[%zu] = %.9g, oracle %.9g, error %.3g", idx,
+                         desc, i, (double)lse_got[i], lse_ref[i], e);
+            if (e > worst_lse || e != e) worst_lse = e;
+        }
+    }
+    {
+        const int ti = p->dtype == TA_BF16;
+        if (worst_o > g_err_o[ti][di]) g_err_o[ti][di] = worst_o;
+        if (worst_lse > g_err_lse[ti][di]) g_err_lse[ti][di] = worst_lse;
+    }
+    ok = st == TA_OK && bad == 0;
+    if (!ok) fprintf(stderr, "problem %d (%s): %zu elements out of bound\n", idx, desc, bad);
+    call_free(&c);
+    free(q);
+    free(k);
+    free(v);
+    free(o_got);
+    free(o_stage);
+    free(lse_got);
+    free(o_ref);
+    free(o_mag);
+    free(lse_ref);
+    free(lse_mag);
+    free(wq);
+    free(wk);
+    free(wv);
+    return ok;
+}
+
+/* A larger problem for parts 2 and 3. */
+static void big_spec(fspec *s) {
+    memset(s, 0, sizeof *s);
+    s->p.dtype = TA_BF16;
+    s->p.precision = TA_PRECISION_FAST;
+    s->p.flags = TA_CAUSAL;
+    s->p.batch = 2;
+    s->p.heads_q = 8;
+    s->p.heads_kv = 4;
+    s->p.seq_q = 1000;
+    s->p.seq_k = 1100;
+    s->p.head_dim = s->p.head_dim_v = 128;
+}
+
+/* Parts 2 and 3. */
+static void check_determinism_and_graph(uint64_t seed) {
+    fspec s;
+    fcall c;
+    ta_rng r;
+    void *q, *k, *v, *o0, *o1;
+    float *l0, *l1;
+    int run;
+    cudaStream_t stream;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    ta_status st = TA_OK;
+    big_spec(&s);
+    ta_rng_seed(&r, seed ^ UINT64_C(0xde7e));
+    q = malloc(count4(2, 8, 1000, 128) * 2);
+    k = malloc(count4(2, 4, 1100, 128) * 2);
+    v = malloc(count4(2, 4, 1100, 128) * 2);
+    if (!q || !k || !v) exit(1);
+    ta_fill_uniform(&r, q, TA_BF16, count4(2, 8, 1000, 128), -2.0f, 2.0f);
+    ta_fill_uniform(&r, k, TA_BF16, count4(2, 4, 1100, 128), -2.0f, 2.0f);
+    ta_fill_uniform(&r, v, TA_BF16, count4(2, 4, 1100, 128), -1.0f, 1.0f);
+    call_make(&c, &s, q, k, v);
+    o0 = malloc(c.no * c.eb);
+    o1 = malloc(c.no * c.eb);
+    l0 = (float *)malloc(c.nlse * sizeof(float));
+    l1 = (float *)malloc(c.nlse * sizeof(float));
+    if (!o0 || !o1 || !l0 || !l1) exit(1);
+    TA_CHECK(call_run(&c, &s.p, 0xFF, NULL, o0, l0) == TA_OK, "determinism: first call");
+    for (run = 1; run < 10; ++run) {
+        TA_CHECK(call_run(&c, &s.p, run * 17, NULL, o1, l1) == TA_OK, "determinism: call %d", run);
+        TA_CHECK(memcmp(o0, o1, c.no * c.eb) == 0 && memcmp(l0, l1, c.nlse * sizeof(float)) == 0,
+                 "determinism: run %d differs from run 0", run);
+    }
+    /* part 3: capture one call on a created stream, replay twice */
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    for (run = 0; run < 2; ++run) {
+        CUDA_OK(cudaMemset(c.d_o, 0x5A + run, c.no * c.eb));
+        CUDA_OK(cudaMemset(c.dlse, 0x5A + run, c.nlse * sizeof(float)));
+        if (run == 0) {
+            CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+            st = ta_fwd(&s.p, TA_BACKEND_CUDA, &c.a, c.ws, c.ws_bytes, stream);
+            CUDA_OK(cudaStreamEndCapture(stream, &graph));
+            TA_CHECK(st == TA_OK, "graph: ta_fwd under capture: %s", ta_status_string(st));
+            CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+        }
+        CUDA_OK(cudaGraphLaunch(exec, stream));
+        CUDA_OK(cudaStreamSynchronize(stream));
+        CUDA_OK(cudaMemcpy(o1, c.d_o, c.no * c.eb, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(l1, c.dlse, c.nlse * sizeof(float), cudaMemcpyDeviceToHost));
+        TA_CHECK(memcmp(o0, o1, c.no * c.eb) == 0 && memcmp(l0, l1, c.nlse * sizeof(float)) == 0,
+                 "graph: replay %d differs from the direct call", run);
+    }
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+    CUDA_OK(cudaStreamDestroy(stream));
+    call_free(&c);
+    free(q);
+    free(k);
+    free(v);
+    free(o0);
+    free(o1);
+    free(l0);
+    free(l1);
+}
+
+/* Part 4 on the device: the call refuses, o and lse keep their poison. */
+static void check_refused(const char *what, fcall *c, const ta_problem *p) {
+    unsigned char *o = (unsigned char *)malloc(c->no * c->eb);
+    float *l = (float *)malloc(c->nlse * sizeof(float));
+    size_t i, touched = 0;
+    ta_status st;
+    if (!o || !l) exit(1);
+    st = call_run(c, p, 0xA5, NULL, o, l);
+    for (i = 0; i < c->no * c->eb; ++i) touched += o[i] != 0xA5;
+    for (i = 0; i < c->nlse * sizeof(float); ++i) touched += ((unsigned char *)l)[i] != 0xA5;
+    TA_CHECK(st == TA_ERR_UNSUPPORTED, "%s: status %s, want TA_ERR_UNSUPPORTED", what,
+             ta_status_string(st));
+    TA_CHECK(touched == 0, "%s: %zu output bytes written", what, touched);
+    free(o);
+    free(l);
+}
+
+static void check_unsupported_device(void) {
+    fspec s;
+    fcall c;
+    void *buf;
+    big_spec(&s);
+    s.p.seq_q = s.p.seq_k = 100;
+    buf = calloc(count4(2, 8, 100, 128), 2);
+    if (!buf) exit(1);
+    call_make(&c, &s, buf, buf, buf);
+    /* q rows 136 elements apart: valid strides, not 16-byte rows */
+    c.a.q_strides.seq = 129;
+    c.a.q_strides.head = 129 * 100;
+    c.a.q_strides.batch = 129 * 100 * 4; /* q's buffer holds 2*8*100*128: use 4 heads' room */
+    s.p.heads_q = 4;
+    s.p.heads_kv = 4;
+    c.nlse = count4(2, 4, 100, 1);
+    c.no = count4(2, 4, 100, 128);
+    check_refused("q seq stride 129", &c, &s.p);
+    memset(&c.a.q_strides, 0, sizeof c.a.q_strides);
+    c.a.q = (const char *)c.dq + 8; /* 4 elements in: 8-byte aligned rows */
+    s.p.seq_q = 50;
+    c.nlse = count4(2, 4, 50, 1);
+    c.no = count4(2, 4, 50, 128);
+    check_refused("q base off 16 bytes", &c, &s.p);
+    call_free(&c);
+    free(buf);
+}
+
+int main(int argc, char **argv) {
+    int count = 200, only = -1, i, n_ok = 0, dev_count = 0, ti, di;
+    uint64_t seed;
+    size_t bytes = 0;
+    ta_problem p80;
+    for (i = 1; i < argc; ++i) {
+        if (strcmp(argv[i], "--count") == 0 && i + 1 < argc)
+            count = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--problem") == 0 && i + 1 < argc)
+            only = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: test_cuda_fast [--count N] [--problem N]\n");
+            return 2;
+        }
+    }
+    /* part 4, host side: a head dim outside the table */
+    memset(&p80, 0, sizeof p80);
+    p80.batch = p80.heads_q = p80.heads_kv = 1;
+    p80.seq_q = p80.seq_k = 64;
+    p80.head_dim = p80.head_dim_v = 80;
+    p80.dtype = TA_BF16;
+    p80.precision = TA_PRECISION_FAST;
+    TA_CHECK(ta_fwd_workspace_size(&p80, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
+             "fast bf16 D = 80: the size query must say TA_ERR_UNSUPPORTED");
+    p80.precision = TA_PRECISION_EXACT;
+    TA_CHECK(ta_fwd_workspace_size(&p80, TA_BACKEND_CUDA, &bytes) == TA_OK,
+             "exact bf16 D = 80 is supported");
+    if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
+        printf("no CUDA device: skipped\n");
+        return ta_test_failures ? ta_test_finish("test_cuda_fast") : TA_TEST_SKIP;
+    }
+    if (!ta_backend_available(TA_BACKEND_CUDA)) {
+        fprintf(stderr, "FAIL: a CUDA device is present but TA_BACKEND_CUDA is unavailable\n");
+        return 1;
+    }
+    seed = ta_test_seed("test_cuda_fast");
+    for (i = 0; i < count; ++i) {
+        if (only >= 0 && i != only) continue;
+        n_ok += check_problem(seed, i);
+    }
+    printf("accuracy: %d of %d problems within bound (o: %.3g bf16, %.3g f16 of o_mag; lse: "
+           "%.3g of lse_mag)\n",
+           n_ok, only >= 0 ? 1 : count, TA_FAST_O_BOUND(TA_BF16), TA_FAST_O_BOUND(TA_F16),
+           TA_FAST_LSE_BOUND);
+    printf("largest errors (normalised by the oracle magnitude):\n  dtype  D    o          lse\n");
+    for (ti = 0; ti < 2; ++ti)
+        for (di = 0; di < 4; ++di)
+            printf("  %-5s %3d  %.3e  %.3e\n", ti ? "bf16" : "f16", k_dims[di], g_err_o[ti][di],
+                   g_err_lse[ti][di]);
+    if (only < 0) {
+        check_determinism_and_graph(seed);
+        check_unsupported_device();
+        printf("determinism (10 runs), CUDA graph replay, unsupported cases: checked\n");
+    }
+    return ta_test_finish("test_cuda_fast");
+}
