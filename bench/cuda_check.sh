@@ -85,8 +85,12 @@ fi
 
 # 4. benchmark against PyTorch SDPA (math backend, f32)
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  gcc -shared -o "$BUILD/libtileattn_bench.so" -Wl,--whole-archive "$BUILD/libtileattn.a" \
-    -Wl,--no-whole-archive -L/usr/local/cuda/lib64 -lcudart -lm -fopenmp >"$OUT/bench.log" 2>&1
+  # the CUDA component whole, the core's public objects (ta_api.o, ta_core.o) by
+  # reference: whole-archive of the core would add its "not linked" CUDA table too
+  # (docs/api.md, "Packaging")
+  gcc -shared -o "$BUILD/libtileattn_bench.so" -Wl,--whole-archive "$BUILD/libtileattn_cuda.a" \
+    -Wl,--no-whole-archive -Wl,-u,ta_fwd -Wl,-u,ta_status_string "$BUILD/libtileattn.a" \
+    -L/usr/local/cuda/lib64 -lcudart -lm -fopenmp >"$OUT/bench.log" 2>&1
   PYTHONUNBUFFERED=1 timeout "${BENCH_TIMEOUT:-240}" python3 "$SRC/bench/cuda_bench.py" --lib "$BUILD/libtileattn_bench.so" \
     ${BENCH_ARGS:-} >>"$OUT/bench.log" 2>&1
   note "bench: rc=$?"
