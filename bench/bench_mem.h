@@ -26,6 +26,10 @@ typedef struct bench_mem {
 /* Device memory of the current CUDA device (cudaMalloc, synchronous copies,
  * the legacy default stream). */
 extern const bench_mem bench_cuda_mem;
+
+/* 0 if cudart sees a CUDA device; else -1 and why[n] says which of "no CUDA
+ * device" and a driver/runtime error (with cudart's error name and text). */
+int bench_cuda_probe(char *why, size_t n);
 #endif
 
 #endif /* TA_BENCH_MEM_H */

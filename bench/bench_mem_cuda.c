@@ -5,6 +5,8 @@
  * calls, and cudaStreamSynchronize on it as the timing barrier. Every CUDA call
  * is checked; a failure returns -1 (the bench reports it in the row).
  */
+#include <stdio.h>
+
 #include <cuda_runtime_api.h>
 
 #include "bench_mem.h"
@@ -33,3 +35,20 @@ static int cuda_sync(void) { return cudaStreamSynchronize(0) == cudaSuccess ? 0 
 
 const bench_mem bench_cuda_mem = {"cuda device", cuda_alloc, cuda_release, cuda_upload,
                                   cuda_download, cuda_fill,  cuda_sync,    NULL};
+
+int bench_cuda_probe(char *why, size_t n) {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e == cudaSuccess && count > 0) return 0;
+    if (e == cudaSuccess || e == cudaErrorNoDevice)
+        snprintf(why, n, "no CUDA device (cudaGetDeviceCount: %s)",
+                 e == cudaSuccess ? "0 devices" : cudaGetErrorString(e));
+    else if (e == cudaErrorInsufficientDriver) /* also what a machine without a driver says */
+        snprintf(why, n, "no usable CUDA driver: none installed, or older than the CUDA "
+                         "runtime (cudaGetDeviceCount: cudaErrorInsufficientDriver)");
+    else
+        snprintf(why, n, "CUDA driver error (cudaGetDeviceCount: %s: %s)", cudaGetErrorName(e),
+                 cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    return -1;
+}

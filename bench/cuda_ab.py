@@ -6,8 +6,8 @@ process on the same tensors and stream: the before/after check of a change
     python3 bench/cuda_ab.py --lib A=before.so,B=after.so [--rounds 5] [--reps 15]
                              [--window L,R]
 
-Each .so is a build's libtileattn.a linked whole into a shared object (see
-bench/cuda_check.sh). The shapes are bench/cuda_bench.py's SDPA and MTA tables
+Each .so is a build's libtileattn_cuda.a and libtileattn.a linked into a shared
+object (see bench/cuda_check.sh). The shapes are bench/cuda_bench.py's SDPA and MTA tables
 (f32, exact mode). Per shape and pass the builds run in turn, --rounds times,
 each a CUDA-event median of --reps calls after 3 warm-ups; the table gives the
 median over rounds, B/A, and whether the two builds returned the same bits

@@ -14,10 +14,11 @@ PyTorch in the same process, on the same tensors and the same stream:
     python3 bench/cuda_bench.py --lib BUILD/libtileattn_bench.so [--quick] [--reps N]
                                 [--only sdpa|mta]
 
-The library is the static archive linked whole into a shared object, which
-bench/cuda_check.sh builds:
-    gcc -shared -o libtileattn_bench.so -Wl,--whole-archive libtileattn.a \
-        -Wl,--no-whole-archive -lcudart -lm -fopenmp
+The library is the CUDA archive linked whole into a shared object with the
+core's public objects, which bench/cuda_check.sh builds:
+    gcc -shared -o libtileattn_bench.so -Wl,--whole-archive libtileattn_cuda.a \
+        -Wl,--no-whole-archive -Wl,-u,ta_fwd -Wl,-u,ta_status_string libtileattn.a \
+        -lcudart -lm -fopenmp
 
 Times are CUDA-event medians of --reps calls after --warmup calls; the inputs
 are uniform in [-1, 1) (never zeros). Before timing, each problem checks

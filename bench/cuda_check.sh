@@ -105,10 +105,18 @@ if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
   done
 fi
 
+# The benchmarks' shared object: the CUDA component whole, the core's public
+# objects (ta_api.o, ta_core.o) by reference: whole-archive of the core would
+# add its "not linked" CUDA table too (docs/api.md, "Packaging").
+bench_so() {
+  gcc -shared -o "$BUILD/libtileattn_bench.so" -Wl,--whole-archive "$BUILD/libtileattn_cuda.a" \
+    -Wl,--no-whole-archive -Wl,-u,ta_fwd -Wl,-u,ta_status_string "$BUILD/libtileattn.a" \
+    -L/usr/local/cuda/lib64 -lcudart -lm -fopenmp
+}
+
 # 4. benchmark against PyTorch SDPA (math backend, f32)
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  gcc -shared -o "$BUILD/libtileattn_bench.so" -Wl,--whole-archive "$BUILD/libtileattn.a" \
-    -Wl,--no-whole-archive -L/usr/local/cuda/lib64 -lcudart -lm -fopenmp >"$OUT/bench.log" 2>&1
+  bench_so >"$OUT/bench.log" 2>&1
   PYTHONUNBUFFERED=1 timeout "${BENCH_TIMEOUT:-240}" python3 "$SRC/bench/cuda_bench.py" --lib "$BUILD/libtileattn_bench.so" \
     ${BENCH_ARGS:-} >>"$OUT/bench.log" 2>&1
   note "bench: rc=$?"
@@ -117,9 +125,7 @@ fi
 
 # 4a. fast mode against PyTorch flash and cuDNN (bf16); FAST_BENCH_ARGS
 if [ "${SKIP_FAST_BENCH:-0}" != 1 ]; then
-  [ -f "$BUILD/libtileattn_bench.so" ] || gcc -shared -o "$BUILD/libtileattn_bench.so" \
-    -Wl,--whole-archive "$BUILD/libtileattn.a" -Wl,--no-whole-archive -L/usr/local/cuda/lib64 \
-    -lcudart -lm -fopenmp >"$OUT/fast_bench.log" 2>&1
+  [ -f "$BUILD/libtileattn_bench.so" ] || bench_so >"$OUT/fast_bench.log" 2>&1
   PYTHONUNBUFFERED=1 timeout "${FAST_BENCH_TIMEOUT:-300}" python3 "$SRC/bench/cuda_fast_bench.py" \
     --lib "$BUILD/libtileattn_bench.so" --csv "$OUT/fast_bench.csv" ${FAST_BENCH_ARGS:-} >>"$OUT/fast_bench.log" 2>&1
   note "fast bench: rc=$?"

@@ -72,6 +72,15 @@
 #define BENCH_NUM_BACKENDS         3
 #define BENCH_MAX_SHOWN_MISMATCHES 5
 #define BENCH_POISON_BYTE          0xFF
+#define BENCH_NOTE_LEN             200
+#define BENCH_PROGRESS_PERIOD_S    5.0 /* stderr not a terminal: one line this often */
+
+/* The check of a TA_PRECISION_FAST row that is not bit-identical to REF:
+ * |got - ref| <= atol + rtol |ref| per element, by storage dtype. The library
+ * documents no FAST bound yet (FAST runs the exact kernels on every backend
+ * today, so every FAST row is bit-identical); these are the bench's own, wide
+ * enough for tf32/bf16 tensor-core arithmetic. */
+static const double bench_fast_tol[3] = {2e-3, 4e-3, 2e-2}; /* f32, f16, bf16: atol = rtol */
 
 /* ------------------------------------------------------------------------- */
 /* Options                                                                    */
@@ -86,18 +95,24 @@ typedef struct bench_opts {
     unsigned backends;     /* bit (1 << ta_backend) */
     int backends_explicit; /* --backend named them: unavailable is a failure */
     int fwd_only;
+    int check;             /* compare with REF (0: --no-check) */
+    ta_precision precision;
+    int32_t threads; /* CPU backend threads; 0 = the library's default */
     int32_t reps, warmup;
     uint64_t seed;
     const char *csv;
-    int progress; /* -1 auto (stderr is a terminal), 0 never, 1 always */
+    int progress; /* -1 auto (a line rewritten in place on a terminal stderr,
+                     else a line every BENCH_PROGRESS_PERIOD_S), 0 never, 1 always */
 } bench_opts;
 
 static const char *const help_lines[] = {
     "usage: tileattn-bench [options]",
     "",
     "Runs one attention problem on every available backend, checks each against",
-    "the reference backend (REF), and prints backend, pass (fwd/bwd), status, median",
-    "time, GFLOP/s, workspace bytes and 'bit-identical' or the max abs diff vs REF.",
+    "the reference backend (REF), and prints backend, direction (fwd/bwd), result,",
+    "median time, GFLOP/s, workspace bytes and 'bit-identical' or the max abs diff",
+    "vs REF, then one verdict line: how many rows are bit-identical (or, with",
+    "--precision fast, within the bound) and why any row failed.",
     "",
     "Problem (default: B=1 H=4 S=512 D=64, causal, f32, MTA conv 6x11):",
     "  --batch N          batch size B                                  [1]",
@@ -119,6 +134,8 @@ static const char *const help_lines[] = {
     "  --sdpa             plain SDPA (no conv: c_q = c_k = 0)",
     "  --block-q N        Q tile rows, 8..256                           [library]",
     "  --block-k N        K tile columns, 8..256                        [library]",
+    "  --precision P      exact (bit-identical to REF) or fast          [exact]",
+    "  --threads N        CPU backend threads, 0 = library default      [0]",
     "",
     "Run:",
     "  --backend B        ref, cpu, cuda, all, or a list like ref,cpu   [all]",
@@ -126,17 +143,20 @@ static const char *const help_lines[] = {
     "  --reps N           timed repetitions per pass; time = median     [5]",
     "  --warmup N         untimed calls before them                     [1]",
     "  --seed N           PRNG seed for the inputs                      [1]",
-    "  --csv FILE         append one row per backend and pass to FILE (header if new)",
-    "  --progress         always show the progress line on stderr",
-    "  --no-progress      never show it (default: shown when stderr is a terminal",
-    "                     and the run takes longer than a second)",
+    "  --no-check         time only: no REF run, no comparison (the backward of",
+    "                     each backend takes its own forward's o and lse)",
+    "  --csv FILE         append one row per backend and direction (header if new)",
+    "  --progress         always show progress on stderr",
+    "  --no-progress      never show it (default: after a second, a line rewritten",
+    "                     in place when stderr is a terminal, else one line every 5 s)",
     "  --help             this text",
     "",
     "Checks: outputs are poisoned (NaN bytes) before every call and compared with",
     "REF's after every call. A non-REF backend passes if bit-identical to REF",
-    "(TA_PRECISION_EXACT). REF's first run is the reference; its later runs must be",
-    "bit-identical to it and it may contain no NaN. The backward of every backend",
-    "takes REF's forward o and lse as inputs.",
+    "(TA_PRECISION_EXACT), or with --precision fast if every element is within",
+    "atol + rtol |ref| (atol = rtol = 2e-3 f32, 4e-3 f16, 2e-2 bf16). REF's first",
+    "run is the reference; its later runs must be bit-identical to it and it may",
+    "contain no NaN. The backward of every backend takes REF's forward o and lse.",
     "",
     "FLOPs, per visible (row, key) pair (causal mask and --seqlens-k applied),",
     "summed over batch and query heads:",
@@ -148,8 +168,9 @@ static const char *const help_lines[] = {
     "Memory is host memory for ref and cpu and device memory (cudaMalloc) for cuda;",
     "cuda times include a cudaStreamSynchronize after each call.",
     "",
-    "A backend that is not built, has no device, or does not implement the problem",
-    "(TA_ERR_UNSUPPORTED) reports 'unavailable'.",
+    "A backend that cannot run reports 'unavailable' and says why: built without",
+    "CUDA, no CUDA device, a CUDA driver error, or the problem is not implemented",
+    "by that backend (TA_ERR_UNSUPPORTED).",
     "",
     "Exit status: 0 all ok; 1 an error, mismatch or NaN (or a backend named by",
     "--backend is unavailable); 2 a bad command line or a problem the library rejects.",
@@ -174,6 +195,8 @@ static void opts_default(bench_opts *o) {
     o->conv_q = BENCH_DEFAULT_CONV_Q;
     o->conv_k = BENCH_DEFAULT_CONV_K;
     o->backends = (1u << TA_BACKEND_REF) | (1u << TA_BACKEND_CPU) | (1u << TA_BACKEND_CUDA);
+    o->check = 1;
+    o->precision = TA_PRECISION_EXACT;
     o->reps = 5;
     o->warmup = 1;
     o->seed = 1;
@@ -241,6 +264,8 @@ static int parse_flag(bench_opts *o, const char *arg) {
         o->conv_k = 0;
     } else if (strcmp(arg, "--fwd-only") == 0) {
         o->fwd_only = 1;
+    } else if (strcmp(arg, "--no-check") == 0) {
+        o->check = 0;
     } else if (strcmp(arg, "--progress") == 0) {
         o->progress = 1;
     } else if (strcmp(arg, "--no-progress") == 0) {
@@ -260,6 +285,13 @@ static int parse_other(bench_opts *o, const char *name, const char *val) {
             o->dtype = TA_F16;
         else if (strcmp(val, "bf16") == 0)
             o->dtype = TA_BF16;
+        else
+            return -1;
+    } else if (strcmp(name, "--precision") == 0) {
+        if (strcmp(val, "exact") == 0)
+            o->precision = TA_PRECISION_EXACT;
+        else if (strcmp(val, "fast") == 0)
+            o->precision = TA_PRECISION_FAST;
         else
             return -1;
     } else if (strcmp(name, "--backend") == 0) {
@@ -290,6 +322,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         {"--conv-q", &o->conv_q, 0, INT32_MAX},     {"--conv-k", &o->conv_k, 0, INT32_MAX},
         {"--block-q", &o->block_q, 0, INT32_MAX},   {"--block-k", &o->block_k, 0, INT32_MAX},
         {"--reps", &o->reps, 1, 1000000},           {"--warmup", &o->warmup, 0, 1000000},
+        {"--threads", &o->threads, 0, INT32_MAX},
     };
     int i;
     for (i = 1; i < argc; ++i) {
@@ -337,13 +370,14 @@ static void problem_from_opts(const bench_opts *o, ta_problem *p) {
     p->head_dim = o->dim;
     p->head_dim_v = o->dim_v ? o->dim_v : o->dim;
     p->dtype = o->dtype;
-    p->precision = TA_PRECISION_EXACT;
+    p->precision = o->precision;
     p->flags = o->causal ? TA_CAUSAL : 0u;
     p->scale = 0.0f;
     p->conv_q = o->conv_q;
     p->conv_k = o->conv_k;
     p->block_q = o->block_q;
     p->block_k = o->block_k;
+    p->num_threads = o->threads;
 }
 
 /* "--seqlens-k" into [batch] values, each in [0, seq_k]. 0 ok. */
@@ -540,13 +574,31 @@ static const bench_backend bench_backends[BENCH_NUM_BACKENDS] = {
 #endif
 };
 
-/* Why a backend cannot run here, or NULL if it can. */
-static const char *backend_unavailable_reason(const bench_backend *be) {
-    if (!ta_backend_available(be->id)) {
-        if (be->id == TA_BACKEND_CUDA) return "not built with CUDA, or no CUDA device";
-        return "not implemented in this library build";
+/* Why the CUDA backend cannot run here (into why[n]), or NULL if it can: the
+ * bench's build, then the device (the bench asks cudart itself, so "no device"
+ * and a driver error read differently), then the library. */
+static const char *cuda_unavailable_reason(char *why, size_t n) {
+#ifdef TA_BENCH_HAVE_CUDA
+    if (bench_cuda_probe(why, n) != 0) return why;
+    if (!ta_backend_available(TA_BACKEND_CUDA)) {
+        snprintf(why, n, "a CUDA device is present but the library's CUDA backend is not "
+                         "linked (link tileattn::cuda)");
+        return why;
     }
-    if (!be->mem) return "the bench was built without a device-memory provider";
+    return NULL;
+#else
+    snprintf(why, n, "built without CUDA (TILEATTN_CUDA=OFF, or no nvcc at configure time)");
+    return why;
+#endif
+}
+
+/* Why a backend cannot run here (into why[n]), or NULL if it can. */
+static const char *backend_unavailable_reason(const bench_backend *be, char *why, size_t n) {
+    if (be->id == TA_BACKEND_CUDA) return cuda_unavailable_reason(why, n);
+    if (!ta_backend_available(be->id)) {
+        snprintf(why, n, "not implemented in this library build");
+        return why;
+    }
     return NULL;
 }
 
@@ -574,23 +626,36 @@ static double now_s(void) {
 }
 
 typedef struct bench_progress {
-    int enabled;  /* may be shown at all */
-    double start; /* bench start, s */
-    int shown;    /* a line is on the terminal now */
-    int width;    /* its length, to clear it */
+    int enabled;      /* may be shown at all */
+    int lines;        /* stderr is not a terminal: whole lines, one per period */
+    double start;     /* bench start, s */
+    double last_line; /* when the last whole line was written, s since start */
+    int shown;        /* a rewritable line is on the terminal now */
+    int width;        /* its length, to clear it */
 } bench_progress;
 
-/* Show "label: warm-up i/W" or "label: rep i/N" if the bench has run for more
- * than a second or this call is expected to take that long. */
+/* Show "label: warm-up i/W" or "label: rep i/N" once the bench has run for
+ * more than a second or this call is expected to take that long: on a terminal
+ * a line rewritten in place, else (a pipe, a log file) a whole line at most
+ * every BENCH_PROGRESS_PERIOD_S, so a long run is never silent. */
 static void progress_show(bench_progress *pg, const char *label, int32_t run, int32_t warmup,
                           int32_t reps, double expect_s) {
     const double t = now_s() - pg->start;
     const int in_warmup = run < warmup;
+    const int i = (int)(in_warmup ? run + 1 : run - warmup + 1);
+    const int of = (int)(in_warmup ? warmup : reps);
     int n;
     if (!pg->enabled || (t < 1.0 && expect_s < 1.0)) return;
+    if (pg->lines) {
+        if (pg->last_line > 0.0 && t - pg->last_line < BENCH_PROGRESS_PERIOD_S) return;
+        fprintf(stderr, "tileattn-bench: [%.1f s] %s: %s %d/%d (~%.2f s per call)\n", t, label,
+                in_warmup ? "warm-up" : "rep", i, of, expect_s);
+        fflush(stderr);
+        pg->last_line = t;
+        return;
+    }
     n = fprintf(stderr, "\r[%.1f s] %s: %s %d/%d (~%.2f s per call)   ", t, label,
-                in_warmup ? "warm-up" : "rep", (int)(in_warmup ? run + 1 : run - warmup + 1),
-                (int)(in_warmup ? warmup : reps), expect_s);
+                in_warmup ? "warm-up" : "rep", i, of, expect_s);
     fflush(stderr);
     pg->shown = 1;
     if (n > pg->width) pg->width = n;
@@ -670,17 +735,20 @@ static const char *const row_status_names[] = {"ok",        "MISMATCH", "INVALID
 
 typedef struct bench_row {
     const char *backend;
-    const char *pass;   /* "fwd", "bwd" or "-" */
+    const char *pass;   /* direction: "fwd", "bwd" or "-" */
     int is_ref, hidden; /* REF row; hidden: reference-only run, not in CSV */
     row_status status;
     ta_status err;  /* the failing library status, for ROW_ERROR from a ta_* call */
-    char note[200]; /* why, for anything but ok */
+    char note[BENCH_NOTE_LEN]; /* why, for anything but ok */
     int32_t timed;  /* timed runs done */
     double median_ms, min_ms, gflops;
     size_t workspace_bytes;
     int have_ws;     /* the workspace size query succeeded */
+    int o_check;     /* the run compares with REF (not --no-check) */
     int compared;    /* at least one run was compared */
     int identical;   /* every compared run was bit-identical */
+    int within;      /* every compared element was identical or within the FAST
+                        bound (only a FAST non-REF row may pass that way) */
     double max_diff; /* max abs diff over compared runs (NaN/inf possible) */
     const char *max_diff_tensor;
 } bench_row;
@@ -726,16 +794,20 @@ static void print_index(FILE *f, const tensor_info *t, size_t i) {
     fputc(']', f);
 }
 
-/* Compare one output with the reference: update row, print the first mismatches. */
+/* Compare one output with the reference: update row, print the first mismatches
+ * (with a FAST bound: the first elements outside it). */
 static void compare_tensor(const bench_ctx *c, int ti, bench_row *row, int *shown) {
     const tensor_info *t = &c->t[ti];
     const ta_dtype dt = c->prob.dtype;
-    size_t i, n_diff = 0;
+    const int fast = !row->is_ref && c->prob.precision == TA_PRECISION_FAST;
+    const double tol = bench_fast_tol[dt];
+    size_t i, n_diff = 0, n_outside = 0;
     if (memcmp(c->got[ti], c->host[ti], t->bytes) == 0) return;
     row->identical = 0;
     for (i = 0; i < t->elems; ++i) {
         const float g = elem_get(t, dt, c->got[ti], i), r = elem_get(t, dt, c->host[ti], i);
         double d;
+        int outside;
         if (ta_f32_bits(g) == ta_f32_bits(r)) continue; /* widening is injective */
         d = fabs((double)g - (double)r);
         if (isnan(d)) d = (double)INFINITY;               /* NaN on one side, or inf - inf */
@@ -744,6 +816,10 @@ static void compare_tensor(const bench_ctx *c, int ti, bench_row *row, int *show
             row->max_diff_tensor = t->name;
         }
         ++n_diff;
+        outside = !fast || !(d <= tol + tol * fabs((double)r));
+        if (!outside) continue;
+        ++n_outside;
+        row->within = 0;
         if (*shown < BENCH_MAX_SHOWN_MISMATCHES) {
             ++*shown;
             fprintf(stderr, "  %s %s mismatch at ", row->backend, row->pass);
@@ -751,9 +827,10 @@ static void compare_tensor(const bench_ctx *c, int ti, bench_row *row, int *show
             fprintf(stderr, ": got %.9g, ref %.9g\n", (double)g, (double)r);
         }
     }
-    if (*shown < INT_MAX)
-        fprintf(stderr, "  %s %s: %zu of %zu elements of %s differ\n", row->backend, row->pass,
-                n_diff, t->elems, t->name);
+    if (*shown < INT_MAX && n_outside > 0)
+        fprintf(stderr, "  %s %s: %zu of %zu elements of %s differ%s\n", row->backend, row->pass,
+                n_outside, t->elems, t->name, fast ? " beyond the FAST bound" : "");
+    (void)n_diff;
 }
 
 /* A NaN in a REF output means an element was never written (poison). */
@@ -801,7 +878,7 @@ static int check_outputs(bench_ctx *c, const bench_bufs *b, bench_pass pass, ben
     row->compared = 1;
     for (k = 0; k < n; ++k)
         if (c->t[outs[k]].bytes) compare_tensor(c, outs[k], row, shown);
-    if (!row->identical) *shown = INT_MAX; /* print the first mismatching run only */
+    if (!row->within) *shown = INT_MAX; /* print the first mismatching run only */
     return 0;
 }
 
@@ -899,7 +976,7 @@ static void run_calls(bench_ctx *c, const bench_backend *be, const bench_bufs *b
         }
         expect = dt;
         if (run >= warmup) times[row->timed++] = dt;
-        if (check_outputs(c, b, pass, row, &shown) != 0) {
+        if (c->o->check && check_outputs(c, b, pass, row, &shown) != 0) {
             row->status = ROW_ERROR;
             snprintf(row->note, sizeof row->note, "buffer provider: read-back failed");
             break;
@@ -921,6 +998,7 @@ static void run_pass(bench_ctx *c, const bench_backend *be, const bench_bufs *b,
     ta_status st;
     row->pass = pass_names[pass];
     row->identical = 1;
+    row->within = 1;
     st = pass == PASS_FWD ? ta_fwd_workspace_size(&c->prob, be->id, &row->workspace_bytes)
                           : ta_bwd_workspace_size(&c->prob, be->id, &row->workspace_bytes);
     if (st != TA_OK) {
@@ -937,10 +1015,12 @@ static void run_pass(bench_ctx *c, const bench_backend *be, const bench_bufs *b,
     run_calls(c, be, b, pass, ws, warmup, reps, row);
     if (ws) b->mem->release(ws);
     if (row->status != ROW_OK) return;
-    if (!c->have_ref[pass] || (!row->compared && !row->is_ref)) {
+    if (!c->o->check) {
+        snprintf(row->note, sizeof row->note, "not checked (--no-check)");
+    } else if (!c->have_ref[pass] || (!row->compared && !row->is_ref)) {
         row->status = ROW_UNCHECKED;
         snprintf(row->note, sizeof row->note, "no REF %s output to compare with", row->pass);
-    } else if (!row->identical) {
+    } else if (!row->within) {
         row->status = ROW_MISMATCH;
         snprintf(row->note, sizeof row->note, "%s",
                  row->is_ref ? "REF is not repeatable: a later run differs from its first"
@@ -997,7 +1077,8 @@ static int backend_lacks_problem(const bench_ctx *c, const bench_backend *be) {
 /* Run the selected passes of one backend into rows[0..1]; returns rows used. */
 static int run_backend(bench_ctx *c, const bench_backend *be, int32_t warmup, int32_t reps,
                        int hidden, bench_row *rows) {
-    const char *why = backend_unavailable_reason(be);
+    char why_buf[BENCH_NOTE_LEN];
+    const char *why = backend_unavailable_reason(be, why_buf, sizeof why_buf);
     if (!why && backend_lacks_problem(c, be))
         why = c->prob.conv_q ? "does not implement the MTA conv yet (TA_ERR_UNSUPPORTED)"
                              : "does not implement this problem yet (TA_ERR_UNSUPPORTED)";
@@ -1007,6 +1088,7 @@ static int run_backend(bench_ctx *c, const bench_backend *be, int32_t warmup, in
     rows[0].backend = rows[1].backend = be->name;
     rows[0].is_ref = rows[1].is_ref = be->id == TA_BACKEND_REF;
     rows[0].hidden = rows[1].hidden = hidden;
+    rows[0].o_check = rows[1].o_check = c->o->check;
     if (why) {
         rows[0].pass = "-";
         rows[0].status = ROW_UNAVAILABLE;
@@ -1023,7 +1105,15 @@ static int run_backend(bench_ctx *c, const bench_backend *be, int32_t warmup, in
     if (!c->o->fwd_only) {
         bench_row *row = &rows[n++];
         row->pass = pass_names[PASS_BWD];
-        if (!c->have_ref[PASS_FWD]) {
+        if (!c->o->check) {
+            /* o and lse on the device are this backend's last forward outputs */
+            if (rows[0].status == ROW_OK) {
+                run_pass(c, be, &b, PASS_BWD, warmup, reps, row);
+            } else {
+                row->status = ROW_SKIPPED;
+                snprintf(row->note, sizeof row->note, "needs this backend's forward o and lse");
+            }
+        } else if (!c->have_ref[PASS_FWD]) {
             row->status = ROW_SKIPPED;
             snprintf(row->note, sizeof row->note, "needs REF's forward o and lse");
         } else if (upload_bwd_inputs(c, &b) != 0) {
@@ -1068,8 +1158,16 @@ static void print_header(const bench_ctx *c) {
     printf(" block_q=%d block_k=%d%s\n", (int)bq, (int)bk, c->seqlens ? " seqlens_k set" : "");
     printf("work: %.0f visible (row,key) pairs; fwd %.4g GFLOP", c->pairs, c->flops[0] * 1e-9);
     if (!c->o->fwd_only) printf(", bwd %.4g GFLOP", c->flops[1] * 1e-9);
-    printf("\ntiming: median of %d reps after %d warm-up, seed %llu\n\n", (int)c->o->reps,
-           (int)c->o->warmup, (unsigned long long)c->o->seed);
+    printf("\ntiming: median of %d reps after %d warm-up, seed %llu; precision %s; CPU threads ",
+           (int)c->o->reps, (int)c->o->warmup, (unsigned long long)c->o->seed,
+           p->precision == TA_PRECISION_FAST ? "fast" : "exact");
+    if (p->num_threads)
+        printf("%d", (int)p->num_threads);
+    else
+        printf("library default");
+    printf("; check: %s\n\n", !c->o->check ? "none (--no-check)"
+                              : p->precision == TA_PRECISION_FAST ? "vs REF, FAST bound"
+                                                                  : "vs REF, bit for bit");
 }
 
 /* Last column: the verdict against REF, or why there is none. */
@@ -1078,9 +1176,11 @@ static void format_verdict(const bench_row *r, char *buf, size_t n) {
     if (r->status == ROW_UNAVAILABLE || r->status == ROW_SKIPPED || r->status == ROW_ERROR ||
         r->status == ROW_UNCHECKED)
         snprintf(buf, n, "%s", r->note);
+    else if (!r->o_check)
+        snprintf(buf, n, "%s", r->note);
     else if (!r->identical)
-        snprintf(buf, n, "%smax|diff| %.3g (%s)", r->is_ref ? "runs differ: " : "", r->max_diff,
-                 where);
+        snprintf(buf, n, "%s%smax|diff| %.3g (%s)", r->is_ref ? "runs differ: " : "",
+                 r->within ? "within the FAST bound, " : "", r->max_diff, where);
     else if (r->status == ROW_INVALID)
         snprintf(buf, n, "%s", r->note);
     else if (r->is_ref)
@@ -1091,10 +1191,10 @@ static void format_verdict(const bench_row *r, char *buf, size_t n) {
 
 static void print_table(const bench_row *rows, int n) {
     int i;
-    printf("%-7s %-4s %-11s %11s %11s %9s %12s  %s\n", "backend", "pass", "status", "median_ms",
-           "min_ms", "GFLOP/s", "workspace_B", "vs REF (or why not run)");
-    printf("%-7s %-4s %-11s %11s %11s %9s %12s  %s\n", "-------", "----", "-----------",
-           "---------", "------", "-------", "-----------", "----------------------");
+    printf("%-7s %-9s %-11s %11s %11s %9s %12s  %s\n", "backend", "direction", "result",
+           "median_ms", "min_ms", "GFLOP/s", "workspace_B", "check vs REF (or why not run)");
+    printf("%-7s %-9s %-11s %11s %11s %9s %12s  %s\n", "-------", "---------", "-----------",
+           "---------", "------", "-------", "-----------", "-----------------------------");
     for (i = 0; i < n; ++i) {
         const bench_row *r = &rows[i];
         char diff[sizeof r->note], t_med[24] = "-", t_min[24] = "-", gf[24] = "-", ws[24] = "-";
@@ -1105,10 +1205,23 @@ static void print_table(const bench_row *rows, int n) {
             snprintf(gf, sizeof gf, "%.3f", r->gflops);
         }
         if (r->have_ws) snprintf(ws, sizeof ws, "%zu", r->workspace_bytes);
-        printf("%-7s %-4s %-11s %11s %11s %9s %12s  %s%s\n", r->backend, r->pass,
+        printf("%-7s %-9s %-11s %11s %11s %9s %12s  %s%s\n", r->backend, r->pass,
                row_status_names[r->status], t_med, t_min, gf, ws, diff,
                r->hidden ? " [reference only]" : "");
     }
+}
+
+/* 1 if the tile sizes (the library's defaults where 0) leave an effective row
+ * and column for the conv's halos in both passes (ta_tiling_make's rule). */
+static int mta_tiles_fit(const ta_problem *p) {
+    int32_t bq, bk, pass;
+    effective_blocks(p, &bq, &bk);
+    for (pass = TA_TILING_FWD; pass <= TA_TILING_BWD; ++pass) {
+        int32_t top, bottom, side;
+        ta_tiling_halos(p->conv_q, p->conv_k, pass, &top, &bottom, &side);
+        if (bq - top - bottom < 1 || bk - 2 * side < 1) return 0;
+    }
+    return 1;
 }
 
 /* What a rejected problem most likely means (NULL: nothing to add). */
@@ -1126,10 +1239,12 @@ static const char *problem_hint(ta_status st, const ta_problem *p) {
     if ((p->block_q && !ta_tiling_is_block_size(p->block_q)) ||
         (p->block_k && !ta_tiling_is_block_size(p->block_k)))
         return "tile sizes must be in [8, 256]";
-    if (p->conv_q)
-        return "this library build or backend does not implement the MTA key-query conv "
-               "(or these tile sizes leave no effective rows/columns for its halos); "
-               "run plain SDPA with --sdpa";
+    if (p->conv_q && !mta_tiles_fit(p))
+        return "these tile sizes leave no effective rows/columns for the MTA conv's halos: "
+               "the backward needs --block-q > 2 (c_q - 1) and --block-k > 2 (c_k - 1) "
+               "(the forward half of that); or leave both to the library";
+    if (p->conv_q) return "this backend does not implement the MTA key-query conv; --sdpa runs "
+                          "plain SDPA";
     return "the backend does not implement this operation yet";
 }
 
@@ -1155,8 +1270,52 @@ static void print_notes(const bench_ctx *c, const bench_row *rows, int n) {
     }
 }
 
+/* Append "text" to list[n] after a ", " separator (truncating quietly). */
+static void list_append(char *list, size_t n, const char *text) {
+    const size_t len = strlen(list);
+    if (len + 1 < n) snprintf(list + len, n - len, "%s%s", len ? ", " : "", text);
+}
+
+/* The last line: PASS or FAIL (the exit status), how many rows were compared
+ * and how many of them are bit-identical (or within the FAST bound), which rows
+ * failed, which backends could not run and why. */
+static void print_verdict(const bench_ctx *c, const bench_row *rows, int n, int exit_status) {
+    char failed[256] = "", unavailable[512] = "", item[BENCH_NOTE_LEN + 32];
+    int i, ran = 0, compared = 0, identical = 0, within = 0;
+    for (i = 0; i < n; ++i) {
+        const bench_row *r = &rows[i];
+        if (r->hidden) continue;
+        if (r->status == ROW_UNAVAILABLE) {
+            snprintf(item, sizeof item, "%s (%s)", r->backend, r->note);
+            list_append(unavailable, sizeof unavailable, item);
+            continue;
+        }
+        ++ran;
+        if (r->status != ROW_OK) {
+            snprintf(item, sizeof item, "%s %s %s", r->backend, r->pass,
+                     row_status_names[r->status]);
+            list_append(failed, sizeof failed, item);
+        }
+        if (!r->compared || (r->status != ROW_OK && r->status != ROW_MISMATCH)) continue;
+        ++compared;
+        identical += r->identical;
+        within += !r->identical && r->within;
+    }
+    printf("\nverdict: %s: ", exit_status == 0 ? "PASS" : "FAIL");
+    if (!c->o->check) {
+        printf("%d rows ran, not checked against REF (--no-check)", ran);
+    } else {
+        printf("%d of %d checked rows bit-identical to REF", identical, compared);
+        if (c->prob.precision == TA_PRECISION_FAST)
+            printf(", %d more within the FAST bound", within);
+    }
+    if (failed[0]) printf("; failed: %s", failed);
+    if (unavailable[0]) printf("; unavailable: %s", unavailable);
+    printf("\n");
+}
+
 static const char csv_header[] =
-    "date,commit,backend,pass,status,batch,heads,heads_kv,seq_q,seq_k,dim,dim_v,dtype,causal,"
+    "date,commit,backend,direction,result,batch,heads,heads_kv,seq_q,seq_k,dim,dim_v,dtype,causal,"
     "conv_q,conv_k,block_q,block_k,seqlens_k,visible_pairs,reps,warmup,seed,time_ms,min_ms,"
     "gflops,workspace_bytes,max_abs_diff,identical";
 
@@ -1268,9 +1427,10 @@ static int host_setup(bench_ctx *c) {
 static int run_all(bench_ctx *c, bench_row *rows) {
     const bench_opts *o = c->o;
     int n = 0, i, need_ref = 0;
+    char why[BENCH_NOTE_LEN];
     for (i = 1; i < BENCH_NUM_BACKENDS; ++i)
-        if ((o->backends >> bench_backends[i].id & 1u) &&
-            !backend_unavailable_reason(&bench_backends[i]))
+        if (o->check && (o->backends >> bench_backends[i].id & 1u) &&
+            !backend_unavailable_reason(&bench_backends[i], why, sizeof why))
             need_ref = 1;
     for (i = 0; i < BENCH_NUM_BACKENDS; ++i) {
         const bench_backend *be = &bench_backends[i];
@@ -1305,7 +1465,7 @@ static void ctx_free(bench_ctx *c) {
 static int bench_main(bench_ctx *c, const bench_opts *o) {
     bench_row rows[2 * BENCH_NUM_BACKENDS];
     FILE *csv = NULL;
-    int n;
+    int n, status;
     if (o->seqlens_k) {
         char seq_k_text[16];
         snprintf(seq_k_text, sizeof seq_k_text, "%d", (int)c->prob.seq_k);
@@ -1320,7 +1480,8 @@ static int bench_main(bench_ctx *c, const bench_opts *o) {
     c->pairs = visible_pairs(&c->prob, c->seqlens);
     c->flops[PASS_FWD] = c->pairs * flops_per_pair(&c->prob, PASS_FWD);
     c->flops[PASS_BWD] = c->pairs * flops_per_pair(&c->prob, PASS_BWD);
-    c->progress.enabled = o->progress < 0 ? isatty(fileno(stderr)) : o->progress;
+    c->progress.enabled = o->progress != 0;
+    c->progress.lines = !isatty(fileno(stderr));
     c->progress.start = now_s();
     if (host_setup(c) != 0) {
         fprintf(stderr,
@@ -1336,6 +1497,8 @@ static int bench_main(bench_ctx *c, const bench_opts *o) {
     progress_clear(&c->progress);
     print_table(rows, n);
     print_notes(c, rows, n);
+    status = exit_code(o, rows, n);
+    print_verdict(c, rows, n, status);
     if (csv) {
         csv_write(csv, c, rows, n);
         if (fclose(csv) != 0) {
@@ -1343,7 +1506,7 @@ static int bench_main(bench_ctx *c, const bench_opts *o) {
             return 1;
         }
     }
-    return exit_code(o, rows, n);
+    return status;
 }
 
 int main(int argc, char **argv) {

@@ -1,8 +1,11 @@
 /*
- * CUDA backend: the interface between the entry-point table (cuda/ta_cuda_ops.c,
- * plain C, always compiled) and the launch code (cuda/ta_cuda_sdpa_*.cu, built
- * only with TILEATTN_CUDA; cuda/ta_cuda_absent.c stands in for it otherwise).
- * Not installed. docs/cuda.md describes the kernels.
+ * CUDA backend: the interface between the entry-point tables and the launch
+ * code. In the core archive (plain C, always compiled): the layout routines and
+ * size queries (cuda/ta_cuda_layout.c) and the "not linked" table
+ * (cuda/ta_cuda_absent.c). In the CUDA component (libtileattn_cuda.a, built
+ * with TILEATTN_CUDA): the real table (cuda/ta_cuda_ops.c) and the launch code
+ * (cuda/ta_cuda_*.cu). Not installed. docs/cuda.md describes the kernels and,
+ * under "Packaging", how a program gets one table or the other.
  */
 #ifndef TA_CUDA_H
 #define TA_CUDA_H
@@ -42,7 +45,24 @@ typedef struct ta_cuda_bwd_ws {
     float *dw_rows; /* [B, H, plan->bwd.num_q_tiles, c_q, c_k]; MTA only, else NULL */
 } ta_cuda_bwd_ws;
 
-/* Launch code (cuda/ta_cuda_sdpa_fwd.cu, cuda/ta_cuda_sdpa_bwd.cu,
+/* Shared by both tables (cuda/ta_cuda_layout.c, core): the operations the
+ * backend runs, and the one layout routine per pass that sizes (base NULL) and
+ * carves (base set) the device workspace. */
+int ta_cuda_supports(const ta_plan *plan);
+/* 1 if the plan takes the fast-mode path: TA_PRECISION_FAST, f16 / bf16
+ * storage, plain SDPA (forward on tensor cores; the backward still runs the
+ * exact kernels, under the same head-dim table). */
+int ta_cuda_fast_path(const ta_plan *plan);
+ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws, size_t *bytes);
+ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws, size_t *bytes);
+ta_status ta_cuda_fwd_size(const ta_plan *plan, size_t *bytes);
+ta_status ta_cuda_bwd_size(const ta_plan *plan, size_t *bytes);
+
+/* The CUDA component's link anchor (cuda/ta_cuda_ops.c): undefined on the link
+ * line (-Wl,-u,ta_cuda_backend_linked) so the real table is taken. */
+extern const char ta_cuda_backend_linked;
+
+/* Launch code (CUDA component: cuda/ta_cuda_sdpa_fwd.cu, cuda/ta_cuda_sdpa_bwd.cu,
  * cuda/ta_cuda_mta_fwd.cu, cuda/ta_cuda_mta_bwd.cu; the MTA pair takes problems
  * with plan->has_conv, the SDPA pair the others). Inputs are
  * validated by src/ta_api.c; these check the device pointers, then enqueue the

@@ -1,53 +1,35 @@
-/* Built instead of the CUDA sources when TILEATTN_CUDA is off: the probes say
- * "no CUDA", so ta_cuda_ops.available() is 0 and the launch stubs below are
- * never reached (they exist so the always-compiled table links). */
+/*
+ * The core archive's CUDA entry-point table: the one a program gets when it
+ * does not link the CUDA component (libtileattn_cuda.a defines a table of the
+ * same name, cuda/ta_cuda_ops.c; docs/cuda.md, "Packaging"). The size queries
+ * work (they need no device: cuda/ta_cuda_layout.c); available() is 0, so
+ * ta_fwd and ta_bwd answer TA_ERR_BACKEND_UNAVAILABLE before reaching the
+ * calls below, which exist only to fill the table.
+ */
 #include "ta_cuda.h"
 #include "ta_internal.h"
 
-int ta_cuda_compiled(void) { return 0; }
-int ta_cuda_device_present(void) { return 0; }
+static int ta_cuda_not_linked(void) { return 0; }
 
-ta_status ta_cuda_sdpa_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
-                           void *stream) {
+static ta_status ta_cuda_fwd_not_linked(const ta_plan *plan, const ta_fwd_args *a,
+                                        void *workspace, void *stream) {
     (void)plan;
     (void)a;
-    (void)ws;
+    (void)workspace;
     (void)stream;
     return TA_ERR_BACKEND_UNAVAILABLE;
 }
 
-ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a, const ta_cuda_bwd_ws *ws,
-                           void *stream) {
+static ta_status ta_cuda_bwd_not_linked(const ta_plan *plan, const ta_bwd_args *a,
+                                        void *workspace, void *stream) {
     (void)plan;
     (void)a;
-    (void)ws;
+    (void)workspace;
     (void)stream;
     return TA_ERR_BACKEND_UNAVAILABLE;
 }
 
-ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
-                          void *stream) {
-    (void)plan;
-    (void)a;
-    (void)ws;
-    (void)stream;
-    return TA_ERR_BACKEND_UNAVAILABLE;
-}
-
-ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a, const ta_cuda_bwd_ws *ws,
-                          void *stream) {
-    (void)plan;
-    (void)a;
-    (void)ws;
-    (void)stream;
-    return TA_ERR_BACKEND_UNAVAILABLE;
-}
-
-ta_status ta_cuda_fast_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
-                           void *stream) {
-    (void)plan;
-    (void)a;
-    (void)ws;
-    (void)stream;
-    return TA_ERR_BACKEND_UNAVAILABLE;
-}
+const ta_backend_ops ta_cuda_ops = {
+    ta_cuda_not_linked,     ta_cuda_supports,       ta_cuda_fwd_size, ta_cuda_bwd_size,
+    ta_cuda_fwd_not_linked, ta_cuda_bwd_not_linked, 0,
+};

@@ -33,9 +33,17 @@
 extern "C" {
 #endif
 
+/*
+ * Version of this header (CMakeLists.txt reads the project version from these
+ * three lines). Semantic versioning; in the 0.x series a minor release may
+ * change the ABI and says so in CHANGELOG.md; docs/api.md ("Versions and ABI")
+ * has the policy. ta_version() gives the linked library's.
+ */
 #define TA_VERSION_MAJOR 0
-#define TA_VERSION_MINOR 1
+#define TA_VERSION_MINOR 2
 #define TA_VERSION_PATCH 0
+/** One comparable number: major * 10000 + minor * 100 + patch (0.2.0 -> 200). */
+#define TA_VERSION (TA_VERSION_MAJOR * 10000 + TA_VERSION_MINOR * 100 + TA_VERSION_PATCH)
 
 /** Status codes. Stable numbers: never renumbered, only appended. */
 typedef enum ta_status {
@@ -242,6 +250,12 @@ ta_status ta_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a, void 
 /** 1 if backend be is compiled in and usable now (a device is present for
  *  CUDA) and implements ta_fwd/ta_bwd; 0 otherwise. */
 int ta_backend_available(ta_backend be);
+
+/** Version of the linked library, as TA_VERSION (major * 10000 + minor * 100
+ *  + patch). A program compiled against one header and linked against another
+ *  library can compare: ta_version() / 100 != TA_VERSION / 100 means another
+ *  minor series (see docs/api.md, "Versions and ABI"). */
+uint32_t ta_version(void);
 
 /** Library version as "major.minor.patch". Static string. */
 const char *ta_version_string(void);

@@ -30,6 +30,8 @@ const char *ta_status_string(ta_status s) {
 
 #define TA_STR2(x) #x
 #define TA_STR(x) TA_STR2(x)
+uint32_t ta_version(void) { return (uint32_t)TA_VERSION; }
+
 const char *ta_version_string(void) {
     return TA_STR(TA_VERSION_MAJOR) "." TA_STR(TA_VERSION_MINOR) "." TA_STR(TA_VERSION_PATCH);
 }

@@ -107,9 +107,12 @@ typedef struct ta_backend_ops {
 
 extern const ta_backend_ops ta_ref_ops;  /* ref/ */
 extern const ta_backend_ops ta_cpu_ops;  /* src/cpu/ */
-extern const ta_backend_ops ta_cuda_ops; /* cuda/ */
+extern const ta_backend_ops ta_cuda_ops; /* cuda/ta_cuda_ops.c in the CUDA component
+                                            (libtileattn_cuda.a), else the core's
+                                            cuda/ta_cuda_absent.c: docs/cuda.md,
+                                            "Packaging" */
 
-/* CUDA probes (cuda/ta_cuda.cu, or cuda/ta_cuda_absent.c without CUDA). */
+/* CUDA probes (cuda/ta_cuda.cu, CUDA component only). */
 int ta_cuda_compiled(void);
 int ta_cuda_device_present(void);
 

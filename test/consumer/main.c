@@ -1,8 +1,12 @@
 /*
  * Consumer of an installed tileattn: plan, then run, on the reference backend.
- * Built twice by test/check_install_consumer.cmake: through find_package
- * (tileattn::tileattn) and through `pkg-config --cflags --libs --static tileattn`.
+ * Built by test/check_install_consumer.cmake through find_package
+ * (tileattn::tileattn, and tileattn::cuda when the package has it) and through
+ * pkg-config (`pkg-config --cflags --libs tileattn`, and tileattn-cuda).
  * Exit status 0 iff the calls succeed and the output is finite and plausible.
+ * It also prints whether TA_BACKEND_CUDA is available and its workspace size
+ * (the size query works without the CUDA component and without a GPU); the
+ * check reads the binary's symbols to tell which CUDA table was linked.
  */
 #include <math.h>
 #include <stdint.h>
@@ -32,13 +36,19 @@ int main(void) {
     enum { B = 1, H = 2, HKV = 1, SQ = 9, SK = 13, D = 16, DV = 8 };
     ta_problem p;
     ta_fwd_args a;
-    size_t bytes = 0, i;
+    size_t bytes = 0, cuda_bytes = 0, i;
     uint32_t state = 12345u;
     float *q, *k, *v, *o, *lse, vmin = INFINITY, vmax = -INFINITY;
     void *ws;
     ta_status st;
     int bad = 0;
 
+    /* the installed header and the linked archive come from one build */
+    if (ta_version() != TA_VERSION) {
+        fprintf(stderr, "consumer: header version %d, library %u\n", TA_VERSION,
+                (unsigned)ta_version());
+        return 1;
+    }
     memset(&p, 0, sizeof p);
     p.batch = B;
     p.heads_q = H;
@@ -53,6 +63,11 @@ int main(void) {
     st = ta_fwd_workspace_size(&p, TA_BACKEND_REF, &bytes);
     if (st != TA_OK) {
         fprintf(stderr, "consumer: ta_fwd_workspace_size: %s\n", ta_status_string(st));
+        return 1;
+    }
+    st = ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &cuda_bytes);
+    if (st != TA_OK) {
+        fprintf(stderr, "consumer: CUDA size query: %s\n", ta_status_string(st));
         return 1;
     }
     /* 2. the caller owns every buffer: a 64-byte aligned workspace, tensors */
@@ -94,8 +109,10 @@ int main(void) {
         if (!isfinite(o[i]) || o[i] < vmin - 1e-5f || o[i] > vmax + 1e-5f) ++bad;
     for (i = 0; i < (size_t)B * H * SQ; ++i)
         if (!isfinite(lse[i])) ++bad;
-    printf("consumer: tileattn %s, workspace %zu bytes, o[0] = %g, lse[0] = %g: %s\n",
-           ta_version_string(), bytes, (double)o[0], (double)lse[0], bad ? "BAD" : "ok");
+    printf("consumer: tileattn %s, workspace %zu bytes, o[0] = %g, lse[0] = %g, "
+           "CUDA available %d (workspace %zu bytes): %s\n",
+           ta_version_string(), bytes, (double)o[0], (double)lse[0],
+           ta_backend_available(TA_BACKEND_CUDA), cuda_bytes, bad ? "BAD" : "ok");
 done:
     free(ws);
     free(q);

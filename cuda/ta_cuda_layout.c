@@ -1,0 +1,96 @@
+/*
+ * CUDA backend: what the core knows of it without CUDA. Plain C, in the core
+ * archive (libtileattn.a): which plans the backend runs and the one layout
+ * routine per pass of its device workspace. The size query works on a machine
+ * without a GPU and in a program that does not link the CUDA component (a
+ * planner may size device memory anywhere); the entry-point tables that use
+ * these are cuda/ta_cuda_ops.c (libtileattn_cuda.a) and cuda/ta_cuda_absent.c
+ * (the core). docs/cuda.md, "Packaging", says how one of the two is chosen.
+ *
+ * Supported: SDPA and the MTA conv (causal only, as everywhere), forward and
+ * backward, every dtype, causal or not (SDPA), seqlens_k, sliding windows,
+ * strided tensors, GQA, S_q != S_k, D and D_v in [1, 256], every conv size and
+ * block size the library accepts.
+ *
+ * TA_PRECISION_FAST: the SDPA forward of f16 / bf16 problems runs on tensor
+ * cores (cuda/ta_cuda_fast_fwd.cu; D = D_v in {64, 96, 128, 256}, other head
+ * dims TA_ERR_UNSUPPORTED in fast mode); f32 problems, the MTA conv and every
+ * backward run the exact kernels (bit-identical results satisfy any FAST
+ * bound) until their fast kernels land.
+ */
+#include <stddef.h>
+
+#include "ta_cuda.h"
+#include "ta_internal.h"
+
+int ta_cuda_fast_path(const ta_plan *plan) {
+    return plan->p.precision == TA_PRECISION_FAST && plan->p.dtype != TA_F32 && !plan->has_conv;
+}
+
+/* The head dims of the fast configuration table and their candidate counts
+ * (cuda/ta_cuda_fast_fwd.cu, which returns TA_ERR_UNSUPPORTED for any other):
+ * here in plain C so the workspace query answers the same without CUDA. */
+static int ta_cuda_fast_table_has(const ta_plan *plan) {
+    const int32_t d = plan->p.head_dim;
+    return d == plan->p.head_dim_v && (d == 64 || d == 96 || d == 128 || d == 256) &&
+           plan->p.tile_config <= (d == 96 ? 2 : 3);
+}
+
+/* Every operation of the plan: SDPA and the MTA conv, any mask (causal,
+ * seqlens_k, sliding window) and any validated layout (ta_strides); on the
+ * fast path, the head dims and tile_config of the fast table. */
+int ta_cuda_supports(const ta_plan *plan) {
+    if (ta_cuda_fast_path(plan)) return ta_cuda_fast_table_has(plan);
+    return 1;
+}
+
+/* The one forward layout routine: sizes (base NULL) and carves (base set). */
+ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws, size_t *bytes) {
+    ta_ws_cursor c;
+    (void)plan;
+    ta_ws_begin(&c, base);
+    ws->unused = 0;
+    if (c.overflow) return TA_ERR_OVERFLOW;
+    *bytes = c.used;
+    return TA_OK;
+}
+
+/*
+ * The one backward layout routine (device memory, 64-byte aligned regions):
+ *
+ *   base
+ *   +------------------------------------+
+ *   | delta   [B, H, S_q] f32            |
+ *   +------------------------------------+
+ *   | dw_rows [B, H, n_q, c_q, c_k] f32  |  MTA only (n_q = plan->bwd.num_q_tiles)
+ *   +------------------------------------+
+ *
+ *   bytes = round_up(4 * B * H * S_q, 64) [+ round_up(4 * B * H * n_q * c_q * c_k, 64)]
+ */
+ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws, size_t *bytes) {
+    ta_ws_cursor c;
+    ta_ws_begin(&c, base);
+    ws->delta = TA_WS_TAKE(&c, float, plan->n_lse);
+    ws->dw_rows = NULL;
+    if (plan->has_conv) {
+        size_t n = 0;
+        if (!ta_mul_size(plan->n_lse / (size_t)plan->p.seq_q, (size_t)plan->bwd.num_q_tiles,
+                         &n) ||
+            !ta_mul_size(n, plan->n_conv / (size_t)plan->p.heads_q, &n))
+            return TA_ERR_OVERFLOW;
+        ws->dw_rows = TA_WS_TAKE(&c, float, n);
+    }
+    if (c.overflow) return TA_ERR_OVERFLOW;
+    *bytes = c.used;
+    return TA_OK;
+}
+
+ta_status ta_cuda_fwd_size(const ta_plan *plan, size_t *bytes) {
+    ta_cuda_fwd_ws ws;
+    return ta_cuda_fwd_layout(plan, NULL, &ws, bytes);
+}
+
+ta_status ta_cuda_bwd_size(const ta_plan *plan, size_t *bytes) {
+    ta_cuda_bwd_ws ws;
+    return ta_cuda_bwd_layout(plan, NULL, &ws, bytes);
+}
