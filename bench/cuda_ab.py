@@ -6,6 +6,10 @@ process on the same tensors and stream: the before/after check of a change
     python3 bench/cuda_ab.py --lib A=before.so,B=after.so [--rounds 5] [--reps 15]
                              [--window L,R]
 
+More than two builds (--lib A=a.so,M=m.so,B=b.so) are timed interleaved the
+same way; the table compares the last with the first, and adds each middle
+build's fwd and bwd ratio to the first (an ablation in one process).
+
 Each .so is a build's libtileattn_cuda.a and libtileattn.a linked into a shared
 object (see bench/cuda_check.sh). The shapes are bench/cuda_bench.py's SDPA and MTA tables
 (f32, exact mode). Per shape and pass the builds run in turn, --rounds times,
@@ -108,17 +112,18 @@ def main():
     ap.add_argument("--window", default="")
     args = ap.parse_args()
     libs = {n: load(pth) for n, pth in (x.split("=", 1) for x in args.lib.split(","))}
-    if len(libs) != 2:
-        sys.exit("--lib needs exactly two builds")
+    if len(libs) < 2:
+        sys.exit("--lib needs two builds or more")
     window = tuple(int(x) for x in args.window.split(",")) if args.window else None
     peak = f32_peak_tflops()
-    a, b = list(libs)
+    a, *mid, b = list(libs)
     print(f"device: {torch.cuda.get_device_name(0)}, f32 FMA peak {peak:.1f} TFLOP/s; "
           f"A = {a}, B = {b}; medians over {args.rounds} interleaved rounds of "
           f"{args.reps} calls" + (f"; window {window}" if window else ""))
     print(f"| shape | {a} fwd ms | {b} fwd ms | fwd {b}/{a} | {a} bwd ms | {b} bwd ms | "
-          f"bwd {b}/{a} | {b} fwd TF/s | {b} bwd TF/s | % f32 peak | same bits |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          f"bwd {b}/{a} | {b} fwd TF/s | {b} bwd TF/s | % f32 peak | same bits |" +
+          "".join(f" fwd {m}/{a} | bwd {m}/{a} |" for m in mid))
+    print("|---|---|---|---|---|---|---|---|---|---|---|" + "---|---|" * len(mid))
     rows = [(x, (0, 0)) for x in SDPA] + [((bb, h, s, d, True), (cq, ck))
                                           for (bb, h, s, d, cq, ck) in MTA]
     worst = 0.0
@@ -134,7 +139,9 @@ def main():
                  (f"{conv[0]}x{conv[1]}" if conv[0] else ("causal" if causal else "full")))
         print(f"| {label} | {med[a]['fwd']:.3f} | {med[b]['fwd']:.3f} | {rf:.3f} | "
               f"{med[a]['bwd']:.3f} | {med[b]['bwd']:.3f} | {rb:.3f} | {tf_f:.2f} | {tf_b:.2f} | "
-              f"{100 * max(tf_f, tf_b) / peak:.1f}% | {'yes' if same else 'NO'} |", flush=True)
+              f"{100 * max(tf_f, tf_b) / peak:.1f}% | {'yes' if same else 'NO'} |" +
+              "".join(f" {med[m]['fwd'] / med[a]['fwd']:.3f} | {med[m]['bwd'] / med[a]['bwd']:.3f} |"
+                      for m in mid), flush=True)
     print(f"worst {b}/{a}: {worst:.3f}")
 
 

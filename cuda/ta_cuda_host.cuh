@@ -42,6 +42,11 @@ void ta_cuda_params_bwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling 
 ta_status ta_cuda_tiling(const ta_plan *plan, int32_t block_q, int32_t block_k, int32_t pass,
                          ta_tiling *t);
 
+/* 1 if the plan's mask has a left bound (a window's window_left >= 0): the
+ * kernels' WL instantiation. Without one every row's keys start at 0 and the
+ * WL = false kernels test the right end only (cuda/ta_cuda_tile.cuh). */
+static inline bool ta_cuda_left_bounded(const ta_plan *plan) { return plan->fwd.window_left >= 0; }
+
 /*
  * TA_OK if every non-NULL pointer of ptrs[0 .. n) is memory a kernel on the
  * current device may read and write: device memory of that device, managed

@@ -112,13 +112,14 @@ typedef struct ta_cuda_mta_region {
  *
  * (+0 also for x >= rows_load and jl >= cols_load.) key_lo, key_hi [64]: each
  * loaded row's visible keys (ta_cuda_row_keys; (0, 0) for rows outside the
- * sequence), written before the call. q, k: the (batch, head) slices. Rows
+ * sequence), written before the call (WL = false: key_lo is not read, every
+ * row's lo is 0). q, k: the (batch, head) slices. Rows
  * and keys outside the sequence are never read.
  * s: [64][lds] with lds >= round_up(cols_load, 64); other columns untouched.
  * 64 columns per dot tile (ta_cuda_dot_tile_range, through stage[TA_CUDA_DOT_BUF]).
  * Ends without a barrier: __syncthreads() before reading s.
  */
-template <int DT>
+template <int DT, bool WL>
 TA_CUDA_DEV void ta_cuda_mta_scores(float *s, int32_t lds, const ta_cuda_rows &q,
                                     const ta_cuda_rows &k, int32_t dim, float scale,
                                     const ta_tiling *t, const int32_t *key_lo,
@@ -137,12 +138,12 @@ TA_CUDA_DEV void ta_cuda_mta_scores(float *s, int32_t lds, const ta_cuda_rows &q
         ta_cuda_dot_tile_range<DT>(acc, q, g.row_load0, a_lo, a_hi, k, j0, b_lo, b_hi, dim, stage);
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-            const int32_t lo = key_lo[4 * ty + r], hi = key_hi[4 * ty + r];
+            const int32_t lo = ta_cuda_lo<WL>(key_lo, 4 * ty + r), hi = key_hi[4 * ty + r];
             float v[4];
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
                 const int32_t y = 4 * tx + c, j = j0 + y;
-                const bool vis = c0 + y < g.cols_load && j >= lo && j < hi;
+                const bool vis = c0 + y < g.cols_load && ta_cuda_in<WL>(j, lo, hi);
                 v[c] = vis ? scale * acc[r][c] : 0.0f;
             }
             *reinterpret_cast<float4 *>(s + (size_t)(4 * ty + r) * (size_t)lds + (size_t)(c0 + 4 * tx)) =
@@ -174,7 +175,8 @@ TA_CUDA_DEV void ta_cuda_mta_conv_chunk(float acc[4], const float4 w4, const flo
  *       +0; for a = 0 .. c_q-1, b = 0 .. c_k-1 ascending: fmaf(w_s[a][b], s[x + a][e + b], .)
  *
  * for x < rows and out_lo[x] <= e < out_hi[x] (the row's visible columns,
- * [rows] each in shared memory, 0 <= lo <= hi <= cols; NULL: every e < cols).
+ * [rows] each in shared memory, 0 <= lo <= hi <= cols; NULL: every e < cols;
+ * WL = false: out_lo is all 0 and not read).
  * Nothing else of out is written. Every term is visited (masked raw scores
  * are the zeros s holds), as the reference does.
  *
@@ -191,6 +193,7 @@ TA_CUDA_DEV void ta_cuda_mta_conv_chunk(float acc[4], const float4 w4, const flo
  * __syncthreads() between their writes and this call and between this call
  * and reads of out.
  */
+template <bool WL>
 TA_CUDA_DEV void ta_cuda_mta_conv(const float *s, int32_t lds, const float *w_s, int32_t c_q,
                                   int32_t c_k, int32_t rows, int32_t cols, const int32_t *out_lo,
                                   const int32_t *out_hi, float *out, int32_t out_row_stride,
@@ -201,7 +204,7 @@ TA_CUDA_DEV void ta_cuda_mta_conv(const float *s, int32_t lds, const float *w_s,
     const int32_t items = rows * groups;
     for (int32_t it = (int32_t)threadIdx.x; it < items; it += TA_CUDA_THREADS) {
         const int32_t x = it % rows, e0 = 4 * (it / rows);
-        const int32_t lo_x = out_lo ? out_lo[x] : 0, hi_x = out_hi ? out_hi[x] : cols;
+        const int32_t lo_x = WL && out_lo ? out_lo[x] : 0, hi_x = out_hi ? out_hi[x] : cols;
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (e0 >= hi_x || e0 + 4 <= lo_x) continue; /* none of e0 .. e0+3 visible */
         for (int32_t a = 0; a < c_q; ++a) {

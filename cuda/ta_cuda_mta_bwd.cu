@@ -307,7 +307,7 @@ TA_CUDA_DEV void ta_cuda_mta_conv_grad_strip(float d[TA_CUDA_MTA_STRIP], const f
  * slots). Starts and ends with __syncthreads(): afterwards bf.p (P, live
  * entries; 0 elsewhere), bf.dc, bf.ds, bf.s and the row arrays hold the band.
  */
-template <int DT>
+template <int DT, bool WL>
 TA_CUDA_DEV void
 ta_cuda_mta_band_recompute(const ta_cuda_mta_bwd_params &p, const ta_tiling &t,
                            const ta_cuda_mta_bwd_smem &m, const ta_cuda_mta_bwd_bufs &bf,
@@ -349,7 +349,9 @@ ta_cuda_mta_band_recompute(const ta_cuda_mta_bwd_params &p, const ta_tiling &t,
             ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), t.seq_k, j_first, bd.cols + 4 * pk, p.head_dim,
             bf.stage, [&](int32_t x, int32_t y, float acc) {
                 const int32_t j = j_first + y;
-                s[x * lds + y] = (j >= bf.key_lo[x] && j < bf.key_hi[x]) ? scale * acc : 0.0f;
+                s[x * lds + y] = ta_cuda_in<WL>(j, ta_cuda_lo<WL>(bf.key_lo, x), bf.key_hi[x])
+                                     ? scale * acc
+                                     : 0.0f;
             });
     }
     __syncthreads();
@@ -359,7 +361,7 @@ ta_cuda_mta_band_recompute(const ta_cuda_mta_bwd_params &p, const ta_tiling &t,
         const int32_t n_strips = (g_cols + TA_CUDA_MTA_STRIP - 1) / TA_CUDA_MTA_STRIP;
         for (e = tid; e < g_rows * n_strips; e += TA_CUDA_THREADS) {
             const int32_t x = e % g_rows, y0 = e / g_rows * TA_CUDA_MTA_STRIP;
-            const int32_t j0 = bd.col0 - pk + y0, lo = lo_g[x], le = live_g[x];
+            const int32_t j0 = bd.col0 - pk + y0, lo = ta_cuda_lo<WL>(lo_g, x), le = live_g[x];
             float cv[TA_CUDA_MTA_STRIP] = {0.0f, 0.0f, 0.0f, 0.0f};
             if (j0 + TA_CUDA_MTA_STRIP > lo && j0 < le) /* some live entry */
                 ta_cuda_mta_conv_strip(cv, s + x * lds + y0, lds, w, cq, ck);
@@ -367,7 +369,7 @@ ta_cuda_mta_band_recompute(const ta_cuda_mta_bwd_params &p, const ta_tiling &t,
             for (int o = 0; o < TA_CUDA_MTA_STRIP; ++o)
                 if (y0 + o < g_cols)
                     pb[x * ldg + y0 + o] =
-                        j0 + o >= lo && j0 + o < le ? ta_exp(cv[o] - lse_g[x]) : 0.0f;
+                        ta_cuda_in<WL>(j0 + o, lo, le) ? ta_exp(cv[o] - lse_g[x]) : 0.0f;
         }
     }
     if (!need_dc) {
@@ -382,9 +384,10 @@ ta_cuda_mta_band_recompute(const ta_cuda_mta_bwd_params &p, const ta_tiling &t,
                                  g_cols, p.head_dim_v, bf.stage,
                                  [&](int32_t x, int32_t y, float acc) {
                                      const int32_t j = j_first + y;
-                                     dc[x * ldg + y] = (j >= lo_g[x] && j < live_g[x])
-                                                           ? pb[x * ldg + y] * (acc - delta_g[x])
-                                                           : 0.0f;
+                                     dc[x * ldg + y] =
+                                         ta_cuda_in<WL>(j, ta_cuda_lo<WL>(lo_g, x), live_g[x])
+                                             ? pb[x * ldg + y] * (acc - delta_g[x])
+                                             : 0.0f;
                                  });
     }
     __syncthreads();
@@ -393,14 +396,14 @@ ta_cuda_mta_band_recompute(const ta_cuda_mta_bwd_params &p, const ta_tiling &t,
         const int32_t n_strips = (bd.cols + TA_CUDA_MTA_STRIP - 1) / TA_CUDA_MTA_STRIP;
         for (e = tid; e < bd.rows * n_strips; e += TA_CUDA_THREADS) {
             const int32_t x = e % bd.rows, y0 = e / bd.rows * TA_CUDA_MTA_STRIP;
-            const int32_t j0 = bd.col0 + y0, lo = lo_g[x], hi = hi_g[x];
+            const int32_t j0 = bd.col0 + y0, lo = ta_cuda_lo<WL>(lo_g, x), hi = hi_g[x];
             float d[TA_CUDA_MTA_STRIP] = {0.0f, 0.0f, 0.0f, 0.0f};
             if (j0 + TA_CUDA_MTA_STRIP > lo && j0 < hi) /* some visible entry */
                 ta_cuda_mta_conv_grad_strip(d, dc + (x + pq) * ldg + y0 + 2 * pk, ldg, w, cq, ck);
 #pragma unroll
             for (int o = 0; o < TA_CUDA_MTA_STRIP; ++o)
                 if (y0 + o < bd.cols)
-                    ds[x * ldd + y0 + o] = j0 + o >= lo && j0 + o < hi ? d[o] : 0.0f;
+                    ds[x * ldd + y0 + o] = ta_cuda_in<WL>(j0 + o, lo, hi) ? d[o] : 0.0f;
         }
     }
     __syncthreads();
@@ -485,7 +488,7 @@ TA_CUDA_DEV void ta_cuda_mta_dw_chain(float part[NC], const float *dc, int32_t l
  * forms the dconv_w partials (all bands); other groups skip the bands of row
  * units they hold no accumulator of.
  */
-template <int DT, int NB>
+template <int DT, int NB, bool WL>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_mta_dq_kernel(const __grid_constant__ ta_cuda_mta_bwd_params p) {
     extern __shared__ float4 ta_cuda_mta_dq_dyn_smem[];
@@ -544,8 +547,19 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 }
                 if (!has && !do_dw) continue;
                 /* steps 2a-2d: S, P, dC, dS of the band */
-                ta_cuda_mta_band_recompute<DT>(p, t, m, bf, bd, c, true);
-                /* step 2e: dq_r = fmaf(dS_rj, k_j, dq_r), keys j ascending, live only */
+                ta_cuda_mta_band_recompute<DT, WL>(p, t, m, bf, bd, c, true);
+                /* step 2e: dq_r = fmaf(dS_rj, k_j, dq_r), keys j ascending, live only.
+                 * The live keys [lo, hi) of this thread's rows 4 ty + r (effective row
+                 * x, loaded row x + c_q - 1; hi = 0 for a row outside the band) are
+                 * fixed for the band: held in registers, not re-read per key. */
+                int32_t live_lo[4], live_end[4];
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int32_t x = 4 * ty + r - slot_off;
+                    const bool in = x >= 0 && x < bd.rows;
+                    live_lo[r] = in ? ta_cuda_lo<WL>(bf.key_lo, x + p.conv_q - 1) : 0;
+                    live_end[r] = in ? bf.live_hi[x + p.conv_q - 1] : 0;
+                }
                 for (int32_t j0 = 0; has && j0 < cols; j0 += TA_CUDA_RCHUNK) {
                     const int32_t jn = ta_tiling_min_i32(TA_CUDA_RCHUNK, cols - j0);
                     ta_cuda_mta_stage_k<DT>(bf.stage, ta_cuda_rows_of(p.k, c.k, p.lay.k.seq),
@@ -557,11 +571,8 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 #pragma unroll
                         for (int r = 0; r < 4; ++r) {
                             const int32_t x = 4 * ty + r - slot_off;
-                            const bool in = x >= 0 && x < bd.rows;
-                            const int32_t xc = in ? x : 0;
-                            /* live keys of effective row xc (loaded row xc + c_q - 1) */
-                            live[r] = in && j >= bf.key_lo[xc + p.conv_q - 1] &&
-                                      j < bf.live_hi[xc + p.conv_q - 1];
+                            const int32_t xc = x >= 0 && x < bd.rows ? x : 0;
+                            live[r] = ta_cuda_in<WL>(j, live_lo[r], live_end[r]);
                             dsv[r] = bf.ds[xc * m.ldd + y];
                         }
 #pragma unroll
@@ -686,7 +697,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
  * order dk slots, then dv slots. Each band is one Q tile of p.t (effective
  * rows <= 64, loaded rows <= 64).
  */
-template <int DT, int NS>
+template <int DT, int NS, bool WL>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_mta_dkdv_kernel(const __grid_constant__ ta_cuda_mta_bwd_params p) {
     extern __shared__ float4 ta_cuda_mta_dkdv_dyn_smem[];
@@ -746,7 +757,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
                 const ta_cuda_mta_band bd = {row0, ta_tile_row_eff_end(&t, qt) - row0, c0, cols};
                 /* step 2: S, P (and dC, dS) of the tile pair */
-                ta_cuda_mta_band_recompute<DT>(p, t, m, bf, bd, c, need_ds);
+                ta_cuda_mta_band_recompute<DT, WL>(p, t, m, bf, bd, c, need_ds);
                 /* step 3: dv_j = fmaf(P_ij, dO_i, dv_j), dk_j = fmaf(dS_ij, q_i, dk_j), rows
                  * i ascending, live entries only */
                 for (int32_t i0 = 0; i0 < bd.rows; i0 += TA_CUDA_RCHUNK) {
@@ -756,7 +767,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                         const int32_t x = i0 + ii;
                         /* row x's live keys [lo, live_hi) (loaded row x + c_q - 1), as
                          * slots of this thread's keys c0 + 4ty + r: live iff lo <= r < hi */
-                        const int32_t lo = bf.key_lo[x + pq] - (c0 + 4 * ty);
+                        const int32_t lo = ta_cuda_lo<WL>(bf.key_lo, x + pq) - (c0 + 4 * ty);
                         const int32_t hi = bf.live_hi[x + pq] - (c0 + 4 * ty);
                         float pv[4], dv[4];
                         bool live[4];
@@ -764,7 +775,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                         for (int r = 0; r < 4; ++r) {
                             const int32_t y = 4 * ty + r;
                             const int32_t yc = y < cols ? y : 0;
-                            live[r] = y < cols && r >= lo && r < hi;
+                            live[r] = y < cols && (!WL || r >= lo) && r < hi; /* !WL: lo <= 0 */
                             pv[r] = bf.p[x * m.ldg + yc + pk];
                             dv[r] = need_ds ? bf.ds[x * m.ldd + yc] : 0.0f;
                         }
@@ -862,16 +873,17 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS)
 /* launch                                                                        */
 /* ---------------------------------------------------------------------------- */
 
-/* The instantiations, by dtype and count: dq by accumulator blocks NB 1..4;
- * dk/dv by slots 2..4 (D + D_v >= 2 features, as the SDPA kernel). */
-struct ta_cuda_mta_dq_family {
+/* The instantiations, by dtype, count and left bound (WL,
+ * ta_cuda_left_bounded): dq by accumulator blocks NB 1..4; dk/dv by slots
+ * 2..4 (D + D_v >= 2 features, as the SDPA kernel). */
+template <bool WL> struct ta_cuda_mta_dq_family {
     template <int DT, int NB> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_mta_dq_kernel<DT, NB>);
+        return reinterpret_cast<const void *>(&ta_cuda_mta_dq_kernel<DT, NB, WL>);
     }
 };
-struct ta_cuda_mta_dkdv_family {
+template <bool WL> struct ta_cuda_mta_dkdv_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_mta_dkdv_kernel<DT, NS>);
+        return reinterpret_cast<const void *>(&ta_cuda_mta_dkdv_kernel<DT, NS, WL>);
     }
 };
 
@@ -942,8 +954,11 @@ extern "C" ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
     const int nb_dq = (acc_blocks + n_groups_dq - 1) / n_groups_dq;
     const void *ptrs[13] = {a->q,  a->k,  a->v,      a->o,      a->d_o,     a->lse,     a->dq,
                             a->dk, a->dv, ws->delta, a->conv_w, a->dconv_w, ws->dw_rows};
-    const void *k_dq = ta_cuda_pick<ta_cuda_mta_dq_family, 1>(pr->dtype, nb_dq);
-    const void *k_dkdv = ta_cuda_pick<ta_cuda_mta_dkdv_family, 2>(pr->dtype, ns_dkdv);
+    const bool wl = ta_cuda_left_bounded(plan);
+    const void *k_dq = wl ? ta_cuda_pick<ta_cuda_mta_dq_family<true>, 1>(pr->dtype, nb_dq)
+                          : ta_cuda_pick<ta_cuda_mta_dq_family<false>, 1>(pr->dtype, nb_dq);
+    const void *k_dkdv = wl ? ta_cuda_pick<ta_cuda_mta_dkdv_family<true>, 2>(pr->dtype, ns_dkdv)
+                            : ta_cuda_pick<ta_cuda_mta_dkdv_family<false>, 2>(pr->dtype, ns_dkdv);
     const void *k_merge = reinterpret_cast<const void *>(&ta_cuda_mta_dw_merge_kernel);
     ta_cuda_mta_bwd_params prm_dq, prm_kv;
     ta_cuda_launch_desc launch[3];

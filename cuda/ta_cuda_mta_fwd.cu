@@ -59,7 +59,7 @@ static __host__ __device__ ta_cuda_fwd_smem ta_cuda_mta_fwd_smem(int32_t cols_ca
                                  TA_CUDA_MTA_W_BUF);
 }
 
-template <int DT, int NS>
+template <int DT, int NS, bool WL>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_mta_fwd_kernel(const __grid_constant__ ta_cuda_params p) {
     extern __shared__ float4 ta_cuda_mta_fwd_dyn_smem[];
@@ -121,27 +121,27 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             g.col_load0 = ta_tile_col_load_begin(&t, kt);
             g.cols_load = ta_tile_col_load_end(&t, kt) - g.col_load0;
             /* step 1: S on the loaded region (starts with a barrier) */
-            ta_cuda_mta_scores<DT>(s, s_ld, ta_cuda_rows_of(p.q, c.q, p.lay.q.seq),
-                                   ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), p.head_dim, p.scale, &t,
-                                   key_lo, key_hi, g, stage);
+            ta_cuda_mta_scores<DT, WL>(s, s_ld, ta_cuda_rows_of(p.q, c.q, p.lay.q.seq),
+                                       ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), p.head_dim, p.scale,
+                                       &t, key_lo, key_hi, g, stage);
             /* the visible effective columns [tile_lo, tile_hi) of each effective
              * row (the previous tile's readers have passed the scores' barriers) */
             if (tid < TA_CUDA_TILE)
-                ta_cuda_tile_cols(key_lo[tid + pq], key_hi[tid + pq], col0, cols, &tile_lo[tid],
-                                  &tile_hi[tid]);
+                ta_cuda_tile_cols(ta_cuda_lo<WL>(key_lo, tid + pq), key_hi[tid + pq], col0, cols,
+                                  &tile_lo[tid], &tile_hi[tid]);
             __syncthreads();
             /* step 2: C[x][e] on the visible effective entries, into st[e][x]
              * (effective row x reads loaded rows x .. x + c_q - 1, effective
              * column e reads loaded columns e .. e + c_k - 1) */
-            ta_cuda_mta_conv(s, s_ld, w_s, p.conv_q, p.conv_k, rows, cols, tile_lo, tile_hi, st, 1,
-                             TA_CUDA_LDT);
+            ta_cuda_mta_conv<WL>(s, s_ld, w_s, p.conv_q, p.conv_k, rows, cols, tile_lo, tile_hi, st,
+                                 1, TA_CUDA_LDT);
             __syncthreads();
             /* steps 3-6: row max and alpha, p = exp(C - m_new), l, acc: the SDPA
              * forward's, over the effective columns (keys col0 + j) of the
              * effective rows; tile_lo, tile_hi are rewritten with the same values */
-            ta_cuda_softmax_pv_tile<DT, NS>(st, col0, cols, key_lo + pq, key_hi + pq, tile_lo,
-                                            tile_hi, m_run, l_run, m_new, alpha, stage, v_slots,
-                                            acc);
+            ta_cuda_softmax_pv_tile<DT, NS, WL>(st, col0, cols, key_lo + pq, key_hi + pq, tile_lo,
+                                                tile_hi, m_run, l_run, m_new, alpha, stage, v_slots,
+                                                acc);
         }
         /* step 7: o = acc / l (IEEE division), lse = m + log(l); unseen rows: 0, -inf */
         __syncthreads();
@@ -150,10 +150,11 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     }
 }
 
-/* The instantiations, by dtype and slot count (NS = ceil(D_v / 64), 1..4). */
-struct ta_cuda_mta_fwd_family {
+/* The instantiations, by dtype, slot count (NS = ceil(D_v / 64), 1..4) and
+ * left bound (WL, ta_cuda_left_bounded). */
+template <bool WL> struct ta_cuda_mta_fwd_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_mta_fwd_kernel<DT, NS>);
+        return reinterpret_cast<const void *>(&ta_cuda_mta_fwd_kernel<DT, NS, WL>);
     }
 };
 
@@ -161,7 +162,9 @@ extern "C" ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a,
                                      const ta_cuda_fwd_ws *ws, void *stream) {
     const ta_problem *pr = &plan->p;
     const int ns = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
-    const void *kernel = ta_cuda_pick<ta_cuda_mta_fwd_family, 1>(pr->dtype, ns);
+    const void *kernel = ta_cuda_left_bounded(plan)
+                             ? ta_cuda_pick<ta_cuda_mta_fwd_family<true>, 1>(pr->dtype, ns)
+                             : ta_cuda_pick<ta_cuda_mta_fwd_family<false>, 1>(pr->dtype, ns);
     const void *ptrs[6] = {a->q, a->k, a->v, a->o, a->lse, a->conv_w};
     ta_tiling t;
     ta_cuda_params prm;

@@ -167,7 +167,7 @@ static __host__ __device__ __forceinline__ ta_cuda_bwd_smem ta_cuda_bwd_smem_mak
 /* dk, dv                                                                         */
 /* ---------------------------------------------------------------------------- */
 
-template <int DT, int NS>
+template <int DT, int NS, bool WL>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_dkdv_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
     extern __shared__ float4 ta_cuda_dkdv_dyn_smem[];
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                         const int32_t j = col0 + 4 * ty + a;
                         pw[a] = 0.0f;
                         dw[a] = 0.0f;
-                        if (j >= kv.x && j < kv.y)
+                        if (ta_cuda_in<WL>(j, kv.x, kv.y))
                             ta_cuda_probs(s_t[a][c], dp_t[a][c], p.scale, lse_s[i], delta_s[i],
                                           &pw[a], &dw[a]);
                     }
@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                             const float xv[4] = {x4.x, x4.y, x4.z, x4.w};
 #pragma unroll
                             for (int r = 0; r < 4; ++r) {
-                                const bool live = r >= lo && r < hi;
+                                const bool live = (!WL || r >= lo) && r < hi; /* lo <= 0 if !WL */
                                 const float coef = is_dk ? dv[r] : pv[r];
 #pragma unroll
                                 for (int e = 0; e < 4; ++e)
@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 /* dq                                                                             */
 /* ---------------------------------------------------------------------------- */
 
-template <int DT, int NS>
+template <int DT, int NS, bool WL>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_dq_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
     extern __shared__ float4 ta_cuda_dq_dyn_smem[];
@@ -396,7 +396,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                     float pr;
                     dw[r] = 0.0f;
                     const int2 kv = NS < 3 ? row_keys[r] : keys[i];
-                    if (col0 + j >= kv.x && col0 + j < kv.y)
+                    if (ta_cuda_in<WL>(col0 + j, kv.x, kv.y))
                         ta_cuda_probs(s_t[r][cc], dp_t[r][cc], p.scale, lse_s[i], delta_s[i], &pr,
                                       &dw[r]);
                 }
@@ -417,7 +417,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                     for (int r = 0; r < 4; ++r) {
                         /* NS >= 3: the bounds from shared memory, registers go to acc */
                         const int2 kv = NS < 3 ? row_keys[r] : keys[4 * ty + r];
-                        live[r] = col0 + j >= kv.x && col0 + j < kv.y;
+                        live[r] = ta_cuda_in<WL>(col0 + j, kv.x, kv.y);
                     }
 #pragma unroll
                     for (int s = 0; s < NS; ++s) {
@@ -444,16 +444,17 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 /* launch                                                                         */
 /* ---------------------------------------------------------------------------- */
 
-/* The instantiations, by dtype and slot count: dq 1..4 (ceil(D / 64)); dk/dv
- * 2..4 (D + D_v >= 2 features, so a group holds 2, 3 or 4 slots, see the top). */
-struct ta_cuda_dq_family {
+/* The instantiations, by dtype, slot count and left bound (WL,
+ * ta_cuda_left_bounded): dq 1..4 (ceil(D / 64)); dk/dv 2..4 (D + D_v >= 2
+ * features, so a group holds 2, 3 or 4 slots, see the top). */
+template <bool WL> struct ta_cuda_dq_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, NS>);
+        return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, NS, WL>);
     }
 };
-struct ta_cuda_dkdv_family {
+template <bool WL> struct ta_cuda_dkdv_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, NS>);
+        return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, NS, WL>);
     }
 };
 
@@ -492,8 +493,11 @@ extern "C" ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a,
     const int nv = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
     const int n_groups = (nk + nv + TA_CUDA_SLOTS - 1) / TA_CUDA_SLOTS;
     const int ns_dkdv = (nk + nv + n_groups - 1) / n_groups;
-    const void *k_dkdv = ta_cuda_pick<ta_cuda_dkdv_family, 2>(pr->dtype, ns_dkdv);
-    const void *k_dq = ta_cuda_pick<ta_cuda_dq_family, 1>(pr->dtype, nk);
+    const bool wl = ta_cuda_left_bounded(plan);
+    const void *k_dkdv = wl ? ta_cuda_pick<ta_cuda_dkdv_family<true>, 2>(pr->dtype, ns_dkdv)
+                            : ta_cuda_pick<ta_cuda_dkdv_family<false>, 2>(pr->dtype, ns_dkdv);
+    const void *k_dq = wl ? ta_cuda_pick<ta_cuda_dq_family<true>, 1>(pr->dtype, nk)
+                          : ta_cuda_pick<ta_cuda_dq_family<false>, 1>(pr->dtype, nk);
     const void *ptrs[10] = {a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk, a->dv, ws->delta};
     const size_t smem_dkdv = (size_t)ta_cuda_bwd_smem_make(1).floats * sizeof(float);
     const size_t smem_dq = (size_t)ta_cuda_bwd_smem_make(0).floats * sizeof(float);

@@ -46,7 +46,7 @@ static __host__ __device__ ta_cuda_fwd_smem ta_cuda_sdpa_fwd_smem(int32_t cols_c
     return ta_cuda_fwd_smem_make(cols_cap, 0, 0);
 }
 
-template <int DT, int NS>
+template <int DT, int NS, bool WL>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_fwd_kernel(const __grid_constant__ ta_cuda_params p) {
     extern __shared__ float4 ta_cuda_fwd_dyn_smem[];
@@ -109,8 +109,8 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             }
             __syncthreads();
             /* steps 2-5: row max and alpha, p = exp(s - m_new), l, acc (shared with MTA) */
-            ta_cuda_softmax_pv_tile<DT, NS>(st, col0, cols, key_lo, key_hi, tile_lo, tile_hi, m_run,
-                                            l_run, m_new, alpha, stage, v_slots, acc);
+            ta_cuda_softmax_pv_tile<DT, NS, WL>(st, col0, cols, key_lo, key_hi, tile_lo, tile_hi,
+                                                m_run, l_run, m_new, alpha, stage, v_slots, acc);
         }
         /* step 6: o = acc / l (IEEE division), lse = m + log(l); unseen rows: 0, -inf */
         __syncthreads();
@@ -119,10 +119,11 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     }
 }
 
-/* The instantiations, by dtype and slot count (NS = ceil(D_v / 64), 1..4). */
-struct ta_cuda_fwd_family {
+/* The instantiations, by dtype, slot count (NS = ceil(D_v / 64), 1..4) and
+ * left bound (WL: a window's left bound, ta_cuda_left_bounded). */
+template <bool WL> struct ta_cuda_fwd_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_fwd_kernel<DT, NS>);
+        return reinterpret_cast<const void *>(&ta_cuda_fwd_kernel<DT, NS, WL>);
     }
 };
 
@@ -130,7 +131,9 @@ extern "C" ta_status ta_cuda_sdpa_fwd(const ta_plan *plan, const ta_fwd_args *a,
                                       const ta_cuda_fwd_ws *ws, void *stream) {
     const ta_problem *pr = &plan->p;
     const int ns = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
-    const void *kernel = ta_cuda_pick<ta_cuda_fwd_family, 1>(pr->dtype, ns);
+    const void *kernel = ta_cuda_left_bounded(plan)
+                             ? ta_cuda_pick<ta_cuda_fwd_family<true>, 1>(pr->dtype, ns)
+                             : ta_cuda_pick<ta_cuda_fwd_family<false>, 1>(pr->dtype, ns);
     const void *ptrs[5] = {a->q, a->k, a->v, a->o, a->lse};
     ta_tiling t;
     ta_cuda_params prm;

@@ -173,6 +173,23 @@ TA_CUDA_DEV void ta_cuda_tile_cols(int32_t lo, int32_t hi, int32_t col0, int32_t
     *e = jb < je ? je : 0;
 }
 
+/*
+ * Compile-time "no left bound": without a window's left bound (t.window_left
+ * < 0) every row's interval starts at key 0 (ta_tile_row_keys), so a kernel
+ * instantiated with WL = false takes lo = 0 and tests only hi, as the CPU
+ * backend does with nlo = NULL. WL = true reads the stored bound. The launchers
+ * pick the instantiation from the tiling (ta_cuda_left_bounded); only the
+ * control flow differs, never the arithmetic.
+ */
+template <bool WL> TA_CUDA_DEV int32_t ta_cuda_lo(const int32_t *lo, int32_t i) {
+    return WL ? lo[i] : 0;
+}
+/* Key j (absolute, any sign) in a row's interval [lo, hi) (0 <= lo <= hi).
+ * !WL: lo is 0, so one unsigned compare tests 0 <= j < hi. */
+template <bool WL> TA_CUDA_DEV bool ta_cuda_in(int32_t j, int32_t lo, int32_t hi) {
+    return WL ? j >= lo && j < hi : (uint32_t)j < (uint32_t)hi;
+}
+
 /* Element offset of row r of a slice that starts at `slice`, rows `seq`
  * elements apart (a ta_strides seq stride): the product in 64 bits (a stride
  * times a row can pass 2^31). Only for rows inside the sequence (a halo row
@@ -359,6 +376,7 @@ TA_CUDA_DEV void ta_cuda_stage_rows(float *dst, const ta_cuda_slot *slots, int32
  *            ta_cuda_row_keys); the tile's visible columns of row i are
  *            [tile_lo[i], tile_hi[i]) (relative to col0, ta_cuda_tile_cols),
  *            written here; the others are skipped, never added as zeros
+ *            (WL = false: tile_lo is 0 for every row and is not read back)
  *   m_run, l_run [64]: running max and sum (updated); m_new, alpha [64]: scratch
  *   acc:     this thread's register block (rows 4ty+r, features s*64+4tx+e),
  *            rescaled by alpha, then acc = fmaf(p_j, v_j, acc) for j ascending,
@@ -366,7 +384,7 @@ TA_CUDA_DEV void ta_cuda_stage_rows(float *dst, const ta_cuda_slot *slots, int32
  * Rows are independent; each row's max, sum and accumulators follow the
  * reference's sequential order. Ends without a barrier.
  */
-template <int DT, int NS>
+template <int DT, int NS, bool WL>
 TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
                                          const int32_t *key_lo, const int32_t *key_hi,
                                          int32_t *tile_lo, int32_t *tile_hi, float *m_run,
@@ -379,7 +397,7 @@ TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
      * sequential comparison), the new max and alpha */
     if (tid < TA_CUDA_TILE) {
         int32_t jb, je;
-        ta_cuda_tile_cols(key_lo[tid], key_hi[tid], col0, cols, &jb, &je);
+        ta_cuda_tile_cols(ta_cuda_lo<WL>(key_lo, tid), key_hi[tid], col0, cols, &jb, &je);
         tile_lo[tid] = jb;
         tile_hi[tid] = je;
         if (jb < je) {
@@ -400,18 +418,18 @@ TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
     /* p = exp(s - m_new) on every visible entry */
     for (int e = tid; e < TA_CUDA_TILE * cols; e += TA_CUDA_THREADS) {
         const int i = e % TA_CUDA_TILE, j = e / TA_CUDA_TILE;
-        if (j >= tile_lo[i] && j < tile_hi[i]) {
+        if (ta_cuda_in<WL>(j, ta_cuda_lo<WL>(tile_lo, i), tile_hi[i])) {
             float *x = st + (size_t)j * TA_CUDA_LDT + i;
             *x = ta_exp(*x - m_new[i]);
         }
     }
     __syncthreads();
     /* l = l * alpha, then l = l + p_j for j ascending (one thread per row) */
-    if (tid < TA_CUDA_TILE && tile_lo[tid] < tile_hi[tid]) {
+    if (tid < TA_CUDA_TILE && ta_cuda_lo<WL>(tile_lo, tid) < tile_hi[tid]) {
         const int32_t je = tile_hi[tid];
         float l = l_run[tid] * alpha[tid];
         int32_t j;
-        for (j = tile_lo[tid]; j < je; ++j)
+        for (j = ta_cuda_lo<WL>(tile_lo, tid); j < je; ++j)
             l = l + st[(size_t)j * TA_CUDA_LDT + tid];
         l_run[tid] = l;
         m_run[tid] = m_new[tid];
@@ -419,7 +437,7 @@ TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
     /* acc = acc * alpha, then acc = fmaf(p_j, v_j, acc), j ascending */
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-        row_b[r] = tile_lo[4 * ty + r];
+        row_b[r] = ta_cuda_lo<WL>(tile_lo, 4 * ty + r);
         row_e[r] = tile_hi[4 * ty + r];
         if (row_b[r] < row_e[r]) {
             const float al = alpha[4 * ty + r];
@@ -439,17 +457,23 @@ TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
                 *reinterpret_cast<const float4 *>(st + (size_t)j * TA_CUDA_LDT + 4 * ty);
             const float pv[4] = {p4.x, p4.y, p4.z, p4.w};
             bool live[4];  /* j is a visible column of row 4ty+r */
-            if (NS >= 3) { /* bounds from shared memory: registers go to acc */
+            if (NS >= 3 && WL) { /* bounds from shared memory: registers go to acc */
                 const int4 b4 = *reinterpret_cast<const int4 *>(tile_lo + 4 * ty);
                 const int4 e4 = *reinterpret_cast<const int4 *>(tile_hi + 4 * ty);
                 live[0] = j >= b4.x && j < e4.x;
                 live[1] = j >= b4.y && j < e4.y;
                 live[2] = j >= b4.z && j < e4.z;
                 live[3] = j >= b4.w && j < e4.w;
+            } else if (NS >= 3) { /* lo = 0: the ends alone */
+                const int4 e4 = *reinterpret_cast<const int4 *>(tile_hi + 4 * ty);
+                live[0] = j < e4.x;
+                live[1] = j < e4.y;
+                live[2] = j < e4.z;
+                live[3] = j < e4.w;
             } else {
 #pragma unroll
                 for (int r = 0; r < 4; ++r)
-                    live[r] = j >= row_b[r] && j < row_e[r];
+                    live[r] = ta_cuda_in<WL>(j, row_b[r], row_e[r]);
             }
 #pragma unroll
             for (int s = 0; s < NS; ++s) {
