@@ -47,10 +47,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "ta_cuda_fast.cuh"
 #include "ta_cuda_host.cuh"
 
 extern "C" {
@@ -61,20 +60,6 @@ extern "C" {
 namespace {
 
 /* ---- PTX wrappers (sm_80+) ---- */
-
-__device__ __forceinline__ uint32_t ta_fast_smem_addr(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-/* 16 bytes global -> shared; src_bytes = 0 zero-fills (src is not read). */
-__device__ __forceinline__ void ta_fast_cp16(uint32_t dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(src_bytes));
-}
-__device__ __forceinline__ void ta_fast_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void ta_fast_cp_wait_all() {
-    asm volatile("cp.async.wait_group 0;\n" ::);
-}
 
 __device__ __forceinline__ void ta_fast_ldm_x4(uint32_t r[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -89,7 +74,7 @@ __device__ __forceinline__ void ta_fast_ldm_x4_t(uint32_t r[4], uint32_t addr) {
 
 /* c += a b, a: 16 x 16 (row), b: 16 x 8 (col), f32 accumulate. */
 template <bool BF16>
-__device__ __forceinline__ void ta_fast_mma(float c[4], const uint32_t a[4], uint32_t b0,
+__device__ __forceinline__ void ta_fast_mma(float *c, const uint32_t a[4], uint32_t b0,
                                             uint32_t b1) {
     if (BF16)
         asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
@@ -101,25 +86,6 @@ __device__ __forceinline__ void ta_fast_mma(float c[4], const uint32_t a[4], uin
                      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ float ta_fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-/* Two f32 -> one register of two storage elements (lo in the low half), RNE. */
-template <bool BF16> __device__ __forceinline__ uint32_t ta_fast_pack(float lo, float hi) {
-    uint32_t u;
-    if (BF16) {
-        const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-        memcpy(&u, &h, sizeof u);
-    } else {
-        const __half2 h = __floats2half2_rn(lo, hi);
-        memcpy(&u, &h, sizeof u);
-    }
-    return u;
 }
 
 /* ---- the kernel ---- */
@@ -159,11 +125,10 @@ __global__ void __launch_bounds__(32 * NW)
     uint16_t *sv = sk + BN * T::LD;
     const ta_tiling t = p.t;
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
-    const int g = lane >> 2, tq = lane & 3;
+    const int tq = lane & 3;
     const int32_t n_qt = t.num_q_tiles;
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
     const float scale_log2 = p.scale * 1.4426950408889634f;
-    const float neg_inf = __int_as_float((int)0xff800000u);
     const uint16_t *q = static_cast<const uint16_t *>(p.q);
     const uint16_t *k = static_cast<const uint16_t *>(p.k);
     const uint16_t *v = static_cast<const uint16_t *>(p.v);
@@ -172,14 +137,12 @@ __global__ void __launch_bounds__(32 * NW)
         const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt);
         const ta_tile_ctx c = ta_cuda_context(p, at.b_local, at.h, at.qt);
         const int32_t row0 = at.qt * T::BM;
-        /* this lane's two rows (absolute) and their key intervals */
-        const int32_t ra = row0 + 16 * warp + g, rb = ra + 8;
-        int32_t lo[2] = {0, 0}, hi[2] = {0, 0};
-        float o[T::DT][4], m[2] = {neg_inf, neg_inf}, l[2] = {0.0f, 0.0f};
-        if (ra < t.seq_q) ta_tile_row_keys(&t, ra, c.key_len, &lo[0], &hi[0]);
-        if (rb < t.seq_q) ta_tile_row_keys(&t, rb, c.key_len, &lo[1], &hi[1]);
+        const int32_t ra = row0 + 16 * warp + (lane >> 2); /* this lane's rows: ra, ra + 8 */
+        int32_t lo[2], hi[2];
+        float o[4 * T::DT], m[2] = {ta_fast_neg_inf(), ta_fast_neg_inf()}, l[2] = {0.0f, 0.0f};
+        ta_fast_row_keys(t, ra, c.key_len, lo, hi);
 #pragma unroll
-        for (int d = 0; d < T::DT; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+        for (int i = 0; i < 4 * T::DT; ++i) o[i] = 0.0f;
 
         __syncthreads(); /* the previous tile is done with shared memory */
         if (c.k_begin < c.k_end) {
@@ -190,15 +153,15 @@ __global__ void __launch_bounds__(32 * NW)
         }
         for (int32_t kt = c.k_begin; kt < c.k_end; ++kt) {
             const int32_t col0 = kt * BN;
-            float s[T::NT][4];
+            float s[4 * T::NT];
             /* k_j (and q) have landed; every warp is done with v_{j-1} */
-            ta_fast_cp_wait_all();
+            ta_fast_cp_wait<0>();
             __syncthreads();
             ta_fast_load_rows<D, BN, T::THREADS>(sv, v, c.v, p.lay.v.seq, col0, c.key_len);
             ta_fast_cp_commit();
             /* step 1: s = q k^T over D in k-steps of 16 */
 #pragma unroll
-            for (int n = 0; n < T::NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            for (int i = 0; i < 4 * T::NT; ++i) s[i] = 0.0f;
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) {
                 uint32_t a[4];
@@ -210,52 +173,14 @@ __global__ void __launch_bounds__(32 * NW)
                     ta_fast_ldm_x4(b, ta_fast_smem_addr(
                                           sk + (16 * nn + (lane & 7) + ((lane >> 4) << 3)) * T::LD +
                                           16 * kk + ((lane >> 3) & 1) * 8));
-                    ta_fast_mma<BF16>(s[2 * nn], a, b[0], b[1]);
-                    ta_fast_mma<BF16>(s[2 * nn + 1], a, b[2], b[3]);
+                    ta_fast_mma<BF16>(&s[8 * nn], a, b[0], b[1]);
+                    ta_fast_mma<BF16>(&s[8 * nn + 4], a, b[2], b[3]);
                 }
             }
             /* steps 2-3: mask, scale to base 2, online softmax per row */
-            {
-                const bool whole = lo[0] <= col0 && hi[0] >= col0 + BN && lo[1] <= col0 &&
-                                   hi[1] >= col0 + BN;
-                const bool need_mask = __any_sync(0xffffffffu, !whole);
-                float mt[2] = {neg_inf, neg_inf};
-#pragma unroll
-                for (int n = 0; n < T::NT; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int32_t j = col0 + 8 * n + 2 * tq + (e & 1);
-                        const int r = e >> 1;
-                        float x = s[n][e] * scale_log2;
-                        if (need_mask && (j < lo[r] || j >= hi[r])) x = neg_inf;
-                        s[n][e] = x;
-                        mt[r] = fmaxf(mt[r], x);
-                    }
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    float mn, base, corr, sum = 0.0f;
-                    mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 1));
-                    mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 2));
-                    mn = fmaxf(m[r], mt[r]);
-                    base = mn == neg_inf ? 0.0f : mn; /* nothing seen yet: p = 0, no NaN */
-                    corr = ta_fast_exp2(m[r] - base);
-#pragma unroll
-                    for (int n = 0; n < T::NT; ++n) {
-                        s[n][2 * r] = ta_fast_exp2(s[n][2 * r] - base);
-                        s[n][2 * r + 1] = ta_fast_exp2(s[n][2 * r + 1] - base);
-                        sum += s[n][2 * r] + s[n][2 * r + 1];
-                    }
-                    l[r] = l[r] * corr + sum;
-                    m[r] = mn;
-#pragma unroll
-                    for (int d = 0; d < T::DT; ++d) {
-                        o[d][2 * r] *= corr;
-                        o[d][2 * r + 1] *= corr;
-                    }
-                }
-            }
+            ta_fast_softmax_tile<T::NT, T::DT>(s, o, m, l, lo, hi, col0, tq, scale_log2);
             /* v_j has landed; every warp is done with k_j: fetch k_{j+1} */
-            ta_fast_cp_wait_all();
+            ta_fast_cp_wait<0>();
             __syncthreads();
             if (kt + 1 < c.k_end) {
                 ta_fast_load_rows<D, BN, T::THREADS>(sk, k, c.k, p.lay.k.seq, col0 + BN,
@@ -266,54 +191,29 @@ __global__ void __launch_bounds__(32 * NW)
 #pragma unroll
             for (int kk = 0; kk < BN / 16; ++kk) {
                 uint32_t a[4];
-                a[0] = ta_fast_pack<BF16>(s[2 * kk][0], s[2 * kk][1]);
-                a[1] = ta_fast_pack<BF16>(s[2 * kk][2], s[2 * kk][3]);
-                a[2] = ta_fast_pack<BF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-                a[3] = ta_fast_pack<BF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+                ta_fast_p_fragment<BF16, T::NT>(a, s, kk);
 #pragma unroll
                 for (int dn = 0; dn < D / 16; ++dn) {
                     uint32_t b[4];
                     ta_fast_ldm_x4_t(b, ta_fast_smem_addr(sv + (16 * kk + (lane & 15)) * T::LD +
                                                           16 * dn + (lane >> 4) * 8));
-                    ta_fast_mma<BF16>(o[2 * dn], a, b[0], b[1]);
-                    ta_fast_mma<BF16>(o[2 * dn + 1], a, b[2], b[3]);
+                    ta_fast_mma<BF16>(&o[8 * dn], a, b[0], b[1]);
+                    ta_fast_mma<BF16>(&o[8 * dn + 4], a, b[2], b[3]);
                 }
             }
         }
-        /* step 5: o / l and lse; the row sums gather the 4 lanes of a row */
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int32_t row = r ? rb : ra;
-            float inv;
-            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-            if (row >= t.seq_q) continue;
-            inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-            {
-                uint16_t *orow = static_cast<uint16_t *>(p.o) + c.o + (int64_t)row * p.lay.o.seq;
-#pragma unroll
-                for (int d = 0; d < T::DT; ++d)
-                    *reinterpret_cast<uint32_t *>(orow + 8 * d + 2 * tq) =
-                        ta_fast_pack<BF16>(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
-            }
-            if (p.lse && tq == 0)
-                p.lse[c.lse + row] =
-                    l[r] > 0.0f ? (m[r] + __log2f(l[r])) * 0.6931471805599453f : neg_inf;
-        }
+        /* step 5: o / l and lse */
+        ta_fast_store_rows<BF16, T::DT>(p, c, ra, tq, o, m, l);
     }
 }
 
 /* ---- configurations: one table (docs/cuda.md section 7) ----
- * Per head dim, candidates of (NW warps: a Q tile of 16 NW rows; BN keys per K
- * tile); the first is the default (ta_problem.tile_config = 0), candidate k is
- * tile_config = k + 1. Measured choices: docs/benchmarks.md. */
-typedef struct ta_fast_launch {
-    const void *kernel;
-    size_t smem;
-    int threads;
-    int32_t block_m, block_n;
-} ta_fast_launch;
-
+ * Per head dim, the candidates ta_problem.tile_config = k >= 1 names (k - 1
+ * here). For D in {64, 96, 128} candidate 1 is the wgmma forward (sm_90 only,
+ * cuda/ta_cuda_fast_fwd_sm90.cu); the others are this file's mma.sync kernel
+ * as (NW warps: a Q tile of 16 NW rows; BN keys per K tile). tile_config = 0:
+ * candidate 1 on an sm_90 device, else the first mma.sync candidate.
+ * Measured choices: docs/benchmarks.md. */
 template <int D, int NW, int BN, bool BF16> static ta_fast_launch ta_fast_launch_of() {
     typedef ta_fast_fwd_traits<D, NW, BN, BF16> T;
     ta_fast_launch l;
@@ -325,30 +225,47 @@ template <int D, int NW, int BN, bool BF16> static ta_fast_launch ta_fast_launch
     return l;
 }
 
-/* The candidates of head dim d; returns how many (0: d not in the table). */
-template <bool BF16> static int ta_fast_candidates(int32_t d, ta_fast_launch c[TA_CUDA_FAST_CFG_MAX]) {
+/* The candidates of head dim d; returns how many (0: d not in the table).
+ * *first_mma: the index of the first mma.sync candidate. */
+template <bool BF16>
+static int ta_fast_candidates(int32_t d, ta_fast_launch c[TA_CUDA_FAST_CFG_MAX], int *first_mma) {
+    const int n = ta_cuda_fast_sm90_launch(d, BF16, &c[0]);
+    *first_mma = n;
     switch (d) {
     case 64:
-        c[0] = ta_fast_launch_of<64, 4, 64, BF16>();
-        c[1] = ta_fast_launch_of<64, 8, 64, BF16>();
-        c[2] = ta_fast_launch_of<64, 4, 128, BF16>();
-        return 3;
+        c[n] = ta_fast_launch_of<64, 4, 64, BF16>();
+        c[n + 1] = ta_fast_launch_of<64, 8, 64, BF16>();
+        c[n + 2] = ta_fast_launch_of<64, 4, 128, BF16>();
+        return n + 3;
     case 96:
-        c[0] = ta_fast_launch_of<96, 4, 64, BF16>();
-        c[1] = ta_fast_launch_of<96, 8, 64, BF16>();
-        return 2;
+        c[n] = ta_fast_launch_of<96, 4, 64, BF16>();
+        c[n + 1] = ta_fast_launch_of<96, 8, 64, BF16>();
+        return n + 2;
     case 128:
-        c[0] = ta_fast_launch_of<128, 4, 64, BF16>();
-        c[1] = ta_fast_launch_of<128, 8, 64, BF16>();
-        c[2] = ta_fast_launch_of<128, 4, 128, BF16>();
-        return 3;
+        c[n] = ta_fast_launch_of<128, 4, 64, BF16>();
+        c[n + 1] = ta_fast_launch_of<128, 8, 64, BF16>();
+        c[n + 2] = ta_fast_launch_of<128, 4, 128, BF16>();
+        return n + 3;
     case 256:
-        c[0] = ta_fast_launch_of<256, 4, 64, BF16>();
-        c[1] = ta_fast_launch_of<256, 4, 32, BF16>();
-        c[2] = ta_fast_launch_of<256, 8, 32, BF16>();
-        return 3;
+        c[n] = ta_fast_launch_of<256, 4, 64, BF16>();
+        c[n + 1] = ta_fast_launch_of<256, 4, 32, BF16>();
+        c[n + 2] = ta_fast_launch_of<256, 8, 32, BF16>();
+        return n + 3;
     default: return 0;
     }
+}
+
+/* 1 if the current device runs sm_90a code (compute capability 9.0); -1 if a
+ * CUDA call fails. */
+static int ta_cuda_fast_is_sm90(void) {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return major == 9 && minor == 0;
 }
 
 /* 1 if every row of the four tensors starts on 16 bytes: base addresses, and
@@ -372,17 +289,20 @@ extern "C" ta_status ta_cuda_fast_fwd(const ta_plan *plan, const ta_fwd_args *a,
     const ta_problem *pr = &plan->p;
     const void *ptrs[5] = {a->q, a->k, a->v, a->o, a->lse};
     ta_fast_launch cand[TA_CUDA_FAST_CFG_MAX], fl;
-    int n_cand;
+    int n_cand, first_mma, sm90, pick;
     ta_tiling t;
     ta_cuda_params prm;
     ta_cuda_launch_desc launch;
     ta_status st;
     (void)ws; /* no device workspace */
     if (pr->head_dim != pr->head_dim_v || !ta_cuda_fast_aligned(plan, a)) return TA_ERR_UNSUPPORTED;
-    n_cand = pr->dtype == TA_BF16 ? ta_fast_candidates<true>(pr->head_dim, cand)
-                                  : ta_fast_candidates<false>(pr->head_dim, cand);
+    n_cand = pr->dtype == TA_BF16 ? ta_fast_candidates<true>(pr->head_dim, cand, &first_mma)
+                                  : ta_fast_candidates<false>(pr->head_dim, cand, &first_mma);
     if (pr->tile_config < 0 || pr->tile_config > n_cand || n_cand == 0) return TA_ERR_UNSUPPORTED;
-    fl = cand[pr->tile_config > 0 ? pr->tile_config - 1 : 0];
+    if ((sm90 = ta_cuda_fast_is_sm90()) < 0) return TA_ERR_DEVICE;
+    pick = pr->tile_config > 0 ? pr->tile_config - 1 : sm90 ? 0 : first_mma;
+    if (pick < first_mma && !sm90) return TA_ERR_UNSUPPORTED; /* wgmma: sm_90 only */
+    fl = cand[pick];
     if ((st = ta_cuda_check_pointers(ptrs, 5)) != TA_OK) return st;
     /* the configuration's tiles, the plan's mask */
     if ((st = ta_cuda_tiling(plan, fl.block_m, fl.block_n, TA_TILING_FWD, &t)) != TA_OK) return st;

@@ -28,12 +28,14 @@ int ta_cuda_fast_path(const ta_plan *plan) {
 }
 
 /* The head dims of the fast configuration table and their candidate counts
- * (cuda/ta_cuda_fast_fwd.cu, which returns TA_ERR_UNSUPPORTED for any other):
+ * (cuda/ta_cuda_fast_fwd.cu: the wgmma candidate and the mma.sync ones; it
+ * returns TA_ERR_UNSUPPORTED for any other, and for the wgmma candidate on a
+ * device that is not sm_90):
  * here in plain C so the workspace query answers the same without CUDA. */
 static int ta_cuda_fast_table_has(const ta_plan *plan) {
     const int32_t d = plan->p.head_dim;
     return d == plan->p.head_dim_v && (d == 64 || d == 96 || d == 128 || d == 256) &&
-           plan->p.tile_config <= (d == 96 ? 2 : 3);
+           plan->p.tile_config <= (d == 256 ? 3 : d == 96 ? 3 : 4);
 }
 
 /* Every operation of the plan: SDPA and the MTA conv, any mask (causal,

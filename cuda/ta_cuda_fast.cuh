@@ -1,0 +1,178 @@
+/*
+ * Fast mode (TA_PRECISION_FAST) building blocks shared by the tensor-core SDPA
+ * forwards: cuda/ta_cuda_fast_fwd.cu (mma.sync, sm_80+) and
+ * cuda/ta_cuda_fast_fwd_sm90.cu (wgmma, sm_90a). Not installed.
+ *
+ * Both kernels hold scores and outputs in the mma accumulator layout: a warp
+ * owns 16 rows; lane = 4 g + tq holds rows g and g + 8, and in every block of 8
+ * columns the columns 2 tq and 2 tq + 1: element e of block n is
+ *   acc[4 n + e]:  row g + 8 (e / 2),  column 8 n + 2 tq + (e % 2).
+ * (wgmma's m64nN accumulator is this, per warp of the warpgroup.) The online
+ * softmax, the p fragments and the output store below work on that layout, so
+ * the two kernels differ only in how products are computed and operands staged.
+ */
+#ifndef TA_CUDA_FAST_CUH
+#define TA_CUDA_FAST_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "ta_cuda_params.cuh"
+
+/* ---- host: one launchable configuration ---- */
+
+/* A kernel of the fast configuration table and what its launch needs. */
+typedef struct ta_fast_launch {
+    const void *kernel;
+    size_t smem;             /* dynamic shared memory, bytes */
+    int threads;             /* per block */
+    int32_t block_m, block_n; /* Q tile rows, keys per K tile */
+} ta_fast_launch;
+
+/* The wgmma forward (sm_90a) of head dim d for the storage type: 1 and *l
+ * set, or 0 if there is none for d (cuda/ta_cuda_fast_fwd_sm90.cu). */
+int ta_cuda_fast_sm90_launch(int32_t d, int bf16, ta_fast_launch *l);
+
+/* ---- device ---- */
+
+#define TA_FAST_FN static __device__ __forceinline__
+
+TA_FAST_FN uint32_t ta_fast_smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared; src_bytes = 0 zero-fills (src is not read). */
+TA_FAST_FN void ta_fast_cp16(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
+TA_FAST_FN void ta_fast_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> TA_FAST_FN void ta_fast_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+TA_FAST_FN float ta_fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* Two f32 -> one register of two storage elements (lo in the low half), RNE. */
+template <bool BF16> TA_FAST_FN uint32_t ta_fast_pack(float lo, float hi) {
+    uint32_t u;
+    if (BF16) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        memcpy(&u, &h, sizeof u);
+    } else {
+        const __half2 h = __floats2half2_rn(lo, hi);
+        memcpy(&u, &h, sizeof u);
+    }
+    return u;
+}
+
+TA_FAST_FN float ta_fast_neg_inf() { return __int_as_float((int)0xff800000u); }
+
+/* A lane's two rows (ra = its first, ra + 8 the second) and their key
+ * intervals [lo, hi) (ta_tile_row_keys); rows past S_q see nothing. */
+TA_FAST_FN void ta_fast_row_keys(const ta_tiling &t, int32_t ra, int32_t key_len, int32_t lo[2],
+                                 int32_t hi[2]) {
+    lo[0] = hi[0] = lo[1] = hi[1] = 0;
+    if (ra < t.seq_q) ta_tile_row_keys(&t, ra, key_len, &lo[0], &hi[0]);
+    if (ra + 8 < t.seq_q) ta_tile_row_keys(&t, ra + 8, key_len, &lo[1], &hi[1]);
+}
+
+/*
+ * Steps 2-3 of a K tile of NT * 8 keys from col0 on, for a lane's two rows:
+ * mask (s = -inf outside [lo, hi); skipped when every row of the warp sees the
+ * whole tile), scale to base 2 (x = s * scale log2 e), m_new = max(m, rowmax x)
+ * over the 4 lanes of a row, c = 2^(m - m_new), p = 2^(x - m_new) in place of s,
+ * l = l c + sum p (this lane's share), o *= c. A row that has seen nothing
+ * keeps m = -inf and uses 0 as its base, so p = 0 and no NaN appears.
+ */
+template <int NT, int NO>
+TA_FAST_FN void ta_fast_softmax_tile(float (&s)[4 * NT], float (&o)[4 * NO], float m[2],
+                                     float l[2], const int32_t lo[2], const int32_t hi[2],
+                                     int32_t col0, int tq, float scale_log2) {
+    const float neg_inf = ta_fast_neg_inf();
+    const int32_t col1 = col0 + 8 * NT;
+    const bool whole = lo[0] <= col0 && hi[0] >= col1 && lo[1] <= col0 && hi[1] >= col1;
+    const bool need_mask = __any_sync(0xffffffffu, !whole);
+    float mt[2] = {neg_inf, neg_inf};
+#pragma unroll
+    for (int i = 0; i < 4 * NT; ++i) {
+        const int32_t j = col0 + 8 * (i / 4) + 2 * tq + (i & 1);
+        const int r = (i >> 1) & 1;
+        float x = s[i] * scale_log2;
+        if (need_mask && (j < lo[r] || j >= hi[r])) x = neg_inf;
+        s[i] = x;
+        mt[r] = fmaxf(mt[r], x);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float mn, base, corr, sum = 0.0f;
+        mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 1));
+        mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 2));
+        mn = fmaxf(m[r], mt[r]);
+        base = mn == neg_inf ? 0.0f : mn; /* nothing seen yet: p = 0, no NaN */
+        corr = ta_fast_exp2(m[r] - base);
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            s[4 * n + 2 * r] = ta_fast_exp2(s[4 * n + 2 * r] - base);
+            s[4 * n + 2 * r + 1] = ta_fast_exp2(s[4 * n + 2 * r + 1] - base);
+            sum += s[4 * n + 2 * r] + s[4 * n + 2 * r + 1];
+        }
+        l[r] = l[r] * corr + sum;
+        m[r] = mn;
+#pragma unroll
+        for (int d = 0; d < NO; ++d) {
+            o[4 * d + 2 * r] *= corr;
+            o[4 * d + 2 * r + 1] *= corr;
+        }
+    }
+}
+
+/* The A fragment (16 rows x 16 keys) of p for keys 16 kk .. 16 kk + 15 of the
+ * tile, rounded to the storage type: the accumulator layout of two 8-key
+ * blocks is the mma A layout. */
+template <bool BF16, int NT>
+TA_FAST_FN void ta_fast_p_fragment(uint32_t (&a)[4], const float (&p)[4 * NT], int kk) {
+    a[0] = ta_fast_pack<BF16>(p[8 * kk + 0], p[8 * kk + 1]);
+    a[1] = ta_fast_pack<BF16>(p[8 * kk + 2], p[8 * kk + 3]);
+    a[2] = ta_fast_pack<BF16>(p[8 * kk + 4], p[8 * kk + 5]);
+    a[3] = ta_fast_pack<BF16>(p[8 * kk + 6], p[8 * kk + 7]);
+}
+
+/* Step 5 for a lane's two rows: the row sums gather the 4 lanes of a row;
+ * o / l stored in the storage type (rows past S_q skipped), lse = (m + log2 l)
+ * ln 2 by lane tq = 0 (if lse is wanted); a row that saw nothing: o = 0,
+ * lse = -inf. */
+template <bool BF16, int NO>
+TA_FAST_FN void ta_fast_store_rows(const ta_cuda_params &p, const ta_tile_ctx &c, int32_t ra,
+                                   int tq, const float (&o)[4 * NO], const float m[2], float l[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int32_t row = ra + 8 * r;
+        float inv;
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        if (row >= p.t.seq_q) continue;
+        inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        {
+            uint16_t *orow = static_cast<uint16_t *>(p.o) + c.o + (int64_t)row * p.lay.o.seq;
+#pragma unroll
+            for (int d = 0; d < NO; ++d)
+                *reinterpret_cast<uint32_t *>(orow + 8 * d + 2 * tq) =
+                    ta_fast_pack<BF16>(o[4 * d + 2 * r] * inv, o[4 * d + 2 * r + 1] * inv);
+        }
+        if (p.lse && tq == 0)
+            p.lse[c.lse + row] = l[r] > 0.0f ? (m[r] + __log2f(l[r])) * 0.6931471805599453f
+                                             : ta_fast_neg_inf();
+    }
+}
+
+#endif /* TA_CUDA_FAST_CUH */
