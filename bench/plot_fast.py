@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Plot a bench/cuda_fast_bench.py CSV: forward TFLOP/s against S (log2 axis) for
+tileattn's fast mode, PyTorch flash and PyTorch cuDNN, one panel per (D, causal).
+
+    python3 bench/plot_fast.py bench/results/fast_fwd_h100_2026-11-23.csv \\
+        --out docs/img/fast_fwd_tflops.png [--title TEXT] [--dpi N]
+
+Reads the columns D, causal, S, ours_tflops, flash_tflops, cudnn_tflops (those
+cuda_fast_bench.py writes); a NaN (a backend unavailable for a shape) leaves a
+gap. Needs matplotlib (not a dependency of the library or its tests).
+"""
+import argparse
+import csv
+import math
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display needed
+import matplotlib.pyplot as plt  # noqa: E402
+
+SERIES = (  # CSV column, legend label, line style
+    ("ours_tflops", "tileattn fast (tile_config 0)", dict(color="tab:blue", marker="o")),
+    ("flash_tflops", "PyTorch flash", dict(color="tab:orange", marker="s")),
+    ("cudnn_tflops", "PyTorch cuDNN", dict(color="tab:green", marker="^")),
+)
+
+
+def read_rows(path):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    need = {"D", "causal", "S"} | {col for col, _, _ in SERIES}
+    if not rows or not need <= set(rows[0]):
+        sys.exit(f"{path}: not a cuda_fast_bench.py CSV (needs columns {sorted(need)})")
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("csv", help="CSV written by bench/cuda_fast_bench.py --csv")
+    ap.add_argument("--out", default="docs/img/fast_fwd_tflops.png")
+    ap.add_argument("--title", default="")
+    ap.add_argument("--dpi", type=int, default=80)
+    a = ap.parse_args()
+    rows = read_rows(a.csv)
+    dims = sorted({int(r["D"]) for r in rows})
+    panels = [(d, c) for d in dims for c in (0, 1)]
+    top = max(float(r[col]) for r in rows for col, _, _ in SERIES
+              if math.isfinite(float(r[col])))
+    fig, axes = plt.subplots(len(dims), 2, figsize=(10, 3.2 * len(dims)), sharey=True,
+                             squeeze=False)
+    for (d, causal), ax in zip(panels, axes.flat):
+        sel = sorted((r for r in rows if int(r["D"]) == d and int(r["causal"]) == causal),
+                     key=lambda r: int(r["S"]))
+        if not sel:
+            ax.set_visible(False)
+            continue
+        xs = [int(r["S"]) for r in sel]
+        for col, label, style in SERIES:
+            ys = [float(r[col]) for r in sel]
+            ys = [y if math.isfinite(y) else float("nan") for y in ys]
+            ax.plot(xs, ys, label=label, linewidth=1.6, markersize=4, **style)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs)
+        ax.set_xticklabels([f"{x // 1024}k" if x >= 1024 else str(x) for x in xs])
+        ax.set_ylim(0, 1.05 * top)  # one scale for every panel
+        ax.grid(True, which="major", alpha=0.3)
+        ax.set_title(f"D = {d}, {'causal' if causal else 'not causal'}, "
+                     f"H = {sel[0]['H']}", fontsize=10)
+        ax.set_xlabel("S (B = tokens / S)", fontsize=9)
+        if causal == 0:
+            ax.set_ylabel("forward TFLOP/s", fontsize=9)
+    axes.flat[0].legend(fontsize=8, loc="upper left")
+    if a.title:
+        fig.suptitle(a.title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(a.out, dpi=a.dpi)
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
