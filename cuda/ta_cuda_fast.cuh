@@ -56,9 +56,12 @@ template <int N> TA_FAST_FN void ta_fast_cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+/* 2^x, flushing denormal results to zero (p below 2^-126 of the row max is
+ * lost to any storage type anyway); one MUFU.EX2, where the non-ftz form
+ * adds a range fix-up around it. */
 TA_FAST_FN float ta_fast_exp2(float x) {
     float y;
-    asm("ex2.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
 
@@ -91,49 +94,62 @@ TA_FAST_FN void ta_fast_row_keys(const ta_tiling &t, int32_t ra, int32_t key_len
  * mask (s = -inf outside [lo, hi); skipped when every row of the warp sees the
  * whole tile), scale to base 2 (x = s * scale log2 e), m_new = max(m, rowmax x)
  * over the 4 lanes of a row, c = 2^(m - m_new), p = 2^(x - m_new) in place of s,
- * l = l c + sum p (this lane's share), o *= c. A row that has seen nothing
- * keeps m = -inf and uses 0 as its base, so p = 0 and no NaN appears.
+ * l = l c + sum p (this lane's share). The caller rescales o by corr = c
+ * (ta_fast_rescale; the wgmma forward does it once its p v of the previous
+ * tile has completed). A row that has seen nothing keeps m = -inf and uses 0
+ * as its base, so p = 0 and no NaN appears.
  */
-template <int NT, int NO>
-TA_FAST_FN void ta_fast_softmax_tile(float (&s)[4 * NT], float (&o)[4 * NO], float m[2],
-                                     float l[2], const int32_t lo[2], const int32_t hi[2],
-                                     int32_t col0, int tq, float scale_log2) {
+template <int NT>
+TA_FAST_FN void ta_fast_softmax_tile(float (&s)[4 * NT], float m[2], float l[2],
+                                     const int32_t lo[2], const int32_t hi[2], int32_t col0,
+                                     int tq, float scale_log2, float corr[2]) {
     const float neg_inf = ta_fast_neg_inf();
     const int32_t col1 = col0 + 8 * NT;
     const bool whole = lo[0] <= col0 && hi[0] >= col1 && lo[1] <= col0 && hi[1] >= col1;
     const bool need_mask = __any_sync(0xffffffffu, !whole);
+    /* x = s * sl: a positive scale commutes with the max, so the scores stay
+     * raw and the scale goes into one fma per element below; any other scale
+     * is applied first (sl = 1) */
+    const bool pos = scale_log2 > 0.0f;
+    const float sl = pos ? scale_log2 : 1.0f;
     float mt[2] = {neg_inf, neg_inf};
+    if (need_mask) { /* warp-uniform: tiles every row sees whole skip the compares */
 #pragma unroll
-    for (int i = 0; i < 4 * NT; ++i) {
-        const int32_t j = col0 + 8 * (i / 4) + 2 * tq + (i & 1);
-        const int r = (i >> 1) & 1;
-        float x = s[i] * scale_log2;
-        if (need_mask && (j < lo[r] || j >= hi[r])) x = neg_inf;
-        s[i] = x;
-        mt[r] = fmaxf(mt[r], x);
+        for (int i = 0; i < 4 * NT; ++i) {
+            const int32_t j = col0 + 8 * (i / 4) + 2 * tq + (i & 1);
+            const int r = (i >> 1) & 1;
+            s[i] = j < lo[r] || j >= hi[r] ? neg_inf : pos ? s[i] : s[i] * scale_log2;
+        }
+    } else if (!pos) {
+#pragma unroll
+        for (int i = 0; i < 4 * NT; ++i) s[i] *= scale_log2;
     }
+#pragma unroll
+    for (int i = 0; i < 4 * NT; ++i) mt[(i >> 1) & 1] = fmaxf(mt[(i >> 1) & 1], s[i]);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        float mn, base, corr, sum = 0.0f;
+        float mn, base, sum = 0.0f;
         mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 1));
         mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 2));
-        mn = fmaxf(m[r], mt[r]);
+        mn = fmaxf(m[r], mt[r] * sl); /* -inf * sl = -inf */
         base = mn == neg_inf ? 0.0f : mn; /* nothing seen yet: p = 0, no NaN */
-        corr = ta_fast_exp2(m[r] - base);
+        corr[r] = ta_fast_exp2(m[r] - base);
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
-            s[4 * n + 2 * r] = ta_fast_exp2(s[4 * n + 2 * r] - base);
-            s[4 * n + 2 * r + 1] = ta_fast_exp2(s[4 * n + 2 * r + 1] - base);
+            s[4 * n + 2 * r] = ta_fast_exp2(__fmaf_rn(s[4 * n + 2 * r], sl, -base));
+            s[4 * n + 2 * r + 1] = ta_fast_exp2(__fmaf_rn(s[4 * n + 2 * r + 1], sl, -base));
             sum += s[4 * n + 2 * r] + s[4 * n + 2 * r + 1];
         }
-        l[r] = l[r] * corr + sum;
+        l[r] = l[r] * corr[r] + sum;
         m[r] = mn;
-#pragma unroll
-        for (int d = 0; d < NO; ++d) {
-            o[4 * d + 2 * r] *= corr;
-            o[4 * d + 2 * r + 1] *= corr;
-        }
     }
+}
+
+/* o *= corr per row (the accumulator layout: elements 0, 1 of a block are
+ * row g, 2, 3 row g + 8). */
+template <int NO> TA_FAST_FN void ta_fast_rescale(float (&o)[4 * NO], const float corr[2]) {
+#pragma unroll
+    for (int i = 0; i < 4 * NO; ++i) o[i] *= corr[(i >> 1) & 1];
 }
 
 /* The A fragment (16 rows x 16 keys) of p for keys 16 kk .. 16 kk + 15 of the

@@ -178,7 +178,11 @@ __global__ void __launch_bounds__(32 * NW)
                 }
             }
             /* steps 2-3: mask, scale to base 2, online softmax per row */
-            ta_fast_softmax_tile<T::NT, T::DT>(s, o, m, l, lo, hi, col0, tq, scale_log2);
+            {
+                float corr[2];
+                ta_fast_softmax_tile<T::NT>(s, m, l, lo, hi, col0, tq, scale_log2, corr);
+                ta_fast_rescale<T::DT>(o, corr);
+            }
             /* v_j has landed; every warp is done with k_j: fetch k_{j+1} */
             ta_fast_cp_wait<0>();
             __syncthreads();

@@ -50,9 +50,8 @@ namespace {
 template <int D> struct ta_wg_traits {
     static constexpr int DB = (D + 63) / 64;              /* 64-feature blocks */
     static constexpr uint32_t Q_BYTES = DB * TA_WG_BM * 128;
-    static constexpr uint32_t KV_BYTES = DB * TA_WG_BN * 128; /* one of k, v in a stage */
-    static constexpr uint32_t STAGE_BYTES = 2 * KV_BYTES;
-    static constexpr size_t SMEM = 1024 + Q_BYTES + 2 * STAGE_BYTES; /* + alignment slack */
+    static constexpr uint32_t KV_BYTES = DB * TA_WG_BN * 128; /* one k or v buffer */
+    static constexpr size_t SMEM = 1024 + Q_BYTES + 4 * KV_BYTES; /* + alignment slack */
     enum { NT = TA_WG_BN / 8, NO = D / 8 }; /* 8-key blocks of s, 8-feature blocks of o */
     static_assert(D % 16 == 0 && D <= 128, "wgmma forward: D in {64, 96, 128}");
 };
@@ -70,7 +69,9 @@ TA_FAST_FN uint64_t ta_wg_desc(uint32_t addr, uint32_t lead, uint32_t stride) {
 
 TA_FAST_FN void ta_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 TA_FAST_FN void ta_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-TA_FAST_FN void ta_wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+template <int N> TA_FAST_FN void ta_wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
 /* cp.async (generic proxy) writes, then wgmma (async proxy) reads */
 TA_FAST_FN void ta_wg_proxy_fence() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -81,6 +82,14 @@ TA_FAST_FN void ta_wg_proxy_fence() {
 template <int N> TA_FAST_FN void ta_wg_keep(float (&x)[N]) {
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(x[i])::"memory");
+}
+/* Named barrier 1 + wg over warpgroup wg's 128 threads (barrier 0 is
+ * __syncthreads). */
+TA_FAST_FN void ta_wg_bar(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); }
+TA_FAST_FN void ta_wg_keep_row(float m[2], float l[2], float corr[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+        asm volatile("" : "+f"(m[r]), "+f"(l[r]), "+f"(corr[r])::"memory");
 }
 template <int N> TA_FAST_FN void ta_wg_keep_u(uint32_t (&x)[N][4]) {
 #pragma unroll
@@ -115,19 +124,68 @@ template <bool BF16> TA_FAST_FN void ta_wg_rs(float (&d)[64], const uint32_t (&a
         ta_wg_rs_n128_f16(d, a, b);
 }
 
+/* The k and v buffers of K tile j (two of each, by parity):
+ * q | k[0] | k[1] | v[0] | v[1]. */
+template <int D> TA_FAST_FN uint32_t ta_wg_kbuf(uint32_t sq, int32_t j) {
+    return sq + ta_wg_traits<D>::Q_BYTES + (uint32_t)(j & 1) * ta_wg_traits<D>::KV_BYTES;
+}
+template <int D> TA_FAST_FN uint32_t ta_wg_vbuf(uint32_t sq, int32_t j) {
+    return sq + ta_wg_traits<D>::Q_BYTES + (uint32_t)(2 + (j & 1)) * ta_wg_traits<D>::KV_BYTES;
+}
+
+/* Issue s = q k^T for warpgroup wg's 64 rows: D / 16 k-steps (not committed). */
+template <int D, bool BF16>
+TA_FAST_FN void ta_wg_qk(float (&s)[64], uint32_t sq, uint32_t sk, int wg) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+        ta_wg_ss<BF16>(s,
+                       ta_wg_desc(sq + (uint32_t)((kk >> 2) * (TA_WG_BM * 128) + wg * (64 * 128) +
+                                                  (kk & 3) * 32),
+                                  16u, 1024u),
+                       ta_wg_desc(sk + (uint32_t)((kk >> 2) * (TA_WG_BN * 128) + (kk & 3) * 32),
+                                  16u, 1024u),
+                       kk > 0);
+}
+
+/* Issue o += p v over the tile's keys, 16 at a time (not committed). */
+template <int D, bool BF16>
+TA_FAST_FN void ta_wg_pv(float (&o)[D / 2], const uint32_t (&pa)[TA_WG_BN / 16][4], uint32_t sv) {
+#pragma unroll
+    for (int kk = 0; kk < TA_WG_BN / 16; ++kk)
+        ta_wg_rs<BF16>(o, pa[kk], ta_wg_desc(sv + (uint32_t)(kk * 2048), TA_WG_BN * 128u, 1024u));
+}
+
 /* rows [row0, row0 + R) of a slice -> the swizzled region at `region`
- * ([DB][R][64]); rows at or past n_valid read zeros. */
+ * ([DB][R][64]); rows at or past n_valid read zeros. When the 256 threads
+ * cover whole rows (D = 64, 128), each thread keeps one chunk column and steps
+ * its source and destination by constants (the swizzle phase r % 8 does not
+ * change between passes); D = 96 takes the general loop. */
 template <int D, int R>
 TA_FAST_FN void ta_wg_load_rows(uint32_t region, const uint16_t *base, int64_t off, int64_t seq,
                                 int32_t row0, int32_t n_valid) {
     constexpr int CH = D / 8;
-    for (int i = (int)threadIdx.x; i < R * CH; i += TA_WG_THREADS) {
-        const int r = i / CH, c = i % CH;
-        const int32_t row = row0 + r;
-        const bool ok = row < n_valid;
-        const uint16_t *src = ok ? base + off + (int64_t)row * seq + 8 * c : base;
-        ta_fast_cp16(region + (uint32_t)((c >> 3) * (R * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4)),
-                     src, ok ? 16 : 0);
+    if (TA_WG_THREADS % CH == 0) {
+        constexpr int RPP = TA_WG_THREADS / CH; /* rows per pass: 32 or 16, multiples of 8 */
+        const int c = (int)threadIdx.x % CH, r0 = (int)threadIdx.x / CH;
+        const uint32_t dst = region + (uint32_t)((c >> 3) * (R * 128) + r0 * 128 +
+                                                 (((c & 7) ^ (r0 & 7)) << 4));
+        const uint16_t *src = base + off + (int64_t)(row0 + r0) * seq + 8 * c;
+#pragma unroll
+        for (int j = 0; j < R / RPP; ++j) {
+            const bool ok = row0 + r0 + j * RPP < n_valid;
+            ta_fast_cp16(dst + (uint32_t)(j * RPP * 128), ok ? src + (int64_t)j * RPP * seq : base,
+                         ok ? 16 : 0);
+        }
+    } else {
+        for (int i = (int)threadIdx.x; i < R * CH; i += TA_WG_THREADS) {
+            const int r = i / CH, c = i % CH;
+            const int32_t row = row0 + r;
+            const bool ok = row < n_valid;
+            const uint16_t *src = ok ? base + off + (int64_t)row * seq + 8 * c : base;
+            ta_fast_cp16(region + (uint32_t)((c >> 3) * (R * 128) + r * 128 +
+                                             (((c & 7) ^ (r & 7)) << 4)),
+                         src, ok ? 16 : 0);
+        }
     }
 }
 #endif
@@ -162,66 +220,82 @@ __global__ void __launch_bounds__(TA_WG_THREADS, 1)
 
         __syncthreads(); /* the previous tile is done with shared memory */
         if (c.k_begin < c.k_end) {
-            const uint32_t st0 = sq + T::Q_BYTES;
-            ta_wg_load_rows<D, TA_WG_BM>(sq, q, c.q, p.lay.q.seq, row0, t.seq_q);
-            ta_wg_load_rows<D, TA_WG_BN>(st0, k, c.k, p.lay.k.seq, c.k_begin * TA_WG_BN,
-                                         c.key_len);
-            ta_wg_load_rows<D, TA_WG_BN>(st0 + T::KV_BYTES, v, c.v, p.lay.v.seq,
-                                         c.k_begin * TA_WG_BN, c.key_len);
-            ta_fast_cp_commit();
-        }
-        for (int32_t kt = c.k_begin; kt < c.k_end; ++kt) {
-            const int32_t col0 = kt * TA_WG_BN;
-            const uint32_t sk = sq + T::Q_BYTES + (uint32_t)((kt - c.k_begin) & 1) * T::STAGE_BYTES;
-            const uint32_t sv = sk + T::KV_BYTES;
-            float s[4 * T::NT];
+            float s[4 * T::NT], corr[2];
             uint32_t pa[TA_WG_BN / 16][4];
-            /* prefetch tile j+1 into the other stage, then wait for tile j */
-            if (kt + 1 < c.k_end) {
-                const uint32_t nk = sq + T::Q_BYTES +
-                                    (uint32_t)((kt + 1 - c.k_begin) & 1) * T::STAGE_BYTES;
-                ta_wg_load_rows<D, TA_WG_BN>(nk, k, c.k, p.lay.k.seq, col0 + TA_WG_BN,
-                                             c.key_len);
-                ta_wg_load_rows<D, TA_WG_BN>(nk + T::KV_BYTES, v, c.v, p.lay.v.seq,
-                                             col0 + TA_WG_BN, c.key_len);
-                ta_fast_cp_commit();
-                ta_fast_cp_wait<1>();
-            } else {
-                ta_fast_cp_wait<0>();
-            }
+            const int32_t kb = c.k_begin;
+            /* prologue: q, k_kb; then k_kb+1 and v_kb in flight; s = q k_kb^T and
+             * its softmax, p of tile kb in pa */
+            ta_wg_load_rows<D, TA_WG_BM>(sq, q, c.q, p.lay.q.seq, row0, t.seq_q);
+            ta_wg_load_rows<D, TA_WG_BN>(ta_wg_kbuf<D>(sq, kb), k, c.k, p.lay.k.seq, kb * TA_WG_BN,
+                                         c.key_len);
+            ta_fast_cp_commit();
+            if (kb + 1 < c.k_end)
+                ta_wg_load_rows<D, TA_WG_BN>(ta_wg_kbuf<D>(sq, kb + 1), k, c.k, p.lay.k.seq,
+                                             (kb + 1) * TA_WG_BN, c.key_len);
+            ta_wg_load_rows<D, TA_WG_BN>(ta_wg_vbuf<D>(sq, kb), v, c.v, p.lay.v.seq,
+                                         kb * TA_WG_BN, c.key_len);
+            ta_fast_cp_commit();
+            ta_fast_cp_wait<1>();
             ta_wg_proxy_fence();
             __syncthreads();
-            /* step 1: s = q k^T, D / 16 k-steps of this warpgroup's 64 rows */
             ta_wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk)
-                ta_wg_ss<BF16>(s,
-                               ta_wg_desc(sq + (uint32_t)((kk >> 2) * (TA_WG_BM * 128) +
-                                                          wg * (64 * 128) + (kk & 3) * 32),
-                                          16u, 1024u),
-                               ta_wg_desc(sk + (uint32_t)((kk >> 2) * (TA_WG_BN * 128) +
-                                                          (kk & 3) * 32),
-                                          16u, 1024u),
-                               kk > 0);
+            ta_wg_qk<D, BF16>(s, sq, ta_wg_kbuf<D>(sq, kb), wg);
             ta_wg_commit();
-            ta_wg_wait_all();
+            ta_wg_wait<0>();
             ta_wg_keep(s);
-            /* steps 2-3 */
-            ta_fast_softmax_tile<T::NT, T::NO>(s, o, m, l, lo, hi, col0, tq, scale_log2);
-            /* step 4: o += p v over the tile's keys, 16 at a time */
+            ta_fast_softmax_tile<T::NT>(s, m, l, lo, hi, kb * TA_WG_BN, tq, scale_log2, corr);
 #pragma unroll
             for (int kk = 0; kk < TA_WG_BN / 16; ++kk) ta_fast_p_fragment<BF16, T::NT>(pa[kk], s, kk);
+            /* tile kt < k_end - 1: p_kt is in pa; k_kt+1 and v_kt are in flight */
+            for (int32_t kt = kb; kt + 1 < c.k_end; ++kt) {
+                ta_fast_cp_wait<0>();
+                ta_wg_proxy_fence();
+                __syncthreads(); /* k_kt+1, v_kt visible; everyone is past tile kt-1's
+                                    s = q k_kt^T and o += p v_kt-1 */
+                if (kt + 2 < c.k_end)
+                    ta_wg_load_rows<D, TA_WG_BN>(ta_wg_kbuf<D>(sq, kt + 2), k, c.k, p.lay.k.seq,
+                                                 (kt + 2) * TA_WG_BN, c.key_len);
+                ta_wg_load_rows<D, TA_WG_BN>(ta_wg_vbuf<D>(sq, kt + 1), v, c.v, p.lay.v.seq,
+                                             (kt + 1) * TA_WG_BN, c.key_len);
+                ta_fast_cp_commit();
+                /* s = q k_kt+1^T and o += p_kt v_kt in flight together; the softmax of
+                 * tile kt+1 runs while o += p v does */
+                ta_wg_keep(o);
+                ta_wg_fence();
+                ta_wg_qk<D, BF16>(s, sq, ta_wg_kbuf<D>(sq, kt + 1), wg);
+                ta_wg_commit();
+                ta_wg_pv<D, BF16>(o, pa, ta_wg_vbuf<D>(sq, kt));
+                ta_wg_commit();
+                ta_wg_wait<1>(); /* s done; o += p v may still run */
+                ta_wg_keep(s);
+                ta_fast_softmax_tile<T::NT>(s, m, l, lo, hi, (kt + 1) * TA_WG_BN, tq, scale_log2,
+                                            corr);
+                /* the softmax finishes before the wait: ptxas would otherwise sink
+                 * it past the wait (which costs it nothing in its model) and lose the
+                 * overlap; it does not move instructions across a barrier, so a
+                 * barrier of this warpgroup's 128 threads pins it */
+                ta_wg_keep(s);
+                ta_wg_keep_row(m, l, corr);
+                ta_wg_bar(wg);
+                ta_wg_wait<0>();
+                ta_wg_keep(o);
+                ta_wg_keep_u(pa);
+                ta_fast_rescale<T::NO>(o, corr);
+#pragma unroll
+                for (int kk = 0; kk < TA_WG_BN / 16; ++kk)
+                    ta_fast_p_fragment<BF16, T::NT>(pa[kk], s, kk);
+            }
+            /* the last tile: o += p v */
+            ta_fast_cp_wait<0>();
+            ta_wg_proxy_fence();
+            __syncthreads();
             ta_wg_keep(o);
             ta_wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < TA_WG_BN / 16; ++kk)
-                ta_wg_rs<BF16>(o, pa[kk],
-                               ta_wg_desc(sv + (uint32_t)(kk * 2048), TA_WG_BN * 128u, 1024u));
+            ta_wg_pv<D, BF16>(o, pa, ta_wg_vbuf<D>(sq, c.k_end - 1));
             ta_wg_commit();
-            ta_wg_wait_all();
+            ta_wg_wait<0>();
             ta_wg_keep(o);
             ta_wg_keep_u(pa);
-            __syncthreads(); /* every warpgroup is done with this stage */
         }
         ta_fast_store_rows<BF16, T::NO>(p, c, ra, tq, o, m, l);
     }
