@@ -7,8 +7,8 @@ operand; generated because the operand lists are 32 to 64 registers long.
     python3 cuda/gen_wgmma.py > cuda/ta_cuda_wgmma.inc
 """
 
-SS_N = (128,)         # s = q k^T: m64nBNk16, both operands in shared memory
-RS_N = (64, 96, 128)  # o += p v: m64nDk16, p from registers, v N-major
+SS_N = (64, 128)      # s = q k^T: m64nBNk16, both operands in shared memory
+RS_N = (64, 96, 128, 256)  # o += p v: m64nDk16, p from registers, v N-major
 
 
 def regs(n):

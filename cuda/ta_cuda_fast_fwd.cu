@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(32 * NW)
 
 /* ---- configurations: one table (docs/cuda.md section 7) ----
  * Per head dim, the candidates ta_problem.tile_config = k >= 1 names (k - 1
- * here). For D in {64, 96, 128} candidate 1 is the wgmma forward (sm_90 only,
+ * here). Candidate 1 is the wgmma forward (sm_90 only,
  * cuda/ta_cuda_fast_fwd_sm90.cu); the others are this file's mma.sync kernel
  * as (NW warps: a Q tile of 16 NW rows; BN keys per K tile). tile_config = 0:
  * candidate 1 on an sm_90 device, else the first mma.sync candidate.

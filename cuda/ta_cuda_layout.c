@@ -35,7 +35,7 @@ int ta_cuda_fast_path(const ta_plan *plan) {
 static int ta_cuda_fast_table_has(const ta_plan *plan) {
     const int32_t d = plan->p.head_dim;
     return d == plan->p.head_dim_v && (d == 64 || d == 96 || d == 128 || d == 256) &&
-           plan->p.tile_config <= (d == 256 ? 3 : d == 96 ? 3 : 4);
+           plan->p.tile_config <= (d == 96 ? 3 : 4);
 }
 
 /* Every operation of the plan: SDPA and the MTA conv, any mask (causal,
