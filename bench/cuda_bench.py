@@ -5,8 +5,8 @@ PyTorch in the same process, on the same tensors and the same stream:
 
 - SDPA: PyTorch's SDPA math backend in f32 (TF32 off), the like-for-like
   baseline; for context also the flash and cuDNN backends in bf16 (forward
-  only; tensor cores, not exact; tileattn's FAST mode, not written yet, is
-  what should be compared with them).
+  only; tensor cores, not exact; tileattn's FAST mode is what compares with
+  them: bench/cuda_fast_bench.py).
 - MTA (pre-softmax key-query conv, causal): an eager PyTorch MTA in f32 as in
   the paper's released code (materialised scores, zero mask, F.pad, F.conv2d
   with groups = heads, -inf mask, softmax, matmul), TF32 off.

@@ -82,12 +82,16 @@ ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a, const ta_cu
 /* Candidates of one head dim in the fast configuration table, at most. */
 #define TA_CUDA_FAST_CFG_MAX 4
 
-/* Fast mode (cuda/ta_cuda_fast_fwd.cu): the tensor-core SDPA forward for f16 /
- * bf16 storage, D = D_v in {64, 96, 128, 256} (ta_cuda_ops.c routes only
- * those). As ta_cuda_sdpa_fwd, and TA_ERR_UNSUPPORTED (nothing launched) if a
- * row of q, k, v or o does not start on 16 bytes (a base address, or a stride
- * that is not a multiple of 8 elements), the head dim is not in the table or
- * tile_config is past the head dim's candidates. */
+/* Fast mode (cuda/ta_cuda_fast_fwd.cu, with the wgmma kernel of
+ * cuda/ta_cuda_fast_fwd_sm90.cu): the tensor-core SDPA forward for f16 / bf16
+ * storage, D = D_v in {64, 96, 128, 256} (ta_cuda_ops.c calls it when
+ * ta_cuda_fast_path; ta_cuda_supports in ta_cuda_layout.c admits only those
+ * head dims). As ta_cuda_sdpa_fwd, and TA_ERR_UNSUPPORTED (nothing launched)
+ * if a row of q, k, v or o does not start on 16 bytes (a base address, or a
+ * stride of a dimension with more than one entry that is not a multiple of 8
+ * elements), the head dim is not in the table, tile_config is past the head
+ * dim's candidates, or it names the wgmma candidate on a device that is not
+ * sm_90. */
 ta_status ta_cuda_fast_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
                            void *stream);
 

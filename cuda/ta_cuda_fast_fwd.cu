@@ -1,7 +1,9 @@
 /*
  * CUDA SDPA forward, TA_PRECISION_FAST, f16 / bf16 storage: tensor cores through
- * mma.sync.m16n8k16 (sm_80 and later; the path of sm_80/86/89, and of sm_90
- * until a wgmma forward lands). docs/cuda.md section 7 ("Fast mode").
+ * mma.sync.m16n8k16 (sm_80 and later; the path of sm_80/86/89, and of sm_90 in
+ * a build without sm_90a code or when tile_config names it); the table of
+ * candidates and the launcher for both this kernel and the wgmma one
+ * (cuda/ta_cuda_fast_fwd_sm90.cu). docs/cuda.md section 7 ("Fast mode").
  *
  * Not bit-identical to REF: the products run on tensor cores (f32 accumulate in
  * the hardware's order), the softmax uses ex2.approx, and p is rounded to the
@@ -259,9 +261,14 @@ static int ta_fast_candidates(int32_t d, ta_fast_launch c[TA_CUDA_FAST_CFG_MAX],
     }
 }
 
-/* 1 if the current device runs sm_90a code (compute capability 9.0); -1 if a
- * CUDA call fails. */
+/* 1 if the wgmma forward can run: the build holds sm_90a code
+ * (TA_CUDA_HAVE_SM90A, set by CMake when CMAKE_CUDA_ARCHITECTURES has 90a;
+ * otherwise the kernel is an empty stand-in) and the current device is
+ * compute capability 9.0; -1 if a CUDA call fails. */
 static int ta_cuda_fast_is_sm90(void) {
+#ifndef TA_CUDA_HAVE_SM90A
+    return 0;
+#else
     int dev = 0, major = 0, minor = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -270,18 +277,30 @@ static int ta_cuda_fast_is_sm90(void) {
         return -1;
     }
     return major == 9 && minor == 0;
+#endif
 }
 
+/* 1 if stride st of a dimension of n entries keeps 16-byte rows: a multiple
+ * of 8 elements, or unused (n == 1). */
+static int ta_cuda_fast_stride_ok(int64_t st, int32_t n) { return n == 1 || st % 8 == 0; }
+
 /* 1 if every row of the four tensors starts on 16 bytes: base addresses, and
- * every stride a multiple of 8 elements (cp.async moves 16-byte chunks). */
+ * every stride of a dimension with more than one entry a multiple of 8
+ * elements (cp.async moves 16-byte chunks). */
 static int ta_cuda_fast_aligned(const ta_plan *plan, const ta_fwd_args *a) {
+    const ta_problem *pr = &plan->p;
     const void *ptr[4] = {a->q, a->k, a->v, a->o};
     const ta_strides *st[4] = {&plan->layout.q, &plan->layout.k, &plan->layout.v,
                                &plan->layout.o};
+    const int32_t heads[4] = {pr->heads_q, pr->heads_kv, pr->heads_kv, pr->heads_q};
+    const int32_t seq[4] = {pr->seq_q, pr->seq_k, pr->seq_k, pr->seq_q};
     int i;
     for (i = 0; i < 4; ++i) {
         if ((uintptr_t)ptr[i] % 16u != 0) return 0;
-        if (st[i]->seq % 8 != 0 || st[i]->head % 8 != 0 || st[i]->batch % 8 != 0) return 0;
+        if (!ta_cuda_fast_stride_ok(st[i]->seq, seq[i]) ||
+            !ta_cuda_fast_stride_ok(st[i]->head, heads[i]) ||
+            !ta_cuda_fast_stride_ok(st[i]->batch, pr->batch))
+            return 0;
     }
     return 1;
 }
@@ -299,6 +318,8 @@ extern "C" ta_status ta_cuda_fast_fwd(const ta_plan *plan, const ta_fwd_args *a,
     ta_cuda_launch_desc launch;
     ta_status st;
     (void)ws; /* no device workspace */
+    /* device pointers first (TA_ERR_BAD_ARG), then what this path needs */
+    if ((st = ta_cuda_check_pointers(ptrs, 5)) != TA_OK) return st;
     if (pr->head_dim != pr->head_dim_v || !ta_cuda_fast_aligned(plan, a)) return TA_ERR_UNSUPPORTED;
     n_cand = pr->dtype == TA_BF16 ? ta_fast_candidates<true>(pr->head_dim, cand, &first_mma)
                                   : ta_fast_candidates<false>(pr->head_dim, cand, &first_mma);
@@ -307,7 +328,6 @@ extern "C" ta_status ta_cuda_fast_fwd(const ta_plan *plan, const ta_fwd_args *a,
     pick = pr->tile_config > 0 ? pr->tile_config - 1 : sm90 ? 0 : first_mma;
     if (pick < first_mma && !sm90) return TA_ERR_UNSUPPORTED; /* wgmma: sm_90 only */
     fl = cand[pick];
-    if ((st = ta_cuda_check_pointers(ptrs, 5)) != TA_OK) return st;
     /* the configuration's tiles, the plan's mask */
     if ((st = ta_cuda_tiling(plan, fl.block_m, fl.block_n, TA_TILING_FWD, &t)) != TA_OK) return st;
     if ((st = ta_cuda_smem_opt_in(fl.kernel, fl.smem, fl.smem)) != TA_OK) return st;

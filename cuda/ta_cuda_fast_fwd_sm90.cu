@@ -63,6 +63,8 @@ template <int D, int BN> struct ta_wg_traits {
     static_assert(BN == 64 || BN == 128, "s = q k^T: m64n64 or m64n128");
 };
 
+/* The kernel body exists in sm_90a code only; elsewhere it is an empty
+ * stand-in the host never launches (TA_CUDA_HAVE_SM90A in ta_cuda_fast_fwd.cu). */
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define TA_WG_ENABLED 1
 #include "ta_cuda_wgmma.inc"
@@ -179,7 +181,7 @@ TA_FAST_FN void ta_wg_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4], ui
 
 /* rows [row0, row0 + R) of a slice -> the swizzled region at `region`
  * ([DB][R][64]); rows at or past n_valid read zeros. When the 256 threads
- * cover whole rows (D = 64, 128), each thread keeps one chunk column and steps
+ * cover whole rows (D = 64, 128, 256), each thread keeps one chunk column and steps
  * its source and destination by constants (the swizzle phase r % 8 does not
  * change between passes); D = 96 takes the general loop. */
 template <int D, int R>
@@ -187,7 +189,7 @@ TA_FAST_FN void ta_wg_load_rows(uint32_t region, const uint16_t *base, int64_t o
                                 int32_t row0, int32_t n_valid) {
     constexpr int CH = D / 8;
     if (TA_WG_THREADS % CH == 0) {
-        constexpr int RPP = TA_WG_THREADS / CH; /* rows per pass: 32 or 16, multiples of 8 */
+        constexpr int RPP = TA_WG_THREADS / CH; /* rows per pass: 32, 16 or 8 */
         const int c = (int)threadIdx.x % CH, r0 = (int)threadIdx.x / CH;
         const uint32_t dst = region + (uint32_t)((c >> 3) * (R * 128) + r0 * 128 +
                                                  (((c & 7) ^ (r0 & 7)) << 4));

@@ -12,12 +12,13 @@
  *     o = 0 exactly and lse = -inf. The largest errors are printed per dtype
  *     and head dim (docs/exactness.md quotes them).
  *  2. determinism: one problem run 10 times (outputs poisoned with another
- *     pattern each time): identical bytes.
+ *     pattern each time): identical bytes; and without lse: the same o.
  *  3. CUDA graphs: the call captured on a created stream (global capture
  *     mode), the graph replayed twice: the bytes of a direct call.
  *     Each problem draws its tile_config (every candidate of the table).
- *  4. unsupported in fast mode: D = 80 (the size query says
- *     TA_ERR_UNSUPPORTED, also without a GPU), a q row stride that is not a
+ *  4. unsupported in fast mode: D = 80 and a tile_config past each head dim's
+ *     candidates (the size query says TA_ERR_UNSUPPORTED, also without a GPU;
+ *     -1 is TA_ERR_BAD_ARG), a q row stride that is not a
  *     multiple of 8 elements, a q base off 16 bytes: TA_ERR_UNSUPPORTED with
  *     o and lse untouched.
  *
@@ -54,6 +55,9 @@
     } while (0)
 
 static const int32_t k_dims[4] = {64, 96, 128, 256};
+/* Candidates per head dim in the configuration table (cuda/ta_cuda_fast_fwd.cu,
+ * cuda/ta_cuda_layout.c): tile_config in [0, k_candidates]. */
+static const int32_t k_candidates[4] = {4, 3, 4, 4};
 
 /* 1 if the device is compute capability 9.0 (the wgmma candidates run). */
 static int g_sm90;
@@ -104,7 +108,7 @@ static void random_fspec(uint64_t seed, int idx, fspec *s) {
     /* every candidate of the table (cuda/ta_cuda_fast_fwd.cu): 0 = default;
      * 1 = the wgmma forward, on an sm_90 device only (elsewhere this test
      * takes candidate 2 instead) */
-    p->tile_config = ta_rng_int(&r, 0, p->head_dim == 96 ? 3 : 4);
+    p->tile_config = ta_rng_int(&r, 0, p->head_dim == 96 ? k_candidates[1] : k_candidates[0]);
     if (p->tile_config == 1 && !g_sm90) p->tile_config = 2;
 }
 
@@ -369,6 +373,14 @@ static void check_determinism_and_graph(uint64_t seed) {
         TA_CHECK(memcmp(o0, o1, c.no * c.eb) == 0 && memcmp(l0, l1, c.nlse * sizeof(float)) == 0,
                  "determinism: run %d differs from run 0", run);
     }
+    /* without lse: the same o */
+    {
+        float *keep = c.a.lse;
+        c.a.lse = NULL;
+        TA_CHECK(call_run(&c, &s.p, 0x3C, NULL, o1, l1) == TA_OK, "lse = NULL: call");
+        TA_CHECK(memcmp(o0, o1, c.no * c.eb) == 0, "lse = NULL: o differs from the call with lse");
+        c.a.lse = keep;
+    }
     /* part 3: capture one call on a created stream, replay twice */
     CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (run = 0; run < 2; ++run) {
@@ -446,6 +458,38 @@ static void check_unsupported_device(void) {
     free(buf);
 }
 
+/* On a compute capability 9.0 device: 1 if the wgmma candidate (tile_config =
+ * 1) runs, 0 if the library refuses it (a build without sm_90a code). */
+static int probe_wgmma(void) {
+    ta_problem p;
+    ta_fwd_args a;
+    void *buf = NULL, *ws = NULL;
+    size_t bytes = 0;
+    ta_status st;
+    memset(&p, 0, sizeof p);
+    memset(&a, 0, sizeof a);
+    p.batch = p.heads_q = p.heads_kv = 1;
+    p.seq_q = p.seq_k = 16;
+    p.head_dim = p.head_dim_v = 64;
+    p.dtype = TA_BF16;
+    p.precision = TA_PRECISION_FAST;
+    p.tile_config = 1;
+    CUDA_OK(cudaMalloc(&buf, 4 * 16 * 64 * 2));
+    CUDA_OK(cudaMemset(buf, 0, 4 * 16 * 64 * 2));
+    if (ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) != TA_OK) return 0;
+    CUDA_OK(cudaMalloc(&ws, bytes ? bytes : 64));
+    a.q = buf;
+    a.k = (char *)buf + 16 * 64 * 2;
+    a.v = (char *)buf + 2 * 16 * 64 * 2;
+    a.o = (char *)buf + 3 * 16 * 64 * 2;
+    st = ta_fwd(&p, TA_BACKEND_CUDA, &a, ws, bytes, NULL);
+    CUDA_OK(cudaDeviceSynchronize());
+    cudaFree(buf);
+    cudaFree(ws);
+    TA_CHECK(st == TA_OK || st == TA_ERR_UNSUPPORTED, "wgmma probe: %s", ta_status_string(st));
+    return st == TA_OK;
+}
+
 int main(int argc, char **argv) {
     int count = 200, only = -1, i, n_ok = 0, dev_count = 0, ti, di;
     uint64_t seed;
@@ -473,6 +517,21 @@ int main(int argc, char **argv) {
     p80.precision = TA_PRECISION_EXACT;
     TA_CHECK(ta_fwd_workspace_size(&p80, TA_BACKEND_CUDA, &bytes) == TA_OK,
              "exact bf16 D = 80 is supported");
+    /* the table's candidate counts: the last is accepted, the one past it not */
+    p80.precision = TA_PRECISION_FAST;
+    for (di = 0; di < 4; ++di) {
+        p80.head_dim = p80.head_dim_v = k_dims[di];
+        p80.tile_config = k_candidates[di];
+        TA_CHECK(ta_fwd_workspace_size(&p80, TA_BACKEND_CUDA, &bytes) == TA_OK,
+                 "fast D = %d: tile_config %d is in the table", k_dims[di], k_candidates[di]);
+        p80.tile_config = k_candidates[di] + 1;
+        TA_CHECK(ta_fwd_workspace_size(&p80, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
+                 "fast D = %d: tile_config %d is past the table", k_dims[di],
+                 k_candidates[di] + 1);
+    }
+    p80.tile_config = -1;
+    TA_CHECK(ta_fwd_workspace_size(&p80, TA_BACKEND_CUDA, &bytes) == TA_ERR_BAD_ARG,
+             "tile_config = -1: TA_ERR_BAD_ARG");
     if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
         printf("no CUDA device: skipped\n");
         return ta_test_failures ? ta_test_finish("test_cuda_fast") : TA_TEST_SKIP;
@@ -485,9 +544,11 @@ int main(int argc, char **argv) {
         int major = 0, minor = 0;
         CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
         CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
-        g_sm90 = major == 9 && minor == 0;
+        g_sm90 = major == 9 && minor == 0 && probe_wgmma();
         printf("device compute capability %d.%d: the wgmma forward %s\n", major, minor,
-               g_sm90 ? "runs (tile_config 0 and 1)" : "is not used");
+               g_sm90 ? "runs (tile_config 0 and 1)"
+               : major == 9 && minor == 0 ? "is refused: this build holds no sm_90a code"
+                                          : "is not used");
     }
     seed = ta_test_seed("test_cuda_fast");
     for (i = 0; i < count; ++i) {
