@@ -2,12 +2,15 @@
 """Plot a bench/cuda_fast_bench.py CSV: forward TFLOP/s against S (log2 axis) for
 tileattn's fast mode, PyTorch flash and PyTorch cuDNN, one panel per (D, causal).
 
-    python3 bench/plot_fast.py bench/results/fast_fwd_h100_2026-11-23.csv \\
-        --out docs/img/fast_fwd_tflops.png [--title TEXT] [--dpi N]
+    python3 bench/plot_fast.py bench/results/fast_fwd_h100_2026-11-23_wgmma.csv \\
+        --out docs/img/fast_fwd_tflops.png [--before OLD.csv [--before-label TEXT]]
+        [--label TEXT] [--title TEXT] [--dpi N]
 
 Reads the columns D, causal, S, ours_tflops, flash_tflops, cudnn_tflops (those
 cuda_fast_bench.py writes); a NaN (a backend unavailable for a shape) leaves a
-gap. Needs matplotlib (not a dependency of the library or its tests).
+gap. --before adds the ours_tflops of an older CSV as a dashed line (an earlier
+kernel on the same shapes; its rows are matched by D, causal and S). Needs
+matplotlib (not a dependency of the library or its tests).
 """
 import argparse
 import csv
@@ -26,10 +29,10 @@ SERIES = (  # CSV column, legend label, line style
 )
 
 
-def read_rows(path):
+def read_rows(path, cols):
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
-    need = {"D", "causal", "S"} | {col for col, _, _ in SERIES}
+    need = {"D", "causal", "S"} | set(cols)
     if not rows or not need <= set(rows[0]):
         sys.exit(f"{path}: not a cuda_fast_bench.py CSV (needs columns {sorted(need)})")
     return rows
@@ -39,14 +42,24 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv", help="CSV written by bench/cuda_fast_bench.py --csv")
     ap.add_argument("--out", default="docs/img/fast_fwd_tflops.png")
+    ap.add_argument("--label", default="tileattn fast (tile_config 0)",
+                    help="legend label of the CSV's ours_tflops")
+    ap.add_argument("--before", default="", help="an older CSV: its ours_tflops, dashed")
+    ap.add_argument("--before-label", default="tileattn fast, before")
     ap.add_argument("--title", default="")
     ap.add_argument("--dpi", type=int, default=80)
     a = ap.parse_args()
-    rows = read_rows(a.csv)
+    series = [(col, a.label if col == "ours_tflops" else label, style)
+              for col, label, style in SERIES]
+    rows = read_rows(a.csv, [col for col, _, _ in SERIES])
+    before = {}
+    if a.before:
+        for r in read_rows(a.before, ["ours_tflops"]):
+            before[(int(r["D"]), int(r["causal"]), int(r["S"]))] = float(r["ours_tflops"])
     dims = sorted({int(r["D"]) for r in rows})
     panels = [(d, c) for d in dims for c in (0, 1)]
-    top = max(float(r[col]) for r in rows for col, _, _ in SERIES
-              if math.isfinite(float(r[col])))
+    top = max([float(r[col]) for r in rows for col, _, _ in SERIES] + list(before.values()),
+              key=lambda y: y if math.isfinite(y) else -1.0)
     fig, axes = plt.subplots(len(dims), 2, figsize=(10, 3.2 * len(dims)), sharey=True,
                              squeeze=False)
     for (d, causal), ax in zip(panels, axes.flat):
@@ -56,10 +69,14 @@ def main():
             ax.set_visible(False)
             continue
         xs = [int(r["S"]) for r in sel]
-        for col, label, style in SERIES:
+        for col, label, style in series:
             ys = [float(r[col]) for r in sel]
             ys = [y if math.isfinite(y) else float("nan") for y in ys]
             ax.plot(xs, ys, label=label, linewidth=1.6, markersize=4, **style)
+        if before:
+            ys = [before.get((d, causal, x), float("nan")) for x in xs]
+            ax.plot(xs, ys, label=a.before_label, linewidth=1.2, markersize=3,
+                    color="tab:blue", marker="o", linestyle="--", alpha=0.5)
         ax.set_xscale("log", base=2)
         ax.set_xticks(xs)
         ax.set_xticklabels([f"{x // 1024}k" if x >= 1024 else str(x) for x in xs])
