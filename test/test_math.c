@@ -442,16 +442,17 @@ static void test_accuracy(ta_rng *rng) {
  * (test_math_exhaustive --vector, test_cuda_math), so this pins them too.
  * A change here is a change of the library's bits: regenerate with the printed
  * values and say why in the commit (docs/exactness.md). */
-#define PIN_STRIDE_FULL 251u   /* 17,111,424 inputs */
+#define PIN_STRIDE_FULL  251u  /* 17,111,424 inputs */
 #define PIN_STRIDE_QUICK 4093u /* 1,049,345 inputs (--quick: valgrind, sanitizers) */
-#define PIN_EXP_FULL UINT64_C(0xa72e6879938af6ca)
-#define PIN_LOG_FULL UINT64_C(0x40e04b13fc038294)
-#define PIN_EXP_QUICK UINT64_C(0xc8b0ff00e2aeb5fa)
-#define PIN_LOG_QUICK UINT64_C(0xe911e892ceb57d96)
+#define PIN_EXP_FULL     UINT64_C(0xa72e6879938af6ca)
+#define PIN_LOG_FULL     UINT64_C(0x40e04b13fc038294)
+#define PIN_EXP_QUICK    UINT64_C(0xc8b0ff00e2aeb5fa)
+#define PIN_LOG_QUICK    UINT64_C(0xe911e892ceb57d96)
 
 static uint64_t fnv1a_u32(uint64_t h, uint32_t v) {
     int b;
-    for (b = 0; b < 4; ++b) h = (h ^ ((v >> (8 * b)) & 0xffu)) * UINT64_C(0x100000001b3);
+    for (b = 0; b < 4; ++b)
+        h = (h ^ ((v >> (8 * b)) & 0xffu)) * UINT64_C(0x100000001b3);
     return h;
 }
 
@@ -464,8 +465,8 @@ static void test_pinned_bits(void) {
         h_exp = fnv1a_u32(h_exp, f2u(ta_exp(u2f((uint32_t)u))));
         h_log = fnv1a_u32(h_log, f2u(ta_log(u2f((uint32_t)u))));
     }
-    printf("  %llu inputs (stride %u): exp %016llx, log %016llx\n", (unsigned long long)n,
-           stride, (unsigned long long)h_exp, (unsigned long long)h_log);
+    printf("  %llu inputs (stride %u): exp %016llx, log %016llx\n", (unsigned long long)n, stride,
+           (unsigned long long)h_exp, (unsigned long long)h_log);
     TA_CHECK(h_exp == want_exp, "ta_exp bits changed: hash %016llx, pinned %016llx",
              (unsigned long long)h_exp, (unsigned long long)want_exp);
     TA_CHECK(h_log == want_log, "ta_log bits changed: hash %016llx, pinned %016llx",
