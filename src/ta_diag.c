@@ -20,6 +20,16 @@ ta_status ta_fail(ta_diag *d, ta_status st, const char *field, const char *rule)
     return st;
 }
 
+ta_status ta_fail_value(ta_diag *d, ta_status st, const char *field, int64_t value,
+                        const char *rule) {
+    if (d->status == TA_OK) {
+        ta_fail(d, st, field, rule);
+        d->value = value;
+        d->flags = TA_DIAG_VALUE;
+    }
+    return st;
+}
+
 ta_status ta_fail_bounds(ta_diag *d, ta_status st, const char *field, int64_t value,
                          unsigned bounds, int64_t lo, int64_t hi) {
     if (d->status == TA_OK) {

@@ -42,17 +42,6 @@ static ta_status ta_check_shape(const ta_problem *p, ta_diag *d) {
     return TA_OK;
 }
 
-/* "field = value: rule" (a value outside a named set, a bad combination). */
-static ta_status ta_fail_value(ta_diag *d, ta_status st, const char *field, int64_t value,
-                               const char *rule) {
-    if (d->status == TA_OK) {
-        ta_fail(d, st, field, rule);
-        d->value = value;
-        d->flags = TA_DIAG_VALUE;
-    }
-    return st;
-}
-
 /* Enums, flags, scale, window without its flag. */
 static ta_status ta_check_enums(const ta_problem *p, ta_diag *d) {
     if (p->dtype != TA_F32 && p->dtype != TA_F16 && p->dtype != TA_BF16)

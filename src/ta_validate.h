@@ -39,6 +39,9 @@ typedef struct ta_diag {
 void ta_diag_init(ta_diag *d);
 /* Record a failure (only the first one of a run is kept) and return st. */
 ta_status ta_fail(ta_diag *d, ta_status st, const char *field, const char *rule);
+/* ... with the value found: "field = value: rule" (a value outside a named set). */
+ta_status ta_fail_value(ta_diag *d, ta_status st, const char *field, int64_t value,
+                        const char *rule);
 /* ... with the value found and the allowed bounds (TA_DIAG_LO / _HI / _MULTIPLE). */
 ta_status ta_fail_bounds(ta_diag *d, ta_status st, const char *field, int64_t value,
                          unsigned bounds, int64_t lo, int64_t hi);
