@@ -11,6 +11,11 @@
 
 static int ta_cuda_not_linked(void) { return 0; }
 
+/* The probe the core's diagnostics ask (src/ta_api.c): 0 here, 1 in the CUDA
+ * component (cuda/ta_cuda.cu), whose object the link takes first when it is
+ * linked, exactly as for the table below. */
+int ta_cuda_compiled(void) { return 0; }
+
 static ta_status ta_cuda_fwd_not_linked(const ta_plan *plan, const ta_fwd_args *a,
                                         void *workspace, void *stream) {
     (void)plan;

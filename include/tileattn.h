@@ -102,6 +102,8 @@ typedef enum ta_precision {
 #define TA_CONV_Q_MAX 16          /**< MTA conv_q in [1, 16] */
 #define TA_CONV_K_MAX 31          /**< MTA conv_k odd, in [1, 31] */
 #define TA_WORKSPACE_ALIGN 64     /**< required alignment of every workspace, bytes */
+#define TA_THREADS_MAX 256        /**< num_threads in [0, 256]; 0 = the OpenMP default,
+                                       itself capped at 256 */
 
 /**
  * One attention problem. Zero-initialise it (`ta_problem p = {0};`), then set
@@ -125,10 +127,14 @@ typedef struct ta_problem {
     int32_t block_k;        /**< K tile columns B_k, in [8,256]; 0 -> default.
                                  Part of the exactness contract: equal block_k,
                                  equal bits on every backend. */
-    int32_t num_threads;    /**< CPU backend worker threads; 0 -> omp_get_max_threads(),
+    int32_t num_threads;    /**< CPU backend worker threads, in [0, TA_THREADS_MAX]:
+                                 0 -> min(omp_get_max_threads(), TA_THREADS_MAX),
                                  read by the size query and again by the call (keep
                                  it fixed in between, or set it). Results never
-                                 depend on it. Ignored by REF and CUDA. >= 0. */
+                                 depend on it. Validated on every backend, used by
+                                 CPU only. Negative: TA_ERR_BAD_ARG (there is no
+                                 "-1 = default"); above the maximum:
+                                 TA_ERR_UNSUPPORTED. */
     int32_t window_left;    /**< with TA_WINDOW: query row r (absolute position
                                  pos = r + S_k - S_q) sees keys j >= pos - window_left;
                                  negative = unbounded on the left. 0 without TA_WINDOW. */
@@ -172,6 +178,10 @@ typedef struct ta_trace_entry {
  * pair it computes, while count < capacity; `count` keeps counting past the
  * capacity so a too-small buffer is detected. Host memory, REF backend only
  * for now; other backends reject a non-NULL trace with TA_ERR_UNSUPPORTED.
+ * The entries and this struct are outputs, checked as every output is:
+ * aligned to their types, overlapping no input, output or the workspace
+ * (TA_ERR_BAD_ARG); capacity * sizeof(ta_trace_entry) must fit size_t
+ * (TA_ERR_OVERFLOW).
  */
 typedef struct ta_trace {
     ta_trace_entry *entries; /**< [capacity] */
@@ -246,6 +256,34 @@ ta_status ta_bwd_workspace_size(const ta_problem *p, ta_backend be, size_t *byte
  */
 ta_status ta_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a, void *workspace,
                  size_t workspace_bytes, void *stream);
+
+/**
+ * Diagnostics: which check refuses a call, in words. Each ta_explain_* runs the
+ * validation of its entry point (the same code, in the same order; nothing is
+ * computed or written but buf) and returns the status that entry point would
+ * return before computing. Into buf it writes one line naming the first failed
+ * check: the field as the caller spells it, the value found, the allowed range
+ * or the overlapping pair, and the status, e.g.
+ *   "heads_kv = 0: allowed >= 1 (TA_ERR_BAD_SHAPE)"
+ *   "args.o: overlaps args.q (TA_ERR_BAD_ARG)"
+ *   "ok: every check passed" (TA_OK)
+ * buf gets at most buf_len - 1 characters and a NUL (nothing when buf is NULL or
+ * buf_len is 0). No allocation, no global state: callable from any thread, also
+ * from a real-time loop. Not predicted: what a backend finds only while running
+ * (TA_ERR_DEVICE, a device pointer CUDA cannot access, a GPU's shared-memory
+ * limit). The size-query variants explain ta_*_workspace_size (which has no
+ * pointers to check but `bytes`, whose NULL they cannot see).
+ */
+ta_status ta_explain_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a,
+                         const void *workspace, size_t workspace_bytes, const void *stream,
+                         char *buf, size_t buf_len);
+ta_status ta_explain_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a,
+                         const void *workspace, size_t workspace_bytes, const void *stream,
+                         char *buf, size_t buf_len);
+ta_status ta_explain_fwd_workspace_size(const ta_problem *p, ta_backend be, char *buf,
+                                        size_t buf_len);
+ta_status ta_explain_bwd_workspace_size(const ta_problem *p, ta_backend be, char *buf,
+                                        size_t buf_len);
 
 /** 1 if backend be is compiled in and usable now (a device is present for
  *  CUDA) and implements ta_fwd/ta_bwd; 0 otherwise. */

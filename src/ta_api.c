@@ -6,10 +6,13 @@
  *   3. stream
  *   4. strides (ta_plan_set_*_layout), then the backend again: does it run this
  *      layout
- *   5. argument pointers (NULL, alignment, overlap of the strided extents), trace,
- *      then the workspace (NULL, size, alignment)
- *   6. values read from host memory (seqlens_k, host memory on every backend)
- * Only then is anything written.
+ *   5. argument pointers: NULL, then the trace (backend, entries, capacity), then
+ *      alignment and overlap of the strided extents, the trace and the workspace
+ *   6. the workspace (NULL, size, alignment)
+ *   7. values read from host memory (seqlens_k, host memory on every backend)
+ * Only then is anything written. Each refusal is recorded in a ta_diag (the
+ * caller's stack), which the ta_explain_* calls format: they run the same
+ * validation functions as the entry points.
  */
 #include <stddef.h>
 
@@ -31,134 +34,285 @@ int ta_backend_available(ta_backend be) {
     return ops && ops->fwd_size && ops->available();
 }
 
+static ta_status ta_fail_backend(ta_diag *d, ta_status st, ta_backend be, const char *rule) {
+    ta_fail(d, st, "backend", rule);
+    d->value = (int64_t)(int)be;
+    d->flags = TA_DIAG_VALUE;
+    return st;
+}
+
 /* Steps 1-2 of the check order: the problem, then the backend. A query needs
  * the backend's layout (not its hardware); a call also needs it available. */
 static ta_status ta_plan_for(const ta_problem *p, ta_backend be, int for_call, ta_plan *pl,
-                             const ta_backend_ops **ops_out) {
+                             const ta_backend_ops **ops_out, ta_diag *d) {
     const ta_backend_ops *ops = ta_ops(be);
-    const ta_status st = ta_plan_make(p, be, pl);
+    const ta_status st = ta_plan_make(p, be, pl, d);
     if (st != TA_OK) return st;
-    if (!ops) return TA_ERR_BAD_ARG;
-    if (!ops->fwd_size) return TA_ERR_BACKEND_UNAVAILABLE; /* not implemented in this build */
-    if (!ops->supports(pl)) return TA_ERR_UNSUPPORTED;
-    if (for_call && !ops->available()) return TA_ERR_BACKEND_UNAVAILABLE;
+    if (!ops)
+        return ta_fail_backend(d, TA_ERR_BAD_ARG, be,
+                               "not TA_BACKEND_REF (0), TA_BACKEND_CPU (1) or TA_BACKEND_CUDA (2)");
+    if (!ops->fwd_size) /* not implemented in this build */
+        return ta_fail_backend(d, TA_ERR_BACKEND_UNAVAILABLE, be, "not implemented in this build");
+    if (!ops->supports(pl))
+        return ta_fail_backend(d, TA_ERR_UNSUPPORTED, be, "does not implement this operation");
+    if (for_call && !ops->available())
+        return ta_fail_backend(d, TA_ERR_BACKEND_UNAVAILABLE, be,
+                               be == TA_BACKEND_CUDA && !ta_cuda_compiled()
+                                   ? "not linked: the program does not link tileattn::cuda "
+                                     "(or the library was built with TILEATTN_CUDA=OFF)"
+                                   : "no usable device present");
     *ops_out = ops;
     return TA_OK;
 }
 
-ta_status ta_fwd_workspace_size(const ta_problem *p, ta_backend be, size_t *bytes) {
+/* Steps 1-2 and the backend's workspace size for one pass (bwd: 0 or 1). */
+static ta_status ta_size_validate(const ta_problem *p, ta_backend be, int bwd, size_t *n,
+                                  ta_diag *d) {
     const ta_backend_ops *ops = NULL;
     ta_plan pl;
+    ta_status st;
+    if ((st = ta_plan_for(p, be, 0, &pl, &ops, d)) != TA_OK) return st;
+    if ((st = (bwd ? ops->bwd_size : ops->fwd_size)(&pl, n)) != TA_OK)
+        return ta_fail(d, st, "workspace size", "the backend's workspace layout overflows size_t");
+    return TA_OK;
+}
+
+static ta_status ta_size_query(const ta_problem *p, ta_backend be, int bwd, size_t *bytes) {
+    ta_diag d;
     size_t n = 0;
     ta_status st;
+    ta_diag_init(&d);
     if (!p || !bytes) return TA_ERR_NULL_ARG;
-    if ((st = ta_plan_for(p, be, 0, &pl, &ops)) != TA_OK) return st;
-    if ((st = ops->fwd_size(&pl, &n)) != TA_OK) return st;
+    if ((st = ta_size_validate(p, be, bwd, &n, &d)) != TA_OK) return st;
     *bytes = n;
     return TA_OK;
+}
+
+ta_status ta_fwd_workspace_size(const ta_problem *p, ta_backend be, size_t *bytes) {
+    return ta_size_query(p, be, 0, bytes);
 }
 
 ta_status ta_bwd_workspace_size(const ta_problem *p, ta_backend be, size_t *bytes) {
-    const ta_backend_ops *ops = NULL;
-    ta_plan pl;
-    size_t n = 0;
-    ta_status st;
-    if (!p || !bytes) return TA_ERR_NULL_ARG;
-    if ((st = ta_plan_for(p, be, 0, &pl, &ops)) != TA_OK) return st;
-    if ((st = ops->bwd_size(&pl, &n)) != TA_OK) return st;
-    *bytes = n;
-    return TA_OK;
+    return ta_size_query(p, be, 1, bytes);
 }
 
-static ta_status ta_check_stream(const ta_backend_ops *ops, const void *stream) {
-    return (ops->host_memory && stream != NULL) ? TA_ERR_BAD_ARG : TA_OK;
+static ta_status ta_check_stream(const ta_backend_ops *ops, const void *stream, ta_diag *d) {
+    return (ops->host_memory && stream != NULL)
+               ? ta_fail(d, TA_ERR_BAD_ARG, "stream", "must be NULL on a host backend")
+               : TA_OK;
 }
 
 /* Byte extents of the tensors, for the alignment and overlap checks. The
- * workspace counts as an output: nothing may overlap it. */
-#define TA_BUF(ptr, n, eb) {(ptr), (n) * (eb), (eb)}
+ * workspace and the trace (struct and entries) count as outputs: nothing may
+ * overlap them. */
+#define TA_BUF(ptr, n, eb, name)                                                                   \
+    { (ptr), (n) * (eb), (eb), (name) }
+#define TA_TRACE_BUFS(tr, tr_bytes)                                                                \
+    {(tr), sizeof(ta_trace), _Alignof(ta_trace), "args.trace"}, {                                  \
+        (tr) ? (tr)->entries : NULL, (tr_bytes), _Alignof(ta_trace_entry), "args.trace->entries"   \
+    }
+
+/* The first NULL among n required pointers, recorded; TA_OK if none. */
+static ta_status ta_check_required(const void *const *ptrs, const char *const *names, int n,
+                                   ta_diag *d) {
+    int i;
+    for (i = 0; i < n; ++i)
+        if (!ptrs[i]) return ta_fail(d, TA_ERR_NULL_ARG, names[i], "must not be NULL");
+    return TA_OK;
+}
 
 static ta_status ta_fwd_check_ptrs(const ta_plan *pl, const ta_extents *ex, ta_backend be,
                                    const ta_fwd_args *a, const void *ws, size_t ws_bytes,
-                                   size_t ws_needed) {
+                                   size_t ws_needed, ta_diag *d) {
+    static const char *const names[] = {"args.q", "args.k", "args.v", "args.o", "args.conv_w"};
+    const void *const req[] = {a->q, a->k, a->v, a->o,
+                               pl->has_conv ? (const void *)a->conv_w : (const void *)a};
     const size_t eb = pl->elem_bytes;
     const size_t n_seql = (size_t)pl->p.batch;
+    size_t tr_bytes;
     ta_status st;
-    if (!a->q || !a->k || !a->v || !a->o) return TA_ERR_NULL_ARG;
-    if (pl->has_conv && !a->conv_w) return TA_ERR_NULL_ARG;
+    if ((st = ta_check_required(req, names, 5, d)) != TA_OK) return st;
+    if ((st = ta_check_trace(be, a->trace, &tr_bytes, d)) != TA_OK) return st;
     {
-        const ta_buf in[] = {{a->q, ex->q, eb}, {a->k, ex->k, eb}, {a->v, ex->v, eb},
-                             TA_BUF(pl->has_conv ? a->conv_w : NULL, pl->n_conv, sizeof(float)),
-                             TA_BUF(a->seqlens_k, n_seql, sizeof(int32_t))};
-        const ta_buf out[] = {{a->o, ex->o, eb}, TA_BUF(a->lse, pl->n_lse, sizeof(float)),
-                              {ws, ws_needed, 1}};
-        if ((st = ta_check_buffers(in, 5, out, 3)) != TA_OK) return st;
+        const ta_buf in[] = {
+            {a->q, ex->q, eb, "args.q"},
+            {a->k, ex->k, eb, "args.k"},
+            {a->v, ex->v, eb, "args.v"},
+            TA_BUF(pl->has_conv ? a->conv_w : NULL, pl->n_conv, sizeof(float), "args.conv_w"),
+            TA_BUF(a->seqlens_k, n_seql, sizeof(int32_t), "args.seqlens_k")};
+        const ta_buf out[] = {{a->o, ex->o, eb, "args.o"},
+                              TA_BUF(a->lse, pl->n_lse, sizeof(float), "args.lse"),
+                              TA_TRACE_BUFS(a->trace, tr_bytes),
+                              {ws, ws_needed, 1, "workspace"}};
+        if ((st = ta_check_buffers(in, 5, out, 5, d)) != TA_OK) return st;
     }
-    if ((st = ta_check_trace(be, a->trace)) != TA_OK) return st;
-    return ta_check_workspace(ws, ws_bytes, ws_needed);
+    return ta_check_workspace(ws, ws_bytes, ws_needed, d);
+}
+
+/* Steps 1-3 of a call: the problem, the backend, the stream (a: the args, NULL-checked). */
+static ta_status ta_call_begin(const ta_problem *p, ta_backend be, const void *a,
+                               const void *stream, ta_plan *pl, const ta_backend_ops **ops,
+                               ta_diag *d) {
+    ta_status st;
+    if (!p) return ta_fail(d, TA_ERR_NULL_ARG, "problem", "must not be NULL");
+    if (!a) return ta_fail(d, TA_ERR_NULL_ARG, "args", "must not be NULL");
+    if ((st = ta_plan_for(p, be, 1, pl, ops, d)) != TA_OK) return st;
+    return ta_check_stream(*ops, stream, d);
+}
+
+/* After step 4's strides: the backend runs this layout; the workspace it needs. */
+static ta_status ta_call_need(ta_backend be, const ta_backend_ops *ops, const ta_plan *pl, int bwd,
+                              size_t *need, ta_diag *d) {
+    ta_status st;
+    if (!ops->supports(pl))
+        return ta_fail_backend(d, TA_ERR_UNSUPPORTED, be, "does not run this strided layout");
+    if ((st = (bwd ? ops->bwd_size : ops->fwd_size)(pl, need)) != TA_OK)
+        return ta_fail(d, st, "workspace size", "the backend's workspace layout overflows size_t");
+    return TA_OK;
+}
+
+/* Steps 1-7 for ta_fwd; on TA_OK, *pl and *ops are ready for the call. */
+static ta_status ta_fwd_validate(const ta_problem *p, ta_backend be, const ta_fwd_args *a,
+                                 const void *ws, size_t ws_bytes, const void *stream, ta_plan *pl,
+                                 const ta_backend_ops **ops, ta_diag *d) {
+    ta_extents ex;
+    size_t need = 0;
+    ta_status st;
+    if ((st = ta_call_begin(p, be, a, stream, pl, ops, d)) != TA_OK) return st;
+    if ((st = ta_plan_set_fwd_layout(pl, a, &ex, d)) != TA_OK) return st;
+    if ((st = ta_call_need(be, *ops, pl, 0, &need, d)) != TA_OK) return st;
+    if ((st = ta_fwd_check_ptrs(pl, &ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
+    return ta_check_seqlens_host(pl, a->seqlens_k, d);
 }
 
 ta_status ta_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, void *workspace,
                  size_t workspace_bytes, void *stream) {
     const ta_backend_ops *ops = NULL;
     ta_plan pl;
-    ta_extents ex;
-    size_t need = 0;
+    ta_diag d;
     ta_status st;
-    if (!p || !a) return TA_ERR_NULL_ARG;
-    if ((st = ta_plan_for(p, be, 1, &pl, &ops)) != TA_OK) return st;
-    if ((st = ta_check_stream(ops, stream)) != TA_OK) return st;
-    if ((st = ta_plan_set_fwd_layout(&pl, a, &ex)) != TA_OK) return st;
-    if (!ops->supports(&pl)) return TA_ERR_UNSUPPORTED;
-    if ((st = ops->fwd_size(&pl, &need)) != TA_OK) return st;
-    if ((st = ta_fwd_check_ptrs(&pl, &ex, be, a, workspace, workspace_bytes, need)) != TA_OK)
-        return st;
-    if ((st = ta_check_seqlens_host(&pl, a->seqlens_k)) != TA_OK) return st;
+    ta_diag_init(&d);
+    st = ta_fwd_validate(p, be, a, workspace, workspace_bytes, stream, &pl, &ops, &d);
+    if (st != TA_OK) return st;
     return ops->fwd(&pl, a, workspace, stream);
 }
 
 static ta_status ta_bwd_check_ptrs(const ta_plan *pl, const ta_extents *ex, ta_backend be,
                                    const ta_bwd_args *a, const void *ws, size_t ws_bytes,
-                                   size_t ws_needed) {
+                                   size_t ws_needed, ta_diag *d) {
+    static const char *const names[] = {"args.q",   "args.k",      "args.v",      "args.o",
+                                        "args.d_o", "args.lse",    "args.dq",     "args.dk",
+                                        "args.dv",  "args.conv_w", "args.dconv_w"};
+    const void *const req[] = {a->q,
+                               a->k,
+                               a->v,
+                               a->o,
+                               a->d_o,
+                               a->lse,
+                               a->dq,
+                               a->dk,
+                               a->dv,
+                               pl->has_conv ? (const void *)a->conv_w : (const void *)a,
+                               pl->has_conv ? (const void *)a->dconv_w : (const void *)a};
     const size_t eb = pl->elem_bytes;
+    size_t tr_bytes;
     ta_status st;
-    if (!a->q || !a->k || !a->v || !a->o || !a->d_o || !a->lse) return TA_ERR_NULL_ARG;
-    if (!a->dq || !a->dk || !a->dv) return TA_ERR_NULL_ARG;
-    if (pl->has_conv && (!a->conv_w || !a->dconv_w)) return TA_ERR_NULL_ARG;
+    if ((st = ta_check_required(req, names, 11, d)) != TA_OK) return st;
+    if ((st = ta_check_trace(be, a->trace, &tr_bytes, d)) != TA_OK) return st;
     {
-        const ta_buf in[] = {{a->q, ex->q, eb},
-                             {a->k, ex->k, eb},
-                             {a->v, ex->v, eb},
-                             {a->o, ex->o, eb},
-                             {a->d_o, ex->d_o, eb},
-                             TA_BUF(a->lse, pl->n_lse, sizeof(float)),
-                             TA_BUF(pl->has_conv ? a->conv_w : NULL, pl->n_conv, sizeof(float)),
-                             TA_BUF(a->seqlens_k, (size_t)pl->p.batch, sizeof(int32_t))};
+        const ta_buf in[] = {
+            {a->q, ex->q, eb, "args.q"},
+            {a->k, ex->k, eb, "args.k"},
+            {a->v, ex->v, eb, "args.v"},
+            {a->o, ex->o, eb, "args.o"},
+            {a->d_o, ex->d_o, eb, "args.d_o"},
+            TA_BUF(a->lse, pl->n_lse, sizeof(float), "args.lse"),
+            TA_BUF(pl->has_conv ? a->conv_w : NULL, pl->n_conv, sizeof(float), "args.conv_w"),
+            TA_BUF(a->seqlens_k, (size_t)pl->p.batch, sizeof(int32_t), "args.seqlens_k")};
         const ta_buf out[] = {
-            {a->dq, ex->dq, eb}, {a->dk, ex->dk, eb}, {a->dv, ex->dv, eb},
-            TA_BUF(pl->has_conv ? a->dconv_w : NULL, pl->n_conv, sizeof(float)),
-            {ws, ws_needed, 1}};
-        if ((st = ta_check_buffers(in, 8, out, 5)) != TA_OK) return st;
+            {a->dq, ex->dq, eb, "args.dq"},
+            {a->dk, ex->dk, eb, "args.dk"},
+            {a->dv, ex->dv, eb, "args.dv"},
+            TA_BUF(pl->has_conv ? a->dconv_w : NULL, pl->n_conv, sizeof(float), "args.dconv_w"),
+            TA_TRACE_BUFS(a->trace, tr_bytes),
+            {ws, ws_needed, 1, "workspace"}};
+        if ((st = ta_check_buffers(in, 8, out, 7, d)) != TA_OK) return st;
     }
-    if ((st = ta_check_trace(be, a->trace)) != TA_OK) return st;
-    return ta_check_workspace(ws, ws_bytes, ws_needed);
+    return ta_check_workspace(ws, ws_bytes, ws_needed, d);
+}
+
+/* Steps 1-7 for ta_bwd. */
+static ta_status ta_bwd_validate(const ta_problem *p, ta_backend be, const ta_bwd_args *a,
+                                 const void *ws, size_t ws_bytes, const void *stream, ta_plan *pl,
+                                 const ta_backend_ops **ops, ta_diag *d) {
+    ta_extents ex;
+    size_t need = 0;
+    ta_status st;
+    if ((st = ta_call_begin(p, be, a, stream, pl, ops, d)) != TA_OK) return st;
+    if ((st = ta_plan_set_bwd_layout(pl, a, &ex, d)) != TA_OK) return st;
+    if ((st = ta_call_need(be, *ops, pl, 1, &need, d)) != TA_OK) return st;
+    if ((st = ta_bwd_check_ptrs(pl, &ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
+    return ta_check_seqlens_host(pl, a->seqlens_k, d);
 }
 
 ta_status ta_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a, void *workspace,
                  size_t workspace_bytes, void *stream) {
     const ta_backend_ops *ops = NULL;
     ta_plan pl;
-    ta_extents ex;
-    size_t need = 0;
+    ta_diag d;
     ta_status st;
-    if (!p || !a) return TA_ERR_NULL_ARG;
-    if ((st = ta_plan_for(p, be, 1, &pl, &ops)) != TA_OK) return st;
-    if ((st = ta_check_stream(ops, stream)) != TA_OK) return st;
-    if ((st = ta_plan_set_bwd_layout(&pl, a, &ex)) != TA_OK) return st;
-    if (!ops->supports(&pl)) return TA_ERR_UNSUPPORTED;
-    if ((st = ops->bwd_size(&pl, &need)) != TA_OK) return st;
-    if ((st = ta_bwd_check_ptrs(&pl, &ex, be, a, workspace, workspace_bytes, need)) != TA_OK)
-        return st;
-    if ((st = ta_check_seqlens_host(&pl, a->seqlens_k)) != TA_OK) return st;
+    ta_diag_init(&d);
+    st = ta_bwd_validate(p, be, a, workspace, workspace_bytes, stream, &pl, &ops, &d);
+    if (st != TA_OK) return st;
     return ops->bwd(&pl, a, workspace, stream);
+}
+
+/* ---- Explanations: the same validation, formatted (docs/api.md "Diagnostics") ---- */
+
+ta_status ta_explain_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a,
+                         const void *workspace, size_t workspace_bytes, const void *stream,
+                         char *buf, size_t buf_len) {
+    const ta_backend_ops *ops = NULL;
+    ta_plan pl;
+    ta_diag d;
+    ta_status st;
+    ta_diag_init(&d);
+    st = ta_fwd_validate(p, be, a, workspace, workspace_bytes, stream, &pl, &ops, &d);
+    ta_diag_format(&d, st, buf, buf_len);
+    return st;
+}
+
+ta_status ta_explain_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a,
+                         const void *workspace, size_t workspace_bytes, const void *stream,
+                         char *buf, size_t buf_len) {
+    const ta_backend_ops *ops = NULL;
+    ta_plan pl;
+    ta_diag d;
+    ta_status st;
+    ta_diag_init(&d);
+    st = ta_bwd_validate(p, be, a, workspace, workspace_bytes, stream, &pl, &ops, &d);
+    ta_diag_format(&d, st, buf, buf_len);
+    return st;
+}
+
+static ta_status ta_explain_size(const ta_problem *p, ta_backend be, int bwd, char *buf,
+                                 size_t buf_len) {
+    ta_diag d;
+    size_t n = 0;
+    ta_status st;
+    ta_diag_init(&d);
+    st = p ? ta_size_validate(p, be, bwd, &n, &d)
+           : ta_fail(&d, TA_ERR_NULL_ARG, "problem", "must not be NULL");
+    ta_diag_format(&d, st, buf, buf_len);
+    return st;
+}
+
+ta_status ta_explain_fwd_workspace_size(const ta_problem *p, ta_backend be, char *buf,
+                                        size_t buf_len) {
+    return ta_explain_size(p, be, 0, buf, buf_len);
+}
+
+ta_status ta_explain_bwd_workspace_size(const ta_problem *p, ta_backend be, char *buf,
+                                        size_t buf_len) {
+    return ta_explain_size(p, be, 1, buf, buf_len);
 }

@@ -27,8 +27,11 @@ typedef struct ta_plan {
     int strided;         /* 1 if any tensor of the call is not contiguous */
 } ta_plan;
 
-/* Checks the problem alone (no pointers) and fills plan (contiguous layout). */
-ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *plan);
+struct ta_diag; /* the first failed check (src/ta_validate.h) */
+
+/* Checks the problem alone (no pointers) and fills plan (contiguous layout).
+ * A failure is recorded in *d (never NULL). */
+ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *plan, struct ta_diag *d);
 
 /* Byte extent of each tensor of a call under plan->layout: the span from its
  * base to one past its last element (the overlap checks use it). */
@@ -39,8 +42,10 @@ typedef struct ta_extents {
 /* Take a call's strides into plan->layout (zeros = contiguous), validate them
  * (negative, aliasing, overflow: TA_ERR_BAD_ARG / TA_ERR_OVERFLOW) and give
  * every tensor's byte extent. Forward: q, k, v, o only. */
-ta_status ta_plan_set_fwd_layout(ta_plan *plan, const ta_fwd_args *a, ta_extents *ext);
-ta_status ta_plan_set_bwd_layout(ta_plan *plan, const ta_bwd_args *a, ta_extents *ext);
+ta_status ta_plan_set_fwd_layout(ta_plan *plan, const ta_fwd_args *a, ta_extents *ext,
+                                 struct ta_diag *d);
+ta_status ta_plan_set_bwd_layout(ta_plan *plan, const ta_bwd_args *a, ta_extents *ext,
+                                 struct ta_diag *d);
 
 /* The step context of (b, h, qt) under tiling t (forward or backward) of plan:
  * ta_tile_context with the plan's layout, heads and key length. */

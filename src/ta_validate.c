@@ -10,72 +10,172 @@
 #include "ta_validate.h"
 
 /* Shapes: every size positive, heads divide, within the supported domain. */
-static ta_status ta_check_shape(const ta_problem *p) {
-    if (p->batch < 1 || p->heads_q < 1 || p->heads_kv < 1 || p->seq_q < 1 || p->seq_k < 1 ||
-        p->head_dim < 1 || p->head_dim_v < 1)
+static ta_status ta_check_shape(const ta_problem *p, ta_diag *d) {
+    const struct {
+        const char *name;
+        int32_t value;
+    } sizes[] = {{"batch", p->batch},          {"heads_q", p->heads_q}, {"heads_kv", p->heads_kv},
+                 {"seq_q", p->seq_q},          {"seq_k", p->seq_k},     {"head_dim", p->head_dim},
+                 {"head_dim_v", p->head_dim_v}};
+    size_t i;
+    for (i = 0; i < sizeof sizes / sizeof sizes[0]; ++i)
+        if (sizes[i].value < 1)
+            return ta_fail_bounds(d, TA_ERR_BAD_SHAPE, sizes[i].name, sizes[i].value, TA_DIAG_LO, 1,
+                                  0);
+    if (p->heads_q % p->heads_kv != 0) {
+        ta_fail_pair(d, TA_ERR_BAD_SHAPE, "heads_q", "not a multiple of", "heads_kv");
+        d->value = p->heads_q;
+        d->other_value = p->heads_kv;
+        d->flags = TA_DIAG_VALUE | TA_DIAG_OTHER_VALUE;
         return TA_ERR_BAD_SHAPE;
-    if (p->heads_q % p->heads_kv != 0) return TA_ERR_BAD_SHAPE;
-    if (p->seq_q > TA_SEQ_MAX || p->seq_k > TA_SEQ_MAX) return TA_ERR_OVERFLOW;
-    if (p->head_dim > TA_HEAD_DIM_MAX || p->head_dim_v > TA_HEAD_DIM_MAX) return TA_ERR_UNSUPPORTED;
+    }
+    if (p->seq_q > TA_SEQ_MAX)
+        return ta_fail_bounds(d, TA_ERR_OVERFLOW, "seq_q", p->seq_q, TA_DIAG_HI, 0, TA_SEQ_MAX);
+    if (p->seq_k > TA_SEQ_MAX)
+        return ta_fail_bounds(d, TA_ERR_OVERFLOW, "seq_k", p->seq_k, TA_DIAG_HI, 0, TA_SEQ_MAX);
+    if (p->head_dim > TA_HEAD_DIM_MAX)
+        return ta_fail_bounds(d, TA_ERR_UNSUPPORTED, "head_dim", p->head_dim,
+                              TA_DIAG_LO | TA_DIAG_HI, 1, TA_HEAD_DIM_MAX);
+    if (p->head_dim_v > TA_HEAD_DIM_MAX)
+        return ta_fail_bounds(d, TA_ERR_UNSUPPORTED, "head_dim_v", p->head_dim_v,
+                              TA_DIAG_LO | TA_DIAG_HI, 1, TA_HEAD_DIM_MAX);
     return TA_OK;
 }
 
-/* Enums, flags, scale, conv and tile sizes. */
-static ta_status ta_check_args(const ta_problem *p) {
-    if (p->dtype != TA_F32 && p->dtype != TA_F16 && p->dtype != TA_BF16) return TA_ERR_BAD_ARG;
+/* Enums, flags, scale, window without its flag. */
+static ta_status ta_check_enums(const ta_problem *p, ta_diag *d) {
+    if (p->dtype != TA_F32 && p->dtype != TA_F16 && p->dtype != TA_BF16)
+        return ta_fail_value(d, TA_ERR_BAD_ARG, "dtype", (int64_t)(int)p->dtype,
+                             "not TA_F32 (0), TA_F16 (1) or TA_BF16 (2)");
     if (p->precision != TA_PRECISION_EXACT && p->precision != TA_PRECISION_FAST)
-        return TA_ERR_BAD_ARG;
-    if ((p->flags & ~(uint32_t)TA_FLAGS_ALL) != 0) return TA_ERR_BAD_ARG;
-    if (isnan(p->scale) || isinf(p->scale)) return TA_ERR_BAD_ARG;
-    if (!(p->flags & TA_WINDOW) && (p->window_left != 0 || p->window_right != 0))
-        return TA_ERR_BAD_ARG; /* window sizes without the flag: a caller mistake */
-    if ((p->conv_q == 0) != (p->conv_k == 0)) return TA_ERR_BAD_ARG;
-    if (p->conv_q < 0 || p->conv_k < 0) return TA_ERR_BAD_ARG;
-    if (p->conv_k != 0 && p->conv_k % 2 == 0) return TA_ERR_BAD_ARG;
-    if (p->conv_q > TA_CONV_Q_MAX || p->conv_k > TA_CONV_K_MAX) return TA_ERR_UNSUPPORTED;
-    if (p->block_q < 0 || p->block_k < 0) return TA_ERR_BAD_ARG;
-    if (p->num_threads < 0) return TA_ERR_BAD_ARG;
-    if (p->tile_config < 0) return TA_ERR_BAD_ARG;
-    if (p->block_q != 0 && !ta_tiling_is_block_size(p->block_q)) return TA_ERR_UNSUPPORTED;
-    if (p->block_k != 0 && !ta_tiling_is_block_size(p->block_k)) return TA_ERR_UNSUPPORTED;
+        return ta_fail_value(d, TA_ERR_BAD_ARG, "precision", (int64_t)(int)p->precision,
+                             "not TA_PRECISION_EXACT (0) or TA_PRECISION_FAST (1)");
+    if ((p->flags & ~(uint32_t)TA_FLAGS_ALL) != 0)
+        return ta_fail_value(d, TA_ERR_BAD_ARG, "flags", (int64_t)p->flags,
+                             "unknown bits (known: TA_CAUSAL | TA_WINDOW = 3)");
+    if (isnan(p->scale)) return ta_fail(d, TA_ERR_BAD_ARG, "scale", "is NaN; must be finite");
+    if (isinf(p->scale)) return ta_fail(d, TA_ERR_BAD_ARG, "scale", "is infinite; must be finite");
+    /* window sizes without the flag: a caller mistake */
+    if (!(p->flags & TA_WINDOW) && p->window_left != 0)
+        return ta_fail_value(d, TA_ERR_BAD_ARG, "window_left", p->window_left,
+                             "set without TA_WINDOW in flags (must then be 0)");
+    if (!(p->flags & TA_WINDOW) && p->window_right != 0)
+        return ta_fail_value(d, TA_ERR_BAD_ARG, "window_right", p->window_right,
+                             "set without TA_WINDOW in flags (must then be 0)");
     return TA_OK;
+}
+
+/* Conv, tile sizes and thread count. */
+static ta_status ta_check_sizes(const ta_problem *p, ta_diag *d) {
+    if ((p->conv_q == 0) != (p->conv_k == 0))
+        return ta_fail_value(d, TA_ERR_BAD_ARG, p->conv_q == 0 ? "conv_k" : "conv_q",
+                             p->conv_q == 0 ? p->conv_k : p->conv_q,
+                             "set without the other conv size (both 0 = no conv)");
+    if (p->conv_q < 0)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "conv_q", p->conv_q, TA_DIAG_LO, 0, 0);
+    if (p->conv_k < 0)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "conv_k", p->conv_k, TA_DIAG_LO, 0, 0);
+    if (p->conv_k != 0 && p->conv_k % 2 == 0)
+        return ta_fail_value(d, TA_ERR_BAD_ARG, "conv_k", p->conv_k, "must be odd");
+    if (p->conv_q > TA_CONV_Q_MAX)
+        return ta_fail_bounds(d, TA_ERR_UNSUPPORTED, "conv_q", p->conv_q, TA_DIAG_LO | TA_DIAG_HI,
+                              1, TA_CONV_Q_MAX);
+    if (p->conv_k > TA_CONV_K_MAX)
+        return ta_fail_bounds(d, TA_ERR_UNSUPPORTED, "conv_k", p->conv_k, TA_DIAG_LO | TA_DIAG_HI,
+                              1, TA_CONV_K_MAX);
+    if (p->block_q < 0)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "block_q", p->block_q, TA_DIAG_LO, 0, 0);
+    if (p->block_k < 0)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "block_k", p->block_k, TA_DIAG_LO, 0, 0);
+    /* 0 = the OpenMP default; no other negative meaning */
+    if (p->num_threads < 0)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "num_threads", p->num_threads,
+                              TA_DIAG_LO | TA_DIAG_HI, 0, TA_THREADS_MAX);
+    if (p->num_threads > TA_THREADS_MAX)
+        return ta_fail_bounds(d, TA_ERR_UNSUPPORTED, "num_threads", p->num_threads,
+                              TA_DIAG_LO | TA_DIAG_HI, 0, TA_THREADS_MAX);
+    /* 0 = the backend's default tile configuration; the CUDA backend bounds it
+     * by its fast table (ta_cuda_supports) */
+    if (p->tile_config < 0)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "tile_config", p->tile_config, TA_DIAG_LO, 0, 0);
+    if (p->block_q != 0 && !ta_tiling_is_block_size(p->block_q))
+        return ta_fail_bounds(d, TA_ERR_UNSUPPORTED, "block_q", p->block_q, TA_DIAG_LO | TA_DIAG_HI,
+                              TA_BLOCK_MIN, TA_BLOCK_MAX);
+    if (p->block_k != 0 && !ta_tiling_is_block_size(p->block_k))
+        return ta_fail_bounds(d, TA_ERR_UNSUPPORTED, "block_k", p->block_k, TA_DIAG_LO | TA_DIAG_HI,
+                              TA_BLOCK_MIN, TA_BLOCK_MAX);
+    return TA_OK;
+}
+
+/* a * b into *out, or the overflow recorded against what (a tensor's count). */
+static int ta_mul_count(size_t a, size_t b, size_t *out, const char *what, ta_diag *d) {
+    if (ta_mul_size(a, b, out)) return 1;
+    ta_fail(d, TA_ERR_OVERFLOW, what, "element or byte count overflows size_t");
+    return 0;
 }
 
 /* Element counts of every tensor, overflow-checked (and their byte sizes). */
-static ta_status ta_count_elems(ta_plan *pl) {
+static ta_status ta_count_elems(ta_plan *pl, ta_diag *d) {
     const ta_problem *p = &pl->p;
     size_t bh, bhkv, t, bytes;
-    if (!ta_mul_size((size_t)p->batch, (size_t)p->heads_q, &bh) ||
-        !ta_mul_size((size_t)p->batch, (size_t)p->heads_kv, &bhkv))
-        return TA_ERR_OVERFLOW;
-    if (!ta_mul_size(bh, (size_t)p->seq_q, &pl->n_lse)) return TA_ERR_OVERFLOW;
-    if (!ta_mul_size(pl->n_lse, (size_t)p->head_dim, &pl->n_q)) return TA_ERR_OVERFLOW;
-    if (!ta_mul_size(pl->n_lse, (size_t)p->head_dim_v, &pl->n_o)) return TA_ERR_OVERFLOW;
-    if (!ta_mul_size(bhkv, (size_t)p->seq_k, &t)) return TA_ERR_OVERFLOW;
-    if (!ta_mul_size(t, (size_t)p->head_dim, &pl->n_k)) return TA_ERR_OVERFLOW;
-    if (!ta_mul_size(t, (size_t)p->head_dim_v, &pl->n_v)) return TA_ERR_OVERFLOW;
-    if (!ta_mul_size((size_t)p->heads_q, (size_t)p->conv_q, &t) ||
-        !ta_mul_size(t, (size_t)p->conv_k, &pl->n_conv))
-        return TA_ERR_OVERFLOW;
+    if (!ta_mul_count((size_t)p->batch, (size_t)p->heads_q, &bh, "q (batch * heads_q)", d) ||
+        !ta_mul_count((size_t)p->batch, (size_t)p->heads_kv, &bhkv, "k (batch * heads_kv)", d) ||
+        !ta_mul_count(bh, (size_t)p->seq_q, &pl->n_lse, "lse (batch * heads_q * seq_q)", d) ||
+        !ta_mul_count(pl->n_lse, (size_t)p->head_dim, &pl->n_q, "q", d) ||
+        !ta_mul_count(pl->n_lse, (size_t)p->head_dim_v, &pl->n_o, "o", d) ||
+        !ta_mul_count(bhkv, (size_t)p->seq_k, &t, "k (batch * heads_kv * seq_k)", d) ||
+        !ta_mul_count(t, (size_t)p->head_dim, &pl->n_k, "k", d) ||
+        !ta_mul_count(t, (size_t)p->head_dim_v, &pl->n_v, "v", d) ||
+        !ta_mul_count((size_t)p->heads_q, (size_t)p->conv_q, &t, "conv_w", d) ||
+        !ta_mul_count(t, (size_t)p->conv_k, &pl->n_conv, "conv_w", d))
+        return d->status;
     /* byte sizes of the largest tensors must fit too */
-    if (!ta_mul_size(pl->n_q, pl->elem_bytes, &bytes) ||
-        !ta_mul_size(pl->n_k, pl->elem_bytes, &bytes) ||
-        !ta_mul_size(pl->n_v, pl->elem_bytes, &bytes) ||
-        !ta_mul_size(pl->n_o, pl->elem_bytes, &bytes) ||
-        !ta_mul_size(pl->n_lse, sizeof(float), &bytes))
-        return TA_ERR_OVERFLOW;
+    if (!ta_mul_count(pl->n_q, pl->elem_bytes, &bytes, "q", d) ||
+        !ta_mul_count(pl->n_k, pl->elem_bytes, &bytes, "k", d) ||
+        !ta_mul_count(pl->n_v, pl->elem_bytes, &bytes, "v", d) ||
+        !ta_mul_count(pl->n_o, pl->elem_bytes, &bytes, "o", d) ||
+        !ta_mul_count(pl->n_lse, sizeof(float), &bytes, "lse", d))
+        return d->status;
+    return TA_OK;
+}
+
+/* One pass's tiling; a block that leaves no effective row or column is named with
+ * the conv size whose halos take it, and the smallest block that would do. */
+static ta_status ta_make_pass(ta_tiling *t, const ta_problem *p, int32_t bq, int32_t bk,
+                              int32_t pass, ta_diag *d) {
+    static const char *const rules[2][2] = {{"no effective column left by the forward halos of",
+                                             "no effective row left by the forward halos of"},
+                                            {"no effective column left by the backward halos of",
+                                             "no effective row left by the backward halos of"}};
+    int32_t top, bottom, side;
+    ta_tiling_halos(p->conv_q, p->conv_k, pass, &top, &bottom, &side);
+    if (bq - top - bottom < 1 || bk - 2 * side < 1) {
+        const int rows = bq - top - bottom < 1;
+        ta_fail_pair(d, TA_ERR_UNSUPPORTED, rows ? "block_q" : "block_k",
+                     rules[pass == TA_TILING_BWD][rows], rows ? "conv_q" : "conv_k");
+        d->value = rows ? bq : bk;
+        d->other_value = rows ? p->conv_q : p->conv_k;
+        d->lo = rows ? top + bottom + 1 : 2 * side + 1;
+        d->flags = TA_DIAG_VALUE | TA_DIAG_OTHER_VALUE | TA_DIAG_LO;
+        return TA_ERR_UNSUPPORTED;
+    }
+    /* the remaining causes were checked above (sizes, block range, one split) */
+    if (ta_tiling_make(t, p->seq_q, p->seq_k, bq, bk, p->conv_q, p->conv_k,
+                       (p->flags & TA_CAUSAL) != 0, pass, 1) != TA_OK)
+        return ta_fail(d, TA_ERR_UNSUPPORTED, "tiling", "refused by ta_tiling_make");
     return TA_OK;
 }
 
 static void ta_plan_contiguous_layout(ta_plan *pl);
 
-ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl) {
+ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl, ta_diag *d) {
     ta_status st;
     int32_t bq, bk;
     (void)be;
-    if (!p) return TA_ERR_NULL_ARG;
-    if ((st = ta_check_shape(p)) != TA_OK) return st;
-    if ((st = ta_check_args(p)) != TA_OK) return st;
+    if (!p) return ta_fail(d, TA_ERR_NULL_ARG, "problem", "must not be NULL");
+    if ((st = ta_check_shape(p, d)) != TA_OK) return st;
+    if ((st = ta_check_enums(p, d)) != TA_OK) return st;
+    if ((st = ta_check_sizes(p, d)) != TA_OK) return st;
     memset(pl, 0, sizeof *pl);
     pl->p = *p;
     pl->has_conv = p->conv_q > 0;
@@ -84,8 +184,10 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl) {
     pl->stages.num_splits = 1;
     pl->group = p->heads_q / p->heads_kv;
     pl->elem_bytes = p->dtype == TA_F32 ? 4u : 2u;
-    if ((st = ta_count_elems(pl)) != TA_OK) return st;
-    if (pl->has_conv && !(p->flags & TA_CAUSAL)) return TA_ERR_UNSUPPORTED; /* MTA is causal */
+    if ((st = ta_count_elems(pl, d)) != TA_OK) return st;
+    if (pl->has_conv && !(p->flags & TA_CAUSAL)) /* MTA is causal */
+        return ta_fail_value(d, TA_ERR_UNSUPPORTED, "flags", (int64_t)p->flags,
+                             "the MTA conv needs TA_CAUSAL");
     if (p->scale == 0.0f) pl->p.scale = 1.0f / sqrtf((float)p->head_dim);
     ta_tiling_default_blocks(p->conv_q, p->conv_k, &bq, &bk);
     if (p->block_q != 0) bq = p->block_q;
@@ -94,12 +196,8 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl) {
     pl->p.block_k = bk;
     /* a problem is accepted only if both passes have a valid geometry, so a
      * forward that runs never leaves its backward unsupported */
-    st = (ta_status)ta_tiling_make(&pl->fwd, p->seq_q, p->seq_k, bq, bk, p->conv_q, p->conv_k,
-                                   (p->flags & TA_CAUSAL) != 0, TA_TILING_FWD, 1);
-    if (st != TA_OK) return st;
-    st = (ta_status)ta_tiling_make(&pl->bwd, p->seq_q, p->seq_k, bq, bk, p->conv_q, p->conv_k,
-                                   (p->flags & TA_CAUSAL) != 0, TA_TILING_BWD, 1);
-    if (st != TA_OK) return st;
+    if ((st = ta_make_pass(&pl->fwd, p, bq, bk, TA_TILING_FWD, d)) != TA_OK) return st;
+    if ((st = ta_make_pass(&pl->bwd, p, bq, bk, TA_TILING_BWD, d)) != TA_OK) return st;
     pl->has_window = (p->flags & TA_WINDOW) != 0;
     if (pl->has_window) {
         ta_tiling_set_window(&pl->fwd, p->window_left, p->window_right);
@@ -130,53 +228,74 @@ static void ta_plan_contiguous_layout(ta_plan *pl) {
  * of all smaller ones (the feature dimension, stride 1, spans dim elements).
  * It accepts every permutation of the dimensions with any gaps, and rejects
  * interleavings it cannot prove disjoint. *bytes = the tensor's byte extent.
+ * A failure names the field (name, e.g. "args.k_strides") and the dimension.
  */
 static ta_status ta_check_strides(ta_strides *s, const ta_strides *dense, int32_t n_b, int32_t n_h,
                                   int32_t n_s, int32_t dim, size_t elem_bytes, int *strided,
-                                  size_t *bytes) {
+                                  size_t *bytes, const char *name, ta_diag *d) {
+    static const char *const dim_names[3] = {"batch", "head", "seq"};
     int64_t stride[3], extent[3], span = dim, last = dim - 1;
-    int n = 0, i, j;
+    int which[3], n = 0, i, j;
     if (s->batch == 0 && s->head == 0 && s->seq == 0) *s = *dense;
-    if (s->batch < 0 || s->head < 0 || s->seq < 0) return TA_ERR_BAD_ARG;
-    if (s->batch != dense->batch || s->head != dense->head || s->seq != dense->seq) *strided = 1;
-    /* dims of extent > 1, sorted by stride (insertion sort of at most 3) */
     {
         const int64_t st_all[3] = {s->batch, s->head, s->seq}, ex_all[3] = {n_b, n_h, n_s};
+        for (i = 0; i < 3; ++i)
+            if (st_all[i] < 0) {
+                ta_fail_bounds(d, TA_ERR_BAD_ARG, name, st_all[i], TA_DIAG_LO, 0, 0);
+                d->member = dim_names[i];
+                return TA_ERR_BAD_ARG;
+            }
+        if (s->batch != dense->batch || s->head != dense->head || s->seq != dense->seq)
+            *strided = 1;
+        /* dims of extent > 1, sorted by stride (insertion sort of at most 3) */
         for (i = 0; i < 3; ++i) {
             if (ex_all[i] <= 1) continue;
             for (j = n; j > 0 && stride[j - 1] > st_all[i]; --j) {
                 stride[j] = stride[j - 1];
                 extent[j] = extent[j - 1];
+                which[j] = which[j - 1];
             }
             stride[j] = st_all[i];
             extent[j] = ex_all[i];
+            which[j] = i;
             ++n;
         }
     }
     for (i = 0; i < n; ++i) {
         /* span <= 2^62 here: each step below is checked against it */
-        if (stride[i] < span) return TA_ERR_BAD_ARG; /* would alias a smaller dim's elements */
-        if (stride[i] > (INT64_C(1) << 62) / (extent[i] - 1)) return TA_ERR_OVERFLOW;
-        last += stride[i] * (extent[i] - 1);
-        if (last >= (INT64_C(1) << 62)) return TA_ERR_OVERFLOW;
+        if (stride[i] < span) { /* would alias a smaller dim's elements */
+            ta_fail_bounds(d, TA_ERR_BAD_ARG, name, stride[i], TA_DIAG_LO, span, 0);
+            d->member = dim_names[which[i]];
+            d->rule = "aliases the elements of the dimensions with smaller strides";
+            return TA_ERR_BAD_ARG;
+        }
+        if (stride[i] > (INT64_C(1) << 62) / (extent[i] - 1) ||
+            (last += stride[i] * (extent[i] - 1)) >= (INT64_C(1) << 62)) {
+            ta_fail_value(d, TA_ERR_OVERFLOW, name, stride[i],
+                          "the tensor's span exceeds 2^62 elements");
+            d->member = dim_names[which[i]];
+            return TA_ERR_OVERFLOW;
+        }
         span = last + 1;
     }
-    if (!ta_mul_size((size_t)span, elem_bytes, bytes)) return TA_ERR_OVERFLOW;
+    if (!ta_mul_size((size_t)span, elem_bytes, bytes))
+        return ta_fail(d, TA_ERR_OVERFLOW, name, "the tensor's span in bytes overflows size_t");
     return TA_OK;
 }
 
-#define TA_CHECK_STRIDES(field, user, nh, ns, dim, out)                                         \
-    do {                                                                                         \
-        ta_strides dense_ = pl->layout.field;                                                    \
-        pl->layout.field = (user);                                                               \
-        st = ta_check_strides(&pl->layout.field, &dense_, p->batch, (nh), (ns), (dim),          \
-                              pl->elem_bytes, &pl->strided, &(out));                             \
-        if (st != TA_OK) return st;                                                              \
+#define TA_CHECK_STRIDES(field, user, nh, ns, dim, out)                                            \
+    do {                                                                                           \
+        ta_strides dense_ = pl->layout.field;                                                      \
+        pl->layout.field = (user);                                                                 \
+        st = ta_check_strides(&pl->layout.field, &dense_, p->batch, (nh), (ns), (dim),             \
+                              pl->elem_bytes, &pl->strided, &(out), "args." #field "_strides", d); \
+        if (st != TA_OK) return st;                                                                \
     } while (0)
 
 /* q, k, v, o: the tensors both passes take. */
 static ta_status ta_set_qkvo_layout(ta_plan *pl, const ta_strides *q, const ta_strides *k,
-                                    const ta_strides *v, const ta_strides *o, ta_extents *ext) {
+                                    const ta_strides *v, const ta_strides *o, ta_extents *ext,
+                                    ta_diag *d) {
     const ta_problem *p = &pl->p;
     ta_status st;
     memset(ext, 0, sizeof *ext);
@@ -188,15 +307,15 @@ static ta_status ta_set_qkvo_layout(ta_plan *pl, const ta_strides *q, const ta_s
     return TA_OK;
 }
 
-ta_status ta_plan_set_fwd_layout(ta_plan *pl, const ta_fwd_args *a, ta_extents *ext) {
-    return ta_set_qkvo_layout(pl, &a->q_strides, &a->k_strides, &a->v_strides, &a->o_strides,
-                              ext);
+ta_status ta_plan_set_fwd_layout(ta_plan *pl, const ta_fwd_args *a, ta_extents *ext, ta_diag *d) {
+    return ta_set_qkvo_layout(pl, &a->q_strides, &a->k_strides, &a->v_strides, &a->o_strides, ext,
+                              d);
 }
 
-ta_status ta_plan_set_bwd_layout(ta_plan *pl, const ta_bwd_args *a, ta_extents *ext) {
+ta_status ta_plan_set_bwd_layout(ta_plan *pl, const ta_bwd_args *a, ta_extents *ext, ta_diag *d) {
     const ta_problem *p = &pl->p;
     ta_status st =
-        ta_set_qkvo_layout(pl, &a->q_strides, &a->k_strides, &a->v_strides, &a->o_strides, ext);
+        ta_set_qkvo_layout(pl, &a->q_strides, &a->k_strides, &a->v_strides, &a->o_strides, ext, d);
     if (st != TA_OK) return st;
     TA_CHECK_STRIDES(d_o, a->d_o_strides, p->heads_q, p->seq_q, p->head_dim_v, ext->d_o);
     TA_CHECK_STRIDES(dq, a->dq_strides, p->heads_q, p->seq_q, p->head_dim, ext->dq);
@@ -219,40 +338,77 @@ int ta_ranges_overlap(const void *a, size_t na, const void *b, size_t nb) {
     return pa < pb + nb && pb < pa + na;
 }
 
-ta_status ta_check_buffers(const ta_buf *in, int n_in, const ta_buf *out, int n_out) {
+static ta_status ta_fail_align(const ta_buf *b, ta_diag *d) {
+    ta_fail_bounds(d, TA_ERR_BAD_ARG, b->name, (int64_t)(uintptr_t)b->ptr, TA_DIAG_MULTIPLE,
+                   (int64_t)b->align, 0);
+    d->flags |= TA_DIAG_VALUE_ADDR;
+    d->rule = "address not aligned to its element";
+    return TA_ERR_BAD_ARG;
+}
+
+ta_status ta_check_buffers(const ta_buf *in, int n_in, const ta_buf *out, int n_out, ta_diag *d) {
     int i, j;
     for (i = 0; i < n_in; ++i)
-        if (in[i].ptr && !ta_ptr_aligned(in[i].ptr, in[i].align)) return TA_ERR_BAD_ARG;
+        if (in[i].ptr && !ta_ptr_aligned(in[i].ptr, in[i].align)) return ta_fail_align(&in[i], d);
     for (i = 0; i < n_out; ++i) {
-        if (out[i].ptr && !ta_ptr_aligned(out[i].ptr, out[i].align)) return TA_ERR_BAD_ARG;
+        if (out[i].ptr && !ta_ptr_aligned(out[i].ptr, out[i].align))
+            return ta_fail_align(&out[i], d);
         for (j = 0; j < n_in; ++j)
             if (ta_ranges_overlap(out[i].ptr, out[i].bytes, in[j].ptr, in[j].bytes))
-                return TA_ERR_BAD_ARG;
+                return ta_fail_pair(d, TA_ERR_BAD_ARG, out[i].name, "overlaps", in[j].name);
         for (j = 0; j < i; ++j)
             if (ta_ranges_overlap(out[i].ptr, out[i].bytes, out[j].ptr, out[j].bytes))
-                return TA_ERR_BAD_ARG;
+                return ta_fail_pair(d, TA_ERR_BAD_ARG, out[i].name, "overlaps", out[j].name);
     }
     return TA_OK;
 }
 
-ta_status ta_check_workspace(const void *ws, size_t ws_bytes, size_t needed) {
-    if (needed > 0 && !ws) return TA_ERR_NULL_ARG;
-    if (ws_bytes < needed) return TA_ERR_WORKSPACE_SIZE;
-    if (ws && !ta_ptr_aligned(ws, TA_WORKSPACE_ALIGN)) return TA_ERR_WORKSPACE_ALIGN;
+ta_status ta_check_workspace(const void *ws, size_t ws_bytes, size_t needed, ta_diag *d) {
+    if (needed > 0 && !ws) {
+        ta_fail_pair(d, TA_ERR_NULL_ARG, "workspace", "NULL, but", "the size query's bytes");
+        d->other_value = (int64_t)needed;
+        d->flags = TA_DIAG_OTHER_VALUE;
+        return TA_ERR_NULL_ARG;
+    }
+    if (ws_bytes < needed)
+        return ta_fail_bounds(d, TA_ERR_WORKSPACE_SIZE, "workspace_bytes", (int64_t)ws_bytes,
+                              TA_DIAG_LO, (int64_t)needed, 0);
+    if (ws && !ta_ptr_aligned(ws, TA_WORKSPACE_ALIGN)) {
+        ta_fail_bounds(d, TA_ERR_WORKSPACE_ALIGN, "workspace", (int64_t)(uintptr_t)ws,
+                       TA_DIAG_MULTIPLE, TA_WORKSPACE_ALIGN, 0);
+        d->flags |= TA_DIAG_VALUE_ADDR;
+        d->rule = "address not aligned";
+        return TA_ERR_WORKSPACE_ALIGN;
+    }
     return TA_OK;
 }
 
-ta_status ta_check_seqlens_host(const ta_plan *pl, const int32_t *seqlens_k) {
+ta_status ta_check_seqlens_host(const ta_plan *pl, const int32_t *seqlens_k, ta_diag *d) {
     int32_t b;
     if (!seqlens_k) return TA_OK;
     for (b = 0; b < pl->p.batch; ++b)
-        if (seqlens_k[b] < 0 || seqlens_k[b] > pl->p.seq_k) return TA_ERR_BAD_ARG;
+        if (seqlens_k[b] < 0 || seqlens_k[b] > pl->p.seq_k) {
+            ta_fail_bounds(d, TA_ERR_BAD_ARG, "args.seqlens_k", seqlens_k[b],
+                           TA_DIAG_LO | TA_DIAG_HI, 0, pl->p.seq_k);
+            d->flags |= TA_DIAG_INDEX;
+            d->index = b;
+            return TA_ERR_BAD_ARG;
+        }
     return TA_OK;
 }
 
-ta_status ta_check_trace(ta_backend be, const ta_trace *tr) {
+ta_status ta_check_trace(ta_backend be, const ta_trace *tr, size_t *bytes, ta_diag *d) {
+    *bytes = 0;
     if (!tr) return TA_OK;
-    if (be != TA_BACKEND_REF) return TA_ERR_UNSUPPORTED;
-    if (!tr->entries && tr->capacity > 0) return TA_ERR_NULL_ARG;
+    if (be != TA_BACKEND_REF)
+        return ta_fail(d, TA_ERR_UNSUPPORTED, "args.trace",
+                       "must be NULL on this backend (a trace is REF only)");
+    if (!tr->entries && tr->capacity > 0) {
+        return ta_fail(d, TA_ERR_NULL_ARG, "args.trace->entries", "NULL with a capacity above 0");
+    }
+    if (!ta_mul_size(tr->capacity, sizeof(ta_trace_entry), bytes)) {
+        return ta_fail(d, TA_ERR_OVERFLOW, "args.trace->capacity",
+                       "capacity * sizeof(ta_trace_entry) overflows size_t");
+    }
     return TA_OK;
 }

@@ -5,6 +5,8 @@
 #                  the install/consumer check; GPU tests report "skipped" without a GPU.
 #   2. clang-debug clang -O0, no CUDA: unit, oracle, bad-input.
 #   3. asan        gcc ASan+UBSan, no CUDA: unit, oracle, bad-input (quick modes).
+#   4. fuzz        clang libFuzzer+ASan+UBSan harnesses (test/fuzz), label fuzz: each
+#                  runs TILEATTN_FUZZ_SECONDS (20) from the seed corpus.
 # CUDA is compiled in configuration 1 only, and the exhaustive and valgrind
 # runs happen once, to keep a 2-core CI machine under its time limit.
 set -euo pipefail
@@ -31,5 +33,11 @@ cmake --preset asan
 cmake --build --preset asan -j "$jobs"
 step "asan: ctest"
 ctest --preset asan -j "$jobs" -LE 'memcheck|exhaustive|cuda'
+
+step "fuzz: configure + build"
+cmake --preset fuzz
+cmake --build --preset fuzz -j "$jobs"
+step "fuzz: ctest (label fuzz)"
+ctest --preset fuzz -j "$jobs"
 
 step "all test configurations passed"

@@ -9,6 +9,8 @@
  * dv, dconv_w, trace entries, workspace) are canary-filled and the inputs
  * restored; after it, the canaries must be intact (ta_canary_intact), every
  * input byte unchanged, and the bytes out-parameter and trace count untouched.
+ * Each refused call is also explained (ta_explain_*): the same status, a message
+ * naming the case's field (and the other party of an overlap), nothing written.
  * Then: ta_status_string names every code, and a valid call still succeeds.
  * Expected statuses and the order of checks: docs/api.md.
  */
@@ -157,6 +159,10 @@ typedef struct bad_case {
     int entries; /* E_* mask */
     ta_status expect;
     mutator mutate;
+    /* names the explanation (ta_explain_*) must contain, space-separated (the
+     * field, the other party of an overlap or divisibility); "fwd|bwd" when the
+     * backward entry points name others; NULL: not explainable */
+    const char *field;
 } bad_case;
 
 #define SET(fn, stmt)                                                                              \
@@ -238,13 +244,12 @@ SET(m_k_rows_alias, c->fa.k_strides.batch = c->ba.k_strides.batch = HKV_ * SK_ *
     c->fa.k_strides.head = c->ba.k_strides.head = SK_ * D_;
     c->fa.k_strides.seq = c->ba.k_strides.seq = D_ - 1)
 SET(m_dq_heads_alias, c->ba.dq_strides.batch = H_ * SQ_ * D_; c->ba.dq_strides.head = D_;
-    c->ba.dq_strides.seq = D_; c->fa.o_strides.batch = H_ * SQ_ * DV_;
-    c->fa.o_strides.head = DV_; c->fa.o_strides.seq = DV_)
+    c->ba.dq_strides.seq = D_; c->fa.o_strides.batch = H_ * SQ_ * DV_; c->fa.o_strides.head = DV_;
+    c->fa.o_strides.seq = DV_)
 SET(m_o_strided_overlap, c->fa.o_strides.batch = c->ba.o_strides.batch = 1 << 20;
     c->fa.o_strides.head = c->ba.o_strides.head = SQ_ * DV_;
-    c->fa.o_strides.seq = c->ba.o_strides.seq = DV_;
-    c->ba.dq_strides.batch = 1 << 20; c->ba.dq_strides.head = SQ_ * D_;
-    c->ba.dq_strides.seq = D_)
+    c->fa.o_strides.seq = c->ba.o_strides.seq = DV_; c->ba.dq_strides.batch = 1 << 20;
+    c->ba.dq_strides.head = SQ_ * D_; c->ba.dq_strides.seq = D_)
 SET(m_v_stride_overflow, c->fa.v_strides.batch = c->ba.v_strides.batch = INT64_MAX / 2;
     c->fa.v_strides.head = c->ba.v_strides.head = SK_ * DV_;
     c->fa.v_strides.seq = c->ba.v_strides.seq = DV_)
@@ -343,6 +348,63 @@ SET(m_seqlens_min, c->fa.seqlens_k = c->ba.seqlens_k = k_seqlens_min)
 static ta_trace g_bad_trace;
 SET(m_trace_null_entries, g_bad_trace.entries = NULL; g_bad_trace.capacity = 4;
     g_bad_trace.count = 0; c->fa.trace = c->ba.trace = &g_bad_trace)
+/* the trace entries and struct are outputs: aligned, overlapping nothing (issue 15, found 4) */
+static ta_trace g_moved_trace;
+static int point_trace(call *c, void *entries, size_t capacity) {
+    g_moved_trace.entries = (ta_trace_entry *)entries;
+    g_moved_trace.capacity = capacity;
+    g_moved_trace.count = 0;
+    c->fa.trace = c->ba.trace = &g_moved_trace;
+    return 1;
+}
+static int m_trace_is_o(call *c, int entry) {
+    (void)entry;
+    return point_trace(c, reg(R_O), 4);
+}
+static int m_trace_is_dq(call *c, int entry) {
+    (void)entry;
+    return point_trace(c, reg(R_DQ), 4);
+}
+static int m_trace_in_q(call *c, int entry) {
+    (void)entry;
+    return point_trace(c, reg_b(R_Q) + 32, 2);
+}
+static int m_trace_in_ws(call *c, int entry) {
+    (void)entry;
+    return point_trace(c, reg_b(R_WS) + 64, 4);
+}
+static int m_trace_misaligned(call *c, int entry) {
+    (void)entry;
+    return point_trace(c, reg_b(R_TRACE) + 1, 4);
+}
+static int m_trace_capacity_overflow(call *c, int entry) {
+    (void)entry;
+    return point_trace(c, reg(R_TRACE), SIZE_MAX / 2);
+}
+/* lse over the ta_trace struct itself (whose count a call writes) */
+SET(m_trace_struct_in_lse, c->fa.lse = (float *)(void *)&g_trace;
+    c->ba.lse = (const float *)(const void *)&g_trace)
+/* num_threads: [0, TA_THREADS_MAX]; 0 is the default, no negative value means anything */
+SET(m_threads_neg1, c->p.num_threads = -1)
+SET(m_threads_min, c->p.num_threads = INT32_MIN)
+SET(m_threads_over, c->p.num_threads = TA_THREADS_MAX + 1)
+SET(m_threads_over_cpu, c->p.num_threads = TA_THREADS_MAX + 1; c->be = TA_BACKEND_CPU;
+    c->fa.trace = c->ba.trace = NULL)
+/* MTA (conv 3 x 5, causal): conv_w and dconv_w required, aligned, not overlapping */
+static void set_conv(call *c) {
+    c->p.conv_q = 3;
+    c->p.conv_k = 5;
+    c->fa.conv_w = c->ba.conv_w = (const float *)reg(R_CONV_W);
+    c->ba.dconv_w = (float *)reg(R_DCONV_W);
+}
+SET(m_mta_conv_w_null, set_conv(c); c->fa.conv_w = c->ba.conv_w = NULL)
+SET(m_mta_dconv_w_null, set_conv(c); c->ba.dconv_w = NULL)
+SET(m_mta_conv_w_odd, set_conv(c);
+    c->fa.conv_w = c->ba.conv_w = (const float *)(const void *)(reg_b(R_CONV_W) + 1))
+SET(m_mta_dconv_w_plus2, set_conv(c); c->ba.dconv_w = (float *)(void *)(reg_b(R_DCONV_W) + 2))
+SET(m_mta_dconv_w_is_conv_w, set_conv(c); c->ba.dconv_w = (float *)reg(R_CONV_W))
+SET(m_mta_dconv_w_over_dv, set_conv(c); c->ba.dconv_w = (float *)reg(R_DV) + 4)
+SET(m_mta_o_over_conv_w, set_conv(c); c->fa.o = reg_b(R_CONV_W) + 8)
 /* backends not implemented yet (skipped once they are available) */
 static int m_backend_cpu(call *c, int entry) {
     (void)entry;
@@ -371,120 +433,154 @@ SET(m_order_null_before_ws, c->fa.q = c->ba.q = NULL; c->ws = reg_b(R_WS) + 8)
 SET(m_order_ws_before_seqlens, c->ws_bytes = 1; c->fa.seqlens_k = c->ba.seqlens_k = k_seqlens_neg)
 
 static const bad_case k_cases[] = {
-    {"problem NULL", E_ALL, TA_ERR_NULL_ARG, m_null_problem},
-    {"args NULL", E_CALLS, TA_ERR_NULL_ARG, m_null_args},
-    {"bytes out-parameter NULL", E_FWS | E_BWS, TA_ERR_NULL_ARG, m_null_bytes},
-    {"q NULL", E_CALLS, TA_ERR_NULL_ARG, m_null_q},
-    {"k NULL", E_CALLS, TA_ERR_NULL_ARG, m_null_k},
-    {"v NULL", E_CALLS, TA_ERR_NULL_ARG, m_null_v},
-    {"o NULL", E_CALLS, TA_ERR_NULL_ARG, m_null_o},
-    {"d_o NULL", E_BWD, TA_ERR_NULL_ARG, m_null_d_o},
-    {"lse NULL in backward", E_BWD, TA_ERR_NULL_ARG, m_null_lse_bwd},
-    {"dq NULL", E_BWD, TA_ERR_NULL_ARG, m_null_dq},
-    {"dk NULL", E_BWD, TA_ERR_NULL_ARG, m_null_dk},
-    {"dv NULL", E_BWD, TA_ERR_NULL_ARG, m_null_dv},
-    {"batch 0", E_ALL, TA_ERR_BAD_SHAPE, m_batch_0},
-    {"heads_q 0", E_ALL, TA_ERR_BAD_SHAPE, m_heads_q_0},
-    {"heads_kv 0", E_ALL, TA_ERR_BAD_SHAPE, m_heads_kv_0},
-    {"seq_q 0", E_ALL, TA_ERR_BAD_SHAPE, m_seq_q_0},
-    {"seq_k 0", E_ALL, TA_ERR_BAD_SHAPE, m_seq_k_0},
-    {"head_dim 0", E_ALL, TA_ERR_BAD_SHAPE, m_head_dim_0},
-    {"head_dim_v 0", E_ALL, TA_ERR_BAD_SHAPE, m_head_dim_v_0},
-    {"batch -1", E_ALL, TA_ERR_BAD_SHAPE, m_batch_neg},
-    {"heads_q -4", E_ALL, TA_ERR_BAD_SHAPE, m_heads_q_neg},
-    {"heads_kv -2", E_ALL, TA_ERR_BAD_SHAPE, m_heads_kv_neg},
-    {"seq_q -5", E_ALL, TA_ERR_BAD_SHAPE, m_seq_q_neg},
-    {"seq_k INT32_MIN", E_ALL, TA_ERR_BAD_SHAPE, m_seq_k_neg},
-    {"head_dim -8", E_ALL, TA_ERR_BAD_SHAPE, m_head_dim_neg},
-    {"head_dim_v -1", E_ALL, TA_ERR_BAD_SHAPE, m_head_dim_v_neg},
-    {"heads_q 4 % heads_kv 3", E_ALL, TA_ERR_BAD_SHAPE, m_heads_not_divisible},
-    {"heads_kv 4 > heads_q 2", E_ALL, TA_ERR_BAD_SHAPE, m_heads_kv_gt_q},
-    {"head_dim 257", E_ALL, TA_ERR_UNSUPPORTED, m_head_dim_257},
-    {"head_dim_v 257", E_ALL, TA_ERR_UNSUPPORTED, m_head_dim_v_257},
-    {"seq_q TA_SEQ_MAX + 1", E_ALL, TA_ERR_OVERFLOW, m_seq_q_over},
-    {"seq_k INT32_MAX", E_ALL, TA_ERR_OVERFLOW, m_seq_k_over},
-    {"B*H*S_q overflows size_t", E_ALL, TA_ERR_OVERFLOW, m_elems_overflow},
-    {"B*H_kv*S_k*D overflows size_t", E_ALL, TA_ERR_OVERFLOW, m_kv_elems_overflow},
-    {"q element count fits, byte count overflows", E_ALL, TA_ERR_OVERFLOW, m_bytes_overflow},
-    {"dtype 3", E_ALL, TA_ERR_BAD_ARG, m_dtype_3},
-    {"dtype -1", E_ALL, TA_ERR_BAD_ARG, m_dtype_neg},
-    {"precision 2", E_ALL, TA_ERR_BAD_ARG, m_precision_2},
-    {"backend 3", E_ALL, TA_ERR_BAD_ARG, m_backend_3},
-    {"backend -1", E_ALL, TA_ERR_BAD_ARG, m_backend_neg},
-    {"unknown flag bit 2", E_ALL, TA_ERR_BAD_ARG, m_flag_bit2},
-    {"window_left without TA_WINDOW", E_ALL, TA_ERR_BAD_ARG, m_window_left_no_flag},
-    {"window_right without TA_WINDOW", E_ALL, TA_ERR_BAD_ARG, m_window_right_no_flag},
-    {"q strides negative", E_CALLS, TA_ERR_BAD_ARG, m_q_stride_neg},
-    {"k rows alias (seq stride < D)", E_CALLS, TA_ERR_BAD_ARG, m_k_rows_alias},
-    {"dq heads alias rows (head stride = seq stride)", E_CALLS, TA_ERR_BAD_ARG, m_dq_heads_alias},
-    {"o strided into the next region (overlap)", E_CALLS, TA_ERR_BAD_ARG, m_o_strided_overlap},
-    {"v strides overflow", E_CALLS, TA_ERR_OVERFLOW, m_v_stride_overflow},
-    {"strided d_o overlaps dk", E_BWD, TA_ERR_BAD_ARG, m_dk_overlaps_strided_d_o},
-    {"order: strides before NULL pointers", E_CALLS, TA_ERR_BAD_ARG, m_order_strides_before_null},
-    {"unknown flag bit 31", E_ALL, TA_ERR_BAD_ARG, m_flag_bit31},
-    {"scale NaN", E_ALL, TA_ERR_BAD_ARG, m_scale_nan},
-    {"scale +inf", E_ALL, TA_ERR_BAD_ARG, m_scale_inf},
-    {"scale -inf", E_ALL, TA_ERR_BAD_ARG, m_scale_neg_inf},
-    {"conv_q without conv_k", E_ALL, TA_ERR_BAD_ARG, m_conv_q_only},
-    {"conv_k without conv_q", E_ALL, TA_ERR_BAD_ARG, m_conv_k_only},
-    {"conv_k even", E_ALL, TA_ERR_BAD_ARG, m_conv_k_even},
-    {"conv -1 x -1", E_ALL, TA_ERR_BAD_ARG, m_conv_neg},
-    {"conv_q -3", E_ALL, TA_ERR_BAD_ARG, m_conv_q_neg},
-    {"conv_q 17", E_ALL, TA_ERR_UNSUPPORTED, m_conv_q_17},
-    {"conv_k 33", E_ALL, TA_ERR_UNSUPPORTED, m_conv_k_33},
-    {"conv without TA_CAUSAL", E_ALL, TA_ERR_UNSUPPORTED, m_conv_no_causal},
-    {"block_q -64", E_ALL, TA_ERR_BAD_ARG, m_block_q_neg},
-    {"block_k -1", E_ALL, TA_ERR_BAD_ARG, m_block_k_neg},
-    {"block_q 257 (just above TA_BLOCK_MAX)", E_ALL, TA_ERR_UNSUPPORTED, m_block_q_257},
-    {"block_k 4 (below TA_BLOCK_MIN)", E_ALL, TA_ERR_UNSUPPORTED, m_block_k_4},
-    {"block_q 512 (above TA_BLOCK_MAX)", E_ALL, TA_ERR_UNSUPPORTED, m_block_q_512},
-    {"block_k 7 (just below TA_BLOCK_MIN)", E_ALL, TA_ERR_UNSUPPORTED, m_block_k_7},
+    {"problem NULL", E_ALL, TA_ERR_NULL_ARG, m_null_problem, "problem"},
+    {"args NULL", E_CALLS, TA_ERR_NULL_ARG, m_null_args, "args"},
+    {"bytes out-parameter NULL", E_FWS | E_BWS, TA_ERR_NULL_ARG, m_null_bytes, NULL},
+    {"q NULL", E_CALLS, TA_ERR_NULL_ARG, m_null_q, "args.q"},
+    {"k NULL", E_CALLS, TA_ERR_NULL_ARG, m_null_k, "args.k"},
+    {"v NULL", E_CALLS, TA_ERR_NULL_ARG, m_null_v, "args.v"},
+    {"o NULL", E_CALLS, TA_ERR_NULL_ARG, m_null_o, "args.o"},
+    {"d_o NULL", E_BWD, TA_ERR_NULL_ARG, m_null_d_o, "args.d_o"},
+    {"lse NULL in backward", E_BWD, TA_ERR_NULL_ARG, m_null_lse_bwd, "args.lse"},
+    {"dq NULL", E_BWD, TA_ERR_NULL_ARG, m_null_dq, "args.dq"},
+    {"dk NULL", E_BWD, TA_ERR_NULL_ARG, m_null_dk, "args.dk"},
+    {"dv NULL", E_BWD, TA_ERR_NULL_ARG, m_null_dv, "args.dv"},
+    {"batch 0", E_ALL, TA_ERR_BAD_SHAPE, m_batch_0, "batch"},
+    {"heads_q 0", E_ALL, TA_ERR_BAD_SHAPE, m_heads_q_0, "heads_q"},
+    {"heads_kv 0", E_ALL, TA_ERR_BAD_SHAPE, m_heads_kv_0, "heads_kv"},
+    {"seq_q 0", E_ALL, TA_ERR_BAD_SHAPE, m_seq_q_0, "seq_q"},
+    {"seq_k 0", E_ALL, TA_ERR_BAD_SHAPE, m_seq_k_0, "seq_k"},
+    {"head_dim 0", E_ALL, TA_ERR_BAD_SHAPE, m_head_dim_0, "head_dim"},
+    {"head_dim_v 0", E_ALL, TA_ERR_BAD_SHAPE, m_head_dim_v_0, "head_dim_v"},
+    {"batch -1", E_ALL, TA_ERR_BAD_SHAPE, m_batch_neg, "batch"},
+    {"heads_q -4", E_ALL, TA_ERR_BAD_SHAPE, m_heads_q_neg, "heads_q"},
+    {"heads_kv -2", E_ALL, TA_ERR_BAD_SHAPE, m_heads_kv_neg, "heads_kv"},
+    {"seq_q -5", E_ALL, TA_ERR_BAD_SHAPE, m_seq_q_neg, "seq_q"},
+    {"seq_k INT32_MIN", E_ALL, TA_ERR_BAD_SHAPE, m_seq_k_neg, "seq_k"},
+    {"head_dim -8", E_ALL, TA_ERR_BAD_SHAPE, m_head_dim_neg, "head_dim"},
+    {"head_dim_v -1", E_ALL, TA_ERR_BAD_SHAPE, m_head_dim_v_neg, "head_dim_v"},
+    {"heads_q 4 % heads_kv 3", E_ALL, TA_ERR_BAD_SHAPE, m_heads_not_divisible, "heads_q heads_kv"},
+    {"heads_kv 4 > heads_q 2", E_ALL, TA_ERR_BAD_SHAPE, m_heads_kv_gt_q, "heads_q heads_kv"},
+    {"head_dim 257", E_ALL, TA_ERR_UNSUPPORTED, m_head_dim_257, "head_dim"},
+    {"head_dim_v 257", E_ALL, TA_ERR_UNSUPPORTED, m_head_dim_v_257, "head_dim_v"},
+    {"seq_q TA_SEQ_MAX + 1", E_ALL, TA_ERR_OVERFLOW, m_seq_q_over, "seq_q"},
+    {"seq_k INT32_MAX", E_ALL, TA_ERR_OVERFLOW, m_seq_k_over, "seq_k"},
+    {"B*H*S_q overflows size_t", E_ALL, TA_ERR_OVERFLOW, m_elems_overflow, "lse"},
+    {"B*H_kv*S_k*D overflows size_t", E_ALL, TA_ERR_OVERFLOW, m_kv_elems_overflow, "k"},
+    {"q element count fits, byte count overflows", E_ALL, TA_ERR_OVERFLOW, m_bytes_overflow, "q"},
+    {"dtype 3", E_ALL, TA_ERR_BAD_ARG, m_dtype_3, "dtype"},
+    {"dtype -1", E_ALL, TA_ERR_BAD_ARG, m_dtype_neg, "dtype"},
+    {"precision 2", E_ALL, TA_ERR_BAD_ARG, m_precision_2, "precision"},
+    {"backend 3", E_ALL, TA_ERR_BAD_ARG, m_backend_3, "backend"},
+    {"backend -1", E_ALL, TA_ERR_BAD_ARG, m_backend_neg, "backend"},
+    {"unknown flag bit 2", E_ALL, TA_ERR_BAD_ARG, m_flag_bit2, "flags"},
+    {"window_left without TA_WINDOW", E_ALL, TA_ERR_BAD_ARG, m_window_left_no_flag, "window_left"},
+    {"window_right without TA_WINDOW", E_ALL, TA_ERR_BAD_ARG, m_window_right_no_flag,
+     "window_right"},
+    {"q strides negative", E_CALLS, TA_ERR_BAD_ARG, m_q_stride_neg, "args.q_strides"},
+    {"k rows alias (seq stride < D)", E_CALLS, TA_ERR_BAD_ARG, m_k_rows_alias, "args.k_strides"},
+    {"dq heads alias rows (head stride = seq stride)", E_CALLS, TA_ERR_BAD_ARG, m_dq_heads_alias,
+     "args.o_strides|args.dq_strides"},
+    {"o strided into the next region (overlap)", E_CALLS, TA_ERR_BAD_ARG, m_o_strided_overlap,
+     "args.o|args.dq"},
+    {"v strides overflow", E_CALLS, TA_ERR_OVERFLOW, m_v_stride_overflow, "args.v_strides"},
+    {"strided d_o overlaps dk", E_BWD, TA_ERR_BAD_ARG, m_dk_overlaps_strided_d_o, "args.d_o"},
+    {"order: strides before NULL pointers", E_CALLS, TA_ERR_BAD_ARG, m_order_strides_before_null,
+     "args.k_strides"},
+    {"unknown flag bit 31", E_ALL, TA_ERR_BAD_ARG, m_flag_bit31, "flags"},
+    {"scale NaN", E_ALL, TA_ERR_BAD_ARG, m_scale_nan, "scale"},
+    {"scale +inf", E_ALL, TA_ERR_BAD_ARG, m_scale_inf, "scale"},
+    {"scale -inf", E_ALL, TA_ERR_BAD_ARG, m_scale_neg_inf, "scale"},
+    {"conv_q without conv_k", E_ALL, TA_ERR_BAD_ARG, m_conv_q_only, "conv_q"},
+    {"conv_k without conv_q", E_ALL, TA_ERR_BAD_ARG, m_conv_k_only, "conv_k"},
+    {"conv_k even", E_ALL, TA_ERR_BAD_ARG, m_conv_k_even, "conv_k"},
+    {"conv -1 x -1", E_ALL, TA_ERR_BAD_ARG, m_conv_neg, "conv_q"},
+    {"conv_q -3", E_ALL, TA_ERR_BAD_ARG, m_conv_q_neg, "conv_q"},
+    {"conv_q 17", E_ALL, TA_ERR_UNSUPPORTED, m_conv_q_17, "conv_q"},
+    {"conv_k 33", E_ALL, TA_ERR_UNSUPPORTED, m_conv_k_33, "conv_k"},
+    {"conv without TA_CAUSAL", E_ALL, TA_ERR_UNSUPPORTED, m_conv_no_causal, "flags"},
+    {"block_q -64", E_ALL, TA_ERR_BAD_ARG, m_block_q_neg, "block_q"},
+    {"block_k -1", E_ALL, TA_ERR_BAD_ARG, m_block_k_neg, "block_k"},
+    {"block_q 257 (just above TA_BLOCK_MAX)", E_ALL, TA_ERR_UNSUPPORTED, m_block_q_257, "block_q"},
+    {"block_k 4 (below TA_BLOCK_MIN)", E_ALL, TA_ERR_UNSUPPORTED, m_block_k_4, "block_k"},
+    {"block_q 512 (above TA_BLOCK_MAX)", E_ALL, TA_ERR_UNSUPPORTED, m_block_q_512, "block_q"},
+    {"block_k 7 (just below TA_BLOCK_MIN)", E_ALL, TA_ERR_UNSUPPORTED, m_block_k_7, "block_k"},
     {"block_q 8 too small for conv 5x1 backward halos", E_ALL, TA_ERR_UNSUPPORTED,
-     m_block_q_bwd_halo},
+     m_block_q_bwd_halo, "block_q conv_q"},
     {"block_k 8 too small for conv 1x5 backward halos", E_ALL, TA_ERR_UNSUPPORTED,
-     m_block_k_bwd_halo},
-    {"block_q 8 too small for conv 16x1", E_ALL, TA_ERR_UNSUPPORTED, m_block_q_fwd_halo},
-    {"workspace NULL", E_CALLS, TA_ERR_NULL_ARG, m_ws_null},
-    {"workspace NULL, 0 bytes", E_CALLS, TA_ERR_NULL_ARG, m_ws_null_zero},
-    {"workspace one byte short", E_CALLS, TA_ERR_WORKSPACE_SIZE, m_ws_short},
-    {"workspace 0 bytes", E_CALLS, TA_ERR_WORKSPACE_SIZE, m_ws_zero},
-    {"workspace misaligned", E_CALLS, TA_ERR_WORKSPACE_ALIGN, m_ws_misaligned},
-    {"stream non-NULL on REF", E_CALLS, TA_ERR_BAD_ARG, m_stream},
-    {"q f32 at an odd address", E_CALLS, TA_ERR_BAD_ARG, m_q_odd},
-    {"k f32 at +2 bytes", E_CALLS, TA_ERR_BAD_ARG, m_k_plus2},
-    {"v f16 at an odd address", E_CALLS, TA_ERR_BAD_ARG, m_v_f16_odd},
-    {"o f32 at +2 bytes", E_CALLS, TA_ERR_BAD_ARG, m_o_plus2},
-    {"lse at an odd address", E_CALLS, TA_ERR_BAD_ARG, m_lse_odd},
-    {"dq f32 at +3 bytes", E_BWD, TA_ERR_BAD_ARG, m_dq_plus3},
-    {"dk bf16 at an odd address", E_BWD, TA_ERR_BAD_ARG, m_dk_bf16_odd},
-    {"d_o bf16 at an odd address", E_BWD, TA_ERR_BAD_ARG, m_d_o_bf16_odd},
-    {"seqlens_k at an odd address", E_CALLS, TA_ERR_BAD_ARG, m_seqlens_odd},
-    {"o overlaps q", E_FWD, TA_ERR_BAD_ARG, m_o_over_q},
-    {"o == q (in place)", E_FWD, TA_ERR_BAD_ARG, m_o_is_q},
-    {"o starts in k's last element", E_FWD, TA_ERR_BAD_ARG, m_o_over_k_tail},
-    {"lse overlaps o", E_FWD, TA_ERR_BAD_ARG, m_lse_over_o},
-    {"o starts at seqlens_k[1]", E_FWD, TA_ERR_BAD_ARG, m_o_over_seqlens},
-    {"o ends in the workspace", E_FWD, TA_ERR_BAD_ARG, m_o_over_ws},
-    {"lse inside the workspace", E_FWD, TA_ERR_BAD_ARG, m_lse_over_ws},
-    {"dq overlaps dk", E_BWD, TA_ERR_BAD_ARG, m_dq_over_dk},
-    {"dv overlaps v", E_BWD, TA_ERR_BAD_ARG, m_dv_over_v},
-    {"dk overlaps lse", E_BWD, TA_ERR_BAD_ARG, m_dk_over_lse_in},
-    {"dq == d_o (in place)", E_BWD, TA_ERR_BAD_ARG, m_dq_over_d_o},
-    {"dv ends in the workspace", E_BWD, TA_ERR_BAD_ARG, m_dv_over_ws},
-    {"seqlens_k[1] = -1", E_CALLS, TA_ERR_BAD_ARG, m_seqlens_neg},
-    {"seqlens_k[1] = seq_k + 1", E_CALLS, TA_ERR_BAD_ARG, m_seqlens_big},
-    {"seqlens_k[0] = INT32_MIN", E_CALLS, TA_ERR_BAD_ARG, m_seqlens_min},
-    {"trace entries NULL, capacity 4", E_CALLS, TA_ERR_NULL_ARG, m_trace_null_entries},
-    {"backend CPU (not implemented)", E_ALL, TA_ERR_BACKEND_UNAVAILABLE, m_backend_cpu},
+     m_block_k_bwd_halo, "block_k conv_k"},
+    {"block_q 8 too small for conv 16x1", E_ALL, TA_ERR_UNSUPPORTED, m_block_q_fwd_halo,
+     "block_q conv_q"},
+    {"workspace NULL", E_CALLS, TA_ERR_NULL_ARG, m_ws_null, "workspace"},
+    {"workspace NULL, 0 bytes", E_CALLS, TA_ERR_NULL_ARG, m_ws_null_zero, "workspace"},
+    {"workspace one byte short", E_CALLS, TA_ERR_WORKSPACE_SIZE, m_ws_short, "workspace_bytes"},
+    {"workspace 0 bytes", E_CALLS, TA_ERR_WORKSPACE_SIZE, m_ws_zero, "workspace_bytes"},
+    {"workspace misaligned", E_CALLS, TA_ERR_WORKSPACE_ALIGN, m_ws_misaligned, "workspace"},
+    {"stream non-NULL on REF", E_CALLS, TA_ERR_BAD_ARG, m_stream, "stream"},
+    {"q f32 at an odd address", E_CALLS, TA_ERR_BAD_ARG, m_q_odd, "args.q"},
+    {"k f32 at +2 bytes", E_CALLS, TA_ERR_BAD_ARG, m_k_plus2, "args.k"},
+    {"v f16 at an odd address", E_CALLS, TA_ERR_BAD_ARG, m_v_f16_odd, "args.v"},
+    {"o f32 at +2 bytes", E_CALLS, TA_ERR_BAD_ARG, m_o_plus2, "args.o"},
+    {"lse at an odd address", E_CALLS, TA_ERR_BAD_ARG, m_lse_odd, "args.lse"},
+    {"dq f32 at +3 bytes", E_BWD, TA_ERR_BAD_ARG, m_dq_plus3, "args.dq"},
+    {"dk bf16 at an odd address", E_BWD, TA_ERR_BAD_ARG, m_dk_bf16_odd, "args.dk"},
+    {"d_o bf16 at an odd address", E_BWD, TA_ERR_BAD_ARG, m_d_o_bf16_odd, "args.d_o"},
+    {"seqlens_k at an odd address", E_CALLS, TA_ERR_BAD_ARG, m_seqlens_odd, "args.seqlens_k"},
+    {"o overlaps q", E_FWD, TA_ERR_BAD_ARG, m_o_over_q, "args.o args.q"},
+    {"o == q (in place)", E_FWD, TA_ERR_BAD_ARG, m_o_is_q, "args.o args.q"},
+    {"o starts in k's last element", E_FWD, TA_ERR_BAD_ARG, m_o_over_k_tail, "args.o args.k"},
+    {"lse overlaps o", E_FWD, TA_ERR_BAD_ARG, m_lse_over_o, "args.lse args.o"},
+    {"o starts at seqlens_k[1]", E_FWD, TA_ERR_BAD_ARG, m_o_over_seqlens, "args.o args.seqlens_k"},
+    {"o ends in the workspace", E_FWD, TA_ERR_BAD_ARG, m_o_over_ws, "args.o workspace"},
+    {"lse inside the workspace", E_FWD, TA_ERR_BAD_ARG, m_lse_over_ws, "args.lse workspace"},
+    {"dq overlaps dk", E_BWD, TA_ERR_BAD_ARG, m_dq_over_dk, "args.dq args.dk"},
+    {"dv overlaps v", E_BWD, TA_ERR_BAD_ARG, m_dv_over_v, "args.dv args.v"},
+    {"dk overlaps lse", E_BWD, TA_ERR_BAD_ARG, m_dk_over_lse_in, "args.dk args.lse"},
+    {"dq == d_o (in place)", E_BWD, TA_ERR_BAD_ARG, m_dq_over_d_o, "args.dq args.d_o"},
+    {"dv ends in the workspace", E_BWD, TA_ERR_BAD_ARG, m_dv_over_ws, "args.dv workspace"},
+    {"seqlens_k[1] = -1", E_CALLS, TA_ERR_BAD_ARG, m_seqlens_neg, "args.seqlens_k"},
+    {"seqlens_k[1] = seq_k + 1", E_CALLS, TA_ERR_BAD_ARG, m_seqlens_big, "args.seqlens_k"},
+    {"seqlens_k[0] = INT32_MIN", E_CALLS, TA_ERR_BAD_ARG, m_seqlens_min, "args.seqlens_k"},
+    {"trace entries NULL, capacity 4", E_CALLS, TA_ERR_NULL_ARG, m_trace_null_entries,
+     "args.trace->entries"},
+    {"trace entries == o", E_FWD, TA_ERR_BAD_ARG, m_trace_is_o, "args.trace->entries args.o"},
+    {"trace entries == dq", E_BWD, TA_ERR_BAD_ARG, m_trace_is_dq, "args.trace->entries args.dq"},
+    {"trace entries inside q", E_CALLS, TA_ERR_BAD_ARG, m_trace_in_q, "args.trace->entries args.q"},
+    {"trace entries inside the workspace", E_CALLS, TA_ERR_BAD_ARG, m_trace_in_ws,
+     "args.trace->entries workspace"},
+    {"trace entries misaligned by one byte", E_CALLS, TA_ERR_BAD_ARG, m_trace_misaligned,
+     "args.trace->entries"},
+    {"trace capacity * entry size overflows", E_CALLS, TA_ERR_OVERFLOW, m_trace_capacity_overflow,
+     "args.trace->capacity"},
+    {"trace struct inside lse", E_CALLS, TA_ERR_BAD_ARG, m_trace_struct_in_lse,
+     "args.trace args.lse"},
+    {"num_threads -1", E_ALL, TA_ERR_BAD_ARG, m_threads_neg1, "num_threads"},
+    {"num_threads INT32_MIN", E_ALL, TA_ERR_BAD_ARG, m_threads_min, "num_threads"},
+    {"num_threads TA_THREADS_MAX + 1", E_ALL, TA_ERR_UNSUPPORTED, m_threads_over, "num_threads"},
+    {"num_threads TA_THREADS_MAX + 1 on CPU", E_ALL, TA_ERR_UNSUPPORTED, m_threads_over_cpu,
+     "num_threads"},
+    {"MTA conv_w NULL", E_CALLS, TA_ERR_NULL_ARG, m_mta_conv_w_null, "args.conv_w"},
+    {"MTA dconv_w NULL", E_BWD, TA_ERR_NULL_ARG, m_mta_dconv_w_null, "args.dconv_w"},
+    {"MTA conv_w at an odd address", E_CALLS, TA_ERR_BAD_ARG, m_mta_conv_w_odd, "args.conv_w"},
+    {"MTA dconv_w at +2 bytes", E_BWD, TA_ERR_BAD_ARG, m_mta_dconv_w_plus2, "args.dconv_w"},
+    {"MTA dconv_w == conv_w", E_BWD, TA_ERR_BAD_ARG, m_mta_dconv_w_is_conv_w,
+     "args.dconv_w args.conv_w"},
+    {"MTA dconv_w overlaps dv", E_BWD, TA_ERR_BAD_ARG, m_mta_dconv_w_over_dv,
+     "args.dconv_w args.dv"},
+    {"MTA o overlaps conv_w", E_FWD, TA_ERR_BAD_ARG, m_mta_o_over_conv_w, "args.o args.conv_w"},
+    {"backend CPU (not implemented)", E_ALL, TA_ERR_BACKEND_UNAVAILABLE, m_backend_cpu, "backend"},
     {"backend CUDA without a device (the size queries need none)", E_CALLS,
-     TA_ERR_BACKEND_UNAVAILABLE, m_backend_cuda},
-    {"order: shape before backend enum", E_ALL, TA_ERR_BAD_SHAPE, m_order_shape_before_backend},
-    {"order: dtype enum before size overflow", E_ALL, TA_ERR_BAD_ARG, m_order_args_before_overflow},
+     TA_ERR_BACKEND_UNAVAILABLE, m_backend_cuda, "backend"},
+    {"order: shape before backend enum", E_ALL, TA_ERR_BAD_SHAPE, m_order_shape_before_backend,
+     "seq_q"},
+    {"order: dtype enum before size overflow", E_ALL, TA_ERR_BAD_ARG, m_order_args_before_overflow,
+     "dtype"},
     {"order: backend before stream", E_CALLS, TA_ERR_BACKEND_UNAVAILABLE,
-     m_order_backend_before_stream},
-    {"order: NULL q before misaligned workspace", E_CALLS, TA_ERR_NULL_ARG, m_order_null_before_ws},
+     m_order_backend_before_stream, "backend"},
+    {"order: NULL q before misaligned workspace", E_CALLS, TA_ERR_NULL_ARG, m_order_null_before_ws,
+     "args.q"},
     {"order: workspace size before seqlens_k", E_CALLS, TA_ERR_WORKSPACE_SIZE,
-     m_order_ws_before_seqlens},
+     m_order_ws_before_seqlens, "workspace_bytes"},
 };
 #define N_CASES ((int)(sizeof k_cases / sizeof k_cases[0]))
 
@@ -570,6 +666,79 @@ static void self_test_untouched(void) {
     TA_CHECK(!check_untouched(NULL), "self-test: a write to the trace count not seen");
 }
 
+/* ---- Explanations: ta_explain_* on the same call ---- */
+
+static ta_status explain(const call *c, int entry, char *buf, size_t len) {
+    const ta_problem *p = c->null_problem ? NULL : &c->p;
+    switch (entry) {
+    case E_FWS: return ta_explain_fwd_workspace_size(p, c->be, buf, len);
+    case E_FWD:
+        return ta_explain_fwd(p, c->be, c->null_args ? NULL : &c->fa, c->ws, c->ws_bytes, c->stream,
+                              buf, len);
+    case E_BWS: return ta_explain_bwd_workspace_size(p, c->be, buf, len);
+    default:
+        return ta_explain_bwd(p, c->be, c->null_args ? NULL : &c->ba, c->ws, c->ws_bytes, c->stream,
+                              buf, len);
+    }
+}
+
+static int is_name_char(char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           ch == '_';
+}
+
+/* 1 if name occurs in msg as a whole name (not as part of a longer one). */
+static int has_name(const char *msg, const char *name, size_t len) {
+    const char *at = msg;
+    while ((at = strstr(at, name)) != NULL) {
+        const char *end = at + len;
+        if ((at == msg || !is_name_char(at[-1])) && !is_name_char(*end) &&
+            strncmp(end, "->", 2) != 0)
+            return 1;
+        ++at;
+    }
+    return 0;
+}
+
+/* The first name of want (space-separated) that msg lacks, or NULL if it has all. */
+static const char *missing_name(const char *msg, const char *want, char *name, size_t cap) {
+    while (*want) {
+        size_t n = 0;
+        while (want[n] && want[n] != ' ')
+            ++n;
+        if (n >= cap) n = cap - 1;
+        memcpy(name, want, n);
+        name[n] = '\0';
+        if (!has_name(msg, name, n)) return name;
+        want += n;
+        while (*want == ' ')
+            ++want;
+    }
+    return NULL;
+}
+
+/* The explanation of a refused call: same status, names the case's fields and the
+ * status, writes nothing but its buffer (checked by the caller's check_untouched). */
+static void check_explanation(const bad_case *k, const call *c, int e, ta_status st,
+                              const char *what, int print) {
+    char msg[256], name[64], want[128];
+    const char *missing, *status_name = ta_status_string(st), *bar;
+    const ta_status st_x = explain(c, e, msg, sizeof msg);
+    if (!k->field) return; /* NULL bytes out-parameter: the explain calls take none */
+    snprintf(want, sizeof want, "%s", k->field);
+    bar = strchr(k->field, '|');
+    if (bar && (e & (E_BWS | E_BWD))) snprintf(want, sizeof want, "%s", bar + 1);
+    if (bar && !(e & (E_BWS | E_BWD))) want[bar - k->field] = '\0';
+    TA_CHECK(st_x == st, "%s: ta_explain says %d, the call %d", what, (int)st_x, (int)st);
+    missing = missing_name(msg, want, name, sizeof name);
+    TA_CHECK(missing == NULL, "%s: explanation \"%s\" does not name %s", what, msg,
+             missing ? missing : "");
+    TA_CHECK(strncmp(strchr(msg, '(') ? strrchr(msg, '(') + 1 : msg, status_name,
+                     (size_t)(strchr(status_name, ':') - status_name)) == 0,
+             "%s: explanation \"%s\" does not end with the status name", what, msg);
+    if (print) printf("  %-52s %s\n", k->name, msg);
+}
+
 /* Runs case k on every entry point it names; returns the number of calls made. */
 static int run_case(const bad_case *k, int *skipped) {
     int e, calls = 0;
@@ -589,6 +758,8 @@ static int run_case(const bad_case *k, int *skipped) {
         st = invoke(&c, e);
         TA_CHECK(st == k->expect, "%s: got %d (%s), expected %d (%s)", what, (int)st,
                  ta_status_string(st), (int)k->expect, ta_status_string(k->expect));
+        check_explanation(k, &c, e, st, what,
+                          calls == 0 && (k->mutate != m_ws_misaligned || g_misalign == 1));
         check_untouched(what);
         ++calls;
     }
@@ -758,6 +929,69 @@ static void check_valid_calls(void) {
     }
 }
 
+/* ta_explain_* on valid calls says ok; the buffer is cut, terminated, and may be
+ * NULL or of length 0 (nothing written); the byte past buf_len is never touched. */
+static void check_explain_buffer(void) {
+    char msg[64];
+    call c;
+    ta_status st;
+    reset_arena();
+    base_call(&c);
+    st = ta_explain_fwd(&c.p, c.be, &c.fa, c.ws, A.need_fwd, NULL, msg, sizeof msg);
+    TA_CHECK(st == TA_OK && strncmp(msg, "ok", 2) == 0, "valid fwd explained as %d \"%s\"", (int)st,
+             msg);
+    st = ta_explain_bwd(&c.p, c.be, &c.ba, c.ws, A.need_bwd, NULL, msg, sizeof msg);
+    TA_CHECK(st == TA_OK && strncmp(msg, "ok", 2) == 0, "valid bwd explained as %d \"%s\"", (int)st,
+             msg);
+    TA_CHECK(ta_explain_fwd_workspace_size(&c.p, c.be, msg, sizeof msg) == TA_OK &&
+                 ta_explain_bwd_workspace_size(&c.p, c.be, msg, sizeof msg) == TA_OK,
+             "valid size queries explained as refused");
+    TA_CHECK(check_untouched(NULL), "ta_explain on valid calls wrote an output");
+    c.p.heads_kv = 0;
+    memset(msg, 'x', sizeof msg);
+    st = ta_explain_fwd(&c.p, c.be, &c.fa, c.ws, A.need_fwd, NULL, msg, 9);
+    TA_CHECK(st == TA_ERR_BAD_SHAPE && strcmp(msg, "heads_kv") == 0 && msg[9] == 'x',
+             "explanation cut to 8 characters: %d \"%.12s\"", (int)st, msg);
+    memset(msg, 'x', sizeof msg);
+    st = ta_explain_fwd_workspace_size(&c.p, c.be, msg, 1);
+    TA_CHECK(st == TA_ERR_BAD_SHAPE && msg[0] == '\0' && msg[1] == 'x',
+             "explanation into 1 byte: %d", (int)st);
+    st = ta_explain_bwd_workspace_size(&c.p, c.be, msg, 0);
+    TA_CHECK(st == TA_ERR_BAD_SHAPE && msg[0] == '\0' && msg[1] == 'x',
+             "explanation into 0 bytes wrote: %d", (int)st);
+    st = ta_explain_bwd(&c.p, c.be, &c.ba, c.ws, A.need_bwd, NULL, NULL, 100);
+    TA_CHECK(st == TA_ERR_BAD_SHAPE, "explanation into NULL: %d", (int)st);
+}
+
+/* A trace of capacity 1: one entry written, count keeps counting, and the entry
+ * after it (a canary) untouched. */
+static void check_trace_capacity_one(void) {
+    ta_trace_entry entries[2];
+    ta_trace tr;
+    call c;
+    ta_status st;
+    reset_arena();
+    base_call(&c);
+    ta_canary_fill(entries, sizeof entries);
+    tr.entries = entries;
+    tr.capacity = 1;
+    tr.count = 12345;
+    c.fa.trace = c.ba.trace = &tr;
+    st = ta_fwd(&c.p, TA_BACKEND_REF, &c.fa, c.ws, A.need_fwd, NULL);
+    TA_CHECK(st == TA_OK, "trace capacity 1: ta_fwd %s", ta_status_string(st));
+    TA_CHECK(tr.count > 1, "trace capacity 1: count %zu, expected every pair counted", tr.count);
+    TA_CHECK(!ta_canary_intact(&entries[0], sizeof entries[0]) && entries[0].pass == TA_PASS_FWD,
+             "trace capacity 1: entry 0 not written");
+    TA_CHECK(ta_canary_intact(&entries[1], sizeof entries[1]),
+             "trace capacity 1: the entry past the capacity was written");
+    ta_canary_fill(entries, sizeof entries);
+    tr.count = 0;
+    st = ta_bwd(&c.p, TA_BACKEND_REF, &c.ba, c.ws, A.need_bwd, NULL);
+    TA_CHECK(st == TA_OK && tr.count > 1 && ta_canary_intact(&entries[1], sizeof entries[1]),
+             "trace capacity 1 (backward): %s, count %zu, canary %s", ta_status_string(st),
+             tr.count, ta_canary_intact(&entries[1], sizeof entries[1]) ? "intact" : "written");
+}
+
 /* Tile sizes need not be powers of two: any integer in [TA_BLOCK_MIN, TA_BLOCK_MAX]
  * is accepted. With S_k = 7 every block_k here is one K tile, as the default 64 is,
  * and block_q never changes bits, so o and lse equal the default's bit for bit. */
@@ -833,6 +1067,8 @@ int main(void) {
     TA_CHECK(cases_run >= 40, "only %d distinct invalid cases ran", cases_run);
     check_status_strings();
     check_valid_calls();
+    check_explain_buffer();
+    check_trace_capacity_one();
     check_non_pow2_blocks();
     arena_free();
     return ta_test_finish("test_bad_input");

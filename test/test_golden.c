@@ -1,8 +1,9 @@
 /*
  * Golden hashes of reference outputs (docs/design.md 7; issue 3 item 4).
  *
- * A fixed list of problems (SDPA and MTA, every dtype, GQA, seqlens_k, S_q != S_k
- * both ways, odd sizes, default and non-power-of-two tiles) runs a forward and a
+ * A fixed list of problems (SDPA and MTA, every dtype, GQA, seqlens_k (also with
+ * seqlens_k[0] < S_k), S_q != S_k both ways, odd sizes, default and
+ * non-power-of-two tiles) runs a forward and a
  * backward on TA_BACKEND_REF; the raw bytes of every output (o, lse, dq, dk, dv,
  * dconv_w) are hashed with FNV-1a 64. The expected hashes are checked in under
  * test/golden/hashes.txt, so equal hashes under gcc and clang, -O0 and -O3, and
@@ -64,6 +65,11 @@ static const golden k_problems[] = {
  {"mta_f32_odd_dims",         1, 3, 3,  59,  61,   1,   7, TA_F32,  C,    5, 7,  0,   0,  0.0f,  0, {0}},
  {"mta_f32_neg_scale",        1, 2, 2,  48,  48,  16,  16, TA_F32,  C,    2, 3,  0,   0, -0.5f,  0, {0}},
  {"mta_bf16_gqa_h6",          1, 6, 2,  57,  57,  32,  32, TA_BF16, C,    6, 11, 0,   0,  0.0f,  0, {0}},
+ /* seqlens_k[0] < S_k: the first batch's keys cut short (issue 15 found 7) */
+ {"sdpa_f32_seqlens0_short",  2, 2, 1,  40,  70,  16,  12, TA_F32,  C,    0, 0,  0,   0,  0.0f,  1, {33, 70}},
+ {"sdpa_bf16_full_seqlens0_5",2, 2, 2,  23,  19,   8,   8, TA_BF16, 0,    0, 0,  0,  13,  0.0f,  1, {5, 19}},
+ {"mta_f32_seqlens0_short",   2, 2, 2,  60,  60,  16,  16, TA_F32,  C,    6, 11, 0,   0,  0.0f,  1, {37, 60}},
+ {"mta_f16_seqlens0_1",       3, 2, 1,  45,  45,   8,   8, TA_F16,  C,    3, 5,  0,   0,  0.0f,  1, {1, 45, 0}},
 };
 /* clang-format on */
 #undef C

@@ -6,7 +6,8 @@
  *      storage format's values in double (and gcc's _Float16 where present),
  *      on every value, neighbour and midpoint +-1 ulp, specials, random floats;
  *   4. special values of ta_exp / ta_log, bit for bit;
- *   5. sampled accuracy of ta_exp / ta_log against double exp / log.
+ *   5. sampled accuracy of ta_exp / ta_log against double exp / log;
+ *   6. the exact bits of ta_exp / ta_log pinned by a hash over 17M inputs.
  * The exhaustive 2^32 accuracy scan is test_math_exhaustive.
  *
  * Usage: test_math [--quick]   (--quick: 1/16 of the random samples, for
@@ -429,6 +430,49 @@ static void test_accuracy(ta_rng *rng) {
     report_acc("ta_log near 1", &sl);
 }
 
+/* ------------------------------------------------------------------------- */
+/* 6. the exact bits of exp/log, pinned                                       */
+/* ------------------------------------------------------------------------- */
+
+/* FNV-1a 64 over the result bits of ta_exp and ta_log on every input bit pattern
+ * u = i * stride (i = 0, 1, ...; all signs, exponents, NaNs and infinities, and
+ * mantissas of every residue), in that order. The 2-ulp gate and the special
+ * values would let a changed last bit through; these hashes would not. The
+ * vector and CUDA versions equal the scalar ones on all 2^32 inputs
+ * (test_math_exhaustive --vector, test_cuda_math), so this pins them too.
+ * A change here is a change of the library's bits: regenerate with the printed
+ * values and say why in the commit (docs/exactness.md). */
+#define PIN_STRIDE_FULL  251u  /* 17,111,424 inputs */
+#define PIN_STRIDE_QUICK 4093u /* 1,049,345 inputs (--quick: valgrind, sanitizers) */
+#define PIN_EXP_FULL     UINT64_C(0xa72e6879938af6ca)
+#define PIN_LOG_FULL     UINT64_C(0x40e04b13fc038294)
+#define PIN_EXP_QUICK    UINT64_C(0xc8b0ff00e2aeb5fa)
+#define PIN_LOG_QUICK    UINT64_C(0xe911e892ceb57d96)
+
+static uint64_t fnv1a_u32(uint64_t h, uint32_t v) {
+    int b;
+    for (b = 0; b < 4; ++b)
+        h = (h ^ ((v >> (8 * b)) & 0xffu)) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+static void test_pinned_bits(void) {
+    const uint32_t stride = quick ? PIN_STRIDE_QUICK : PIN_STRIDE_FULL;
+    const uint64_t want_exp = quick ? PIN_EXP_QUICK : PIN_EXP_FULL;
+    const uint64_t want_log = quick ? PIN_LOG_QUICK : PIN_LOG_FULL;
+    uint64_t h_exp = UINT64_C(0xcbf29ce484222325), h_log = h_exp, n = 0, u;
+    for (u = 0; u <= UINT32_MAX; u += stride, ++n) {
+        h_exp = fnv1a_u32(h_exp, f2u(ta_exp(u2f((uint32_t)u))));
+        h_log = fnv1a_u32(h_log, f2u(ta_log(u2f((uint32_t)u))));
+    }
+    printf("  %llu inputs (stride %u): exp %016llx, log %016llx\n", (unsigned long long)n, stride,
+           (unsigned long long)h_exp, (unsigned long long)h_log);
+    TA_CHECK(h_exp == want_exp, "ta_exp bits changed: hash %016llx, pinned %016llx",
+             (unsigned long long)h_exp, (unsigned long long)want_exp);
+    TA_CHECK(h_log == want_log, "ta_log bits changed: hash %016llx, pinned %016llx",
+             (unsigned long long)h_log, (unsigned long long)want_log);
+}
+
 int main(int argc, char **argv) {
     ta_rng rng;
     int i;
@@ -451,5 +495,7 @@ int main(int argc, char **argv) {
     test_specials();
     printf("5. exp/log sampled accuracy\n");
     test_accuracy(&rng);
+    printf("6. exp/log bits pinned by hash\n");
+    test_pinned_bits();
     return ta_test_finish("test_math");
 }

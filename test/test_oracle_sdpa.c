@@ -4,7 +4,9 @@
  *   1. finite differences check the oracle's own gradients (double)
  *   2. many random problems (fresh seed, printed): odd and prime lengths, S = 1,
  *      S_q != S_k both ways, causal or not, seqlens_k (0, partial, full), GQA,
- *      head dims 1..256, every dtype, default and explicit tiles. Per problem:
+ *      head dims 1..256, every dtype, default and explicit tiles (powers of two and
+ *      any other integer in [8, 256], e.g. 100: a tenth of the problems at least).
+ *      Per problem:
  *        - outputs poisoned, workspace from the size query (64-aligned, poisoned)
  *        - forward and backward vs the oracle: max|ref - oracle| / max|oracle|
  *          per tensor (reported), and elementwise |ref - oracle| <= tol * magnitude
@@ -91,9 +93,16 @@ static int32_t pick_len(ta_rng *r, int32_t max_len) {
     return len < max_len ? len : max_len;
 }
 
+/* Tile sizes: the default, a power of two, or any integer in [8, 256] (the
+ * contract holds for every one; 100 and 54 are no powers of two). */
+static long n_non_pow2; /* problems run with a tile size that is no power of two */
 static int32_t pick_block(ta_rng *r) {
-    return ta_rng_int(r, 0, 99) < 35 ? 0 : (int32_t)1 << ta_rng_int(r, 3, 8);
+    const int32_t c = ta_rng_int(r, 0, 99);
+    if (c < 30) return 0;
+    if (c < 65) return (int32_t)1 << ta_rng_int(r, 3, 8);
+    return ta_rng_int(r, TA_BLOCK_MIN, TA_BLOCK_MAX);
 }
+static int is_pow2(int32_t b) { return b > 0 && (b & (b - 1)) == 0; }
 
 /* Random problem whose work B*H*S_q*S_k*(D+D_v) stays under `work`. */
 static void random_problem(ta_rng *r, tcase *tc, double work) {
@@ -109,6 +118,7 @@ static void random_problem(ta_rng *r, tcase *tc, double work) {
     p->seq_k = ta_rng_int(r, 0, 9) < 3 ? p->seq_q : pick_len(r, (int32_t)max_len);
     p->block_q = pick_block(r);
     p->block_k = pick_block(r);
+    n_non_pow2 += (p->block_q && !is_pow2(p->block_q)) || (p->block_k && !is_pow2(p->block_k));
     ta_oc_random_scale(r, p);
     ta_oc_random_seqlens(r, tc);
     ta_test_random_window(r, p, 30);
@@ -209,13 +219,14 @@ static void check_other_blocks(ta_rng *r, tcase *tc, run_out *out2, const run_ou
     const int32_t bq = tc->p.block_q ? tc->p.block_q : TA_BLOCK_DEFAULT;
     ta_problem p2 = tc->p;
     /* step 1: another block_q only: forward bits unchanged */
-    p2.block_q = bq == 8 ? 256 : bq / 2;
+    p2.block_q = bq / 2 < TA_BLOCK_MIN ? TA_BLOCK_MAX : bq / 2; /* bq may be 9..15 */
     run_fwd(r, tc, &p2, out2, 1, NULL);
     TA_CHECK(ta_oc_same_fwd(tc, out, out2), "forward bits depend on block_q");
     /* step 2: other tiles, backward from the same o and lse: bits unchanged */
     do {
-        p2.block_q = (int32_t)1 << ta_rng_int(r, 3, 8);
-        p2.block_k = (int32_t)1 << ta_rng_int(r, 3, 8);
+        p2.block_q = ta_rng_int(r, TA_BLOCK_MIN, TA_BLOCK_MAX);
+        p2.block_k = ta_rng_int(r, 0, 1) ? (int32_t)1 << ta_rng_int(r, 3, 8)
+                                         : ta_rng_int(r, TA_BLOCK_MIN, TA_BLOCK_MAX);
     } while (p2.block_k == bk);
     run_bwd(r, tc, &p2, out->o, out->lse, out2, 1, NULL);
     TA_CHECK(ta_oc_same_dqkv(tc, out, out2), "backward bits depend on the tiles (same o, lse)");
@@ -345,5 +356,10 @@ int main(int argc, char **argv) {
         ta_oc_free_case(&tc);
     }
     print_summary((double)(clock() - t0) / CLOCKS_PER_SEC);
+    printf("%ld problems with a tile size that is no power of two (every problem's second "
+           "tiles may be one too)\n",
+           n_non_pow2);
+    TA_CHECK(quick || n_non_pow2 >= count / 10, "only %ld problems with non-power-of-two tiles",
+             n_non_pow2);
     return ta_test_finish("test_oracle_sdpa");
 }

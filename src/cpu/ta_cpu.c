@@ -4,14 +4,14 @@
  * ta_cpu_*.inc pieces, compiled once per ISA (ta_cpu_scalar.c, ..._avx2.c,
  * ..._avx512.c); docs/cpu.md describes the whole design.
  *
- * Threads: ta_problem.num_threads, or omp_get_max_threads() when it is 0 (read
- * by the size query and again by the call). The workspace holds one slab of
- * tile buffers per thread; thread t uses slab t only. Results never depend on
- * the thread count: every task owns its output rows and computes them in the
- * reference's order (no reduction across threads). MTA (a conv) runs the
- * same way with the conv kernels (ta_cpu_mta.inc); its one cross-task sum,
- * dconv_w, is merged from per-Q-tile sums in the reference's order by tasks
- * taking turns (ta_cpu_dw_merge).
+ * Threads: ta_problem.num_threads, or omp_get_max_threads() capped at
+ * TA_THREADS_MAX when it is 0 (read by the size query and again by the call).
+ * The workspace holds one slab of tile buffers per thread; thread t uses slab t
+ * only. Results never depend on the thread count: every task owns its output
+ * rows and computes them in the reference's order (no reduction across
+ * threads). MTA (a conv) runs the same way with the conv kernels
+ * (ta_cpu_mta.inc); its one cross-task sum, dconv_w, is merged from per-Q-tile
+ * sums in the reference's order by tasks taking turns (ta_cpu_dw_merge).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -234,8 +234,10 @@ void ta_cpu_carve_dq(const ta_cpu_dims *dm, ta_ws_cursor *c, ta_cpu_dq_ws *ws) {
 /* Threads a call uses (and its workspace is sized for). */
 static int32_t ta_cpu_threads(const ta_plan *plan) {
 #ifdef _OPENMP
+    /* num_threads is validated in [0, TA_THREADS_MAX]; the OpenMP default is capped
+     * to the same bound, so no call ever asks the runtime for more */
     const int n = plan->p.num_threads > 0 ? plan->p.num_threads : omp_get_max_threads();
-    return n > 0 ? (int32_t)n : 1;
+    return n < 1 ? 1 : n > TA_THREADS_MAX ? TA_THREADS_MAX : (int32_t)n;
 #else
     (void)plan;
     return 1; /* built without OpenMP: one thread, whatever num_threads says */

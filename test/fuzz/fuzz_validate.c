@@ -1,0 +1,397 @@
+/*
+ * libFuzzer harness: validation, the size queries and the explanations.
+ *
+ * Each input builds one call: a small valid problem with a few fields replaced
+ * by edge values, every pointer in one static arena (its own slot, NULL, or an
+ * offset the bytes choose: overlapping, misaligned, past the arena), strides,
+ * a trace, a workspace and a stream from the bytes. For each entry point:
+ *   - ta_explain_* returns what the entry point returns, and its message is
+ *     well formed (names a check, ends with the status);
+ *   - a refused call writes nothing: the arena, the bytes out-parameter and the
+ *     trace struct are unchanged;
+ *   - an accepted call is checked independently (non-NULL, aligned, outputs
+ *     overlapping nothing, workspace large enough, computed from this file's own
+ *     extents) and, when every buffer lies in the arena, run on REF or CPU: it
+ *     writes nothing outside its outputs, its trace entries and its workspace.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "fuzz_util.h"
+#include "tileattn.h"
+
+#define ARENA 65536
+static _Alignas(64) unsigned char g_arena[ARENA];
+static unsigned char g_before[ARENA];
+
+/* ---- The problem: valid and small, then up to three fields replaced. ---- */
+static void make_problem(fz *f, ta_problem *p) {
+    int n, i;
+    fz_small_problem(f, p, 16, 8);
+    n = fz_range(f, 0, 3);
+    for (i = 0; i < n; ++i) {
+        const int32_t v = fz_size(f, -300, 300);
+        switch (fz_range(f, 0, 19)) {
+        case 0: p->batch = v; break;
+        case 1: p->heads_q = v; break;
+        case 2: p->heads_kv = v; break;
+        case 3: p->seq_q = v; break;
+        case 4: p->seq_k = v; break;
+        case 5: p->head_dim = v; break;
+        case 6: p->head_dim_v = v; break;
+        case 7: p->dtype = (ta_dtype)v; break;
+        case 8: p->precision = (ta_precision)v; break;
+        case 9: p->flags = (uint32_t)v; break;
+        case 10: {
+            static const float scales[] = {0.0f, 1.0f, -2.5f, 1e30f, 1e-30f, 3e38f};
+            const int32_t k = fz_range(f, 0, 8);
+            p->scale = k < 6    ? scales[k]
+                       : k == 6 ? (float)NAN
+                       : k == 7 ? (float)INFINITY
+                                : -(float)INFINITY;
+            break;
+        }
+        case 11: p->conv_q = v; break;
+        case 12: p->conv_k = v; break;
+        case 13: p->block_q = v; break;
+        case 14: p->block_k = v; break;
+        case 15: p->num_threads = v; break;
+        case 16: p->window_left = v; break;
+        case 17: p->window_right = v; break;
+        default: break;
+        }
+    }
+}
+
+/* ---- Tensors of a call: extents from this file's own arithmetic. ---- */
+enum { T_Q, T_K, T_V, T_O, T_DO, T_LSE, T_CONV, T_SEQL, T_DQ, T_DK, T_DV, T_DCONV, T_WS, T_N };
+typedef struct tensor {
+    int64_t n_b, n_h, n_s, dim; /* [n_b, n_h, n_s, dim]; lse: dim 1; conv: [1,H,cq,ck] */
+    int64_t eb;                 /* element bytes */
+    ta_strides st;              /* the call's (zero = contiguous) */
+    void *ptr;
+    int64_t extent; /* bytes from ptr to one past the last element; -1 = unknown/huge */
+} tensor;
+
+static int64_t extent_of(const tensor *t) {
+    int64_t sb = t->st.batch, sh = t->st.head, ss = t->st.seq, last;
+    if (t->n_b < 1 || t->n_h < 1 || t->n_s < 1 || t->dim < 1) return -1;
+    if (t->n_b > 4096 || t->n_h > 4096 || t->n_s > 4096 || t->dim > 4096) return -1;
+    if (sb == 0 && sh == 0 && ss == 0) {
+        ss = t->dim;
+        sh = t->n_s * ss;
+        sb = t->n_h * sh;
+    }
+    if (sb < 0 || sh < 0 || ss < 0 || sb > ARENA || sh > ARENA || ss > ARENA) return -1;
+    last = (t->n_b - 1) * sb + (t->n_h - 1) * sh + (t->n_s - 1) * ss + t->dim;
+    return last * t->eb;
+}
+
+/* A pointer: NULL, its slot, or an offset the bytes choose (may be misaligned,
+ * overlap another buffer, or reach past the arena). */
+static void *place(fz *f, size_t *cursor, int64_t extent) {
+    const int32_t how = fz_range(f, 0, 15);
+    if (how == 0) return NULL;
+    if (how == 1) return g_arena + fz_range(f, 0, ARENA - 1);
+    if (how == 2) return g_arena + (*cursor > 64 ? *cursor - 64 : 0); /* into the last slot */
+    if (extent < 0 || *cursor + (size_t)extent + 128 > ARENA) return g_arena + ARENA - 256;
+    {
+        unsigned char *p = g_arena + *cursor;
+        *cursor = (*cursor + (size_t)extent + 64 + 63) & ~(size_t)63;
+        return p;
+    }
+}
+
+static ta_strides make_strides(fz *f) {
+    ta_strides s = {0, 0, 0};
+    if (fz_range(f, 0, 7) == 0) {
+        s.batch = fz_size(f, 0, 4096);
+        s.head = fz_size(f, 0, 512);
+        s.seq = fz_size(f, 0, 64);
+    }
+    return s;
+}
+
+static int64_t ws_need(const ta_problem *p, ta_backend be, int bwd) {
+    size_t n = 0;
+    const ta_status st = bwd ? ta_bwd_workspace_size(p, be, &n) : ta_fwd_workspace_size(p, be, &n);
+    return st == TA_OK ? (int64_t)n : -1;
+}
+
+/* 1 if [a, a+na) and [b, b+nb) meet (both non-empty). */
+static int meet(const void *a, int64_t na, const void *b, int64_t nb) {
+    const uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+    if (!a || !b || na <= 0 || nb <= 0) return 0;
+    return pa < pb + (uint64_t)nb && pb < pa + (uint64_t)na;
+}
+static int aligned(const void *p, int64_t a) { return ((uintptr_t)p & (uintptr_t)(a - 1)) == 0; }
+static int in_arena(const void *p, int64_t n) {
+    return p && n >= 0 && (const unsigned char *)p >= g_arena &&
+           (const unsigned char *)p + n <= g_arena + ARENA;
+}
+
+typedef struct call {
+    ta_problem p;
+    ta_backend be;
+    tensor t[T_N];
+    ta_trace trace, *tr;
+    size_t ws_bytes;
+    void *stream;
+} call;
+
+static void set_tensor(tensor *t, int64_t n_b, int64_t n_h, int64_t n_s, int64_t dim, int64_t eb) {
+    t->n_b = n_b;
+    t->n_h = n_h;
+    t->n_s = n_s;
+    t->dim = dim;
+    t->eb = eb;
+}
+
+static void make_call(fz *f, call *c) {
+    const ta_problem *p = &c->p;
+    const int64_t eb = p->dtype == TA_F32 ? 4 : 2;
+    size_t cursor = 64;
+    int i;
+    static int dummy_stream;
+    c->be = (ta_backend)(fz_range(f, 0, 15) == 0 ? fz_size(f, -2, 4) : fz_range(f, 0, 1));
+    memset(c->t, 0, sizeof c->t);
+    set_tensor(&c->t[T_Q], p->batch, p->heads_q, p->seq_q, p->head_dim, eb);
+    set_tensor(&c->t[T_DQ], p->batch, p->heads_q, p->seq_q, p->head_dim, eb);
+    set_tensor(&c->t[T_K], p->batch, p->heads_kv, p->seq_k, p->head_dim, eb);
+    set_tensor(&c->t[T_DK], p->batch, p->heads_kv, p->seq_k, p->head_dim, eb);
+    set_tensor(&c->t[T_V], p->batch, p->heads_kv, p->seq_k, p->head_dim_v, eb);
+    set_tensor(&c->t[T_DV], p->batch, p->heads_kv, p->seq_k, p->head_dim_v, eb);
+    set_tensor(&c->t[T_O], p->batch, p->heads_q, p->seq_q, p->head_dim_v, eb);
+    set_tensor(&c->t[T_DO], p->batch, p->heads_q, p->seq_q, p->head_dim_v, eb);
+    set_tensor(&c->t[T_LSE], p->batch, p->heads_q, p->seq_q, 1, 4);
+    set_tensor(&c->t[T_CONV], 1, p->heads_q, p->conv_q, p->conv_k, 4);
+    set_tensor(&c->t[T_DCONV], 1, p->heads_q, p->conv_q, p->conv_k, 4);
+    set_tensor(&c->t[T_SEQL], 1, 1, 1, p->batch, 4);
+    for (i = 0; i < T_WS; ++i) {
+        if (i == T_Q || i == T_K || i == T_V || i == T_O || i == T_DO || i == T_DQ || i == T_DK ||
+            i == T_DV)
+            c->t[i].st = make_strides(f);
+        c->t[i].extent = extent_of(&c->t[i]);
+        c->t[i].ptr = place(f, &cursor, c->t[i].extent);
+    }
+    if (fz_range(f, 0, 1)) c->t[T_SEQL].ptr = NULL; /* optional: often absent */
+    if (c->t[T_SEQL].ptr && in_arena(c->t[T_SEQL].ptr, c->t[T_SEQL].extent) &&
+        ((uintptr_t)c->t[T_SEQL].ptr & 3u) == 0) {
+        int32_t *s = (int32_t *)c->t[T_SEQL].ptr;
+        for (i = 0; i < p->batch && i < 4096; ++i)
+            s[i] = fz_range(f, 0, 7) == 0 ? fz_size(f, -2, 20) : fz_range(f, 0, p->seq_k);
+    }
+    /* the workspace: its slot (the larger need of both passes), or elsewhere */
+    {
+        const int64_t need_f = ws_need(p, TA_BACKEND_REF, 0),
+                      need_b = ws_need(p, TA_BACKEND_REF, 1);
+        const int64_t need = need_f > need_b ? need_f : need_b;
+        c->t[T_WS].eb = 1;
+        c->t[T_WS].extent = need;
+        c->t[T_WS].ptr = place(f, &cursor, need);
+        c->ws_bytes = need >= 0 ? (size_t)need : 0;
+        switch (fz_range(f, 0, 7)) {
+        case 0: c->ws_bytes = (size_t)fz_size(f, 0, 100000); break;
+        case 1: c->ws_bytes = c->ws_bytes > 0 ? c->ws_bytes - 1 : 0; break;
+        case 2: c->ws_bytes = SIZE_MAX; break;
+        default: break;
+        }
+    }
+    /* the trace: none, or entries somewhere with a capacity */
+    c->tr = NULL;
+    if (fz_range(f, 0, 2) == 0) {
+        static const size_t caps[] = {0, 1, 2, 4, 64, SIZE_MAX / 2, SIZE_MAX};
+        const size_t cap = caps[fz_range(f, 0, 6)];
+        c->trace.capacity = cap;
+        c->trace.count = 777;
+        c->trace.entries = (ta_trace_entry *)place(
+            f, &cursor, cap <= 64 ? (int64_t)(cap * sizeof(ta_trace_entry)) : -1);
+        c->tr = &c->trace;
+        /* the struct itself inside o (when o is aligned for it: a misaligned struct
+         * pointer would be the caller's undefined behaviour, not the library's) */
+        if (fz_range(f, 0, 15) == 0 && c->t[T_O].ptr && aligned(c->t[T_O].ptr, 8) &&
+            in_arena(c->t[T_O].ptr, (int64_t)sizeof(ta_trace))) {
+            c->tr = (ta_trace *)c->t[T_O].ptr;
+            memcpy(c->tr, &c->trace, sizeof c->trace); /* a valid struct, in the wrong place */
+        }
+    }
+    c->stream = fz_range(f, 0, 15) == 0 ? (void *)&dummy_stream : NULL;
+}
+
+static void fill_args(const call *c, ta_fwd_args *fa, ta_bwd_args *ba) {
+    memset(fa, 0, sizeof *fa);
+    memset(ba, 0, sizeof *ba);
+    fa->q = ba->q = c->t[T_Q].ptr;
+    fa->k = ba->k = c->t[T_K].ptr;
+    fa->v = ba->v = c->t[T_V].ptr;
+    fa->conv_w = ba->conv_w = (const float *)c->t[T_CONV].ptr;
+    fa->seqlens_k = ba->seqlens_k = (const int32_t *)c->t[T_SEQL].ptr;
+    fa->o = c->t[T_O].ptr;
+    fa->lse = (float *)c->t[T_LSE].ptr;
+    fa->trace = ba->trace = c->tr;
+    ba->o = c->t[T_O].ptr;
+    ba->d_o = c->t[T_DO].ptr;
+    ba->lse = (const float *)c->t[T_LSE].ptr;
+    ba->dq = c->t[T_DQ].ptr;
+    ba->dk = c->t[T_DK].ptr;
+    ba->dv = c->t[T_DV].ptr;
+    ba->dconv_w = (float *)c->t[T_DCONV].ptr;
+    fa->q_strides = ba->q_strides = c->t[T_Q].st;
+    fa->k_strides = ba->k_strides = c->t[T_K].st;
+    fa->v_strides = ba->v_strides = c->t[T_V].st;
+    fa->o_strides = ba->o_strides = c->t[T_O].st;
+    ba->d_o_strides = c->t[T_DO].st;
+    ba->dq_strides = c->t[T_DQ].st;
+    ba->dk_strides = c->t[T_DK].st;
+    ba->dv_strides = c->t[T_DV].st;
+}
+
+/* ---- An accepted call, checked from this file's extents. ---- */
+
+/* Returns 1 if every buffer of the call lies in the arena (then it may run). */
+static int check_accepted(const call *c, int bwd, size_t need) {
+    const int conv = c->p.conv_q > 0;
+    const int out_fwd[] = {T_O, T_LSE, -1}, out_bwd[] = {T_DQ, T_DK, T_DV, T_DCONV, -1};
+    const int in_fwd[] = {T_Q, T_K, T_V, T_CONV, T_SEQL, -1};
+    const int in_bwd[] = {T_Q, T_K, T_V, T_O, T_DO, T_LSE, T_CONV, T_SEQL, -1};
+    const int *outs = bwd ? out_bwd : out_fwd, *ins = bwd ? in_bwd : in_fwd;
+    const int64_t tr_bytes =
+        c->tr ? (int64_t)(c->tr->capacity * sizeof(ta_trace_entry)) : 0; /* accepted: fits */
+    int i, j, all_in = 1;
+    FZ_CHECK(c->ws_bytes >= need, "accepted a workspace of %zu < %zu bytes", c->ws_bytes, need);
+    FZ_CHECK(need == 0 || (c->t[T_WS].ptr && aligned(c->t[T_WS].ptr, TA_WORKSPACE_ALIGN)),
+             "accepted a NULL or misaligned workspace");
+    for (i = 0; outs[i] >= 0; ++i) {
+        const tensor *o = &c->t[outs[i]];
+        if ((outs[i] == T_DCONV && !conv) || (outs[i] == T_LSE && !o->ptr && !bwd)) continue;
+        FZ_CHECK(o->ptr && aligned(o->ptr, o->eb), "accepted output %d NULL or misaligned",
+                 outs[i]);
+        if (o->extent < 0) {
+            all_in = 0;
+            continue;
+        }
+        all_in &= in_arena(o->ptr, o->extent);
+        for (j = 0; ins[j] >= 0; ++j) {
+            const tensor *x = &c->t[ins[j]];
+            if (ins[j] == T_CONV && !conv) continue;
+            FZ_CHECK(!meet(o->ptr, o->extent, x->ptr, x->extent < 0 ? 1 : x->extent),
+                     "accepted output %d overlapping input %d", outs[i], ins[j]);
+        }
+        for (j = 0; j < i; ++j)
+            FZ_CHECK(!meet(o->ptr, o->extent, c->t[outs[j]].ptr, c->t[outs[j]].extent),
+                     "accepted outputs %d and %d overlapping", outs[i], outs[j]);
+        FZ_CHECK(!meet(o->ptr, o->extent, c->t[T_WS].ptr, (int64_t)need),
+                 "accepted output %d overlapping the workspace", outs[i]);
+        FZ_CHECK(!c->tr || !meet(o->ptr, o->extent, c->tr->entries, tr_bytes),
+                 "accepted output %d overlapping the trace entries", outs[i]);
+        FZ_CHECK(!c->tr || !meet(o->ptr, o->extent, c->tr, (int64_t)sizeof(ta_trace)),
+                 "accepted output %d overlapping the trace struct", outs[i]);
+    }
+    for (j = 0; ins[j] >= 0; ++j) {
+        const tensor *x = &c->t[ins[j]];
+        if ((ins[j] == T_CONV && !conv) || !x->ptr) continue;
+        FZ_CHECK(aligned(x->ptr, x->eb), "accepted input %d misaligned", ins[j]);
+        if (x->extent < 0) all_in = 0;
+        all_in &= in_arena(x->ptr, x->extent);
+        FZ_CHECK(!c->tr || !meet(c->tr->entries, tr_bytes, x->ptr, x->extent),
+                 "accepted trace entries overlapping input %d", ins[j]);
+    }
+    FZ_CHECK(!c->tr || !meet(c->tr->entries, tr_bytes, c->t[T_WS].ptr, (int64_t)need),
+             "accepted trace entries overlapping the workspace");
+    if (c->tr) all_in &= (tr_bytes == 0 || in_arena(c->tr->entries, tr_bytes));
+    return all_in && (need == 0 || in_arena(c->t[T_WS].ptr, (int64_t)need));
+}
+
+/* After a call that ran: nothing outside its outputs, trace entries and workspace
+ * moved (the bytes the call may write are copied back from before, then the
+ * whole arena must equal its copy from before). */
+static void check_writes(const call *c, int bwd, size_t need) {
+    static unsigned char after[ARENA];
+    const int out_fwd[] = {T_O, T_LSE, -1}, out_bwd[] = {T_DQ, T_DK, T_DV, T_DCONV, -1};
+    const int *outs = bwd ? out_bwd : out_fwd;
+    size_t i, k;
+    memcpy(after, g_arena, ARENA);
+#define MAY(ptr, n)                                                                                \
+    do {                                                                                           \
+        if ((ptr) && in_arena((ptr), (int64_t)(n))) {                                              \
+            const size_t off_ = (size_t)((const unsigned char *)(ptr)-g_arena);                    \
+            memcpy(after + off_, g_before + off_, (size_t)(n));                                    \
+        }                                                                                          \
+    } while (0)
+    for (k = 0; outs[k] >= 0; ++k)
+        if (c->t[outs[k]].extent > 0) MAY(c->t[outs[k]].ptr, c->t[outs[k]].extent);
+    MAY(c->t[T_WS].ptr, need);
+    if (c->tr) MAY(c->tr->entries, c->tr->capacity * sizeof(ta_trace_entry));
+    if (c->tr) MAY(c->tr, sizeof(ta_trace));
+#undef MAY
+    if (memcmp(after, g_before, ARENA) == 0) return;
+    for (i = 0; i < ARENA; ++i)
+        FZ_CHECK(after[i] == g_before[i], "a call wrote arena byte %zu outside its outputs", i);
+}
+
+static void run_entry(call *c, int entry) {
+    const int bwd = entry >= 2, query = (entry & 1) == 0;
+    ta_fwd_args fa;
+    ta_bwd_args ba;
+    ta_trace trace_before;
+    char msg[200];
+    size_t bytes = 0xC0FFEE, need = 0;
+    ta_status st_x, st;
+    fill_args(c, &fa, &ba);
+    if (c->tr) memcpy(&trace_before, c->tr, sizeof trace_before);
+    memcpy(g_before, g_arena, ARENA);
+    if (query) {
+        st_x = bwd ? ta_explain_bwd_workspace_size(&c->p, c->be, msg, sizeof msg)
+                   : ta_explain_fwd_workspace_size(&c->p, c->be, msg, sizeof msg);
+        st = bwd ? ta_bwd_workspace_size(&c->p, c->be, &bytes)
+                 : ta_fwd_workspace_size(&c->p, c->be, &bytes);
+        fz_check_message(msg, sizeof msg, st_x);
+        FZ_CHECK(st == st_x, "size query %d, explained as %d: \"%s\"", (int)st, (int)st_x, msg);
+        FZ_CHECK(st == TA_OK || bytes == 0xC0FFEE, "a refused size query wrote bytes");
+        FZ_CHECK(memcmp(g_before, g_arena, ARENA) == 0, "a size query wrote the arena");
+        return;
+    }
+    st_x = bwd ? ta_explain_bwd(&c->p, c->be, &ba, c->t[T_WS].ptr, c->ws_bytes, c->stream, msg,
+                                sizeof msg)
+               : ta_explain_fwd(&c->p, c->be, &fa, c->t[T_WS].ptr, c->ws_bytes, c->stream, msg,
+                                sizeof msg);
+    fz_check_message(msg, sizeof msg, st_x);
+    FZ_CHECK(memcmp(g_before, g_arena, ARENA) == 0, "ta_explain wrote the arena");
+    if (st_x != TA_OK) {
+        st = bwd ? ta_bwd(&c->p, c->be, &ba, c->t[T_WS].ptr, c->ws_bytes, c->stream)
+                 : ta_fwd(&c->p, c->be, &fa, c->t[T_WS].ptr, c->ws_bytes, c->stream);
+        FZ_CHECK(st == st_x, "call %d, explained as %d: \"%s\"", (int)st, (int)st_x, msg);
+        FZ_CHECK(memcmp(g_before, g_arena, ARENA) == 0, "a refused call wrote the arena (%s)", msg);
+        FZ_CHECK(!c->tr || memcmp(&trace_before, c->tr, sizeof trace_before) == 0,
+                 "a refused call wrote the trace struct");
+        return;
+    }
+    if (bwd)
+        FZ_CHECK(ta_bwd_workspace_size(&c->p, c->be, &need) == TA_OK, "size query refused");
+    else
+        FZ_CHECK(ta_fwd_workspace_size(&c->p, c->be, &need) == TA_OK, "size query refused");
+    if (!check_accepted(c, bwd, need)) return;
+    st = bwd ? ta_bwd(&c->p, c->be, &ba, c->t[T_WS].ptr, c->ws_bytes, c->stream)
+             : ta_fwd(&c->p, c->be, &fa, c->t[T_WS].ptr, c->ws_bytes, c->stream);
+    FZ_CHECK(st == TA_OK, "explained as ok, the call returned %d", (int)st);
+    check_writes(c, bwd, need);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    fz f = {data, size};
+    call c;
+    uint64_t seed = fz_bits(&f, 8);
+    int entry;
+    /* finite values in every dtype: f32 0.747, f16 1.81, bf16 0.746 (plus the bytes'
+     * seed in the first word, so runs differ) */
+    memset(g_arena, 0x3F, ARENA);
+    memcpy(g_arena, &seed, sizeof seed);
+    make_problem(&f, &c.p);
+    make_call(&f, &c);
+    for (entry = 0; entry < 4; ++entry)
+        run_entry(&c, entry);
+    return 0;
+}
