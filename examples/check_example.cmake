@@ -17,7 +17,14 @@ script_args(check_example BUILD_DIR MODE SRC_DIR WORK_DIR)
 set(prefix "${WORK_DIR}/prefix")
 
 if(MODE STREQUAL "cpp_find_package")
-  find_program(CXX NAMES c++ g++ clang++)
+  # the C++ compiler of the library's C compiler family: a library built with
+  # clang links libomp's runtime (__kmpc_*), which g++'s -fopenmp does not
+  get_filename_component(cc_name "${CMAKE_C_COMPILER}" NAME)
+  if(cc_name MATCHES "clang")
+    find_program(CXX NAMES clang++ c++ g++)
+  else()
+    find_program(CXX NAMES g++ c++ clang++)
+  endif()
   if(NOT CXX)
     message("example SKIPPED: no C++ compiler (apt-get install g++)")
     return()
