@@ -458,6 +458,16 @@ static void check_unsupported_device(void) {
     free(buf);
 }
 
+/* A one-head bf16 fast-mode problem, S_q = S_k = seq, D = D_v = d. */
+static void small_fast_problem(ta_problem *p, int32_t seq, int32_t d) {
+    memset(p, 0, sizeof *p);
+    p->batch = p->heads_q = p->heads_kv = 1;
+    p->seq_q = p->seq_k = seq;
+    p->head_dim = p->head_dim_v = d;
+    p->dtype = TA_BF16;
+    p->precision = TA_PRECISION_FAST;
+}
+
 /* On a compute capability 9.0 device: 1 if the wgmma candidate (tile_config =
  * 1) runs, 0 if the library refuses it (a build without sm_90a code). */
 static int probe_wgmma(void) {
@@ -466,13 +476,8 @@ static int probe_wgmma(void) {
     void *buf = NULL, *ws = NULL;
     size_t bytes = 0;
     ta_status st;
-    memset(&p, 0, sizeof p);
+    small_fast_problem(&p, 16, 64);
     memset(&a, 0, sizeof a);
-    p.batch = p.heads_q = p.heads_kv = 1;
-    p.seq_q = p.seq_k = 16;
-    p.head_dim = p.head_dim_v = 64;
-    p.dtype = TA_BF16;
-    p.precision = TA_PRECISION_FAST;
     p.tile_config = 1;
     CUDA_OK(cudaMalloc(&buf, 4 * 16 * 64 * 2));
     CUDA_OK(cudaMemset(buf, 0, 4 * 16 * 64 * 2));
@@ -506,12 +511,7 @@ int main(int argc, char **argv) {
         }
     }
     /* part 4, host side: a head dim outside the table */
-    memset(&p80, 0, sizeof p80);
-    p80.batch = p80.heads_q = p80.heads_kv = 1;
-    p80.seq_q = p80.seq_k = 64;
-    p80.head_dim = p80.head_dim_v = 80;
-    p80.dtype = TA_BF16;
-    p80.precision = TA_PRECISION_FAST;
+    small_fast_problem(&p80, 64, 80);
     TA_CHECK(ta_fwd_workspace_size(&p80, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
              "fast bf16 D = 80: the size query must say TA_ERR_UNSUPPORTED");
     p80.precision = TA_PRECISION_EXACT;
