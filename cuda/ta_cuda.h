@@ -50,8 +50,8 @@ typedef struct ta_cuda_bwd_ws {
  * carves (base set) the device workspace. */
 int ta_cuda_supports(const ta_plan *plan);
 /* 1 if the plan takes the fast-mode path: TA_PRECISION_FAST, f16 / bf16
- * storage, plain SDPA (forward on tensor cores; the backward still runs the
- * exact kernels, under the same head-dim table). */
+ * storage, plain SDPA (ta_cuda_fast_fwd, ta_cuda_fast_bwd; the head dims of
+ * the fast table only). */
 int ta_cuda_fast_path(const ta_plan *plan);
 ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws, size_t *bytes);
 ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws, size_t *bytes);
@@ -93,6 +93,15 @@ ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a, const ta_cu
  * dim's candidates, or it names the wgmma candidate on a device that is not
  * sm_90. */
 ta_status ta_cuda_fast_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                           void *stream);
+/* The fast-mode backward (cuda/ta_cuda_fast_bwd_sm90.cu), same problems: the
+ * wgmma kernels when the forward's configuration is the wgmma one
+ * (tile_config 0 or 1 on an sm_90 device, in a build with sm_90a code), else
+ * ta_cuda_sdpa_bwd (the exact kernels). As ta_cuda_sdpa_bwd, and
+ * TA_ERR_UNSUPPORTED (nothing launched) where ta_cuda_fast_fwd gives it for
+ * the head dim or tile_config, or, on the wgmma path, if a row of q, k, v,
+ * d_o, dq, dk or dv does not start on 16 bytes. */
+ta_status ta_cuda_fast_bwd(const ta_plan *plan, const ta_bwd_args *a, const ta_cuda_bwd_ws *ws,
                            void *stream);
 
 #ifdef __cplusplus

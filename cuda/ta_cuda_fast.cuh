@@ -38,6 +38,19 @@ typedef struct ta_fast_launch {
  * set, or 0 if there is none for d (cuda/ta_cuda_fast_fwd_sm90.cu). */
 int ta_cuda_fast_sm90_launch(int32_t d, int bf16, ta_fast_launch *l);
 
+/* 1 if the wgmma kernels can run: the build holds sm_90a code
+ * (TA_CUDA_HAVE_SM90A, set by CMake when CMAKE_CUDA_ARCHITECTURES has 90a;
+ * otherwise they are empty stand-ins) and the current device is compute
+ * capability 9.0; -1 if a CUDA call fails (cuda/ta_cuda_fast_fwd.cu). */
+int ta_cuda_fast_is_sm90(void);
+
+/* 1 if every row of a tensor of the q side (kv_side 0: [B, H, S_q, *]) or the
+ * kv side (1: [B, H_kv, S_k, *]) starts on 16 bytes: the base address, and
+ * every stride of a dimension with more than one entry a multiple of 8
+ * elements (cp.async moves 16-byte chunks). */
+int ta_cuda_fast_rows_aligned(const ta_problem *pr, const void *ptr, const ta_strides *st,
+                              int kv_side);
+
 /* ---- device ---- */
 
 #define TA_FAST_FN static __device__ __forceinline__

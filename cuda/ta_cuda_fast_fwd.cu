@@ -261,11 +261,10 @@ static int ta_fast_candidates(int32_t d, ta_fast_launch c[TA_CUDA_FAST_CFG_MAX],
     }
 }
 
-/* 1 if the wgmma forward can run: the build holds sm_90a code
- * (TA_CUDA_HAVE_SM90A, set by CMake when CMAKE_CUDA_ARCHITECTURES has 90a;
- * otherwise the kernel is an empty stand-in) and the current device is
- * compute capability 9.0; -1 if a CUDA call fails. */
-static int ta_cuda_fast_is_sm90(void) {
+} /* namespace */
+
+/* (cuda/ta_cuda_fast.cuh) */
+int ta_cuda_fast_is_sm90(void) {
 #ifndef TA_CUDA_HAVE_SM90A
     return 0;
 #else
@@ -284,28 +283,24 @@ static int ta_cuda_fast_is_sm90(void) {
  * of 8 elements, or unused (n == 1). */
 static int ta_cuda_fast_stride_ok(int64_t st, int32_t n) { return n == 1 || st % 8 == 0; }
 
-/* 1 if every row of the four tensors starts on 16 bytes: base addresses, and
- * every stride of a dimension with more than one entry a multiple of 8
- * elements (cp.async moves 16-byte chunks). */
-static int ta_cuda_fast_aligned(const ta_plan *plan, const ta_fwd_args *a) {
-    const ta_problem *pr = &plan->p;
-    const void *ptr[4] = {a->q, a->k, a->v, a->o};
-    const ta_strides *st[4] = {&plan->layout.q, &plan->layout.k, &plan->layout.v,
-                               &plan->layout.o};
-    const int32_t heads[4] = {pr->heads_q, pr->heads_kv, pr->heads_kv, pr->heads_q};
-    const int32_t seq[4] = {pr->seq_q, pr->seq_k, pr->seq_k, pr->seq_q};
-    int i;
-    for (i = 0; i < 4; ++i) {
-        if ((uintptr_t)ptr[i] % 16u != 0) return 0;
-        if (!ta_cuda_fast_stride_ok(st[i]->seq, seq[i]) ||
-            !ta_cuda_fast_stride_ok(st[i]->head, heads[i]) ||
-            !ta_cuda_fast_stride_ok(st[i]->batch, pr->batch))
-            return 0;
-    }
-    return 1;
+/* (cuda/ta_cuda_fast.cuh) */
+int ta_cuda_fast_rows_aligned(const ta_problem *pr, const void *ptr, const ta_strides *st,
+                              int kv_side) {
+    const int32_t heads = kv_side ? pr->heads_kv : pr->heads_q;
+    const int32_t seq = kv_side ? pr->seq_k : pr->seq_q;
+    return (uintptr_t)ptr % 16u == 0 && ta_cuda_fast_stride_ok(st->seq, seq) &&
+           ta_cuda_fast_stride_ok(st->head, heads) && ta_cuda_fast_stride_ok(st->batch, pr->batch);
 }
 
-} /* namespace */
+/* 1 if every row of q, k, v and o starts on 16 bytes. */
+static int ta_cuda_fast_aligned(const ta_plan *plan, const ta_fwd_args *a) {
+    const ta_problem *pr = &plan->p;
+    return ta_cuda_fast_rows_aligned(pr, a->q, &plan->layout.q, 0) &&
+           ta_cuda_fast_rows_aligned(pr, a->k, &plan->layout.k, 1) &&
+           ta_cuda_fast_rows_aligned(pr, a->v, &plan->layout.v, 1) &&
+           ta_cuda_fast_rows_aligned(pr, a->o, &plan->layout.o, 0);
+}
+
 
 extern "C" ta_status ta_cuda_fast_fwd(const ta_plan *plan, const ta_fwd_args *a,
                                       const ta_cuda_fwd_ws *ws, void *stream) {

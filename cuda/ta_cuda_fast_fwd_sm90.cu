@@ -44,7 +44,7 @@
 
 #include <cuda_runtime.h>
 
-#include "ta_cuda_fast.cuh"
+#include "ta_cuda_wg.cuh"
 
 namespace {
 
@@ -63,89 +63,7 @@ template <int D, int BN> struct ta_wg_traits {
     static_assert(BN == 64 || BN == 128, "s = q k^T: m64n64 or m64n128");
 };
 
-/* The kernel body exists in sm_90a code only; elsewhere it is an empty
- * stand-in the host never launches (TA_CUDA_HAVE_SM90A in ta_cuda_fast_fwd.cu). */
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define TA_WG_ENABLED 1
-#include "ta_cuda_wgmma.inc"
-
-/* The 64-bit shared-memory matrix descriptor: start address, leading and
- * stride byte offsets (16-byte units, 14 bits each), 128-byte swizzle. */
-TA_FAST_FN uint64_t ta_wg_desc(uint32_t addr, uint32_t lead, uint32_t stride) {
-    return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)((lead & 0x3FFFFu) >> 4) << 16) |
-           ((uint64_t)((stride & 0x3FFFFu) >> 4) << 32) | ((uint64_t)1 << 62);
-}
-
-TA_FAST_FN void ta_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-TA_FAST_FN void ta_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N> TA_FAST_FN void ta_wg_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-/* cp.async (generic proxy) writes, then wgmma (async proxy) reads */
-TA_FAST_FN void ta_wg_proxy_fence() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-/* Keep a register's value (and its use) on this side of the surrounding asm:
- * wgmma reads its operands and writes its accumulators asynchronously until
- * the wait, so nothing may move across it. */
-template <int N> TA_FAST_FN void ta_wg_keep(float (&x)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(x[i])::"memory");
-}
-/* Named barrier 1 + wg over warpgroup wg's 128 threads (barrier 0 is
- * __syncthreads). */
-TA_FAST_FN void ta_wg_bar(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); }
-TA_FAST_FN void ta_wg_keep_row(float m[2], float l[2], float corr[2]) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-        asm volatile("" : "+f"(m[r]), "+f"(l[r]), "+f"(corr[r])::"memory");
-}
-template <int N> TA_FAST_FN void ta_wg_keep_u(uint32_t (&x)[N][4]) {
-#pragma unroll
-    for (int i = 0; i < N; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(x[i][e])::"memory");
-}
-
-template <bool BF16>
-TA_FAST_FN void ta_wg_ss(float (&d)[64], uint64_t a, uint64_t b, int acc) {
-    if (BF16)
-        ta_wg_ss_n128_bf16(d, a, b, acc);
-    else
-        ta_wg_ss_n128_f16(d, a, b, acc);
-}
-template <bool BF16>
-TA_FAST_FN void ta_wg_ss(float (&d)[32], uint64_t a, uint64_t b, int acc) {
-    if (BF16)
-        ta_wg_ss_n64_bf16(d, a, b, acc);
-    else
-        ta_wg_ss_n64_f16(d, a, b, acc);
-}
-template <bool BF16> TA_FAST_FN void ta_wg_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
-    if (BF16)
-        ta_wg_rs_n64_bf16(d, a, b);
-    else
-        ta_wg_rs_n64_f16(d, a, b);
-}
-template <bool BF16> TA_FAST_FN void ta_wg_rs(float (&d)[48], const uint32_t (&a)[4], uint64_t b) {
-    if (BF16)
-        ta_wg_rs_n96_bf16(d, a, b);
-    else
-        ta_wg_rs_n96_f16(d, a, b);
-}
-template <bool BF16> TA_FAST_FN void ta_wg_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
-    if (BF16)
-        ta_wg_rs_n128_bf16(d, a, b);
-    else
-        ta_wg_rs_n128_f16(d, a, b);
-}
-template <bool BF16> TA_FAST_FN void ta_wg_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t b) {
-    if (BF16)
-        ta_wg_rs_n256_bf16(d, a, b);
-    else
-        ta_wg_rs_n256_f16(d, a, b);
-}
-
+#ifdef TA_WG_ENABLED
 /* The k and v buffers of K tile j (two of each, by parity):
  * q | k[0] | k[1] | v[0] | v[1]. */
 template <int D, int BN> TA_FAST_FN uint32_t ta_wg_kbuf(uint32_t sq, int32_t j) {
@@ -157,60 +75,23 @@ template <int D, int BN> TA_FAST_FN uint32_t ta_wg_vbuf(uint32_t sq, int32_t j) 
     return sq + T::Q_BYTES + (uint32_t)(2 + (j & 1)) * T::KV_BYTES;
 }
 
+/* rows [row0, row0 + R) of a slice -> a swizzled region, by the block's threads */
+template <int D, int R>
+TA_FAST_FN void ta_wg_load(uint32_t region, const uint16_t *base, int64_t off, int64_t seq,
+                           int32_t row0, int32_t n_valid) {
+    ta_wg_load_rows<D, R, TA_WG_THREADS>(region, base, off, seq, row0, n_valid);
+}
+
 /* Issue s = q k^T for warpgroup wg's 64 rows: D / 16 k-steps (not committed). */
 template <int D, int BN, bool BF16>
 TA_FAST_FN void ta_wg_qk(float (&s)[BN / 2], uint32_t sq, uint32_t sk, int wg) {
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-        ta_wg_ss<BF16>(s,
-                       ta_wg_desc(sq + (uint32_t)((kk >> 2) * (TA_WG_BM * 128) + wg * (64 * 128) +
-                                                  (kk & 3) * 32),
-                                  16u, 1024u),
-                       ta_wg_desc(sk + (uint32_t)((kk >> 2) * (BN * 128) + (kk & 3) * 32),
-                                  16u, 1024u),
-                       kk > 0);
+    ta_wg_ss_rows<D, TA_WG_BM, BN, BF16>(s, sq, 64 * wg, sk);
 }
 
 /* Issue o += p v over the tile's keys, 16 at a time (not committed). */
 template <int D, int BN, bool BF16>
 TA_FAST_FN void ta_wg_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4], uint32_t sv) {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
-        ta_wg_rs<BF16>(o, pa[kk], ta_wg_desc(sv + (uint32_t)(kk * 2048), BN * 128u, 1024u));
-}
-
-/* rows [row0, row0 + R) of a slice -> the swizzled region at `region`
- * ([DB][R][64]); rows at or past n_valid read zeros. When the 256 threads
- * cover whole rows (D = 64, 128, 256), each thread keeps one chunk column and steps
- * its source and destination by constants (the swizzle phase r % 8 does not
- * change between passes); D = 96 takes the general loop. */
-template <int D, int R>
-TA_FAST_FN void ta_wg_load_rows(uint32_t region, const uint16_t *base, int64_t off, int64_t seq,
-                                int32_t row0, int32_t n_valid) {
-    constexpr int CH = D / 8;
-    if (TA_WG_THREADS % CH == 0) {
-        constexpr int RPP = TA_WG_THREADS / CH; /* rows per pass: 32, 16 or 8 */
-        const int c = (int)threadIdx.x % CH, r0 = (int)threadIdx.x / CH;
-        const uint32_t dst = region + (uint32_t)((c >> 3) * (R * 128) + r0 * 128 +
-                                                 (((c & 7) ^ (r0 & 7)) << 4));
-        const uint16_t *src = base + off + (int64_t)(row0 + r0) * seq + 8 * c;
-#pragma unroll
-        for (int j = 0; j < R / RPP; ++j) {
-            const bool ok = row0 + r0 + j * RPP < n_valid;
-            ta_fast_cp16(dst + (uint32_t)(j * RPP * 128), ok ? src + (int64_t)j * RPP * seq : base,
-                         ok ? 16 : 0);
-        }
-    } else {
-        for (int i = (int)threadIdx.x; i < R * CH; i += TA_WG_THREADS) {
-            const int r = i / CH, c = i % CH;
-            const int32_t row = row0 + r;
-            const bool ok = row < n_valid;
-            const uint16_t *src = ok ? base + off + (int64_t)row * seq + 8 * c : base;
-            ta_fast_cp16(region + (uint32_t)((c >> 3) * (R * 128) + r * 128 +
-                                             (((c & 7) ^ (r & 7)) << 4)),
-                         src, ok ? 16 : 0);
-        }
-    }
+    ta_wg_rs_rows<D, BN, BF16>(o, pa, sv);
 }
 #endif
 
@@ -249,14 +130,14 @@ __global__ void __launch_bounds__(TA_WG_THREADS, 1)
             const int32_t kb = c.k_begin;
             /* prologue: q, k_kb; then k_kb+1 and v_kb in flight; s = q k_kb^T and
              * its softmax, p of tile kb in pa */
-            ta_wg_load_rows<D, TA_WG_BM>(sq, q, c.q, p.lay.q.seq, row0, t.seq_q);
-            ta_wg_load_rows<D, BN>(ta_wg_kbuf<D, BN>(sq, kb), k, c.k, p.lay.k.seq, kb * BN,
+            ta_wg_load<D, TA_WG_BM>(sq, q, c.q, p.lay.q.seq, row0, t.seq_q);
+            ta_wg_load<D, BN>(ta_wg_kbuf<D, BN>(sq, kb), k, c.k, p.lay.k.seq, kb * BN,
                                          c.key_len);
             ta_fast_cp_commit();
             if (kb + 1 < c.k_end)
-                ta_wg_load_rows<D, BN>(ta_wg_kbuf<D, BN>(sq, kb + 1), k, c.k, p.lay.k.seq,
+                ta_wg_load<D, BN>(ta_wg_kbuf<D, BN>(sq, kb + 1), k, c.k, p.lay.k.seq,
                                              (kb + 1) * BN, c.key_len);
-            ta_wg_load_rows<D, BN>(ta_wg_vbuf<D, BN>(sq, kb), v, c.v, p.lay.v.seq,
+            ta_wg_load<D, BN>(ta_wg_vbuf<D, BN>(sq, kb), v, c.v, p.lay.v.seq,
                                          kb * BN, c.key_len);
             ta_fast_cp_commit();
             ta_fast_cp_wait<1>();
@@ -277,9 +158,9 @@ __global__ void __launch_bounds__(TA_WG_THREADS, 1)
                 __syncthreads(); /* k_kt+1, v_kt visible; everyone is past tile kt-1's
                                     s = q k_kt^T and o += p v_kt-1 */
                 if (kt + 2 < c.k_end)
-                    ta_wg_load_rows<D, BN>(ta_wg_kbuf<D, BN>(sq, kt + 2), k, c.k, p.lay.k.seq,
+                    ta_wg_load<D, BN>(ta_wg_kbuf<D, BN>(sq, kt + 2), k, c.k, p.lay.k.seq,
                                                  (kt + 2) * BN, c.key_len);
-                ta_wg_load_rows<D, BN>(ta_wg_vbuf<D, BN>(sq, kt + 1), v, c.v, p.lay.v.seq,
+                ta_wg_load<D, BN>(ta_wg_vbuf<D, BN>(sq, kt + 1), v, c.v, p.lay.v.seq,
                                              (kt + 1) * BN, c.key_len);
                 ta_fast_cp_commit();
                 /* s = q k_kt+1^T and o += p_kt v_kt in flight together; the softmax of

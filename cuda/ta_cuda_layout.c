@@ -12,11 +12,12 @@
  * strided tensors, GQA, S_q != S_k, D and D_v in [1, 256], every conv size and
  * block size the library accepts.
  *
- * TA_PRECISION_FAST: the SDPA forward of f16 / bf16 problems runs on tensor
- * cores (cuda/ta_cuda_fast_fwd.cu; D = D_v in {64, 96, 128, 256}, other head
- * dims TA_ERR_UNSUPPORTED in fast mode); f32 problems, the MTA conv and every
- * backward run the exact kernels (bit-identical results satisfy any FAST
- * bound) until their fast kernels land.
+ * TA_PRECISION_FAST: the SDPA forward and backward of f16 / bf16 problems run
+ * on tensor cores (cuda/ta_cuda_fast_fwd.cu, cuda/ta_cuda_fast_bwd_sm90.cu;
+ * D = D_v in {64, 96, 128, 256}, other head dims TA_ERR_UNSUPPORTED in fast
+ * mode; the backward on sm_90 only, elsewhere the exact kernels); f32
+ * problems and the MTA conv run the exact kernels (bit-identical results
+ * satisfy any FAST bound) until their fast kernels land.
  */
 #include <stddef.h>
 

@@ -37,6 +37,7 @@ static ta_status ta_cuda_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wo
     size_t bytes;
     const ta_status st = ta_cuda_bwd_layout(plan, workspace, &ws, &bytes);
     if (st != TA_OK) return st;
+    if (ta_cuda_fast_path(plan)) return ta_cuda_fast_bwd(plan, a, &ws, stream);
     return plan->has_conv ? ta_cuda_mta_bwd(plan, a, &ws, stream)
                           : ta_cuda_sdpa_bwd(plan, a, &ws, stream);
 }

@@ -112,8 +112,10 @@ typedef struct spec {
     int use_stream;   /* 1: the thread's created stream, 0: NULL */
     int strided;      /* 1: device tensors in random strided layouts */
     int fast_bwd;     /* 1: the CUDA backward runs with TA_PRECISION_FAST (an f16/bf16
-                         SDPA problem of the fast table: still the exact kernels, so
-                         bit-identical to REF's exact backward) */
+                         SDPA problem of the fast table) and tile_config 2, an mma.sync
+                         forward configuration, with which the backward runs the exact
+                         kernels: bit-identical to REF's exact backward (the wgmma
+                         backward of configurations 0 and 1: test_cuda_fast) */
     float lo, hi;     /* input range */
     char tag[24];     /* what the problem is for */
 } spec;
@@ -736,7 +738,10 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
             if (d.ws) CUDA_OK(cudaMemsetAsync(d.ws, poison ^ 0x33, ws_bytes, st));
             {
                 ta_problem pb = *p; /* fast_bwd: the same problem in fast mode */
-                if (s->fast_bwd) pb.precision = TA_PRECISION_FAST;
+                if (s->fast_bwd) {
+                    pb.precision = TA_PRECISION_FAST;
+                    pb.tile_config = 2;
+                }
                 stt = ta_bwd(&pb, TA_BACKEND_CUDA, &ba, d.ws, ws_bytes, (void *)st);
             }
             if (stt != TA_OK) {

@@ -1,0 +1,635 @@
+/*
+ * CUDA SDPA backward, TA_PRECISION_FAST, f16 / bf16, on Hopper's warpgroup MMA
+ * (wgmma.mma_async, sm_90a only), D = D_v in {64, 96, 128, 256}; and its
+ * launcher ta_cuda_fast_bwd, which runs the exact kernels where these cannot
+ * run (docs/cuda.md section 7).
+ *
+ * Deterministic without atomics: three kernels, each output element summed by
+ * one thread in a fixed order.
+ *   delta  D_i = <dO_i, o_i> in f32, from the stored o (8 lanes per row)
+ *   dk/dv  one block of 2 warpgroups per (batch, kv head, 128 keys); warpgroup
+ *          w owns keys 64 w .. 64 w + 63 and sums over the query heads of the
+ *          kv group ascending, then their Q tiles of QM rows ascending (those
+ *          that meet the key tile: ta_tile_k_rows):
+ *            1. s^T  = k q^T         wgmma m64nQMk16, both from shared memory
+ *            2. dp^T = v dO^T        (dk wanted)
+ *            3. p^T  = exp(scale s^T - lse), 0 outside each row's keys
+ *            4. dv  += p^T dO        p^T rounded to the storage type, from registers
+ *            5. ds^T = p^T (dp^T - D), dk += ds^T q   ds^T rounded likewise
+ *          then dk * scale and dv stored in the storage type.
+ *   dq     one block of 2 warpgroups per (batch, query head, 128 rows), K tiles
+ *          of BN keys ascending (the per-tile context's [k_begin, k_end)):
+ *            s = q k^T, dp = dO v^T, p, ds = p (dp - D), dq += ds k
+ *          then dq * scale stored.
+ * Products accumulate in f32 on the tensor cores in the hardware's order; p
+ * uses ex2.approx (base 2, the scale folded into one fma); p and ds are
+ * rounded to the storage type before their products (as FlashAttention does).
+ * The bits depend on the problem and the tiles below, never on the SM count
+ * or launch order. Error bound: docs/exactness.md section 9.
+ *
+ * Tiles per head dim (ta_wgb_set_for, measured on an H100: docs/cuda.md
+ * section 7): dk/dv Q tiles of QM rows, dq K tiles of BN keys
+ *   D = 64:       QM = 128, BN = 128 (two q / dO buffers: the three-buffer
+ *                 overlap below needs registers D = 64 at QM = 128 has not)
+ *   D = 96, 128:  QM = 64, BN = 64
+ *   D = 256:      QM = 32, BN = 32; the dk/dv accumulators (128 registers each
+ *                 per thread) do not fit together, so the dk/dv pass runs as
+ *                 two kernels, one per output (the dv one skips steps 2 and 5)
+ *
+ * Shared memory (regions as cuda/ta_cuda_wg.cuh: [DB][rows][64], 128-byte
+ * swizzle, 1024-byte aligned; DB = ceil(D / 64)):
+ *   dk/dv  | k [128] | v [128] | q [NB][QM] | dO [NB][QM] | rows [NB] |
+ *          rows = lse2, delta, lo, hi of the Q tile's QM rows (16 QM bytes);
+ *          NB = 3 (2 at D = 64); 163 KB at D = 128, 227 KB at D = 256
+ *   dq     | q [128] | dO [128] | k [3][BN] | v [3][BN] |
+ *          161 KB at D = 128, 226 KB at D = 256
+ * Loads are cp.async by all 256 threads, one tile ahead (the next Q tile for
+ * dk/dv, the next K tile for dq). With three buffers the last products of a
+ * tile (dv, dk += ...; dq += ds k) stay in flight while the next tile's
+ * barrier, loads and first products are issued (measured: dq -5 %, dk/dv
+ * -2..-8 % at D = 128, 256).
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "ta_cuda_host.cuh"
+#include "ta_cuda_wg.cuh"
+
+extern "C" {
+#include "ta_cuda.h"
+#include "ta_internal.h"
+}
+
+namespace {
+
+#define TA_WGB_THREADS 256
+#define TA_WGB_KEYS    128 /* dk/dv kernel: keys per block, 2 warpgroups x 64 */
+#define TA_WGB_ROWS    128 /* dq kernel: query rows per block, 2 warpgroups x 64 */
+
+/* Which outputs a dk/dv kernel computes. */
+enum { TA_WGB_DKDV = 0, TA_WGB_DK = 1, TA_WGB_DV = 2 };
+
+template <int D, int QM, int NB> struct ta_wgb_kv_traits {
+    static constexpr int DB = (D + 63) / 64;
+    static constexpr uint32_t KV_BYTES = DB * TA_WGB_KEYS * 128; /* the k or v tile */
+    static constexpr uint32_t QT_BYTES = DB * QM * 128;          /* one q or dO buffer */
+    static constexpr uint32_t ROW_BYTES = 16 * QM;               /* lse2, delta, lo, hi */
+    /* k | v | q [NB] | dO [NB] | rows [NB] */
+    static constexpr uint32_t Q0 = 2 * KV_BYTES, DO0 = Q0 + NB * QT_BYTES,
+                              ROWS0 = DO0 + NB * QT_BYTES;
+    static constexpr size_t SMEM = 1024 + ROWS0 + NB * ROW_BYTES; /* + alignment slack */
+    static_assert(QM == 32 || QM == 64 || QM == 128, "s^T = k q^T: m64nQM");
+    static_assert(SMEM <= 227 * 1024, "sm_90 opt-in shared memory");
+    static_assert(D % 16 == 0 && D <= 256, "D in {64, 96, 128, 256}");
+};
+
+template <int D, int BN> struct ta_wgb_q_traits {
+    static constexpr int DB = (D + 63) / 64;
+    static constexpr uint32_t Q_BYTES = DB * TA_WGB_ROWS * 128; /* q or dO */
+    static constexpr uint32_t KV_BYTES = DB * BN * 128;         /* one k or v buffer */
+    static constexpr uint32_t K0 = 2 * Q_BYTES, V0 = K0 + 3 * KV_BYTES; /* 3 buffers each */
+    static constexpr size_t SMEM = 1024 + V0 + 3 * KV_BYTES;
+    static_assert(BN == 32 || BN == 64 || BN == 128, "s = q k^T: m64nBN");
+    static_assert(SMEM <= 227 * 1024, "sm_90 opt-in shared memory");
+};
+
+#ifdef TA_WG_ENABLED
+TA_FAST_FN float ta_wgb_pos_inf() { return __int_as_float(0x7f800000); }
+
+/* lse in base 2 for p = 2^(s scale log2 e - lse2); a row that saw nothing
+ * (lse = -inf) gets +inf, so its p is 0 and never NaN. */
+TA_FAST_FN float ta_wgb_lse2(float lse) {
+    return lse == ta_fast_neg_inf() ? ta_wgb_pos_inf() : lse * 1.4426950408889634f;
+}
+#endif
+
+/*
+ * delta_i = <dO_i, o_i> (f32, from the stored o) for the fast backward: 8
+ * lanes per row, each summing the 16-byte chunks lane, lane + 8, ... of the
+ * row's D_v features in order, then the 8 partial sums by a fixed shuffle tree
+ * (the exact pass's delta kernel reads one element at a time: 6 % of the
+ * backward at D = 128). Rows of [B, H, S_q]; o and dO rows 16-byte aligned.
+ */
+template <bool BF16>
+__global__ void __launch_bounds__(TA_WGB_THREADS)
+    ta_cuda_fast_delta_kernel(const void *o, const void *d_o, float *delta, int64_t n_rows,
+                              int32_t head_dim_v, int32_t heads_q, int32_t seq_q, ta_strides o_st,
+                              ta_strides d_o_st) {
+    const int lane = (int)threadIdx.x & 31, sub = lane & 7;
+    const int64_t n_warps = (int64_t)gridDim.x * (TA_WGB_THREADS / 32);
+    for (int64_t w = (int64_t)blockIdx.x * (TA_WGB_THREADS / 32) + (threadIdx.x >> 5);
+         4 * w < n_rows; w += n_warps) {
+        const int64_t row = 4 * w + (lane >> 3);
+        float acc = 0.0f;
+        if (row < n_rows) {
+            const int32_t si = (int32_t)(row % seq_q);
+            const int32_t h = (int32_t)(row / seq_q % heads_q);
+            const int32_t b = (int32_t)(row / seq_q / heads_q);
+            const uint4 *orow = reinterpret_cast<const uint4 *>(
+                static_cast<const uint16_t *>(o) + ta_strides_slice(&o_st, b, h) +
+                (int64_t)si * o_st.seq);
+            const uint4 *grow = reinterpret_cast<const uint4 *>(
+                static_cast<const uint16_t *>(d_o) + ta_strides_slice(&d_o_st, b, h) +
+                (int64_t)si * d_o_st.seq);
+            for (int c = sub; c < head_dim_v / 8; c += 8) {
+                const uint4 a = orow[c], g = grow[c];
+                const uint32_t av[4] = {a.x, a.y, a.z, a.w}, gv[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float2 x, y;
+                    if (BF16) {
+                        x = make_float2(__uint_as_float(av[e] << 16), __uint_as_float(av[e] & 0xffff0000u));
+                        y = make_float2(__uint_as_float(gv[e] << 16), __uint_as_float(gv[e] & 0xffff0000u));
+                    } else {
+                        __half2 ha, hg;
+                        memcpy(&ha, &av[e], sizeof ha);
+                        memcpy(&hg, &gv[e], sizeof hg);
+                        x = __half22float2(ha);
+                        y = __half22float2(hg);
+                    }
+                    acc = __fmaf_rn(x.x, y.x, acc);
+                    acc = __fmaf_rn(x.y, y.y, acc);
+                }
+            }
+        }
+        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+        acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+        if (row < n_rows && sub == 0) delta[row] = acc;
+    }
+}
+
+/*
+ * dk, dv of one block of 128 keys (see the top). OUT: TA_WGB_DKDV, _DK or _DV.
+ */
+template <int D, int QM, int OUT, bool OVL, bool BF16>
+__global__ void __launch_bounds__(TA_WGB_THREADS, 1)
+    ta_cuda_fast_dkdv_sm90_kernel(const __grid_constant__ ta_cuda_params p) {
+#ifdef TA_WG_ENABLED
+    constexpr int NB = OVL ? 3 : 2; /* q / dO buffers */
+    typedef ta_wgb_kv_traits<D, QM, NB> T;
+    constexpr bool DK = OUT != TA_WGB_DV, DV = OUT != TA_WGB_DK;
+    constexpr int NC = QM / 8; /* 8-column blocks of s^T */
+    extern __shared__ float4 ta_wgb_dyn_smem[];
+    const uint32_t smem0 = ta_fast_smem_addr(ta_wgb_dyn_smem);
+    const uint32_t sb = (smem0 + 1023u) & ~1023u;
+    char *const gb = reinterpret_cast<char *>(ta_wgb_dyn_smem) + (sb - smem0);
+    const ta_tiling t = p.t;
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+    const int wg = warp >> 2, tq = lane & 3, tid = (int)threadIdx.x;
+    const int32_t n_kt = t.num_k_tiles;
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_kv * n_kt;
+    const float sl = p.scale * 1.4426950408889634f;
+    const uint16_t *q = static_cast<const uint16_t *>(p.q);
+    const uint16_t *k = static_cast<const uint16_t *>(p.k);
+    const uint16_t *v = static_cast<const uint16_t *>(p.v);
+    const uint16_t *d_o = static_cast<const uint16_t *>(p.d_o);
+
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const ta_cuda_kv_tile at = ta_cuda_kv_tile_at(p, tile, n_kt, 1);
+        const int32_t col0 = at.kt * TA_WGB_KEYS;
+        /* this lane's keys: kj, kj + 8 (the accumulator rows) */
+        const int32_t kj = col0 + 64 * wg + 16 * (warp & 3) + (lane >> 2);
+        int32_t key_len, batch, q_begin, q_end, n_it;
+        float dk[D / 2], dv[D / 2]; /* the one not wanted is dead code */
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i)
+            dk[i] = dv[i] = 0.0f;
+        {
+            const ta_tile_ctx kc = ta_cuda_context(p, at.b_local, at.h_kv * p.group, 0);
+            key_len = kc.key_len;
+            batch = kc.batch;
+            ta_tile_k_rows(&t, at.kt, key_len, &q_begin, &q_end);
+            n_it = p.group * (q_end - q_begin); /* (query head, Q tile) pairs */
+            __syncthreads();                    /* the previous tile is done with shared memory */
+            if (n_it > 0) {
+                ta_wg_load_rows<D, TA_WGB_KEYS, TA_WGB_THREADS>(sb, k, kc.k, p.lay.k.seq, col0,
+                                                                key_len);
+                if (DK)
+                    ta_wg_load_rows<D, TA_WGB_KEYS, TA_WGB_THREADS>(sb + T::KV_BYTES, v, kc.v,
+                                                                    p.lay.v.seq, col0, key_len);
+            }
+        }
+        /* Issue the loads of iteration it (query head h_kv group + it / nq, Q
+         * tile q_begin + it % nq) into buffer it % NB: q and dO by cp.async, the
+         * row arrays by plain stores (visible after the next barrier); returns
+         * whether this thread's row sees every key of the tile. */
+        auto issue = [&](int32_t it) -> int {
+            const int32_t nq = q_end - q_begin;
+            const int32_t h = at.h_kv * p.group + it / nq, qt = q_begin + it % nq;
+            const int32_t row0 = qt * QM;
+            const int buf = (int)(it % NB);
+            const int64_t lse_off = ((int64_t)batch * p.heads_q + h) * t.seq_q;
+            int whole = 1;
+            ta_wg_load_rows<D, QM, TA_WGB_THREADS>(sb + T::Q0 + buf * T::QT_BYTES, q,
+                                                   ta_strides_slice(&p.lay.q, batch, h),
+                                                   p.lay.q.seq, row0, t.seq_q);
+            ta_wg_load_rows<D, QM, TA_WGB_THREADS>(sb + T::DO0 + buf * T::QT_BYTES, d_o,
+                                                   ta_strides_slice(&p.lay.d_o, batch, h),
+                                                   p.lay.d_o.seq, row0, t.seq_q);
+            ta_fast_cp_commit();
+            if (tid < QM) {
+                float *rl = reinterpret_cast<float *>(gb + T::ROWS0 + buf * T::ROW_BYTES);
+                int32_t *rk = reinterpret_cast<int32_t *>(rl + 2 * QM);
+                const int32_t r = row0 + tid;
+                int32_t lo = 0, hi = 0;
+                float l2 = ta_wgb_pos_inf(), dl = 0.0f;
+                if (r < t.seq_q) {
+                    l2 = ta_wgb_lse2(p.lse[lse_off + r]);
+                    dl = p.delta[lse_off + r];
+                    ta_tile_row_keys(&t, r, key_len, &lo, &hi);
+                }
+                rl[tid] = l2;
+                rl[QM + tid] = dl;
+                rk[tid] = lo;
+                rk[QM + tid] = hi;
+                whole = lo <= col0 && hi >= col0 + TA_WGB_KEYS;
+            }
+            return whole;
+        };
+        /* Iteration it in buffer it % NB, loaded one iteration ahead. OVL (three
+         * buffers): dv += p^T dO and dk += ds^T q of iteration it stay in flight
+         * until the wait for s^T of iteration it + 1 (the buffer loaded at
+         * iteration it was last read two iterations before: free once every
+         * warpgroup has passed that wait, which the barrier says). Without OVL
+         * (two buffers) they finish within their iteration. */
+        if (n_it > 0) {
+            uint32_t pa[QM / 16][4], da[QM / 16][4]; /* operands of the products in flight */
+            int whole_next = issue(0);
+            for (int32_t it = 0; it < n_it; ++it) {
+                const int buf = (int)(it % NB);
+                const uint32_t sqb = sb + T::Q0 + buf * T::QT_BYTES;
+                const uint32_t sdo = sb + T::DO0 + buf * T::QT_BYTES;
+                const float *rl =
+                    reinterpret_cast<const float *>(gb + T::ROWS0 + buf * T::ROW_BYTES);
+                const int32_t *rk = reinterpret_cast<const int32_t *>(rl + 2 * QM);
+                float st[QM / 2], dpt[QM / 2];
+                int whole;
+                ta_fast_cp_wait<0>();
+                ta_wg_proxy_fence();
+                /* this iteration's q, dO, rows visible; the next buffer is free */
+                whole = __syncthreads_and(whole_next);
+                if (it + 1 < n_it) whole_next = issue(it + 1);
+                /* steps 1-2 */
+                ta_wg_fence();
+                ta_wg_ss_rows<D, TA_WGB_KEYS, QM, BF16>(st, sb, 64 * wg, sqb);
+                ta_wg_commit();
+                if (DK) {
+                    ta_wg_ss_rows<D, TA_WGB_KEYS, QM, BF16>(dpt, sb + T::KV_BYTES, 64 * wg, sdo);
+                    ta_wg_commit();
+                    ta_wg_wait<1>(); /* the previous products and s^T are done */
+                } else {
+                    ta_wg_wait<0>();
+                }
+                ta_wg_keep(st);
+                ta_wg_keep(dk);
+                ta_wg_keep(dv);
+                ta_wg_keep_u(pa);
+                ta_wg_keep_u(da);
+                /* step 3: p^T; lane columns (query rows) 8 n + 2 tq + e */
+#pragma unroll
+                for (int n = 0; n < NC; ++n) {
+                    const int col = 8 * n + 2 * tq;
+                    const float2 l2 = *reinterpret_cast<const float2 *>(rl + col);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const int e = i & 1, r = i >> 1;
+                        const float x =
+                            ta_fast_exp2(__fmaf_rn(st[4 * n + i], sl, -(e ? l2.y : l2.x)));
+                        bool live = true;
+                        if (!whole) {
+                            const int32_t j = kj + 8 * r;
+                            live = j >= rk[col + e] && j < rk[QM + col + e];
+                        }
+                        st[4 * n + i] = live ? x : 0.0f;
+                    }
+                }
+                /* step 4: dv += p^T dO */
+                if (DV) {
+#pragma unroll
+                    for (int kk = 0; kk < QM / 16; ++kk)
+                        ta_fast_p_fragment<BF16, NC>(pa[kk], st, kk);
+                    ta_wg_fence();
+                    ta_wg_rs_rows<D, QM, BF16>(dv, pa, sdo);
+                    ta_wg_commit();
+                }
+                /* step 5: ds^T = p^T (dp^T - D), dk += ds^T q */
+                if (DK) {
+                    if (DV)
+                        ta_wg_wait<1>();
+                    else
+                        ta_wg_wait<0>();
+                    ta_wg_keep(dpt);
+#pragma unroll
+                    for (int n = 0; n < NC; ++n) {
+                        const float2 dl =
+                            *reinterpret_cast<const float2 *>(rl + QM + 8 * n + 2 * tq);
+#pragma unroll
+                        for (int i = 0; i < 4; ++i)
+                            dpt[4 * n + i] =
+                                st[4 * n + i] * (dpt[4 * n + i] - ((i & 1) ? dl.y : dl.x));
+                    }
+#pragma unroll
+                    for (int kk = 0; kk < QM / 16; ++kk)
+                        ta_fast_p_fragment<BF16, NC>(da[kk], dpt, kk);
+                    ta_wg_fence();
+                    ta_wg_rs_rows<D, QM, BF16>(dk, da, sqb);
+                    ta_wg_commit();
+                }
+                if (!OVL) { /* two buffers: the products finish in their iteration */
+                    ta_wg_wait<0>();
+                    ta_wg_keep(dk);
+                    ta_wg_keep(dv);
+                    ta_wg_keep_u(pa);
+                    ta_wg_keep_u(da);
+                }
+            }
+            ta_wg_wait<0>();
+            ta_wg_keep(dk);
+            ta_wg_keep(dv);
+            ta_wg_keep_u(pa);
+            ta_wg_keep_u(da);
+        }
+        /* step 6: dk * scale, dv in the storage type; keys past S_k skipped */
+        {
+            const ta_tile_ctx kc = ta_cuda_context(p, at.b_local, at.h_kv * p.group, 0);
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int32_t j = kj + 8 * r;
+                if (j >= t.seq_k) continue;
+                if (DK) {
+                    uint16_t *row =
+                        static_cast<uint16_t *>(p.dk) + kc.dk + (int64_t)j * p.lay.dk.seq;
+#pragma unroll
+                    for (int d = 0; d < D / 8; ++d)
+                        *reinterpret_cast<uint32_t *>(row + 8 * d + 2 * tq) = ta_fast_pack<BF16>(
+                            dk[4 * d + 2 * r] * p.scale, dk[4 * d + 2 * r + 1] * p.scale);
+                }
+                if (DV) {
+                    uint16_t *row =
+                        static_cast<uint16_t *>(p.dv) + kc.dv + (int64_t)j * p.lay.dv.seq;
+#pragma unroll
+                    for (int d = 0; d < D / 8; ++d)
+                        *reinterpret_cast<uint32_t *>(row + 8 * d + 2 * tq) =
+                            ta_fast_pack<BF16>(dv[4 * d + 2 * r], dv[4 * d + 2 * r + 1]);
+                }
+            }
+        }
+    }
+#else
+    (void)p;
+#endif
+}
+
+/*
+ * dq of one block of 128 query rows (see the top).
+ */
+template <int D, int BN, bool BF16>
+__global__ void __launch_bounds__(TA_WGB_THREADS, 1)
+    ta_cuda_fast_dq_sm90_kernel(const __grid_constant__ ta_cuda_params p) {
+#ifdef TA_WG_ENABLED
+    typedef ta_wgb_q_traits<D, BN> T;
+    constexpr int NT = BN / 8; /* 8-key blocks of s */
+    extern __shared__ float4 ta_wgb_dyn_smem[];
+    const uint32_t sb = (ta_fast_smem_addr(ta_wgb_dyn_smem) + 1023u) & ~1023u;
+    const ta_tiling t = p.t;
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+    const int wg = warp >> 2, tq = lane & 3;
+    const int32_t n_qt = t.num_q_tiles;
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
+    const float sl = p.scale * 1.4426950408889634f;
+    const uint16_t *q = static_cast<const uint16_t *>(p.q);
+    const uint16_t *k = static_cast<const uint16_t *>(p.k);
+    const uint16_t *v = static_cast<const uint16_t *>(p.v);
+    const uint16_t *d_o = static_cast<const uint16_t *>(p.d_o);
+
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt);
+        const ta_tile_ctx c = ta_cuda_context(p, at.b_local, at.h, at.qt);
+        const int32_t row0 = at.qt * TA_WGB_ROWS;
+        const int32_t ra = row0 + 64 * wg + 16 * (warp & 3) + (lane >> 2); /* rows ra, ra + 8 */
+        int32_t lo[2], hi[2];
+        float l2[2], dl[2], dq[D / 2];
+        ta_fast_row_keys(t, ra, c.key_len, lo, hi);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const bool in = ra + 8 * r < t.seq_q;
+            l2[r] = in ? ta_wgb_lse2(p.lse[c.lse + ra + 8 * r]) : ta_wgb_pos_inf();
+            dl[r] = in ? p.delta[c.lse + ra + 8 * r] : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i)
+            dq[i] = 0.0f;
+
+        __syncthreads(); /* the previous tile is done with shared memory */
+        if (c.k_begin < c.k_end) {
+            ta_wg_load_rows<D, TA_WGB_ROWS, TA_WGB_THREADS>(sb, q, c.q, p.lay.q.seq, row0, t.seq_q);
+            ta_wg_load_rows<D, TA_WGB_ROWS, TA_WGB_THREADS>(sb + T::Q_BYTES, d_o, c.d_o,
+                                                            p.lay.d_o.seq, row0, t.seq_q);
+            ta_wg_load_rows<D, BN, TA_WGB_THREADS>(sb + T::K0, k, c.k, p.lay.k.seq, c.k_begin * BN,
+                                                   c.key_len);
+            ta_wg_load_rows<D, BN, TA_WGB_THREADS>(sb + T::V0, v, c.v, p.lay.v.seq, c.k_begin * BN,
+                                                   c.key_len);
+            ta_fast_cp_commit();
+        }
+        /* K tile kt in buffer (kt - k_begin) % 3, loaded one tile ahead; dq += ds k
+         * of tile kt stays in flight until the wait for s of tile kt + 1 (so the
+         * buffer loaded at tile kt, last read two tiles before, is free once every
+         * warpgroup has passed that wait: the barrier) */
+        uint32_t da[BN / 16][4]; /* ds of the tile whose dq += ds k is in flight */
+        for (int32_t kt = c.k_begin; kt < c.k_end; ++kt) {
+            const int buf = (int)((kt - c.k_begin) % 3), nbuf = buf == 2 ? 0 : buf + 1;
+            const uint32_t skb = sb + T::K0 + buf * T::KV_BYTES;
+            const uint32_t svb = sb + T::V0 + buf * T::KV_BYTES;
+            const int32_t col0 = kt * BN;
+            float s[BN / 2], dp[BN / 2];
+            ta_fast_cp_wait<0>();
+            ta_wg_proxy_fence();
+            __syncthreads(); /* k_kt, v_kt visible; buffer nbuf is free */
+            if (kt + 1 < c.k_end) {
+                ta_wg_load_rows<D, BN, TA_WGB_THREADS>(sb + T::K0 + nbuf * T::KV_BYTES, k, c.k,
+                                                       p.lay.k.seq, col0 + BN, c.key_len);
+                ta_wg_load_rows<D, BN, TA_WGB_THREADS>(sb + T::V0 + nbuf * T::KV_BYTES, v, c.v,
+                                                       p.lay.v.seq, col0 + BN, c.key_len);
+                ta_fast_cp_commit();
+            }
+            /* s = q k^T, dp = dO v^T */
+            ta_wg_fence();
+            ta_wg_ss_rows<D, TA_WGB_ROWS, BN, BF16>(s, sb, 64 * wg, skb);
+            ta_wg_commit();
+            ta_wg_ss_rows<D, TA_WGB_ROWS, BN, BF16>(dp, sb + T::Q_BYTES, 64 * wg, svb);
+            ta_wg_commit();
+            ta_wg_wait<1>(); /* the previous tile's dq += ds k and s are done */
+            ta_wg_keep(s);
+            ta_wg_keep(dq);
+            ta_wg_keep_u(da);
+            /* p = 2^(s scale log2 e - lse2), 0 outside the row's keys (compares
+             * skipped when every row of the warp sees the whole tile) */
+            {
+                const bool whole =
+                    lo[0] <= col0 && hi[0] >= col0 + BN && lo[1] <= col0 && hi[1] >= col0 + BN;
+                const bool need_mask = __any_sync(0xffffffffu, !whole);
+#pragma unroll
+                for (int i = 0; i < BN / 2; ++i) {
+                    const int r = (i >> 1) & 1;
+                    const int32_t j = col0 + 8 * (i / 4) + 2 * tq + (i & 1);
+                    const float x = ta_fast_exp2(__fmaf_rn(s[i], sl, -l2[r]));
+                    s[i] = need_mask && (j < lo[r] || j >= hi[r]) ? 0.0f : x;
+                }
+            }
+            ta_wg_wait<0>();
+            ta_wg_keep(dp);
+            /* ds = p (dp - D); dq += ds k */
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i)
+                dp[i] = s[i] * (dp[i] - dl[(i >> 1) & 1]);
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk)
+                ta_fast_p_fragment<BF16, NT>(da[kk], dp, kk);
+            ta_wg_fence();
+            ta_wg_rs_rows<D, BN, BF16>(dq, da, skb);
+            ta_wg_commit();
+        }
+        ta_wg_wait<0>();
+        ta_wg_keep(dq);
+        ta_wg_keep_u(da);
+        /* dq * scale in the storage type; rows past S_q skipped */
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int32_t row = ra + 8 * r;
+            if (row >= t.seq_q) continue;
+            uint16_t *out = static_cast<uint16_t *>(p.dq) + c.dq + (int64_t)row * p.lay.dq.seq;
+#pragma unroll
+            for (int d = 0; d < D / 8; ++d)
+                *reinterpret_cast<uint32_t *>(out + 8 * d + 2 * tq) = ta_fast_pack<BF16>(
+                    dq[4 * d + 2 * r] * p.scale, dq[4 * d + 2 * r + 1] * p.scale);
+        }
+    }
+#else
+    (void)p;
+#endif
+}
+
+/* ---- host ---- */
+
+/* The kernels of one head dim and storage type. */
+typedef struct ta_wgb_set {
+    const void *kv[2]; /* dk/dv kernels (D = 256: the dk one, then the dv one) */
+    int n_kv;
+    size_t kv_smem;
+    int32_t kv_qm; /* Q tile rows of the dk/dv kernels */
+    const void *dq;
+    size_t dq_smem;
+    int32_t dq_bn; /* keys per K tile of the dq kernel */
+} ta_wgb_set;
+
+template <int D, int QM, bool OVL, int BN, bool BF16> static ta_wgb_set ta_wgb_set_of() {
+    ta_wgb_set s;
+    if constexpr (D == 256) {
+        s.kv[0] =
+            reinterpret_cast<const void *>(&ta_cuda_fast_dkdv_sm90_kernel<D, QM, TA_WGB_DK, OVL, BF16>);
+        s.kv[1] =
+            reinterpret_cast<const void *>(&ta_cuda_fast_dkdv_sm90_kernel<D, QM, TA_WGB_DV, OVL, BF16>);
+        s.n_kv = 2;
+    } else {
+        s.kv[0] = reinterpret_cast<const void *>(
+            &ta_cuda_fast_dkdv_sm90_kernel<D, QM, TA_WGB_DKDV, OVL, BF16>);
+        s.kv[1] = NULL;
+        s.n_kv = 1;
+    }
+    s.kv_smem = ta_wgb_kv_traits<D, QM, OVL ? 3 : 2>::SMEM;
+    s.kv_qm = QM;
+    s.dq = reinterpret_cast<const void *>(&ta_cuda_fast_dq_sm90_kernel<D, BN, BF16>);
+    s.dq_smem = ta_wgb_q_traits<D, BN>::SMEM;
+    s.dq_bn = BN;
+    return s;
+}
+
+template <bool BF16> static int ta_wgb_set_for(int32_t d, ta_wgb_set *s) {
+    switch (d) {
+    case 64: *s = ta_wgb_set_of<64, 128, false, 128, BF16>(); return 1;
+    case 96: *s = ta_wgb_set_of<96, 64, true, 64, BF16>(); return 1;
+    case 128: *s = ta_wgb_set_of<128, 64, true, 64, BF16>(); return 1;
+    case 256: *s = ta_wgb_set_of<256, 32, true, 32, BF16>(); return 1;
+    default: return 0;
+    }
+}
+
+/* The fast delta kernel on stream, 8 lanes per row of [B, H, S_q], at most
+ * 65,536 blocks (grid-stride beyond). */
+static ta_status ta_wgb_delta(const ta_plan *plan, const ta_bwd_args *a, float *delta,
+                              void *stream) {
+    const int64_t rows_per_block = TA_WGB_THREADS / 8;
+    const int64_t blocks = ((int64_t)plan->n_lse + rows_per_block - 1) / rows_per_block;
+    const void *kernel = plan->p.dtype == TA_BF16
+                             ? reinterpret_cast<const void *>(&ta_cuda_fast_delta_kernel<true>)
+                             : reinterpret_cast<const void *>(&ta_cuda_fast_delta_kernel<false>);
+    int64_t n_rows = (int64_t)plan->n_lse;
+    int32_t dv = plan->p.head_dim_v, heads_q = plan->p.heads_q, seq_q = plan->p.seq_q;
+    ta_strides o_st = plan->layout.o, d_o_st = plan->layout.d_o;
+    const void *o = a->o, *d_o = a->d_o;
+    void *args[9] = {&o, &d_o, &delta, &n_rows, &dv, &heads_q, &seq_q, &o_st, &d_o_st};
+    return ta_cuda_launch_threads(kernel, blocks < 65536 ? blocks : 65536, TA_WGB_THREADS, 0, args,
+                                  stream);
+}
+
+/* 1 if every row of q, k, v, o, dO, dq, dk, dv starts on 16 bytes. */
+static int ta_wgb_aligned(const ta_plan *plan, const ta_bwd_args *a) {
+    const ta_problem *pr = &plan->p;
+    const ta_layout *l = &plan->layout;
+    return ta_cuda_fast_rows_aligned(pr, a->q, &l->q, 0) &&
+           ta_cuda_fast_rows_aligned(pr, a->o, &l->o, 0) &&
+           ta_cuda_fast_rows_aligned(pr, a->k, &l->k, 1) &&
+           ta_cuda_fast_rows_aligned(pr, a->v, &l->v, 1) &&
+           ta_cuda_fast_rows_aligned(pr, a->d_o, &l->d_o, 0) &&
+           ta_cuda_fast_rows_aligned(pr, a->dq, &l->dq, 0) &&
+           ta_cuda_fast_rows_aligned(pr, a->dk, &l->dk, 1) &&
+           ta_cuda_fast_rows_aligned(pr, a->dv, &l->dv, 1);
+}
+
+} /* namespace */
+
+extern "C" ta_status ta_cuda_fast_bwd(const ta_plan *plan, const ta_bwd_args *a,
+                                      const ta_cuda_bwd_ws *ws, void *stream) {
+    const ta_problem *pr = &plan->p;
+    const void *ptrs[10] = {a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk, a->dv, ws->delta};
+    ta_wgb_set ks;
+    ta_tiling t_kv, t_q;
+    ta_cuda_params prm_kv, prm_q;
+    ta_cuda_launch_desc launch[3];
+    int sm90, n = 0, i;
+    ta_status st;
+    if ((st = ta_cuda_check_pointers(ptrs, 10)) != TA_OK) return st;
+    if (pr->head_dim != pr->head_dim_v || pr->tile_config < 0 ||
+        !(pr->dtype == TA_BF16 ? ta_wgb_set_for<true>(pr->head_dim, &ks)
+                               : ta_wgb_set_for<false>(pr->head_dim, &ks)))
+        return TA_ERR_UNSUPPORTED;
+    if ((sm90 = ta_cuda_fast_is_sm90()) < 0) return TA_ERR_DEVICE;
+    /* the wgmma backward goes with the wgmma forward's configuration (0, the
+     * default, or 1 on an sm_90 device); any other runs the exact kernels:
+     * bit-identical to REF, inside every fast bound, deterministic */
+    if (pr->tile_config == 1 && !sm90) return TA_ERR_UNSUPPORTED; /* as the forward */
+    if (!sm90 || pr->tile_config > 1) return ta_cuda_sdpa_bwd(plan, a, ws, stream);
+    if (!ta_wgb_aligned(plan, a)) return TA_ERR_UNSUPPORTED;
+    if ((st = ta_cuda_tiling(plan, ks.kv_qm, TA_WGB_KEYS, TA_TILING_BWD, &t_kv)) != TA_OK ||
+        (st = ta_cuda_tiling(plan, TA_WGB_ROWS, ks.dq_bn, TA_TILING_BWD, &t_q)) != TA_OK)
+        return st;
+    for (i = 0; i < ks.n_kv; ++i)
+        if ((st = ta_cuda_smem_opt_in(ks.kv[i], ks.kv_smem, ks.kv_smem)) != TA_OK) return st;
+    if ((st = ta_cuda_smem_opt_in(ks.dq, ks.dq_smem, ks.dq_smem)) != TA_OK) return st;
+    if ((st = ta_wgb_delta(plan, a, ws->delta, stream)) != TA_OK) return st;
+    ta_cuda_params_bwd(&prm_kv, plan, &t_kv, a, ws);
+    ta_cuda_params_bwd(&prm_q, plan, &t_q, a, ws);
+    for (i = 0; i < ks.n_kv; ++i) {
+        launch[n] = ta_cuda_launch_of(ks.kv[i], &prm_kv, (int64_t)pr->heads_kv * t_kv.num_k_tiles,
+                                      0, ks.kv_smem);
+        launch[n++].threads = TA_WGB_THREADS;
+    }
+    launch[n] =
+        ta_cuda_launch_of(ks.dq, &prm_q, (int64_t)pr->heads_q * t_q.num_q_tiles, 0, ks.dq_smem);
+    launch[n++].threads = TA_WGB_THREADS;
+    return ta_cuda_launch_batches(launch, n, a->seqlens_k, pr->batch, stream);
+}
