@@ -34,13 +34,15 @@
  *   D = 96, 128:  QM = 64, BN = 64
  *   D = 256:      QM = 32, BN = 32; the dk/dv accumulators (128 registers each
  *                 per thread) do not fit together, so the dk/dv pass runs as
- *                 two kernels, one per output (the dv one skips steps 2 and 5)
+ *                 two kernels, one per output; the dv one skips steps 2 and 5,
+ *                 holds no v and takes QM = 64 (two buffers)
  *
  * Shared memory (regions as cuda/ta_cuda_wg.cuh: [DB][rows][64], 128-byte
  * swizzle, 1024-byte aligned; DB = ceil(D / 64)):
  *   dk/dv  | k [128] | v [128] | q [NB][QM] | dO [NB][QM] | rows [NB] |
  *          rows = lse2, delta, lo, hi of the Q tile's QM rows (16 QM bytes);
- *          NB = 3 (2 at D = 64); 163 KB at D = 128, 227 KB at D = 256
+ *          NB = 3 (2 at D = 64 and in the dv kernel of D = 256); 163 KB at
+ *          D = 128, 227 KB at D = 256 (the dv kernel: 193 KB)
  *   dq     | q [128] | dO [128] | k [3][BN] | v [3][BN] |
  *          161 KB at D = 128, 226 KB at D = 256
  * Loads are cp.async by all 256 threads, one tile ahead (the next Q tile for
@@ -72,13 +74,13 @@ namespace {
 /* Which outputs a dk/dv kernel computes. */
 enum { TA_WGB_DKDV = 0, TA_WGB_DK = 1, TA_WGB_DV = 2 };
 
-template <int D, int QM, int NB> struct ta_wgb_kv_traits {
+template <int D, int QM, int NB, bool HAS_V> struct ta_wgb_kv_traits {
     static constexpr int DB = (D + 63) / 64;
     static constexpr uint32_t KV_BYTES = DB * TA_WGB_KEYS * 128; /* the k or v tile */
     static constexpr uint32_t QT_BYTES = DB * QM * 128;          /* one q or dO buffer */
     static constexpr uint32_t ROW_BYTES = 16 * QM;               /* lse2, delta, lo, hi */
-    /* k | v | q [NB] | dO [NB] | rows [NB] */
-    static constexpr uint32_t Q0 = 2 * KV_BYTES, DO0 = Q0 + NB * QT_BYTES,
+    /* k | v | q [NB] | dO [NB] | rows [NB]  (no v in the dv-only kernel) */
+    static constexpr uint32_t Q0 = (HAS_V ? 2 : 1) * KV_BYTES, DO0 = Q0 + NB * QT_BYTES,
                               ROWS0 = DO0 + NB * QT_BYTES;
     static constexpr size_t SMEM = 1024 + ROWS0 + NB * ROW_BYTES; /* + alignment slack */
     static_assert(QM == 32 || QM == 64 || QM == 128, "s^T = k q^T: m64nQM");
@@ -170,8 +172,8 @@ __global__ void __launch_bounds__(TA_WGB_THREADS, 1)
     ta_cuda_fast_dkdv_sm90_kernel(const __grid_constant__ ta_cuda_params p) {
 #ifdef TA_WG_ENABLED
     constexpr int NB = OVL ? 3 : 2; /* q / dO buffers */
-    typedef ta_wgb_kv_traits<D, QM, NB> T;
     constexpr bool DK = OUT != TA_WGB_DV, DV = OUT != TA_WGB_DK;
+    typedef ta_wgb_kv_traits<D, QM, NB, DK> T;
     constexpr int NC = QM / 8; /* 8-column blocks of s^T */
     extern __shared__ float4 ta_wgb_dyn_smem[];
     const uint32_t smem0 = ta_fast_smem_addr(ta_wgb_dyn_smem);
@@ -515,33 +517,43 @@ __global__ void __launch_bounds__(TA_WGB_THREADS, 1)
 
 /* ---- host ---- */
 
+/* A dk/dv kernel and its Q tile rows. */
+typedef struct ta_wgb_kv_kernel {
+    const void *kernel;
+    size_t smem;
+    int32_t qm;
+} ta_wgb_kv_kernel;
+
+template <int D, int QM, int OUT, bool OVL, bool BF16> static ta_wgb_kv_kernel ta_wgb_kv_of() {
+    ta_wgb_kv_kernel k;
+    k.kernel = reinterpret_cast<const void *>(&ta_cuda_fast_dkdv_sm90_kernel<D, QM, OUT, OVL, BF16>);
+    k.smem = ta_wgb_kv_traits<D, QM, OVL ? 3 : 2, OUT != TA_WGB_DV>::SMEM;
+    k.qm = QM;
+    return k;
+}
+
 /* The kernels of one head dim and storage type. */
 typedef struct ta_wgb_set {
-    const void *kv[2]; /* dk/dv kernels (D = 256: the dk one, then the dv one) */
+    ta_wgb_kv_kernel kv[2]; /* dk/dv kernels (D = 256: the dk one, then the dv one) */
     int n_kv;
-    size_t kv_smem;
-    int32_t kv_qm; /* Q tile rows of the dk/dv kernels */
     const void *dq;
     size_t dq_smem;
     int32_t dq_bn; /* keys per K tile of the dq kernel */
 } ta_wgb_set;
 
+/* D < 256: one dk/dv kernel of Q tiles QM (OVL: three buffers); D = 256: a
+ * dk kernel of Q tiles QM and a dv kernel of 64 (no v, two buffers). */
 template <int D, int QM, bool OVL, int BN, bool BF16> static ta_wgb_set ta_wgb_set_of() {
     ta_wgb_set s;
     if constexpr (D == 256) {
-        s.kv[0] =
-            reinterpret_cast<const void *>(&ta_cuda_fast_dkdv_sm90_kernel<D, QM, TA_WGB_DK, OVL, BF16>);
-        s.kv[1] =
-            reinterpret_cast<const void *>(&ta_cuda_fast_dkdv_sm90_kernel<D, QM, TA_WGB_DV, OVL, BF16>);
+        s.kv[0] = ta_wgb_kv_of<D, QM, TA_WGB_DK, OVL, BF16>();
+        s.kv[1] = ta_wgb_kv_of<D, 64, TA_WGB_DV, false, BF16>();
         s.n_kv = 2;
     } else {
-        s.kv[0] = reinterpret_cast<const void *>(
-            &ta_cuda_fast_dkdv_sm90_kernel<D, QM, TA_WGB_DKDV, OVL, BF16>);
-        s.kv[1] = NULL;
+        s.kv[0] = ta_wgb_kv_of<D, QM, TA_WGB_DKDV, OVL, BF16>();
+        s.kv[1] = s.kv[0];
         s.n_kv = 1;
     }
-    s.kv_smem = ta_wgb_kv_traits<D, QM, OVL ? 3 : 2>::SMEM;
-    s.kv_qm = QM;
     s.dq = reinterpret_cast<const void *>(&ta_cuda_fast_dq_sm90_kernel<D, BN, BF16>);
     s.dq_smem = ta_wgb_q_traits<D, BN>::SMEM;
     s.dq_bn = BN;
@@ -597,8 +609,8 @@ extern "C" ta_status ta_cuda_fast_bwd(const ta_plan *plan, const ta_bwd_args *a,
     const ta_problem *pr = &plan->p;
     const void *ptrs[10] = {a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk, a->dv, ws->delta};
     ta_wgb_set ks;
-    ta_tiling t_kv, t_q;
-    ta_cuda_params prm_kv, prm_q;
+    ta_tiling t_kv[2], t_q;
+    ta_cuda_params prm_kv[2], prm_q;
     ta_cuda_launch_desc launch[3];
     int sm90, n = 0, i;
     ta_status st;
@@ -614,18 +626,20 @@ extern "C" ta_status ta_cuda_fast_bwd(const ta_plan *plan, const ta_bwd_args *a,
     if (pr->tile_config == 1 && !sm90) return TA_ERR_UNSUPPORTED; /* as the forward */
     if (!sm90 || pr->tile_config > 1) return ta_cuda_sdpa_bwd(plan, a, ws, stream);
     if (!ta_wgb_aligned(plan, a)) return TA_ERR_UNSUPPORTED;
-    if ((st = ta_cuda_tiling(plan, ks.kv_qm, TA_WGB_KEYS, TA_TILING_BWD, &t_kv)) != TA_OK ||
-        (st = ta_cuda_tiling(plan, TA_WGB_ROWS, ks.dq_bn, TA_TILING_BWD, &t_q)) != TA_OK)
-        return st;
     for (i = 0; i < ks.n_kv; ++i)
-        if ((st = ta_cuda_smem_opt_in(ks.kv[i], ks.kv_smem, ks.kv_smem)) != TA_OK) return st;
+        if ((st = ta_cuda_tiling(plan, ks.kv[i].qm, TA_WGB_KEYS, TA_TILING_BWD, &t_kv[i])) !=
+                TA_OK ||
+            (st = ta_cuda_smem_opt_in(ks.kv[i].kernel, ks.kv[i].smem, ks.kv[i].smem)) != TA_OK)
+            return st;
+    if ((st = ta_cuda_tiling(plan, TA_WGB_ROWS, ks.dq_bn, TA_TILING_BWD, &t_q)) != TA_OK)
+        return st;
     if ((st = ta_cuda_smem_opt_in(ks.dq, ks.dq_smem, ks.dq_smem)) != TA_OK) return st;
     if ((st = ta_wgb_delta(plan, a, ws->delta, stream)) != TA_OK) return st;
-    ta_cuda_params_bwd(&prm_kv, plan, &t_kv, a, ws);
     ta_cuda_params_bwd(&prm_q, plan, &t_q, a, ws);
     for (i = 0; i < ks.n_kv; ++i) {
-        launch[n] = ta_cuda_launch_of(ks.kv[i], &prm_kv, (int64_t)pr->heads_kv * t_kv.num_k_tiles,
-                                      0, ks.kv_smem);
+        ta_cuda_params_bwd(&prm_kv[i], plan, &t_kv[i], a, ws);
+        launch[n] = ta_cuda_launch_of(ks.kv[i].kernel, &prm_kv[i],
+                                      (int64_t)pr->heads_kv * t_kv[i].num_k_tiles, 0, ks.kv[i].smem);
         launch[n++].threads = TA_WGB_THREADS;
     }
     launch[n] =
