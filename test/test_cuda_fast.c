@@ -153,8 +153,8 @@ static void permute(void *dst, const void *src, int32_t nb, int32_t nh, int32_t 
 /* A problem's device buffers and call arguments. */
 typedef struct fcall {
     ta_fwd_args a;
-    void *dq, *dk, *dv, *d_o, *ws;
-    float *dlse;
+    void *q_dev, *k_dev, *v_dev, *o_dev, *ws; /* device memory */
+    float *lse_dev;
     size_t nq, nk, nv, no, nlse, eb, ws_bytes;
 } fcall;
 
@@ -170,23 +170,23 @@ static void call_make(fcall *c, const fspec *s, const void *q, const void *k, co
     c->nlse = count4(p->batch, p->heads_q, p->seq_q, 1);
     stage = malloc(c->nq * c->eb + c->nk * c->eb + c->nv * c->eb);
     if (!stage) exit(1);
-    CUDA_OK(cudaMalloc(&c->dq, c->nq * c->eb));
-    CUDA_OK(cudaMalloc(&c->dk, c->nk * c->eb));
-    CUDA_OK(cudaMalloc(&c->dv, c->nv * c->eb));
-    CUDA_OK(cudaMalloc(&c->d_o, c->no * c->eb));
-    CUDA_OK(cudaMalloc((void **)&c->dlse, c->nlse * sizeof(float)));
+    CUDA_OK(cudaMalloc(&c->q_dev, c->nq * c->eb));
+    CUDA_OK(cudaMalloc(&c->k_dev, c->nk * c->eb));
+    CUDA_OK(cudaMalloc(&c->v_dev, c->nv * c->eb));
+    CUDA_OK(cudaMalloc(&c->o_dev, c->no * c->eb));
+    CUDA_OK(cudaMalloc((void **)&c->lse_dev, c->nlse * sizeof(float)));
     permute(stage, q, p->batch, p->heads_q, p->seq_q, p->head_dim, s->bshd, c->eb, 1);
-    CUDA_OK(cudaMemcpy(c->dq, stage, c->nq * c->eb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(c->q_dev, stage, c->nq * c->eb, cudaMemcpyHostToDevice));
     permute(stage, k, p->batch, p->heads_kv, p->seq_k, p->head_dim, s->bshd, c->eb, 1);
-    CUDA_OK(cudaMemcpy(c->dk, stage, c->nk * c->eb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(c->k_dev, stage, c->nk * c->eb, cudaMemcpyHostToDevice));
     permute(stage, v, p->batch, p->heads_kv, p->seq_k, p->head_dim_v, s->bshd, c->eb, 1);
-    CUDA_OK(cudaMemcpy(c->dv, stage, c->nv * c->eb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(c->v_dev, stage, c->nv * c->eb, cudaMemcpyHostToDevice));
     free(stage);
-    c->a.q = c->dq;
-    c->a.k = c->dk;
-    c->a.v = c->dv;
-    c->a.o = c->d_o;
-    c->a.lse = c->dlse;
+    c->a.q = c->q_dev;
+    c->a.k = c->k_dev;
+    c->a.v = c->v_dev;
+    c->a.o = c->o_dev;
+    c->a.lse = c->lse_dev;
     c->a.seqlens_k = s->has_seqlens ? s->seqlens : NULL;
     if (s->bshd) {
         c->a.q_strides = ta_test_strides_bshd(p->heads_q, p->seq_q, p->head_dim);
@@ -199,11 +199,11 @@ static void call_make(fcall *c, const fspec *s, const void *q, const void *k, co
 }
 
 static void call_free(fcall *c) {
-    cudaFree(c->dq);
-    cudaFree(c->dk);
-    cudaFree(c->dv);
-    cudaFree(c->d_o);
-    cudaFree(c->dlse);
+    cudaFree(c->q_dev);
+    cudaFree(c->k_dev);
+    cudaFree(c->v_dev);
+    cudaFree(c->o_dev);
+    cudaFree(c->lse_dev);
     cudaFree(c->ws);
 }
 
@@ -212,12 +212,12 @@ static void call_free(fcall *c) {
 static ta_status call_run(fcall *c, const ta_problem *p, int byte, void *stream, void *o_host,
                           float *lse_host) {
     ta_status st;
-    CUDA_OK(cudaMemset(c->d_o, byte, c->no * c->eb));
-    CUDA_OK(cudaMemset(c->dlse, byte, c->nlse * sizeof(float)));
+    CUDA_OK(cudaMemset(c->o_dev, byte, c->no * c->eb));
+    CUDA_OK(cudaMemset(c->lse_dev, byte, c->nlse * sizeof(float)));
     st = ta_fwd(p, TA_BACKEND_CUDA, &c->a, c->ws, c->ws_bytes, stream);
     CUDA_OK(cudaDeviceSynchronize());
-    CUDA_OK(cudaMemcpy(o_host, c->d_o, c->no * c->eb, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(lse_host, c->dlse, c->nlse * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(o_host, c->o_dev, c->no * c->eb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(lse_host, c->lse_dev, c->nlse * sizeof(float), cudaMemcpyDeviceToHost));
     return st;
 }
 
@@ -384,8 +384,8 @@ static void check_determinism_and_graph(uint64_t seed) {
     /* part 3: capture one call on a created stream, replay twice */
     CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (run = 0; run < 2; ++run) {
-        CUDA_OK(cudaMemset(c.d_o, 0x5A + run, c.no * c.eb));
-        CUDA_OK(cudaMemset(c.dlse, 0x5A + run, c.nlse * sizeof(float)));
+        CUDA_OK(cudaMemset(c.o_dev, 0x5A + run, c.no * c.eb));
+        CUDA_OK(cudaMemset(c.lse_dev, 0x5A + run, c.nlse * sizeof(float)));
         if (run == 0) {
             CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
             st = ta_fwd(&s.p, TA_BACKEND_CUDA, &c.a, c.ws, c.ws_bytes, stream);
@@ -395,8 +395,8 @@ static void check_determinism_and_graph(uint64_t seed) {
         }
         CUDA_OK(cudaGraphLaunch(exec, stream));
         CUDA_OK(cudaStreamSynchronize(stream));
-        CUDA_OK(cudaMemcpy(o1, c.d_o, c.no * c.eb, cudaMemcpyDeviceToHost));
-        CUDA_OK(cudaMemcpy(l1, c.dlse, c.nlse * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(o1, c.o_dev, c.no * c.eb, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(l1, c.lse_dev, c.nlse * sizeof(float), cudaMemcpyDeviceToHost));
         TA_CHECK(memcmp(o0, o1, c.no * c.eb) == 0 && memcmp(l0, l1, c.nlse * sizeof(float)) == 0,
                  "graph: replay %d differs from the direct call", run);
     }
@@ -449,7 +449,7 @@ static void check_unsupported_device(void) {
     c.no = count4(2, 4, 100, 128);
     check_refused("q seq stride 129", &c, &s.p);
     memset(&c.a.q_strides, 0, sizeof c.a.q_strides);
-    c.a.q = (const char *)c.dq + 8; /* 4 elements in: 8-byte aligned rows */
+    c.a.q = (const char *)c.q_dev + 8; /* 4 elements in: 8-byte aligned rows */
     s.p.seq_q = 50;
     c.nlse = count4(2, 4, 50, 1);
     c.no = count4(2, 4, 50, 128);
