@@ -26,9 +26,12 @@
  *     The largest errors of both passes are printed per dtype and head dim
  *     (docs/exactness.md quotes them).
  *  2. determinism: one problem run 10 times (outputs poisoned with another
- *     pattern each time): identical bytes; and without lse: the same o.
+ *     pattern each time): identical bytes; and without lse: the same o. Its
+ *     backward likewise (dq, dk, dv and the workspace poisoned anew): identical
+ *     bytes; with a workspace one byte short of ta_bwd_workspace_size's answer
+ *     TA_ERR_WORKSPACE_SIZE, dq, dk, dv untouched.
  *  3. CUDA graphs: ta_fwd captured on a created stream (global capture mode),
- *     the graph replayed twice: the bytes of a direct call.
+ *     the graph replayed twice: the bytes of a direct call; ta_bwd likewise.
  *  4. unsupported in fast mode: D = 80 and a tile_config past each head dim's
  *     candidates (both passes' size queries say TA_ERR_UNSUPPORTED, also
  *     without a GPU; -1 is TA_ERR_BAD_ARG), a q row stride that is not a
@@ -299,6 +302,11 @@ typedef struct bcall {
     size_t ws_bytes;                              /* ta_bwd_workspace_size's answer */
 } bcall;
 
+/* Host copies of dq, dk, dv as stored. */
+typedef struct bgrads {
+    void *dq, *dk, *dv;
+} bgrads;
+
 /* Returns the backward size query's status; the buffers exist only on TA_OK. */
 static ta_status bcall_make(bcall *b, const fcall *c, const fspec *s, const void *d_o) {
     const ta_problem *p = &s->p;
@@ -343,6 +351,43 @@ static void bcall_poison(bcall *b, const fcall *c, int byte) {
     CUDA_OK(cudaMemset(b->dk_dev, byte, c->nk * c->eb));
     CUDA_OK(cudaMemset(b->dv_dev, byte, c->nv * c->eb));
     CUDA_OK(cudaMemset(b->ws, byte ^ 0x33, b->ws_bytes ? b->ws_bytes : 64));
+}
+
+static void bgrads_alloc(bgrads *g, const fcall *c) {
+    g->dq = malloc(c->nq * c->eb);
+    g->dk = malloc(c->nk * c->eb);
+    g->dv = malloc(c->nv * c->eb);
+    if (!g->dq || !g->dk || !g->dv) exit(1);
+}
+
+static void bgrads_free(bgrads *g) {
+    free(g->dq);
+    free(g->dk);
+    free(g->dv);
+}
+
+/* g = dq, dk, dv as stored on the device. */
+static void bcall_fetch(const bcall *b, const fcall *c, bgrads *g) {
+    CUDA_OK(cudaMemcpy(g->dq, b->dq_dev, c->nq * c->eb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(g->dk, b->dk_dev, c->nk * c->eb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(g->dv, b->dv_dev, c->nv * c->eb, cudaMemcpyDeviceToHost));
+}
+
+static int bgrads_equal(const bgrads *x, const bgrads *y, const fcall *c) {
+    return memcmp(x->dq, y->dq, c->nq * c->eb) == 0 && memcmp(x->dk, y->dk, c->nk * c->eb) == 0 &&
+           memcmp(x->dv, y->dv, c->nv * c->eb) == 0;
+}
+
+/* Poison (bcall_poison), run ta_bwd with the queried workspace size on stream,
+ * fetch dq, dk, dv into g. */
+static ta_status bcall_run(bcall *b, const fcall *c, const ta_problem *p, int byte, void *stream,
+                           bgrads *g) {
+    ta_status st;
+    bcall_poison(b, c, byte);
+    st = ta_bwd(p, TA_BACKEND_CUDA, &b->a, b->ws, b->ws_bytes, stream);
+    CUDA_OK(cudaDeviceSynchronize());
+    bcall_fetch(b, c, g);
+    return st;
 }
 
 /* The underflow slack of the backward bounds, per gradient element: tiny *
@@ -624,6 +669,95 @@ static int check_problem(uint64_t seed, int idx) {
     return ok;
 }
 
+/* Bytes of buf that differ from byte. */
+static size_t bytes_not(const void *buf, size_t n, int byte) {
+    const unsigned char *x = (const unsigned char *)buf;
+    size_t i, count = 0;
+    for (i = 0; i < n; ++i)
+        count += x[i] != (unsigned char)byte;
+    return count;
+}
+
+/* Part 3 for the backward: one call captured on a created stream (global
+ * capture mode), the graph replayed twice (outputs and workspace poisoned
+ * anew each time): each replay gives want's bytes. */
+static void check_bwd_graph(bcall *b, const fcall *c, const ta_problem *p, const bgrads *want,
+                            bgrads *got) {
+    cudaStream_t stream;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    ta_status st;
+    int run;
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    st = ta_bwd(p, TA_BACKEND_CUDA, &b->a, b->ws, b->ws_bytes, stream);
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    TA_CHECK(st == TA_OK, "backward graph: ta_bwd under capture: %s", ta_status_string(st));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (run = 0; run < 2; ++run) {
+        bcall_poison(b, c, 0x5A + run);
+        /* the memsets ran on the legacy stream, which a non-blocking one ignores */
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaGraphLaunch(exec, stream));
+        CUDA_OK(cudaStreamSynchronize(stream));
+        bcall_fetch(b, c, got);
+        TA_CHECK(bgrads_equal(want, got, c),
+                 "backward graph: replay %d differs from the direct call", run);
+    }
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+    CUDA_OK(cudaStreamDestroy(stream));
+}
+
+/* Parts 2 and 3 for the backward of big_spec's problem, after its forward (c
+ * holds its o and lse), with random d_o from r: 10 runs, dq, dk, dv and the
+ * workspace poisoned with another pattern each time, give identical bytes; a
+ * workspace one byte short of the size query's answer is refused
+ * (TA_ERR_WORKSPACE_SIZE) with dq, dk, dv untouched; then the graph. */
+static void check_bwd_determinism_and_graph(const fspec *s, const fcall *c, ta_rng *r) {
+    const ta_problem *p = &s->p;
+    void *d_o = malloc(c->no * c->eb);
+    bgrads g0, g1;
+    bcall b;
+    ta_status st;
+    int run;
+    if (!d_o) exit(1);
+    ta_fill_uniform(r, d_o, p->dtype, c->no, -1.0f, 1.0f);
+    st = bcall_make(&b, c, s, d_o);
+    TA_CHECK(st == TA_OK, "backward: ta_bwd_workspace_size: %s", ta_status_string(st));
+    free(d_o);
+    if (st != TA_OK) return;
+    bgrads_alloc(&g0, c);
+    bgrads_alloc(&g1, c);
+    st = bcall_run(&b, c, p, 0xFF, NULL, &g0);
+    TA_CHECK(st == TA_OK, "backward determinism: first call: %s", ta_status_string(st));
+    for (run = 1; run < 10; ++run) {
+        TA_CHECK(bcall_run(&b, c, p, run * 17, NULL, &g1) == TA_OK, "backward determinism: call %d",
+                 run);
+        TA_CHECK(bgrads_equal(&g0, &g1, c), "backward determinism: run %d differs from run 0", run);
+    }
+    if (b.ws_bytes > 0) {
+        size_t touched;
+        bcall_poison(&b, c, 0xA5);
+        st = ta_bwd(p, TA_BACKEND_CUDA, &b.a, b.ws, b.ws_bytes - 1, NULL);
+        CUDA_OK(cudaDeviceSynchronize());
+        bcall_fetch(&b, c, &g1);
+        touched = bytes_not(g1.dq, c->nq * c->eb, 0xA5) + bytes_not(g1.dk, c->nk * c->eb, 0xA5) +
+                  bytes_not(g1.dv, c->nv * c->eb, 0xA5);
+        TA_CHECK(st == TA_ERR_WORKSPACE_SIZE && touched == 0,
+                 "backward, workspace of %zu bytes (the query said %zu): %s, %zu output bytes "
+                 "written; want TA_ERR_WORKSPACE_SIZE, none",
+                 b.ws_bytes - 1, b.ws_bytes, ta_status_string(st), touched);
+    }
+    check_bwd_graph(&b, c, p, &g0, &g1);
+    printf("backward (big problem, workspace %zu bytes): 10 runs identical, graph replay, "
+           "short workspace: checked\n",
+           b.ws_bytes);
+    bgrads_free(&g0);
+    bgrads_free(&g1);
+    bcall_free(&b);
+}
+
 /* A larger problem for parts 2 and 3. */
 static void big_spec(fspec *s) {
     memset(s, 0, sizeof *s);
@@ -701,6 +835,7 @@ static void check_determinism_and_graph(uint64_t seed) {
     CUDA_OK(cudaGraphExecDestroy(exec));
     CUDA_OK(cudaGraphDestroy(graph));
     CUDA_OK(cudaStreamDestroy(stream));
+    check_bwd_determinism_and_graph(&s, &c, &r);
     call_free(&c);
     free(q);
     free(k);
