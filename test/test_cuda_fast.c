@@ -818,6 +818,8 @@ static void check_determinism_and_graph(uint64_t seed) {
     for (run = 0; run < 2; ++run) {
         CUDA_OK(cudaMemset(c.o_dev, 0x5A + run, c.no * c.eb));
         CUDA_OK(cudaMemset(c.lse_dev, 0x5A + run, c.nlse * sizeof(float)));
+        /* the memsets ran on the legacy stream, which a non-blocking one ignores */
+        CUDA_OK(cudaDeviceSynchronize());
         if (run == 0) {
             CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
             st = ta_fwd(&s.p, TA_BACKEND_CUDA, &c.a, c.ws, c.ws_bytes, stream);
