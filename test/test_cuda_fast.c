@@ -1,30 +1,46 @@
 /*
- * CUDA fast mode (TA_PRECISION_FAST), the tensor-core SDPA forward of f16 / bf16
- * problems (cuda/ta_cuda_fast_fwd.cu), label cuda:
+ * CUDA fast mode (TA_PRECISION_FAST) of f16 / bf16 SDPA problems, label cuda:
+ * the tensor-core forward (cuda/ta_cuda_fast_fwd.cu) and ta_bwd in fast mode
+ * (the exact kernels until the tensor-core backward lands; the checks hold for
+ * both):
  *
  *  1. accuracy: random problems (f16 and bf16; D = D_v in {64, 96, 128, 256};
  *     causal or not; seqlens_k (0, partial, full); sliding windows; GQA;
  *     S_q != S_k, odd and prime lengths; default and explicit scales, negative
- *     too; [B, H, S, D] or, one problem in four, [B, S, H, D] tensors) against
- *     the float64 oracle. Every o element's error, divided by the oracle's
- *     magnitude o_mag (oracle.h), must stay under TA_FAST_O_BOUND(dtype), lse's
- *     (over lse_mag) under TA_FAST_LSE_BOUND; a row that sees no key must give
- *     o = 0 exactly and lse = -inf. The largest errors are printed per dtype
- *     and head dim (docs/exactness.md quotes them).
+ *     too; [B, H, S, D] or, one problem in four, [B, S, H, D] tensors; each
+ *     draws its tile_config, every candidate of the table) against the float64
+ *     oracle. Every o element's error, divided by the oracle's magnitude o_mag
+ *     (oracle.h), must stay under TA_FAST_O_BOUND(dtype), lse's (over lse_mag)
+ *     under TA_FAST_LSE_BOUND; a row that sees no key must give o = 0 exactly
+ *     and lse = -inf.
+ *     Backward, on the problems whose oracle is cheap enough (B H_q S_q S_k D
+ *     <= TA_FAST_BWD_MAX_WORK, most of them): random d_o (drawn after the
+ *     inputs: the seed replays it), ta_bwd on the library's own o and lse, dq,
+ *     dk, dv poisoned with NaN bytes and the workspace (of the queried size)
+ *     with another pattern first. Every gradient element's error, less its
+ *     underflow slack (TA_FAST_TINY), over the oracle's magnitude
+ *     (ta_oracle_bwd_mag; D_i from the stored o on both sides) must stay under
+ *     TA_FAST_DQ_BOUND, TA_FAST_DK_BOUND, TA_FAST_DV_BOUND; an element with no
+ *     visible pair must be 0 exactly (dk = dv = 0 for keys at or past
+ *     seqlens_k or seen by no row, dq = 0 for rows that see no key).
+ *     The largest errors of both passes are printed per dtype and head dim
+ *     (docs/exactness.md quotes them).
  *  2. determinism: one problem run 10 times (outputs poisoned with another
- *     pattern each time): identical bytes; and without lse: the same o.
- *  3. CUDA graphs: the call captured on a created stream (global capture
- *     mode), the graph replayed twice: the bytes of a direct call.
- *     Each problem draws its tile_config (every candidate of the table).
+ *     pattern each time): identical bytes; and without lse: the same o. Its
+ *     backward likewise (dq, dk, dv and the workspace poisoned anew): identical
+ *     bytes; with a workspace one byte short of ta_bwd_workspace_size's answer
+ *     TA_ERR_WORKSPACE_SIZE, dq, dk, dv untouched.
+ *  3. CUDA graphs: ta_fwd captured on a created stream (global capture mode),
+ *     the graph replayed twice: the bytes of a direct call; ta_bwd likewise.
  *  4. unsupported in fast mode: D = 80 and a tile_config past each head dim's
- *     candidates (the size query says TA_ERR_UNSUPPORTED, also without a GPU;
- *     -1 is TA_ERR_BAD_ARG), a q row stride that is not a
+ *     candidates (both passes' size queries say TA_ERR_UNSUPPORTED, also
+ *     without a GPU; -1 is TA_ERR_BAD_ARG), a q row stride that is not a
  *     multiple of 8 elements, a q base off 16 bytes: TA_ERR_UNSUPPORTED with
  *     o and lse untouched.
  *
  *   test_cuda_fast [--count N] [--problem N]     TA_SEED replays a run.
  * Without a CUDA device: prints "no CUDA device: skipped" (after part 4's size
- * query) and exits 77.
+ * queries) and exits 77.
  */
 #include <math.h>
 #include <stdint.h>
@@ -41,8 +57,36 @@
 /* Bounds (docs/exactness.md): o errs by p's rounding to the storage type (one
  * unit roundoff u of each term of sum_j p_ij v_j) and o's own rounding (u |o|),
  * so 2u of the magnitude; lse by f32 arithmetic only. */
-#define TA_FAST_O_BOUND(dt) ((dt) == TA_BF16 ? 2.0 * 0x1p-8 : 2.0 * 0x1p-11)
+#define TA_FAST_U(dt)       ((dt) == TA_BF16 ? 0x1p-8 : 0x1p-11)
+#define TA_FAST_O_BOUND(dt) (2.0 * TA_FAST_U(dt))
 #define TA_FAST_LSE_BOUND   1e-5
+
+/* Backward bounds, one per gradient (a first guess, to be tuned from device
+ * runs of the tensor-core backward): each element's error over the oracle's
+ * magnitude (ta_oracle_bwd_mag: P weighted by the size of its exponent, |dP|
+ * and |D| instead of dP - D), once its underflow slack is taken off. 4u leaves
+ * room for P and dS rounded to the storage type before their products (a u
+ * each, as in FlashAttention), the gradient's own rounding, and D_i taken from
+ * the stored o. */
+#define TA_FAST_DQ_BOUND(dt) (4.0 * TA_FAST_U(dt))
+#define TA_FAST_DK_BOUND(dt) (4.0 * TA_FAST_U(dt))
+#define TA_FAST_DV_BOUND(dt) (4.0 * TA_FAST_U(dt))
+/* The underflow slack (grad_underflow): below 2^-14 an f16 rounding errs by up
+ * to half a subnormal step, 2^-25, absolutely instead of by u relatively, for P,
+ * dS and the gradient alike; bf16 keeps f32's range, where ex2.approx.ftz drops
+ * a P below 2^-126. So each term of a gradient sum may err by TA_FAST_TINY times
+ * its other factor beyond the relative model. A key that every row weighs below
+ * f16's normal range fails a relative bound without it: a CPU emulation of such
+ * a backward (P and dS rounded to the storage type; not in the tree), on 40
+ * problems of seed 1795410683262481773, reached 4.0u on an f16 dv, 0.1u with
+ * the slack. */
+#define TA_FAST_TINY(dt) ((dt) == TA_BF16 ? 0x1p-126 : 0x1p-25)
+/* Part 1 runs the backward where its float64 oracle is cheap enough: B H_q S_q
+ * S_k D at most this (155-170 of the 200 problems in six seeds; the oracle's
+ * gradients, their magnitudes and the slack took about 8 ns a unit on one core
+ * of an AMD EPYC build machine, 25-31 s in all, where the forward's oracle
+ * takes 5 ns a unit on every problem, about 100 s). */
+#define TA_FAST_BWD_MAX_WORK 100000000u
 
 #define CUDA_OK(call)                                                                      \
     do {                                                                                   \
@@ -59,11 +103,23 @@ static const int32_t k_dims[4] = {64, 96, 128, 256};
  * cuda/ta_cuda_layout.c): tile_config in [0, k_candidates]. */
 static const int32_t k_candidates[4] = {4, 3, 4, 4};
 
+/* The index of head dim d in k_dims (3 if d is none of the first three). */
+static int dim_index(int32_t d) {
+    int i = 0;
+    while (i < 3 && k_dims[i] != d)
+        ++i;
+    return i;
+}
+
 /* 1 if the device is compute capability 9.0 (the wgmma candidates run). */
 static int g_sm90;
 
 /* Largest normalised errors, by dtype (0 f16, 1 bf16) and head dim index. */
 static double g_err_o[2][4], g_err_lse[2][4];
+/* The backward's: dq, dk, dv; problems it ran on; gradient elements checked for 0. */
+static double g_err_grad[3][2][4];
+static int g_bwd_count[2][4], g_bwd_failed;
+static size_t g_bwd_exact;
 
 /* One problem: p, seqlens, the [B,S,H,D] choice. */
 typedef struct fspec {
@@ -150,17 +206,30 @@ static void permute(void *dst, const void *src, int32_t nb, int32_t nh, int32_t 
             }
 }
 
+/* A device copy of the contiguous [B, heads, S, dim] host tensor src, held as
+ * [B, S, heads, dim] if bshd (cudaFree). */
+static void *upload(const void *src, int32_t nb, int32_t nh, int32_t ns, int32_t d, int bshd,
+                    size_t eb) {
+    const size_t bytes = count4(nb, nh, ns, d) * eb;
+    void *stage = malloc(bytes), *dev = NULL;
+    if (!stage) exit(1);
+    permute(stage, src, nb, nh, ns, d, bshd, eb, 1);
+    CUDA_OK(cudaMalloc(&dev, bytes));
+    CUDA_OK(cudaMemcpy(dev, stage, bytes, cudaMemcpyHostToDevice));
+    free(stage);
+    return dev;
+}
+
 /* A problem's device buffers and call arguments. */
 typedef struct fcall {
     ta_fwd_args a;
-    void *dq, *dk, *dv, *d_o, *ws;
-    float *dlse;
+    void *q_dev, *k_dev, *v_dev, *o_dev, *ws; /* device memory */
+    float *lse_dev;
     size_t nq, nk, nv, no, nlse, eb, ws_bytes;
 } fcall;
 
 static void call_make(fcall *c, const fspec *s, const void *q, const void *k, const void *v) {
     const ta_problem *p = &s->p;
-    void *stage;
     memset(c, 0, sizeof *c);
     c->eb = ta_dtype_size(p->dtype);
     c->nq = count4(p->batch, p->heads_q, p->seq_q, p->head_dim);
@@ -168,25 +237,16 @@ static void call_make(fcall *c, const fspec *s, const void *q, const void *k, co
     c->nv = count4(p->batch, p->heads_kv, p->seq_k, p->head_dim_v);
     c->no = count4(p->batch, p->heads_q, p->seq_q, p->head_dim_v);
     c->nlse = count4(p->batch, p->heads_q, p->seq_q, 1);
-    stage = malloc(c->nq * c->eb + c->nk * c->eb + c->nv * c->eb);
-    if (!stage) exit(1);
-    CUDA_OK(cudaMalloc(&c->dq, c->nq * c->eb));
-    CUDA_OK(cudaMalloc(&c->dk, c->nk * c->eb));
-    CUDA_OK(cudaMalloc(&c->dv, c->nv * c->eb));
-    CUDA_OK(cudaMalloc(&c->d_o, c->no * c->eb));
-    CUDA_OK(cudaMalloc((void **)&c->dlse, c->nlse * sizeof(float)));
-    permute(stage, q, p->batch, p->heads_q, p->seq_q, p->head_dim, s->bshd, c->eb, 1);
-    CUDA_OK(cudaMemcpy(c->dq, stage, c->nq * c->eb, cudaMemcpyHostToDevice));
-    permute(stage, k, p->batch, p->heads_kv, p->seq_k, p->head_dim, s->bshd, c->eb, 1);
-    CUDA_OK(cudaMemcpy(c->dk, stage, c->nk * c->eb, cudaMemcpyHostToDevice));
-    permute(stage, v, p->batch, p->heads_kv, p->seq_k, p->head_dim_v, s->bshd, c->eb, 1);
-    CUDA_OK(cudaMemcpy(c->dv, stage, c->nv * c->eb, cudaMemcpyHostToDevice));
-    free(stage);
-    c->a.q = c->dq;
-    c->a.k = c->dk;
-    c->a.v = c->dv;
-    c->a.o = c->d_o;
-    c->a.lse = c->dlse;
+    c->q_dev = upload(q, p->batch, p->heads_q, p->seq_q, p->head_dim, s->bshd, c->eb);
+    c->k_dev = upload(k, p->batch, p->heads_kv, p->seq_k, p->head_dim, s->bshd, c->eb);
+    c->v_dev = upload(v, p->batch, p->heads_kv, p->seq_k, p->head_dim_v, s->bshd, c->eb);
+    CUDA_OK(cudaMalloc(&c->o_dev, c->no * c->eb));
+    CUDA_OK(cudaMalloc((void **)&c->lse_dev, c->nlse * sizeof(float)));
+    c->a.q = c->q_dev;
+    c->a.k = c->k_dev;
+    c->a.v = c->v_dev;
+    c->a.o = c->o_dev;
+    c->a.lse = c->lse_dev;
     c->a.seqlens_k = s->has_seqlens ? s->seqlens : NULL;
     if (s->bshd) {
         c->a.q_strides = ta_test_strides_bshd(p->heads_q, p->seq_q, p->head_dim);
@@ -199,11 +259,11 @@ static void call_make(fcall *c, const fspec *s, const void *q, const void *k, co
 }
 
 static void call_free(fcall *c) {
-    cudaFree(c->dq);
-    cudaFree(c->dk);
-    cudaFree(c->dv);
-    cudaFree(c->d_o);
-    cudaFree(c->dlse);
+    cudaFree(c->q_dev);
+    cudaFree(c->k_dev);
+    cudaFree(c->v_dev);
+    cudaFree(c->o_dev);
+    cudaFree(c->lse_dev);
     cudaFree(c->ws);
 }
 
@@ -212,13 +272,290 @@ static void call_free(fcall *c) {
 static ta_status call_run(fcall *c, const ta_problem *p, int byte, void *stream, void *o_host,
                           float *lse_host) {
     ta_status st;
-    CUDA_OK(cudaMemset(c->d_o, byte, c->no * c->eb));
-    CUDA_OK(cudaMemset(c->dlse, byte, c->nlse * sizeof(float)));
+    CUDA_OK(cudaMemset(c->o_dev, byte, c->no * c->eb));
+    CUDA_OK(cudaMemset(c->lse_dev, byte, c->nlse * sizeof(float)));
     st = ta_fwd(p, TA_BACKEND_CUDA, &c->a, c->ws, c->ws_bytes, stream);
     CUDA_OK(cudaDeviceSynchronize());
-    CUDA_OK(cudaMemcpy(o_host, c->d_o, c->no * c->eb, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(lse_host, c->dlse, c->nlse * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(o_host, c->o_dev, c->no * c->eb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(lse_host, c->lse_dev, c->nlse * sizeof(float), cudaMemcpyDeviceToHost));
     return st;
+}
+
+/* The contiguous [B, heads, S, dim] host tensor dst = the device tensor src,
+ * held as [B, S, heads, dim] if bshd. */
+static void download(void *dst, const void *src, int32_t nb, int32_t nh, int32_t ns, int32_t d,
+                     int bshd, size_t eb) {
+    const size_t bytes = count4(nb, nh, ns, d) * eb;
+    void *stage = malloc(bytes);
+    if (!stage) exit(1);
+    CUDA_OK(cudaMemcpy(stage, src, bytes, cudaMemcpyDeviceToHost));
+    permute(dst, stage, nb, nh, ns, d, bshd, eb, 0);
+    free(stage);
+}
+
+/* A problem's backward buffers and call arguments: q, k, v, o and lse are the
+ * forward's (fcall: o and lse as its last call left them), d_o is uploaded in
+ * the same layout, dq, dk, dv take the layouts of q, k, v. */
+typedef struct bcall {
+    ta_bwd_args a;
+    void *do_dev, *dq_dev, *dk_dev, *dv_dev, *ws; /* device memory */
+    size_t ws_bytes;                              /* ta_bwd_workspace_size's answer */
+} bcall;
+
+/* Host copies of dq, dk, dv as stored. */
+typedef struct bgrads {
+    void *dq, *dk, *dv;
+} bgrads;
+
+/* Returns the backward size query's status; the buffers exist only on TA_OK. */
+static ta_status bcall_make(bcall *b, const fcall *c, const fspec *s, const void *d_o) {
+    const ta_problem *p = &s->p;
+    ta_status st;
+    memset(b, 0, sizeof *b);
+    st = ta_bwd_workspace_size(p, TA_BACKEND_CUDA, &b->ws_bytes);
+    if (st != TA_OK) return st;
+    b->do_dev = upload(d_o, p->batch, p->heads_q, p->seq_q, p->head_dim_v, s->bshd, c->eb);
+    CUDA_OK(cudaMalloc(&b->dq_dev, c->nq * c->eb));
+    CUDA_OK(cudaMalloc(&b->dk_dev, c->nk * c->eb));
+    CUDA_OK(cudaMalloc(&b->dv_dev, c->nv * c->eb));
+    CUDA_OK(cudaMalloc(&b->ws, b->ws_bytes ? b->ws_bytes : 64));
+    b->a.q = c->a.q;
+    b->a.k = c->a.k;
+    b->a.v = c->a.v;
+    b->a.o = c->a.o;
+    b->a.lse = c->a.lse;
+    b->a.seqlens_k = c->a.seqlens_k;
+    b->a.d_o = b->do_dev;
+    b->a.dq = b->dq_dev;
+    b->a.dk = b->dk_dev;
+    b->a.dv = b->dv_dev;
+    b->a.q_strides = b->a.dq_strides = c->a.q_strides;
+    b->a.k_strides = b->a.dk_strides = c->a.k_strides;
+    b->a.v_strides = b->a.dv_strides = c->a.v_strides;
+    b->a.o_strides = b->a.d_o_strides = c->a.o_strides;
+    return TA_OK;
+}
+
+static void bcall_free(bcall *b) {
+    cudaFree(b->do_dev);
+    cudaFree(b->dq_dev);
+    cudaFree(b->dk_dev);
+    cudaFree(b->dv_dev);
+    cudaFree(b->ws);
+}
+
+/* dq, dk, dv filled with `byte` (never 0: the call must write every element),
+ * the workspace with byte ^ 0x33. */
+static void bcall_poison(bcall *b, const fcall *c, int byte) {
+    CUDA_OK(cudaMemset(b->dq_dev, byte, c->nq * c->eb));
+    CUDA_OK(cudaMemset(b->dk_dev, byte, c->nk * c->eb));
+    CUDA_OK(cudaMemset(b->dv_dev, byte, c->nv * c->eb));
+    CUDA_OK(cudaMemset(b->ws, byte ^ 0x33, b->ws_bytes ? b->ws_bytes : 64));
+}
+
+static void bgrads_alloc(bgrads *g, const fcall *c) {
+    g->dq = malloc(c->nq * c->eb);
+    g->dk = malloc(c->nk * c->eb);
+    g->dv = malloc(c->nv * c->eb);
+    if (!g->dq || !g->dk || !g->dv) exit(1);
+}
+
+static void bgrads_free(bgrads *g) {
+    free(g->dq);
+    free(g->dk);
+    free(g->dv);
+}
+
+/* g = dq, dk, dv as stored on the device. */
+static void bcall_fetch(const bcall *b, const fcall *c, bgrads *g) {
+    CUDA_OK(cudaMemcpy(g->dq, b->dq_dev, c->nq * c->eb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(g->dk, b->dk_dev, c->nk * c->eb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(g->dv, b->dv_dev, c->nv * c->eb, cudaMemcpyDeviceToHost));
+}
+
+static int bgrads_equal(const bgrads *x, const bgrads *y, const fcall *c) {
+    return memcmp(x->dq, y->dq, c->nq * c->eb) == 0 && memcmp(x->dk, y->dk, c->nk * c->eb) == 0 &&
+           memcmp(x->dv, y->dv, c->nv * c->eb) == 0;
+}
+
+/* Poison (bcall_poison), run ta_bwd with the queried workspace size on stream,
+ * fetch dq, dk, dv into g. */
+static ta_status bcall_run(bcall *b, const fcall *c, const ta_problem *p, int byte, void *stream,
+                           bgrads *g) {
+    ta_status st;
+    bcall_poison(b, c, byte);
+    st = ta_bwd(p, TA_BACKEND_CUDA, &b->a, b->ws, b->ws_bytes, stream);
+    CUDA_OK(cudaDeviceSynchronize());
+    bcall_fetch(b, c, g);
+    return st;
+}
+
+/* The underflow slack of the backward bounds, per gradient element: tiny *
+ * (1 + the sum, over the element's visible (row, key) pairs, of the other
+ * factor's magnitude): |k_jd| over the keys row i sees for dq_id; |q_id| over
+ * the rows (every query head of the group) that see key j for dk_jd; |dO_id|
+ * for dv_jd. Layouts as oracle.h's; in->d_o must be set. */
+static void grad_underflow(const ta_problem *p, const ta_oracle_in *in, double tiny, double *uq,
+                           double *uk, double *uv) {
+    const size_t d_qk = (size_t)p->head_dim, d_v = (size_t)p->head_dim_v;
+    const size_t n_rows = count4(p->batch, p->heads_q, p->seq_q, 1);
+    const size_t n_keys = count4(p->batch, p->heads_kv, p->seq_k, 1);
+    const int32_t group = p->heads_q / p->heads_kv;
+    int32_t b, h, i, j;
+    size_t d, x;
+    memset(uq, 0, n_rows * d_qk * sizeof(double));
+    memset(uk, 0, n_keys * d_qk * sizeof(double));
+    memset(uv, 0, n_keys * d_v * sizeof(double));
+    for (b = 0; b < p->batch; ++b)
+        for (h = 0; h < p->heads_q; ++h)
+            for (i = 0; i < p->seq_q; ++i) {
+                const int32_t key_len = in->seqlens_k ? in->seqlens_k[b] : p->seq_k;
+                const size_t row =
+                    count4(b, p->heads_q, p->seq_q, 1) + count4(1, h, p->seq_q, 1) + (size_t)i;
+                const size_t key0 =
+                    count4(b, p->heads_kv, p->seq_k, 1) + count4(1, h / group, p->seq_k, 1);
+                for (j = 0; j < p->seq_k; ++j) {
+                    const size_t key = key0 + (size_t)j;
+                    if (!ta_oracle_sees(p, key_len, i, j)) continue;
+                    for (d = 0; d < d_qk; ++d) {
+                        uq[row * d_qk + d] += fabs(in->k[key * d_qk + d]);
+                        uk[key * d_qk + d] += fabs(in->q[row * d_qk + d]);
+                    }
+                    for (d = 0; d < d_v; ++d)
+                        uv[key * d_v + d] += fabs(in->d_o[row * d_v + d]);
+                }
+            }
+    for (x = 0; x < n_rows * d_qk; ++x)
+        uq[x] = tiny * (1.0 + uq[x]);
+    for (x = 0; x < n_keys * d_qk; ++x)
+        uk[x] = tiny * (1.0 + uk[x]);
+    for (x = 0; x < n_keys * d_v; ++x)
+        uv[x] = tiny * (1.0 + uv[x]);
+}
+
+/* One gradient of a problem, every tensor a contiguous [B, heads, S, dim]: the
+ * library's, the oracle's, its magnitude and its underflow slack. */
+typedef struct gcheck {
+    const char *name;
+    void *got;
+    double *orc, *mag, *under;
+    size_t n, dim;
+    double bound;
+} gcheck;
+
+/* g[0..2] = dq, dk, dv of problem p. */
+static void gcheck_alloc(gcheck *g, const ta_problem *p, size_t eb) {
+    static const char *const names[3] = {"dq", "dk", "dv"};
+    int t;
+    g[0].n = count4(p->batch, p->heads_q, p->seq_q, p->head_dim);
+    g[1].n = count4(p->batch, p->heads_kv, p->seq_k, p->head_dim);
+    g[2].n = count4(p->batch, p->heads_kv, p->seq_k, p->head_dim_v);
+    g[0].dim = g[1].dim = (size_t)p->head_dim;
+    g[2].dim = (size_t)p->head_dim_v;
+    g[0].bound = TA_FAST_DQ_BOUND(p->dtype);
+    g[1].bound = TA_FAST_DK_BOUND(p->dtype);
+    g[2].bound = TA_FAST_DV_BOUND(p->dtype);
+    for (t = 0; t < 3; ++t) {
+        g[t].name = names[t];
+        g[t].got = malloc(g[t].n * eb);
+        g[t].orc = (double *)malloc(g[t].n * sizeof(double));
+        g[t].mag = (double *)malloc(g[t].n * sizeof(double));
+        g[t].under = (double *)malloc(g[t].n * sizeof(double));
+        if (!g[t].got || !g[t].orc || !g[t].mag || !g[t].under) exit(1);
+    }
+}
+
+static void gcheck_free(gcheck *g) {
+    int t;
+    for (t = 0; t < 3; ++t) {
+        free(g[t].got);
+        free(g[t].orc);
+        free(g[t].mag);
+        free(g[t].under);
+    }
+}
+
+/* g against the oracle. An element whose magnitude is 0 has no visible pair (a
+ * key at or past seqlens_k or seen by no row, a row that sees no key) and must
+ * be 0 exactly; any other may err by g->bound * mag once its underflow slack is
+ * taken off. Returns the elements that fail; *worst takes the largest
+ * normalised error, *n_exact counts the elements checked for 0. */
+static size_t gcheck_compare(const gcheck *g, const char *what, ta_dtype dt, double *worst,
+                             size_t *n_exact) {
+    size_t i, bad = 0;
+    for (i = 0; i < g->n; ++i) {
+        const double x = ta_get(g->got, dt, i);
+        double e;
+        if (g->mag[i] == 0.0) {
+            ++*n_exact;
+            if (!(x == 0.0) && bad++ < 3)
+                TA_CHECK(0, "%s: %s[%zu][%zu] = %g, want 0 (no visible pair)", what, g->name,
+                         i / g->dim, i % g->dim, x);
+            continue;
+        }
+        e = fabs(x - g->orc[i]) - g->under[i]; /* NaN stays NaN */
+        if (e < 0.0) e = 0.0;
+        e /= g->mag[i];
+        if (!(e <= g->bound) && bad++ < 3)
+            TA_CHECK(0, "%s: %s[%zu][%zu] = %.8g, oracle %.8g, error %.3g of %g", what, g->name,
+                     i / g->dim, i % g->dim, x, g->orc[i], e, g->mag[i]);
+        if (e > *worst || e != e) *worst = e;
+    }
+    return bad;
+}
+
+/* Part 1, backward, for a problem after its forward: c holds its inputs and
+ * the forward's o and lse; in its widened q, k, v and seqlens_k; o_got its o
+ * (contiguous). Random d_o from r, ta_bwd in fast mode, dq, dk, dv against the
+ * oracle, whose D_i takes the library's stored o as the library does. Returns
+ * 1 if every element is within its bound. */
+static int check_problem_bwd(const fspec *s, const char *what, ta_rng *r, fcall *c, ta_oracle_in in,
+                             const void *o_got) {
+    const ta_problem *p = &s->p;
+    const int ti = p->dtype == TA_BF16;
+    void *d_o = malloc(c->no * c->eb);
+    double *wdo, *wo;
+    gcheck g[3];
+    bcall b;
+    size_t bad = 0;
+    int di, t;
+    ta_status st;
+    di = dim_index(p->head_dim);
+    if (!d_o) exit(1);
+    ta_fill_uniform(r, d_o, p->dtype, c->no, -1.0f, 1.0f);
+    st = bcall_make(&b, c, s, d_o);
+    TA_CHECK(st == TA_OK, "%s: ta_bwd_workspace_size: %s", what, ta_status_string(st));
+    if (st == TA_OK) {
+        bcall_poison(&b, c, 0xFF); /* NaN in f16 and bf16 */
+        st = ta_bwd(p, TA_BACKEND_CUDA, &b.a, b.ws, b.ws_bytes, NULL);
+        CUDA_OK(cudaDeviceSynchronize());
+        TA_CHECK(st == TA_OK, "%s: ta_bwd: %s", what, ta_status_string(st));
+    }
+    if (st != TA_OK) {
+        if (b.ws) bcall_free(&b);
+        free(d_o);
+        return 0;
+    }
+    gcheck_alloc(g, p, c->eb);
+    download(g[0].got, b.dq_dev, p->batch, p->heads_q, p->seq_q, p->head_dim, s->bshd, c->eb);
+    download(g[1].got, b.dk_dev, p->batch, p->heads_kv, p->seq_k, p->head_dim, s->bshd, c->eb);
+    download(g[2].got, b.dv_dev, p->batch, p->heads_kv, p->seq_k, p->head_dim_v, s->bshd, c->eb);
+    in.d_o = wdo = ta_oracle_widen(d_o, p->dtype, c->no);
+    in.o = wo = ta_oracle_widen(o_got, p->dtype, c->no);
+    if (!wdo || !wo || ta_oracle_bwd(p, &in, g[0].orc, g[1].orc, g[2].orc) != 0 ||
+        ta_oracle_bwd_mag(p, &in, g[0].mag, g[1].mag, g[2].mag) != 0)
+        exit(1);
+    grad_underflow(p, &in, TA_FAST_TINY(p->dtype), g[0].under, g[1].under, g[2].under);
+    for (t = 0; t < 3; ++t)
+        bad += gcheck_compare(&g[t], what, p->dtype, &g_err_grad[t][ti][di], &g_bwd_exact);
+    ++g_bwd_count[ti][di];
+    if (bad) fprintf(stderr, "%s: backward: %zu elements out of bound\n", what, bad);
+    gcheck_free(g);
+    bcall_free(&b);
+    free(d_o);
+    free(wdo);
+    free(wo);
+    return bad == 0;
 }
 
 /* Part 1 for problem idx: returns 1 if every element is within its bound. */
@@ -239,7 +576,7 @@ static int check_problem(uint64_t seed, int idx) {
     random_fspec(seed, idx, &s);
     p = &s.p;
     describe(&s, desc, sizeof desc);
-    for (di = 0; di < 3 && k_dims[di] != p->head_dim; ++di) continue;
+    di = dim_index(p->head_dim);
     ta_rng_seed(&r, seed + UINT64_C(0x51ed27) * (uint64_t)(idx + 7));
     memset(&c, 0, sizeof c);
     c.eb = ta_dtype_size(p->dtype);
@@ -309,6 +646,12 @@ static int check_problem(uint64_t seed, int idx) {
     }
     ok = st == TA_OK && bad == 0;
     if (!ok) fprintf(stderr, "problem %d (%s): %zu elements out of bound\n", idx, desc, bad);
+    if (st == TA_OK && count4(p->batch, p->heads_q, p->seq_q, p->seq_k) * (size_t)p->head_dim <=
+                           TA_FAST_BWD_MAX_WORK) {
+        char what[300];
+        snprintf(what, sizeof what, "problem %d (%s)", idx, desc);
+        g_bwd_failed += !check_problem_bwd(&s, what, &r, &c, in, o_got);
+    }
     call_free(&c);
     free(q);
     free(k);
@@ -324,6 +667,95 @@ static int check_problem(uint64_t seed, int idx) {
     free(wk);
     free(wv);
     return ok;
+}
+
+/* Bytes of buf that differ from byte. */
+static size_t bytes_not(const void *buf, size_t n, int byte) {
+    const unsigned char *x = (const unsigned char *)buf;
+    size_t i, count = 0;
+    for (i = 0; i < n; ++i)
+        count += x[i] != (unsigned char)byte;
+    return count;
+}
+
+/* Part 3 for the backward: one call captured on a created stream (global
+ * capture mode), the graph replayed twice (outputs and workspace poisoned
+ * anew each time): each replay gives want's bytes. */
+static void check_bwd_graph(bcall *b, const fcall *c, const ta_problem *p, const bgrads *want,
+                            bgrads *got) {
+    cudaStream_t stream;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    ta_status st;
+    int run;
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    st = ta_bwd(p, TA_BACKEND_CUDA, &b->a, b->ws, b->ws_bytes, stream);
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    TA_CHECK(st == TA_OK, "backward graph: ta_bwd under capture: %s", ta_status_string(st));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (run = 0; run < 2; ++run) {
+        bcall_poison(b, c, 0x5A + run);
+        /* the memsets ran on the legacy stream, which a non-blocking one ignores */
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaGraphLaunch(exec, stream));
+        CUDA_OK(cudaStreamSynchronize(stream));
+        bcall_fetch(b, c, got);
+        TA_CHECK(bgrads_equal(want, got, c),
+                 "backward graph: replay %d differs from the direct call", run);
+    }
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+    CUDA_OK(cudaStreamDestroy(stream));
+}
+
+/* Parts 2 and 3 for the backward of big_spec's problem, after its forward (c
+ * holds its o and lse), with random d_o from r: 10 runs, dq, dk, dv and the
+ * workspace poisoned with another pattern each time, give identical bytes; a
+ * workspace one byte short of the size query's answer is refused
+ * (TA_ERR_WORKSPACE_SIZE) with dq, dk, dv untouched; then the graph. */
+static void check_bwd_determinism_and_graph(const fspec *s, const fcall *c, ta_rng *r) {
+    const ta_problem *p = &s->p;
+    void *d_o = malloc(c->no * c->eb);
+    bgrads g0, g1;
+    bcall b;
+    ta_status st;
+    int run;
+    if (!d_o) exit(1);
+    ta_fill_uniform(r, d_o, p->dtype, c->no, -1.0f, 1.0f);
+    st = bcall_make(&b, c, s, d_o);
+    TA_CHECK(st == TA_OK, "backward: ta_bwd_workspace_size: %s", ta_status_string(st));
+    free(d_o);
+    if (st != TA_OK) return;
+    bgrads_alloc(&g0, c);
+    bgrads_alloc(&g1, c);
+    st = bcall_run(&b, c, p, 0xFF, NULL, &g0);
+    TA_CHECK(st == TA_OK, "backward determinism: first call: %s", ta_status_string(st));
+    for (run = 1; run < 10; ++run) {
+        TA_CHECK(bcall_run(&b, c, p, run * 17, NULL, &g1) == TA_OK, "backward determinism: call %d",
+                 run);
+        TA_CHECK(bgrads_equal(&g0, &g1, c), "backward determinism: run %d differs from run 0", run);
+    }
+    if (b.ws_bytes > 0) {
+        size_t touched;
+        bcall_poison(&b, c, 0xA5);
+        st = ta_bwd(p, TA_BACKEND_CUDA, &b.a, b.ws, b.ws_bytes - 1, NULL);
+        CUDA_OK(cudaDeviceSynchronize());
+        bcall_fetch(&b, c, &g1);
+        touched = bytes_not(g1.dq, c->nq * c->eb, 0xA5) + bytes_not(g1.dk, c->nk * c->eb, 0xA5) +
+                  bytes_not(g1.dv, c->nv * c->eb, 0xA5);
+        TA_CHECK(st == TA_ERR_WORKSPACE_SIZE && touched == 0,
+                 "backward, workspace of %zu bytes (the query said %zu): %s, %zu output bytes "
+                 "written; want TA_ERR_WORKSPACE_SIZE, none",
+                 b.ws_bytes - 1, b.ws_bytes, ta_status_string(st), touched);
+    }
+    check_bwd_graph(&b, c, p, &g0, &g1);
+    printf("backward (big problem, workspace %zu bytes): 10 runs identical, graph replay, "
+           "short workspace: checked\n",
+           b.ws_bytes);
+    bgrads_free(&g0);
+    bgrads_free(&g1);
+    bcall_free(&b);
 }
 
 /* A larger problem for parts 2 and 3. */
@@ -384,8 +816,10 @@ static void check_determinism_and_graph(uint64_t seed) {
     /* part 3: capture one call on a created stream, replay twice */
     CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     for (run = 0; run < 2; ++run) {
-        CUDA_OK(cudaMemset(c.d_o, 0x5A + run, c.no * c.eb));
-        CUDA_OK(cudaMemset(c.dlse, 0x5A + run, c.nlse * sizeof(float)));
+        CUDA_OK(cudaMemset(c.o_dev, 0x5A + run, c.no * c.eb));
+        CUDA_OK(cudaMemset(c.lse_dev, 0x5A + run, c.nlse * sizeof(float)));
+        /* the memsets ran on the legacy stream, which a non-blocking one ignores */
+        CUDA_OK(cudaDeviceSynchronize());
         if (run == 0) {
             CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
             st = ta_fwd(&s.p, TA_BACKEND_CUDA, &c.a, c.ws, c.ws_bytes, stream);
@@ -395,14 +829,15 @@ static void check_determinism_and_graph(uint64_t seed) {
         }
         CUDA_OK(cudaGraphLaunch(exec, stream));
         CUDA_OK(cudaStreamSynchronize(stream));
-        CUDA_OK(cudaMemcpy(o1, c.d_o, c.no * c.eb, cudaMemcpyDeviceToHost));
-        CUDA_OK(cudaMemcpy(l1, c.dlse, c.nlse * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(o1, c.o_dev, c.no * c.eb, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(l1, c.lse_dev, c.nlse * sizeof(float), cudaMemcpyDeviceToHost));
         TA_CHECK(memcmp(o0, o1, c.no * c.eb) == 0 && memcmp(l0, l1, c.nlse * sizeof(float)) == 0,
                  "graph: replay %d differs from the direct call", run);
     }
     CUDA_OK(cudaGraphExecDestroy(exec));
     CUDA_OK(cudaGraphDestroy(graph));
     CUDA_OK(cudaStreamDestroy(stream));
+    check_bwd_determinism_and_graph(&s, &c, &r);
     call_free(&c);
     free(q);
     free(k);
@@ -449,7 +884,7 @@ static void check_unsupported_device(void) {
     c.no = count4(2, 4, 100, 128);
     check_refused("q seq stride 129", &c, &s.p);
     memset(&c.a.q_strides, 0, sizeof c.a.q_strides);
-    c.a.q = (const char *)c.dq + 8; /* 4 elements in: 8-byte aligned rows */
+    c.a.q = (const char *)c.q_dev + 8; /* 4 elements in: 8-byte aligned rows */
     s.p.seq_q = 50;
     c.nlse = count4(2, 4, 50, 1);
     c.no = count4(2, 4, 50, 128);
@@ -466,6 +901,41 @@ static void small_fast_problem(ta_problem *p, int32_t seq, int32_t d) {
     p->head_dim = p->head_dim_v = d;
     p->dtype = TA_BF16;
     p->precision = TA_PRECISION_FAST;
+}
+
+/* Part 4, host side (no GPU needed), for the forward's and the backward's size
+ * queries alike: a head dim outside the table, the table's candidate counts (the
+ * last is accepted, the one past it not), tile_config = -1. */
+static void check_size_queries(void) {
+    static const char *const names[2] = {"forward", "backward"};
+    ta_problem p;
+    size_t bytes = 0;
+    int pass, di;
+    for (pass = 0; pass < 2; ++pass) {
+        ta_status (*const query)(const ta_problem *, ta_backend, size_t *) =
+            pass ? ta_bwd_workspace_size : ta_fwd_workspace_size;
+        small_fast_problem(&p, 64, 80);
+        TA_CHECK(query(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
+                 "%s: fast bf16 D = 80: the size query must say TA_ERR_UNSUPPORTED", names[pass]);
+        p.precision = TA_PRECISION_EXACT;
+        TA_CHECK(query(&p, TA_BACKEND_CUDA, &bytes) == TA_OK, "%s: exact bf16 D = 80 is supported",
+                 names[pass]);
+        p.precision = TA_PRECISION_FAST;
+        for (di = 0; di < 4; ++di) {
+            p.head_dim = p.head_dim_v = k_dims[di];
+            p.tile_config = k_candidates[di];
+            TA_CHECK(query(&p, TA_BACKEND_CUDA, &bytes) == TA_OK,
+                     "%s: fast D = %d: tile_config %d is in the table", names[pass], k_dims[di],
+                     k_candidates[di]);
+            p.tile_config = k_candidates[di] + 1;
+            TA_CHECK(query(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
+                     "%s: fast D = %d: tile_config %d is past the table", names[pass], k_dims[di],
+                     k_candidates[di] + 1);
+        }
+        p.tile_config = -1;
+        TA_CHECK(query(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_BAD_ARG,
+                 "%s: tile_config = -1: TA_ERR_BAD_ARG", names[pass]);
+    }
 }
 
 /* On a compute capability 9.0 device: 1 if the wgmma candidate (tile_config =
@@ -495,11 +965,29 @@ static int probe_wgmma(void) {
     return st == TA_OK;
 }
 
+/* Part 1's backward summary, in the forward table's style. */
+static void print_bwd_table(void) {
+    int ti, di, runs = 0;
+    for (ti = 0; ti < 2; ++ti)
+        for (di = 0; di < 4; ++di)
+            runs += g_bwd_count[ti][di];
+    printf("backward: %d of %d problems within bound (B H_q S_q S_k D <= %g; dq, dk, dv: %.3g "
+           "bf16, %.3g f16 of the magnitude after the underflow slack); %zu gradient elements "
+           "with no visible pair checked for 0\n",
+           runs - g_bwd_failed, runs, (double)TA_FAST_BWD_MAX_WORK, TA_FAST_DQ_BOUND(TA_BF16),
+           TA_FAST_DQ_BOUND(TA_F16), g_bwd_exact);
+    printf("largest backward errors (normalised by the oracle magnitude):\n"
+           "  dtype  D    dq         dk         dv          problems\n");
+    for (ti = 0; ti < 2; ++ti)
+        for (di = 0; di < 4; ++di)
+            printf("  %-5s %3d  %.3e  %.3e  %.3e  %d\n", ti ? "bf16" : "f16", k_dims[di],
+                   g_err_grad[0][ti][di], g_err_grad[1][ti][di], g_err_grad[2][ti][di],
+                   g_bwd_count[ti][di]);
+}
+
 int main(int argc, char **argv) {
     int count = 200, only = -1, i, n_ok = 0, dev_count = 0, ti, di;
     uint64_t seed;
-    size_t bytes = 0;
-    ta_problem p80;
     for (i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--count") == 0 && i + 1 < argc)
             count = atoi(argv[++i]);
@@ -510,28 +998,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    /* part 4, host side: a head dim outside the table */
-    small_fast_problem(&p80, 64, 80);
-    TA_CHECK(ta_fwd_workspace_size(&p80, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
-             "fast bf16 D = 80: the size query must say TA_ERR_UNSUPPORTED");
-    p80.precision = TA_PRECISION_EXACT;
-    TA_CHECK(ta_fwd_workspace_size(&p80, TA_BACKEND_CUDA, &bytes) == TA_OK,
-             "exact bf16 D = 80 is supported");
-    /* the table's candidate counts: the last is accepted, the one past it not */
-    p80.precision = TA_PRECISION_FAST;
-    for (di = 0; di < 4; ++di) {
-        p80.head_dim = p80.head_dim_v = k_dims[di];
-        p80.tile_config = k_candidates[di];
-        TA_CHECK(ta_fwd_workspace_size(&p80, TA_BACKEND_CUDA, &bytes) == TA_OK,
-                 "fast D = %d: tile_config %d is in the table", k_dims[di], k_candidates[di]);
-        p80.tile_config = k_candidates[di] + 1;
-        TA_CHECK(ta_fwd_workspace_size(&p80, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
-                 "fast D = %d: tile_config %d is past the table", k_dims[di],
-                 k_candidates[di] + 1);
-    }
-    p80.tile_config = -1;
-    TA_CHECK(ta_fwd_workspace_size(&p80, TA_BACKEND_CUDA, &bytes) == TA_ERR_BAD_ARG,
-             "tile_config = -1: TA_ERR_BAD_ARG");
+    check_size_queries();
     if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
         printf("no CUDA device: skipped\n");
         return ta_test_failures ? ta_test_finish("test_cuda_fast") : TA_TEST_SKIP;
@@ -564,6 +1031,7 @@ int main(int argc, char **argv) {
         for (di = 0; di < 4; ++di)
             printf("  %-5s %3d  %.3e  %.3e\n", ti ? "bf16" : "f16", k_dims[di], g_err_o[ti][di],
                    g_err_lse[ti][di]);
+    print_bwd_table();
     if (only < 0) {
         check_determinism_and_graph(seed);
         check_unsupported_device();
