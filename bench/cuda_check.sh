@@ -59,14 +59,14 @@ if [ "${SKIP_EQUIV:-0}" != 1 ]; then
   grep -m 12 "FAIL" "$OUT/cuda_equiv.log" | tee -a "$SUMMARY"
 fi
 
-# 2b. fast mode (tensor cores) against the float64 oracle, determinism, graph
+# 2b. fast mode (tensor cores; the backward too) against the float64 oracle, determinism, graph
 #     capture; then memcheck and racecheck on a few of its problems
 if [ "${SKIP_FAST:-0}" != 1 ]; then
   t=$(secs)
   timeout "${FAST_TIMEOUT:-300}" "$BUILD/test/test_cuda_fast" >"$OUT/cuda_fast.log" 2>&1
   rc=$?
   note "test_cuda_fast: rc=$rc ($(( $(secs) - t )) s)"
-  grep -E "seed|accuracy|f16|bf16|determinism|passed|FAIL|failed" "$OUT/cuda_fast.log" | head -40 | tee -a "$SUMMARY"
+  grep -E "seed|accuracy|backward|f16|bf16|determinism|passed|FAIL|failed" "$OUT/cuda_fast.log" | head -50 | tee -a "$SUMMARY"
   if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
     for tool in memcheck racecheck; do
       t=$(secs)
