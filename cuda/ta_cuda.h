@@ -95,9 +95,9 @@ ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a, const ta_cu
 ta_status ta_cuda_fast_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
                            void *stream);
 /* The fast-mode backward (cuda/ta_cuda_fast_bwd_sm90.cu), same problems: the
- * wgmma kernels when the forward's configuration is the wgmma one
- * (tile_config 0 or 1 on an sm_90 device, in a build with sm_90a code), else
- * ta_cuda_sdpa_bwd (the exact kernels). As ta_cuda_sdpa_bwd, and
+ * wgmma kernels on an sm_90 device in a build with sm_90a code, whatever
+ * forward configuration tile_config names (the backward has one per head
+ * dim), else ta_cuda_sdpa_bwd (the exact kernels). As ta_cuda_sdpa_bwd, and
  * TA_ERR_UNSUPPORTED (nothing launched) where ta_cuda_fast_fwd gives it for
  * the head dim or tile_config, or, on the wgmma path, if a row of q, k, v,
  * d_o, dq, dk or dv does not start on 16 bytes. */

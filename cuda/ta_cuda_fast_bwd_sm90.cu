@@ -620,11 +620,12 @@ extern "C" ta_status ta_cuda_fast_bwd(const ta_plan *plan, const ta_bwd_args *a,
                                : ta_wgb_set_for<false>(pr->head_dim, &ks)))
         return TA_ERR_UNSUPPORTED;
     if ((sm90 = ta_cuda_fast_is_sm90()) < 0) return TA_ERR_DEVICE;
-    /* the wgmma backward goes with the wgmma forward's configuration (0, the
-     * default, or 1 on an sm_90 device); any other runs the exact kernels:
-     * bit-identical to REF, inside every fast bound, deterministic */
+    /* one backward configuration per head dim: tile_config picks the forward's
+     * (a tuned pick, ta_tune_fwd, must not send the backward elsewhere); off
+     * sm_90 the exact kernels run: bit-identical to REF, inside every fast
+     * bound, deterministic */
     if (pr->tile_config == 1 && !sm90) return TA_ERR_UNSUPPORTED; /* as the forward */
-    if (!sm90 || pr->tile_config > 1) return ta_cuda_sdpa_bwd(plan, a, ws, stream);
+    if (!sm90) return ta_cuda_sdpa_bwd(plan, a, ws, stream);
     if (!ta_wgb_aligned(plan, a)) return TA_ERR_UNSUPPORTED;
     for (i = 0; i < ks.n_kv; ++i)
         if ((st = ta_cuda_tiling(plan, ks.kv[i].qm, TA_WGB_KEYS, TA_TILING_BWD, &t_kv[i])) !=

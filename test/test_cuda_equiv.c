@@ -111,11 +111,6 @@ typedef struct spec {
     int seqlens_mode; /* 0: NULL, 1: random in [0, S_k], 2: all S_k, 3: random in [1, 300] */
     int use_stream;   /* 1: the thread's created stream, 0: NULL */
     int strided;      /* 1: device tensors in random strided layouts */
-    int fast_bwd;     /* 1: the CUDA backward runs with TA_PRECISION_FAST (an f16/bf16
-                         SDPA problem of the fast table) and tile_config 2, an mma.sync
-                         forward configuration, with which the backward runs the exact
-                         kernels: bit-identical to REF's exact backward (the wgmma
-                         backward of configurations 0 and 1: test_cuda_fast) */
     float lo, hi;     /* input range */
     char tag[24];     /* what the problem is for */
 } spec;
@@ -183,15 +178,6 @@ static void random_spec(uint64_t seed, int idx, spec *s) {
     if (ta_rng_int(&r, 0, 4) == 0) { /* peaky softmax: exp underflows to 0 for some keys */
         s->lo = -4.0f;
         s->hi = 4.0f;
-    }
-    /* 1 in 6 f16/bf16 problems with D >= 64: the backward in fast mode, on the
-     * fast table's largest head dim <= D (both D and D_v) */
-    if (ta_rng_int(&r, 0, 5) == 0 && p->dtype != TA_F32 && p->head_dim >= 64) {
-        static const int32_t table[4] = {256, 128, 96, 64};
-        int i = 0;
-        while (table[i] > p->head_dim) ++i;
-        p->head_dim = p->head_dim_v = table[i];
-        s->fast_bwd = 1;
     }
     snprintf(s->tag, sizeof s->tag, "random");
 }
@@ -736,14 +722,7 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
             CUDA_OK(cudaMemsetAsync(d.dk, poison, lay[X_DK].extent * z.eb, st));
             CUDA_OK(cudaMemsetAsync(d.dv, poison, lay[X_DV].extent * z.eb, st));
             if (d.ws) CUDA_OK(cudaMemsetAsync(d.ws, poison ^ 0x33, ws_bytes, st));
-            {
-                ta_problem pb = *p; /* fast_bwd: the same problem in fast mode */
-                if (s->fast_bwd) {
-                    pb.precision = TA_PRECISION_FAST;
-                    pb.tile_config = 2;
-                }
-                stt = ta_bwd(&pb, TA_BACKEND_CUDA, &ba, d.ws, ws_bytes, (void *)st);
-            }
+            stt = ta_bwd(p, TA_BACKEND_CUDA, &ba, d.ws, ws_bytes, (void *)st);
             if (stt != TA_OK) {
                 FAIL("%s: CUDA bwd: %s", desc, ta_status_string(stt));
                 ok = 0;
@@ -1104,7 +1083,7 @@ static void print_coverage(const spec *specs, int n) {
         scale_set += p->scale != 0.0f;
         scale_neg += p->scale < 0.0f;
         stream += specs[i].use_stream;
-        fast += p->precision == TA_PRECISION_FAST || specs[i].fast_bwd;
+        fast += p->precision == TA_PRECISION_FAST;
         strided += specs[i].strided;
         strided_mta += specs[i].strided && p->conv_q;
         if (p->flags & TA_WINDOW) {
