@@ -10,7 +10,7 @@
 #
 # Environment: OUT (log folder, default ./cuda_check_out), BUILD (build folder,
 # default /tmp/ta_cuda_check), TA_SEED (replay test_cuda_equiv), SKIP_BENCH=1,
-# SKIP_MATH=1, SKIP_SANITIZER=1, SKIP_MAINJOB=1, SKIP_EQUIV=1, SKIP_FAST=1 (test_cuda_fast),
+# SKIP_MATH=1, SKIP_SANITIZER=1, SKIP_MAINJOB=1, SKIP_EQUIV=1, SKIP_FAST=1 (test_cuda_fast, test_cuda_tune),
 # SKIP_FAST_BENCH=1 (bench/cuda_fast_bench.py; FAST_BENCH_ARGS). Logs: $OUT/{env,build,cuda_math,cuda_equiv,
 # sanitizer,bench}.log and $OUT/summary.txt; the summary is printed last.
 set -u -o pipefail
@@ -37,7 +37,8 @@ note "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 t=$(secs)
 if cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DTILEATTN_CUDA=ON \
      -DTILEATTN_EXHAUSTIVE=OFF >"$OUT/build.log" 2>&1 &&
-   cmake --build "$BUILD" -j"$JOBS" --target tileattn test_cuda_math test_cuda_equiv test_cuda_fast tileattn-bench \
+   cmake --build "$BUILD" -j"$JOBS" --target tileattn test_cuda_math test_cuda_equiv test_cuda_fast test_cuda_tune \
+     tileattn-bench \
      >>"$OUT/build.log" 2>&1; then
   note "build: ok ($(( $(secs) - t )) s)"
 else
@@ -60,13 +61,18 @@ if [ "${SKIP_EQUIV:-0}" != 1 ]; then
 fi
 
 # 2b. fast mode (tensor cores; the backward too) against the float64 oracle, determinism, graph
-#     capture; then memcheck and racecheck on a few of its problems
+#     capture; ta_tune_fwd; then memcheck and racecheck on a few of its problems
 if [ "${SKIP_FAST:-0}" != 1 ]; then
   t=$(secs)
   timeout "${FAST_TIMEOUT:-300}" "$BUILD/test/test_cuda_fast" >"$OUT/cuda_fast.log" 2>&1
   rc=$?
   note "test_cuda_fast: rc=$rc ($(( $(secs) - t )) s)"
   grep -E "seed|accuracy|backward|f16|bf16|determinism|passed|FAIL|failed" "$OUT/cuda_fast.log" | head -50 | tee -a "$SUMMARY"
+  t=$(secs)
+  timeout "${FAST_TIMEOUT:-300}" "$BUILD/test/test_cuda_tune" >"$OUT/cuda_tune.log" 2>&1
+  rc=$?
+  note "test_cuda_tune: rc=$rc ($(( $(secs) - t )) s)"
+  grep -E "tune:|passed|FAIL|failed" "$OUT/cuda_tune.log" | head -20 | tee -a "$SUMMARY"
   if [ "${SKIP_SANITIZER:-0}" != 1 ]; then
     for tool in memcheck racecheck; do
       t=$(secs)

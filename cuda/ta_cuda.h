@@ -104,6 +104,13 @@ ta_status ta_cuda_fast_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_c
 ta_status ta_cuda_fast_bwd(const ta_plan *plan, const ta_bwd_args *a, const ta_cuda_bwd_ws *ws,
                            void *stream);
 
+/* ta_tune_fwd on the fast path (cuda/ta_cuda_fast_tune.cu): every candidate of
+ * ta_cuda_fast_fwd's table for the plan, timed on stream (synchronised), into
+ * *out. Refuses as ta_cuda_fast_fwd, and a stream under capture with
+ * TA_ERR_BAD_ARG, before any launch. */
+ta_status ta_cuda_fast_tune(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                            void *stream, int32_t reps, ta_tune_result *out);
+
 #ifdef __cplusplus
 }
 #endif

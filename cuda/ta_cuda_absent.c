@@ -3,8 +3,8 @@
  * does not link the CUDA component (libtileattn_cuda.a defines a table of the
  * same name, cuda/ta_cuda_ops.c; docs/cuda.md, "Packaging"). The size queries
  * work (they need no device: cuda/ta_cuda_layout.c); available() is 0, so
- * ta_fwd and ta_bwd answer TA_ERR_BACKEND_UNAVAILABLE before reaching the
- * calls below, which exist only to fill the table.
+ * ta_fwd, ta_bwd and ta_tune_fwd answer TA_ERR_BACKEND_UNAVAILABLE before
+ * reaching the calls below, which exist only to fill the table.
  */
 #include "ta_cuda.h"
 #include "ta_internal.h"
@@ -34,7 +34,20 @@ static ta_status ta_cuda_bwd_not_linked(const ta_plan *plan, const ta_bwd_args *
     return TA_ERR_BACKEND_UNAVAILABLE;
 }
 
+static ta_status ta_cuda_tune_fwd_not_linked(const ta_plan *plan, const ta_fwd_args *a,
+                                             void *workspace, void *stream, int32_t reps,
+                                             ta_tune_result *out) {
+    (void)plan;
+    (void)a;
+    (void)workspace;
+    (void)stream;
+    (void)reps;
+    (void)out;
+    return TA_ERR_BACKEND_UNAVAILABLE;
+}
+
 const ta_backend_ops ta_cuda_ops = {
     ta_cuda_not_linked,     ta_cuda_supports,       ta_cuda_fwd_size, ta_cuda_bwd_size,
     ta_cuda_fwd_not_linked, ta_cuda_bwd_not_linked, 0,
+    ta_cuda_tune_fwd_not_linked,
 };

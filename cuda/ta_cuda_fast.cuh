@@ -24,6 +24,10 @@
 
 #include "ta_cuda_params.cuh"
 
+extern "C" {
+#include "ta_cuda.h" /* ta_plan, ta_fwd_args, TA_CUDA_FAST_CFG_MAX */
+}
+
 /* ---- host: one launchable configuration ---- */
 
 /* A kernel of the fast configuration table and what its launch needs. */
@@ -50,6 +54,32 @@ int ta_cuda_fast_is_sm90(void);
  * elements (cp.async moves 16-byte chunks). */
 int ta_cuda_fast_rows_aligned(const ta_problem *pr, const void *ptr, const ta_strides *st,
                               int kv_side);
+
+/* The configuration table for one call (cuda/ta_cuda_fast_fwd.cu): the
+ * candidates of the plan's head dim and storage type, as tile_config = k
+ * names them (cand[k - 1]), and what this device runs of them. */
+typedef struct ta_fast_table {
+    ta_fast_launch cand[TA_CUDA_FAST_CFG_MAX];
+    int n;         /* candidates: tile_config in [1, n] */
+    int first_mma; /* index of the first mma.sync candidate (those before it: wgmma) */
+    int sm90;      /* 1 if the wgmma candidates run here (sm_90 device, sm_90a code) */
+} ta_fast_table;
+
+/* 1 if candidate index i (tile_config i + 1) of tb can run on this device. */
+static inline int ta_fast_table_runs(const ta_fast_table *tb, int i) {
+    return i >= tb->first_mma || tb->sm90;
+}
+
+/* The launcher's first half (cuda/ta_cuda_fast_fwd.cu): the device pointers
+ * (TA_ERR_BAD_ARG), the 16-byte rows and the head dim (TA_ERR_UNSUPPORTED),
+ * then the table for the plan and the device (TA_ERR_DEVICE if the device
+ * query fails). Nothing launched. */
+ta_status ta_cuda_fast_table(const ta_plan *plan, const ta_fwd_args *a, ta_fast_table *tb);
+
+/* The second half: one forward of configuration fl on stream (shared-memory
+ * opt-in: TA_ERR_UNSUPPORTED beyond the device's limit, nothing launched). */
+ta_status ta_cuda_fast_run(const ta_plan *plan, const ta_fwd_args *a, const ta_fast_launch *fl,
+                           void *stream);
 
 /* ---- device ---- */
 

@@ -3,7 +3,9 @@
  * mma.sync.m16n8k16 (sm_80 and later; the path of sm_80/86/89, and of sm_90 in
  * a build without sm_90a code or when tile_config names it); the table of
  * candidates and the launcher for both this kernel and the wgmma one
- * (cuda/ta_cuda_fast_fwd_sm90.cu). docs/cuda.md section 7 ("Fast mode").
+ * (cuda/ta_cuda_fast_fwd_sm90.cu), in two halves (ta_cuda_fast_table,
+ * ta_cuda_fast_run) that ta_tune_fwd's timing (cuda/ta_cuda_fast_tune.cu)
+ * shares. docs/cuda.md section 7 ("Fast mode").
  *
  * Not bit-identical to REF: the products run on tensor cores (f32 accumulate in
  * the hardware's order), the softmax uses ex2.approx, and p is rounded to the
@@ -302,32 +304,49 @@ static int ta_cuda_fast_aligned(const ta_plan *plan, const ta_fwd_args *a) {
 }
 
 
-extern "C" ta_status ta_cuda_fast_fwd(const ta_plan *plan, const ta_fwd_args *a,
-                                      const ta_cuda_fwd_ws *ws, void *stream) {
+ta_status ta_cuda_fast_table(const ta_plan *plan, const ta_fwd_args *a, ta_fast_table *tb) {
     const ta_problem *pr = &plan->p;
     const void *ptrs[5] = {a->q, a->k, a->v, a->o, a->lse};
-    ta_fast_launch cand[TA_CUDA_FAST_CFG_MAX], fl;
-    int n_cand, first_mma, sm90, pick;
+    ta_status st;
+    /* device pointers first (TA_ERR_BAD_ARG), then what this path needs */
+    if ((st = ta_cuda_check_pointers(ptrs, 5)) != TA_OK) return st;
+    if (pr->head_dim != pr->head_dim_v || !ta_cuda_fast_aligned(plan, a)) return TA_ERR_UNSUPPORTED;
+    tb->n = pr->dtype == TA_BF16
+                ? ta_fast_candidates<true>(pr->head_dim, tb->cand, &tb->first_mma)
+                : ta_fast_candidates<false>(pr->head_dim, tb->cand, &tb->first_mma);
+    if (tb->n == 0) return TA_ERR_UNSUPPORTED;
+    if ((tb->sm90 = ta_cuda_fast_is_sm90()) < 0) return TA_ERR_DEVICE;
+    return TA_OK;
+}
+
+ta_status ta_cuda_fast_run(const ta_plan *plan, const ta_fwd_args *a, const ta_fast_launch *fl,
+                           void *stream) {
     ta_tiling t;
     ta_cuda_params prm;
     ta_cuda_launch_desc launch;
     ta_status st;
-    (void)ws; /* no device workspace */
-    /* device pointers first (TA_ERR_BAD_ARG), then what this path needs */
-    if ((st = ta_cuda_check_pointers(ptrs, 5)) != TA_OK) return st;
-    if (pr->head_dim != pr->head_dim_v || !ta_cuda_fast_aligned(plan, a)) return TA_ERR_UNSUPPORTED;
-    n_cand = pr->dtype == TA_BF16 ? ta_fast_candidates<true>(pr->head_dim, cand, &first_mma)
-                                  : ta_fast_candidates<false>(pr->head_dim, cand, &first_mma);
-    if (pr->tile_config < 0 || pr->tile_config > n_cand || n_cand == 0) return TA_ERR_UNSUPPORTED;
-    if ((sm90 = ta_cuda_fast_is_sm90()) < 0) return TA_ERR_DEVICE;
-    pick = pr->tile_config > 0 ? pr->tile_config - 1 : sm90 ? 0 : first_mma;
-    if (pick < first_mma && !sm90) return TA_ERR_UNSUPPORTED; /* wgmma: sm_90 only */
-    fl = cand[pick];
     /* the configuration's tiles, the plan's mask */
-    if ((st = ta_cuda_tiling(plan, fl.block_m, fl.block_n, TA_TILING_FWD, &t)) != TA_OK) return st;
-    if ((st = ta_cuda_smem_opt_in(fl.kernel, fl.smem, fl.smem)) != TA_OK) return st;
+    st = ta_cuda_tiling(plan, fl->block_m, fl->block_n, TA_TILING_FWD, &t);
+    if (st != TA_OK) return st;
+    if ((st = ta_cuda_smem_opt_in(fl->kernel, fl->smem, fl->smem)) != TA_OK) return st;
     ta_cuda_params_fwd(&prm, plan, &t, a);
-    launch = ta_cuda_launch_of(fl.kernel, &prm, (int64_t)pr->heads_q * t.num_q_tiles, 0, fl.smem);
-    launch.threads = fl.threads;
-    return ta_cuda_launch_batches(&launch, 1, a->seqlens_k, pr->batch, stream);
+    launch =
+        ta_cuda_launch_of(fl->kernel, &prm, (int64_t)plan->p.heads_q * t.num_q_tiles, 0, fl->smem);
+    launch.threads = fl->threads;
+    return ta_cuda_launch_batches(&launch, 1, a->seqlens_k, plan->p.batch, stream);
+}
+
+extern "C" ta_status ta_cuda_fast_fwd(const ta_plan *plan, const ta_fwd_args *a,
+                                      const ta_cuda_fwd_ws *ws, void *stream) {
+    const int32_t cfg = plan->p.tile_config;
+    ta_fast_table tb;
+    int pick;
+    ta_status st;
+    (void)ws; /* no device workspace */
+    if ((st = ta_cuda_fast_table(plan, a, &tb)) != TA_OK) return st;
+    if (cfg < 0 || cfg > tb.n) return TA_ERR_UNSUPPORTED;
+    /* 0: the wgmma candidate on sm_90, else the first mma.sync one */
+    pick = cfg > 0 ? cfg - 1 : tb.sm90 ? 0 : tb.first_mma;
+    if (!ta_fast_table_runs(&tb, pick)) return TA_ERR_UNSUPPORTED; /* wgmma: sm_90 only */
+    return ta_cuda_fast_run(plan, a, &tb.cand[pick], stream);
 }

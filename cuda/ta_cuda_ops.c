@@ -42,7 +42,19 @@ static ta_status ta_cuda_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wo
                           : ta_cuda_sdpa_bwd(plan, a, &ws, stream);
 }
 
+/* ta_tune_fwd: only the fast-path forward has a configuration table. */
+static ta_status ta_cuda_tune_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace,
+                                  void *stream, int32_t reps, ta_tune_result *out) {
+    ta_cuda_fwd_ws ws;
+    size_t bytes;
+    ta_status st;
+    if (!ta_cuda_fast_path(plan)) return TA_ERR_UNSUPPORTED;
+    if ((st = ta_cuda_fwd_layout(plan, workspace, &ws, &bytes)) != TA_OK) return st;
+    return ta_cuda_fast_tune(plan, a, &ws, stream, reps, out);
+}
+
 const ta_backend_ops ta_cuda_ops = {
     ta_cuda_available, ta_cuda_supports, ta_cuda_fwd_size, ta_cuda_bwd_size,
     ta_cuda_fwd,       ta_cuda_bwd,      0,
+    ta_cuda_tune_fwd,
 };

@@ -285,6 +285,65 @@ ta_status ta_explain_fwd_workspace_size(const ta_problem *p, ta_backend be, char
 ta_status ta_explain_bwd_workspace_size(const ta_problem *p, ta_backend be, char *buf,
                                         size_t buf_len);
 
+/** Entries of ta_tune_result.ms: room for the largest candidate table of any
+ *  head dim, today 4 (docs/cuda.md section 7). */
+#define TA_TUNE_MAX_CANDIDATES 8
+/** reps of ta_tune_fwd: in [1, TA_TUNE_REPS_MAX] (the medians are taken over
+ *  an array on the stack). */
+#define TA_TUNE_REPS_MAX 100
+
+/** What ta_tune_fwd measured. Plain data: store it with the problem and set
+ *  problem.tile_config = tile_config for every later ta_fwd of that problem. */
+typedef struct ta_tune_result {
+    int32_t tile_config;    /**< the pick, k >= 1: the candidate with the smallest
+                                 median (ties: the smaller k) */
+    int32_t num_candidates; /**< candidates of the problem's head dim: tile_config
+                                 1 .. num_candidates were timed */
+    float ms[TA_TUNE_MAX_CANDIDATES]; /**< ms[k - 1]: median milliseconds of one
+                                 forward with tile_config = k; < 0: candidate k
+                                 could not run here (the wgmma candidate 1 off
+                                 sm_90 or in a build without sm_90a code; shared
+                                 memory beyond the device's limit), and every
+                                 entry from num_candidates on */
+} ta_tune_result;
+
+/**
+ * Times the tile configurations of a fast-mode CUDA forward on the caller's
+ * buffers and returns the fastest (docs/api.md, "Tuning"). Only for problems
+ * whose forward has a configuration table: TA_BACKEND_CUDA, TA_PRECISION_FAST,
+ * f16 / bf16 SDPA (D = D_v in {64, 96, 128, 256}); anything else, REF and CPU
+ * included, is TA_ERR_UNSUPPORTED. No allocation and no state kept: the pick
+ * lives only in *out. A pick changes speed, not meaning: ta_fwd with
+ * tile_config = out->tile_config gives the bits an explicit call with that
+ * tile_config gives, whether or not this call ran.
+ *
+ * Candidate k (1 .. num_candidates; p->tile_config is validated as by ta_fwd,
+ * then ignored) runs once untimed, then reps times, timed with CUDA events on
+ * stream; its entry is the median of the reps (the lower middle one for an
+ * even reps). Candidates that cannot run on this device are skipped (ms < 0).
+ *
+ * Arguments and checks: those of ta_fwd, checked first and in ta_fwd's order
+ * (ta_explain_fwd names a failure among them); then out (NULL:
+ * TA_ERR_NULL_ARG; not aligned to its type: TA_ERR_BAD_ARG), reps outside
+ * [1, TA_TUNE_REPS_MAX] (TA_ERR_BAD_ARG), then the problem (TA_ERR_UNSUPPORTED
+ * as above), then, in the launch code, ta_fwd's fast-mode checks (alignment)
+ * and a stream under capture (TA_ERR_BAD_ARG).
+ * @param[in]     p, be, workspace, workspace_bytes  as for ta_fwd
+ * @param[in,out] a         as for ta_fwd; every forward the call runs writes
+ *                          a->o and a->lse: undefined on return, also after an
+ *                          error while timing; untouched when a check refuses
+ * @param[in]     stream    cudaStream_t (NULL = default stream). The call
+ *                          SYNCHRONISES it (cudaEventSynchronize) and cannot be
+ *                          captured in a CUDA graph; tune outside capture and
+ *                          capture ta_fwd with the pick.
+ * @param[in]     reps      timed calls per candidate, in [1, TA_TUNE_REPS_MAX]
+ * @param[out]    out       the result; written on TA_OK only
+ * Creates and destroys reps + 1 CUDA events (driver objects, no memory of the
+ * caller's); costs (reps + 1) * num_candidates forwards.
+ */
+ta_status ta_tune_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, void *workspace,
+                      size_t workspace_bytes, void *stream, int32_t reps, ta_tune_result *out);
+
 /** 1 if backend be is compiled in and usable now (a device is present for
  *  CUDA) and implements ta_fwd/ta_bwd; 0 otherwise. */
 int ta_backend_available(ta_backend be);

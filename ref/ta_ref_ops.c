@@ -18,4 +18,5 @@ const ta_backend_ops ta_ref_ops = {
     ta_ref_fwd,
     ta_ref_bwd,
     1,
+    NULL, /* no tile configurations to tune */
 };

@@ -10,7 +10,9 @@
  *      alignment and overlap of the strided extents, the trace and the workspace
  *   6. the workspace (NULL, size, alignment)
  *   7. values read from host memory (seqlens_k, host memory on every backend)
- * Only then is anything written. Each refusal is recorded in a ta_diag (the
+ * Only then is anything written. ta_tune_fwd runs steps 1-7 of ta_fwd, then
+ * checks its own out and reps, then asks the backend (TA_ERR_UNSUPPORTED
+ * without a tune entry). Each refusal is recorded in a ta_diag (the
  * caller's stack), which the ta_explain_* calls format: they run the same
  * validation functions as the entry points.
  */
@@ -195,6 +197,34 @@ ta_status ta_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, void 
     st = ta_fwd_validate(p, be, a, workspace, workspace_bytes, stream, &pl, &ops, &d);
     if (st != TA_OK) return st;
     return ops->fwd(&pl, a, workspace, stream);
+}
+
+/* ta_tune_fwd's own arguments, after ta_fwd's checks (docs/api.md, "Tuning"). */
+static ta_status ta_tune_check(const ta_tune_result *out, int32_t reps, ta_diag *d) {
+    if (!out) return ta_fail(d, TA_ERR_NULL_ARG, "out", "must not be NULL");
+    if (!ta_ptr_aligned(out, _Alignof(ta_tune_result)))
+        return ta_fail(d, TA_ERR_BAD_ARG, "out", "not aligned to its type");
+    if (reps < 1 || reps > TA_TUNE_REPS_MAX)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "reps", reps, TA_DIAG_LO | TA_DIAG_HI, 1,
+                              TA_TUNE_REPS_MAX);
+    return TA_OK;
+}
+
+ta_status ta_tune_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, void *workspace,
+                      size_t workspace_bytes, void *stream, int32_t reps, ta_tune_result *out) {
+    const ta_backend_ops *ops = NULL;
+    ta_tune_result res;
+    ta_plan pl;
+    ta_diag d;
+    ta_status st;
+    ta_diag_init(&d);
+    st = ta_fwd_validate(p, be, a, workspace, workspace_bytes, stream, &pl, &ops, &d);
+    if (st == TA_OK) st = ta_tune_check(out, reps, &d);
+    if (st != TA_OK) return st;
+    if (!ops->tune_fwd) return TA_ERR_UNSUPPORTED; /* REF, CPU: one configuration */
+    if ((st = ops->tune_fwd(&pl, a, workspace, stream, reps, &res)) != TA_OK) return st;
+    *out = res;
+    return TA_OK;
 }
 
 static ta_status ta_bwd_check_ptrs(const ta_plan *pl, const ta_extents *ex, ta_backend be,

@@ -108,6 +108,11 @@ typedef struct ta_backend_ops {
     int host_memory; /* 1: tensors, workspace and stream-less calls are host; 0: device
                         memory and a stream. seqlens_k is host memory on every
                         backend: it is validated before any launch. */
+    /* ta_tune_fwd after ta_fwd's validation (reps in range, out non-NULL):
+     * time the plan's forward configurations into *out; NULL: the backend has
+     * none (TA_ERR_UNSUPPORTED). */
+    ta_status (*tune_fwd)(const ta_plan *plan, const ta_fwd_args *a, void *workspace, void *stream,
+                          int32_t reps, ta_tune_result *out);
 } ta_backend_ops;
 
 extern const ta_backend_ops ta_ref_ops;  /* ref/ */

@@ -33,7 +33,8 @@ VALIDATE_OPS = ["ta_%s_%s" % (b, f) for b in ("ref", "cpu", "cuda")
                 for f in ("fwd_workspace_size", "bwd_workspace_size", "fwd_size", "bwd_size",
                           "available", "supports")]
 COMPUTE_OPS = {"ta_fwd": ["ta_ref_fwd", "ta_cpu_fwd", "ta_cuda_fwd"],
-               "ta_bwd": ["ta_ref_bwd", "ta_cpu_bwd", "ta_cuda_bwd"]}
+               "ta_bwd": ["ta_ref_bwd", "ta_cpu_bwd", "ta_cuda_bwd"],
+               "ta_tune_fwd": ["ta_cuda_tune_fwd", "ta_cuda_tune_fwd_not_linked"]}
 TASKS = ["cpu_sdpa_fwd_task", "cpu_mta_fwd_task", "cpu_sdpa_dkdv_task", "cpu_mta_dkdv_task",
          "cpu_sdpa_dq_task", "cpu_mta_dq_task"]
 MICRO = ["cpu_k1_b%d_%s" % (b, w) for b in range(1, 7) for w in ("1", "TA_NV")]
@@ -112,7 +113,7 @@ def main(build):
 
     entries = sorted(t for t in frames if ":" not in t and t in ("ta_fwd", "ta_bwd", "ta_fwd_workspace_size",
                                  "ta_bwd_workspace_size", "ta_explain_fwd", "ta_explain_bwd",
-                                 "ta_explain_fwd_workspace_size", "ta_explain_bwd_workspace_size",
+                                 "ta_explain_fwd_workspace_size", "ta_explain_bwd_workspace_size", "ta_tune_fwd",
                                  "ta_status_string", "ta_backend_available", "ta_version_string"))
     worst = 0
     for e in entries:

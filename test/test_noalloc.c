@@ -5,8 +5,8 @@
  * marker line TA_NOALLOC_BEGIN to stderr with write(2) (unbuffered, no stdio),
  * makes the library calls (size queries, ta_fwd, ta_bwd on several problems,
  * SDPA and the MTA conv, sliding windows on strided tensors, refused calls,
- * ta_status_string, ta_backend_available), stores their statuses, writes
- * TA_NOALLOC_END, and only then checks the statuses.
+ * ta_tune_fwd refused on REF, ta_status_string, ta_backend_available), stores their statuses,
+ * writes TA_NOALLOC_END, and only then checks the statuses.
  *
  * The CPU backend runs on OpenMP, whose runtime allocates its thread pool and
  * team on the first parallel region (and again when the team size changes).
@@ -166,6 +166,7 @@ typedef struct bufs {
     void *cpu_ws;
     size_t cpu_ws_bytes;
     ta_trace trace;
+    ta_tune_result tune;     /* a refused ta_tune_fwd's out (REF has nothing to tune) */
     ta_status st[N_RESULTS]; /* statuses, checked after the END marker */
     ta_status expect[N_RESULTS];
     size_t bytes_fwd, bytes_bwd;
@@ -303,6 +304,8 @@ static void run_calls(bufs *x, const shape *s) {
     CALL(TA_ERR_BAD_SHAPE, ta_bwd(&bad, TA_BACKEND_REF, &ba, x->ws, x->ws_bytes, NULL));
     CALL(TA_ERR_WORKSPACE_SIZE, ta_fwd(&x->p, TA_BACKEND_REF, &fa, x->ws, 1, NULL));
     CALL(TA_ERR_NULL_ARG, ta_bwd(&x->p, TA_BACKEND_REF, NULL, x->ws, x->ws_bytes, NULL));
+    CALL(TA_ERR_UNSUPPORTED,
+         ta_tune_fwd(&x->p, TA_BACKEND_REF, &fa, x->ws, x->ws_bytes, NULL, 1, &x->tune));
     /* the CUDA size query (it needs no device; in a build without CUDA it may
      * refuse): whatever it answers, the same as before the markers, and
      * without allocating */

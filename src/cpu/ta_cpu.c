@@ -588,5 +588,11 @@ static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wor
     return TA_OK;
 }
 
-const ta_backend_ops ta_cpu_ops = {
-    ta_cpu_available, ta_cpu_supports, ta_cpu_fwd_size, ta_cpu_bwd_size, ta_cpu_fwd, ta_cpu_bwd, 1};
+const ta_backend_ops ta_cpu_ops = {ta_cpu_available,
+                                   ta_cpu_supports,
+                                   ta_cpu_fwd_size,
+                                   ta_cpu_bwd_size,
+                                   ta_cpu_fwd,
+                                   ta_cpu_bwd,
+                                   1,
+                                   NULL /* nothing to tune */};
