@@ -108,6 +108,37 @@ TA_FAST_FN float ta_wgb_lse2(float lse) {
 }
 #endif
 
+#ifdef TA_WG_ENABLED
+/* Step 3 of the dk/dv kernel: p^T = 2^(s^T sl - lse2) in place, the lane's
+ * columns (query rows) 8 n + 2 tq + e of the row arrays at rl (lse2 [QM],
+ * delta [QM]) and rk (lo [QM], hi [QM]); MASK: 0 where key kj (+ 8 for the
+ * second accumulator row) is outside the row's interval. Two instantiations
+ * so that the unmasked one holds no compare and no load of rk (a per-element
+ * test of the tile flag compiled to a branch per element). */
+template <int NC, bool MASK>
+TA_FAST_FN void ta_wgb_pt(float (&st)[4 * NC], const float *rl, const int32_t *rk, int qm,
+                          int32_t kj, int tq, float sl) {
+#pragma unroll
+    for (int n = 0; n < NC; ++n) {
+        const int col = 8 * n + 2 * tq;
+        const float2 l2 = *reinterpret_cast<const float2 *>(rl + col);
+        int2 lo = make_int2(0, 0), hi = make_int2(0, 0);
+        if (MASK) {
+            lo = *reinterpret_cast<const int2 *>(rk + col);
+            hi = *reinterpret_cast<const int2 *>(rk + qm + col);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int e = i & 1;
+            const int32_t j = kj + 8 * (i >> 1);
+            const float x = ta_fast_exp2(__fmaf_rn(st[4 * n + i], sl, -(e ? l2.y : l2.x)));
+            st[4 * n + i] =
+                !MASK || (j >= (e ? lo.y : lo.x) && j < (e ? hi.y : hi.x)) ? x : 0.0f;
+        }
+    }
+}
+#endif
+
 /*
  * delta_i = <dO_i, o_i> (f32, from the stored o) for the fast backward: 8
  * lanes per row, each summing the 16-byte chunks lane, lane + 8, ... of the
@@ -291,24 +322,12 @@ __global__ void __launch_bounds__(TA_WGB_THREADS, 1)
                 ta_wg_keep(dv);
                 ta_wg_keep_u(pa);
                 ta_wg_keep_u(da);
-                /* step 3: p^T; lane columns (query rows) 8 n + 2 tq + e */
-#pragma unroll
-                for (int n = 0; n < NC; ++n) {
-                    const int col = 8 * n + 2 * tq;
-                    const float2 l2 = *reinterpret_cast<const float2 *>(rl + col);
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const int e = i & 1, r = i >> 1;
-                        const float x =
-                            ta_fast_exp2(__fmaf_rn(st[4 * n + i], sl, -(e ? l2.y : l2.x)));
-                        bool live = true;
-                        if (!whole) {
-                            const int32_t j = kj + 8 * r;
-                            live = j >= rk[col + e] && j < rk[QM + col + e];
-                        }
-                        st[4 * n + i] = live ? x : 0.0f;
-                    }
-                }
+                /* step 3: p^T; lane columns (query rows) 8 n + 2 tq + e; the mask
+                 * only where a row of the tile misses a key (block-uniform) */
+                if (whole)
+                    ta_wgb_pt<NC, false>(st, rl, rk, QM, kj, tq, sl);
+                else
+                    ta_wgb_pt<NC, true>(st, rl, rk, QM, kj, tq, sl);
                 /* step 4: dv += p^T dO */
                 if (DV) {
 #pragma unroll
