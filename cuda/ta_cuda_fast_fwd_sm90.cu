@@ -96,7 +96,7 @@ TA_FAST_FN void ta_wg_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4], ui
 #endif
 
 template <int D, int BN, bool BF16>
-__global__ void __launch_bounds__(TA_WG_THREADS, 1)
+__global__ void __launch_bounds__(TA_WG_THREADS, (D == 64 && BN == 64) ? 2 : 1)
     ta_cuda_fast_fwd_sm90_kernel(const __grid_constant__ ta_cuda_params p) {
 #ifdef TA_WG_ENABLED
     typedef ta_wg_traits<D, BN> T;
@@ -223,7 +223,7 @@ template <int D, int BN, bool BF16> static ta_fast_launch ta_wg_launch_of() {
 
 int ta_cuda_fast_sm90_launch(int32_t d, int bf16, ta_fast_launch *l) {
     switch (d) {
-    case 64: *l = bf16 ? ta_wg_launch_of<64, 128, true>() : ta_wg_launch_of<64, 128, false>(); return 1;
+    case 64: *l = bf16 ? ta_wg_launch_of<64, 64, true>() : ta_wg_launch_of<64, 64, false>(); return 1;
     case 96: *l = bf16 ? ta_wg_launch_of<96, 128, true>() : ta_wg_launch_of<96, 128, false>(); return 1;
     case 128:
         *l = bf16 ? ta_wg_launch_of<128, 128, true>() : ta_wg_launch_of<128, 128, false>();
