@@ -41,10 +41,10 @@
  * swizzle, 1024-byte aligned; DB = ceil(D / 64)):
  *   dk/dv  | k [128] | v [128] | q [NB][QM] | dO [NB][QM] | rows [NB] |
  *          rows = lse2, delta, lo, hi of the Q tile's QM rows (16 QM bytes);
- *          NB = 3 (2 at D = 64 and in the dv kernel of D = 256); 163 KB at
- *          D = 128, 227 KB at D = 256 (the dv kernel: 193 KB)
+ *          NB = 3 (2 at D = 64 and in the dv kernel of D = 256); 164 KB at
+ *          D = 128, 226.5 KB at D = 256 (the dv kernel: 195 KB)
  *   dq     | q [128] | dO [128] | k [3][BN] | v [3][BN] |
- *          161 KB at D = 128, 226 KB at D = 256
+ *          161 KB at D = 128, 225 KB at D = 256
  * Loads are cp.async by all 256 threads, one tile ahead (the next Q tile for
  * dk/dv, the next K tile for dq). With three buffers the last products of a
  * tile (dv, dk += ...; dq += ds k) stay in flight while the next tile's
