@@ -1,5 +1,6 @@
-/*
- * tileattn: exact, IO-aware attention kernels for engines that cannot allocate.
+/**
+ * @file
+ * @brief tileattn: exact, IO-aware attention kernels for engines that cannot allocate.
  *
  * One public header (plus tileattn_tiling.h for the tiling descriptor).
  * Everything is plain C11; the CUDA entry points take the stream as void *,
@@ -8,8 +9,10 @@
  * Conventions used throughout:
  *   - Tensors are row-major; contiguous unless the call's ta_strides say otherwise
  *     (the feature dimension is always contiguous):
- *       q   [B, H,    S_q, D ]      k [B, H_kv, S_k, D ]      v [B, H_kv, S_k, D_v]
- *       o   [B, H,    S_q, D_v]   lse [B, H,    S_q]  (always float32)
+ *
+ *           q   [B, H,    S_q, D ]      k [B, H_kv, S_k, D ]      v [B, H_kv, S_k, D_v]
+ *           o   [B, H,    S_q, D_v]   lse [B, H,    S_q]  (always float32)
+ *
  *     B = batch, H = heads_q, H_kv = heads_kv, D = head_dim, D_v = head_dim_v.
  *     Query head h reads kv head h / (H / H_kv) (grouped / multi-query attention).
  *   - Storage dtype is f32, f16 or bf16 for q, k, v, o, d_o, dq, dk, dv;
@@ -33,15 +36,17 @@
 extern "C" {
 #endif
 
-/*
+/**
  * Version of this header (CMakeLists.txt reads the project version from these
  * three lines). Semantic versioning; in the 0.x series a minor release may
  * change the ABI and says so in CHANGELOG.md; docs/api.md ("Versions and ABI")
  * has the policy. ta_version() gives the linked library's.
+ * @{
  */
 #define TA_VERSION_MAJOR 0
 #define TA_VERSION_MINOR 2
 #define TA_VERSION_PATCH 0
+/** @} */
 /** One comparable number: major * 10000 + minor * 100 + patch (0.2.0 -> 200). */
 #define TA_VERSION (TA_VERSION_MAJOR * 10000 + TA_VERSION_MINOR * 100 + TA_VERSION_PATCH)
 
@@ -67,12 +72,15 @@ typedef enum ta_status {
 } ta_status;
 
 /** Name of a status, e.g. "TA_ERR_BAD_SHAPE: ...". Never NULL; unknown codes
- *  give "TA_ERR_UNKNOWN". The string is static; do not free it. */
+ *  give "TA_ERR_UNKNOWN". The string is static; do not free it.
+ *  @param[in] s  any value, also one outside the enum
+ *  @return "NAME: cause" for a ta_status, "TA_ERR_UNKNOWN: not a ta_status value" else */
 const char *ta_status_string(ta_status s);
 
 /** Storage dtype of q, k, v, o, d_o, dq, dk, dv. lse and conv weights are always f32. */
 typedef enum ta_dtype { TA_F32 = 0, TA_F16 = 1, TA_BF16 = 2 } ta_dtype;
 
+/** Which implementation runs a call; every one takes the same arguments. */
 typedef enum ta_backend {
     TA_BACKEND_REF = 0, /**< scalar C11 reference: the executable specification */
     TA_BACKEND_CPU = 1, /**< AVX2/AVX-512 + OpenMP (scalar fallback elsewhere); SDPA and
@@ -81,6 +89,7 @@ typedef enum ta_backend {
                              bit-identical to REF in TA_PRECISION_EXACT */
 } ta_backend;
 
+/** ta_problem.precision: exact, or fast within a bound (docs/api.md, "Fast mode"). */
 typedef enum ta_precision {
     TA_PRECISION_EXACT = 0, /**< bit-identical to TA_BACKEND_REF (default) */
     TA_PRECISION_FAST = 1   /**< backend may trade bit-identity for speed, within a
@@ -92,13 +101,13 @@ typedef enum ta_precision {
                                  keys j <= r + seq_k - seq_q */
 #define TA_WINDOW (1u << 1) /**< sliding window: ta_problem.window_left/window_right apply
                                  (without this flag both must be 0) */
-#define TA_FLAGS_ALL (TA_CAUSAL | TA_WINDOW)
+#define TA_FLAGS_ALL (TA_CAUSAL | TA_WINDOW) /**< every bit this version accepts */
 
 /** Limits of the supported domain (validated). */
 #define TA_HEAD_DIM_MAX 256       /**< head_dim and head_dim_v in [1, 256] */
 #define TA_SEQ_MAX (1 << 30)      /**< seq_q, seq_k <= 2^30 (index arithmetic stays in int32) */
 #define TA_BLOCK_MIN 8            /**< block_q, block_k: any integer in [8, 256] */
-#define TA_BLOCK_MAX 256
+#define TA_BLOCK_MAX 256          /**< upper bound of block_q, block_k */
 #define TA_CONV_Q_MAX 16          /**< MTA conv_q in [1, 16] */
 #define TA_CONV_K_MAX 31          /**< MTA conv_k odd, in [1, 31] */
 #define TA_WORKSPACE_ALIGN 64     /**< required alignment of every workspace, bytes */
@@ -160,18 +169,24 @@ typedef struct ta_problem {
  * is {S * H * D, D, H * D}. Gaps between rows are never read nor written.
  */
 typedef struct ta_strides {
+    /** Elements from one batch entry, head, row to the next; each >= 0. @{ */
     int64_t batch, head, seq;
+    /** @} */
 } ta_strides;
 
 /** Optional record of the tile schedule a backend ran (for tests). */
 typedef struct ta_trace_entry {
-    int32_t batch, head, q_tile, k_tile; /**< head is the query head */
-    int32_t pass;                        /**< TA_PASS_FWD, TA_PASS_BWD_DKDV or TA_PASS_BWD_DQ */
+    /** The tile pair: batch entry, query head, Q tile, K tile. @{ */
+    int32_t batch, head, q_tile, k_tile;
+    /** @} */
+    int32_t pass; /**< TA_PASS_FWD, TA_PASS_BWD_DKDV or TA_PASS_BWD_DQ */
 } ta_trace_entry;
 
+/** ta_trace_entry.pass: the forward, the backward's dk/dv pass, its dq pass. @{ */
 #define TA_PASS_FWD 0
 #define TA_PASS_BWD_DKDV 1
 #define TA_PASS_BWD_DQ 2
+/** @} */
 
 /**
  * Caller-owned trace buffer. The backend appends one entry per (q tile, k tile)
@@ -185,7 +200,7 @@ typedef struct ta_trace_entry {
  */
 typedef struct ta_trace {
     ta_trace_entry *entries; /**< [capacity] */
-    size_t capacity;
+    size_t capacity;         /**< entries has room for this many */
     size_t count;            /**< set to 0 by the call before tracing */
 } ta_trace;
 
@@ -203,12 +218,16 @@ typedef struct ta_fwd_args {
     float *lse;               /**< [B, H, S_q] f32; NULL = not wanted; written;
                                    always contiguous */
     ta_trace *trace;          /**< NULL, or a caller trace buffer (REF only) */
-    ta_strides q_strides, k_strides, v_strides, o_strides; /**< zero = contiguous */
+    /** Strides of q, k, v, o (ta_strides); zero = contiguous. @{ */
+    ta_strides q_strides, k_strides, v_strides, o_strides;
+    /** @} */
 } ta_fwd_args;
 
 /** Backward arguments. o and lse are the forward's outputs for the same inputs. */
 typedef struct ta_bwd_args {
-    const void *q, *k, *v;    /**< as in ta_fwd_args; required */
+    /** q, k, v as in ta_fwd_args; required. @{ */
+    const void *q, *k, *v;
+    /** @} */
     const void *o;            /**< [B, H, S_q, D_v] dtype; required */
     const void *d_o;          /**< [B, H, S_q, D_v] dtype; required */
     const float *lse;         /**< [B, H, S_q] f32; required */
@@ -219,46 +238,79 @@ typedef struct ta_bwd_args {
     void *dv;                 /**< [B, H_kv, S_k, D_v] dtype; required; written */
     float *dconv_w;           /**< [H, c_q, c_k] f32, summed over batch; required iff conv */
     ta_trace *trace;          /**< NULL, or a caller trace buffer (REF only) */
-    ta_strides q_strides, k_strides, v_strides, o_strides; /**< zero = contiguous */
+    /** Strides of q, k, v, o, d_o, dq, dk, dv (ta_strides); zero = contiguous. @{ */
+    ta_strides q_strides, k_strides, v_strides, o_strides;
     ta_strides d_o_strides, dq_strides, dk_strides, dv_strides;
+    /** @} */
 } ta_bwd_args;
 
 /**
  * Workspace bytes ta_fwd needs for problem p on backend be.
  * Needs no device, even for TA_BACKEND_CUDA (a planner may size memory for a
  * GPU from a machine without one). Validates p as ta_fwd would (not the
- * pointers). @param[out] bytes the size; written only on TA_OK.
+ * pointers).
+ * @param[in]  p      the problem (sizes, dtype, flags, conv, tiles); validated
+ *                    in full, as by ta_fwd
+ * @param[in]  be     TA_BACKEND_REF, TA_BACKEND_CPU or TA_BACKEND_CUDA; CUDA's
+ *                    query works without the CUDA component or a device
+ * @param[out] bytes  the size, >= 0 (host memory for REF and CPU, device memory
+ *                    for CUDA); written only on TA_OK
+ * @return TA_OK; TA_ERR_NULL_ARG for a NULL p or bytes; else the first failed
+ *         check on the problem or the backend (docs/api.md, "Statuses and the
+ *         order of checks"; ta_explain_fwd_workspace_size names it)
  */
 ta_status ta_fwd_workspace_size(const ta_problem *p, ta_backend be, size_t *bytes);
 
 /**
  * Attention forward: o (and lse if requested).
+ * A row that sees no key gives o = 0 and lse = -inf.
  * @param[in]     p         the problem
  * @param[in]     be        backend
  * @param[in,out] a         pointers; outputs o, lse, trace written on TA_OK only
  * @param[in]     workspace TA_WORKSPACE_ALIGN-aligned, at least the queried bytes;
  *                          may be NULL only if the query returned 0. Contents are
  *                          scratch: undefined on return.
+ * @param[in]     workspace_bytes  bytes at workspace, at least what
+ *                          ta_fwd_workspace_size returned (else TA_ERR_WORKSPACE_SIZE)
  * @param[in]     stream    cudaStream_t for TA_BACKEND_CUDA (NULL = default stream);
  *                          must be NULL for host backends.
- * A row that sees no key gives o = 0 and lse = -inf.
+ * @return TA_OK, or the status of the first failed check (docs/api.md, "Statuses
+ *         and the order of checks"; ta_explain_fwd names it); TA_ERR_DEVICE when
+ *         a CUDA call fails
  */
 ta_status ta_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, void *workspace,
                  size_t workspace_bytes, void *stream);
 
-/** Workspace bytes ta_bwd needs; as ta_fwd_workspace_size. */
+/**
+ * Workspace bytes ta_bwd needs; as ta_fwd_workspace_size.
+ * @param[in]  p      the problem, validated in full
+ * @param[in]  be     backend; no device needed, also for TA_BACKEND_CUDA
+ * @param[out] bytes  the size, >= 0; written only on TA_OK
+ * @return as ta_fwd_workspace_size (ta_explain_bwd_workspace_size names a failure)
+ */
 ta_status ta_bwd_workspace_size(const ta_problem *p, ta_backend be, size_t *bytes);
 
 /**
  * Attention backward: dq, dk, dv (and dconv_w with the MTA conv), recomputed
  * from q, k, v and lse; no stored probabilities. Arguments as ta_fwd.
  * Rows that saw no key contribute nothing: their dq row is 0.
+ * @param[in]     p         the problem of the forward that gave o and lse
+ * @param[in]     be        backend
+ * @param[in,out] a         pointers: q, k, v, o, d_o, lse, conv_w read; dq, dk, dv,
+ *                          dconv_w and the trace written on TA_OK only (the
+ *                          gradients overwritten, not accumulated into)
+ * @param[in]     workspace as for ta_fwd, at least what ta_bwd_workspace_size
+ *                          returned; scratch, undefined on return
+ * @param[in]     workspace_bytes  bytes at workspace (else TA_ERR_WORKSPACE_SIZE)
+ * @param[in]     stream    as for ta_fwd
+ * @return as ta_fwd (ta_explain_bwd names a failed check)
  */
 ta_status ta_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a, void *workspace,
                  size_t workspace_bytes, void *stream);
 
 /**
- * Diagnostics: which check refuses a call, in words. Each ta_explain_* runs the
+ * @name Diagnostics
+ * Which check refuses a call, in words. Each ta_explain_* runs the
  * validation of its entry point (the same code, in the same order; nothing is
  * computed or written but buf) and returns the status that entry point would
  * return before computing. Into buf it writes one line naming the first failed
@@ -273,17 +325,48 @@ ta_status ta_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a, void 
  * (TA_ERR_DEVICE, a device pointer CUDA cannot access, a GPU's shared-memory
  * limit). The size-query variants explain ta_*_workspace_size (which has no
  * pointers to check but `bytes`, whose NULL they cannot see).
+ * @{
+ */
+
+/**
+ * Explains ta_fwd: its checks, nothing computed (see Diagnostics above).
+ * @param[in]  p, be, a, workspace, workspace_bytes, stream  as for ta_fwd; only read
+ * @param[out] buf      the line, NUL-terminated; may be NULL
+ * @param[in]  buf_len  bytes at buf; 0 writes nothing
+ * @return the status ta_fwd would return before computing
  */
 ta_status ta_explain_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a,
                          const void *workspace, size_t workspace_bytes, const void *stream,
                          char *buf, size_t buf_len);
+/**
+ * Explains ta_bwd: its checks, nothing computed.
+ * @param[in]  p, be, a, workspace, workspace_bytes, stream  as for ta_bwd; only read
+ * @param[out] buf      the line, NUL-terminated; may be NULL
+ * @param[in]  buf_len  bytes at buf; 0 writes nothing
+ * @return the status ta_bwd would return before computing
+ */
 ta_status ta_explain_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a,
                          const void *workspace, size_t workspace_bytes, const void *stream,
                          char *buf, size_t buf_len);
+/**
+ * Explains ta_fwd_workspace_size.
+ * @param[in]  p, be    as for ta_fwd_workspace_size
+ * @param[out] buf      the line, NUL-terminated; may be NULL
+ * @param[in]  buf_len  bytes at buf; 0 writes nothing
+ * @return the status ta_fwd_workspace_size would return with a non-NULL bytes
+ */
 ta_status ta_explain_fwd_workspace_size(const ta_problem *p, ta_backend be, char *buf,
                                         size_t buf_len);
+/**
+ * Explains ta_bwd_workspace_size.
+ * @param[in]  p, be    as for ta_bwd_workspace_size
+ * @param[out] buf      the line, NUL-terminated; may be NULL
+ * @param[in]  buf_len  bytes at buf; 0 writes nothing
+ * @return the status ta_bwd_workspace_size would return with a non-NULL bytes
+ */
 ta_status ta_explain_bwd_workspace_size(const ta_problem *p, ta_backend be, char *buf,
                                         size_t buf_len);
+/** @} */
 
 /** Entries of ta_tune_result.ms: room for the largest candidate table of any
  *  head dim, today 4 (docs/cuda.md section 7). */
@@ -328,6 +411,9 @@ typedef struct ta_tune_result {
  * [1, TA_TUNE_REPS_MAX] (TA_ERR_BAD_ARG), then the problem (TA_ERR_UNSUPPORTED
  * as above), then, in the launch code, ta_fwd's fast-mode checks (alignment)
  * and a stream under capture (TA_ERR_BAD_ARG).
+ *
+ * Creates and destroys reps + 1 CUDA events (driver objects, no memory of the
+ * caller's); costs (reps + 1) * num_candidates forwards.
  * @param[in]     p, be, workspace, workspace_bytes  as for ta_fwd
  * @param[in,out] a         as for ta_fwd; every forward the call runs writes
  *                          a->o and a->lse: undefined on return, also after an
@@ -338,23 +424,27 @@ typedef struct ta_tune_result {
  *                          capture ta_fwd with the pick.
  * @param[in]     reps      timed calls per candidate, in [1, TA_TUNE_REPS_MAX]
  * @param[out]    out       the result; written on TA_OK only
- * Creates and destroys reps + 1 CUDA events (driver objects, no memory of the
- * caller's); costs (reps + 1) * num_candidates forwards.
+ * @return TA_OK, or the first failed check in the order above; TA_ERR_DEVICE
+ *         when a CUDA call fails while timing
  */
 ta_status ta_tune_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, void *workspace,
                       size_t workspace_bytes, void *stream, int32_t reps, ta_tune_result *out);
 
 /** 1 if backend be is compiled in and usable now (a device is present for
- *  CUDA) and implements ta_fwd/ta_bwd; 0 otherwise. */
+ *  CUDA) and implements ta_fwd/ta_bwd; 0 otherwise.
+ *  @param[in] be  any value; one outside the enum gives 0
+ *  @return 1 or 0 */
 int ta_backend_available(ta_backend be);
 
 /** Version of the linked library, as TA_VERSION (major * 10000 + minor * 100
  *  + patch). A program compiled against one header and linked against another
  *  library can compare: ta_version() / 100 != TA_VERSION / 100 means another
- *  minor series (see docs/api.md, "Versions and ABI"). */
+ *  minor series (see docs/api.md, "Versions and ABI").
+ *  @return TA_VERSION of the library's build */
 uint32_t ta_version(void);
 
-/** Library version as "major.minor.patch". Static string. */
+/** Library version as "major.minor.patch". Static string.
+ *  @return e.g. "0.2.0"; never NULL, do not free it */
 const char *ta_version_string(void);
 
 #ifdef __cplusplus

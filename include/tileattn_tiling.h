@@ -1,5 +1,6 @@
-/*
- * tileattn tiling descriptor: the tile schedule every backend runs.
+/**
+ * @file
+ * @brief tileattn tiling descriptor: the tile schedule every backend runs.
  *
  * Compiles as C11 and as CUDA (helpers are static inline, host+device).
  * The reference, CPU and CUDA backends all take their loops from these
@@ -24,8 +25,10 @@
  *   block_k = halo_k + cols_eff + halo_k.
  *
  * Halos come from the MTA key-query conv (c_q x c_k kernel, P_k = (c_k-1)/2):
- *   forward : halo_q_top = c_q-1, halo_q_bottom = 0,     halo_k = P_k
- *   backward: halo_q_top = c_q-1, halo_q_bottom = c_q-1, halo_k = 2 P_k
+ *
+ *       forward : halo_q_top = c_q-1, halo_q_bottom = 0,     halo_k = P_k
+ *       backward: halo_q_top = c_q-1, halo_q_bottom = c_q-1, halo_k = 2 P_k
+ *
  * (the backward maps the convolved-score gradient back through the transposed
  * conv, which needs the same reach again: both halos double in total).
  * Plain SDPA has no halos and this reduces to FlashAttention tiling.
@@ -44,24 +47,30 @@
 #if defined(__CUDACC__)
 #define TA_HD __host__ __device__
 #else
-#define TA_HD
+#define TA_HD /**< `__host__ __device__` under nvcc, nothing in C */
 #endif
-#define TA_TILING_FN static inline TA_HD
+#define TA_TILING_FN static inline TA_HD /**< how every helper below is declared */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/** Which halos: the forward pass, or the backward (both halos doubled). */
+/** Which halos: the forward pass, or the backward (both halos doubled). @{ */
 #define TA_TILING_FWD 0
 #define TA_TILING_BWD 1
+/** @} */
 
 /** Default tile size when ta_problem.block_q/block_k is 0. */
 #define TA_BLOCK_DEFAULT 64
 
+/** The tile schedule of one pass, filled by ta_tiling_make (and ta_tiling_set_window). */
 typedef struct ta_tiling {
-    int32_t seq_q, seq_k;      /**< S_q, S_k */
-    int32_t block_q, block_k;  /**< loaded tile: B_q rows, B_k columns */
+    /** S_q, S_k @{ */
+    int32_t seq_q, seq_k;
+    /** @} */
+    /** loaded tile: B_q rows, B_k columns @{ */
+    int32_t block_q, block_k;
+    /** @} */
     int32_t halo_q_top;        /**< rows loaded above the effective rows */
     int32_t halo_q_bottom;     /**< rows loaded below them (backward only) */
     int32_t halo_k;            /**< columns loaded on each side of the effective columns */
@@ -77,19 +86,32 @@ typedef struct ta_tiling {
     int32_t window_right;      /**< and j <= r + diag_offset + window_right; -1: no bound */
 } ta_tiling;
 
+/** The smaller, the larger of two int32.
+ *  @param[in] a, b  any values
+ *  @return min(a, b), max(a, b)
+ *  @{ */
 TA_TILING_FN int32_t ta_tiling_min_i32(int32_t a, int32_t b) { return a < b ? a : b; }
 TA_TILING_FN int32_t ta_tiling_max_i32(int32_t a, int32_t b) { return a > b ? a : b; }
+/** @} */
 
 /** 1 if b is a tile size the library accepts: any integer in [TA_BLOCK_MIN,
  *  TA_BLOCK_MAX]. Not only powers of two: the identity-kernel MTA equals SDPA
  *  with block_k = B_k - 2P (54 for the default 6 x 11 conv), and backends need
  *  effective widths that are not powers of two. Whether the halos leave an
- *  effective row and column is checked by ta_tiling_make. */
+ *  effective row and column is checked by ta_tiling_make.
+ *  @param[in] b  a block_q or block_k, any value
+ *  @return 1 or 0 */
 TA_TILING_FN int ta_tiling_is_block_size(int32_t b) {
     return b >= TA_BLOCK_MIN && b <= TA_BLOCK_MAX;
 }
 
-/** Halos of a pass for a c_q x c_k conv (0,0 = no conv). */
+/** Halos of a pass for a c_q x c_k conv (0,0 = no conv).
+ *  @param[in]  conv_q  c_q, in [0, TA_CONV_Q_MAX]
+ *  @param[in]  conv_k  c_k, 0 or odd in [1, TA_CONV_K_MAX]
+ *  @param[in]  pass    TA_TILING_FWD or TA_TILING_BWD
+ *  @param[out] top     halo_q_top: c_q - 1 (0 without a conv)
+ *  @param[out] bottom  halo_q_bottom: c_q - 1 in the backward, else 0
+ *  @param[out] side    halo_k: P_k = (c_k - 1) / 2 in the forward, 2 P_k in the backward */
 TA_TILING_FN void ta_tiling_halos(int32_t conv_q, int32_t conv_k, int32_t pass, int32_t *top,
                                   int32_t *bottom, int32_t *side) {
     const int32_t pq = conv_q > 0 ? conv_q - 1 : 0;
@@ -103,6 +125,9 @@ TA_TILING_FN void ta_tiling_halos(int32_t conv_q, int32_t conv_k, int32_t pass, 
  * Default tile sizes for a conv (0,0 = none): the smallest power of two
  * >= TA_BLOCK_DEFAULT whose backward effective size is at least half the tile.
  * The defaults depend only on the conv, never on the backend.
+ * @param[in]  conv_q, conv_k  the conv, as for ta_tiling_halos
+ * @param[out] block_q, block_k  the default B_q, B_k: powers of two in
+ *                               [TA_BLOCK_DEFAULT, TA_BLOCK_MAX]
  */
 TA_TILING_FN void ta_tiling_default_blocks(int32_t conv_q, int32_t conv_k, int32_t *block_q,
                                            int32_t *block_k) {
@@ -119,6 +144,15 @@ TA_TILING_FN void ta_tiling_default_blocks(int32_t conv_q, int32_t conv_k, int32
  * conv in range); returns TA_ERR_UNSUPPORTED if a block size is outside
  * [TA_BLOCK_MIN, TA_BLOCK_MAX] or leaves no effective row/column for this
  * pass, TA_ERR_BAD_ARG for num_splits < 1, TA_ERR_OVERFLOW for S > TA_SEQ_MAX.
+ * The window is left unbounded (ta_tiling_set_window sets it).
+ * @param[out] t                the tiling; written only on TA_OK
+ * @param[in]  seq_q, seq_k     S_q, S_k, in [1, TA_SEQ_MAX]
+ * @param[in]  block_q, block_k B_q, B_k, in [TA_BLOCK_MIN, TA_BLOCK_MAX]
+ * @param[in]  conv_q, conv_k   the conv, as for ta_tiling_halos
+ * @param[in]  causal           nonzero: the causal mask
+ * @param[in]  pass             TA_TILING_FWD or TA_TILING_BWD
+ * @param[in]  num_splits       split-K partitions, >= 1
+ * @return TA_OK, the statuses above, or TA_ERR_BAD_SHAPE for S < 1
  */
 TA_TILING_FN int ta_tiling_make(ta_tiling *t, int32_t seq_q, int32_t seq_k, int32_t block_q,
                                 int32_t block_k, int32_t conv_q, int32_t conv_k, int32_t causal,
@@ -152,6 +186,13 @@ TA_TILING_FN int ta_tiling_make(ta_tiling *t, int32_t seq_q, int32_t seq_k, int3
 }
 
 /* ---- Query (row) direction: effective rows are owned; loaded rows may be < 0. */
+/** Rows of Q tile qt: effective [row_eff_begin, row_eff_end), loaded
+ *  [row_load_begin, row_load_end) (the drawing at the top of this file).
+ *  The load bounds may lie outside [0, S_q): zero padding.
+ *  @param[in] t   the tiling
+ *  @param[in] qt  Q tile, in [0, t->num_q_tiles)
+ *  @return the row; the ends are exclusive
+ *  @{ */
 TA_TILING_FN int32_t ta_tile_row_eff_begin(const ta_tiling *t, int32_t qt) {
     return qt * t->rows_eff;
 }
@@ -161,12 +202,20 @@ TA_TILING_FN int32_t ta_tile_row_eff_end(const ta_tiling *t, int32_t qt) {
 TA_TILING_FN int32_t ta_tile_row_load_begin(const ta_tiling *t, int32_t qt) {
     return qt * t->rows_eff - t->halo_q_top;
 }
-/** Exclusive; may exceed S_q by halo_q_bottom (zero padding). */
+/* Exclusive; may exceed S_q by halo_q_bottom (zero padding). */
 TA_TILING_FN int32_t ta_tile_row_load_end(const ta_tiling *t, int32_t qt) {
     return ta_tile_row_eff_end(t, qt) + t->halo_q_bottom;
 }
+/** @} */
 
 /* ---- Key (column) direction. */
+/** Columns of K tile kt: effective [col_eff_begin, col_eff_end), loaded
+ *  [col_load_begin, col_load_end), halo_k on each side. The load bounds may
+ *  lie outside [0, S_k): zero padding.
+ *  @param[in] t   the tiling
+ *  @param[in] kt  K tile, in [0, t->num_k_tiles)
+ *  @return the column; the ends are exclusive
+ *  @{ */
 TA_TILING_FN int32_t ta_tile_col_eff_begin(const ta_tiling *t, int32_t kt) {
     return kt * t->cols_eff;
 }
@@ -176,10 +225,11 @@ TA_TILING_FN int32_t ta_tile_col_eff_end(const ta_tiling *t, int32_t kt) {
 TA_TILING_FN int32_t ta_tile_col_load_begin(const ta_tiling *t, int32_t kt) {
     return kt * t->cols_eff - t->halo_k;
 }
-/** Exclusive; may exceed S_k by halo_k (zero padding). */
+/* Exclusive; may exceed S_k by halo_k (zero padding). */
 TA_TILING_FN int32_t ta_tile_col_load_end(const ta_tiling *t, int32_t kt) {
     return ta_tile_col_eff_end(t, kt) + t->halo_k;
 }
+/** @} */
 
 /* ---- The mask: one visible key interval per query row. ----
  *
@@ -199,20 +249,29 @@ TA_TILING_FN int32_t ta_tile_col_load_end(const ta_tiling *t, int32_t kt) {
  */
 
 /** Set the sliding window of t (ta_tiling_make leaves both unbounded, -1).
- *  Negative = unbounded; any non-negative int32 is accepted. */
+ *  Negative = unbounded; any non-negative int32 is accepted.
+ *  @param[in,out] t             the tiling; its window fields are set
+ *  @param[in]     window_left   row r sees keys j >= r + diag_offset - window_left;
+ *                               < 0: no bound
+ *  @param[in]     window_right  and j <= r + diag_offset + window_right; < 0: no bound */
 TA_TILING_FN void ta_tiling_set_window(ta_tiling *t, int32_t window_left, int32_t window_right) {
     t->window_left = window_left < 0 ? -1 : window_left;
     t->window_right = window_right < 0 ? -1 : window_right;
 }
 
-/** 1 if t has a finite right bound besides key_len (causal or window_right). */
+/** 1 if t has a finite right bound besides key_len (causal or window_right).
+ *  @param[in] t  the tiling
+ *  @return 1 or 0 */
 TA_TILING_FN int ta_tiling_right_bounded(const ta_tiling *t) {
     return t->causal || t->window_right >= 0;
 }
 
 /** pos + 1 + (the right reach of the mask): hi of row r before the key_len
  *  cut, in 64 bits (no overflow for any int32 window). Only meaningful when
- *  ta_tiling_right_bounded(t). */
+ *  ta_tiling_right_bounded(t).
+ *  @param[in] t  the tiling
+ *  @param[in] r  query row, any int32
+ *  @return the right bound (exclusive) before the key_len cut; may be <= 0 */
 TA_TILING_FN int64_t ta_tiling_row_hi_uncut(const ta_tiling *t, int32_t r) {
     /* causal caps the reach at 0, and window_right >= 0 never goes below it */
     const int64_t reach = t->causal ? 0 : (int64_t)t->window_right;
@@ -220,7 +279,11 @@ TA_TILING_FN int64_t ta_tiling_row_hi_uncut(const ta_tiling *t, int32_t r) {
 }
 
 /** The visible keys [*lo, *hi) of query row r (0 <= r < S_q) for key length
- *  key_len (0 <= key_len <= S_k): the one definition of the mask. */
+ *  key_len (0 <= key_len <= S_k): the one definition of the mask.
+ *  @param[in]  t        the tiling
+ *  @param[in]  r        query row, in [0, S_q)
+ *  @param[in]  key_len  keys of this batch entry, in [0, S_k]
+ *  @param[out] lo, hi   the interval: 0 <= *lo <= *hi <= key_len; empty: *lo == *hi */
 TA_TILING_FN void ta_tile_row_keys(const ta_tiling *t, int32_t r, int32_t key_len, int32_t *lo,
                                    int32_t *hi) {
     int64_t h = key_len, l = 0;
@@ -237,7 +300,12 @@ TA_TILING_FN void ta_tile_row_keys(const ta_tiling *t, int32_t r, int32_t key_le
 }
 
 /** 1 if key j is visible from query row r (both absolute; either may lie
- *  outside the sequence, which is never visible): the one masking predicate. */
+ *  outside the sequence, which is never visible): the one masking predicate.
+ *  @param[in] t        the tiling
+ *  @param[in] r        query row, any int32
+ *  @param[in] j        key, any int32
+ *  @param[in] key_len  keys of this batch entry, in [0, S_k]
+ *  @return 1 or 0 */
 TA_TILING_FN int ta_tiling_visible(const ta_tiling *t, int32_t r, int32_t j, int32_t key_len) {
     int32_t lo, hi;
     if (j < 0 || j >= key_len || r < 0 || r >= t->seq_q) return 0;
@@ -246,7 +314,11 @@ TA_TILING_FN int ta_tiling_visible(const ta_tiling *t, int32_t r, int32_t j, int
 }
 
 /** The keys [*lo, *hi) seen by any effective row of Q tile qt: the union of the
- *  rows' intervals, which is contiguous (see above). Empty: *lo == *hi == 0. */
+ *  rows' intervals, which is contiguous (see above). Empty: *lo == *hi == 0.
+ *  @param[in]  t        the tiling
+ *  @param[in]  qt       Q tile, in [0, t->num_q_tiles)
+ *  @param[in]  key_len  keys of this batch entry, in [0, S_k]
+ *  @param[out] lo, hi   the union, within [0, key_len] */
 TA_TILING_FN void ta_tile_q_keys(const ta_tiling *t, int32_t qt, int32_t key_len, int32_t *lo,
                                  int32_t *hi) {
     const int32_t row_end = ta_tile_row_eff_end(t, qt);
@@ -269,7 +341,11 @@ TA_TILING_FN void ta_tile_q_keys(const ta_tiling *t, int32_t qt, int32_t key_len
  *  length key_len (S_k, or seqlens_k[b] <= S_k); -1 if none. With the MTA conv,
  *  a masked raw score is a constant 0 and a masked convolved score is -inf, so
  *  columns outside the rows' intervals contribute nothing to the forward nor to
- *  any gradient. */
+ *  any gradient.
+ *  @param[in] t        the tiling
+ *  @param[in] qt       Q tile, in [0, t->num_q_tiles)
+ *  @param[in] key_len  keys of this batch entry, in [0, S_k]
+ *  @return the key, in [-1, key_len) */
 TA_TILING_FN int32_t ta_tile_last_visible_col(const ta_tiling *t, int32_t qt, int32_t key_len) {
     int32_t lo, hi;
     ta_tile_q_keys(t, qt, key_len, &lo, &hi);
@@ -278,7 +354,12 @@ TA_TILING_FN int32_t ta_tile_last_visible_col(const ta_tiling *t, int32_t qt, in
 
 /** K tiles Q tile qt visits: [ta_tile_k_begin, ta_tile_k_end) ascending; the
  *  others hold only masked columns and are skipped. Empty (begin == end == 0)
- *  when every row is masked. */
+ *  when every row is masked.
+ *  @param[in] t        the tiling
+ *  @param[in] qt       Q tile, in [0, t->num_q_tiles)
+ *  @param[in] key_len  keys of this batch entry, in [0, S_k]
+ *  @return the first K tile, the end (exclusive); within [0, t->num_k_tiles]
+ *  @{ */
 TA_TILING_FN int32_t ta_tile_k_begin(const ta_tiling *t, int32_t qt, int32_t key_len) {
     int32_t lo, hi;
     ta_tile_q_keys(t, qt, key_len, &lo, &hi);
@@ -289,10 +370,15 @@ TA_TILING_FN int32_t ta_tile_k_end(const ta_tiling *t, int32_t qt, int32_t key_l
     ta_tile_q_keys(t, qt, key_len, &lo, &hi);
     return hi > lo ? (hi - 1) / t->cols_eff + 1 : 0;
 }
+/** @} */
 
 /** Q tiles that see a key of K tile kt (the transpose, for the dk/dv pass):
  *  [ta_tile_q_begin, ta_tile_q_end) ascending; empty (begin == end ==
- *  num_q_tiles) when none does. */
+ *  num_q_tiles) when none does.
+ *  @param[in]  t                the tiling
+ *  @param[in]  kt               K tile, in [0, t->num_k_tiles)
+ *  @param[in]  key_len          keys of this batch entry, in [0, S_k]
+ *  @param[out] q_begin, q_end   the Q tiles, within [0, t->num_q_tiles] */
 TA_TILING_FN void ta_tile_k_rows(const ta_tiling *t, int32_t kt, int32_t key_len, int32_t *q_begin,
                                  int32_t *q_end) {
     const int32_t c0 = ta_tile_col_eff_begin(t, kt);
@@ -314,6 +400,12 @@ TA_TILING_FN void ta_tile_k_rows(const ta_tiling *t, int32_t kt, int32_t key_len
     *q_begin = (int32_t)(r_min / t->rows_eff);
     *q_end = (int32_t)(r_max / t->rows_eff) + 1;
 }
+/** ta_tile_k_rows, one bound at a time.
+ *  @param[in] t        the tiling
+ *  @param[in] kt       K tile, in [0, t->num_k_tiles)
+ *  @param[in] key_len  keys of this batch entry, in [0, S_k]
+ *  @return *q_begin, *q_end of ta_tile_k_rows
+ *  @{ */
 TA_TILING_FN int32_t ta_tile_q_begin(const ta_tiling *t, int32_t kt, int32_t key_len) {
     int32_t b, e;
     ta_tile_k_rows(t, kt, key_len, &b, &e);
@@ -324,9 +416,14 @@ TA_TILING_FN int32_t ta_tile_q_end(const ta_tiling *t, int32_t kt, int32_t key_l
     ta_tile_k_rows(t, kt, key_len, &b, &e);
     return e;
 }
+/** @} */
 
 /** Split-K: k tiles [k_begin, k_end) cut into num_splits contiguous, ascending,
- *  possibly empty parts; part `split` is [*begin, *end). Merged in ascending order. */
+ *  possibly empty parts; part `split` is [*begin, *end). Merged in ascending order.
+ *  @param[in]  t             the tiling (its num_splits)
+ *  @param[in]  split         the part, in [0, t->num_splits)
+ *  @param[in]  k_begin, k_end  the K tiles to cut, k_begin <= k_end
+ *  @param[out] begin, end    the part's K tiles, within [k_begin, k_end] */
 TA_TILING_FN void ta_tile_split_range(const ta_tiling *t, int32_t split, int32_t k_begin,
                                       int32_t k_end, int32_t *begin, int32_t *end) {
     const int64_t n = (int64_t)k_end - k_begin;
@@ -355,6 +452,8 @@ TA_TILING_FN void ta_tile_split_range(const ta_tiling *t, int32_t split, int32_t
 #define TA_SCORE_NONE 0      /**< C = S */
 #define TA_SCORE_MTA_CONV 1  /**< C = the MTA key-query conv of S (docs/mta.md) */
 
+/** The stages an operation picks in the one pipeline of each pass (TA_LOAD_*,
+ *  TA_SCORE_*); the pipeline is drawn in the comment above this struct. */
 typedef struct ta_stages {
     int32_t load;       /**< TA_LOAD_*: transform of q/k rows as they are loaded */
     int32_t score;      /**< TA_SCORE_*: transform of the raw score tile */
@@ -367,11 +466,17 @@ typedef struct ta_stages {
  *  the core fills contiguous strides in where the caller passed zeros). lse is
  *  always contiguous [B, H, S_q]. */
 typedef struct ta_layout {
-    ta_strides q, k, v, o;       /* forward and backward */
-    ta_strides d_o, dq, dk, dv;  /* backward only (forward: unused) */
+    /** forward and backward @{ */
+    ta_strides q, k, v, o;
+    /** @} */
+    /** backward only (forward: unused) @{ */
+    ta_strides d_o, dq, dk, dv;
+    /** @} */
 } ta_layout;
 
-/** The contiguous strides of a [batch, heads, seq, dim] tensor. */
+/** The contiguous strides of a [batch, heads, seq, dim] tensor.
+ *  @param[in] heads, seq, dim  the tensor's extents, >= 1
+ *  @return {heads * seq * dim, seq * dim, dim} */
 TA_TILING_FN ta_strides ta_strides_contiguous(int32_t heads, int32_t seq, int32_t dim) {
     ta_strides s;
     s.seq = dim;
@@ -380,7 +485,11 @@ TA_TILING_FN ta_strides ta_strides_contiguous(int32_t heads, int32_t seq, int32_
     return s;
 }
 
-/** Element offset of row 0 of slice (b, h) of a tensor with strides s. */
+/** Element offset of row 0 of slice (b, h) of a tensor with strides s.
+ *  @param[in] s  the tensor's strides
+ *  @param[in] b  batch entry, in [0, B)
+ *  @param[in] h  head, in [0, the tensor's heads)
+ *  @return b * s->batch + h * s->head */
 TA_TILING_FN int64_t ta_strides_slice(const ta_strides *s, int32_t b, int32_t h) {
     return (int64_t)b * s->batch + (int64_t)h * s->head;
 }
@@ -390,22 +499,43 @@ TA_TILING_FN int64_t ta_strides_slice(const ta_strides *s, int32_t b, int32_t h)
  *  key 0; row r of q is at q + r * layout.q.seq). Backends take these from
  *  ta_tile_context and derive none of them. */
 typedef struct ta_tile_ctx {
-    int32_t batch, head, head_kv; /* head: the query head; head_kv = head / group */
-    int32_t q_tile;               /* Q tile of the tiling the context was made for */
-    int32_t key_len;              /* seqlens_k[batch], or S_k */
-    int32_t k_begin, k_end;       /* K tiles [k_begin, k_end) hold a visible entry */
-    int64_t q, o, d_o, dq, lse;   /* slices of query head `head` */
-    int64_t k, v, dk, dv;         /* slices of kv head `head_kv` */
+    /** batch entry; head: the query head; head_kv = head / group @{ */
+    int32_t batch, head, head_kv;
+    /** @} */
+    int32_t q_tile;  /**< Q tile of the tiling the context was made for */
+    int32_t key_len; /**< seqlens_k[batch], or S_k */
+    /** K tiles [k_begin, k_end) hold a visible entry @{ */
+    int32_t k_begin, k_end;
+    /** @} */
+    /** element offsets of the slices of query head `head` @{ */
+    int64_t q, o, d_o, dq, lse;
+    /** @} */
+    /** element offsets of the slices of kv head `head_kv` @{ */
+    int64_t k, v, dk, dv;
+    /** @} */
 } ta_tile_ctx;
 
-/** Key length of batch entry b: seqlens_k[b] (HOST memory), or seq_k if NULL. */
+/** Key length of batch entry b: seqlens_k[b] (HOST memory), or seq_k if NULL.
+ *  @param[in] t          the tiling (its seq_k)
+ *  @param[in] seqlens_k  [B] host memory, each in [0, S_k] (validated by the API); or NULL
+ *  @param[in] b          batch entry, in [0, B)
+ *  @return the key length, in [0, S_k] */
 TA_TILING_FN int32_t ta_tiling_key_len(const ta_tiling *t, const int32_t *seqlens_k, int32_t b) {
     return seqlens_k ? seqlens_k[b] : t->seq_k;
 }
 
 /** Fill c for (batch b, query head h, Q tile qt) of tiling t. heads_q = H,
  *  group = H / H_kv. Offsets of the backward-only tensors are filled too (the
- *  forward's layout carries contiguous strides for them; harmless). */
+ *  forward's layout carries contiguous strides for them; harmless).
+ *  @param[out] c        the context
+ *  @param[in]  t        the tiling of this pass
+ *  @param[in]  lay      the resolved strides of every tensor
+ *  @param[in]  heads_q  H
+ *  @param[in]  group    H / H_kv, >= 1
+ *  @param[in]  key_len  ta_tiling_key_len(t, seqlens_k, b)
+ *  @param[in]  b        batch entry, in [0, B)
+ *  @param[in]  h        query head, in [0, H)
+ *  @param[in]  qt       Q tile, in [0, t->num_q_tiles) */
 TA_TILING_FN void ta_tile_context(ta_tile_ctx *c, const ta_tiling *t, const ta_layout *lay,
                                   int32_t heads_q, int32_t group, int32_t key_len, int32_t b,
                                   int32_t h, int32_t qt) {
