@@ -384,6 +384,13 @@ TA_CUDA_DEV void ta_cuda_stage_rows(float *dst, const ta_cuda_slot *slots, int32
  * Rows are independent; each row's max, sum and accumulators follow the
  * reference's sequential order. Ends without a barrier.
  */
+/* The exponent base of the online softmax: the row max m, or 0 while m = -inf
+ * (every visible score so far is -inf: weights exp(-inf) = 0, never
+ * exp(-inf - -inf) = NaN), the reference's e (ref/ta_ref_fwd.c). */
+TA_CUDA_DEV float ta_cuda_exp_base(float m) {
+    return m == ta_f32_from_bits(TA_CUDA_NEG_INF_BITS) ? 0.0f : m;
+}
+
 template <int DT, int NS, bool WL>
 TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
                                          const int32_t *key_lo, const int32_t *key_hi,
@@ -411,16 +418,16 @@ TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
             }
             m_nw = m_old > m_tile ? m_old : m_tile;
             m_new[tid] = m_nw;
-            alpha[tid] = ta_exp(m_old - m_nw);
+            alpha[tid] = ta_exp(m_old - ta_cuda_exp_base(m_nw));
         }
     }
     __syncthreads();
-    /* p = exp(s - m_new) on every visible entry */
+    /* p = exp(s - e) on every visible entry, e = ta_cuda_exp_base(m_new) */
     for (int e = tid; e < TA_CUDA_TILE * cols; e += TA_CUDA_THREADS) {
         const int i = e % TA_CUDA_TILE, j = e / TA_CUDA_TILE;
         if (ta_cuda_in<WL>(j, ta_cuda_lo<WL>(tile_lo, i), tile_hi[i])) {
             float *x = st + (size_t)j * TA_CUDA_LDT + i;
-            *x = ta_exp(*x - m_new[i]);
+            *x = ta_exp(*x - ta_cuda_exp_base(m_new[i]));
         }
     }
     __syncthreads();

@@ -83,8 +83,10 @@ ta_status ta_ref_fwd_workspace_size(const ta_plan *plan, size_t *bytes) {
  * row i, with J = the visible effective columns of this tile (rows with J
  * empty are skipped), s_ij = C[i][j]:
  *   m_new = max(m, max_{j in J} s_ij)
- *   alpha = exp(m - m_new)                  (m = -inf gives exp(-inf) = 0)
- *   l     = l * alpha;  then l = l + p_j,   p_j = exp(s_ij - m_new), j in J ascending
+ *   e     = m_new, or 0 while m_new = -inf (every visible score so far is -inf:
+ *           their weights are exp(-inf) = 0, never exp(-inf - -inf) = NaN)
+ *   alpha = exp(m - e)                      (m = -inf gives exp(-inf) = 0)
+ *   l     = l * alpha;  then l = l + p_j,   p_j = exp(s_ij - e), j in J ascending
  *   acc_d = acc_d * alpha; then acc_d = fmaf(p_j, v_jd, acc_d), j in J ascending
  * exp is ta_exp. The row's s_ij are overwritten by p_j.
  *   c: view of C (at least the effective region)
@@ -99,7 +101,7 @@ static void ta_ref_fwd_softmax_tile(const ta_plan *plan, const ta_ref_fwd_ws *ws
         const int32_t r = st->row_begin + i;               /* absolute row */
         float *c_row = ta_ref_at(c, r, st->col_begin);     /* [cols] C[r][col_begin + j] */
         float *acc_row = ws->acc + (size_t)i * (size_t)dv; /* [D_v] */
-        float m_tile = -INFINITY, m_new, alpha, l;
+        float m_tile = -INFINITY, m_new, base, alpha, l;
         int any = 0;
         /* step a: the tile's max over visible entries */
         for (j = 0; j < st->cols; ++j) {
@@ -110,12 +112,13 @@ static void ta_ref_fwd_softmax_tile(const ta_plan *plan, const ta_ref_fwd_ws *ws
         if (!any) continue; /* nothing visible in this tile for this row */
         /* step b: new max and the rescale factor of the old sums */
         m_new = ws->row_max[i] > m_tile ? ws->row_max[i] : m_tile;
-        alpha = ta_exp(ws->row_max[i] - m_new);
+        base = m_new == -INFINITY ? 0.0f : m_new;
+        alpha = ta_exp(ws->row_max[i] - base);
         /* step c: l = l*alpha + sum_j p_j, ascending j */
         l = ws->row_sum[i] * alpha;
         for (j = 0; j < st->cols; ++j) {
             if (!ta_ref_visible(t, st, r, st->col_begin + j)) continue;
-            c_row[j] = ta_exp(c_row[j] - m_new);
+            c_row[j] = ta_exp(c_row[j] - base);
             l = l + c_row[j];
         }
         ws->row_max[i] = m_new;

@@ -21,6 +21,7 @@
  *          backward's dk/dv pass and dq pass visit the same (h, q tile, k tile) set
  *        - another block_q/block_k: bits may change, agreement must not
  *   3. the maxima per dtype and tensor are printed at the end.
+ *   4. rows whose first visited K tile holds only -inf scores (check_overflowing_rows).
  * --quick: a few small problems (valgrind, sanitizers).
  */
 #include <math.h>
@@ -335,6 +336,87 @@ static void print_summary(double seconds) {
     printf("time %.2f s\n", seconds);
 }
 
+/*
+ * Part 4: rows whose first visited K tile holds only -inf scores (issue 15,
+ * item 1). B = H = 1, S_q = 4, S_k = 16, D = 1, D_v = 2, f32, scale = 3e38,
+ * q = 1, k[0..7] = -2 (scores -6e38: -inf), k[8..15] = 0 (scores 0): with
+ * block_k = 8 the first tile is all -inf. The specified result (docs/
+ * exactness.md, "Scores that overflow"): weights exp(-inf) = 0, never NaN, so
+ * o = the mean of v[8..15] and lse = log 8; also causal with block_k 8 and 16.
+ * On REF and the CPU backend, which must agree bit for bit.
+ */
+static void check_overflowing_rows(ta_rng *r) {
+    const ta_backend be[2] = {TA_BACKEND_REF, TA_BACKEND_CPU};
+    float q[4], k[16], v[32], o[2][8], lse[2][4];
+    int32_t bk, causal, b, i, j;
+    for (i = 0; i < 4; ++i) q[i] = 1.0f;
+    for (j = 0; j < 16; ++j) k[j] = j < 8 ? -2.0f : 0.0f;
+    ta_fill_uniform(r, v, TA_F32, 32, -1.0f, 1.0f);
+    for (bk = 8; bk <= 16; bk += 8)
+        for (causal = 0; causal < 2; ++causal) {
+            ta_problem p;
+            memset(&p, 0, sizeof p);
+            p.batch = p.heads_q = p.heads_kv = 1;
+            p.seq_q = 4;
+            p.seq_k = 16;
+            p.head_dim = 1;
+            p.head_dim_v = 2;
+            p.dtype = TA_F32;
+            p.scale = 3e38f;
+            p.block_k = bk;
+            p.flags = causal ? TA_CAUSAL : 0u;
+            for (b = 0; b < 2; ++b) {
+                ta_fwd_args a;
+                size_t bytes = 0;
+                void *ws;
+                ta_status st;
+                if (!ta_backend_available(be[b])) continue;
+                memset(&a, 0, sizeof a);
+                a.q = q;
+                a.k = k;
+                a.v = v;
+                a.o = o[b];
+                a.lse = lse[b];
+                memset(o[b], 0xFF, sizeof o[b]); /* NaN poison */
+                memset(lse[b], 0xFF, sizeof lse[b]);
+                TA_CHECK(ta_fwd_workspace_size(&p, be[b], &bytes) == TA_OK, "overflow: size");
+                ws = bytes ? aligned_alloc(TA_WORKSPACE_ALIGN,
+                                           (bytes + TA_WORKSPACE_ALIGN - 1) /
+                                               TA_WORKSPACE_ALIGN * TA_WORKSPACE_ALIGN)
+                           : NULL;
+                st = ta_fwd(&p, be[b], &a, ws, bytes, NULL);
+                free(ws);
+                TA_CHECK(st == TA_OK, "overflow: ta_fwd on backend %d: %s", (int)be[b],
+                         ta_status_string(st));
+                for (i = 0; i < 4; ++i) {
+                    /* row i sees keys [0, 16) (causal: [0, i + 12 + 1)); of those,
+                     * keys 8.. carry weight 1 each */
+                    const int32_t hi = causal ? i + 13 : 16;
+                    double mean[2] = {0.0, 0.0};
+                    int d;
+                    for (j = 8; j < hi; ++j)
+                        for (d = 0; d < 2; ++d) mean[d] += (double)v[2 * j + d];
+                    for (d = 0; d < 2; ++d) {
+                        const double want = mean[d] / (hi - 8), got = (double)o[b][2 * i + d];
+                        TA_CHECK(fabs(got - want) <= 1e-6 * (1.0 + fabs(want)),
+                                 "overflow (block_k %d, causal %d, backend %d): o[%d][%d] = %.9g, "
+                                 "want %.9g",
+                                 bk, causal, (int)be[b], i, d, got, want);
+                    }
+                    TA_CHECK(fabs((double)lse[b][i] - log((double)(hi - 8))) <= 1e-6,
+                             "overflow (block_k %d, causal %d, backend %d): lse[%d] = %.9g, "
+                             "want log %d",
+                             bk, causal, (int)be[b], i, (double)lse[b][i], hi - 8);
+                }
+            }
+            if (ta_backend_available(TA_BACKEND_CPU))
+                TA_CHECK(memcmp(o[0], o[1], sizeof o[0]) == 0 &&
+                             memcmp(lse[0], lse[1], sizeof lse[0]) == 0,
+                         "overflow (block_k %d, causal %d): CPU differs from REF", bk, causal);
+        }
+    printf("rows whose first K tile is all -inf: o, lse as specified on REF and CPU\n");
+}
+
 int main(int argc, char **argv) {
     const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     const int count = quick ? 6 : 300;
@@ -344,6 +426,7 @@ int main(int argc, char **argv) {
     int i;
     ta_rng_seed(&rng, ta_test_seed("test_oracle_sdpa"));
     fd_suite(&rng, quick);
+    check_overflowing_rows(&rng);
     for (i = 0; i < count; ++i) {
         tcase tc;
         random_problem(&rng, &tc, work);
