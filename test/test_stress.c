@@ -102,8 +102,8 @@ static double oracle_cond(const char *name, const tcase *tc, int tensor, const v
             continue;
         }
         cond = (diff - u_dtype[dt] * fabs(orc[i]) - floor_dtype[dt] - abs_floor) / mag[i];
-        TA_CHECK(cond <= tol, "%s: %s[%zu] = %.9g, oracle %.9g, magnitude %.3g: %.3g > %.3g",
-                 name, ta_oc_tensor_name[tensor], i, xi, orc[i], mag[i], cond, tol);
+        TA_CHECK(cond <= tol, "%s: %s[%zu] = %.9g, oracle %.9g, magnitude %.3g: %.3g > %.3g", name,
+                 ta_oc_tensor_name[tensor], i, xi, orc[i], mag[i], cond, tol);
         if (cond > worst) worst = cond;
     }
     return worst;
@@ -298,10 +298,12 @@ static void case_denormal(ta_rng *r) {
         for (i = 0; i < tc.n_q; ++i)
             ta_store(tc.q, dt, i, ta_rng_uniform(r, lo[x], hi[x]));
         for (i = 0; i < tc.n_k; ++i)
-            ta_store(tc.k, dt, i, (ta_rng_u64(r) & 1 ? -1.0f : 1.0f) * ta_rng_uniform(r, lo[x], hi[x]));
+            ta_store(tc.k, dt, i,
+                     (ta_rng_u64(r) & 1 ? -1.0f : 1.0f) * ta_rng_uniform(r, lo[x], hi[x]));
         if (x != 2) {
             for (i = 0; i < tc.n_v; ++i)
-                ta_store(tc.v, dt, i, (ta_rng_u64(r) & 1 ? -1.0f : 1.0f) * ta_rng_uniform(r, lo[x], hi[x]));
+                ta_store(tc.v, dt, i,
+                         (ta_rng_u64(r) & 1 ? -1.0f : 1.0f) * ta_rng_uniform(r, lo[x], hi[x]));
             for (i = 0; i < tc.n_o; ++i)
                 ta_store(tc.d_o, dt, i, ta_rng_uniform(r, lo[x], hi[x]));
         }
@@ -373,18 +375,21 @@ static int known_run(ta_rng *r, tcase *tc, run_out *ref, int bwd) {
  * bug = exactly the known wrong one. Returns the number of failures to add. */
 static int known_verdict(const char *what, int expect_bug, int documented, int bug) {
     if (!expect_bug) {
-        if (!documented) printf("  %s: the documented result is not met%s\n", what,
-                                bug ? " (the known bug, issue 15)" : "");
+        if (!documented)
+            printf("  %s: the documented result is not met%s\n", what,
+                   bug ? " (the known bug, issue 15)" : "");
         return !documented;
     }
     if (bug) {
         printf("  EXPECTED FAILURE (%s): the known bug reproduces exactly; this test flips "
-               "when it is fixed\n", what);
+               "when it is fixed\n",
+               what);
         return 0;
     }
     if (documented)
         printf("  the known bug is gone (%s): drop --expect-known-bug from test/CMakeLists.txt "
-               "and move the case to docs/safety.md's passing rows\n", what);
+               "and move the case to docs/safety.md's passing rows\n",
+               what);
     else
         printf("  %s: neither the documented result nor the known bug's: a new failure\n", what);
     return 1;
@@ -411,9 +416,10 @@ static int case_long_2p25(ta_rng *r, int expect_bug) {
     }
     if (known_run(r, &tc, &ref, 1) == 0) {
         const double lse_exact = 25.0 * log(2.0);
-        o = ta_get(ref.o, TA_F32, 0), lse = ref.lse[0];
+        o = ta_get(ref.o, TA_F32, 0), lse = (double)ref.lse[0];
         printf("  long_2p25 S_k=2^25: o = %.9g (exact 0.5), lse = %.9g (exact %.9g); REF == CPU "
-               "(fwd and bwd); %.1f s\n", o, lse, lse_exact, now_s() - t0);
+               "(fwd and bwd); %.1f s\n",
+               o, lse, lse_exact, now_s() - t0);
         fails = known_verdict("issue 15 item 3, the f32 running sum stops at 2^24", expect_bug,
                               fabs(o - 0.5) <= 1e-5 && fabs(lse - lse_exact) <= 1e-5,
                               o == 1.0 && lse == (double)ta_log(0x1p24f));
@@ -457,8 +463,8 @@ static int case_nan_first_tile(ta_rng *r, int expect_bug) {
         documented &= fabs((double)ref.lse[i] - log(8.0)) <= 1e-6;
         bug &= isnan(ref.lse[i]) != 0;
     }
-    printf("  nan_first_tile: row 0 o = (%g, %g), lse = %g; REF == CPU\n",
-           ta_get(ref.o, TA_F32, 0), ta_get(ref.o, TA_F32, 1), (double)ref.lse[0]);
+    printf("  nan_first_tile: row 0 o = (%g, %g), lse = %g; REF == CPU\n", ta_get(ref.o, TA_F32, 0),
+           ta_get(ref.o, TA_F32, 1), (double)ref.lse[0]);
     fails = known_verdict("issue 15 item 1, exp(-inf - -inf) after an overflowed first tile",
                           expect_bug, documented, bug);
     ta_oc_free_out(&ref);
@@ -474,7 +480,7 @@ typedef struct named_case {
 } named_case;
 
 static const named_case cases[] = {
-    {"long", case_long},         {"logits", case_logits},       {"masked", case_masked},
+    {"long", case_long},         {"logits", case_logits},     {"masked", case_masked},
     {"denormal", case_denormal}, {"head_dim", case_head_dim}, {"conv_zero", case_conv_zero},
 };
 
