@@ -160,8 +160,8 @@ void *ta_oc_workspace(ta_rng *r, size_t bytes, int kind) {
     return ws;
 }
 
-ta_status ta_oc_run_fwd(ta_rng *r, const tcase *tc, const ta_problem *p, run_out *out, int ws_kind,
-                        ta_trace *tr) {
+ta_status ta_oc_run_fwd_on(ta_backend be, ta_rng *r, const tcase *tc, const ta_problem *p,
+                           run_out *out, int ws_kind, ta_trace *tr) {
     size_t bytes = 0;
     void *ws;
     ta_fwd_args fa;
@@ -169,19 +169,20 @@ ta_status ta_oc_run_fwd(ta_rng *r, const tcase *tc, const ta_problem *p, run_out
     memset(&fa, 0, sizeof fa);
     ta_poison(out->o, tc->n_o * tc->eb);
     if (out->lse) ta_poison(out->lse, tc->n_lse * sizeof(float));
-    st = ta_fwd_workspace_size(p, TA_BACKEND_REF, &bytes);
+    st = ta_fwd_workspace_size(p, be, &bytes);
     if (st != TA_OK) return st;
     fa.q = tc->q, fa.k = tc->k, fa.v = tc->v, fa.seqlens_k = tc->seqlens;
     fa.conv_w = p->conv_q ? tc->conv_w : NULL;
     fa.o = out->o, fa.lse = out->lse, fa.trace = tr;
     ws = ta_oc_workspace(r, bytes, ws_kind);
-    st = ta_fwd(p, TA_BACKEND_REF, &fa, ws, bytes, NULL);
+    st = ta_fwd(p, be, &fa, ws, bytes, NULL);
     ta_test_free(ws);
     return st;
 }
 
-ta_status ta_oc_run_bwd(ta_rng *r, const tcase *tc, const ta_problem *p, const void *o,
-                        const float *lse, run_out *out, int ws_kind, ta_trace *tr) {
+ta_status ta_oc_run_bwd_on(ta_backend be, ta_rng *r, const tcase *tc, const ta_problem *p,
+                           const void *o, const float *lse, run_out *out, int ws_kind,
+                           ta_trace *tr) {
     size_t bytes = 0;
     void *ws;
     ta_bwd_args ba;
@@ -191,7 +192,7 @@ ta_status ta_oc_run_bwd(ta_rng *r, const tcase *tc, const ta_problem *p, const v
     ta_poison(out->dk, tc->n_k * tc->eb);
     ta_poison(out->dv, tc->n_v * tc->eb);
     if (out->dw) ta_poison(out->dw, tc->n_w * sizeof(float));
-    st = ta_bwd_workspace_size(p, TA_BACKEND_REF, &bytes);
+    st = ta_bwd_workspace_size(p, be, &bytes);
     if (st != TA_OK) return st;
     ba.q = tc->q, ba.k = tc->k, ba.v = tc->v, ba.o = o, ba.d_o = tc->d_o;
     ba.lse = lse, ba.seqlens_k = tc->seqlens, ba.trace = tr;
@@ -199,9 +200,26 @@ ta_status ta_oc_run_bwd(ta_rng *r, const tcase *tc, const ta_problem *p, const v
     ba.dq = out->dq, ba.dk = out->dk, ba.dv = out->dv;
     ba.dconv_w = p->conv_q ? out->dw : NULL;
     ws = ta_oc_workspace(r, bytes, ws_kind);
-    st = ta_bwd(p, TA_BACKEND_REF, &ba, ws, bytes, NULL);
+    st = ta_bwd(p, be, &ba, ws, bytes, NULL);
     ta_test_free(ws);
     return st;
+}
+
+ta_status ta_oc_run_fwd(ta_rng *r, const tcase *tc, const ta_problem *p, run_out *out, int ws_kind,
+                        ta_trace *tr) {
+    return ta_oc_run_fwd_on(TA_BACKEND_REF, r, tc, p, out, ws_kind, tr);
+}
+
+ta_status ta_oc_run_bwd(ta_rng *r, const tcase *tc, const ta_problem *p, const void *o,
+                        const float *lse, run_out *out, int ws_kind, ta_trace *tr) {
+    return ta_oc_run_bwd_on(TA_BACKEND_REF, r, tc, p, o, lse, out, ws_kind, tr);
+}
+
+ta_status ta_oc_run_step_on(ta_backend be, ta_rng *r, const tcase *tc, const ta_problem *p,
+                            run_out *out, int ws_kind) {
+    const ta_status st = ta_oc_run_fwd_on(be, r, tc, p, out, ws_kind, NULL);
+    if (st != TA_OK) return st;
+    return ta_oc_run_bwd_on(be, r, tc, p, out->o, out->lse, out, ws_kind, NULL);
 }
 
 ta_status ta_oc_run_step(ta_rng *r, const tcase *tc, const ta_problem *p, run_out *out, int ws_kind,

@@ -75,6 +75,14 @@ ta_status ta_oc_run_fwd(ta_rng *r, const tcase *tc, const ta_problem *p, run_out
 /* Backward of p from o, lse into out->dq, dk, dv (and dw), poisoned first. */
 ta_status ta_oc_run_bwd(ta_rng *r, const tcase *tc, const ta_problem *p, const void *o,
                         const float *lse, run_out *out, int ws_kind, ta_trace *tr);
+/* The same on backend be (REF or CPU; no trace): test_stress. */
+ta_status ta_oc_run_fwd_on(ta_backend be, ta_rng *r, const tcase *tc, const ta_problem *p,
+                           run_out *out, int ws_kind, ta_trace *tr);
+ta_status ta_oc_run_bwd_on(ta_backend be, ta_rng *r, const tcase *tc, const ta_problem *p,
+                           const void *o, const float *lse, run_out *out, int ws_kind,
+                           ta_trace *tr);
+ta_status ta_oc_run_step_on(ta_backend be, ta_rng *r, const tcase *tc, const ta_problem *p,
+                            run_out *out, int ws_kind);
 /* Forward, then backward from its o and lse: a training step. */
 ta_status ta_oc_run_step(ta_rng *r, const tcase *tc, const ta_problem *p, run_out *out, int ws_kind,
                          ta_trace *tr_fwd, ta_trace *tr_bwd);

@@ -1,0 +1,518 @@
+/*
+ * Stress cases (CTest label stress; issue 15): inputs at the edges of the
+ * domain, on a few rows so the scalar reference stays at seconds.
+ *
+ * Each case runs forward, then backward from its own o and lse, on REF and on
+ * the CPU backend (2 threads), and checks
+ *   - REF == CPU bit for bit (o, lse, dq, dk, dv, dconv_w);
+ *   - no NaN in any output (inputs are finite);
+ *   - rows that see no key: o = 0, lse = -inf, dq = 0; keys no row sees:
+ *     dk = dv = 0 (ta_oc_check_masked);
+ *   - where affordable, the float64 oracle (test/oracle.h), elementwise:
+ *       |x - oracle| <= u_dt |oracle| + floor_dt + tol * magnitude + abs_floor
+ *     with tol = max(2e-6, S_k 2^-24): the running sums add one term at a time
+ *     in f32, whose error bound grows as n u (n = S_k terms, u = 2^-24); the
+ *     2e-6 of test_oracle_* holds for short rows only. abs_floor is 0 except for
+ *     the subnormal case: below 2^-126 f32 rounds in absolute steps of 2^-149,
+ *     one per rounding, so S_k + 2 of them.
+ *
+ *   case        what
+ *   long        S_k = 65536: S_q = 1..4, D = 1..4, f32 and f16, causal or not; oracle
+ *   logits      scores of magnitude up to 1e4 (q, k up to 100; the first K tile
+ *               of a row at -1e4): finite, no NaN; oracle
+ *   masked      seqlens_k = 0 (also with S_k = 65536), windows that see nothing,
+ *               causal rows before the first key: o = 0, lse = -inf, dq = 0; oracle
+ *   denormal    subnormal q, k, v (f32 and f16), subnormal scores; oracle
+ *   head_dim    D = D_v = 1 and 256 (f32, bf16), D = 256 with D_v = 1; oracle
+ *   conv_zero   MTA with all-zero conv kernels (1x1, 3x3, 6x11): uniform weights
+ *               over the visible keys, dconv_w compared too; oracle
+ *   long_2p25   S_k = 2^25 (S_q = 1, D = 1, uniform weights, v[j] = j % 2): the
+ *               documented result o = 0.5, lse = 25 ln 2 (closed form; the oracle
+ *               would need gigabytes). KNOWN BUG, issue 15 item 3: the f32 running
+ *               sum stops growing at 2^24 terms, o = 1.0 and lse = 24 ln 2 + 2^-24 ...
+ *   nan_first_tile  issue 15 item 1's repro: a row whose first visited K tile
+ *               overflows to -inf (scale 3e38, k = -2 in keys 0..7, 0 in 8..15,
+ *               block_k 8). Documented: o = mean of v[8..15], lse = ln 8. KNOWN
+ *               BUG, issue 15 item 1: exp(-inf - -inf) = NaN makes o = lse = NaN.
+ *
+ * The two known bugs: `--expect-known-bug` (how CTest runs them) makes the test
+ * pass only when the documented bug reproduces exactly (the signature above,
+ * REF == CPU bit for bit) and fail otherwise, a fixed bug included ("the known
+ * bug is gone: drop --expect-known-bug ..."), so fixing it flips the test.
+ * Without the flag the case checks the documented behaviour and fails today.
+ * Not CTest's WILL_FAIL: that would pass on any failure (a REF/CPU mismatch,
+ * another wrong value), not only on the documented one.
+ *
+ * Usage: test_stress --case NAME [--expect-known-bug]   (no --case: every case
+ * but the two known bugs). Random values come from TA_SEED (printed).
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "oracle_check.h"
+#include "ta_internal.h"
+#include "ta_math.h"
+#include "test_util.h"
+#include "tileattn.h"
+
+#define STRESS_THREADS 2
+
+/* One rounding to the storage type (as oracle_check.c): u_dt, and f16's subnormal step. */
+static const double u_dtype[3] = {0.0, 4.8828125e-04 /* 2^-11 */, 3.90625e-03 /* 2^-8 */};
+static const double floor_dtype[3] = {0.0, 5.9604644775390625e-08 /* 2^-24 */, 0.0};
+#define F32_SUBNORMAL_STEP 1.4012984643248171e-45 /* 2^-149 */
+
+static double now_s(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Running one case                                                        */
+/* ---------------------------------------------------------------------- */
+
+/* NaN elements among n of a dt buffer. */
+static size_t count_nan(const void *buf, ta_dtype dt, size_t n) {
+    size_t i, bad = 0;
+    for (i = 0; i < n; ++i)
+        bad += isnan(ta_get(buf, dt, i)) != 0;
+    return bad;
+}
+
+/* Largest (|x - oracle| - u_dt |oracle| - floor_dt - abs_floor) / magnitude of one
+ * tensor; failures (> tol, or a masked element not exactly the oracle's) are
+ * reported with the case name. */
+static double oracle_cond(const char *name, const tcase *tc, int tensor, const void *x, ta_dtype dt,
+                          size_t n, double tol, double abs_floor) {
+    const double *orc = tc->orc[tensor], *mag = tc->mag[tensor];
+    double worst = 0.0;
+    size_t i;
+    for (i = 0; i < n; ++i) {
+        const double xi = ta_get(x, dt, i), diff = fabs(xi - orc[i]);
+        double cond;
+        if (isinf(orc[i]) || mag[i] == 0.0) {
+            TA_CHECK(xi == orc[i], "%s: %s[%zu] = %g, oracle %g (masked)", name,
+                     ta_oc_tensor_name[tensor], i, xi, orc[i]);
+            continue;
+        }
+        cond = (diff - u_dtype[dt] * fabs(orc[i]) - floor_dtype[dt] - abs_floor) / mag[i];
+        TA_CHECK(cond <= tol, "%s: %s[%zu] = %.9g, oracle %.9g, magnitude %.3g: %.3g > %.3g", name,
+                 ta_oc_tensor_name[tensor], i, xi, orc[i], mag[i], cond, tol);
+        if (cond > worst) worst = cond;
+    }
+    return worst;
+}
+
+typedef struct stress_opts {
+    int oracle;       /* compare with the float64 oracle */
+    double abs_floor; /* see the header */
+} stress_opts;
+
+/* The per-tensor views of one run: buffer, dtype, element count. */
+static void run_views(const tcase *tc, const run_out *out, const void *buf[TA_OC_TENSORS],
+                      ta_dtype dt[TA_OC_TENSORS], size_t n[TA_OC_TENSORS]) {
+    const ta_dtype d = tc->p.dtype;
+    buf[T_O] = out->o, buf[T_LSE] = out->lse, buf[T_DQ] = out->dq;
+    buf[T_DK] = out->dk, buf[T_DV] = out->dv, buf[T_DW] = out->dw;
+    dt[T_O] = d, dt[T_LSE] = TA_F32, dt[T_DQ] = d, dt[T_DK] = d, dt[T_DV] = d, dt[T_DW] = TA_F32;
+    n[T_O] = tc->n_o, n[T_LSE] = tc->n_lse, n[T_DQ] = tc->n_q;
+    n[T_DK] = tc->n_k, n[T_DV] = tc->n_v, n[T_DW] = tc->n_w;
+}
+
+/* REF and CPU, forward then backward; the checks of the header. */
+static void run_case(const char *name, ta_rng *r, tcase *tc, const stress_opts *o) {
+    const double t0 = now_s();
+    const double tol = fmax(2e-6, (double)tc->p.seq_k * 0x1p-24);
+    run_out ref, cpu;
+    const void *buf[TA_OC_TENSORS];
+    ta_dtype dt[TA_OC_TENSORS];
+    size_t n[TA_OC_TENSORS];
+    double cond[TA_OC_TENSORS] = {0};
+    ta_status st_ref, st_cpu;
+    int t;
+    tc->p.num_threads = STRESS_THREADS;
+    ta_oc_alloc_out(tc, &ref);
+    ta_oc_alloc_out(tc, &cpu);
+    st_ref = ta_oc_run_step_on(TA_BACKEND_REF, r, tc, &tc->p, &ref, 1);
+    st_cpu = ta_oc_run_step_on(TA_BACKEND_CPU, r, tc, &tc->p, &cpu, 1);
+    TA_CHECK(st_ref == TA_OK && st_cpu == TA_OK, "%s: status REF %d CPU %d", name, st_ref, st_cpu);
+    if (st_ref == TA_OK && st_cpu == TA_OK) {
+        TA_CHECK(ta_oc_same_outputs(tc, &ref, &cpu), "%s: CPU differs from REF", name);
+        run_views(tc, &ref, buf, dt, n);
+        for (t = 0; t < TA_OC_TENSORS; ++t)
+            if (t != T_DW || tc->n_w)
+                TA_CHECK(count_nan(buf[t], dt[t], n[t]) == 0, "%s: NaN in %s", name,
+                         ta_oc_tensor_name[t]);
+        ta_oc_check_masked(tc, &ref);
+        if (o->oracle) {
+            ta_oc_run_oracle(tc, ref.o);
+            for (t = 0; t < TA_OC_TENSORS; ++t)
+                if (t != T_DW || tc->n_w)
+                    cond[t] = oracle_cond(name, tc, t, buf[t], dt[t], n[t], tol, o->abs_floor);
+        }
+    }
+    printf("  %-10s B=%d H=%d S_q=%d S_k=%d D=%d D_v=%d %s%s%s: %.2f s; oracle error/mag "
+           "o %.2g lse %.2g dq %.2g dk %.2g dv %.2g dw %.2g (gate %.2g)%s\n",
+           name, tc->p.batch, tc->p.heads_q, tc->p.seq_q, tc->p.seq_k, tc->p.head_dim,
+           tc->p.head_dim_v, ta_oc_dtype_name[tc->p.dtype],
+           tc->p.flags & TA_CAUSAL ? " causal" : "", tc->p.conv_q ? " conv" : "", now_s() - t0,
+           cond[T_O], cond[T_LSE], cond[T_DQ], cond[T_DK], cond[T_DV], cond[T_DW], tol,
+           o->oracle ? "" : " (no oracle)");
+    ta_oc_free_out(&ref);
+    ta_oc_free_out(&cpu);
+}
+
+/* A problem of one batch and head with these sizes. */
+static ta_problem shape(int32_t s_q, int32_t s_k, int32_t d, int32_t d_v, ta_dtype dtype) {
+    ta_problem p;
+    memset(&p, 0, sizeof p);
+    p.batch = 1, p.heads_q = 1, p.heads_kv = 1;
+    p.seq_q = s_q, p.seq_k = s_k, p.head_dim = d, p.head_dim_v = d_v, p.dtype = dtype;
+    return p;
+}
+
+/* Widen the inputs again after a case rewrote them. */
+static void rewiden(tcase *tc) {
+    const ta_dtype dt = tc->p.dtype;
+    free(tc->oq), free(tc->ok), free(tc->ov), free(tc->odo), free(tc->ow);
+    tc->oq = ta_oracle_widen(tc->q, dt, tc->n_q);
+    tc->ok = ta_oracle_widen(tc->k, dt, tc->n_k);
+    tc->ov = ta_oracle_widen(tc->v, dt, tc->n_v);
+    tc->odo = ta_oracle_widen(tc->d_o, dt, tc->n_o);
+    tc->ow = tc->n_w ? ta_oracle_widen(tc->conv_w, TA_F32, tc->n_w) : NULL;
+}
+
+/* Random inputs for p, then run (opts: oracle, no floor). */
+static void run_random(const char *name, ta_rng *r, const ta_problem *p) {
+    const stress_opts o = {1, 0.0};
+    tcase tc;
+    memset(&tc, 0, sizeof tc);
+    tc.p = *p;
+    ta_oc_make_buffers(r, &tc);
+    rewiden(&tc);
+    run_case(name, r, &tc, &o);
+    ta_oc_free_case(&tc);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The cases                                                               */
+/* ---------------------------------------------------------------------- */
+
+static void case_long(ta_rng *r) {
+    static const int32_t rows[][3] = {{1, 1, 1}, {2, 3, 2}, {4, 4, 4}, {4, 1, 3}}; /* S_q, D, D_v */
+    size_t i;
+    for (i = 0; i < sizeof rows / sizeof rows[0]; ++i) {
+        ta_problem p = shape(rows[i][0], 65536, rows[i][1], rows[i][2], TA_F32);
+        run_random("long", r, &p);
+        p.flags = TA_CAUSAL, p.dtype = TA_F16;
+        run_random("long", r, &p);
+    }
+}
+
+/* q in +-[50, 100], k in [-100, 100] / D: scores up to 1e4 in magnitude; the
+ * first 256 keys of row 0 at about -1e4 (a first tile far below the rest). */
+static void case_logits(ta_rng *r) {
+    static const ta_dtype dts[2] = {TA_F32, TA_BF16};
+    const stress_opts o = {1, 0.0};
+    int32_t d, x;
+    size_t i;
+    for (x = 0; x < 2; ++x)
+        for (d = 1; d <= 4; d += 3) {
+            tcase tc;
+            memset(&tc, 0, sizeof tc);
+            tc.p = shape(4, 4096, d, 2, dts[x]);
+            tc.p.scale = 1.0f;
+            ta_oc_make_buffers(r, &tc);
+            for (i = 0; i < tc.n_q; ++i)
+                ta_store(tc.q, tc.p.dtype, i,
+                         (ta_rng_u64(r) & 1 ? 1.0f : -1.0f) * ta_rng_uniform(r, 50.0f, 100.0f));
+            for (i = 0; i < tc.n_k; ++i)
+                ta_store(tc.k, tc.p.dtype, i, ta_rng_uniform(r, -100.0f, 100.0f) / (float)d);
+            for (i = 0; i < 256 * (size_t)d; ++i) /* keys 0..255 against row 0's sign */
+                ta_store(tc.k, tc.p.dtype, i,
+                         ta_get(tc.q, tc.p.dtype, i % (size_t)d) > 0 ? -100.0f : 100.0f);
+            rewiden(&tc);
+            run_case("logits", r, &tc, &o);
+            ta_oc_free_case(&tc);
+        }
+}
+
+/* Rows that see no key, four ways. */
+static void case_masked(ta_rng *r) {
+    const stress_opts o = {1, 0.0};
+    static const int32_t lens[3] = {0, 5, 0};
+    tcase tc;
+    ta_problem p;
+    /* seqlens_k = {0, 5, 0}: batches 0 and 2 see nothing */
+    memset(&tc, 0, sizeof tc);
+    tc.p = shape(4, 64, 2, 3, TA_F32);
+    tc.p.batch = 3, tc.p.heads_q = 2;
+    tc.seqlens = (int32_t *)malloc(sizeof lens);
+    memcpy(tc.seqlens, lens, sizeof lens);
+    ta_oc_make_buffers(r, &tc);
+    run_case("masked", r, &tc, &o);
+    ta_oc_free_case(&tc);
+    /* seqlens_k = 0 on a long row: nothing seen, nothing written but zeros */
+    memset(&tc, 0, sizeof tc);
+    tc.p = shape(4, 65536, 4, 4, TA_BF16);
+    tc.seqlens = (int32_t *)calloc(1, sizeof(int32_t));
+    ta_oc_make_buffers(r, &tc);
+    run_case("masked", r, &tc, &o);
+    ta_oc_free_case(&tc);
+    /* a window of width 0 at pos = r - 3: rows 0..2 before the first key see nothing */
+    p = shape(6, 3, 2, 2, TA_F32);
+    p.flags = TA_WINDOW;
+    run_random("masked", r, &p);
+    /* a window unbounded on the left, 1 to the right of pos = r - 36: rows 0..34 see nothing */
+    p = shape(40, 4, 3, 1, TA_F16);
+    p.flags = TA_WINDOW, p.window_left = -1, p.window_right = 1;
+    run_random("masked", r, &p);
+    /* causal with S_q > S_k: rows 0..5 come before key 0 */
+    p = shape(8, 2, 1, 2, TA_F32);
+    p.flags = TA_CAUSAL;
+    run_random("masked", r, &p);
+}
+
+/* Subnormal q, k, v, dO (their products underflow to 0: uniform weights) in f32
+ * and f16, and f32 scores that are themselves subnormal. */
+static void case_denormal(ta_rng *r) {
+    const ta_dtype dts[2] = {TA_F32, TA_F16};
+    /* f32: values in [2^-140, 2^-127); f16: [2^-22, 2^-15); scores ~ 2^-130 */
+    const float lo[3] = {0x1p-140f, 0x1p-22f, 0x1p-65f}, hi[3] = {0x1p-127f, 0x1p-15f, 0x1p-64f};
+    stress_opts o = {1, 0.0};
+    int x;
+    size_t i;
+    for (x = 0; x < 3; ++x) {
+        const ta_dtype dt = dts[x == 1];
+        tcase tc;
+        memset(&tc, 0, sizeof tc);
+        tc.p = shape(2, 4096, 3, 2, dt);
+        tc.p.scale = 1.0f;
+        ta_oc_make_buffers(r, &tc);
+        for (i = 0; i < tc.n_q; ++i)
+            ta_store(tc.q, dt, i, ta_rng_uniform(r, lo[x], hi[x]));
+        for (i = 0; i < tc.n_k; ++i)
+            ta_store(tc.k, dt, i,
+                     (ta_rng_u64(r) & 1 ? -1.0f : 1.0f) * ta_rng_uniform(r, lo[x], hi[x]));
+        if (x != 2) {
+            for (i = 0; i < tc.n_v; ++i)
+                ta_store(tc.v, dt, i,
+                         (ta_rng_u64(r) & 1 ? -1.0f : 1.0f) * ta_rng_uniform(r, lo[x], hi[x]));
+            for (i = 0; i < tc.n_o; ++i)
+                ta_store(tc.d_o, dt, i, ta_rng_uniform(r, lo[x], hi[x]));
+        }
+        rewiden(&tc);
+        o.abs_floor = dt == TA_F32 ? (double)(tc.p.seq_k + 2) * F32_SUBNORMAL_STEP : 0.0;
+        run_case("denormal", r, &tc, &o);
+        ta_oc_free_case(&tc);
+    }
+}
+
+static void case_head_dim(ta_rng *r) {
+    ta_problem p = shape(4, 65536, 1, 1, TA_BF16);
+    run_random("head_dim", r, &p);
+    p = shape(3, 16384, 256, 256, TA_F32);
+    run_random("head_dim", r, &p);
+    p = shape(2, 8192, 256, 256, TA_BF16);
+    p.flags = TA_CAUSAL;
+    run_random("head_dim", r, &p);
+    p = shape(4, 8192, 256, 1, TA_F32);
+    run_random("head_dim", r, &p);
+}
+
+/* MTA with an all-zero kernel: every visible convolved score is 0. */
+static void case_conv_zero(ta_rng *r) {
+    static const int32_t convs[3][2] = {{1, 1}, {3, 3}, {6, 11}};
+    const stress_opts o = {1, 0.0};
+    int x;
+    for (x = 0; x < 3; ++x) {
+        tcase tc;
+        memset(&tc, 0, sizeof tc);
+        tc.p = shape(512, 512, 4, 3, x == 1 ? TA_BF16 : TA_F32);
+        tc.p.flags = TA_CAUSAL, tc.p.conv_q = convs[x][0], tc.p.conv_k = convs[x][1];
+        ta_oc_make_buffers(r, &tc);
+        memset(tc.conv_w, 0, tc.n_w * sizeof(float));
+        rewiden(&tc);
+        run_case("conv_zero", r, &tc, &o);
+        ta_oc_free_case(&tc);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* The two known bugs (issue 15 items 1 and 3)                             */
+/* ---------------------------------------------------------------------- */
+
+/* Forward (and, with bwd, backward) on REF and CPU; 0 if both ran and agree
+ * bit for bit. ref keeps REF's outputs. */
+static int known_run(ta_rng *r, tcase *tc, run_out *ref, int bwd) {
+    run_out cpu;
+    ta_status s1, s2;
+    int same;
+    tc->p.num_threads = STRESS_THREADS;
+    ta_oc_alloc_out(tc, ref);
+    ta_oc_alloc_out(tc, &cpu);
+    if (bwd) {
+        s1 = ta_oc_run_step_on(TA_BACKEND_REF, r, tc, &tc->p, ref, 1);
+        s2 = ta_oc_run_step_on(TA_BACKEND_CPU, r, tc, &tc->p, &cpu, 1);
+    } else {
+        s1 = ta_oc_run_fwd_on(TA_BACKEND_REF, r, tc, &tc->p, ref, 1, NULL);
+        s2 = ta_oc_run_fwd_on(TA_BACKEND_CPU, r, tc, &tc->p, &cpu, 1, NULL);
+    }
+    same = s1 == TA_OK && s2 == TA_OK &&
+           (bwd ? ta_oc_same_outputs(tc, ref, &cpu) : ta_oc_same_fwd(tc, ref, &cpu));
+    TA_CHECK(same, "status REF %d CPU %d, or CPU differs from REF", s1, s2);
+    ta_oc_free_out(&cpu);
+    return same ? 0 : -1;
+}
+
+/* Verdict of a known-bug case: documented = the documented result came out,
+ * bug = exactly the known wrong one. Returns the number of failures to add. */
+static int known_verdict(const char *what, int expect_bug, int documented, int bug) {
+    if (!expect_bug) {
+        if (!documented)
+            printf("  %s: the documented result is not met%s\n", what,
+                   bug ? " (the known bug, issue 15)" : "");
+        return !documented;
+    }
+    if (bug) {
+        printf("  EXPECTED FAILURE (%s): the known bug reproduces exactly; this test flips "
+               "when it is fixed\n",
+               what);
+        return 0;
+    }
+    if (documented)
+        printf("  the known bug is gone (%s): drop --expect-known-bug from test/CMakeLists.txt "
+               "and move the case to docs/safety.md's passing rows\n",
+               what);
+    else
+        printf("  %s: neither the documented result nor the known bug's: a new failure\n", what);
+    return 1;
+}
+
+/* Issue 15 item 3: S_k = 2^25, k = 0 (every weight 1), v[j] = j % 2, S_q = D = D_v = 1.
+ * Documented: o = 0.5, lse = 25 ln 2 (within the bound of section 9 of
+ * docs/safety.md: a few u). Known bug: o = 1.0 exactly, lse = ta_log(2^24) (the
+ * sum and the accumulator both stop at 2^24). */
+static int case_long_2p25(ta_rng *r, int expect_bug) {
+    const int32_t s_k = 1 << 25;
+    tcase tc;
+    run_out ref;
+    size_t j;
+    int fails = 0;
+    double o, lse;
+    const double t0 = now_s();
+    memset(&tc, 0, sizeof tc);
+    tc.p = shape(1, s_k, 1, 1, TA_F32);
+    ta_oc_make_buffers(r, &tc);
+    for (j = 0; j < tc.n_k; ++j) {
+        ta_store(tc.k, TA_F32, j, 0.0f);
+        ta_store(tc.v, TA_F32, j, (float)(j % 2));
+    }
+    if (known_run(r, &tc, &ref, 1) == 0) {
+        const double lse_exact = 25.0 * log(2.0);
+        o = ta_get(ref.o, TA_F32, 0), lse = (double)ref.lse[0];
+        printf("  long_2p25 S_k=2^25: o = %.9g (exact 0.5), lse = %.9g (exact %.9g); REF == CPU "
+               "(fwd and bwd); %.1f s\n",
+               o, lse, lse_exact, now_s() - t0);
+        fails = known_verdict("issue 15 item 3, the f32 running sum stops at 2^24", expect_bug,
+                              fabs(o - 0.5) <= 1e-5 && fabs(lse - lse_exact) <= 1e-5,
+                              o == 1.0 && lse == (double)ta_log(0x1p24f));
+        ta_oc_free_out(&ref);
+    } else {
+        fails = 1;
+    }
+    ta_oc_free_case(&tc);
+    return fails;
+}
+
+/* Issue 15 item 1: S_q = 4, S_k = 16, D = 1, D_v = 2, scale 3e38, block_k 8, q = 1,
+ * k[0..7] = -2 (scores -6e38: -inf in f32), k[8..15] = 0. Documented: o = the mean
+ * of v[8..15], lse = ln 8, every row. Known bug: o = lse = NaN, every row. */
+static int case_nan_first_tile(ta_rng *r, int expect_bug) {
+    tcase tc;
+    run_out ref;
+    size_t i, j;
+    int fails, documented = 1, bug = 1;
+    memset(&tc, 0, sizeof tc);
+    tc.p = shape(4, 16, 1, 2, TA_F32);
+    tc.p.scale = 3e38f, tc.p.block_k = 8;
+    ta_oc_make_buffers(r, &tc);
+    for (i = 0; i < 4; ++i)
+        ta_store(tc.q, TA_F32, i, 1.0f);
+    for (j = 0; j < 16; ++j)
+        ta_store(tc.k, TA_F32, j, j < 8 ? -2.0f : 0.0f);
+    if (known_run(r, &tc, &ref, 0) != 0) {
+        ta_oc_free_case(&tc);
+        return 1;
+    }
+    for (i = 0; i < 4; ++i) {
+        for (j = 0; j < 2; ++j) {
+            double mean = 0.0, x = ta_get(ref.o, TA_F32, 2 * i + j);
+            size_t s;
+            for (s = 8; s < 16; ++s)
+                mean += ta_get(tc.v, TA_F32, 2 * s + j) / 8.0;
+            documented &= fabs(x - mean) <= 1e-6;
+            bug &= isnan(x) != 0;
+        }
+        documented &= fabs((double)ref.lse[i] - log(8.0)) <= 1e-6;
+        bug &= isnan(ref.lse[i]) != 0;
+    }
+    printf("  nan_first_tile: row 0 o = (%g, %g), lse = %g; REF == CPU\n", ta_get(ref.o, TA_F32, 0),
+           ta_get(ref.o, TA_F32, 1), (double)ref.lse[0]);
+    fails = known_verdict("issue 15 item 1, exp(-inf - -inf) after an overflowed first tile",
+                          expect_bug, documented, bug);
+    ta_oc_free_out(&ref);
+    ta_oc_free_case(&tc);
+    return fails;
+}
+
+/* ---------------------------------------------------------------------- */
+
+typedef struct named_case {
+    const char *name;
+    void (*run)(ta_rng *r);
+} named_case;
+
+static const named_case cases[] = {
+    {"long", case_long},         {"logits", case_logits},     {"masked", case_masked},
+    {"denormal", case_denormal}, {"head_dim", case_head_dim}, {"conv_zero", case_conv_zero},
+};
+
+int main(int argc, char **argv) {
+    const char *only = NULL;
+    int expect_bug = 0, a, ran = 0;
+    size_t c;
+    ta_rng r;
+    for (a = 1; a < argc; ++a) {
+        if (strcmp(argv[a], "--case") == 0 && a + 1 < argc)
+            only = argv[++a];
+        else if (strcmp(argv[a], "--expect-known-bug") == 0)
+            expect_bug = 1;
+        else {
+            fprintf(stderr, "usage: test_stress [--case NAME] [--expect-known-bug]\n");
+            return 2;
+        }
+    }
+    ta_rng_seed(&r, ta_test_seed("test_stress"));
+    for (c = 0; c < sizeof cases / sizeof cases[0]; ++c)
+        if (!only || strcmp(only, cases[c].name) == 0) {
+            printf("case %s\n", cases[c].name);
+            cases[c].run(&r);
+            ran = 1;
+        }
+    if (only && strcmp(only, "long_2p25") == 0)
+        ta_test_failures += case_long_2p25(&r, expect_bug), ran = 1;
+    if (only && strcmp(only, "nan_first_tile") == 0)
+        ta_test_failures += case_nan_first_tile(&r, expect_bug), ran = 1;
+    if (!ran) {
+        fprintf(stderr, "test_stress: unknown case %s\n", only);
+        return 2;
+    }
+    return ta_test_finish("test_stress");
+}
