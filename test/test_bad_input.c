@@ -267,6 +267,8 @@ SET(m_conv_k_only, c->p.conv_q = 0; c->p.conv_k = 3)
 SET(m_conv_k_even, c->p.conv_q = 3; c->p.conv_k = 4)
 SET(m_conv_neg, c->p.conv_q = -1; c->p.conv_k = -1)
 SET(m_conv_q_neg, c->p.conv_q = -3; c->p.conv_k = 3)
+SET(m_conv_k_neg, c->p.conv_q = 3; c->p.conv_k = -3)
+SET(m_tile_config_neg, c->p.tile_config = -1)
 SET(m_conv_q_17, c->p.conv_q = TA_CONV_Q_MAX + 1; c->p.conv_k = 3)
 SET(m_conv_k_33, c->p.conv_q = 3; c->p.conv_k = TA_CONV_K_MAX + 2)
 SET(m_conv_no_causal, c->p.conv_q = 3; c->p.conv_k = 5; c->p.flags = 0)
@@ -496,6 +498,8 @@ static const bad_case k_cases[] = {
     {"conv_k even", E_ALL, TA_ERR_BAD_ARG, m_conv_k_even, "conv_k"},
     {"conv -1 x -1", E_ALL, TA_ERR_BAD_ARG, m_conv_neg, "conv_q"},
     {"conv_q -3", E_ALL, TA_ERR_BAD_ARG, m_conv_q_neg, "conv_q"},
+    {"conv_k -3 with conv_q 3", E_ALL, TA_ERR_BAD_ARG, m_conv_k_neg, "conv_k"},
+    {"tile_config -1", E_ALL, TA_ERR_BAD_ARG, m_tile_config_neg, "tile_config"},
     {"conv_q 17", E_ALL, TA_ERR_UNSUPPORTED, m_conv_q_17, "conv_q"},
     {"conv_k 33", E_ALL, TA_ERR_UNSUPPORTED, m_conv_k_33, "conv_k"},
     {"conv without TA_CAUSAL", E_ALL, TA_ERR_UNSUPPORTED, m_conv_no_causal, "flags"},
@@ -926,6 +930,26 @@ static void check_valid_calls(void) {
                      all_finite((const float *)reg(R_DK), A.len[R_DK] / sizeof(float)) &&
                      all_finite((const float *)reg(R_DV), A.len[R_DV] / sizeof(float)),
                  "valid ta_bwd: dq, dk or dv not finite (or not written)");
+    }
+    /* TA_PRECISION_FAST with a tile_config on REF: ignored (only the CUDA fast
+     * kernels read them), so the exact call's bytes (docs/api.md) */
+    {
+        unsigned char *o_exact = (unsigned char *)malloc(A.len[R_O]);
+        TA_CHECK(o_exact != NULL, "malloc");
+        if (o_exact) {
+            base_call(&c);
+            st = ta_fwd(&c.p, TA_BACKEND_REF, &c.fa, c.ws, A.need_fwd, NULL);
+            TA_CHECK(st == TA_OK, "exact ta_fwd: %s", ta_status_string(st));
+            memcpy(o_exact, reg(R_O), A.len[R_O]);
+            memset(reg(R_O), 0x5A, A.len[R_O]);
+            c.p.precision = TA_PRECISION_FAST;
+            c.p.tile_config = 3;
+            st = ta_fwd(&c.p, TA_BACKEND_REF, &c.fa, c.ws, A.need_fwd, NULL);
+            TA_CHECK(st == TA_OK && memcmp(o_exact, reg(R_O), A.len[R_O]) == 0,
+                     "fast-mode ta_fwd on REF: %s, or not the exact call's bytes",
+                     ta_status_string(st));
+            free(o_exact);
+        }
     }
 }
 
