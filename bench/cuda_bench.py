@@ -36,6 +36,7 @@ exact mode cannot use tensor cores.
 """
 import argparse
 import ctypes
+import os
 import statistics
 import subprocess
 import sys
@@ -44,36 +45,17 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+# The ctypes mirror of include/tileattn.h and the eager MTA baseline have one home,
+# the Python package (python/tileattn); imported from the source tree, no install
+# needed (the package loads no library at import).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from tileattn._lib import BwdArgs, FwdArgs, Problem, Strides  # noqa: E402,F401
+from tileattn.reference import eager_mta  # noqa: E402
+
 TA_BACKEND_CUDA = 2
 TA_F32 = 0
 TA_CAUSAL = 1
 F32_PEAK_TFLOPS = 0.0  # set in main from the device
-
-
-class Problem(ctypes.Structure):  # ta_problem (include/tileattn.h)
-    _fields_ = [(n, ctypes.c_int32) for n in
-                ("batch", "heads_q", "heads_kv", "seq_q", "seq_k", "head_dim", "head_dim_v",
-                 "dtype", "precision")] + [
-        ("flags", ctypes.c_uint32), ("scale", ctypes.c_float)] + [
-        (n, ctypes.c_int32) for n in ("conv_q", "conv_k", "block_q", "block_k", "num_threads",
-                                      "window_left", "window_right", "tile_config")]
-
-
-class Strides(ctypes.Structure):  # ta_strides; all zero = contiguous
-    _fields_ = [(n, ctypes.c_int64) for n in ("batch", "head", "seq")]
-
-
-class FwdArgs(ctypes.Structure):  # ta_fwd_args (every field: ctypes zero-fills the rest)
-    _fields_ = [(n, ctypes.c_void_p) for n in
-                ("q", "k", "v", "conv_w", "seqlens_k", "o", "lse", "trace")] + [
-        (n + "_strides", Strides) for n in ("q", "k", "v", "o")]
-
-
-class BwdArgs(ctypes.Structure):  # ta_bwd_args
-    _fields_ = [(n, ctypes.c_void_p) for n in
-                ("q", "k", "v", "o", "d_o", "lse", "conv_w", "seqlens_k", "dq", "dk", "dv",
-                 "dconv_w", "trace")] + [
-        (n + "_strides", Strides) for n in ("q", "k", "v", "o", "d_o", "dq", "dk", "dv")]
 
 
 def load(lib_path):
@@ -185,21 +167,6 @@ def run(lib, b, h, s, d, causal, warmup, reps):
     del out, grads, qt, kt, vt
     torch.cuda.empty_cache()
     return t, flops, err_o, err_g
-
-
-def eager_mta(q, k, v, w, scale):
-    """The released MTA code's pre-softmax key-query conv, f32, materialised:
-    scores zero-masked by each score's own causal pair, padded c_q-1 rows on top
-    and P columns each side, conv2d per head, then the -inf mask and softmax."""
-    h, c_q, c_k = w.shape
-    s_q, s_k = q.shape[2], k.shape[2]
-    vis = torch.ones(s_q, s_k, device=q.device, dtype=torch.bool).tril(s_k - s_q)
-    s = (q @ k.transpose(-1, -2)) * scale
-    s = s.masked_fill(~vis, 0.0)
-    s = F.pad(s, ((c_k - 1) // 2, (c_k - 1) // 2, c_q - 1, 0))
-    c = F.conv2d(s, w.unsqueeze(1), groups=h)
-    c = c.masked_fill(~vis, float("-inf"))
-    return torch.softmax(c, dim=-1) @ v
 
 
 def run_mta(lib, b, h, s, d, c_q, c_k, warmup, reps):

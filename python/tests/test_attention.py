@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import tileattn
+from tileattn.reference import eager_mta
 
 BASE_SEED = int(os.environ.get("TILEATTN_TEST_SEED", random.SystemRandom().randrange(1 << 31)))
 print(f"tileattn tests: base seed {BASE_SEED} (TILEATTN_TEST_SEED={BASE_SEED} replays), "
@@ -71,21 +72,6 @@ def sdpa_ref(q, k, v, scale, mask=None):
     g = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-
-
-def eager_mta(q, k, v, w, scale):
-    """bench/cuda_bench.py's eager MTA: scores zero-masked by each score's own causal
-    pair, padded c_q-1 rows on top and (c_k-1)/2 columns each side, conv2d per head
-    (groups = heads), then the -inf mask and softmax."""
-    h, c_q, c_k = w.shape
-    s_q, s_k = q.shape[2], k.shape[2]
-    vis = torch.ones(s_q, s_k, dtype=torch.bool).tril(s_k - s_q)
-    s = (q @ k.transpose(-1, -2)) * scale
-    s = s.masked_fill(~vis, 0.0)
-    s = F.pad(s, ((c_k - 1) // 2, (c_k - 1) // 2, c_q - 1, 0))
-    c = F.conv2d(s, w.unsqueeze(1), groups=h)
-    c = c.masked_fill(~vis, float("-inf"))
-    return torch.softmax(c, dim=-1) @ v
 
 
 class Case:

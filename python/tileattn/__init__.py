@@ -14,9 +14,11 @@ import torch
 
 from . import _lib
 from ._lib import BwdArgs, FwdArgs, Problem, Strides
+from .reference import eager_mta
 
 __version__ = "0.2.0"
-__all__ = ["attention", "TileattnError", "backend_available", "library_version", "library_path"]
+__all__ = ["attention", "TileattnError", "backend_available", "library_version", "library_path",
+           "eager_mta"]
 
 _DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # ta_dtype
 
