@@ -12,7 +12,10 @@ PyTorch in the same process, on the same tensors and the same stream:
   with groups = heads, -inf mask, softmax, matmul), TF32 off.
 
     python3 bench/cuda_bench.py --lib BUILD/libtileattn_bench.so [--quick] [--reps N]
-                                [--only sdpa|mta]
+                                [--only sdpa|mta] [--csv PATH]
+
+--csv writes every printed row (both tables; column `op` = sdpa or mta) for
+bench/plot_mta.py, which draws the MTA rows against the eager MTA.
 
 The library is the CUDA archive linked whole into a shared object with the
 core's public objects, which bench/cuda_check.sh builds:
@@ -35,6 +38,7 @@ lanes x 2 flops x the maximum SM clock (about 67 TFLOP/s on an H100/H200 SXM):
 exact mode cannot use tensor cores.
 """
 import argparse
+import csv
 import ctypes
 import os
 import statistics
@@ -233,7 +237,8 @@ def run_mta(lib, b, h, s, d, c_q, c_k, warmup, reps):
     peak = torch.cuda.max_memory_allocated() / 2**30
     del out, qt, kt, vt, wt
     torch.cuda.empty_cache()
-    return t, flops_fwd, flops_bwd, err_o, err_g, err_w, peak
+    ws_gib = max(n_fwd.value, n_bwd.value) / 2**30
+    return t, flops_fwd, flops_bwd, err_o, err_g, err_w, peak, ws_gib
 
 
 def lowp_sdpa_ms(b, h, s, d, causal, backend, warmup, reps):
@@ -248,7 +253,7 @@ def lowp_sdpa_ms(b, h, s, d, causal, backend, warmup, reps):
         return float("nan")
 
 
-def sdpa_table(lib, args):
+def sdpa_table(lib, args, rows):
     problems = [(4, 16, 1024, 64, False), (4, 16, 1024, 64, True), (2, 16, 4096, 64, True),
                 (2, 16, 4096, 128, True), (1, 16, 8192, 128, True), (1, 16, 4096, 256, False)]
     if args.quick:
@@ -265,6 +270,11 @@ def sdpa_table(lib, args):
         fl = lowp_sdpa_ms(b, h, s, d, causal, SDPBackend.FLASH_ATTENTION, args.warmup, args.reps)
         cu = lowp_sdpa_ms(b, h, s, d, causal, SDPBackend.CUDNN_ATTENTION, args.warmup, args.reps)
         tf_fwd, tf_bwd = flops / t['ta_fwd'] / 1e9, 2.5 * flops / t['ta_bwd'] / 1e9
+        rows.append(dict(op="sdpa", B=b, H=h, S=s, D=d, mask="causal" if causal else "full",
+                         conv="", ours_fwd_ms=t['ta_fwd'], base_fwd_ms=t['pt_fwd'],
+                         ours_bwd_ms=t['ta_bwd'], base_bwd_ms=t['pt_bwd'], ours_fwd_tflops=tf_fwd,
+                         ours_bwd_tflops=tf_bwd, base_gib="", ours_ws_gib="",
+                         baseline="torch math f32"))
         print(f"{b:>2} {h:>3} {s:>5} {d:>4} {'causal' if causal else 'full':>6} | "
               f"{t['ta_fwd']:>9.3f} ms {t['pt_fwd']:>7.3f} ms {t['ta_fwd'] / t['pt_fwd']:>6.2f} | "
               f"{t['ta_bwd']:>9.3f} ms {t['pt_bwd']:>7.3f} ms {t['ta_bwd'] / t['pt_bwd']:>6.2f} | "
@@ -275,7 +285,7 @@ def sdpa_table(lib, args):
           "bf16 forward times, tensor cores, for context only; % f32 peak: the better of fwd/bwd")
 
 
-def mta_table(lib, args):
+def mta_table(lib, args, rows):
     problems = [(1, 8, 1024, 64, 6, 11), (1, 8, 2048, 64, 6, 11), (1, 8, 4096, 64, 6, 11),
                 (1, 8, 4096, 128, 6, 11), (1, 8, 8192, 64, 6, 11), (1, 8, 2048, 64, 3, 3)]
     if args.quick:
@@ -291,13 +301,18 @@ def mta_table(lib, args):
     for (b, h, s, d, c_q, c_k) in problems:
         torch.cuda.reset_peak_memory_stats()
         try:
-            t, f_fwd, f_bwd, err_o, err_g, err_w, gib = run_mta(lib, b, h, s, d, c_q, c_k,
-                                                                args.warmup, args.reps)
+            t, f_fwd, f_bwd, err_o, err_g, err_w, gib, ws_gib = run_mta(
+                lib, b, h, s, d, c_q, c_k, args.warmup, args.reps)
         except RuntimeError as e:  # tileattn not supporting it yet, or torch out of memory
             print(f"{b:>2} {h:>3} {s:>5} {d:>4} {c_q:>2}x{c_k:<2} | failed: {e}", flush=True)
             torch.cuda.empty_cache()
             continue
         tf_fwd, tf_bwd = f_fwd / t['ta_fwd'] / 1e9, f_bwd / t['ta_bwd'] / 1e9
+        rows.append(dict(op="mta", B=b, H=h, S=s, D=d, mask="causal", conv=f"{c_q}x{c_k}",
+                         ours_fwd_ms=t['ta_fwd'], base_fwd_ms=t['pt_fwd'],
+                         ours_bwd_ms=t['ta_bwd'], base_bwd_ms=t['pt_bwd'],
+                         ours_fwd_tflops=tf_fwd, ours_bwd_tflops=tf_bwd, base_gib=gib,
+                         ours_ws_gib=ws_gib, baseline="eager torch MTA f32"))
         print(f"{b:>2} {h:>3} {s:>5} {d:>4} {c_q:>2}x{c_k:<2} | "
               f"{t['ta_fwd']:>9.3f} ms {t['pt_fwd']:>7.3f} ms {t['ta_fwd'] / t['pt_fwd']:>6.2f} | "
               f"{t['ta_bwd']:>9.3f} ms {t['pt_bwd']:>7.3f} ms {t['ta_bwd'] / t['pt_bwd']:>6.2f} | "
@@ -309,6 +324,20 @@ def mta_table(lib, args):
           "scores several times; tileattn's workspace is O(B*H*S))")
 
 
+CSV_FIELDS = ("device", "op", "B", "H", "S", "D", "mask", "conv", "ours_fwd_ms", "base_fwd_ms",
+              "ours_bwd_ms", "base_bwd_ms", "ours_fwd_tflops", "ours_bwd_tflops", "base_gib",
+              "ours_ws_gib", "baseline")
+
+
+def write_csv(path, rows, device):
+    """The rows of both tables, one CSV (bench/plot_mta.py reads it)."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        w.writeheader()
+        for r in rows:
+            w.writerow(dict(r, device=device))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lib", required=True)
@@ -316,6 +345,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--only", choices=("sdpa", "mta"))
+    ap.add_argument("--csv", help="also write the rows of both tables to this CSV")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -327,10 +357,13 @@ def main():
     F32_PEAK_TFLOPS = f32_peak_tflops()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"f32 FMA peak {F32_PEAK_TFLOPS:.1f} TFLOP/s")
+    rows = []
     if args.only != "mta":
-        sdpa_table(lib, args)
+        sdpa_table(lib, args, rows)
     if args.only != "sdpa":
-        mta_table(lib, args)
+        mta_table(lib, args, rows)
+    if args.csv:
+        write_csv(args.csv, rows, torch.cuda.get_device_name())
     return 0
 
 
