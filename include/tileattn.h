@@ -430,6 +430,85 @@ typedef struct ta_tune_result {
 ta_status ta_tune_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, void *workspace,
                       size_t workspace_bytes, void *stream, int32_t reps, ta_tune_result *out);
 
+/* ---- Rotary position embeddings: table builders (docs/rope.md) ---- */
+
+/** Frequency scaling of a 1-D rotary table (ta_rope_1d.scaling). With R =
+ *  2 n_pairs rotated dims, pair i in [0, n_pairs) turns by the angle
+ *  pos * f_i, f_i = base^(-2 i / R), unless scaled: */
+typedef enum ta_rope_scaling {
+    TA_ROPE_SCALE_NONE = 0,   /**< f_i as above */
+    TA_ROPE_SCALE_LINEAR = 1, /**< position interpolation: f_i / factor */
+    TA_ROPE_SCALE_NTK = 2,    /**< NTK-aware: base replaced by base factor^(R / (R - 2)) */
+    TA_ROPE_SCALE_YARN = 3    /**< YaRN: f_i / factor for long wavelengths, f_i for short,
+                                   a linear ramp between (beta_fast, beta_slow rotations
+                                   over orig_max_pos positions); cos and sin times mscale */
+} ta_rope_scaling;
+
+/** A 1-D rotary table: row t of cos/sin holds cos(a_i), sin(a_i) of pair i for
+ *  the position of row t. Zero-initialise, then set what you need; zero keeps
+ *  each field's default. */
+typedef struct ta_rope_1d {
+    int32_t n_pairs;       /**< pairs per row, >= 1 (R = 2 n_pairs rotated dims) */
+    int32_t rows;          /**< rows written, >= 0 (identity rows included) */
+    int32_t row_stride;    /**< floats from one row to the next, >= n_pairs; 0 -> n_pairs */
+    int32_t identity_rows; /**< leading rows with cos = 1, sin = 0 (tokens that do not
+                                rotate: CLS, registers), in [0, rows] */
+    double base;           /**< > 0; 0 -> 10000 */
+    double pos_scale;      /**< row t >= identity_rows is at position
+                                (t - identity_rows) pos_scale + pos_offset; 0 -> 1 */
+    double pos_offset;     /**< see pos_scale; finite */
+    int32_t scaling;       /**< ta_rope_scaling */
+    int32_t orig_max_pos;  /**< YaRN: the context length the model was trained at, >= 1 */
+    double factor;         /**< LINEAR, NTK, YaRN: the extension factor, >= 1 */
+    double beta_fast;      /**< YaRN: rotations where the ramp ends (pure f_i); 0 -> 32 */
+    double beta_slow;      /**< YaRN: rotations where the ramp starts (pure f_i / factor);
+                                0 -> 1; beta_fast > beta_slow */
+    double mscale;         /**< YaRN: cos, sin multiplier; 0 -> 0.1 ln(factor) + 1 */
+} ta_rope_1d;
+
+/** A 2-D axial rotary table for a grid_h x grid_w patch grid (ViTs): after
+ *  identity_rows rows of cos = 1, sin = 0, row identity_rows + y grid_w + x is
+ *  patch (y, x) (row-major token order). Half the pairs turn by the column
+ *  position x scale_w, the other half by the row position y scale_h, each
+ *  half with frequencies f_i = base^(-2 i / n_pairs), i in [0, n_pairs / 2). */
+typedef struct ta_rope_2d {
+    int32_t n_pairs;       /**< pairs per row, even, >= 2 */
+    int32_t grid_h;        /**< patch rows, >= 1 */
+    int32_t grid_w;        /**< patch columns, >= 1 */
+    int32_t row_stride;    /**< >= n_pairs; 0 -> n_pairs */
+    int32_t identity_rows; /**< >= 0 */
+    int32_t y_first;       /**< 0: pairs [0, n_pairs / 2) turn with x (the column), the
+                                rest with y; 1: y first */
+    double base;           /**< > 0; 0 -> 100 */
+    double scale_h;        /**< multiplier of the row position y; 0 -> 1 */
+    double scale_w;        /**< multiplier of the column position x; 0 -> 1 */
+} ta_rope_2d;
+
+/**
+ * Fills a 1-D rotary table into the caller's buffers (no allocation). The
+ * angles and cos/sin are computed in double precision (the C library's cos,
+ * sin, pow, log) and rounded once to float: the same table on every machine
+ * whose C library rounds those correctly, which glibc's do in practice but
+ * the C standard does not promise (docs/rope.md).
+ * @param[in]  cfg  the table; checked as documented in its fields
+ * @param[out] cos  [rows][row_stride] floats; entries past n_pairs in a row untouched
+ * @param[out] sin  as cos; must not overlap it
+ * @return TA_OK; TA_ERR_NULL_ARG (a NULL pointer); TA_ERR_BAD_ARG (a field out
+ *         of range, NaN, overlapping tables); TA_ERR_OVERFLOW (rows * row_stride
+ *         does not fit); nothing written on error
+ */
+ta_status ta_rope_table_1d(const ta_rope_1d *cfg, float *cos, float *sin);
+
+/**
+ * Fills a 2-D axial rotary table: identity_rows + grid_h grid_w rows of
+ * row_stride floats each. As ta_rope_table_1d otherwise.
+ * @param[in]  cfg  the table
+ * @param[out] cos  [identity_rows + grid_h grid_w][row_stride] floats
+ * @param[out] sin  as cos; must not overlap it
+ * @return as ta_rope_table_1d
+ */
+ta_status ta_rope_table_2d(const ta_rope_2d *cfg, float *cos, float *sin);
+
 /** 1 if backend be is compiled in and usable now (a device is present for
  *  CUDA) and implements ta_fwd/ta_bwd; 0 otherwise.
  *  @param[in] be  any value; one outside the enum gives 0
