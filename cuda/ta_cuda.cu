@@ -138,8 +138,10 @@ ta_status ta_cuda_launch_batches(const ta_cuda_launch_desc *l, int n, const int3
 ta_status ta_cuda_tiling(const ta_plan *plan, int32_t block_q, int32_t block_k, int32_t pass,
                          ta_tiling *t) {
     const ta_problem *pr = &plan->p;
+    /* the forward's key splits (the backward has none) */
     const int st = ta_tiling_make(t, pr->seq_q, pr->seq_k, block_q, block_k, pr->conv_q, pr->conv_k,
-                                  plan->fwd.causal, pass, 1);
+                                  plan->fwd.causal, pass,
+                                  pass == TA_TILING_FWD ? plan->fwd.num_splits : 1);
     if (st != TA_OK) return (ta_status)st;
     ta_tiling_set_window(t, plan->fwd.window_left, plan->fwd.window_right);
     return TA_OK;
@@ -172,6 +174,25 @@ void ta_cuda_params_fwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling 
     p->lse = a->lse;
     p->conv_w = a->conv_w;
     ta_cuda_params_dims(p, plan, t, a->seqlens_k);
+}
+
+ta_status ta_cuda_fwd_launch(const void *kernel, size_t smem, const ta_plan *plan,
+                             const ta_tiling *t, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                             void *stream) {
+    ta_cuda_params prm;
+    ta_cuda_launch_desc launch;
+    ta_status st;
+    ta_cuda_params_fwd(&prm, plan, t, a);
+    prm.part_o = ws->part_o; /* split-K's parts (NULL with one split) */
+    prm.part_lse = ws->part_lse;
+    prm.n_rows = (int64_t)plan->n_lse;
+    launch = ta_cuda_launch_of(kernel, &prm,
+                               (int64_t)plan->p.heads_q * t->num_q_tiles * t->num_splits, 0, smem);
+    if ((st = ta_cuda_launch_batches(&launch, 1, a->seqlens_k, plan->p.batch, stream)) != TA_OK)
+        return st;
+    if (plan->fwd.num_splits == 1) return TA_OK;
+    return ta_cuda_merge_parts(plan, ws->part_o, TA_F32, ws->part_lse, plan->fwd.num_splits, a->o,
+                               a->lse, stream);
 }
 
 void ta_cuda_params_bwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling *t,

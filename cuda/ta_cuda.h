@@ -19,12 +19,22 @@ extern "C" {
 #endif
 
 /*
- * Device workspace of a forward call. Nothing yet: the forward keeps every tile
- * in shared memory and takes seqlens_k by value in the kernel parameters (see
- * ta_cuda_sdpa_fwd.cu). The MTA conv and split-K will add regions here.
+ * Device workspace of a forward call. The forward keeps every tile in shared
+ * memory and takes seqlens_k by value in the kernel parameters (see
+ * ta_cuda_sdpa_fwd.cu); only split-K (n = plan->fwd.num_splits > 1) has
+ * regions, the parts the forward kernels write and the merge kernel reads:
+ *
+ *   +--------------------------------------+
+ *   | part_o   [n, B, H, S_q, D_v] f32      |  part s's normalised o_s
+ *   +--------------------------------------+
+ *   | part_lse [n, B, H, S_q] f32           |  part s's lse_s (-inf: no key)
+ *   +--------------------------------------+
+ *
+ *   bytes = round_up(4 n B H S_q D_v, 64) + round_up(4 n B H S_q, 64); 0 with one split
  */
 typedef struct ta_cuda_fwd_ws {
-    int unused; /* C11 needs one member */
+    float *part_o;   /* [n, B, H, S_q, D_v]; NULL with one split */
+    float *part_lse; /* [n, B, H, S_q]; NULL with one split */
 } ta_cuda_fwd_ws;
 
 /*
@@ -78,6 +88,19 @@ ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_cu
                           void *stream);
 ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a, const ta_cuda_bwd_ws *ws,
                           void *stream);
+
+/* The merge kernel (cuda/ta_cuda_merge.cu, src/ta_merge.h's arithmetic): n
+ * parts o_parts [n, B, H, S_q, D_v] in dtype parts_dt (contiguous) and
+ * lse_parts [n, B, H, S_q] into o (plan->p.dtype, plan->layout.o) and lse
+ * (contiguous, or NULL), on stream. Split-K's forward calls it on its f32
+ * parts after its kernels; ta_merge (ta_cuda_merge) on the caller's. No
+ * pointer checks here. */
+ta_status ta_cuda_merge_parts(const ta_plan *plan, const void *o_parts, ta_dtype parts_dt,
+                              const float *lse_parts, int32_t n, void *o, float *lse,
+                              void *stream);
+/* ta_merge on CUDA: checks the device pointers (TA_ERR_BAD_ARG), then
+ * ta_cuda_merge_parts on the caller's parts (dtype plan->p.dtype). */
+ta_status ta_cuda_merge(const ta_plan *plan, const ta_merge_args *a, void *stream);
 
 /* Candidates of one head dim in the fast configuration table, at most. */
 #define TA_CUDA_FAST_CFG_MAX 4

@@ -46,8 +46,16 @@ static ta_status ta_cuda_tune_fwd_not_linked(const ta_plan *plan, const ta_fwd_a
     return TA_ERR_BACKEND_UNAVAILABLE;
 }
 
+static ta_status ta_cuda_merge_not_linked(const ta_plan *plan, const ta_merge_args *a,
+                                          void *stream) {
+    (void)plan;
+    (void)a;
+    (void)stream;
+    return TA_ERR_BACKEND_UNAVAILABLE;
+}
+
 const ta_backend_ops ta_cuda_ops = {
     ta_cuda_not_linked,     ta_cuda_supports,       ta_cuda_fwd_size, ta_cuda_bwd_size,
     ta_cuda_fwd_not_linked, ta_cuda_bwd_not_linked, 0,
-    ta_cuda_tune_fwd_not_linked,
+    ta_cuda_tune_fwd_not_linked, ta_cuda_merge_not_linked,
 };

@@ -31,6 +31,13 @@ void ta_cuda_params_fwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling 
                         const ta_fwd_args *a);
 void ta_cuda_params_bwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling *t,
                         const ta_bwd_args *a, const ta_cuda_bwd_ws *ws);
+/* An exact forward's launch (SDPA and MTA): the parameters (ta_cuda_params_fwd
+ * and split-K's parts in ws), one block per (b, h, Q tile of t, part) through
+ * ta_cuda_launch_batches, then with split-K the merge kernel of ws's parts
+ * into a->o, a->lse (cuda/ta_cuda_merge.cu). */
+ta_status ta_cuda_fwd_launch(const void *kernel, size_t smem, const ta_plan *plan,
+                             const ta_tiling *t, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                             void *stream);
 
 /*
  * The tiling a kernel runs: block_q x block_k tiles of the plan's problem for

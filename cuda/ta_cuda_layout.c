@@ -24,6 +24,8 @@
 #include "ta_cuda.h"
 #include "ta_internal.h"
 
+/* A split-K forward (num_splits > 1) in fast mode runs the exact kernels
+ * (ta_cuda_ops.c); the fast backward ignores num_splits, as every backward. */
 int ta_cuda_fast_path(const ta_plan *plan) {
     return plan->p.precision == TA_PRECISION_FAST && plan->p.dtype != TA_F32 && !plan->has_conv;
 }
@@ -47,12 +49,20 @@ int ta_cuda_supports(const ta_plan *plan) {
     return 1;
 }
 
-/* The one forward layout routine: sizes (base NULL) and carves (base set). */
+/* The one forward layout routine: sizes (base NULL) and carves (base set);
+ * split-K's parts only (ta_cuda.h draws them). */
 ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws, size_t *bytes) {
     ta_ws_cursor c;
-    (void)plan;
     ta_ws_begin(&c, base);
-    ws->unused = 0;
+    ws->part_o = ws->part_lse = NULL;
+    if (plan->fwd.num_splits > 1) {
+        size_t n_o = 0, n_lse = 0;
+        if (!ta_mul_size(plan->n_o, (size_t)plan->fwd.num_splits, &n_o) ||
+            !ta_mul_size(plan->n_lse, (size_t)plan->fwd.num_splits, &n_lse))
+            return TA_ERR_OVERFLOW;
+        ws->part_o = TA_WS_TAKE(&c, float, n_o);
+        ws->part_lse = TA_WS_TAKE(&c, float, n_lse);
+    }
     if (c.overflow) return TA_ERR_OVERFLOW;
     *bytes = c.used;
     return TA_OK;

@@ -80,21 +80,23 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     int32_t *key_hi = reinterpret_cast<int32_t *>(base + sm.key_hi);
     int32_t *tile_lo = reinterpret_cast<int32_t *>(base + sm.tile_lo);
     int32_t *tile_hi = reinterpret_cast<int32_t *>(base + sm.tile_hi);
-    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
+    const int32_t n_split = t.num_splits; /* split-K: parts per Q tile (1: none) */
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt * n_split;
     /* S columns past a tile's loaded ones are read by the conv's discarded
      * lanes only; zero them once so they are never uninitialised */
     for (int e = tid; e < TA_CUDA_TILE * s_ld; e += TA_CUDA_THREADS)
         s[e] = 0.0f;
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt);
+        const int32_t split = (int32_t)(tile % n_split);
+        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile / n_split, n_qt);
         const int32_t qt = at.qt;
         const ta_tile_ctx &c = ctx_s; /* the tile's context: made once, read where used */
         const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
         const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
         ta_cuda_mta_region g;
         float acc[4][NS][4]; /* acc[row 4ty+r][feature s*64 + 4tx + e] */
-        int32_t kt;
+        int32_t kt, k_first, k_last;
         g.row_load0 = ta_tile_row_load_begin(&t, qt);
         g.rows_load = ta_tile_row_load_end(&t, qt) - g.row_load0; /* rows + c_q - 1 <= 64 */
         ta_cuda_acc_zero<NS>(acc);
@@ -114,8 +116,10 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             v_slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.v, c.v, p.lay.v.seq), p.head_dim_v,
                                            tid * TA_CUDA_SLOT);
         ta_cuda_mta_load_w(w_s, p.conv_w, c.head, p.conv_q, p.conv_k); /* ends with a barrier */
-        /* the context's K tiles [k_begin, k_end) ascending; the others are fully masked */
-        for (kt = c.k_begin; kt < c.k_end; ++kt) {
+        /* the context's K tiles [k_begin, k_end) of this part, ascending; the
+         * others are fully masked (or another part's) */
+        ta_tile_split_visit(&t, c.key_len, split, c.k_begin, c.k_end, &k_first, &k_last);
+        for (kt = k_first; kt < k_last; ++kt) {
             const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
             const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
             g.col_load0 = ta_tile_col_load_begin(&t, kt);
@@ -143,10 +147,10 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                                                 tile_hi, m_run, l_run, m_new, alpha, stage, v_slots,
                                                 acc);
         }
-        /* step 7: o = acc / l (IEEE division), lse = m + log(l); unseen rows: 0, -inf */
+        /* step 7: o = acc / l (IEEE division), lse = m + log(l); unseen rows: 0,
+         * -inf; split-K: into part `split` (f32), merged by the merge kernel */
         __syncthreads();
-        ta_cuda_fwd_store_rows<DT, NS>(row0, rows, p.head_dim_v, acc, m_run, l_run, p.o, c.o,
-                                       p.lay.o.seq, p.lse, c.lse);
+        ta_cuda_fwd_store_part<DT, NS>(p, c, split, row0, rows, acc, m_run, l_run);
     }
 }
 
@@ -167,12 +171,11 @@ extern "C" ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a,
                              : ta_cuda_pick<ta_cuda_mta_fwd_family<false>, 1>(pr->dtype, ns);
     const void *ptrs[6] = {a->q, a->k, a->v, a->o, a->lse, a->conv_w};
     ta_tiling t;
-    ta_cuda_params prm;
-    ta_cuda_launch_desc launch;
     size_t smem;
     ta_status st;
-    (void)ws; /* no device workspace (ta_cuda.h) */
+    const void *ptrs_ws[1] = {ws->part_o}; /* split-K's parts (NULL: none) */
     if ((st = ta_cuda_check_pointers(ptrs, 6)) != TA_OK) return st;
+    if ((st = ta_cuda_check_pointers(ptrs_ws, 1)) != TA_OK) return st;
     /* 64 loaded rows per CUDA Q tile (64 - (c_q - 1) effective); the plan's k tiles, mask */
     if ((st = ta_cuda_tiling(plan, TA_CUDA_TILE, plan->fwd.block_k, TA_TILING_FWD, &t)) != TA_OK)
         return st;
@@ -183,7 +186,5 @@ extern "C" ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a,
     st = ta_cuda_smem_opt_in(kernel, smem,
                              (size_t)ta_cuda_mta_fwd_smem(TA_BLOCK_MAX).floats * sizeof(float));
     if (st != TA_OK) return st;
-    ta_cuda_params_fwd(&prm, plan, &t, a);
-    launch = ta_cuda_launch_of(kernel, &prm, (int64_t)pr->heads_q * t.num_q_tiles, 0, smem);
-    return ta_cuda_launch_batches(&launch, 1, a->seqlens_k, pr->batch, stream);
+    return ta_cuda_fwd_launch(kernel, smem, plan, &t, a, ws, stream);
 }

@@ -26,7 +26,9 @@ static ta_status ta_cuda_fwd(const ta_plan *plan, const ta_fwd_args *a, void *wo
     size_t bytes;
     const ta_status st = ta_cuda_fwd_layout(plan, workspace, &ws, &bytes);
     if (st != TA_OK) return st;
-    if (ta_cuda_fast_path(plan)) return ta_cuda_fast_fwd(plan, a, &ws, stream);
+    /* split-K runs the exact kernels, also in fast mode (docs/cuda.md) */
+    if (ta_cuda_fast_path(plan) && plan->fwd.num_splits == 1)
+        return ta_cuda_fast_fwd(plan, a, &ws, stream);
     return plan->has_conv ? ta_cuda_mta_fwd(plan, a, &ws, stream)
                           : ta_cuda_sdpa_fwd(plan, a, &ws, stream);
 }
@@ -48,7 +50,8 @@ static ta_status ta_cuda_tune_fwd(const ta_plan *plan, const ta_fwd_args *a, voi
     ta_cuda_fwd_ws ws;
     size_t bytes;
     ta_status st;
-    if (!ta_cuda_fast_path(plan)) return TA_ERR_UNSUPPORTED;
+    /* split-K's forward has no configurations: it runs the exact kernels */
+    if (!ta_cuda_fast_path(plan) || plan->fwd.num_splits > 1) return TA_ERR_UNSUPPORTED;
     if ((st = ta_cuda_fwd_layout(plan, workspace, &ws, &bytes)) != TA_OK) return st;
     return ta_cuda_fast_tune(plan, a, &ws, stream, reps, out);
 }
@@ -56,5 +59,5 @@ static ta_status ta_cuda_tune_fwd(const ta_plan *plan, const ta_fwd_args *a, voi
 const ta_backend_ops ta_cuda_ops = {
     ta_cuda_available, ta_cuda_supports, ta_cuda_fwd_size, ta_cuda_bwd_size,
     ta_cuda_fwd,       ta_cuda_bwd,      0,
-    ta_cuda_tune_fwd,
+    ta_cuda_tune_fwd,  ta_cuda_merge,
 };

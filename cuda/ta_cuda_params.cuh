@@ -63,6 +63,11 @@ struct ta_cuda_params {
     /* this launch's batch entries [batch_begin, batch_begin + batch_count)
      * (ta_cuda_launch_batches sets them) */
     int32_t batch_begin, batch_count;
+    /* split-K forward (t.num_splits > 1): part s of row (b, h, r) at
+     * part_o + ((s n_rows + (b H + h) S_q + r) D_v and part_lse + s n_rows +
+     * (b H + h) S_q + r, n_rows = B H S_q (ta_cuda_fwd_ws); NULL otherwise */
+    float *part_o, *part_lse;
+    int64_t n_rows;
     int32_t has_seqlens;
     int32_t seqlens_k[TA_CUDA_BATCH_CHUNK]; /* [batch_count] when has_seqlens */
 };
@@ -90,7 +95,9 @@ TA_CUDA_PARAMS_FN ta_tile_ctx ta_cuda_context(const ta_cuda_params &p, int32_t b
 }
 
 /* A block's tile of a query-side grid [batch_count][heads_q][n_qt] (SDPA and
- * MTA forward, dq): the last q tiles first, the longest under the causal mask. */
+ * MTA forward, dq): the last q tiles first, the longest under the causal mask.
+ * The split-K forward's grid is [batch_count][heads_q][n_qt][num_splits]:
+ * tile / num_splits is the Q tile's number here, tile % num_splits its part. */
 typedef struct ta_cuda_q_tile {
     int32_t b_local, h, qt;
 } ta_cuda_q_tile;

@@ -14,7 +14,11 @@
  *   3. p[i][j] = exp(s[i][j] - m_new[i])            threads over (i, j), visible only
  *   4. l = l * alpha + sum_j p                       one thread per row, j ascending
  *   5. acc = acc * alpha; acc += p[i][j] v[j]        threads over (i, d), j ascending
- * then o = acc / l, lse = m + log(l) (rows that saw no key: 0, -inf). Steps 2-5
+ * then o = acc / l, lse = m + log(l) (rows that saw no key: 0, -inf). Split-K
+ * (plan->fwd.num_splits = n > 1): one block per (b, h, Q tile, part), each
+ * visiting its part's K tiles (ta_tile_split_visit) and storing its (o_s,
+ * lse_s) in f32 into the workspace; the merge kernel (cuda/ta_cuda_merge.cu)
+ * then writes o and lse. Steps 2-5
  * visit row i's visible columns of the tile only, [max(lo_i, col0), min(hi_i,
  * col0 + cols)) for its key interval [lo_i, hi_i) (ta_cuda_row_keys): masked
  * entries are skipped, never added as zeros. Row r of a tensor slice is at
@@ -64,16 +68,18 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     int32_t *key_hi = reinterpret_cast<int32_t *>(base + sm.key_hi);
     int32_t *tile_lo = reinterpret_cast<int32_t *>(base + sm.tile_lo);
     int32_t *tile_hi = reinterpret_cast<int32_t *>(base + sm.tile_hi);
-    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
+    const int32_t n_split = t.num_splits; /* split-K: parts per Q tile (1: none) */
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt * n_split;
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt);
+        const int32_t split = (int32_t)(tile % n_split);
+        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile / n_split, n_qt);
         const int32_t qt = at.qt;
         const ta_tile_ctx &c = ctx_s; /* the tile's context: made once, read where used */
         const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
         const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
         float acc[4][NS][4]; /* acc[row 4ty+r][feature s*64 + 4tx + e] */
-        int32_t kt;
+        int32_t kt, k_first, k_last;
         ta_cuda_acc_zero<NS>(acc);
         /* init: m = -inf, l = 0 per row; the visible key interval of each row;
          * the V slots on this tile's kv slice */
@@ -89,8 +95,10 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         if (tid < NS)
             v_slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.v, c.v, p.lay.v.seq), p.head_dim_v,
                                            tid * TA_CUDA_SLOT);
-        /* the context's K tiles [k_begin, k_end) ascending; the others are fully masked */
-        for (kt = c.k_begin; kt < c.k_end; ++kt) {
+        /* the context's K tiles [k_begin, k_end) of this part, ascending; the
+         * others are fully masked (or another part's) */
+        ta_tile_split_visit(&t, c.key_len, split, c.k_begin, c.k_end, &k_first, &k_last);
+        for (kt = k_first; kt < k_last; ++kt) {
             const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
             const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
             int32_t c0;
@@ -112,10 +120,10 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             ta_cuda_softmax_pv_tile<DT, NS, WL>(st, col0, cols, key_lo, key_hi, tile_lo, tile_hi,
                                                 m_run, l_run, m_new, alpha, stage, v_slots, acc);
         }
-        /* step 6: o = acc / l (IEEE division), lse = m + log(l); unseen rows: 0, -inf */
+        /* step 6: o = acc / l (IEEE division), lse = m + log(l); unseen rows: 0,
+         * -inf; split-K: into part `split` (f32), merged by the merge kernel */
         __syncthreads();
-        ta_cuda_fwd_store_rows<DT, NS>(row0, rows, p.head_dim_v, acc, m_run, l_run, p.o, c.o,
-                                       p.lay.o.seq, p.lse, c.lse);
+        ta_cuda_fwd_store_part<DT, NS>(p, c, split, row0, rows, acc, m_run, l_run);
     }
 }
 
@@ -136,12 +144,11 @@ extern "C" ta_status ta_cuda_sdpa_fwd(const ta_plan *plan, const ta_fwd_args *a,
                              : ta_cuda_pick<ta_cuda_fwd_family<false>, 1>(pr->dtype, ns);
     const void *ptrs[5] = {a->q, a->k, a->v, a->o, a->lse};
     ta_tiling t;
-    ta_cuda_params prm;
-    ta_cuda_launch_desc launch;
     size_t smem;
     ta_status st;
-    (void)ws; /* no device workspace yet (ta_cuda.h) */
+    const void *ptrs_ws[1] = {ws->part_o}; /* split-K's parts (NULL: none) */
     if ((st = ta_cuda_check_pointers(ptrs, 5)) != TA_OK) return st;
+    if ((st = ta_cuda_check_pointers(ptrs_ws, 1)) != TA_OK) return st;
     /* 64-row CUDA Q tiles; the plan's k tiles and mask */
     if ((st = ta_cuda_tiling(plan, TA_CUDA_TILE, plan->fwd.block_k, TA_TILING_FWD, &t)) != TA_OK)
         return st;
@@ -151,7 +158,5 @@ extern "C" ta_status ta_cuda_sdpa_fwd(const ta_plan *plan, const ta_fwd_args *a,
     st = ta_cuda_smem_opt_in(kernel, smem,
                              (size_t)ta_cuda_sdpa_fwd_smem(TA_BLOCK_MAX).floats * sizeof(float));
     if (st != TA_OK) return st;
-    ta_cuda_params_fwd(&prm, plan, &t, a);
-    launch = ta_cuda_launch_of(kernel, &prm, (int64_t)pr->heads_q * t.num_q_tiles, 0, smem);
-    return ta_cuda_launch_batches(&launch, 1, a->seqlens_k, pr->batch, stream);
+    return ta_cuda_fwd_launch(kernel, smem, plan, &t, a, ws, stream);
 }

@@ -31,6 +31,8 @@
 
 #include <cuda_runtime.h>
 
+#include "ta_cuda_params.cuh"
+
 extern "C" {
 #include "ta_internal.h"
 #include "ta_math.h"
@@ -562,6 +564,27 @@ TA_CUDA_DEV void ta_cuda_store_block(int32_t row0, int32_t rows, int32_t row_len
                     ta_cuda_store<DT>(dst, (size_t)(first + f),
                                       scaled ? mul * acc[r][s][e] : acc[r][s][e]);
             }
+    }
+}
+
+/*
+ * The forwards' store of a tile's rows: into the call's o and lse
+ * (ta_cuda_fwd_store_rows in the storage dtype) with one split; with split-K
+ * (p.t.num_splits > 1) into part `split` of the workspace, f32, rows D_v
+ * apart (ta_cuda_fwd_ws), which the merge kernel reads.
+ */
+template <int DT, int NS>
+TA_CUDA_DEV void ta_cuda_fwd_store_part(const ta_cuda_params &p, const ta_tile_ctx &c,
+                                        int32_t split, int32_t row0, int32_t rows,
+                                        const float (&acc)[4][NS][4], const float *m_run,
+                                        const float *l_run) {
+    if (p.t.num_splits > 1) {
+        const int64_t part = (int64_t)split * p.n_rows + c.lse; /* row 0 of the slice */
+        ta_cuda_fwd_store_rows<TA_F32, NS>(row0, rows, p.head_dim_v, acc, m_run, l_run, p.part_o,
+                                           part * p.head_dim_v, p.head_dim_v, p.part_lse, part);
+    } else {
+        ta_cuda_fwd_store_rows<DT, NS>(row0, rows, p.head_dim_v, acc, m_run, l_run, p.o, c.o,
+                                       p.lay.o.seq, p.lse, c.lse);
     }
 }
 

@@ -158,7 +158,25 @@ typedef struct ta_problem {
                                  section 7); a k past the table: TA_ERR_UNSUPPORTED.
                                  Equal tile_config, equal bits. Ignored elsewhere
                                  (exact mode's tiles are block_q, block_k). >= 0. */
+    int32_t num_splits;     /**< split-K forward (docs/api.md, "Split-K and merge"):
+                                 0 or 1 = one split (the forward as before, bit for
+                                 bit); n > 1 = the key tiles of every row cut into n
+                                 contiguous ascending parts (ta_tile_split_keys),
+                                 each part's (o, lse) computed into the workspace,
+                                 then merged in ascending part order (the ta_merge
+                                 arithmetic); TA_SPLITS_AUTO = a count chosen from
+                                 the problem's sizes alone, never from the device
+                                 (ta_tiling_splits_auto). A count above
+                                 the key tiles is clamped to them (same bits: the
+                                 extra parts are empty). Other negative values:
+                                 TA_ERR_BAD_ARG. ta_bwd validates it and ignores it.
+                                 Same num_splits, same bits on every backend. */
 } ta_problem;
+
+/** ta_problem.num_splits: let the library choose the split count from the
+ *  problem's sizes alone, never from the device (ta_tiling_splits_auto in
+ *  tileattn_tiling.h gives the count). */
+#define TA_SPLITS_AUTO (-1)
 
 /**
  * Element strides of one [B, heads, S, dim] tensor: element (b, h, s, d) lives at
@@ -309,6 +327,57 @@ ta_status ta_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a, void 
                  size_t workspace_bytes, void *stream);
 
 /**
+ * Partial results to merge (ta_merge): K forwards of the same queries over
+ * disjoint key ranges, as ta_fwd returns them (o in the problem's dtype, lse
+ * f32), stacked along a leading dimension. Host memory for REF and CPU, device
+ * memory for CUDA.
+ */
+typedef struct ta_merge_args {
+    int32_t num_parts;       /**< K >= 1 */
+    const void *o_parts;     /**< [K, B, H, S_q, D_v] dtype, contiguous; required */
+    const float *lse_parts;  /**< [K, B, H, S_q] f32, contiguous; required. A part
+                                  with lse = -inf for a row (it saw no key there)
+                                  contributes nothing to that row. */
+    void *o;                 /**< [B, H, S_q, D_v] dtype, laid out by o_strides;
+                                  required; written */
+    float *lse;              /**< [B, H, S_q] f32, contiguous; NULL = not wanted;
+                                  written */
+    ta_strides o_strides;    /**< strides of o (ta_strides); zero = contiguous */
+} ta_merge_args;
+
+/**
+ * Merges K partial attention results computed over disjoint key ranges into
+ * the result over their union (docs/api.md, "Split-K and merge"): per row,
+ * in ascending part order, with the arithmetic of docs/exactness.md section
+ * 10 (the one split-K's forward uses):
+ *
+ *     M = max_s lse_s;  w_s = exp(lse_s - M);  L = sum_s w_s
+ *     o = (sum_s w_s o_s) / L,  lse = M + log(L)
+ *
+ * (the library's exp and log; parts with lse_s = -inf skipped; a row where
+ * every part has lse = -inf gives o = 0, lse = -inf). Same bits on every
+ * backend. The building block of sequence / context parallelism: each device
+ * runs ta_fwd on its share of the keys (with lse), the results are gathered
+ * in key order, and one ta_merge gives the full attention within a few f32
+ * roundings of one ta_fwd over all keys (not bit for bit: the online softmax
+ * rescales at other points).
+ * @param[in]     p       the problem of the partial forwards, validated as by
+ *                        ta_fwd; read: batch, heads_q, seq_q, head_dim_v, dtype
+ * @param[in]     be      backend (host memory for REF and CPU, device memory
+ *                        for CUDA); no workspace is needed
+ * @param[in,out] a       the parts and the outputs; o and lse written on TA_OK only
+ * @param[in]     stream  cudaStream_t for TA_BACKEND_CUDA (NULL = default
+ *                        stream); must be NULL for host backends
+ * @return TA_OK; TA_ERR_NULL_ARG (p, a, o_parts, lse_parts, o); TA_ERR_BAD_ARG
+ *         (num_parts < 1, o_strides, a misaligned or overlapping buffer, or
+ *         on CUDA a pointer the device cannot read); TA_ERR_OVERFLOW (the
+ *         parts' size); the problem's and the backend's statuses as for ta_fwd;
+ *         TA_ERR_DEVICE when a CUDA call fails (ta_explain_merge names a
+ *         failed check)
+ */
+ta_status ta_merge(const ta_problem *p, ta_backend be, const ta_merge_args *a, void *stream);
+
+/**
  * @name Diagnostics
  * Which check refuses a call, in words. Each ta_explain_* runs the
  * validation of its entry point (the same code, in the same order; nothing is
@@ -348,6 +417,15 @@ ta_status ta_explain_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *
 ta_status ta_explain_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a,
                          const void *workspace, size_t workspace_bytes, const void *stream,
                          char *buf, size_t buf_len);
+/**
+ * Explains ta_merge: its checks, nothing computed.
+ * @param[in]  p, be, a, stream  as for ta_merge; only read
+ * @param[out] buf      the line, NUL-terminated; may be NULL
+ * @param[in]  buf_len  bytes at buf; 0 writes nothing
+ * @return the status ta_merge would return before computing
+ */
+ta_status ta_explain_merge(const ta_problem *p, ta_backend be, const ta_merge_args *a,
+                           const void *stream, char *buf, size_t buf_len);
 /**
  * Explains ta_fwd_workspace_size.
  * @param[in]  p, be    as for ta_fwd_workspace_size

@@ -420,6 +420,7 @@ TA_TILING_FN int32_t ta_tile_q_end(const ta_tiling *t, int32_t kt, int32_t key_l
 
 /** Split-K: k tiles [k_begin, k_end) cut into num_splits contiguous, ascending,
  *  possibly empty parts; part `split` is [*begin, *end). Merged in ascending order.
+ *  The forward cuts [0, n) with ta_tile_split_keys, the same for every row.
  *  @param[in]  t             the tiling (its num_splits)
  *  @param[in]  split         the part, in [0, t->num_splits)
  *  @param[in]  k_begin, k_end  the K tiles to cut, k_begin <= k_end
@@ -429,6 +430,74 @@ TA_TILING_FN void ta_tile_split_range(const ta_tiling *t, int32_t split, int32_t
     const int64_t n = (int64_t)k_end - k_begin;
     *begin = k_begin + (int32_t)(n * split / t->num_splits);
     *end = k_begin + (int32_t)(n * (split + 1) / t->num_splits);
+}
+
+/** The split-K cut of the forward: the K tiles of part `split` for key length
+ *  key_len, the part of [0, n) given by ta_tile_split_range, n the K tiles that
+ *  hold a key below key_len. It depends on the key length and the K tiling
+ *  only, never on the rows, so a backend may tile rows as it likes and every
+ *  row still sees the same parts; a Q tile visits the intersection with its own
+ *  [k_begin, k_end) (ta_tile_split_visit). With num_splits >= n every non-empty
+ *  part is one K tile, whatever num_splits is.
+ *  @param[in]  t           the tiling (its num_splits, cols_eff)
+ *  @param[in]  key_len     keys of this batch entry, in [0, S_k]
+ *  @param[in]  split       the part, in [0, t->num_splits)
+ *  @param[out] begin, end  the part's K tiles, within [0, n] */
+TA_TILING_FN void ta_tile_split_keys(const ta_tiling *t, int32_t key_len, int32_t split,
+                                     int32_t *begin, int32_t *end) {
+    const int32_t n = key_len > 0 ? (key_len - 1) / t->cols_eff + 1 : 0;
+    ta_tile_split_range(t, split, 0, n, begin, end);
+}
+
+/** The K tiles a Q tile with context K tiles [k_begin, k_end) visits in part
+ *  `split`: [*begin, *end) = [k_begin, k_end) cut to the part (empty: *begin ==
+ *  *end). With num_splits 1 it is [k_begin, k_end) itself.
+ *  @param[in]  t               the tiling
+ *  @param[in]  key_len         keys of this batch entry, in [0, S_k]
+ *  @param[in]  split           the part, in [0, t->num_splits)
+ *  @param[in]  k_begin, k_end  the Q tile's K tiles (ta_tile_ctx)
+ *  @param[out] begin, end      the tiles to visit, ascending */
+TA_TILING_FN void ta_tile_split_visit(const ta_tiling *t, int32_t key_len, int32_t split,
+                                      int32_t k_begin, int32_t k_end, int32_t *begin,
+                                      int32_t *end) {
+    int32_t b = k_begin, e = k_end;
+    if (t->num_splits > 1) {
+        ta_tile_split_keys(t, key_len, split, &b, &e);
+        b = ta_tiling_max_i32(b, k_begin);
+        e = ta_tiling_min_i32(e, k_end);
+    }
+    *begin = b;
+    *end = e > b ? e : b;
+}
+
+/** TA_SPLITS_AUTO's target: row blocks (B H ceil(S_q / 64)) times splits. */
+#define TA_SPLITS_AUTO_BLOCKS 256
+/** TA_SPLITS_AUTO's fewest keys per split. */
+#define TA_SPLITS_AUTO_MIN_KEYS 512
+/** TA_SPLITS_AUTO's most splits. */
+#define TA_SPLITS_AUTO_MAX 64
+
+/** The split count ta_problem.num_splits = TA_SPLITS_AUTO stands for, from the
+ *  problem's sizes alone (never the device, so every backend and machine picks
+ *  the same count and the same bits): enough splits that the row blocks of 64
+ *  rows times the splits reach TA_SPLITS_AUTO_BLOCKS, but no split under
+ *  TA_SPLITS_AUTO_MIN_KEYS keys and at most TA_SPLITS_AUTO_MAX splits:
+ *
+ *      blocks = B H ceil(S_q / 64)
+ *      n = min(ceil(TA_SPLITS_AUTO_BLOCKS / blocks), S_k / TA_SPLITS_AUTO_MIN_KEYS,
+ *              TA_SPLITS_AUTO_MAX), at least 1
+ *
+ *  (the plan then clamps n to the key tiles, as any count). Decode (a few rows,
+ *  a long cache) gets many splits; a prefill with enough row blocks gets 1.
+ *  @param[in] batch, heads_q, seq_q, seq_k  B, H, S_q, S_k, each >= 1
+ *  @return the count, in [1, TA_SPLITS_AUTO_MAX] */
+TA_TILING_FN int32_t ta_tiling_splits_auto(int32_t batch, int32_t heads_q, int32_t seq_q,
+                                           int32_t seq_k) {
+    const int64_t blocks = (int64_t)batch * heads_q * (((int64_t)seq_q + 63) / 64);
+    int64_t n = (TA_SPLITS_AUTO_BLOCKS + blocks - 1) / blocks;
+    if (n > seq_k / TA_SPLITS_AUTO_MIN_KEYS) n = seq_k / TA_SPLITS_AUTO_MIN_KEYS;
+    if (n > TA_SPLITS_AUTO_MAX) n = TA_SPLITS_AUTO_MAX;
+    return n < 1 ? 1 : (int32_t)n;
 }
 
 /* ---- The operation: the stages of the one forward and one backward pipeline. ----
@@ -446,7 +515,8 @@ TA_TILING_FN void ta_tile_split_range(const ta_tiling *t, int32_t split, int32_t
  *
  * and the backward mirrors it (recompute S, C, P; dC; dS = transform^T(dC)).
  * An operation is a choice of stages, never a new pipeline. Today: no load
- * transform, the MTA conv as the one score transform, one split.
+ * transform, the MTA conv as the one score transform, and ta_problem.num_splits
+ * key splits (ta_tile_split_visit) merged by the ta_merge arithmetic.
  */
 #define TA_LOAD_NONE 0       /**< q, k rows as stored (widened to f32) */
 #define TA_SCORE_NONE 0      /**< C = S */
@@ -457,7 +527,7 @@ TA_TILING_FN void ta_tile_split_range(const ta_tiling *t, int32_t split, int32_t
 typedef struct ta_stages {
     int32_t load;       /**< TA_LOAD_*: transform of q/k rows as they are loaded */
     int32_t score;      /**< TA_SCORE_*: transform of the raw score tile */
-    int32_t num_splits; /**< key splits per row (1) */
+    int32_t num_splits; /**< key splits per row (plan->fwd.num_splits; 1 = none) */
 } ta_stages;
 
 /* ---- Layout: element strides of every tensor, and the per-tile context. ---- */

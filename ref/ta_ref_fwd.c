@@ -16,6 +16,11 @@
  *        effective columns (rescale at this tile boundary)
  *   3. o_i = acc_i / l_i, lse_i = m_i + log(l_i); rows that saw no key: 0, -inf
  *
+ * Split-K (plan->fwd.num_splits = n > 1): steps 1-3 run once per part s
+ * ascending, over the K tiles ta_tile_split_visit gives, and step 3 writes the
+ * part's (o_s, lse_s) in f32 into the workspace; then each row's parts are
+ * merged (src/ta_merge.h, docs/exactness.md section 10) and stored.
+ *
  * Without a conv every halo is 0: the loaded region is the effective region,
  * step 2's conv is skipped and C is the score buffer itself.
  */
@@ -25,6 +30,7 @@
 
 #include "ta_internal.h"
 #include "ta_math.h"
+#include "ta_merge.h"
 #include "ta_ref.h"
 
 /*
@@ -37,8 +43,13 @@
  *   | B_q x D | B_k x D | B_k x D_v | B_q x B_k | B_r x B_c | B_r x D_v | B_r | B_r |
  *   +---------+---------+-----------+-----------+-----------+-----------+-----+-----+
  *   each region starts on a 64-byte boundary (ta_ws_take); c only with a conv
+ *   then, with n = plan->fwd.num_splits > 1 (split-K), the parts of one Q tile:
+ *   +-----------------+-------------+
+ *   | part_o          | part_lse    |
+ *   | n x B_r x D_v   | n x B_r     |
+ *   +-----------------+-------------+
  *
- *   bytes = sum over regions of round_up(4 * elements, 64): O(tile), never O(S).
+ *   bytes = sum over regions of round_up(4 * elements, 64): O(n tile), never O(S).
  */
 typedef struct ta_ref_fwd_ws {
     float *q;       /* [B_q, D]    Q tile: loaded rows, widened, zero outside [0, S_q) */
@@ -49,6 +60,8 @@ typedef struct ta_ref_fwd_ws {
     float *acc;     /* [B_r, D_v]  unnormalised output sum_j p_j v_j */
     float *row_max; /* [B_r]       running max m; -inf until a visible key is seen */
     float *row_sum; /* [B_r]       running sum l */
+    float *part_o;  /* [n, B_r, D_v] split-K: part s's o_s (f32, normalised); else NULL */
+    float *part_lse; /* [n, B_r]     split-K: part s's lse_s; else NULL */
 } ta_ref_fwd_ws;
 
 /* The one layout routine: sizes (base NULL) and carves (base set) the workspace. */
@@ -68,6 +81,14 @@ static ta_status ta_ref_fwd_layout(const ta_plan *plan, void *base, ta_ref_fwd_w
     ws->acc = TA_WS_TAKE(&c, float, (br * dv));
     ws->row_max = TA_WS_TAKE(&c, float, br);
     ws->row_sum = TA_WS_TAKE(&c, float, br);
+    ws->part_o = ws->part_lse = NULL;
+    if (t->num_splits > 1) {
+        const size_t n = (size_t)t->num_splits;
+        size_t n_rows = 0, n_o = 0;
+        if (!ta_mul_size(n, br, &n_rows) || !ta_mul_size(n_rows, dv, &n_o)) return TA_ERR_OVERFLOW;
+        ws->part_o = TA_WS_TAKE(&c, float, n_o);
+        ws->part_lse = TA_WS_TAKE(&c, float, n_rows);
+    }
     if (c.overflow) return TA_ERR_OVERFLOW;
     *bytes = c.used;
     return TA_OK;
@@ -138,27 +159,58 @@ static void ta_ref_fwd_softmax_tile(const ta_plan *plan, const ta_ref_fwd_ws *ws
 
 /* Step 3: o_i = acc_i / l_i (a true division), lse_i = m_i + ta_log(l_i), each
  * rounded once to the storage type by ta_store. A row that saw no key
- * (m still -inf) stores o = 0 and lse = -inf. */
+ * (m still -inf) stores o = 0 and lse = -inf. With split = -1 into the call's
+ * o and lse; else into part `split` of the workspace (f32, row i of the tile
+ * at part_o + (split B_r + i) D_v, part_lse + split B_r + i). */
 static void ta_ref_fwd_store(const ta_plan *plan, const ta_fwd_args *a, const ta_ref_fwd_ws *ws,
-                             const ta_ref_step *st) {
+                             const ta_ref_step *st, int32_t split) {
     const ta_problem *p = &plan->p;
     const int32_t dv = p->head_dim_v;
+    const size_t br = (size_t)plan->fwd.rows_eff;
     int32_t i, d;
     for (i = 0; i < st->rows; ++i) {
         const int32_t r = st->row_begin + i; /* absolute row */
-        const size_t o_first = ta_ref_row(st->ctx.o, plan->layout.o.seq, r);
         const float *acc_row = ws->acc + (size_t)i * (size_t)dv; /* [D_v] */
         const float m = ws->row_max[i], l = ws->row_sum[i];
         const int seen = m != -INFINITY;
+        const float lse = seen ? m + ta_log(l) : -INFINITY;
+        if (split >= 0) {
+            const size_t part_row = (size_t)split * br + (size_t)i;
+            for (d = 0; d < dv; ++d)
+                ws->part_o[part_row * (size_t)dv + (size_t)d] = seen ? acc_row[d] / l : 0.0f;
+            ws->part_lse[part_row] = lse;
+            continue;
+        }
         for (d = 0; d < dv; ++d)
-            ta_store(a->o, p->dtype, o_first + (size_t)d, seen ? acc_row[d] / l : 0.0f);
-        if (a->lse) a->lse[ta_ref_row(st->ctx.lse, 1, r)] = seen ? m + ta_log(l) : -INFINITY;
+            ta_store(a->o, p->dtype, ta_ref_row(st->ctx.o, plan->layout.o.seq, r) + (size_t)d,
+                     seen ? acc_row[d] / l : 0.0f);
+        if (a->lse) a->lse[ta_ref_row(st->ctx.lse, 1, r)] = lse;
     }
 }
 
-/* Steps 1-3 for one (b, h, Q tile). */
+/* Split-K's last step: each row's parts merged (src/ta_merge.h), stored once.
+ * ws->acc row 0 holds the merged row (f32) before the store. */
+static void ta_ref_fwd_merge_store(const ta_plan *plan, const ta_fwd_args *a,
+                                   const ta_ref_fwd_ws *ws, const ta_ref_step *st) {
+    const ta_problem *p = &plan->p;
+    const int32_t dv = p->head_dim_v;
+    const size_t br = (size_t)plan->fwd.rows_eff;
+    int32_t i, d;
+    for (i = 0; i < st->rows; ++i) {
+        const int32_t r = st->row_begin + i;
+        const float lse = ta_merge_row(ws->part_o, TA_F32, (size_t)i * (size_t)dv, br * (size_t)dv,
+                                       ws->part_lse + i, br, plan->fwd.num_splits, dv, ws->acc);
+        for (d = 0; d < dv; ++d)
+            ta_store(a->o, p->dtype, ta_ref_row(st->ctx.o, plan->layout.o.seq, r) + (size_t)d,
+                     ws->acc[d]);
+        if (a->lse) a->lse[ta_ref_row(st->ctx.lse, 1, r)] = lse;
+    }
+}
+
+/* Steps 1-3 for one (b, h, Q tile) and part `split` of its K tiles (-1: all
+ * of them, stored into the call's o and lse). */
 static void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const ta_ref_fwd_ws *ws,
-                              ta_ref_step *st) {
+                              ta_ref_step *st, int32_t split) {
     const ta_problem *p = &plan->p;
     const ta_tiling *t = &plan->fwd;
     const int32_t d_qk = p->head_dim, dv = p->head_dim_v;
@@ -166,7 +218,9 @@ static void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const t
     ta_ref_tile s, c;
     ta_ref_region eff;
     size_t n;
-    int32_t i, kt;
+    int32_t i, kt, k_begin, k_end;
+    ta_tile_split_visit(t, st->ctx.key_len, split < 0 ? 0 : split, st->ctx.k_begin, st->ctx.k_end,
+                        &k_begin, &k_end);
     /* step 1: Q tile [rows_load, D] widened; m = -inf, l = 0, acc = 0 */
     ta_ref_load_rows(ws->q, a->q, p->dtype, st->ctx.q, plan->layout.q.seq, p->seq_q,
                      st->row_load_begin, st->rows_load, d_qk);
@@ -176,8 +230,9 @@ static void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const t
     }
     for (n = 0; n < (size_t)st->rows * (size_t)dv; ++n)
         ws->acc[n] = 0.0f;
-    /* step 2: K tiles [k_begin, k_end) ascending; the others are fully masked */
-    for (kt = st->ctx.k_begin; kt < st->ctx.k_end; ++kt) {
+    /* step 2: K tiles [k_begin, k_end) ascending (of the part); the others are
+     * fully masked (or another part's) */
+    for (kt = k_begin; kt < k_end; ++kt) {
         ta_ref_step_cols(t, st, kt);
         ta_trace_add(a->trace, TA_PASS_FWD, st->ctx.batch, st->ctx.head, st->q_tile, kt);
         ta_ref_load_kv(plan, a->k, a->v, ws->k, ws->v, st);
@@ -195,7 +250,7 @@ static void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const t
         ta_ref_fwd_softmax_tile(plan, ws, &c, st);
     }
     /* step 3: normalise and store */
-    ta_ref_fwd_store(plan, a, ws, st);
+    ta_ref_fwd_store(plan, a, ws, st, split);
 }
 
 ta_status ta_ref_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace, void *stream) {
@@ -203,7 +258,7 @@ ta_status ta_ref_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace,
     ta_ref_fwd_ws ws;
     ta_ref_step st;
     size_t bytes;
-    int32_t b, h, qt;
+    int32_t b, h, qt, s;
     const ta_status status = ta_ref_fwd_layout(plan, workspace, &ws, &bytes);
     (void)stream; /* host backend: NULL (validated) */
     if (status != TA_OK) return status;
@@ -212,7 +267,39 @@ ta_status ta_ref_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace,
         for (h = 0; h < p->heads_q; ++h)
             for (qt = 0; qt < plan->fwd.num_q_tiles; ++qt) {
                 ta_ref_step_q(plan, &plan->fwd, a->seqlens_k, b, h, qt, &st);
-                ta_ref_fwd_q_tile(plan, a, &ws, &st);
+                if (plan->fwd.num_splits == 1) {
+                    ta_ref_fwd_q_tile(plan, a, &ws, &st, -1);
+                    continue;
+                }
+                for (s = 0; s < plan->fwd.num_splits; ++s) /* parts ascending, then merge */
+                    ta_ref_fwd_q_tile(plan, a, &ws, &st, s);
+                ta_ref_fwd_merge_store(plan, a, &ws, &st);
             }
+    return TA_OK;
+}
+
+/* ta_merge on host memory (REF, and the CPU backend's table): every row of
+ * (b, h) ascending, merged by src/ta_merge.h from the parts in the storage
+ * dtype, stored once to o (the call's strides) and lse. */
+ta_status ta_ref_merge(const ta_plan *plan, const ta_merge_args *a, void *stream) {
+    const ta_problem *p = &plan->p;
+    const int32_t dv = p->head_dim_v;
+    const size_t n_rows = plan->n_lse;
+    float out[TA_HEAD_DIM_MAX];
+    size_t row;
+    int32_t d;
+    (void)stream;
+    for (row = 0; row < n_rows; ++row) {
+        const int32_t r = (int32_t)(row % (size_t)p->seq_q);
+        const int32_t h = (int32_t)(row / (size_t)p->seq_q % (size_t)p->heads_q);
+        const int32_t b = (int32_t)(row / (size_t)p->seq_q / (size_t)p->heads_q);
+        const size_t o_first =
+            ta_ref_row(ta_strides_slice(&plan->layout.o, b, h), plan->layout.o.seq, r);
+        const float lse = ta_merge_row(a->o_parts, p->dtype, row * (size_t)dv, plan->n_o,
+                                       a->lse_parts + row, n_rows, a->num_parts, dv, out);
+        for (d = 0; d < dv; ++d)
+            ta_store(a->o, p->dtype, o_first + (size_t)d, out[d]);
+        if (a->lse) a->lse[row] = lse;
+    }
     return TA_OK;
 }

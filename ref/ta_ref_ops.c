@@ -19,4 +19,5 @@ const ta_backend_ops ta_ref_ops = {
     ta_ref_bwd,
     1,
     NULL, /* no tile configurations to tune */
+    ta_ref_merge,
 };

@@ -12,7 +12,9 @@
  *   7. values read from host memory (seqlens_k, host memory on every backend)
  * Only then is anything written. ta_tune_fwd runs steps 1-7 of ta_fwd, then
  * checks its own out and reps, then asks the backend (TA_ERR_UNSUPPORTED
- * without a tune entry). Each refusal is recorded in a ta_diag (the
+ * without a tune entry). ta_merge runs steps 1-3, then its num_parts, o's
+ * strides and its pointers (NULL, size, alignment, overlap); it has no
+ * workspace and no seqlens. Each refusal is recorded in a ta_diag (the
  * caller's stack), which the ta_explain_* calls format: they run the same
  * validation functions as the entry points.
  */
@@ -297,6 +299,54 @@ ta_status ta_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a, void 
     return ops->bwd(&pl, a, workspace, stream);
 }
 
+/* ---- ta_merge (docs/api.md, "Split-K and merge") ---- */
+
+/* Steps 1-3 as ta_fwd's, then num_parts, o's strides, the pointers (NULL,
+ * sizes, alignment, overlap). */
+static ta_status ta_merge_validate(const ta_problem *p, ta_backend be, const ta_merge_args *a,
+                                   const void *stream, ta_plan *pl, const ta_backend_ops **ops,
+                                   ta_diag *d) {
+    static const char *const names[] = {"args.o_parts", "args.lse_parts", "args.o"};
+    ta_fwd_args strides = {0}; /* only o's strides: q, k, v stay contiguous */
+    ta_extents ex;
+    size_t n_parts_o, n_parts_lse, bytes;
+    ta_status st;
+    if ((st = ta_call_begin(p, be, a, stream, pl, ops, d)) != TA_OK) return st;
+    if (!(*ops)->merge)
+        return ta_fail_backend(d, TA_ERR_UNSUPPORTED, be, "does not implement ta_merge");
+    if (a->num_parts < 1)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "args.num_parts", a->num_parts, TA_DIAG_LO, 1, 0);
+    strides.o_strides = a->o_strides;
+    if ((st = ta_plan_set_fwd_layout(pl, &strides, &ex, d)) != TA_OK) return st;
+    {
+        const void *const req[] = {a->o_parts, a->lse_parts, a->o};
+        if ((st = ta_check_required(req, names, 3, d)) != TA_OK) return st;
+    }
+    if (!ta_mul_size(pl->n_o, (size_t)a->num_parts, &n_parts_o) ||
+        !ta_mul_size(n_parts_o, pl->elem_bytes, &bytes) ||
+        !ta_mul_size(pl->n_lse, (size_t)a->num_parts, &n_parts_lse) ||
+        !ta_mul_size(n_parts_lse, sizeof(float), &bytes))
+        return ta_fail(d, TA_ERR_OVERFLOW, "args.num_parts",
+                       "the parts' byte count overflows size_t");
+    {
+        const ta_buf in[] = {TA_BUF(a->o_parts, n_parts_o, pl->elem_bytes, "args.o_parts"),
+                             TA_BUF(a->lse_parts, n_parts_lse, sizeof(float), "args.lse_parts")};
+        const ta_buf out[] = {{a->o, ex.o, pl->elem_bytes, "args.o"},
+                              TA_BUF(a->lse, pl->n_lse, sizeof(float), "args.lse")};
+        return ta_check_buffers(in, 2, out, 2, d);
+    }
+}
+
+ta_status ta_merge(const ta_problem *p, ta_backend be, const ta_merge_args *a, void *stream) {
+    const ta_backend_ops *ops = NULL;
+    ta_plan pl;
+    ta_diag d;
+    ta_status st;
+    ta_diag_init(&d);
+    if ((st = ta_merge_validate(p, be, a, stream, &pl, &ops, &d)) != TA_OK) return st;
+    return ops->merge(&pl, a, stream);
+}
+
 /* ---- Explanations: the same validation, formatted (docs/api.md "Diagnostics") ---- */
 
 ta_status ta_explain_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a,
@@ -321,6 +371,18 @@ ta_status ta_explain_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *
     ta_status st;
     ta_diag_init(&d);
     st = ta_bwd_validate(p, be, a, workspace, workspace_bytes, stream, &pl, &ops, &d);
+    ta_diag_format(&d, st, buf, buf_len);
+    return st;
+}
+
+ta_status ta_explain_merge(const ta_problem *p, ta_backend be, const ta_merge_args *a,
+                           const void *stream, char *buf, size_t buf_len) {
+    const ta_backend_ops *ops = NULL;
+    ta_plan pl;
+    ta_diag d;
+    ta_status st;
+    ta_diag_init(&d);
+    st = ta_merge_validate(p, be, a, stream, &pl, &ops, &d);
     ta_diag_format(&d, st, buf, buf_len);
     return st;
 }

@@ -113,7 +113,14 @@ typedef struct ta_backend_ops {
      * none (TA_ERR_UNSUPPORTED). */
     ta_status (*tune_fwd)(const ta_plan *plan, const ta_fwd_args *a, void *workspace, void *stream,
                           int32_t reps, ta_tune_result *out);
+    /* ta_merge after validation (plan->layout.o: o's strides): the parts into
+     * o and lse, by the arithmetic of src/ta_merge.h. */
+    ta_status (*merge)(const ta_plan *plan, const ta_merge_args *a, void *stream);
 } ta_backend_ops;
+
+/* ta_merge on host memory (ref/ta_ref_fwd.c): REF's entry, and CPU's (the
+ * merge is one pass over the parts; the CPU backend runs the same loop). */
+ta_status ta_ref_merge(const ta_plan *plan, const ta_merge_args *a, void *stream);
 
 extern const ta_backend_ops ta_ref_ops;  /* ref/ */
 extern const ta_backend_ops ta_cpu_ops;  /* src/cpu/ */

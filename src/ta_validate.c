@@ -98,6 +98,10 @@ static ta_status ta_check_sizes(const ta_problem *p, ta_diag *d) {
      * by its fast table (ta_cuda_supports) */
     if (p->tile_config < 0)
         return ta_fail_bounds(d, TA_ERR_BAD_ARG, "tile_config", p->tile_config, TA_DIAG_LO, 0, 0);
+    /* 0, 1: one split; TA_SPLITS_AUTO (-1): the problem's count; no other negative */
+    if (p->num_splits < TA_SPLITS_AUTO)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "num_splits", p->num_splits, TA_DIAG_LO,
+                              TA_SPLITS_AUTO, 0);
     if (p->block_q != 0 && !ta_tiling_is_block_size(p->block_q))
         return ta_fail_bounds(d, TA_ERR_UNSUPPORTED, "block_q", p->block_q, TA_DIAG_LO | TA_DIAG_HI,
                               TA_BLOCK_MIN, TA_BLOCK_MAX);
@@ -168,6 +172,15 @@ static ta_status ta_make_pass(ta_tiling *t, const ta_problem *p, int32_t bq, int
 
 static void ta_plan_contiguous_layout(ta_plan *pl);
 
+/* The forward's split count: num_splits (0 = 1), or TA_SPLITS_AUTO's, at most
+ * the key tiles. */
+static int32_t ta_plan_splits(const ta_problem *p, int32_t num_k_tiles) {
+    int32_t n = p->num_splits;
+    if (n == TA_SPLITS_AUTO) n = ta_tiling_splits_auto(p->batch, p->heads_q, p->seq_q, p->seq_k);
+    if (n < 1) n = 1;
+    return n < num_k_tiles ? n : num_k_tiles;
+}
+
 ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl, ta_diag *d) {
     ta_status st;
     int32_t bq, bk;
@@ -198,6 +211,10 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl, ta_diag 
      * forward that runs never leaves its backward unsupported */
     if ((st = ta_make_pass(&pl->fwd, p, bq, bk, TA_TILING_FWD, d)) != TA_OK) return st;
     if ((st = ta_make_pass(&pl->bwd, p, bq, bk, TA_TILING_BWD, d)) != TA_OK) return st;
+    /* split-K (forward only): the count, clamped to the key tiles (the parts
+     * past them would be empty: same bits, less workspace) */
+    pl->fwd.num_splits = ta_plan_splits(p, pl->fwd.num_k_tiles);
+    pl->stages.num_splits = pl->fwd.num_splits;
     pl->has_window = (p->flags & TA_WINDOW) != 0;
     if (pl->has_window) {
         ta_tiling_set_window(&pl->fwd, p->window_left, p->window_right);

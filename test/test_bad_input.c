@@ -24,12 +24,13 @@
 #include "tileattn.h"
 
 /* ---- Entry points ---- */
-enum { E_FWS = 1, E_FWD = 2, E_BWS = 4, E_BWD = 8, E_ALL = 15, E_CALLS = E_FWD | E_BWD };
+enum { E_FWS = 1, E_FWD = 2, E_BWS = 4, E_BWD = 8, E_ALL = 15, E_CALLS = E_FWD | E_BWD, E_MRG = 16 };
 static const char *entry_name(int e) {
     switch (e) {
     case E_FWS: return "ta_fwd_workspace_size";
     case E_FWD: return "ta_fwd";
     case E_BWS: return "ta_bwd_workspace_size";
+    case E_MRG: return "ta_merge";
     default: return "ta_bwd";
     }
 }
@@ -119,6 +120,7 @@ typedef struct call {
     ta_backend be;
     ta_fwd_args fa;
     ta_bwd_args ba;
+    ta_merge_args ma; /* ta_merge: one part (the backward's o and lse inputs) into o, lse */
     void *ws;
     size_t ws_bytes;
     void *stream;
@@ -147,6 +149,11 @@ static void base_call(call *c) {
     c->ws = reg(R_WS);
     c->ws_bytes = A.len[R_WS]; /* generous: only the workspace cases shrink it */
     c->stream = NULL;
+    c->ma.num_parts = 1;
+    c->ma.o_parts = reg(R_O_IN);
+    c->ma.lse_parts = (const float *)reg(R_LSE_IN);
+    c->ma.o = reg(R_O);
+    c->ma.lse = (float *)reg(R_LSE);
 }
 
 static size_t need_of(int entry) { return entry & (E_FWS | E_FWD) ? A.need_fwd : A.need_bwd; }
@@ -434,6 +441,33 @@ static int m_order_backend_before_stream(call *c, int entry) {
 SET(m_order_null_before_ws, c->fa.q = c->ba.q = NULL; c->ws = reg_b(R_WS) + 8)
 SET(m_order_ws_before_seqlens, c->ws_bytes = 1; c->fa.seqlens_k = c->ba.seqlens_k = k_seqlens_neg)
 
+/* split-K: num_splits below TA_SPLITS_AUTO */
+SET(m_num_splits_neg2, c->p.num_splits = -2)
+SET(m_num_splits_min, c->p.num_splits = INT32_MIN)
+/* ta_merge's own arguments */
+SET(m_mrg_null_o_parts, c->ma.o_parts = NULL)
+SET(m_mrg_null_lse_parts, c->ma.lse_parts = NULL)
+SET(m_mrg_null_o, c->ma.o = NULL)
+SET(m_mrg_parts_0, c->ma.num_parts = 0)
+SET(m_mrg_parts_neg, c->ma.num_parts = -1)
+SET(m_mrg_o_is_parts, c->ma.o = reg(R_O_IN))
+SET(m_mrg_lse_over_parts, c->ma.lse = (float *)reg(R_LSE_IN) + 2)
+SET(m_mrg_lse_odd, c->ma.lse = (float *)(void *)(reg_b(R_LSE) + 1))
+SET(m_mrg_parts_f16_odd, c->p.dtype = TA_F16; c->ma.o_parts = reg_b(R_O_IN) + 1)
+SET(m_mrg_o_strides_neg, c->ma.o_strides.seq = -1)
+/* the parts' byte count overflows size_t: 2^44 rows x 256 features x 2^30 parts */
+static int m_mrg_parts_overflow(call *c, int entry) {
+    (void)entry;
+    if (SIZE_MAX != UINT64_MAX) return 0;
+    c->p.batch = 1 << 12;
+    c->p.heads_q = 1 << 12;
+    c->p.heads_kv = 1;
+    c->p.seq_q = 1 << 20;
+    c->p.head_dim_v = TA_HEAD_DIM_MAX;
+    c->ma.num_parts = 1 << 30;
+    return 1;
+}
+
 static const bad_case k_cases[] = {
     {"problem NULL", E_ALL, TA_ERR_NULL_ARG, m_null_problem, "problem"},
     {"args NULL", E_CALLS, TA_ERR_NULL_ARG, m_null_args, "args"},
@@ -585,6 +619,26 @@ static const bad_case k_cases[] = {
      "args.q"},
     {"order: workspace size before seqlens_k", E_CALLS, TA_ERR_WORKSPACE_SIZE,
      m_order_ws_before_seqlens, "workspace_bytes"},
+    {"num_splits -2", E_ALL | E_MRG, TA_ERR_BAD_ARG, m_num_splits_neg2, "num_splits"},
+    {"num_splits INT32_MIN", E_ALL | E_MRG, TA_ERR_BAD_ARG, m_num_splits_min, "num_splits"},
+    {"merge: problem NULL", E_MRG, TA_ERR_NULL_ARG, m_null_problem, "problem"},
+    {"merge: args NULL", E_MRG, TA_ERR_NULL_ARG, m_null_args, "args"},
+    {"merge: batch 0", E_MRG, TA_ERR_BAD_SHAPE, m_batch_0, "batch"},
+    {"merge: stream on a host backend", E_MRG, TA_ERR_BAD_ARG, m_stream, "stream"},
+    {"merge: o_parts NULL", E_MRG, TA_ERR_NULL_ARG, m_mrg_null_o_parts, "args.o_parts"},
+    {"merge: lse_parts NULL", E_MRG, TA_ERR_NULL_ARG, m_mrg_null_lse_parts, "args.lse_parts"},
+    {"merge: o NULL", E_MRG, TA_ERR_NULL_ARG, m_mrg_null_o, "args.o"},
+    {"merge: num_parts 0", E_MRG, TA_ERR_BAD_ARG, m_mrg_parts_0, "args.num_parts"},
+    {"merge: num_parts -1", E_MRG, TA_ERR_BAD_ARG, m_mrg_parts_neg, "args.num_parts"},
+    {"merge: o is o_parts", E_MRG, TA_ERR_BAD_ARG, m_mrg_o_is_parts, "args.o args.o_parts"},
+    {"merge: lse overlaps lse_parts", E_MRG, TA_ERR_BAD_ARG, m_mrg_lse_over_parts,
+     "args.lse args.lse_parts"},
+    {"merge: lse misaligned", E_MRG, TA_ERR_BAD_ARG, m_mrg_lse_odd, "args.lse"},
+    {"merge: f16 o_parts misaligned", E_MRG, TA_ERR_BAD_ARG, m_mrg_parts_f16_odd,
+     "args.o_parts"},
+    {"merge: o_strides.seq -1", E_MRG, TA_ERR_BAD_ARG, m_mrg_o_strides_neg, "args.o_strides"},
+    {"merge: parts' bytes overflow size_t", E_MRG, TA_ERR_OVERFLOW, m_mrg_parts_overflow,
+     "args.num_parts"},
 };
 #define N_CASES ((int)(sizeof k_cases / sizeof k_cases[0]))
 
@@ -598,6 +652,7 @@ static ta_status invoke(const call *c, int entry) {
     case E_FWD:
         return ta_fwd(p, c->be, c->null_args ? NULL : &c->fa, c->ws, c->ws_bytes, c->stream);
     case E_BWS: return ta_bwd_workspace_size(p, c->be, bytes);
+    case E_MRG: return ta_merge(p, c->be, c->null_args ? NULL : &c->ma, c->stream);
     default: return ta_bwd(p, c->be, c->null_args ? NULL : &c->ba, c->ws, c->ws_bytes, c->stream);
     }
 }
@@ -680,6 +735,8 @@ static ta_status explain(const call *c, int entry, char *buf, size_t len) {
         return ta_explain_fwd(p, c->be, c->null_args ? NULL : &c->fa, c->ws, c->ws_bytes, c->stream,
                               buf, len);
     case E_BWS: return ta_explain_bwd_workspace_size(p, c->be, buf, len);
+    case E_MRG:
+        return ta_explain_merge(p, c->be, c->null_args ? NULL : &c->ma, c->stream, buf, len);
     default:
         return ta_explain_bwd(p, c->be, c->null_args ? NULL : &c->ba, c->ws, c->ws_bytes, c->stream,
                               buf, len);
@@ -746,7 +803,7 @@ static void check_explanation(const bad_case *k, const call *c, int e, ta_status
 /* Runs case k on every entry point it names; returns the number of calls made. */
 static int run_case(const bad_case *k, int *skipped) {
     int e, calls = 0;
-    for (e = E_FWS; e <= E_BWD; e <<= 1) {
+    for (e = E_FWS; e <= E_MRG; e <<= 1) {
         call c;
         ta_status st;
         char what[200];
@@ -930,6 +987,27 @@ static void check_valid_calls(void) {
                      all_finite((const float *)reg(R_DK), A.len[R_DK] / sizeof(float)) &&
                      all_finite((const float *)reg(R_DV), A.len[R_DV] / sizeof(float)),
                  "valid ta_bwd: dq, dk or dv not finite (or not written)");
+    }
+    /* split-K: valid counts run (the workspace of num_splits 3 holds its parts);
+     * ta_merge of one part gives the part back */
+    {
+        size_t need = 0;
+        int32_t n;
+        for (n = -1; n <= 3; ++n) {
+            base_call(&c);
+            c.p.num_splits = n;
+            st = ta_fwd_workspace_size(&c.p, TA_BACKEND_REF, &need);
+            TA_CHECK(st == TA_OK && need <= A.len[R_WS], "split-K size query %d: %s", n,
+                     ta_status_string(st));
+            st = ta_fwd(&c.p, TA_BACKEND_REF, &c.fa, c.ws, need, NULL);
+            TA_CHECK(st == TA_OK, "valid split-K ta_fwd, num_splits %d: %s", n,
+                     ta_status_string(st));
+        }
+        base_call(&c);
+        st = ta_merge(&c.p, TA_BACKEND_REF, &c.ma, NULL);
+        TA_CHECK(st == TA_OK && memcmp(reg(R_O), reg(R_O_IN), A.len[R_O]) == 0 &&
+                     memcmp(reg(R_LSE), reg(R_LSE_IN), A.len[R_LSE]) == 0,
+                 "valid ta_merge of one part: %s, or not the part's bytes", ta_status_string(st));
     }
     /* TA_PRECISION_FAST with a tile_config on REF: ignored (only the CUDA fast
      * kernels read them), so the exact call's bytes (docs/api.md) */

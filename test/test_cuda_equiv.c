@@ -33,13 +33,22 @@
  * strided problems too (S = 16384 causal local, both-sided windows, MTA).
  * The REF side of the problems runs in parallel on the host
  * (OpenMP); each host thread drives the GPU on its own stream.
+ * Split-K (docs/api.md, "Split-K and merge"): about 30% of the random problems
+ * (SDPA and MTA; --splits: all) set num_splits to 1, 2, 3, 7, 1000 (past the key
+ * tiles) or TA_SPLITS_AUTO, drawn from their own stream (the other draws of a
+ * seed are unchanged), and REF runs the same num_splits; fixed decode problems
+ * (S_q 1 to 16, S_k up to 16384, GQA, an MTA one) and four quick problems split
+ * too. Then ta_merge: random parts (some rows -inf in some or every part), f32,
+ * f16 and bf16, contiguous or [B, S, H, D] o, lse or none; CUDA's o and lse
+ * memcmp-equal to REF's, device outputs poisoned first, gap bytes of a strided
+ * o untouched; a pageable host part is TA_ERR_BAD_ARG with the outputs untouched.
  * Then device bad-input cases: pageable host pointers (TA_ERR_BAD_ARG, outputs
  * untouched), mapped pinned host memory and managed memory (accepted, same
  * bits), workspace too small or misaligned, conv and trace (unsupported), and
  * the size queries.
  *
  *   test_cuda_equiv [--quick] [--problem N] [--count N] [--count-mta N] [--mta | --sdpa]
- *                   [--fwd-only | --bwd-only] [--window] [--strided]
+ *                   [--fwd-only | --bwd-only] [--window] [--strided] [--splits]
  *
  * --quick: 18 small problems (10 SDPA, 4 MTA, then 2 SDPA and 2 MTA with a
  * window, 3 of them strided) and the bad-input cases (for compute-sanitizer).
@@ -48,6 +57,7 @@
  * --mta, --sdpa: only the MTA / only the SDPA problems (and no bad-input cases).
  * --fwd-only, --bwd-only: compare only the forward / only the backward outputs.
  * --window, --strided: every random problem has a window / strided tensors.
+ * --splits: every random problem has num_splits != 0.
  * Without a CUDA device: prints "no CUDA device: skipped" and exits 77.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
@@ -75,6 +85,8 @@ static int g_check_fwd = 1, g_check_bwd = 1;
 /* Share of random problems with a window / strided tensors, percent (--window,
  * --strided: 100); set once in main. */
 static int g_window_pct = 30, g_strided_pct = 25;
+/* Share of random problems with split-K (--splits: 100); set once in main. */
+static int g_splits_pct = 30;
 
 /* ---- Failure accounting, safe from several host threads ---- */
 #ifdef _OPENMP
@@ -143,6 +155,17 @@ static double work(const ta_problem *p) {
     return (double)p->batch * p->heads_q * p->seq_q * p->seq_k * (p->head_dim + p->head_dim_v);
 }
 
+/* Split-K of random problem idx (salt: SDPA or MTA), from its own stream so the
+ * problem's other draws stay those of the seed without split-K: with
+ * probability g_splits_pct, num_splits 1, 2, 3, 7, 1000 or TA_SPLITS_AUTO. */
+static void random_splits(uint64_t seed, int idx, uint64_t salt, spec *s) {
+    static const int32_t k_splits[] = {1, 2, 3, 7, 1000, TA_SPLITS_AUTO};
+    ta_rng r;
+    ta_rng_seed(&r, seed ^ salt ^ (UINT64_C(0x94d049bb133111eb) * (uint64_t)(idx + 11)));
+    if (ta_rng_int(&r, 0, 99) < g_splits_pct)
+        s->p.num_splits = k_splits[ta_rng_int(&r, 0, (int32_t)(sizeof k_splits / 4) - 1)];
+}
+
 /* Random problem number idx of the run (deterministic in seed and idx). */
 static void random_spec(uint64_t seed, int idx, spec *s) {
     ta_rng r;
@@ -180,6 +203,7 @@ static void random_spec(uint64_t seed, int idx, spec *s) {
         s->hi = 4.0f;
     }
     snprintf(s->tag, sizeof s->tag, "random");
+    random_splits(seed, idx, 0, s);
 }
 
 /* An MTA tile size: 0 (the default), or one in [TA_BLOCK_MIN, TA_BLOCK_MAX]
@@ -246,6 +270,7 @@ static void random_mta_spec(uint64_t seed, int idx, spec *s) {
         s->hi = 3.0f;
     }
     snprintf(s->tag, sizeof s->tag, "mta");
+    random_splits(seed, idx, UINT64_C(0x5bd1e995), s);
 }
 
 /* A fixed problem: the tables below. */
@@ -345,6 +370,33 @@ static int special_mta_specs(spec *out) {
     return SPECS_FROM(k, out);
 }
 
+/* Split-K decode and chunk problems: a few query rows against long keys, GQA,
+ * seqlens_k, causal, the MTA conv; num_splits TA_SPLITS_AUTO or fixed. */
+static int special_splitk_specs(spec *out, int with_sdpa, int with_mta) {
+    static const fixed_problem k_sdpa[] = {
+        {1, 32, 8, 1, 16384, 128, 128, 0, 0, 0, 0, TA_BF16, 0, 0, 0.0f, "decode split auto"},
+        {2, 8, 2, 16, 8192, 128, 128, 0, 0, 0, 0, TA_F16, TA_CAUSAL, 1, 0.0f, "16 q split 16"},
+        {3, 4, 4, 3, 5000, 64, 96, 0, 100, 0, 0, TA_F32, TA_CAUSAL, 1, 0.0f, "3 q split 7"},
+    };
+    static const int32_t n_sdpa[] = {TA_SPLITS_AUTO, 16, 7};
+    static const fixed_problem k_mta[] = {
+        {1, 4, 2, 8, 4096, 64, 64, 0, 0, 6, 11, TA_BF16, TA_CAUSAL, 1, 0.0f, "MTA decode split 8"},
+    };
+    int n = 0, i;
+    if (with_sdpa) {
+        SPECS_FROM(k_sdpa, out);
+        for (i = 0; i < 3; ++i)
+            out[i].p.num_splits = n_sdpa[i];
+        n += 3;
+    }
+    if (with_mta) {
+        SPECS_FROM(k_mta, out + n);
+        out[n].p.num_splits = 8;
+        n += 1;
+    }
+    return n;
+}
+
 /* Large and special problems, first in the schedule (the REF side is slow). */
 static int special_specs(spec *out) {
     static const fixed_problem k[] = {
@@ -391,6 +443,11 @@ static int quick_specs(spec *out) {
     static const int32_t win[][3] = {{5, -1, 1}, {7, 3, 1}, {20, 0, 1}, {0, -1, 0}};
     const int n = SPECS_FROM(k, out);
     specs_set_windows(out + n - 4, win, 4);
+    out[0].p.num_splits = 3;               /* split-K: SDPA, a window, MTA */
+    out[3].p.num_splits = 7;               /* decode row, 10 key tiles */
+    out[10].p.num_splits = TA_SPLITS_AUTO; /* (1 here: too few keys) */
+    out[14].p.num_splits = 2;
+    out[16].p.num_splits = 1000;
     return n;
 }
 
@@ -399,13 +456,14 @@ static void describe(const spec *s, int idx, char *buf, size_t n) {
     static const char *const dt[] = {"f32", "f16", "bf16"};
     snprintf(buf, n,
              "#%d [%s] B=%d H=%d H_kv=%d S_q=%d S_k=%d D=%d D_v=%d %s %s window=%s(%d,%d) "
-             "conv=%dx%d seqlens=%d bq=%d bk=%d scale=%g stream=%d strided=%d range=%g",
+             "conv=%dx%d seqlens=%d bq=%d bk=%d scale=%g stream=%d strided=%d range=%g "
+             "num_splits=%d",
              idx, s->tag, (int)p->batch, (int)p->heads_q, (int)p->heads_kv, (int)p->seq_q,
              (int)p->seq_k, (int)p->head_dim, (int)p->head_dim_v, dt[p->dtype],
              (p->flags & TA_CAUSAL) ? "causal" : "full", (p->flags & TA_WINDOW) ? "on" : "off",
              (int)p->window_left, (int)p->window_right, (int)p->conv_q, (int)p->conv_k,
              s->seqlens_mode, (int)p->block_q, (int)p->block_k, (double)p->scale, s->use_stream,
-             s->strided, (double)s->hi);
+             s->strided, (double)s->hi, (int)p->num_splits);
 }
 
 /* ---- One problem ---- */
@@ -1058,12 +1116,120 @@ static void bad_input_cases(ta_rng *r) {
 }
 
 /* One line per feature: how many problems of the run have it. */
+/* ---- ta_merge: CUDA == REF ---- */
+
+/* One random merge (docs/api.md, "Split-K and merge"); returns 1 if it passed. */
+static int merge_case(ta_rng *r, int idx) {
+    ta_problem p;
+    ta_merge_args a;
+    ta_test_layout lo;
+    const int32_t k = ta_rng_int(r, 1, 9);
+    const int with_lse = ta_rng_int(r, 0, 3) != 0;
+    size_t n_rows, n_o, eb, i;
+    void *parts, *o_ref, *d_parts, *d_o, *stage, *got;
+    float *lse_parts, *lse_ref, *lse_got, *d_lse_parts, *d_lse = NULL;
+    char desc[200];
+    int ok = 1;
+    int32_t s;
+    ta_status st;
+    memset(&p, 0, sizeof p);
+    p.batch = ta_rng_int(r, 1, 3), p.heads_kv = ta_rng_int(r, 1, 3);
+    p.heads_q = p.heads_kv * ta_rng_int(r, 1, 3);
+    p.seq_q = ta_rng_int(r, 1, 300), p.seq_k = ta_rng_int(r, 1, 300);
+    p.head_dim = pick_dim(r), p.head_dim_v = pick_dim(r);
+    p.dtype = (ta_dtype)ta_rng_int(r, 0, 2);
+    eb = ta_dtype_size(p.dtype);
+    n_rows = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q;
+    n_o = n_rows * (size_t)p.head_dim_v;
+    ta_test_layout_make(r, &lo, p.batch, p.heads_q, p.seq_q, p.head_dim_v, ta_rng_int(r, 0, 1));
+    snprintf(desc, sizeof desc, "merge #%d K=%d B=%d H=%d S_q=%d D_v=%d dtype=%d strided=%d lse=%d",
+             idx, (int)k, (int)p.batch, (int)p.heads_q, (int)p.seq_q, (int)p.head_dim_v,
+             (int)p.dtype, lo.is_elem != NULL, with_lse);
+    parts = malloc(n_o * (size_t)k * eb);
+    lse_parts = (float *)malloc(n_rows * (size_t)k * sizeof(float));
+    o_ref = malloc(n_o * eb), got = malloc(n_o * eb), stage = malloc(lo.extent * eb);
+    lse_ref = (float *)malloc(n_rows * sizeof(float));
+    lse_got = (float *)malloc(n_rows * sizeof(float));
+    if (!parts || !lse_parts || !o_ref || !got || !stage || !lse_ref || !lse_got) {
+        fprintf(stderr, "out of host memory\n");
+        exit(1);
+    }
+    ta_fill_uniform(r, parts, p.dtype, n_o * (size_t)k, -1.0f, 1.0f);
+    for (i = 0; i < n_rows * (size_t)k; ++i)
+        lse_parts[i] = ta_rng_int(r, 0, 5) == 0 ? -INFINITY : ta_rng_uniform(r, -30.0f, 30.0f);
+    for (i = 0; i < n_rows; i += 5) /* rows with every part empty */
+        for (s = 0; s < k; ++s)
+            lse_parts[(size_t)s * n_rows + i] = -INFINITY;
+    /* REF, contiguous o */
+    memset(&a, 0, sizeof a);
+    a.num_parts = k, a.o_parts = parts, a.lse_parts = lse_parts, a.o = o_ref, a.lse = lse_ref;
+    st = ta_merge(&p, TA_BACKEND_REF, &a, NULL);
+    if (st != TA_OK) {
+        FAIL("%s: REF ta_merge: %s", desc, ta_status_string(st));
+        ok = 0;
+    }
+    /* CUDA: parts uploaded, outputs poisoned (0xFF), o in lo's layout */
+    d_parts = dev_alloc(n_o * (size_t)k * eb);
+    d_lse_parts = (float *)dev_alloc(n_rows * (size_t)k * sizeof(float));
+    d_o = dev_alloc(lo.extent * eb);
+    if (with_lse) d_lse = (float *)dev_alloc(n_rows * sizeof(float));
+    CUDA_OK(cudaMemcpy(d_parts, parts, n_o * (size_t)k * eb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_lse_parts, lse_parts, n_rows * (size_t)k * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(d_o, 0xFF, lo.extent * eb));
+    if (d_lse) CUDA_OK(cudaMemset(d_lse, 0xFF, n_rows * sizeof(float)));
+    a.o_parts = d_parts, a.lse_parts = d_lse_parts, a.o = d_o, a.lse = d_lse;
+    a.o_strides = lo.arg;
+    /* a pageable host part first: refused, device outputs untouched */
+    a.lse_parts = lse_parts;
+    st = ta_merge(&p, TA_BACKEND_CUDA, &a, NULL);
+    CUDA_OK(cudaDeviceSynchronize());
+    if (st != TA_ERR_BAD_ARG) {
+        FAIL("%s: pageable lse_parts: %s, expected TA_ERR_BAD_ARG", desc, ta_status_string(st));
+        ok = 0;
+    }
+    CUDA_OK(cudaMemcpy(stage, d_o, lo.extent * eb, cudaMemcpyDeviceToHost));
+    for (i = 0; i < lo.extent * eb; ++i)
+        if (((unsigned char *)stage)[i] != 0xFF) {
+            FAIL("%s: a refused ta_merge wrote o (byte %zu)", desc, i);
+            ok = 0;
+            break;
+        }
+    a.lse_parts = d_lse_parts;
+    st = ta_merge(&p, TA_BACKEND_CUDA, &a, NULL);
+    CUDA_OK(cudaDeviceSynchronize());
+    if (st != TA_OK) {
+        FAIL("%s: CUDA ta_merge: %s", desc, ta_status_string(st));
+        ok = 0;
+    } else if (ok) {
+        ok &= check_output("merge o", desc, o_ref, d_o, &lo, eb, 0xFF, stage, got);
+        if (d_lse) {
+            CUDA_OK(cudaMemcpy(lse_got, d_lse, n_rows * sizeof(float), cudaMemcpyDeviceToHost));
+            ok &= same_bytes("merge lse", desc, lse_ref, lse_got, n_rows, sizeof(float));
+        }
+    }
+    CUDA_OK(cudaFree(d_parts));
+    CUDA_OK(cudaFree(d_lse_parts));
+    CUDA_OK(cudaFree(d_o));
+    if (d_lse) CUDA_OK(cudaFree(d_lse));
+    free(parts), free(lse_parts), free(o_ref), free(got), free(stage), free(lse_ref);
+    free(lse_got);
+    ta_test_layout_free(&lo);
+    return ok;
+}
+
+static void merge_cases(ta_rng *r, int n) {
+    int i, n_ok = 0;
+    for (i = 0; i < n; ++i)
+        n_ok += merge_case(r, i);
+    printf("test_cuda_equiv: ta_merge %d of %d random merges bit-identical to REF\n", n_ok, n);
+}
+
 static void print_coverage(const spec *specs, int n) {
     int i, dt[3] = {0, 0, 0}, causal = 0, seql = 0, gqa = 0, neq = 0, s1 = 0, d_small = 0;
     int d_big = 0, d_ne = 0, bk_set = 0, bk_odd = 0, bq_set = 0, scale_set = 0, scale_neg = 0;
     int stream = 0, fast = 0, big_s = 0, mta = 0, c611 = 0, c_max = 0, c_1x1 = 0, c_other = 0;
     int win = 0, win_mta = 0, win_left = 0, win_right = 0, win_causal = 0, strided = 0;
-    int strided_mta = 0;
+    int strided_mta = 0, splits = 0, splits_mta = 0;
     int32_t max_sq = 0, max_sk = 0;
     for (i = 0; i < n; ++i) {
         const ta_problem *p = &specs[i].p;
@@ -1086,6 +1252,8 @@ static void print_coverage(const spec *specs, int n) {
         fast += p->precision == TA_PRECISION_FAST;
         strided += specs[i].strided;
         strided_mta += specs[i].strided && p->conv_q;
+        splits += p->num_splits != 0 && p->num_splits != 1;
+        splits_mta += p->num_splits != 0 && p->num_splits != 1 && p->conv_q;
         if (p->flags & TA_WINDOW) {
             ++win;
             win_mta += p->conv_q != 0;
@@ -1108,11 +1276,12 @@ static void print_coverage(const spec *specs, int n) {
            "> 128 %d, D != D_v %d; block_k set %d (not a power of two %d), block_q set %d; "
            "scale set %d (negative %d); created stream %d; TA_PRECISION_FAST %d; MTA %d (6x11 "
            "%d, 1x1 %d, c_q = 16 or c_k = 31 %d, not 6x11 or 3x3 %d); window %d (MTA %d; "
-           "left bound %d, right bound %d, with TA_CAUSAL %d); strided %d (MTA %d)\n",
+           "left bound %d, right bound %d, with TA_CAUSAL %d); strided %d (MTA %d); split-K %d "
+           "(MTA %d)\n",
            n, dt[0], dt[1], dt[2], causal, seql, gqa, neq, s1, big_s, (int)max_sq, (int)max_sk,
            d_small, d_big, d_ne, bk_set, bk_odd, bq_set, scale_set, scale_neg, stream, fast, mta,
            c611, c_1x1, c_max, c_other, win, win_mta, win_left, win_right, win_causal, strided,
-           strided_mta);
+           strided_mta, splits, splits_mta);
 }
 
 /* ---- main ---- */
@@ -1146,10 +1315,12 @@ int main(int argc, char **argv) {
             g_window_pct = 100;
         else if (strcmp(argv[i], "--strided") == 0)
             g_strided_pct = 100;
+        else if (strcmp(argv[i], "--splits") == 0)
+            g_splits_pct = 100;
         else {
             fprintf(stderr, "usage: test_cuda_equiv [--quick] [--problem N] [--count N] "
                             "[--count-mta N] [--mta | --sdpa] [--fwd-only | --bwd-only] "
-                            "[--window] [--strided]\n");
+                            "[--window] [--strided] [--splits]\n");
             return 2;
         }
     }
@@ -1176,6 +1347,7 @@ int main(int argc, char **argv) {
         if (want_mta) n_specs += special_mta_specs(specs + n_specs);
         if (want_sdpa) n_specs += special_specs(specs + n_specs);
         n_specs += special_window_specs(specs + n_specs, want_sdpa, want_mta);
+        n_specs += special_splitk_specs(specs + n_specs, want_sdpa, want_mta);
         for (i = 0; want_mta && i < count_mta; ++i)
             random_mta_spec(seed, i, &specs[n_specs++]);
         for (i = 0; want_sdpa && i < count; ++i)
@@ -1207,6 +1379,10 @@ int main(int argc, char **argv) {
     if (only < 0 && want_sdpa && want_mta && g_check_fwd && g_check_bwd) {
         ta_rng_seed(&r, seed ^ UINT64_C(0xbad));
         bad_input_cases(&r);
+    }
+    if (only < 0) {
+        ta_rng_seed(&r, seed ^ UINT64_C(0x3e6e));
+        merge_cases(&r, quick ? 6 : 40);
     }
     free(specs);
     ta_test_failures += g_fail;

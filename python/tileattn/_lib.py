@@ -31,7 +31,7 @@ class Problem(ctypes.Structure):  # ta_problem
                  "dtype", "precision")] + [
         ("flags", ctypes.c_uint32), ("scale", ctypes.c_float)] + [
         (n, ctypes.c_int32) for n in ("conv_q", "conv_k", "block_q", "block_k", "num_threads",
-                                      "window_left", "window_right", "tile_config")]
+                                      "window_left", "window_right", "tile_config", "num_splits")]
 
 
 class Strides(ctypes.Structure):  # ta_strides; all zero = contiguous

@@ -104,6 +104,7 @@ int32_t ta_cpu_q_group(const ta_plan *plan, const ta_tiling *t, int32_t n_thread
     const int64_t n_q = t->num_q_tiles;
     const int64_t units = (int64_t)plan->p.batch * plan->p.heads_q;
     int32_t g = TA_CPU_Q_GROUP_MAX;
+    if (t->num_splits > 1) return 1; /* split-K: one Q tile's parts per task */
     while (g > 1 && (g > n_q || g * t->block_q > 256 ||
                      units * ((n_q + g - 1) / g) < 2 * (int64_t)n_threads))
         --g;
@@ -121,7 +122,8 @@ static size_t ta_cpu_lane_ld(size_t bq_pad) {
 
 /* The three per-thread layouts (ta_cpu.h draws them). Each region is a
  * multiple of 64 bytes and starts on a 64-byte boundary (ta_ws_take). */
-void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, ta_ws_cursor *c, ta_cpu_fwd_ws *ws) {
+void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int32_t n_splits, ta_ws_cursor *c,
+                      ta_cpu_fwd_ws *ws) {
     const size_t bq = (size_t)dm->rows_max, bk = (size_t)dm->block_k;
     ws->dm = *dm;
     ws->ld = ta_cpu_lane_ld(dm->bq_pad);
@@ -140,6 +142,18 @@ void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, ta_ws_cursor *c, ta_cpu_f
     ws->nlo = TA_WS_TAKE(c, int32_t, dm->bq_pad);
     ws->row_lo = TA_WS_TAKE(c, int32_t, conv ? ws->ld_sraw : dm->bq_pad);
     ws->row_hi = TA_WS_TAKE(c, int32_t, conv ? ws->ld_sraw : dm->bq_pad);
+    ws->n_splits = n_splits > 1 ? n_splits : 1;
+    ws->part_o = ws->part_lse = NULL;
+    if (n_splits > 1) {
+        size_t n_o = 0, n_lse = 0;
+        if (!ta_mul_size((size_t)n_splits, bq * dm->dv_pad, &n_o) ||
+            !ta_mul_size((size_t)n_splits, dm->bq_pad, &n_lse)) {
+            c->overflow = 1;
+            return;
+        }
+        ws->part_o = TA_WS_TAKE(c, float, n_o);
+        ws->part_lse = TA_WS_TAKE(c, float, n_lse);
+    }
 }
 
 void ta_cpu_carve_mta_bwd(const ta_cpu_dims *dm, int32_t c_q, int32_t c_k, int32_t group,
@@ -266,7 +280,7 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
     ta_ws_begin(&c, base);
     if (!backward) {
         ta_cpu_dims_of(plan, &plan->fwd, ta_cpu_q_group(plan, &plan->fwd, n_threads), &dm);
-        ta_cpu_carve_fwd(&dm, plan->has_conv, &c, &slab->fwd);
+        ta_cpu_carve_fwd(&dm, plan->has_conv, plan->fwd.num_splits, &c, &slab->fwd);
         return c.overflow ? 0 : c.used;
     }
     if (plan->has_conv) { /* MTA: one Q tile x one K tile per step */
@@ -595,4 +609,5 @@ const ta_backend_ops ta_cpu_ops = {ta_cpu_available,
                                    ta_cpu_fwd,
                                    ta_cpu_bwd,
                                    1,
-                                   NULL /* nothing to tune */};
+                                   NULL /* nothing to tune */,
+                                   ta_ref_merge /* the host merge loop (src/ta_merge.h) */};

@@ -64,6 +64,7 @@ typedef struct ta_cpu_dims {
  *   +-------------+-------------+--------------+-------------+--------------+
  *   | m | l | alpha | nvis | lse (bq_pad each) | sraw (conv only: B_k x ld_sraw) |
  *   | nlo (bq_pad) | row_lo | row_hi (bq_pad each; ld_sraw each with a conv) |
+ *   | part_o n x B_q x dv_pad | part_lse n x bq_pad |  (split-K, n > 1 parts only)
  *   (the interval arrays come last, so the other regions keep the offsets
  *   they had before windows: no change of L1 set placement to measure)
  */
@@ -90,6 +91,12 @@ typedef struct ta_cpu_fwd_ws {
      * conv reads lane x + a (a < c_q <= 16) for every lane x of a vector. */
     float *sraw; /* [B_k, ld_sraw]  S^T, lane 0 = loaded row row_eff_begin - (c_q-1) */
     size_t ld_sraw;
+    /* split-K (n = plan->fwd.num_splits > 1; NULL, 1 otherwise): the task's
+     * parts, part s of row i at part_o + (s B_q + i) dv_pad (f32, normalised)
+     * and part_lse + s bq_pad + i; merged by src/ta_merge.h */
+    int32_t n_splits;
+    float *part_o;   /* [n, B_q, dv_pad] */
+    float *part_lse; /* [n, bq_pad] */
 } ta_cpu_fwd_ws;
 
 /* K tiles one dk/dv task holds at most (see ta_cpu_dkdv_group). */
@@ -188,10 +195,14 @@ void ta_cpu_dims_of(const ta_plan *plan, const ta_tiling *t, int32_t q_group, ta
  * while there are at least two tasks per thread. Each K tile is then loaded
  * once for all of them. Rows are independent and row tiling is free
  * (docs/design.md 3.5), so this changes no bit; it is part of the workspace layout
- * (query and call compute the same value). */
+ * (query and call compute the same value). A split-K forward takes one Q tile
+ * per task (its parts are cut per row, the same for every Q tile, but a task's
+ * parts are held per Q tile). */
 int32_t ta_cpu_q_group(const ta_plan *plan, const ta_tiling *t, int32_t n_threads);
-/* conv: 1 carves the MTA raw-score tile (sraw) too. */
-void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, ta_ws_cursor *c, ta_cpu_fwd_ws *ws);
+/* conv: 1 carves the MTA raw-score tile (sraw) too; n_splits > 1 the split-K
+ * parts (part_o, part_lse). */
+void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int32_t n_splits, ta_ws_cursor *c,
+                      ta_cpu_fwd_ws *ws);
 /* MTA backward tiles for a c_q x c_k conv (dims of plan->bwd, q_group 1) and
  * `group` K tiles per pass-1 task (ta_cpu_dkdv_group). */
 void ta_cpu_carve_mta_bwd(const ta_cpu_dims *dm, int32_t c_q, int32_t c_k, int32_t group,
