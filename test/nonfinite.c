@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "oracle_check.h"
 #include "ta_internal.h"
 #include "ta_math.h"
 
@@ -229,14 +230,6 @@ void nf_free_out(nf_out *o) {
     memset(o, 0, sizeof *o);
 }
 
-static void *nf_workspace(ta_rng *r, size_t bytes) {
-    unsigned char *w = (unsigned char *)ta_test_alloc(bytes ? bytes : 64);
-    size_t i;
-    for (i = 0; i < bytes; ++i)
-        w[i] = (unsigned char)ta_rng_u64(r);
-    return w;
-}
-
 ta_status nf_run_host(ta_backend be, ta_rng *r, const nf_case *c, nf_out *out, const void *o_in,
                       const float *lse_in) {
     ta_fwd_args fa;
@@ -248,7 +241,7 @@ ta_status nf_run_host(ta_backend be, ta_rng *r, const nf_case *c, nf_out *out, c
     fa.q = c->q, fa.k = c->k, fa.v = c->v, fa.conv_w = c->w, fa.seqlens_k = c->seqlens;
     fa.o = out->o, fa.lse = out->lse;
     if ((st = ta_fwd_workspace_size(&c->p, be, &bytes)) != TA_OK) return st;
-    ws = nf_workspace(r, bytes);
+    ws = ta_oc_workspace(r, bytes, 1);
     st = ta_fwd(&c->p, be, &fa, ws, bytes, NULL);
     ta_test_free(ws);
     if (st != TA_OK) return st;
@@ -257,7 +250,7 @@ ta_status nf_run_host(ta_backend be, ta_rng *r, const nf_case *c, nf_out *out, c
     ba.o = o_in ? o_in : out->o, ba.lse = lse_in ? lse_in : out->lse, ba.d_o = c->d_o;
     ba.dq = out->dq, ba.dk = out->dk, ba.dv = out->dv, ba.dconv_w = out->dw;
     if ((st = ta_bwd_workspace_size(&c->p, be, &bytes)) != TA_OK) return st;
-    ws = nf_workspace(r, bytes);
+    ws = ta_oc_workspace(r, bytes, 1);
     st = ta_bwd(&c->p, be, &ba, ws, bytes, NULL);
     ta_test_free(ws);
     return st;

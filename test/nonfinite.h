@@ -20,7 +20,7 @@
 #include "tileattn.h"
 
 typedef struct nf_case {
-    char name[96];
+    char name[256];
     ta_problem p;
     size_t n_q, n_k, n_v, n_o, n_lse, n_w, eb;
     void *q, *k, *v, *d_o; /* storage dtype, contiguous */
