@@ -414,11 +414,9 @@ TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
             const float m_old = m_run[tid];
             float m_nw;
             int32_t j;
-            for (j = jb + 1; j < je; ++j) {
-                const float x = st[(size_t)j * TA_CUDA_LDT + tid];
-                if (x > m_tile) m_tile = x;
-            }
-            m_nw = m_old > m_tile ? m_old : m_tile;
+            for (j = jb + 1; j < je; ++j) /* a NaN score wins (ta_max_nan) */
+                m_tile = ta_max_nan(st[(size_t)j * TA_CUDA_LDT + tid], m_tile);
+            m_nw = ta_max_nan(m_old, m_tile); /* a NaN max stays NaN */
             m_new[tid] = m_nw;
             alpha[tid] = ta_exp(m_old - ta_cuda_exp_base(m_nw));
         }

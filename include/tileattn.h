@@ -587,6 +587,136 @@ ta_status ta_rope_table_1d(const ta_rope_1d *cfg, float *cos, float *sin);
  */
 ta_status ta_rope_table_2d(const ta_rope_2d *cfg, float *cos, float *sin);
 
+/**
+ * @name Caller-run tasks (CPU backend)
+ * For engines that run their own threads (docs/api.md, "Caller-run tasks";
+ * docs/cpu.md section 3a): instead of ta_fwd / ta_bwd, which run the CPU
+ * backend's tasks on OpenMP threads inside the call, the caller
+ *   1. asks ta_fwd_task_plan / ta_bwd_task_plan for the phases, the tasks per
+ *      phase and two sizes: the shared workspace of the call and the scratch
+ *      each running task needs (no pointers needed: plan at start-up);
+ *   2. calls ta_fwd_tasks_prepare / ta_bwd_tasks_prepare once per call with
+ *      the arguments ta_fwd / ta_bwd would take: it runs every check of that
+ *      call (the same statuses, in the same order; nothing is written on a
+ *      failure) and records the validated call in the shared workspace;
+ *   3. calls ta_task_run(shared, phase, task, scratch, scratch_bytes) once for
+ *      every task of phase 0, in any order, on any threads, at once or not,
+ *      each running task with a scratch buffer of its own (a worker can keep
+ *      one and reuse it for every task it runs); then, only after every task
+ *      of phase 0 has returned, the tasks of phase 1, and so on.
+ * The outputs are then bit-identical to ta_fwd / ta_bwd on TA_BACKEND_CPU
+ * (any num_threads): every task writes its own output rows and every output
+ * element is summed inside one task, in the reference's order.
+ * Phases: the forward and the SDPA backward have one; the MTA backward has
+ * two (phase 0: dk/dv and dq tasks, each dq task leaving its Q tile's dconv_w
+ * sum in the shared workspace; phase 1: one task per head adds those sums
+ * into dconv_w in the reference's order).
+ * No allocation, no OpenMP, no lock, no wait inside a task (the OpenMP path's
+ * dconv_w merge waits for its turn; the phases replace that wait), nothing
+ * printed. ta_problem.num_threads is the number of workers the caller expects
+ * (0 = 1): it only sets how finely the work is cut (tasks of up to 4 tiles,
+ * smaller while there would be fewer than two tasks per worker), never a bit.
+ * Only TA_BACKEND_CPU has this mode; other backends: TA_ERR_UNSUPPORTED.
+ * @{
+ */
+
+/** Phases a caller-run call can have (ta_task_plan.num_tasks has this many). */
+#define TA_TASK_PHASES_MAX 2
+
+/** What a caller-run call consists of; plain data, from the problem alone. */
+typedef struct ta_task_plan {
+    int32_t num_phases; /**< 1 (forward, SDPA backward) or 2 (MTA backward) */
+    int32_t reserved;   /**< 0 */
+    int64_t num_tasks[TA_TASK_PHASES_MAX]; /**< tasks of phase ph, numbered 0 ..
+                                                num_tasks[ph] - 1; 0 from
+                                                num_phases on */
+    size_t shared_bytes;  /**< the shared workspace: TA_WORKSPACE_ALIGN-aligned,
+                               given to the prepare call and to every task;
+                               it holds the validated call (about 2 KiB) and,
+                               for the MTA backward, every Q tile's dconv_w sum
+                               (4 (c_q c_k + 1) B H n_q bytes, n_q Q tiles of
+                               the backward's tiling: grows with S_q) */
+    size_t scratch_bytes; /**< scratch of one running task (one thread's tile
+                               buffers; independent of B and S): each task that
+                               runs at the same time as another needs its own */
+} ta_task_plan;
+
+/**
+ * The caller-run plan of ta_fwd for problem p on backend be.
+ * @param[in]  p    the problem, validated in full as by ta_fwd_workspace_size
+ * @param[in]  be   TA_BACKEND_CPU; REF and CUDA: TA_ERR_UNSUPPORTED
+ * @param[out] out  the phases, task counts and sizes; written only on TA_OK
+ * @return TA_OK; TA_ERR_NULL_ARG for a NULL p or out; else the first failed
+ *         check of ta_fwd_workspace_size, then TA_ERR_UNSUPPORTED for another
+ *         backend
+ */
+ta_status ta_fwd_task_plan(const ta_problem *p, ta_backend be, ta_task_plan *out);
+
+/**
+ * The caller-run plan of ta_bwd; as ta_fwd_task_plan.
+ * @param[in]  p    the problem, validated in full
+ * @param[in]  be   TA_BACKEND_CPU
+ * @param[out] out  written only on TA_OK
+ * @return as ta_fwd_task_plan
+ */
+ta_status ta_bwd_task_plan(const ta_problem *p, ta_backend be, ta_task_plan *out);
+
+/**
+ * Validates a forward as ta_fwd would (with shared and shared_bytes in the
+ * workspace's place, sized by ta_fwd_task_plan's shared_bytes) and records it
+ * in shared for ta_task_run. Writes no output. The problem and args structs
+ * are copied (they may go out of scope); the tensors they point to, and
+ * shared, must stay unchanged until the last task has returned. Preparing
+ * again (the same or another call) starts over.
+ * @param[in]  p, be, a   as for ta_fwd (be: TA_BACKEND_CPU)
+ * @param[out] shared     the shared workspace; its contents are the library's
+ *                        until the last task returns, undefined after
+ * @param[in]  shared_bytes  bytes at shared
+ * @return TA_OK, or the status ta_fwd would return in ta_fwd's order of
+ *         checks (ta_explain_fwd names it, judging the workspace against
+ *         ta_fwd's size instead), with TA_ERR_UNSUPPORTED for a backend other
+ *         than CPU right after the backend's own checks
+ */
+ta_status ta_fwd_tasks_prepare(const ta_problem *p, ta_backend be, const ta_fwd_args *a,
+                               void *shared, size_t shared_bytes);
+
+/**
+ * Validates a backward as ta_bwd would and records it; as ta_fwd_tasks_prepare.
+ * @param[in]  p, be, a   as for ta_bwd (be: TA_BACKEND_CPU)
+ * @param[out] shared     the shared workspace, ta_bwd_task_plan's shared_bytes
+ * @param[in]  shared_bytes  bytes at shared
+ * @return as ta_fwd_tasks_prepare
+ */
+ta_status ta_bwd_tasks_prepare(const ta_problem *p, ta_backend be, const ta_bwd_args *a,
+                               void *shared, size_t shared_bytes);
+
+/**
+ * Runs task `task` of phase `phase` of the call prepared in shared. Callable
+ * from any thread, concurrently with other tasks of the same phase (each with
+ * its own scratch). Checks, in this order, before anything is written:
+ * shared NULL (TA_ERR_NULL_ARG), not aligned (TA_ERR_WORKSPACE_ALIGN), not a
+ * prepared call (TA_ERR_BAD_ARG); phase outside [0, num_phases), task outside
+ * [0, num_tasks[phase]) (TA_ERR_BAD_ARG); a phase started before every task
+ * of the phase before it has returned (TA_ERR_BAD_ARG: a counter of finished
+ * tasks per phase, which the caller's own synchronisation between the phases
+ * makes visible); scratch NULL (TA_ERR_NULL_ARG), smaller than scratch_bytes
+ * (TA_ERR_WORKSPACE_SIZE), not aligned (TA_ERR_WORKSPACE_ALIGN), overlapping
+ * shared or a tensor of the call (TA_ERR_BAD_ARG). Not detected: two running
+ * tasks sharing one scratch, a task run twice, or shared changed by the
+ * caller meanwhile.
+ * @param[in,out] shared   the workspace of a successful prepare call
+ * @param[in]     phase    0 .. num_phases - 1
+ * @param[in]     task     0 .. num_tasks[phase] - 1
+ * @param[out]    scratch  TA_WORKSPACE_ALIGN-aligned scratch of this task;
+ *                         undefined on return
+ * @param[in]     scratch_bytes  bytes at scratch, at least scratch_bytes of
+ *                         the plan
+ * @return TA_OK, or the first failed check above
+ */
+ta_status ta_task_run(void *shared, int32_t phase, int64_t task, void *scratch,
+                      size_t scratch_bytes);
+/** @} */
+
 /** 1 if backend be is compiled in and usable now (a device is present for
  *  CUDA) and implements ta_fwd/ta_bwd; 0 otherwise.
  *  @param[in] be  any value; one outside the enum gives 0

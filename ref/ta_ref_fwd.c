@@ -103,7 +103,7 @@ ta_status ta_ref_fwd_workspace_size(const ta_plan *plan, size_t *bytes) {
  * Online softmax over one K tile, for every effective row of the Q tile. Per
  * row i, with J = the visible effective columns of this tile (rows with J
  * empty are skipped), s_ij = C[i][j]:
- *   m_new = max(m, max_{j in J} s_ij)
+ *   m_new = max(m, max_{j in J} s_ij)      (ta_max_nan: NaN if m or any s_ij is)
  *   e     = m_new, or 0 while m_new = -inf (every visible score so far is -inf:
  *           their weights are exp(-inf) = 0, never exp(-inf - -inf) = NaN)
  *   alpha = exp(m - e)                      (m = -inf gives exp(-inf) = 0)
@@ -124,15 +124,16 @@ static void ta_ref_fwd_softmax_tile(const ta_plan *plan, const ta_ref_fwd_ws *ws
         float *acc_row = ws->acc + (size_t)i * (size_t)dv; /* [D_v] */
         float m_tile = -INFINITY, m_new, base, alpha, l;
         int any = 0;
-        /* step a: the tile's max over visible entries */
+        /* step a: the tile's max over visible entries; a NaN score wins
+         * (ta_max_nan; docs/exactness.md section 8) */
         for (j = 0; j < st->cols; ++j) {
             if (!ta_ref_visible(t, st, r, st->col_begin + j)) continue;
-            if (!any || c_row[j] > m_tile) m_tile = c_row[j];
+            m_tile = ta_max_nan(c_row[j], m_tile);
             any = 1;
         }
         if (!any) continue; /* nothing visible in this tile for this row */
-        /* step b: new max and the rescale factor of the old sums */
-        m_new = ws->row_max[i] > m_tile ? ws->row_max[i] : m_tile;
+        /* step b: new max (a NaN m stays NaN) and the rescale factor of the old sums */
+        m_new = ta_max_nan(ws->row_max[i], m_tile);
         base = m_new == -INFINITY ? 0.0f : m_new;
         alpha = ta_exp(ws->row_max[i] - base);
         /* step c: l = l*alpha + sum_j p_j, ascending j */

@@ -20,6 +20,7 @@
  */
 #include <stddef.h>
 
+#include "cpu/ta_cpu.h"
 #include "ta_internal.h"
 #include "ta_validate.h"
 
@@ -153,40 +154,65 @@ static ta_status ta_fwd_check_ptrs(const ta_plan *pl, const ta_extents *ex, ta_b
     return ta_check_workspace(ws, ws_bytes, ws_needed, d);
 }
 
-/* Steps 1-3 of a call: the problem, the backend, the stream (a: the args, NULL-checked). */
+/* Caller-run tasks (ta_*_task_plan, ta_*_tasks_prepare): a CPU backend mode;
+ * checked right after the backend (step 2). */
+static ta_status ta_tasks_backend(ta_backend be, ta_diag *d) {
+    return be == TA_BACKEND_CPU ? TA_OK
+                                : ta_fail_backend(d, TA_ERR_UNSUPPORTED, be,
+                                                  "has no caller-run tasks (TA_BACKEND_CPU only)");
+}
+
+/* Steps 1-3 of a call: the problem, the backend (tasks: CPU only), the stream
+ * (a: the args, NULL-checked). */
 static ta_status ta_call_begin(const ta_problem *p, ta_backend be, const void *a,
-                               const void *stream, ta_plan *pl, const ta_backend_ops **ops,
-                               ta_diag *d) {
+                               const void *stream, int tasks, ta_plan *pl,
+                               const ta_backend_ops **ops, ta_diag *d) {
     ta_status st;
     if (!p) return ta_fail(d, TA_ERR_NULL_ARG, "problem", "must not be NULL");
     if (!a) return ta_fail(d, TA_ERR_NULL_ARG, "args", "must not be NULL");
     if ((st = ta_plan_for(p, be, 1, pl, ops, d)) != TA_OK) return st;
+    if (tasks && (st = ta_tasks_backend(be, d)) != TA_OK) return st;
     return ta_check_stream(*ops, stream, d);
 }
 
-/* After step 4's strides: the backend runs this layout; the workspace it needs. */
+/* After step 4's strides: the backend runs this layout; the workspace it needs
+ * (tasks: the caller-run call's shared workspace). */
 static ta_status ta_call_need(ta_backend be, const ta_backend_ops *ops, const ta_plan *pl, int bwd,
-                              size_t *need, ta_diag *d) {
+                              int tasks, size_t *need, ta_diag *d) {
+    ta_task_plan tp;
     ta_status st;
     if (!ops->supports(pl))
         return ta_fail_backend(d, TA_ERR_UNSUPPORTED, be, "does not run this strided layout");
-    if ((st = (bwd ? ops->bwd_size : ops->fwd_size)(pl, need)) != TA_OK)
+    if (tasks && !bwd && pl->fwd.num_splits > 1)
+        return ta_fail(d, TA_ERR_UNSUPPORTED, "num_splits",
+                       "caller-run tasks run the unsplit forward only (num_splits 0 or 1)");
+    st = tasks ? ta_cpu_tasks_plan(pl, bwd, &tp) : (bwd ? ops->bwd_size : ops->fwd_size)(pl, need);
+    if (st != TA_OK)
         return ta_fail(d, st, "workspace size", "the backend's workspace layout overflows size_t");
+    if (tasks) *need = tp.shared_bytes;
     return TA_OK;
 }
 
-/* Steps 1-7 for ta_fwd; on TA_OK, *pl and *ops are ready for the call. */
+/* Steps 1-7 for ta_fwd (tasks: for ta_fwd_tasks_prepare, whose workspace is
+ * the shared one); on TA_OK, *pl, *ops and *ex are ready for the call. */
+static ta_status ta_fwd_validate_mode(const ta_problem *p, ta_backend be, const ta_fwd_args *a,
+                                      const void *ws, size_t ws_bytes, const void *stream,
+                                      int tasks, ta_plan *pl, const ta_backend_ops **ops,
+                                      ta_extents *ex, ta_diag *d) {
+    size_t need = 0;
+    ta_status st;
+    if ((st = ta_call_begin(p, be, a, stream, tasks, pl, ops, d)) != TA_OK) return st;
+    if ((st = ta_plan_set_fwd_layout(pl, a, ex, d)) != TA_OK) return st;
+    if ((st = ta_call_need(be, *ops, pl, 0, tasks, &need, d)) != TA_OK) return st;
+    if ((st = ta_fwd_check_ptrs(pl, ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
+    return ta_check_seqlens_host(pl, a->seqlens_k, d);
+}
+
 static ta_status ta_fwd_validate(const ta_problem *p, ta_backend be, const ta_fwd_args *a,
                                  const void *ws, size_t ws_bytes, const void *stream, ta_plan *pl,
                                  const ta_backend_ops **ops, ta_diag *d) {
     ta_extents ex;
-    size_t need = 0;
-    ta_status st;
-    if ((st = ta_call_begin(p, be, a, stream, pl, ops, d)) != TA_OK) return st;
-    if ((st = ta_plan_set_fwd_layout(pl, a, &ex, d)) != TA_OK) return st;
-    if ((st = ta_call_need(be, *ops, pl, 0, &need, d)) != TA_OK) return st;
-    if ((st = ta_fwd_check_ptrs(pl, &ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
-    return ta_check_seqlens_host(pl, a->seqlens_k, d);
+    return ta_fwd_validate_mode(p, be, a, ws, ws_bytes, stream, 0, pl, ops, &ex, d);
 }
 
 ta_status ta_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, void *workspace,
@@ -273,18 +299,25 @@ static ta_status ta_bwd_check_ptrs(const ta_plan *pl, const ta_extents *ex, ta_b
     return ta_check_workspace(ws, ws_bytes, ws_needed, d);
 }
 
-/* Steps 1-7 for ta_bwd. */
+/* Steps 1-7 for ta_bwd (tasks: for ta_bwd_tasks_prepare). */
+static ta_status ta_bwd_validate_mode(const ta_problem *p, ta_backend be, const ta_bwd_args *a,
+                                      const void *ws, size_t ws_bytes, const void *stream,
+                                      int tasks, ta_plan *pl, const ta_backend_ops **ops,
+                                      ta_extents *ex, ta_diag *d) {
+    size_t need = 0;
+    ta_status st;
+    if ((st = ta_call_begin(p, be, a, stream, tasks, pl, ops, d)) != TA_OK) return st;
+    if ((st = ta_plan_set_bwd_layout(pl, a, ex, d)) != TA_OK) return st;
+    if ((st = ta_call_need(be, *ops, pl, 1, tasks, &need, d)) != TA_OK) return st;
+    if ((st = ta_bwd_check_ptrs(pl, ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
+    return ta_check_seqlens_host(pl, a->seqlens_k, d);
+}
+
 static ta_status ta_bwd_validate(const ta_problem *p, ta_backend be, const ta_bwd_args *a,
                                  const void *ws, size_t ws_bytes, const void *stream, ta_plan *pl,
                                  const ta_backend_ops **ops, ta_diag *d) {
     ta_extents ex;
-    size_t need = 0;
-    ta_status st;
-    if ((st = ta_call_begin(p, be, a, stream, pl, ops, d)) != TA_OK) return st;
-    if ((st = ta_plan_set_bwd_layout(pl, a, &ex, d)) != TA_OK) return st;
-    if ((st = ta_call_need(be, *ops, pl, 1, &need, d)) != TA_OK) return st;
-    if ((st = ta_bwd_check_ptrs(pl, &ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
-    return ta_check_seqlens_host(pl, a->seqlens_k, d);
+    return ta_bwd_validate_mode(p, be, a, ws, ws_bytes, stream, 0, pl, ops, &ex, d);
 }
 
 ta_status ta_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a, void *workspace,
@@ -311,7 +344,7 @@ static ta_status ta_merge_validate(const ta_problem *p, ta_backend be, const ta_
     ta_extents ex;
     size_t n_parts_o, n_parts_lse, bytes;
     ta_status st;
-    if ((st = ta_call_begin(p, be, a, stream, pl, ops, d)) != TA_OK) return st;
+    if ((st = ta_call_begin(p, be, a, stream, 0, pl, ops, d)) != TA_OK) return st;
     if (!(*ops)->merge)
         return ta_fail_backend(d, TA_ERR_UNSUPPORTED, be, "does not implement ta_merge");
     if (a->num_parts < 1)
@@ -345,6 +378,64 @@ ta_status ta_merge(const ta_problem *p, ta_backend be, const ta_merge_args *a, v
     ta_diag_init(&d);
     if ((st = ta_merge_validate(p, be, a, stream, &pl, &ops, &d)) != TA_OK) return st;
     return ops->merge(&pl, a, stream);
+}
+
+/* ---- Caller-run tasks (CPU; docs/api.md "Caller-run tasks") ---- */
+
+static ta_status ta_task_plan_query(const ta_problem *p, ta_backend be, int bwd,
+                                    ta_task_plan *out) {
+    const ta_backend_ops *ops = NULL;
+    ta_task_plan tp;
+    ta_plan pl;
+    ta_diag d;
+    ta_status st;
+    ta_diag_init(&d);
+    if (!p || !out) return TA_ERR_NULL_ARG;
+    if ((st = ta_plan_for(p, be, 0, &pl, &ops, &d)) != TA_OK) return st;
+    if ((st = ta_tasks_backend(be, &d)) != TA_OK) return st;
+    if ((st = ta_cpu_tasks_plan(&pl, bwd, &tp)) != TA_OK) return st;
+    *out = tp;
+    return TA_OK;
+}
+
+ta_status ta_fwd_task_plan(const ta_problem *p, ta_backend be, ta_task_plan *out) {
+    return ta_task_plan_query(p, be, 0, out);
+}
+
+ta_status ta_bwd_task_plan(const ta_problem *p, ta_backend be, ta_task_plan *out) {
+    return ta_task_plan_query(p, be, 1, out);
+}
+
+/* ta_fwd_tasks_prepare (bwd 0, fa) and ta_bwd_tasks_prepare (bwd 1, ba). */
+static ta_status ta_tasks_prepare(const ta_problem *p, ta_backend be, int bwd,
+                                  const ta_fwd_args *fa, const ta_bwd_args *ba, void *shared,
+                                  size_t shared_bytes) {
+    const ta_backend_ops *ops = NULL;
+    ta_extents ex;
+    ta_plan pl;
+    ta_diag d;
+    ta_status st;
+    ta_diag_init(&d);
+    st = bwd ? ta_bwd_validate_mode(p, be, ba, shared, shared_bytes, NULL, 1, &pl, &ops, &ex, &d)
+             : ta_fwd_validate_mode(p, be, fa, shared, shared_bytes, NULL, 1, &pl, &ops, &ex, &d);
+    if (st != TA_OK) return st;
+    ta_cpu_tasks_prepare(&pl, bwd ? NULL : fa, bwd ? ba : NULL, &ex, shared);
+    return TA_OK;
+}
+
+ta_status ta_fwd_tasks_prepare(const ta_problem *p, ta_backend be, const ta_fwd_args *a,
+                               void *shared, size_t shared_bytes) {
+    return ta_tasks_prepare(p, be, 0, a, NULL, shared, shared_bytes);
+}
+
+ta_status ta_bwd_tasks_prepare(const ta_problem *p, ta_backend be, const ta_bwd_args *a,
+                               void *shared, size_t shared_bytes) {
+    return ta_tasks_prepare(p, be, 1, NULL, a, shared, shared_bytes);
+}
+
+ta_status ta_task_run(void *shared, int32_t phase, int64_t task, void *scratch,
+                      size_t scratch_bytes) {
+    return ta_cpu_task_run(shared, phase, task, scratch, scratch_bytes);
 }
 
 /* ---- Explanations: the same validation, formatted (docs/api.md "Diagnostics") ---- */

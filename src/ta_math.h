@@ -67,6 +67,15 @@ TA_MATH_FN float ta_f32_from_bits(uint32_t u) {
 /* Nonzero iff x is a NaN (integer test: no floating-point compare needed). */
 TA_MATH_FN int ta_isnan_bits(uint32_t u) { return (u & 0x7fffffffu) > TA_F32_INF_BITS; }
 
+/* The online softmax's row max, in which a NaN wins and stays
+ * (docs/exactness.md section 8): a if a is a NaN or a > b, else b. From
+ * m = -inf, m = ta_max_nan(s, m) over a row's scores gives their maximum, or a
+ * NaN as soon as one score is a NaN, and keeps it whatever follows. Which NaN
+ * (payload) is not specified. For two non-NaN operands this is the plain
+ * a > b ? a : b (equal values, +0 and -0 included, give b). Vector versions:
+ * select a where a != a, else the a > b ? a : b maximum (maxps(a, b)). */
+TA_MATH_FN float ta_max_nan(float a, float b) { return (a > b || a != a) ? a : b; }
+
 /* ------------------------------------------------------------------------- */
 /* exp                                                                        */
 /* ------------------------------------------------------------------------- */

@@ -5,8 +5,9 @@
 #                  the install/consumer check; GPU tests report "skipped" without a GPU.
 #   2. clang-debug clang -O0, no CUDA: unit, oracle, bad-input.
 #   3. asan        gcc ASan+UBSan, no CUDA: unit, oracle, bad-input (quick modes).
-#   4. tsan        gcc ThreadSanitizer, OpenMP off, no CUDA: test_threads only (many
-#                  pthreads calling REF and CPU at once; about 1 minute on 2 cores).
+#   4. tsan        gcc ThreadSanitizer, OpenMP off, no CUDA: test_threads (many
+#                  pthreads calling REF and CPU at once) and test_tasks (caller-run
+#                  CPU tasks from pthreads); about 1 minute on 2 cores.
 #   5. fuzz        clang libFuzzer+ASan+UBSan harnesses (test/fuzz), label fuzz: each
 #                  runs TILEATTN_FUZZ_SECONDS (20) from the seed corpus.
 # CUDA is compiled in configuration 1 only, and the exhaustive and valgrind
@@ -40,10 +41,10 @@ cmake --build --preset asan -j "$jobs"
 step "asan: ctest"
 ctest --preset asan -j "$jobs" -LE 'memcheck|exhaustive|cuda|stress'
 
-step "tsan: configure + build (test_threads only)"
+step "tsan: configure + build (test_threads, test_tasks)"
 cmake --preset tsan
 cmake --build --preset tsan -j "$jobs"
-step "tsan: ctest (test_threads)"
+step "tsan: ctest (test_threads, test_tasks)"
 ctest --preset tsan
 
 step "fuzz: configure + build"

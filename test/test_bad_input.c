@@ -233,6 +233,35 @@ static int m_bytes_overflow(call *c, int entry) {
     c->p.head_dim_v = 1;
     return 1;
 }
+/* One size product of each tensor overflowing (issue 15 coverage): each problem
+ * passes every check before it. sizes: B, H, H_kv, S_q, S_k, D, D_v. */
+static void set_sizes(call *c, int32_t b, int32_t h, int32_t hkv, int32_t sq, int32_t sk,
+                      int32_t d, int32_t dv) {
+    c->p.batch = b, c->p.heads_q = h, c->p.heads_kv = hkv, c->p.seq_q = sq, c->p.seq_k = sk;
+    c->p.head_dim = d, c->p.head_dim_v = dv;
+}
+/* q: B H S_q = 2^60 fits, times D = 2^8 does not (elements) */
+SET(m_q_elems_overflow, set_sizes(c, 1 << 20, 1 << 20, 1, 1 << 20, 1, TA_HEAD_DIM_MAX, 1))
+/* o: the same with D = 1, D_v = 256 */
+SET(m_o_elems_overflow, set_sizes(c, 1 << 20, 1 << 20, 1, 1 << 20, 1, 1, TA_HEAD_DIM_MAX))
+/* v: B H_kv S_k = 2^62 fits (k with D = 1 too), times D_v = 2^8 does not */
+SET(m_v_elems_overflow, set_sizes(c, 1 << 16, 1 << 16, 1 << 16, 1, 1 << 30, 1, TA_HEAD_DIM_MAX))
+/* k, v, o: 2^63 elements (fit in 64 bits), 2^65 bytes (do not); q's bytes fit */
+static int m_k_bytes_overflow(call *c, int entry) {
+    (void)entry;
+    set_sizes(c, 1 << 19, 1 << 16, 1 << 16, 1, 1 << 20, TA_HEAD_DIM_MAX, 1);
+    return SIZE_MAX == UINT64_MAX;
+}
+static int m_v_bytes_overflow(call *c, int entry) {
+    (void)entry;
+    set_sizes(c, 1 << 19, 1 << 16, 1 << 16, 1, 1 << 20, 1, TA_HEAD_DIM_MAX);
+    return SIZE_MAX == UINT64_MAX;
+}
+static int m_o_bytes_overflow(call *c, int entry) {
+    (void)entry;
+    set_sizes(c, 1 << 19, 1 << 16, 1, 1 << 20, 1, 1, TA_HEAD_DIM_MAX);
+    return SIZE_MAX == UINT64_MAX;
+}
 /* enums, flags, scale */
 SET(m_dtype_3, c->p.dtype = (ta_dtype)3)
 SET(m_dtype_neg, c->p.dtype = (ta_dtype)-1)
@@ -263,6 +292,14 @@ SET(m_v_stride_overflow, c->fa.v_strides.batch = c->ba.v_strides.batch = INT64_M
 /* dk is a [B, H_kv, S_k, D] output; d_o's batch stride reaches over the arena */
 SET(m_dk_overlaps_strided_d_o, c->ba.d_o_strides.batch = 1 << 20;
     c->ba.d_o_strides.head = SQ_ * DV_; c->ba.d_o_strides.seq = DV_)
+/* batch and head strides 0 with a seq stride: every batch entry and head aliases */
+SET(m_q_strides_zero_batch_head, c->fa.q_strides.seq = c->ba.q_strides.seq = D_)
+/* the backward's own tensors: negative strides */
+SET(m_d_o_stride_neg, c->ba.d_o_strides.seq = -1)
+SET(m_dk_stride_neg, c->ba.dk_strides.head = -3)
+SET(m_dv_stride_neg, c->ba.dv_strides.batch = -1)
+/* a trace on the CPU backend (REF only) */
+SET(m_trace_on_cpu, c->be = TA_BACKEND_CPU)
 SET(m_order_strides_before_null, c->fa.q = c->ba.q = NULL;
     c->fa.k_strides.seq = c->ba.k_strides.seq = -1)
 SET(m_scale_nan, c->p.scale = NAN)
@@ -504,6 +541,15 @@ static const bad_case k_cases[] = {
     {"B*H*S_q overflows size_t", E_ALL, TA_ERR_OVERFLOW, m_elems_overflow, "lse"},
     {"B*H_kv*S_k*D overflows size_t", E_ALL, TA_ERR_OVERFLOW, m_kv_elems_overflow, "k"},
     {"q element count fits, byte count overflows", E_ALL, TA_ERR_OVERFLOW, m_bytes_overflow, "q"},
+    {"B*H*S_q*D overflows size_t (lse fits)", E_ALL, TA_ERR_OVERFLOW, m_q_elems_overflow, "q"},
+    {"B*H*S_q*D_v overflows size_t (q fits)", E_ALL, TA_ERR_OVERFLOW, m_o_elems_overflow, "o"},
+    {"B*H_kv*S_k*D_v overflows size_t (k fits)", E_ALL, TA_ERR_OVERFLOW, m_v_elems_overflow, "v"},
+    {"k element count fits, byte count overflows", E_ALL, TA_ERR_OVERFLOW, m_k_bytes_overflow,
+     "k"},
+    {"v element count fits, byte count overflows", E_ALL, TA_ERR_OVERFLOW, m_v_bytes_overflow,
+     "v"},
+    {"o element count fits, byte count overflows", E_ALL, TA_ERR_OVERFLOW, m_o_bytes_overflow,
+     "o"},
     {"dtype 3", E_ALL, TA_ERR_BAD_ARG, m_dtype_3, "dtype"},
     {"dtype -1", E_ALL, TA_ERR_BAD_ARG, m_dtype_neg, "dtype"},
     {"precision 2", E_ALL, TA_ERR_BAD_ARG, m_precision_2, "precision"},
@@ -521,6 +567,13 @@ static const bad_case k_cases[] = {
      "args.o|args.dq"},
     {"v strides overflow", E_CALLS, TA_ERR_OVERFLOW, m_v_stride_overflow, "args.v_strides"},
     {"strided d_o overlaps dk", E_BWD, TA_ERR_BAD_ARG, m_dk_overlaps_strided_d_o, "args.d_o"},
+    {"q strides {0, 0, D}: batch entries alias", E_CALLS, TA_ERR_BAD_ARG,
+     m_q_strides_zero_batch_head, "args.q_strides"},
+    {"d_o seq stride -1", E_BWD, TA_ERR_BAD_ARG, m_d_o_stride_neg, "args.d_o_strides"},
+    {"dk head stride -3", E_BWD, TA_ERR_BAD_ARG, m_dk_stride_neg, "args.dk_strides"},
+    {"dv batch stride -1", E_BWD, TA_ERR_BAD_ARG, m_dv_stride_neg, "args.dv_strides"},
+    {"trace on the CPU backend (REF only)", E_CALLS, TA_ERR_UNSUPPORTED, m_trace_on_cpu,
+     "args.trace"},
     {"order: strides before NULL pointers", E_CALLS, TA_ERR_BAD_ARG, m_order_strides_before_null,
      "args.k_strides"},
     {"unknown flag bit 31", E_ALL, TA_ERR_BAD_ARG, m_flag_bit31, "flags"},
@@ -1142,6 +1195,38 @@ static void check_non_pow2_blocks(void) {
     free(o_default);
 }
 
+/* ta_tune_fwd's own arguments, after ta_fwd's checks pass (docs/api.md, "Tuning"):
+ * out NULL or misaligned, reps outside [1, TA_TUNE_REPS_MAX]; then REF has nothing
+ * to tune. *out is never written. */
+static void check_tune_args(void) {
+    static const int32_t bad_reps[4] = {0, -1, TA_TUNE_REPS_MAX + 1, INT32_MAX};
+    ta_tune_result res[2];
+    unsigned char *misaligned = (unsigned char *)&res[0] + 2;
+    call c;
+    int i;
+    reset_arena();
+    base_call(&c);
+    memset(res, 0xA5, sizeof res);
+    TA_CHECK(ta_tune_fwd(&c.p, TA_BACKEND_REF, &c.fa, c.ws, A.need_fwd, NULL, 1, NULL) ==
+                 TA_ERR_NULL_ARG,
+             "ta_tune_fwd out NULL");
+    TA_CHECK(ta_tune_fwd(&c.p, TA_BACKEND_REF, &c.fa, c.ws, A.need_fwd, NULL, 1,
+                         (ta_tune_result *)(void *)misaligned) == TA_ERR_BAD_ARG,
+             "ta_tune_fwd out misaligned");
+    for (i = 0; i < 4; ++i)
+        TA_CHECK(ta_tune_fwd(&c.p, TA_BACKEND_REF, &c.fa, c.ws, A.need_fwd, NULL, bad_reps[i],
+                             &res[0]) == TA_ERR_BAD_ARG,
+                 "ta_tune_fwd reps %d", (int)bad_reps[i]);
+    TA_CHECK(ta_tune_fwd(&c.p, TA_BACKEND_REF, &c.fa, c.ws, A.need_fwd, NULL, TA_TUNE_REPS_MAX,
+                         &res[0]) == TA_ERR_UNSUPPORTED,
+             "ta_tune_fwd on REF: nothing to tune");
+    TA_CHECK(ta_tune_fwd(&c.p, TA_BACKEND_REF, &c.fa, c.ws, 1, NULL, 0, NULL) ==
+                 TA_ERR_WORKSPACE_SIZE,
+             "ta_tune_fwd: ta_fwd's checks come first");
+    for (i = 0; i < (int)sizeof res; ++i)
+        TA_CHECK(((unsigned char *)res)[i] == 0xA5, "ta_tune_fwd wrote its out on a refusal");
+}
+
 int main(void) {
     ta_rng rng;
     int i, calls = 0, skipped = 0, cases_run = 0;
@@ -1168,6 +1253,7 @@ int main(void) {
            N_CASES, cases_run, calls, skipped, A.need_fwd, A.need_bwd);
     TA_CHECK(cases_run >= 40, "only %d distinct invalid cases ran", cases_run);
     check_status_strings();
+    check_tune_args();
     check_valid_calls();
     check_explain_buffer();
     check_trace_capacity_one();

@@ -45,7 +45,9 @@
  * Then device bad-input cases: pageable host pointers (TA_ERR_BAD_ARG, outputs
  * untouched), mapped pinned host memory and managed memory (accepted, same
  * bits), workspace too small or misaligned, conv and trace (unsupported), and
- * the size queries.
+ * the size queries. Then the non-finite cases of test/nonfinite.h (NaN and
+ * +-inf scores, SDPA and MTA, issue 15's repro and random ones): CUDA == REF
+ * but NaN payloads, and the documented rules (docs/exactness.md section 8).
  *
  *   test_cuda_equiv [--quick] [--problem N] [--count N] [--count-mta N] [--mta | --sdpa]
  *                   [--fwd-only | --bwd-only] [--window] [--strided] [--splits]
@@ -75,6 +77,7 @@
 #include <omp.h>
 #endif
 
+#include "nonfinite.h"
 #include "test_util.h"
 #include "tileattn.h"
 
@@ -1286,6 +1289,96 @@ static void print_coverage(const spec *specs, int n) {
 
 /* ---- main ---- */
 
+/* ---- Non-finite scores (docs/exactness.md section 8; test/nonfinite.h) ---- */
+
+static void *dev_upload(const void *src, size_t bytes) {
+    void *d = dev_alloc(bytes);
+    if (src) CUDA_OK(cudaMemcpy(d, src, bytes ? bytes : 1, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* Forward and backward (from REF's o and lse) of c on the device into out. */
+static ta_status nf_run_cuda(const nf_case *c, const nf_out *ref, nf_out *out) {
+    const size_t eb = c->eb;
+    void *q = dev_upload(c->q, c->n_q * eb), *k = dev_upload(c->k, c->n_k * eb);
+    void *v = dev_upload(c->v, c->n_v * eb), *d_o = dev_upload(c->d_o, c->n_o * eb);
+    void *o_in = dev_upload(ref->o, c->n_o * eb);
+    float *lse_in = (float *)dev_upload(ref->lse, c->n_lse * sizeof(float));
+    float *w = c->n_w ? (float *)dev_upload(c->w, c->n_w * sizeof(float)) : NULL;
+    void *o = dev_upload(out->o, c->n_o * eb), *dq = dev_upload(out->dq, c->n_q * eb);
+    void *dk = dev_upload(out->dk, c->n_k * eb), *dv = dev_upload(out->dv, c->n_v * eb);
+    float *lse = (float *)dev_upload(out->lse, c->n_lse * sizeof(float));
+    float *dw = c->n_w ? (float *)dev_upload(out->dw, c->n_w * sizeof(float)) : NULL;
+    size_t fb = 0, bb = 0;
+    void *ws = NULL;
+    ta_fwd_args fa;
+    ta_bwd_args ba;
+    ta_status st;
+    memset(&fa, 0, sizeof fa);
+    memset(&ba, 0, sizeof ba);
+    fa.q = q, fa.k = k, fa.v = v, fa.conv_w = w, fa.seqlens_k = c->seqlens, fa.o = o, fa.lse = lse;
+    ba.q = q, ba.k = k, ba.v = v, ba.conv_w = w, ba.seqlens_k = c->seqlens, ba.o = o_in;
+    ba.lse = lse_in, ba.d_o = d_o, ba.dq = dq, ba.dk = dk, ba.dv = dv, ba.dconv_w = dw;
+    st = ta_fwd_workspace_size(&c->p, TA_BACKEND_CUDA, &fb);
+    if (st == TA_OK) st = ta_bwd_workspace_size(&c->p, TA_BACKEND_CUDA, &bb);
+    if (st == TA_OK) {
+        ws = dev_alloc(fb > bb ? fb : bb);
+        CUDA_OK(cudaMemset(ws, 0xFF, fb > bb ? fb : bb));
+        st = ta_fwd(&c->p, TA_BACKEND_CUDA, &fa, ws, fb, NULL);
+    }
+    if (st == TA_OK) st = ta_bwd(&c->p, TA_BACKEND_CUDA, &ba, ws, bb, NULL);
+    if (st == TA_OK) {
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaMemcpy(out->o, o, c->n_o * eb, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(out->lse, lse, c->n_lse * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(out->dq, dq, c->n_q * eb, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(out->dk, dk, c->n_k * eb, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(out->dv, dv, c->n_v * eb, cudaMemcpyDeviceToHost));
+        if (dw) CUDA_OK(cudaMemcpy(out->dw, dw, c->n_w * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    {
+        void *const bufs[] = {q, k, v, d_o, o_in, lse_in, w, o, dq, dk, dv, lse, dw, ws};
+        size_t b;
+        for (b = 0; b < sizeof bufs / sizeof bufs[0]; ++b)
+            CUDA_OK(cudaFree(bufs[b]));
+    }
+    return st;
+}
+
+/* The fixed non-finite cases and n_random random ones: CUDA == REF (NaN
+ * positions, every other bit), and the documented rules on CUDA's outputs. */
+static void nonfinite_cases(ta_rng *r, int n_random) {
+    size_t payload = 0, nan_rows = 0, empty_rows = 0;
+    int i, n_ok = 0, n = nf_fixed_count() + n_random;
+    for (i = 0; i < n; ++i) {
+        nf_case c;
+        nf_out ref, dev;
+        ta_status st;
+        const int before = g_fail + ta_test_failures;
+        if (i < nf_fixed_count())
+            nf_make_fixed(i, r, &c);
+        else
+            nf_make_random(r, &c, i % 3 == 2);
+        nf_alloc_out(&c, &ref);
+        nf_alloc_out(&c, &dev);
+        st = nf_run_host(TA_BACKEND_REF, r, &c, &ref, NULL, NULL);
+        if (st == TA_OK) st = nf_run_cuda(&c, &ref, &dev);
+        if (st != TA_OK)
+            FAIL("nonfinite %s: status %d", c.name, (int)st);
+        else {
+            (void)nf_same_all("cuda", &c, &ref, &dev, &payload);
+            (void)nf_check_rules(&c, &dev, &nan_rows, &empty_rows);
+        }
+        n_ok += g_fail + ta_test_failures == before;
+        nf_free_out(&ref);
+        nf_free_out(&dev);
+        nf_free_case(&c);
+    }
+    printf("nonfinite: %d of %d problems equal to REF but NaN payloads (%zu NaN rows, %zu rows "
+           "of -inf only, %zu NaN pairs with other payload bits)\n",
+           n_ok, n, nan_rows, empty_rows, payload);
+}
+
 int main(int argc, char **argv) {
     int quick = 0, only = -1, count = N_DEFAULT, count_mta = N_DEFAULT, n_specs = 0, i;
     int n_ok = 0, dev_count = 0, want_sdpa = 1, want_mta = 1;
@@ -1383,6 +1476,10 @@ int main(int argc, char **argv) {
     if (only < 0) {
         ta_rng_seed(&r, seed ^ UINT64_C(0x3e6e));
         merge_cases(&r, quick ? 6 : 40);
+    }
+    if (only < 0 && g_check_fwd && g_check_bwd) {
+        ta_rng_seed(&r, seed ^ UINT64_C(0x4e614e));
+        nonfinite_cases(&r, quick ? 8 : 120);
     }
     free(specs);
     ta_test_failures += g_fail;

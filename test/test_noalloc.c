@@ -5,6 +5,8 @@
  * marker line TA_NOALLOC_BEGIN to stderr with write(2) (unbuffered, no stdio),
  * makes the library calls (size queries, ta_fwd, ta_bwd on several problems,
  * SDPA and the MTA conv, sliding windows on strided tensors, refused calls,
+ * the caller-run tasks: plans, prepare calls and every task of a forward and
+ * a backward,
  * ta_tune_fwd refused on REF, ta_status_string, ta_backend_available), stores their statuses,
  * writes TA_NOALLOC_END, and only then checks the statuses.
  *
@@ -151,7 +153,7 @@ static const shape k_shapes[] = {
     {1, 2, 1, 130, 130, 32, 32, TA_F16, TA_CAUSAL | TA_WINDOW, 0, 0, 3, 5, 40, -1, 1},
 };
 #define N_SHAPES    ((int)(sizeof k_shapes / sizeof k_shapes[0]))
-#define N_RESULTS   20
+#define N_RESULTS   26
 #define CPU_THREADS 2 /* every CPU call: one team size, so the pool is reused */
 #define TRACE_CAP   4096
 
@@ -170,6 +172,9 @@ typedef struct bufs {
     ta_status st[N_RESULTS]; /* statuses, checked after the END marker */
     ta_status expect[N_RESULTS];
     size_t bytes_fwd, bytes_bwd;
+    ta_task_plan task_fwd, task_bwd; /* caller-run tasks: plans, sized before the markers */
+    ta_task_plan task_out;           /* the plans asked again inside */
+    void *task_shared, *task_scratch;
 } bufs;
 
 static size_t zu(int32_t v) { return (size_t)v; }
@@ -246,6 +251,27 @@ static void setup(bufs *x, const shape *s, ta_rng *rng) {
     x->cpu_ws = ta_test_alloc(x->cpu_ws_bytes);
     x->trace.entries = (ta_trace_entry *)ta_test_alloc(TRACE_CAP * sizeof(ta_trace_entry));
     x->trace.capacity = TRACE_CAP;
+    TA_CHECK(ta_fwd_task_plan(&x->cpu_p, TA_BACKEND_CPU, &x->task_fwd) == TA_OK, "fwd task plan");
+    TA_CHECK(ta_bwd_task_plan(&x->cpu_p, TA_BACKEND_CPU, &x->task_bwd) == TA_OK, "bwd task plan");
+    x->task_shared = ta_test_alloc(x->task_fwd.shared_bytes > x->task_bwd.shared_bytes
+                                       ? x->task_fwd.shared_bytes
+                                       : x->task_bwd.shared_bytes);
+    x->task_scratch = ta_test_alloc(x->task_fwd.scratch_bytes > x->task_bwd.scratch_bytes
+                                        ? x->task_fwd.scratch_bytes
+                                        : x->task_bwd.scratch_bytes);
+}
+
+/* Every task of the call prepared in shared, phase by phase, ascending on this
+ * thread: the first status that is not TA_OK, or TA_OK. */
+static ta_status run_all_tasks(void *shared, const ta_task_plan *tp, void *scratch) {
+    int32_t ph;
+    int64_t t;
+    for (ph = 0; ph < tp->num_phases; ++ph)
+        for (t = 0; t < tp->num_tasks[ph]; ++t) {
+            const ta_status st = ta_task_run(shared, ph, t, scratch, tp->scratch_bytes);
+            if (st != TA_OK) return st;
+        }
+    return TA_OK;
 }
 
 static void teardown(bufs *x) {
@@ -264,6 +290,8 @@ static void teardown(bufs *x) {
     ta_test_free(x->ws);
     ta_test_free(x->cpu_ws);
     ta_test_free(x->trace.entries);
+    ta_test_free(x->task_shared);
+    ta_test_free(x->task_scratch);
 }
 
 /* The library calls of one shape: no stdio, no allocation of our own in here. */
@@ -319,6 +347,17 @@ static void run_calls(bufs *x, const shape *s) {
     CALL(TA_OK, ta_bwd_workspace_size(&x->cpu_p, TA_BACKEND_CPU, &x->bytes_bwd));
     CALL(TA_OK, ta_bwd(&x->cpu_p, TA_BACKEND_CPU, &ba, x->cpu_ws, x->cpu_ws_bytes, NULL));
     CALL(TA_ERR_WORKSPACE_SIZE, ta_bwd(&x->cpu_p, TA_BACKEND_CPU, &ba, x->cpu_ws, 64, NULL));
+    /* caller-run tasks (no OpenMP at all): plans, prepare, every task, a refused task */
+    CALL(TA_OK, ta_fwd_task_plan(&x->cpu_p, TA_BACKEND_CPU, &x->task_out));
+    CALL(TA_OK, ta_fwd_tasks_prepare(&x->cpu_p, TA_BACKEND_CPU, &fa, x->task_shared,
+                                     x->task_fwd.shared_bytes));
+    CALL(TA_OK, run_all_tasks(x->task_shared, &x->task_fwd, x->task_scratch));
+    CALL(TA_OK, ta_bwd_task_plan(&x->cpu_p, TA_BACKEND_CPU, &x->task_out));
+    CALL(TA_OK, ta_bwd_tasks_prepare(&x->cpu_p, TA_BACKEND_CPU, &ba, x->task_shared,
+                                     x->task_bwd.shared_bytes));
+    CALL(TA_OK, run_all_tasks(x->task_shared, &x->task_bwd, x->task_scratch));
+    CALL(TA_ERR_BAD_ARG, ta_task_run(x->task_shared, 0, x->task_bwd.num_tasks[0],
+                                     x->task_scratch, x->task_bwd.scratch_bytes));
     CALL(TA_OK, ta_status_string(TA_ERR_DEVICE) != NULL ? TA_OK : TA_ERR_DEVICE);
     CALL(TA_OK, ta_version_string() != NULL ? TA_OK : TA_ERR_DEVICE);
 #undef CALL

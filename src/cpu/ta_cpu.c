@@ -545,7 +545,8 @@ static void ta_cpu_parallel(ta_cpu_run *run) {
     ta_cpu_worker(run, 0);
 }
 
-static ta_status ta_cpu_start(ta_cpu_run *run, const ta_plan *plan, int backward, void *workspace) {
+static ta_status ta_cpu_start(ta_cpu_run *run, const ta_plan *plan, int backward, void *workspace,
+                              int32_t n_threads) {
     ta_cpu_slab probe;
     size_t total;
     const ta_tiling *t = backward ? &plan->bwd : &plan->fwd;
@@ -554,7 +555,7 @@ static ta_status ta_cpu_start(ta_cpu_run *run, const ta_plan *plan, int backward
     run->plan = plan;
     run->workspace = workspace;
     run->kern = ta_cpu_kernels_for(ta_cpu_isa_resolve()); /* reads TA_CPU_ISA once */
-    run->n_threads = ta_cpu_threads(plan);
+    run->n_threads = n_threads;
     run->q_group = plan->has_conv && backward ? 1 : ta_cpu_q_group(plan, t, run->n_threads);
     run->k_group = backward ? ta_cpu_dkdv_group(plan, run->n_threads) : 1;
     run->n_dkdv = backward ? (int64_t)plan->p.batch * plan->p.heads_kv *
@@ -570,7 +571,7 @@ static ta_status ta_cpu_start(ta_cpu_run *run, const ta_plan *plan, int backward
 static ta_status ta_cpu_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace,
                             void *stream) {
     ta_cpu_run run;
-    const ta_status st = ta_cpu_start(&run, plan, 0, workspace);
+    const ta_status st = ta_cpu_start(&run, plan, 0, workspace, ta_cpu_threads(plan));
     (void)stream;
     if (st != TA_OK) return st;
     run.fa = a;
@@ -583,7 +584,7 @@ static ta_status ta_cpu_fwd(const ta_plan *plan, const ta_fwd_args *a, void *wor
 static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
                             void *stream) {
     ta_cpu_run run;
-    const ta_status st = ta_cpu_start(&run, plan, 1, workspace);
+    const ta_status st = ta_cpu_start(&run, plan, 1, workspace, ta_cpu_threads(plan));
     (void)stream;
     if (st != TA_OK) return st;
     run.fa = NULL;
@@ -599,6 +600,212 @@ static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wor
             TA_CPU_TASK_INIT(slab.dw_turn + h);
     }
     ta_cpu_parallel(&run);
+    return TA_OK;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Caller-run tasks (include/tileattn.h; docs/cpu.md section 3a)            */
+/* ---------------------------------------------------------------------- */
+
+/* "tileattn tasks", version 1: a shared workspace that a prepare call filled. */
+#define TA_CPU_TASKS_MAGIC UINT64_C(0x7461736b73000001)
+#define TA_CPU_TASKS_SPANS 14 /* tensors of a backward (12) + the shared workspace */
+
+/* A byte range the scratch of a task must not overlap. */
+typedef struct ta_cpu_span {
+    const void *ptr;
+    size_t bytes;
+} ta_cpu_span;
+
+/*
+ * The shared workspace of a caller-run call:
+ *
+ *   +------------------------------+-------------------------------+-------------------+
+ *   | header (this struct)         | dw_sum [B n_q H][c_q c_k] f32 | dw_add [B n_q H]  |
+ *   +------------------------------+-------------------------------+-------------------+
+ *     the validated call            MTA backward only: each dq task's R(b, qt) and
+ *                                    whether it sees a K tile (phase 1 merges them)
+ *
+ * The header holds copies of the plan and the arguments (the caller's structs
+ * may go), the task numbering (the OpenMP path's ta_cpu_run, whose plan and
+ * args point into the header), and a counter of finished tasks per phase.
+ */
+typedef struct ta_cpu_tasks_hdr {
+    uint64_t magic;   /* TA_CPU_TASKS_MAGIC once prepared */
+    const void *self; /* the address it was prepared at */
+    ta_plan plan;
+    ta_fwd_args fa;
+    ta_bwd_args ba;
+    ta_cpu_run run;
+    int32_t num_phases;
+    int64_t num_tasks[TA_TASK_PHASES_MAX];
+    size_t scratch_bytes;
+    ta_cpu_span spans[TA_CPU_TASKS_SPANS];
+    int n_spans;
+    float *dw_sum;   /* MTA backward: [B n_q H][n_w], slot (b n_q + qt) H + h */
+    int32_t *dw_add; /* [B n_q H] */
+    TA_CPU_TASK_COUNTER done[TA_TASK_PHASES_MAX];
+} ta_cpu_tasks_hdr;
+
+/* Workers the caller expects: num_threads, 0 = 1 (sets the task grouping only). */
+static int32_t ta_cpu_task_workers(const ta_plan *plan) {
+    return plan->p.num_threads > 0 ? plan->p.num_threads : 1;
+}
+
+/* The shared workspace's one layout routine (base NULL: size only). */
+static ta_status ta_cpu_tasks_layout(const ta_plan *plan, int backward, void *base,
+                                     ta_cpu_tasks_hdr **hdr, size_t *bytes) {
+    ta_ws_cursor c;
+    float *dw_sum = NULL;
+    int32_t *dw_add = NULL;
+    ta_ws_begin(&c, base);
+    *hdr = TA_WS_TAKE(&c, ta_cpu_tasks_hdr, 1);
+    if (backward && plan->has_conv) {
+        const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
+        size_t slots, floats;
+        if (!ta_mul_size((size_t)plan->p.batch * (size_t)plan->bwd.num_q_tiles,
+                         (size_t)plan->p.heads_q, &slots) ||
+            !ta_mul_size(slots, n_w, &floats))
+            return TA_ERR_OVERFLOW;
+        dw_sum = TA_WS_TAKE(&c, float, floats);
+        dw_add = TA_WS_TAKE(&c, int32_t, slots);
+    }
+    if (c.overflow) return TA_ERR_OVERFLOW;
+    if (base) (*hdr)->dw_sum = dw_sum, (*hdr)->dw_add = dw_add;
+    *bytes = c.used;
+    return TA_OK;
+}
+
+ta_status ta_cpu_tasks_plan(const ta_plan *plan, int backward, ta_task_plan *out) {
+    const int32_t n = ta_cpu_task_workers(plan);
+    ta_cpu_tasks_hdr *hdr;
+    ta_cpu_slab slab;
+    ta_cpu_run run;
+    ta_status st;
+    memset(out, 0, sizeof *out);
+    if (!backward && plan->fwd.num_splits > 1) return TA_ERR_UNSUPPORTED; /* not yet as tasks */
+    out->scratch_bytes = ta_cpu_carve_slab(plan, backward, n, NULL, &slab);
+    if (out->scratch_bytes == 0) return TA_ERR_OVERFLOW;
+    if ((st = ta_cpu_tasks_layout(plan, backward, NULL, &hdr, &out->shared_bytes)) != TA_OK)
+        return st;
+    if ((st = ta_cpu_start(&run, plan, backward, NULL, n)) != TA_OK) return st;
+    out->num_phases = backward && plan->has_conv ? 2 : 1;
+    out->num_tasks[0] = run.n_tasks;
+    if (out->num_phases == 2) out->num_tasks[1] = plan->p.heads_q; /* the dconv_w merge */
+    return TA_OK;
+}
+
+void ta_cpu_tasks_prepare(const ta_plan *plan, const ta_fwd_args *fa, const ta_bwd_args *ba,
+                          const ta_extents *ex, void *shared) {
+    const int backward = fa == NULL;
+    const size_t n_w = plan->n_conv * sizeof(float);
+    const size_t n_lse = plan->n_lse * sizeof(float), n_sl = (size_t)plan->p.batch * 4;
+    ta_cpu_tasks_hdr *h;
+    ta_task_plan tp;
+    size_t bytes;
+    int32_t ph;
+    (void)ta_cpu_tasks_plan(plan, backward, &tp); /* validated: cannot fail */
+    (void)ta_cpu_tasks_layout(plan, backward, shared, &h, &bytes);
+    h->magic = 0;
+    h->self = shared;
+    h->plan = *plan;
+    memset(&h->fa, 0, sizeof h->fa);
+    memset(&h->ba, 0, sizeof h->ba);
+    if (fa) h->fa = *fa;
+    if (ba) h->ba = *ba;
+    (void)ta_cpu_start(&h->run, &h->plan, backward, NULL, ta_cpu_task_workers(plan));
+    h->run.fa = fa ? &h->fa : NULL;
+    h->run.ba = ba ? &h->ba : NULL;
+    h->num_phases = tp.num_phases;
+    h->scratch_bytes = tp.scratch_bytes;
+    for (ph = 0; ph < TA_TASK_PHASES_MAX; ++ph) {
+        h->num_tasks[ph] = tp.num_tasks[ph];
+        TA_CPU_TASK_INIT(&h->done[ph]);
+    }
+    {
+        const ta_cpu_span fwd[] = {{fa ? fa->q : NULL, ex->q},     {fa ? fa->k : NULL, ex->k},
+                                   {fa ? fa->v : NULL, ex->v},     {fa ? fa->o : NULL, ex->o},
+                                   {fa ? fa->lse : NULL, n_lse},   {fa ? fa->conv_w : NULL, n_w},
+                                   {fa ? fa->seqlens_k : NULL, n_sl}};
+        const ta_cpu_span bwd[] = {
+            {ba ? ba->q : NULL, ex->q},       {ba ? ba->k : NULL, ex->k},
+            {ba ? ba->v : NULL, ex->v},       {ba ? ba->o : NULL, ex->o},
+            {ba ? ba->d_o : NULL, ex->d_o},   {ba ? ba->lse : NULL, n_lse},
+            {ba ? ba->conv_w : NULL, n_w},    {ba ? ba->seqlens_k : NULL, n_sl},
+            {ba ? ba->dq : NULL, ex->dq},     {ba ? ba->dk : NULL, ex->dk},
+            {ba ? ba->dv : NULL, ex->dv},     {ba ? ba->dconv_w : NULL, n_w}};
+        const ta_cpu_span *src = backward ? bwd : fwd;
+        const int n = backward ? 12 : 7;
+        int i;
+        for (i = 0; i < n; ++i)
+            h->spans[i] = src[i];
+        h->spans[n].ptr = shared, h->spans[n].bytes = tp.shared_bytes;
+        h->n_spans = n + 1;
+    }
+    h->magic = TA_CPU_TASKS_MAGIC;
+}
+
+/* Phase 1 of the MTA backward, head h: dconv_w[h] = 0, then + R(b, qt) for
+ * every (b, Q tile) that sees a K tile, ascending: ta_cpu_dw_merge's order. */
+static void ta_cpu_task_dw_merge(const ta_cpu_tasks_hdr *h, int32_t head) {
+    const ta_plan *plan = &h->plan;
+    const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
+    const int64_t turns = (int64_t)plan->p.batch * plan->bwd.num_q_tiles;
+    float *dw = h->ba.dconv_w + (size_t)head * n_w; /* [c_q, c_k] of head h */
+    int64_t turn;
+    size_t n;
+    for (n = 0; n < n_w; ++n)
+        dw[n] = 0.0f;
+    for (turn = 0; turn < turns; ++turn) {
+        const size_t slot = (size_t)turn * (size_t)plan->p.heads_q + (size_t)head;
+        const float *r = h->dw_sum + slot * n_w;
+        for (n = 0; h->dw_add[slot] && n < n_w; ++n)
+            dw[n] = dw[n] + r[n];
+    }
+}
+
+ta_status ta_cpu_task_run(void *shared, int32_t phase, int64_t task, void *scratch,
+                          size_t scratch_bytes) {
+    ta_cpu_tasks_hdr *h = (ta_cpu_tasks_hdr *)shared;
+    const ta_plan *plan;
+    ta_cpu_slab slab;
+    int i;
+    if (!shared) return TA_ERR_NULL_ARG;
+    if (((uintptr_t)shared & (TA_WORKSPACE_ALIGN - 1)) != 0) return TA_ERR_WORKSPACE_ALIGN;
+    if (h->magic != TA_CPU_TASKS_MAGIC || h->self != shared) return TA_ERR_BAD_ARG;
+    if (phase < 0 || phase >= h->num_phases || task < 0 || task >= h->num_tasks[phase])
+        return TA_ERR_BAD_ARG;
+    if (phase > 0 && TA_CPU_TURN_LOAD(&h->done[phase - 1]) < h->num_tasks[phase - 1])
+        return TA_ERR_BAD_ARG; /* the phase before is not finished */
+    if (!scratch) return TA_ERR_NULL_ARG;
+    if (scratch_bytes < h->scratch_bytes) return TA_ERR_WORKSPACE_SIZE;
+    if (((uintptr_t)scratch & (TA_WORKSPACE_ALIGN - 1)) != 0) return TA_ERR_WORKSPACE_ALIGN;
+    for (i = 0; i < h->n_spans; ++i) {
+        const uintptr_t a = (uintptr_t)scratch, b = (uintptr_t)h->spans[i].ptr;
+        if (b && h->spans[i].bytes && a < b + h->spans[i].bytes && b < a + h->scratch_bytes)
+            return TA_ERR_BAD_ARG;
+    }
+    plan = &h->plan;
+    if (phase == 1) {
+        ta_cpu_task_dw_merge(h, (int32_t)task);
+    } else {
+        (void)ta_cpu_carve_slab(plan, h->run.ba != NULL, h->run.n_threads, scratch, &slab);
+        slab.dw_turn = NULL;
+        if (h->run.ba && plan->has_conv && task >= h->run.n_dkdv) {
+            /* MTA dq task (b, Q tile, head): its R(b, qt) into its slot, no merge */
+            const int64_t turn = (task - h->run.n_dkdv) / plan->p.heads_q;
+            const int32_t head = (int32_t)((task - h->run.n_dkdv) % plan->p.heads_q);
+            const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
+            const size_t slot = (size_t)turn * (size_t)plan->p.heads_q + (size_t)head;
+            h->dw_add[slot] = h->run.kern->dq.mta(plan, &h->ba, &slab.mta,
+                                                  (int32_t)(turn / plan->bwd.num_q_tiles), head,
+                                                  (int32_t)(turn % plan->bwd.num_q_tiles));
+            memcpy(h->dw_sum + slot * n_w, slab.mta.dw_sum, n_w * sizeof(float));
+        } else {
+            ta_cpu_do_task(&h->run, &slab, task);
+        }
+    }
+    (void)TA_CPU_TASK_TAKE(&h->done[phase]); /* one more finished task of this phase */
     return TA_OK;
 }
 

@@ -266,4 +266,18 @@ ta_cpu_isa ta_cpu_isa_best(void);
 ta_cpu_isa ta_cpu_isa_resolve(void);
 const char *ta_cpu_isa_name(ta_cpu_isa isa);
 
+/* ---- Caller-run tasks (ta_cpu.c; docs/cpu.md section 3a) ----
+ * The plan of a caller-run call (backward: 0 or 1): phases, tasks, the
+ * shared workspace and the scratch of one task. TA_ERR_OVERFLOW if a size
+ * overflows. */
+ta_status ta_cpu_tasks_plan(const ta_plan *plan, int backward, ta_task_plan *out);
+/* Records a validated call (fa for the forward, else ba; ex: the tensors'
+ * extents under plan->layout) in shared, which holds at least the plan's
+ * shared_bytes. Writes nothing else. */
+void ta_cpu_tasks_prepare(const ta_plan *plan, const ta_fwd_args *fa, const ta_bwd_args *ba,
+                          const ta_extents *ex, void *shared);
+/* ta_task_run: the checks of include/tileattn.h, then the task. */
+ta_status ta_cpu_task_run(void *shared, int32_t phase, int64_t task, void *scratch,
+                          size_t scratch_bytes);
+
 #endif /* TA_CPU_H */

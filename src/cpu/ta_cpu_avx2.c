@@ -31,7 +31,6 @@ TA_VFN ta_v v_div(ta_v a, ta_v b) { return _mm256_div_ps(a, b); }
 /* maxps returns its second operand unless a > b: exactly a > b ? a : b */
 TA_VFN ta_v v_max(ta_v a, ta_v b) { return _mm256_max_ps(a, b); }
 TA_VFN ta_m m_lt(ta_v a, ta_v b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
-TA_VFN ta_m m_gt(ta_v a, ta_v b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
 TA_VFN ta_m m_ne(ta_v a, ta_v b) { return _mm256_cmp_ps(a, b, _CMP_NEQ_UQ); }
 TA_VFN ta_v v_sel(ta_m m, ta_v a, ta_v b) { return _mm256_blendv_ps(b, a, m); }
 TA_VFN ta_v v_exp(ta_v x) { return ta_avx2_exp(x); }

@@ -30,7 +30,6 @@ TA_VFN ta_v v_sub(ta_v a, ta_v b) { return a - b; }
 TA_VFN ta_v v_div(ta_v a, ta_v b) { return a / b; }
 TA_VFN ta_v v_max(ta_v a, ta_v b) { return a > b ? a : b; }
 TA_VFN ta_m m_lt(ta_v a, ta_v b) { return a < b; }
-TA_VFN ta_m m_gt(ta_v a, ta_v b) { return a > b; }
 TA_VFN ta_m m_ne(ta_v a, ta_v b) { return a != b; }
 TA_VFN ta_v v_sel(ta_m m, ta_v a, ta_v b) { return m ? a : b; }
 TA_VFN ta_v v_exp(ta_v x) { return ta_exp(x); }

@@ -1,0 +1,384 @@
+/*
+ * Caller-run CPU tasks (issue 15 item 6; docs/api.md "Caller-run tasks",
+ * docs/cpu.md section 3a): the caller's own threads run the tasks of a call,
+ * in any order, and get the bits of the ordinary call.
+ *
+ * For each problem (SDPA in every dtype, causal, GQA, sliding windows,
+ * seqlens_k, explicit tiles; the MTA conv, whose backward has two phases):
+ *   1. expected: ta_fwd, then ta_bwd from its o and lse, on TA_BACKEND_CPU
+ *      (OpenMP, num_threads 0 = the runtime's default);
+ *   2. for several worker counts W (ta_problem.num_threads = W, which sets
+ *      the task grouping): ta_fwd_task_plan, ta_fwd_tasks_prepare, then W
+ *      pthreads, each with its own scratch (random bytes), take the tasks of
+ *      phase 0 in a shuffled order (Fisher-Yates from the run's seed) from a
+ *      shared counter, wait at a barrier, then phase 1 (the MTA backward's
+ *      dconv_w merge) the same way; the same for the backward from step 1's o
+ *      and lse. Outputs poisoned before, shared workspace random bytes before
+ *      the prepare call; every output must be memcmp-equal to step 1's. One
+ *      run per problem uses one worker and the reversed order.
+ *   3. refused calls (statuses of include/tileattn.h, outputs untouched):
+ *      another backend, NULL and short or misaligned shared workspaces, an
+ *      unprepared or moved one, phase and task out of range, phase 1 before
+ *      phase 0 has finished, scratch NULL, short, misaligned or overlapping a
+ *      tensor or the shared workspace.
+ * Fresh seed per run (printed; TA_SEED replays).
+ *
+ *   test_tasks [--quick]      (--quick: fewer problems and worker counts; valgrind)
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "oracle_check.h"
+#include "test_util.h"
+#include "tileattn.h"
+
+/* ---- One caller-run call on W pthreads ---- */
+
+typedef struct pool {
+    void *shared;
+    const ta_task_plan *tp;
+    int64_t *order[TA_TASK_PHASES_MAX]; /* each phase's tasks, shuffled */
+    atomic_llong next[TA_TASK_PHASES_MAX];
+    atomic_int bad;  /* tasks that did not return TA_OK */
+    pthread_barrier_t phase_done;
+} pool;
+
+typedef struct worker {
+    pool *pl;
+    void *scratch;
+} worker;
+
+static void *worker_main(void *arg) {
+    worker *w = (worker *)arg;
+    pool *pl = w->pl;
+    int32_t ph;
+    for (ph = 0; ph < pl->tp->num_phases; ++ph) {
+        long long i;
+        while ((i = atomic_fetch_add(&pl->next[ph], 1)) < pl->tp->num_tasks[ph]) {
+            const ta_status st = ta_task_run(pl->shared, ph, pl->order[ph][i], w->scratch,
+                                             pl->tp->scratch_bytes);
+            if (st != TA_OK) atomic_fetch_add(&pl->bad, 1);
+        }
+        pthread_barrier_wait(&pl->phase_done); /* phase ph done before ph + 1 starts */
+    }
+    return NULL;
+}
+
+/* Random bytes (ta_oc_workspace's kind 1), 64-byte aligned. */
+static void *random_bytes(ta_rng *r, size_t bytes) { return ta_oc_workspace(r, bytes, 1); }
+
+/* Runs every task of the prepared call in shared on `workers` threads, each
+ * phase in a shuffled order (reversed: in descending order instead). Returns
+ * the number of tasks that failed. */
+static int run_pool(ta_rng *r, void *shared, const ta_task_plan *tp, int workers, int reversed) {
+    pool pl;
+    worker w[8];
+    pthread_t th[8];
+    int32_t ph;
+    int i, bad;
+    memset(&pl, 0, sizeof pl);
+    pl.shared = shared, pl.tp = tp;
+    for (ph = 0; ph < tp->num_phases; ++ph) {
+        const int64_t n = tp->num_tasks[ph];
+        int64_t t;
+        pl.order[ph] = (int64_t *)malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+        for (t = 0; t < n; ++t)
+            pl.order[ph][t] = reversed ? n - 1 - t : t;
+        for (t = n - 1; !reversed && t > 0; --t) { /* Fisher-Yates */
+            const int64_t u = (int64_t)(ta_rng_u64(r) % (uint64_t)(t + 1));
+            const int64_t x = pl.order[ph][t];
+            pl.order[ph][t] = pl.order[ph][u], pl.order[ph][u] = x;
+        }
+        atomic_init(&pl.next[ph], 0);
+    }
+    atomic_init(&pl.bad, 0);
+    pthread_barrier_init(&pl.phase_done, NULL, (unsigned)workers);
+    for (i = 0; i < workers; ++i) {
+        w[i].pl = &pl;
+        w[i].scratch = random_bytes(r, tp->scratch_bytes);
+        TA_CHECK(pthread_create(&th[i], NULL, worker_main, &w[i]) == 0, "pthread_create");
+    }
+    for (i = 0; i < workers; ++i) {
+        pthread_join(th[i], NULL);
+        ta_test_free(w[i].scratch);
+    }
+    pthread_barrier_destroy(&pl.phase_done);
+    for (ph = 0; ph < tp->num_phases; ++ph)
+        free(pl.order[ph]);
+    bad = atomic_load(&pl.bad);
+    return bad;
+}
+
+static void fill_fwd(const tcase *tc, run_out *out, ta_fwd_args *fa) {
+    memset(fa, 0, sizeof *fa);
+    fa->q = tc->q, fa->k = tc->k, fa->v = tc->v, fa->seqlens_k = tc->seqlens;
+    fa->conv_w = tc->p.conv_q ? tc->conv_w : NULL;
+    fa->o = out->o, fa->lse = out->lse;
+}
+
+static void fill_bwd(const tcase *tc, const run_out *in, run_out *out, ta_bwd_args *ba) {
+    memset(ba, 0, sizeof *ba);
+    ba->q = tc->q, ba->k = tc->k, ba->v = tc->v, ba->o = in->o, ba->d_o = tc->d_o;
+    ba->lse = in->lse, ba->seqlens_k = tc->seqlens;
+    ba->conv_w = tc->p.conv_q ? tc->conv_w : NULL;
+    ba->dq = out->dq, ba->dk = out->dk, ba->dv = out->dv;
+    ba->dconv_w = tc->p.conv_q ? out->dw : NULL;
+}
+
+static void poison_out(const tcase *tc, run_out *out) {
+    ta_poison(out->o, tc->n_o * tc->eb), ta_poison(out->lse, tc->n_lse * sizeof(float));
+    ta_poison(out->dq, tc->n_q * tc->eb), ta_poison(out->dk, tc->n_k * tc->eb);
+    ta_poison(out->dv, tc->n_v * tc->eb);
+    if (out->dw) ta_poison(out->dw, tc->n_w * sizeof(float));
+}
+
+static long g_calls, g_tasks;
+
+/* Forward and backward of tc as caller-run tasks on `workers` threads; compares with exp. */
+static void run_tasks(ta_rng *r, const tcase *tc, const run_out *exp, int workers, int reversed,
+                      const char *desc) {
+    ta_problem p = tc->p;
+    ta_task_plan tp;
+    ta_fwd_args fa;
+    ta_bwd_args ba;
+    run_out out;
+    void *shared;
+    ta_status st;
+    int bad;
+    p.num_threads = workers;
+    ta_oc_alloc_out(tc, &out);
+    poison_out(tc, &out);
+    /* forward */
+    st = ta_fwd_task_plan(&p, TA_BACKEND_CPU, &tp);
+    TA_CHECK(st == TA_OK && tp.num_phases == 1 && tp.num_tasks[0] > 0 && tp.num_tasks[1] == 0,
+             "%s: fwd plan: status %d, %d phases", desc, (int)st, (int)tp.num_phases);
+    if (st != TA_OK) goto done;
+    shared = random_bytes(r, tp.shared_bytes);
+    fill_fwd(tc, &out, &fa);
+    st = ta_fwd_tasks_prepare(&p, TA_BACKEND_CPU, &fa, shared, tp.shared_bytes);
+    TA_CHECK(st == TA_OK, "%s: fwd prepare: status %d", desc, (int)st);
+    bad = st == TA_OK ? run_pool(r, shared, &tp, workers, reversed) : 0;
+    TA_CHECK(bad == 0, "%s: %d forward tasks failed", desc, bad);
+    TA_CHECK(ta_oc_same_fwd(tc, exp, &out), "%s: forward (W = %d) differs from ta_fwd", desc,
+             workers);
+    g_tasks += tp.num_tasks[0];
+    ta_test_free(shared);
+    /* backward from the expected o and lse */
+    st = ta_bwd_task_plan(&p, TA_BACKEND_CPU, &tp);
+    TA_CHECK(st == TA_OK && tp.num_phases == (p.conv_q ? 2 : 1) &&
+                 (!p.conv_q || tp.num_tasks[1] == p.heads_q),
+             "%s: bwd plan: status %d, %d phases", desc, (int)st, (int)tp.num_phases);
+    if (st != TA_OK) goto done;
+    shared = random_bytes(r, tp.shared_bytes);
+    fill_bwd(tc, exp, &out, &ba);
+    st = ta_bwd_tasks_prepare(&p, TA_BACKEND_CPU, &ba, shared, tp.shared_bytes);
+    TA_CHECK(st == TA_OK, "%s: bwd prepare: status %d", desc, (int)st);
+    bad = st == TA_OK ? run_pool(r, shared, &tp, workers, reversed) : 0;
+    TA_CHECK(bad == 0, "%s: %d backward tasks failed", desc, bad);
+    TA_CHECK(ta_oc_same_dqkv(tc, exp, &out) &&
+                 (!tc->n_w || memcmp(exp->dw, out.dw, tc->n_w * sizeof(float)) == 0),
+             "%s: backward (W = %d) differs from ta_bwd", desc, workers);
+    g_tasks += tp.num_tasks[0] + tp.num_tasks[1];
+    ta_test_free(shared);
+    ++g_calls;
+done:
+    ta_oc_free_out(&out);
+}
+
+/* ---- Problems ---- */
+
+static void make_problem(ta_rng *r, int x, tcase *tc) {
+    ta_problem *p = &tc->p;
+    memset(tc, 0, sizeof *tc);
+    p->batch = ta_rng_int(r, 1, 2);
+    p->heads_kv = ta_rng_int(r, 1, 2);
+    p->heads_q = p->heads_kv * ta_rng_int(r, 1, 3);
+    p->seq_q = ta_rng_int(r, 1, 150), p->seq_k = ta_rng_int(r, 1, 150);
+    p->head_dim = ta_rng_int(r, 1, 40), p->head_dim_v = ta_rng_int(r, 1, 40);
+    p->dtype = (ta_dtype)ta_rng_int(r, 0, 2);
+    if (ta_rng_int(r, 0, 1)) p->block_k = ta_rng_int(r, 8, 64);
+    if (ta_rng_int(r, 0, 1)) p->block_q = ta_rng_int(r, 8, 64);
+    switch (x % 4) {
+    case 0: break;
+    case 1: p->flags = TA_CAUSAL; break;
+    case 2: ta_test_random_window(r, p, 100); break;
+    default: /* MTA: causal, a conv, tiles that leave effective rows in the backward */
+        p->flags = TA_CAUSAL;
+        p->seq_q = p->seq_k = ta_rng_int(r, 1, 120);
+        p->conv_q = ta_rng_int(r, 1, 6), p->conv_k = 2 * ta_rng_int(r, 0, 5) + 1;
+        p->block_q = p->block_k = 0;
+        break;
+    }
+    ta_oc_make_buffers(r, tc);
+    if (x % 4 != 3 && ta_rng_int(r, 0, 2) == 0) ta_oc_random_seqlens(r, tc);
+    if (tc->n_w) ta_fill_uniform(r, tc->conv_w, TA_F32, tc->n_w, -0.5f, 0.5f);
+}
+
+static void describe(const tcase *tc, int x, char *buf, size_t n) {
+    const ta_problem *p = &tc->p;
+    snprintf(buf, n,
+             "problem %d: B=%d H=%d/%d S=%d/%d D=%d/%d dt=%d flags=%u win=%d,%d conv=%dx%d "
+             "bq=%d bk=%d seqlens=%d",
+             x, (int)p->batch, (int)p->heads_q, (int)p->heads_kv, (int)p->seq_q, (int)p->seq_k,
+             (int)p->head_dim, (int)p->head_dim_v, (int)p->dtype, (unsigned)p->flags,
+             (int)p->window_left, (int)p->window_right, (int)p->conv_q, (int)p->conv_k,
+             (int)p->block_q, (int)p->block_k, tc->seqlens != NULL);
+}
+
+/* ---- Refused calls ---- */
+
+static int outputs_poisoned(const tcase *tc, const run_out *out) {
+    const unsigned char *bufs[5] = {(const unsigned char *)out->o, (const unsigned char *)out->dq,
+                                    (const unsigned char *)out->dk, (const unsigned char *)out->dv,
+                                    (const unsigned char *)out->lse};
+    const size_t n[5] = {tc->n_o * tc->eb, tc->n_q * tc->eb, tc->n_k * tc->eb, tc->n_v * tc->eb,
+                         tc->n_lse * sizeof(float)};
+    size_t b, i;
+    for (b = 0; b < 5; ++b)
+        for (i = 0; i < n[b]; ++i)
+            if (bufs[b][i] != 0xFF) return 0;
+    for (i = 0; out->dw && i < tc->n_w * sizeof(float); ++i)
+        if (((const unsigned char *)out->dw)[i] != 0xFF) return 0;
+    return 1;
+}
+
+#define EXPECT(want, call)                                                                         \
+    do {                                                                                           \
+        const ta_status st_ = (call);                                                              \
+        TA_CHECK(st_ == (want), "%s gave %d, expected %d", #call, (int)st_, (int)(want));          \
+    } while (0)
+
+static void bad_cases(ta_rng *r) {
+    tcase tc;
+    run_out exp, out;
+    ta_task_plan tp, tf;
+    ta_fwd_args fa;
+    ta_bwd_args ba;
+    unsigned char *shared, *scratch, *moved;
+    ta_problem p;
+    make_problem(r, 3, &tc); /* MTA: two backward phases */
+    p = tc.p;
+    p.num_threads = 2;
+    ta_oc_alloc_out(&tc, &exp);
+    ta_oc_alloc_out(&tc, &out);
+    TA_CHECK(ta_oc_run_step_on(TA_BACKEND_CPU, r, &tc, &tc.p, &exp, 1) == TA_OK, "expected run");
+    poison_out(&tc, &out);
+    /* plans */
+    EXPECT(TA_ERR_NULL_ARG, ta_fwd_task_plan(NULL, TA_BACKEND_CPU, &tp));
+    EXPECT(TA_ERR_NULL_ARG, ta_bwd_task_plan(&p, TA_BACKEND_CPU, NULL));
+    EXPECT(TA_ERR_UNSUPPORTED, ta_fwd_task_plan(&p, TA_BACKEND_REF, &tp));
+    EXPECT(TA_ERR_UNSUPPORTED, ta_bwd_task_plan(&p, TA_BACKEND_CUDA, &tp));
+    EXPECT(TA_ERR_BAD_ARG, ta_fwd_task_plan(&p, (ta_backend)7, &tp));
+    {
+        ta_problem q = p;
+        q.heads_kv = 0;
+        EXPECT(TA_ERR_BAD_SHAPE, ta_fwd_task_plan(&q, TA_BACKEND_CPU, &tp));
+        q = p, q.num_threads = -1;
+        EXPECT(TA_ERR_BAD_ARG, ta_bwd_task_plan(&q, TA_BACKEND_CPU, &tp));
+    }
+    EXPECT(TA_OK, ta_fwd_task_plan(&p, TA_BACKEND_CPU, &tf));
+    EXPECT(TA_OK, ta_bwd_task_plan(&p, TA_BACKEND_CPU, &tp));
+    TA_CHECK(tp.num_phases == 2 && tp.num_tasks[1] == p.heads_q && tp.reserved == 0,
+             "MTA backward: 2 phases, H merge tasks");
+    shared = (unsigned char *)random_bytes(r, tp.shared_bytes + 64);
+    moved = (unsigned char *)random_bytes(r, tp.shared_bytes);
+    scratch = (unsigned char *)random_bytes(r, tp.scratch_bytes + 64);
+    fill_fwd(&tc, &out, &fa);
+    fill_bwd(&tc, &exp, &out, &ba);
+    /* prepare: the call's checks, then the shared workspace's */
+    EXPECT(TA_ERR_UNSUPPORTED, ta_bwd_tasks_prepare(&p, TA_BACKEND_REF, &ba, shared,
+                                                    tp.shared_bytes));
+    EXPECT(TA_ERR_NULL_ARG, ta_bwd_tasks_prepare(&p, TA_BACKEND_CPU, NULL, shared,
+                                                 tp.shared_bytes));
+    EXPECT(TA_ERR_NULL_ARG, ta_bwd_tasks_prepare(NULL, TA_BACKEND_CPU, &ba, shared,
+                                                 tp.shared_bytes));
+    EXPECT(TA_ERR_NULL_ARG, ta_bwd_tasks_prepare(&p, TA_BACKEND_CPU, &ba, NULL, tp.shared_bytes));
+    EXPECT(TA_ERR_WORKSPACE_SIZE, ta_bwd_tasks_prepare(&p, TA_BACKEND_CPU, &ba, shared,
+                                                       tp.shared_bytes - 1));
+    EXPECT(TA_ERR_WORKSPACE_ALIGN, ta_bwd_tasks_prepare(&p, TA_BACKEND_CPU, &ba, shared + 8,
+                                                        tp.shared_bytes));
+    EXPECT(TA_ERR_WORKSPACE_SIZE, ta_fwd_tasks_prepare(&p, TA_BACKEND_CPU, &fa, shared,
+                                                       tf.shared_bytes - 64));
+    /* CUDA: unavailable without a device (ta_fwd's status first), else unsupported */
+    EXPECT(ta_backend_available(TA_BACKEND_CUDA) ? TA_ERR_UNSUPPORTED : TA_ERR_BACKEND_UNAVAILABLE,
+           ta_fwd_tasks_prepare(&p, TA_BACKEND_CUDA, &fa, shared, tf.shared_bytes));
+    {
+        ta_bwd_args b2 = ba;
+        b2.dconv_w = NULL;
+        EXPECT(TA_ERR_NULL_ARG, ta_bwd_tasks_prepare(&p, TA_BACKEND_CPU, &b2, shared,
+                                                     tp.shared_bytes));
+        b2 = ba, b2.dq = shared; /* an output inside the shared workspace */
+        EXPECT(TA_ERR_BAD_ARG, ta_bwd_tasks_prepare(&p, TA_BACKEND_CPU, &b2, shared,
+                                                    tp.shared_bytes));
+    }
+    /* never prepared */
+    EXPECT(TA_ERR_BAD_ARG, ta_task_run(shared, 0, 0, scratch, tp.scratch_bytes));
+    TA_CHECK(outputs_poisoned(&tc, &out), "a refused prepare or task wrote an output");
+    EXPECT(TA_OK, ta_bwd_tasks_prepare(&p, TA_BACKEND_CPU, &ba, shared, tp.shared_bytes));
+    /* task_run checks, in their order */
+    EXPECT(TA_ERR_NULL_ARG, ta_task_run(NULL, 0, 0, scratch, tp.scratch_bytes));
+    EXPECT(TA_ERR_WORKSPACE_ALIGN, ta_task_run(shared + 32, 0, 0, scratch, tp.scratch_bytes));
+    memcpy(moved, shared, tp.shared_bytes); /* a copy is not the prepared call */
+    EXPECT(TA_ERR_BAD_ARG, ta_task_run(moved, 0, 0, scratch, tp.scratch_bytes));
+    EXPECT(TA_ERR_BAD_ARG, ta_task_run(shared, -1, 0, scratch, tp.scratch_bytes));
+    EXPECT(TA_ERR_BAD_ARG, ta_task_run(shared, 2, 0, scratch, tp.scratch_bytes));
+    EXPECT(TA_ERR_BAD_ARG, ta_task_run(shared, 0, -1, scratch, tp.scratch_bytes));
+    EXPECT(TA_ERR_BAD_ARG, ta_task_run(shared, 0, tp.num_tasks[0], scratch, tp.scratch_bytes));
+    EXPECT(TA_ERR_BAD_ARG, ta_task_run(shared, 1, tp.num_tasks[1], scratch, tp.scratch_bytes));
+    EXPECT(TA_ERR_BAD_ARG, ta_task_run(shared, 1, 0, scratch, tp.scratch_bytes)); /* too early */
+    EXPECT(TA_ERR_NULL_ARG, ta_task_run(shared, 0, 0, NULL, tp.scratch_bytes));
+    EXPECT(TA_ERR_WORKSPACE_SIZE, ta_task_run(shared, 0, 0, scratch, tp.scratch_bytes - 1));
+    EXPECT(TA_ERR_WORKSPACE_ALIGN, ta_task_run(shared, 0, 0, scratch + 16, tp.scratch_bytes));
+    EXPECT(TA_ERR_BAD_ARG, ta_task_run(shared, 0, 0, shared, tp.scratch_bytes));
+    if (tc.n_q * tc.eb >= 64) { /* scratch over an output tensor (dq is 64-aligned) */
+        EXPECT(TA_ERR_BAD_ARG, ta_task_run(shared, 0, 0, out.dq, tp.scratch_bytes));
+    }
+    TA_CHECK(outputs_poisoned(&tc, &out), "a refused prepare or task wrote an output");
+    /* the refused calls changed nothing: the whole call still gives the bits */
+    TA_CHECK(run_pool(r, shared, &tp, 2, 0) == 0, "tasks after refused calls");
+    TA_CHECK(ta_oc_same_dqkv(&tc, &exp, &out) &&
+                 memcmp(exp.dw, out.dw, tc.n_w * sizeof(float)) == 0,
+             "backward after refused calls differs");
+    /* a second prepare starts over (phase 1 is refused again) */
+    EXPECT(TA_OK, ta_bwd_tasks_prepare(&p, TA_BACKEND_CPU, &ba, shared, tp.shared_bytes));
+    EXPECT(TA_ERR_BAD_ARG, ta_task_run(shared, 1, 0, scratch, tp.scratch_bytes));
+    ta_test_free(shared), ta_test_free(moved), ta_test_free(scratch);
+    ta_oc_free_out(&exp), ta_oc_free_out(&out);
+    ta_oc_free_case(&tc);
+}
+
+int main(int argc, char **argv) {
+    static const int workers_full[] = {1, 2, 3, 5, 8};
+    const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    const int n_problems = quick ? 4 : 24, n_workers = quick ? 2 : 5;
+    ta_rng r;
+    int x, wi;
+    ta_rng_seed(&r, ta_test_seed("test_tasks"));
+    for (x = 0; x < n_problems; ++x) {
+        tcase tc;
+        run_out exp;
+        char desc[256];
+        const int before = ta_test_failures;
+        make_problem(&r, x, &tc);
+        describe(&tc, x, desc, sizeof desc);
+        ta_oc_alloc_out(&tc, &exp);
+        TA_CHECK(ta_oc_run_step_on(TA_BACKEND_CPU, &r, &tc, &tc.p, &exp, 1) == TA_OK,
+                 "%s: ta_fwd / ta_bwd", desc);
+        for (wi = 0; wi < n_workers; ++wi)
+            run_tasks(&r, &tc, &exp, workers_full[quick ? wi + 1 : wi], 0, desc);
+        run_tasks(&r, &tc, &exp, 1, 1, desc);
+        if (ta_test_failures != before) fprintf(stderr, "  in %s\n", desc);
+        ta_oc_free_out(&exp);
+        ta_oc_free_case(&tc);
+    }
+    bad_cases(&r);
+    printf("test_tasks: %d problems, %ld caller-run forward + backward pairs (%ld tasks) "
+           "compared with ta_fwd / ta_bwd\n",
+           n_problems, g_calls, g_tasks);
+    return ta_test_finish("test_tasks");
+}
