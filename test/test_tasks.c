@@ -280,6 +280,18 @@ static void bad_cases(ta_rng *r) {
         EXPECT(TA_ERR_BAD_SHAPE, ta_fwd_task_plan(&q, TA_BACKEND_CPU, &tp));
         q = p, q.num_threads = -1;
         EXPECT(TA_ERR_BAD_ARG, ta_bwd_task_plan(&q, TA_BACKEND_CPU, &tp));
+        /* split-K: not as caller-run tasks yet (the forward refuses more than one
+         * part; the backward ignores num_splits) */
+        memset(&q, 0, sizeof q);
+        q.batch = q.heads_q = q.heads_kv = 1;
+        q.seq_q = q.seq_k = 300; /* several key tiles at any default block_k */
+        q.head_dim = q.head_dim_v = 16;
+        q.dtype = TA_F32;
+        q.num_splits = 2;
+        EXPECT(TA_ERR_UNSUPPORTED, ta_fwd_task_plan(&q, TA_BACKEND_CPU, &tp));
+        EXPECT(TA_OK, ta_bwd_task_plan(&q, TA_BACKEND_CPU, &tp));
+        q.num_splits = 1;
+        EXPECT(TA_OK, ta_fwd_task_plan(&q, TA_BACKEND_CPU, &tp));
     }
     EXPECT(TA_OK, ta_fwd_task_plan(&p, TA_BACKEND_CPU, &tf));
     EXPECT(TA_OK, ta_bwd_task_plan(&p, TA_BACKEND_CPU, &tp));
