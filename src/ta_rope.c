@@ -117,14 +117,15 @@ ta_status ta_rope_table_1d(const ta_rope_1d *cfg, float *cos_t, float *sin_t) {
     if ((st = ta_rope_check_out(cos_t, sin_t, bytes)) != TA_OK) return st;
     if (cfg->scaling == TA_ROPE_SCALE_YARN)
         m = ta_rope_or(cfg->mscale, cfg->factor > 1.0 ? 0.1 * log(cfg->factor) + 1.0 : 1.0);
-    for (t = 0; t < cfg->rows; ++t) {
-        const double pos = (t - cfg->identity_rows) * ta_rope_or(cfg->pos_scale, 1.0) + cfg->pos_offset;
-        float *c_row = cos_t + (size_t)t * (size_t)stride, *s_row = sin_t + (size_t)t * (size_t)stride;
-        for (i = 0; i < cfg->n_pairs; ++i) {
-            const double a = pos * ta_rope_freq1d(cfg, i);
+    for (i = 0; i < cfg->n_pairs; ++i) { /* one frequency per pair, down its column */
+        const double f = ta_rope_freq1d(cfg, i);
+        for (t = 0; t < cfg->rows; ++t) {
+            const double pos =
+                (t - cfg->identity_rows) * ta_rope_or(cfg->pos_scale, 1.0) + cfg->pos_offset;
+            const size_t at = (size_t)t * (size_t)stride + (size_t)i;
             const int id = t < cfg->identity_rows;
-            c_row[i] = id ? 1.0f : (float)(m * cos(a));
-            s_row[i] = id ? 0.0f : (float)(m * sin(a));
+            cos_t[at] = id ? 1.0f : (float)(m * cos(pos * f));
+            sin_t[at] = id ? 0.0f : (float)(m * sin(pos * f));
         }
     }
     return TA_OK;
@@ -151,17 +152,18 @@ ta_status ta_rope_table_2d(const ta_rope_2d *cfg, float *cos_t, float *sin_t) {
     if ((st = ta_rope_check_out(cos_t, sin_t, bytes)) != TA_OK) return st;
     half = cfg->n_pairs / 2;
     base = ta_rope_or(cfg->base, 100.0);
-    for (t = 0; t < (int32_t)rows; ++t) {
-        float *c_row = cos_t + (size_t)t * (size_t)stride, *s_row = sin_t + (size_t)t * (size_t)stride;
-        const int32_t patch = t - cfg->identity_rows;
-        const double x = patch < 0 ? 0.0 : (patch % cfg->grid_w) * ta_rope_or(cfg->scale_w, 1.0);
-        const double y = patch < 0 ? 0.0 : (patch / cfg->grid_w) * ta_rope_or(cfg->scale_h, 1.0);
-        for (i = 0; i < cfg->n_pairs; ++i) {
-            const int first_axis = i < half;
-            const double pos = (first_axis != (cfg->y_first == 1)) ? x : y;
-            const double a = pos * pow(base, -2.0 * (i % half) / cfg->n_pairs);
-            c_row[i] = patch < 0 ? 1.0f : (float)cos(a);
-            s_row[i] = patch < 0 ? 0.0f : (float)sin(a);
+    for (i = 0; i < cfg->n_pairs; ++i) { /* one frequency per pair, down its column */
+        const double f = pow(base, -2.0 * (i % half) / cfg->n_pairs);
+        const int use_x = (i < half) != (cfg->y_first == 1);
+        for (t = 0; t < (int32_t)rows; ++t) {
+            const int32_t patch = t - cfg->identity_rows;
+            const size_t at = (size_t)t * (size_t)stride + (size_t)i;
+            const double pos =
+                patch < 0 ? 0.0
+                : use_x   ? (patch % cfg->grid_w) * ta_rope_or(cfg->scale_w, 1.0)
+                          : (patch / cfg->grid_w) * ta_rope_or(cfg->scale_h, 1.0);
+            cos_t[at] = patch < 0 ? 1.0f : (float)cos(pos * f);
+            sin_t[at] = patch < 0 ? 0.0f : (float)sin(pos * f);
         }
     }
     return TA_OK;
