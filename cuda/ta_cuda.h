@@ -103,7 +103,7 @@ ta_status ta_cuda_merge_parts(const ta_plan *plan, const void *o_parts, ta_dtype
 ta_status ta_cuda_merge(const ta_plan *plan, const ta_merge_args *a, void *stream);
 
 /* Candidates of one head dim in the fast configuration table, at most. */
-#define TA_CUDA_FAST_CFG_MAX 4
+#define TA_CUDA_FAST_CFG_MAX 6
 
 /* Fast mode (cuda/ta_cuda_fast_fwd.cu, with the wgmma kernel of
  * cuda/ta_cuda_fast_fwd_sm90.cu): the tensor-core SDPA forward for f16 / bf16

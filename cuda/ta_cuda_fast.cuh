@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <cuda.h> /* CUtensorMap (the type only: no driver library is linked) */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -36,7 +37,27 @@ typedef struct ta_fast_launch {
     size_t smem;             /* dynamic shared memory, bytes */
     int threads;             /* per block */
     int32_t block_m, block_n; /* Q tile rows, keys per K tile */
+    int sm90;                 /* 1: a wgmma kernel (runs on an sm_90 device only) */
+    int tma;                  /* 1: its parameter is a ta_fast_tma_params (TMA loads) */
 } ta_fast_launch;
+
+/* The parameters of a kernel that loads q, k and v by TMA: the base, then one
+ * 4-d tensor map of each (dims D, S, heads, B; boxes of 64 features by the
+ * kernel's tile rows, 128-byte swizzle), made on the host per call by
+ * ta_cuda_fast_tma_maps. */
+struct ta_fast_tma_params : ta_cuda_params {
+    CUtensorMap tq, tk, tv;
+};
+
+/* The warp-specialised TMA forwards (sm_90a) of head dim d for the storage
+ * type into l[0 ..]: how many (0 if none for d) (cuda/ta_cuda_fast_fwd_ws.cu). */
+int ta_cuda_fast_ws_launch(int32_t d, int bf16, ta_fast_launch *l);
+
+/* The tensor maps of tp for configuration fl (its base parameters filled):
+ * TA_ERR_UNSUPPORTED if the driver cannot make them (a stride TMA cannot
+ * take, no cuTensorMapEncodeTiled): nothing launched. */
+ta_status ta_cuda_fast_tma_maps(const ta_plan *plan, const ta_fwd_args *a, const ta_fast_launch *fl,
+                                ta_fast_tma_params *tp);
 
 /* The wgmma forward (sm_90a) of head dim d for the storage type: 1 and *l
  * set, or 0 if there is none for d (cuda/ta_cuda_fast_fwd_sm90.cu). */
@@ -61,13 +82,14 @@ int ta_cuda_fast_rows_aligned(const ta_problem *pr, const void *ptr, const ta_st
 typedef struct ta_fast_table {
     ta_fast_launch cand[TA_CUDA_FAST_CFG_MAX];
     int n;         /* candidates: tile_config in [1, n] */
-    int first_mma; /* index of the first mma.sync candidate (those before it: wgmma) */
-    int sm90;      /* 1 if the wgmma candidates run here (sm_90 device, sm_90a code) */
+    int first_mma;  /* index of the first mma.sync candidate: tile_config 0 off sm_90 */
+    int first_sm90; /* index of tile_config 0 on an sm_90 device */
+    int sm90;       /* 1 if the wgmma candidates run here (sm_90 device, sm_90a code) */
 } ta_fast_table;
 
 /* 1 if candidate index i (tile_config i + 1) of tb can run on this device. */
 static inline int ta_fast_table_runs(const ta_fast_table *tb, int i) {
-    return i >= tb->first_mma || tb->sm90;
+    return !tb->cand[i].sm90 || tb->sm90;
 }
 
 /* The launcher's first half (cuda/ta_cuda_fast_fwd.cu): the device pointers

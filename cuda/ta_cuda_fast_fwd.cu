@@ -230,37 +230,52 @@ template <int D, int NW, int BN, bool BF16> static ta_fast_launch ta_fast_launch
     l.threads = T::THREADS;
     l.block_m = T::BM;
     l.block_n = BN;
+    l.sm90 = 0;
+    l.tma = 0;
     return l;
 }
 
-/* The candidates of head dim d; returns how many (0: d not in the table).
- * *first_mma: the index of the first mma.sync candidate. */
-template <bool BF16>
-static int ta_fast_candidates(int32_t d, ta_fast_launch c[TA_CUDA_FAST_CFG_MAX], int *first_mma) {
-    const int n = ta_cuda_fast_sm90_launch(d, BF16, &c[0]);
-    *first_mma = n;
+/* The mma.sync candidates of head dim d into c[0 ..]: how many. */
+template <bool BF16> static int ta_fast_mma_candidates(int32_t d, ta_fast_launch *c) {
     switch (d) {
     case 64:
-        c[n] = ta_fast_launch_of<64, 4, 64, BF16>();
-        c[n + 1] = ta_fast_launch_of<64, 8, 64, BF16>();
-        c[n + 2] = ta_fast_launch_of<64, 4, 128, BF16>();
-        return n + 3;
+        c[0] = ta_fast_launch_of<64, 4, 64, BF16>();
+        c[1] = ta_fast_launch_of<64, 8, 64, BF16>();
+        c[2] = ta_fast_launch_of<64, 4, 128, BF16>();
+        return 3;
     case 96:
-        c[n] = ta_fast_launch_of<96, 4, 64, BF16>();
-        c[n + 1] = ta_fast_launch_of<96, 8, 64, BF16>();
-        return n + 2;
+        c[0] = ta_fast_launch_of<96, 4, 64, BF16>();
+        c[1] = ta_fast_launch_of<96, 8, 64, BF16>();
+        return 2;
     case 128:
-        c[n] = ta_fast_launch_of<128, 4, 64, BF16>();
-        c[n + 1] = ta_fast_launch_of<128, 8, 64, BF16>();
-        c[n + 2] = ta_fast_launch_of<128, 4, 128, BF16>();
-        return n + 3;
+        c[0] = ta_fast_launch_of<128, 4, 64, BF16>();
+        c[1] = ta_fast_launch_of<128, 8, 64, BF16>();
+        c[2] = ta_fast_launch_of<128, 4, 128, BF16>();
+        return 3;
     case 256:
-        c[n] = ta_fast_launch_of<256, 4, 64, BF16>();
-        c[n + 1] = ta_fast_launch_of<256, 4, 32, BF16>();
-        c[n + 2] = ta_fast_launch_of<256, 8, 32, BF16>();
-        return n + 3;
+        c[0] = ta_fast_launch_of<256, 4, 64, BF16>();
+        c[1] = ta_fast_launch_of<256, 4, 32, BF16>();
+        c[2] = ta_fast_launch_of<256, 8, 32, BF16>();
+        return 3;
     default: return 0;
     }
+}
+
+/* The candidates of head dim d, in tile_config order: the wgmma forward, the
+ * mma.sync ones, then the warp-specialised TMA forwards (appended, so that
+ * earlier tile_config values keep their kernels); how many (0: d not in the
+ * table). *first_mma: the first mma.sync candidate; *first_sm90: tile_config
+ * 0's pick on an sm_90 device. */
+template <bool BF16>
+static int ta_fast_candidates(int32_t d, ta_fast_launch c[TA_CUDA_FAST_CFG_MAX], int *first_mma,
+                              int *first_sm90) {
+    int n = ta_cuda_fast_sm90_launch(d, BF16, &c[0]);
+    const int n_mma = ta_fast_mma_candidates<BF16>(d, &c[n]);
+    if (n_mma == 0) return 0;
+    *first_mma = n;
+    *first_sm90 = 0;
+    n += n_mma;
+    return n + ta_cuda_fast_ws_launch(d, BF16, &c[n]);
 }
 
 } /* namespace */
@@ -312,8 +327,9 @@ ta_status ta_cuda_fast_table(const ta_plan *plan, const ta_fwd_args *a, ta_fast_
     if ((st = ta_cuda_check_pointers(ptrs, 5)) != TA_OK) return st;
     if (pr->head_dim != pr->head_dim_v || !ta_cuda_fast_aligned(plan, a)) return TA_ERR_UNSUPPORTED;
     tb->n = pr->dtype == TA_BF16
-                ? ta_fast_candidates<true>(pr->head_dim, tb->cand, &tb->first_mma)
-                : ta_fast_candidates<false>(pr->head_dim, tb->cand, &tb->first_mma);
+                ? ta_fast_candidates<true>(pr->head_dim, tb->cand, &tb->first_mma, &tb->first_sm90)
+                : ta_fast_candidates<false>(pr->head_dim, tb->cand, &tb->first_mma,
+                                            &tb->first_sm90);
     if (tb->n == 0) return TA_ERR_UNSUPPORTED;
     if ((tb->sm90 = ta_cuda_fast_is_sm90()) < 0) return TA_ERR_DEVICE;
     return TA_OK;
@@ -329,6 +345,15 @@ ta_status ta_cuda_fast_run(const ta_plan *plan, const ta_fwd_args *a, const ta_f
     st = ta_cuda_tiling(plan, fl->block_m, fl->block_n, TA_TILING_FWD, &t);
     if (st != TA_OK) return st;
     if ((st = ta_cuda_smem_opt_in(fl->kernel, fl->smem, fl->smem)) != TA_OK) return st;
+    if (fl->tma) { /* the base, then the tensor maps */
+        ta_fast_tma_params tp;
+        ta_cuda_params_fwd(&tp, plan, &t, a);
+        if ((st = ta_cuda_fast_tma_maps(plan, a, fl, &tp)) != TA_OK) return st;
+        launch = ta_cuda_launch_of(fl->kernel, &tp, (int64_t)plan->p.heads_q * t.num_q_tiles, 0,
+                                   fl->smem);
+        launch.threads = fl->threads;
+        return ta_cuda_launch_batches(&launch, 1, a->seqlens_k, plan->p.batch, stream);
+    }
     ta_cuda_params_fwd(&prm, plan, &t, a);
     launch =
         ta_cuda_launch_of(fl->kernel, &prm, (int64_t)plan->p.heads_q * t.num_q_tiles, 0, fl->smem);
@@ -345,8 +370,14 @@ extern "C" ta_status ta_cuda_fast_fwd(const ta_plan *plan, const ta_fwd_args *a,
     (void)ws; /* no device workspace */
     if ((st = ta_cuda_fast_table(plan, a, &tb)) != TA_OK) return st;
     if (cfg < 0 || cfg > tb.n) return TA_ERR_UNSUPPORTED;
-    /* 0: the wgmma candidate on sm_90, else the first mma.sync one */
-    pick = cfg > 0 ? cfg - 1 : tb.sm90 ? 0 : tb.first_mma;
+    /* 0: first_sm90 on sm_90, else the first mma.sync one */
+    pick = cfg > 0 ? cfg - 1 : tb.sm90 ? tb.first_sm90 : tb.first_mma;
     if (!ta_fast_table_runs(&tb, pick)) return TA_ERR_UNSUPPORTED; /* wgmma: sm_90 only */
-    return ta_cuda_fast_run(plan, a, &tb.cand[pick], stream);
+    st = ta_cuda_fast_run(plan, a, &tb.cand[pick], stream);
+    /* the default does not refuse what the cp.async wgmma kernel runs: a
+     * layout the TMA maps cannot describe falls back to it (nothing was
+     * launched: ta_cuda_fast_run refuses before any launch) */
+    if (st == TA_ERR_UNSUPPORTED && cfg == 0 && tb.cand[pick].tma)
+        st = ta_cuda_fast_run(plan, a, &tb.cand[0], stream);
+    return st;
 }

@@ -220,6 +220,8 @@ template <int D, int BN, bool BF16> static ta_fast_launch ta_wg_launch_of() {
     l.threads = TA_WG_THREADS;
     l.block_m = TA_WG_BM;
     l.block_n = BN;
+    l.sm90 = 1;
+    l.tma = 0;
     return l;
 }
 

@@ -31,14 +31,15 @@ int ta_cuda_fast_path(const ta_plan *plan) {
 }
 
 /* The head dims of the fast configuration table and their candidate counts
- * (cuda/ta_cuda_fast_fwd.cu: the wgmma candidate and the mma.sync ones; it
+ * (cuda/ta_cuda_fast_fwd.cu: the wgmma candidate, the mma.sync ones and the
+ * warp-specialised TMA ones (cuda/ta_cuda_fast_fwd_ws.cu); it
  * returns TA_ERR_UNSUPPORTED for any other, and for the wgmma candidate on a
  * device that is not sm_90):
  * here in plain C so the workspace query answers the same without CUDA. */
 static int ta_cuda_fast_table_has(const ta_plan *plan) {
     const int32_t d = plan->p.head_dim;
     return d == plan->p.head_dim_v && (d == 64 || d == 96 || d == 128 || d == 256) &&
-           plan->p.tile_config <= (d == 96 ? 3 : 4);
+           plan->p.tile_config <= (d == 64 ? 5 : d == 96 ? 4 : d == 128 ? 6 : 5);
 }
 
 /* Every operation of the plan: SDPA and the MTA conv, any mask (causal,

@@ -72,6 +72,69 @@ template <int N> TA_FAST_FN void ta_wg_keep_u(uint32_t (&x)[N][4]) {
             asm volatile("" : "+r"(x[i][e])::"memory");
 }
 
+/* ---- warp specialisation (cuda/ta_cuda_fast_fwd_ws.cu) ---- */
+
+/* Named barriers beyond ta_wg_bar's: bar.sync / bar.arrive of `n` threads
+ * (a multiple of 32) on barrier `id`. */
+TA_FAST_FN void ta_bar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+TA_FAST_FN void ta_bar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+/* The warpgroup's register budget from here on (a multiple of 8 in [24, 256];
+ * every warp of the warpgroup executes it): a producer gives registers back,
+ * the consumers take them. */
+template <int N> TA_FAST_FN void ta_setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> TA_FAST_FN void ta_setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+/* mbarrier objects (8 bytes of shared memory at `bar`): init with an arrival
+ * count (one thread, then ta_mb_init_fence and a block barrier), arrive (with
+ * or without a transaction count that TMA copies complete), and wait for the
+ * phase of parity `parity` to complete. */
+TA_FAST_FN void ta_mb_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+TA_FAST_FN void ta_mb_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+TA_FAST_FN void ta_mb_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                 "r"(bytes)
+                 : "memory");
+}
+TA_FAST_FN void ta_mb_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+TA_FAST_FN void ta_mb_wait(uint32_t bar, uint32_t parity) {
+    asm volatile("{\n"
+                 ".reg .pred P1;\n"
+                 "TA_MB_WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+                 "@P1 bra TA_MB_DONE;\n"
+                 "bra TA_MB_WAIT;\n"
+                 "TA_MB_DONE:\n"
+                 "}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* TMA: the box at coordinates (c0 .. c3) of the 4-d tensor map `map` (the
+ * generic address of a __grid_constant__ parameter) -> shared memory at dst;
+ * its bytes complete the transaction count of mbarrier `bar`. */
+TA_FAST_FN void ta_tma_load4(uint32_t dst, const void *map, uint32_t bar, int32_t c0, int32_t c1,
+                             int32_t c2, int32_t c3) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+
 /* ---- one wgmma by accumulator size (N = 2 x the registers) ---- */
 
 template <bool BF16> TA_FAST_FN void ta_wg_ss(float (&d)[64], uint64_t a, uint64_t b, int acc) {

@@ -103,7 +103,11 @@
 static const int32_t k_dims[4] = {64, 96, 128, 256};
 /* Candidates per head dim in the configuration table (cuda/ta_cuda_fast_fwd.cu,
  * cuda/ta_cuda_layout.c): tile_config in [0, k_candidates]. */
-static const int32_t k_candidates[4] = {4, 3, 4, 4};
+static const int32_t k_candidates[4] = {5, 4, 6, 5};
+/* The first warp-specialised TMA candidate per head dim (cuda/ta_cuda_fast_fwd_ws.cu;
+ * sm_90 only, as candidate 1), the last being k_candidates. Where its K tile
+ * matches candidate 1's (D = 96, 128, 256) it must give candidate 1's bytes. */
+static const int32_t k_first_ws[4] = {5, 4, 5, 5};
 
 /* The index of head dim d in k_dims (3 if d is none of the first three). */
 static int dim_index(int32_t d) {
@@ -122,6 +126,8 @@ static double g_err_o[2][4], g_err_lse[2][4];
 static double g_err_grad[3][2][4];
 static int g_bwd_count[2][4], g_bwd_failed;
 static size_t g_bwd_exact;
+/* Problems whose warp-specialised forward matched candidate 1 bitwise. */
+static int g_twins;
 
 /* One problem: p, seqlens, the [B,S,H,D] choice. */
 typedef struct fspec {
@@ -164,10 +170,23 @@ static void random_fspec(uint64_t seed, int idx, fspec *s) {
     ta_test_random_window(&r, p, 30);
     s->bshd = ta_rng_int(&r, 0, 3) == 0;
     /* every candidate of the table (cuda/ta_cuda_fast_fwd.cu): 0 = default;
-     * 1 = the wgmma forward, on an sm_90 device only (elsewhere this test
-     * takes candidate 2 instead) */
-    p->tile_config = ta_rng_int(&r, 0, p->head_dim == 96 ? k_candidates[1] : k_candidates[0]);
-    if (p->tile_config == 1 && !g_sm90) p->tile_config = 2;
+     * 1 and the warp-specialised ones from k_first_ws on run on an sm_90
+     * device only (elsewhere this test takes candidate 2 instead); a third of
+     * the problems take a warp-specialised one */
+    {
+        const int di = dim_index(p->head_dim);
+        p->tile_config = ta_rng_int(&r, 0, 2) == 0
+                             ? ta_rng_int(&r, k_first_ws[di], k_candidates[di])
+                             : ta_rng_int(&r, 0, k_candidates[di]);
+        if ((p->tile_config == 1 || p->tile_config >= k_first_ws[di]) && !g_sm90)
+            p->tile_config = 2;
+    }
+}
+
+/* The warp-specialised candidate cfg of head dim index di gives candidate 1's
+ * bytes (same K tiles, products and softmax order). */
+static int twin_of_first(int di, int32_t cfg) {
+    return di != 0 && cfg >= k_first_ws[di];
 }
 
 static void describe(const fspec *s, char *buf, size_t n) {
@@ -646,6 +665,27 @@ static int check_problem(uint64_t seed, int idx) {
         if (worst_o > g_err_o[ti][di]) g_err_o[ti][di] = worst_o;
         if (worst_lse > g_err_lse[ti][di]) g_err_lse[ti][di] = worst_lse;
     }
+    if (st == TA_OK && g_sm90 && twin_of_first(di, p->tile_config)) {
+        /* the warp-specialised kernel against the cp.async wgmma one: bitwise */
+        ta_problem p1 = *p;
+        void *o_twin = malloc(c.no * c.eb);
+        float *lse_twin = (float *)malloc(c.nlse * sizeof(float));
+        ta_status st1;
+        if (!o_twin || !lse_twin) exit(1);
+        p1.tile_config = 1;
+        st1 = call_run(&c, &p1, 0x7F, NULL, o_twin, lse_twin);
+        TA_CHECK(st1 == TA_OK && memcmp(o_twin, o_stage, c.no * c.eb) == 0 &&
+                     memcmp(lse_twin, lse_got, c.nlse * sizeof(float)) == 0,
+                 "problem %d (%s): tile_config %d differs from tile_config 1 (%s)", idx, desc,
+                 (int)p->tile_config, ta_status_string(st1));
+        if (st1 != TA_OK || memcmp(o_twin, o_stage, c.no * c.eb) != 0 ||
+            memcmp(lse_twin, lse_got, c.nlse * sizeof(float)) != 0)
+            ++bad;
+        else
+            ++g_twins;
+        free(o_twin);
+        free(lse_twin);
+    }
     ok = st == TA_OK && bad == 0;
     if (!ok) fprintf(stderr, "problem %d (%s): %zu elements out of bound\n", idx, desc, bad);
     if (st == TA_OK && count4(p->batch, p->heads_q, p->seq_q, p->seq_k) * (size_t)p->head_dim <=
@@ -1034,6 +1074,7 @@ int main(int argc, char **argv) {
         for (di = 0; di < 4; ++di)
             printf("  %-5s %3d  %.3e  %.3e\n", ti ? "bf16" : "f16", k_dims[di], g_err_o[ti][di],
                    g_err_lse[ti][di]);
+    printf("warp-specialised forward: %d problems bit-identical to tile_config 1\n", g_twins);
     print_bwd_table();
     if (only < 0) {
         check_determinism_and_graph(seed);
