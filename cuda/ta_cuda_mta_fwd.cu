@@ -18,8 +18,9 @@
  *      score tile the softmax reads (ta_cuda_mta_conv)          threads over (x, 4 e)
  *   3. row max m_tile, m_new, alpha = exp(m - m_new)           one thread per row
  *   4. p = exp(C - m_new)                                       threads over (x, e)
- *   5. l = l * alpha + sum_e p                                  one thread per row
- *   6. acc = acc * alpha; acc += p v                            threads over (x, d)
+ *   5. (l, l_lo) = (l, l_lo) * alpha + sum_e p                  one thread per row
+ *   6. part = sum p v from +0; (acc, acc_lo) = (acc, acc_lo) * alpha + part
+ *                                                               threads over (x, d)
  * then o = acc / l, lse = m + log(l) (rows that saw no key: 0, -inf).
  * Steps 3-6 and the store are the SDPA forward's (cuda/ta_cuda_sdpa_fwd.cu)
  * with the convolved scores in place of the raw ones. Visible: key j of row r
@@ -46,7 +47,7 @@ extern "C" {
 /*
  * Dynamic shared memory: the forwards' table (cuda/ta_cuda_tile.cuh), cols_cap
  * = ta_cuda_fwd_cols_cap, with the MTA regions:
- *   m_run, l_run, m_new, alpha [64] f32; key_lo, key_hi [80] int32 (loaded
+ *   m_run, l_run, l_lo, m_new, alpha [64] f32; key_lo, key_hi [80] int32 (loaded
  *          rows' visible keys); tile_lo, tile_hi [64] int32 (effective rows'
  *          visible columns of the current k tile)
  *   s      [64][s_ld]           raw scores S of the loaded region (s_ld = ta_cuda_mta_s_ld)
@@ -72,7 +73,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     const ta_cuda_fwd_smem sm = ta_cuda_mta_fwd_smem(cols_cap);
     float *base = reinterpret_cast<float *>(ta_cuda_mta_fwd_dyn_smem);
     float *s = base + sm.s, *st = base + sm.st, *stage = base + sm.stage, *w_s = base + sm.w;
-    float *m_run = base + sm.m_run, *l_run = base + sm.l_run;
+    float *m_run = base + sm.m_run, *l_run = base + sm.l_run, *l_lo = base + sm.l_lo;
     float *m_new = base + sm.m_new, *alpha = base + sm.alpha;
     /* key_lo, key_hi: the visible keys of loaded row x; effective row i is loaded row i + c_q - 1
      */
@@ -95,11 +96,13 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
         const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
         ta_cuda_mta_region g;
-        float acc[4][NS][4]; /* acc[row 4ty+r][feature s*64 + 4tx + e] */
+        float acc[4][NS][4]; /* acc[row 4ty+r][feature s*64 + 4tx + e]: the pairs' hi words */
+        float acc_lo[4][NS][4]; /* their lo words (src/ta_sum2.h) */
         int32_t kt, k_first, k_last;
         g.row_load0 = ta_tile_row_load_begin(&t, qt);
         g.rows_load = ta_tile_row_load_end(&t, qt) - g.row_load0; /* rows + c_q - 1 <= 64 */
         ta_cuda_acc_zero<NS>(acc);
+        ta_cuda_acc_zero<NS>(acc_lo);
         /* init: the context; m = -inf, l = 0 per effective row; the visible key
          * interval of each loaded row; the V slots on the kv slice; the kernel */
         __syncthreads(); /* the previous tile is done with the row arrays, ctx_s, slots */
@@ -107,7 +110,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         __syncthreads();
         if (tid < TA_CUDA_TILE) {
             m_run[tid] = ta_f32_from_bits(TA_CUDA_NEG_INF_BITS);
-            l_run[tid] = 0.0f;
+            l_run[tid] = l_lo[tid] = 0.0f;
         }
         if (tid < TA_CUDA_KEY_ROWS)
             ta_cuda_row_keys(&t, tid < g.rows_load ? g.row_load0 + tid : -1, c.key_len,
@@ -144,8 +147,8 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
              * forward's, over the effective columns (keys col0 + j) of the
              * effective rows; tile_lo, tile_hi are rewritten with the same values */
             ta_cuda_softmax_pv_tile<DT, NS, WL>(st, col0, cols, key_lo + pq, key_hi + pq, tile_lo,
-                                                tile_hi, m_run, l_run, m_new, alpha, stage, v_slots,
-                                                acc);
+                                                tile_hi, m_run, l_run, l_lo, m_new, alpha, stage,
+                                                v_slots, acc, acc_lo);
         }
         /* step 7: o = acc / l (IEEE division), lse = m + log(l); unseen rows: 0,
          * -inf; split-K: into part `split` (f32), merged by the merge kernel */

@@ -12,8 +12,9 @@
  *   1. scores   s[i][j] = scale * dot(q_i, k_j, D)   threads over (i, j)
  *   2. row max  m_tile, m_new, alpha = exp(m - m_new) one thread per row, j ascending
  *   3. p[i][j] = exp(s[i][j] - m_new[i])            threads over (i, j), visible only
- *   4. l = l * alpha + sum_j p                       one thread per row, j ascending
- *   5. acc = acc * alpha; acc += p[i][j] v[j]        threads over (i, d), j ascending
+ *   4. (l, l_lo) = (l, l_lo) * alpha + sum_j p       one thread per row, j ascending
+ *   5. part = sum_j p[i][j] v[j] from +0             threads over (i, d), j ascending
+ *      (acc, acc_lo) = (acc, acc_lo) * alpha + part  (src/ta_sum2.h)
  * then o = acc / l, lse = m + log(l) (rows that saw no key: 0, -inf). Split-K
  * (plan->fwd.num_splits = n > 1): one block per (b, h, Q tile, part), each
  * visiting its part's K tiles (ta_tile_split_visit) and storing its (o_s,
@@ -62,7 +63,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     const ta_cuda_fwd_smem sm = ta_cuda_sdpa_fwd_smem(cols_cap);
     float *base = reinterpret_cast<float *>(ta_cuda_fwd_dyn_smem);
     float *st = base + sm.st, *stage = base + sm.stage;
-    float *m_run = base + sm.m_run, *l_run = base + sm.l_run;
+    float *m_run = base + sm.m_run, *l_run = base + sm.l_run, *l_lo = base + sm.l_lo;
     float *m_new = base + sm.m_new, *alpha = base + sm.alpha;
     int32_t *key_lo = reinterpret_cast<int32_t *>(base + sm.key_lo);
     int32_t *key_hi = reinterpret_cast<int32_t *>(base + sm.key_hi);
@@ -78,9 +79,11 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         const ta_tile_ctx &c = ctx_s; /* the tile's context: made once, read where used */
         const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
         const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
-        float acc[4][NS][4]; /* acc[row 4ty+r][feature s*64 + 4tx + e] */
+        float acc[4][NS][4]; /* acc[row 4ty+r][feature s*64 + 4tx + e]: the pairs' hi words */
+        float acc_lo[4][NS][4]; /* their lo words (src/ta_sum2.h) */
         int32_t kt, k_first, k_last;
         ta_cuda_acc_zero<NS>(acc);
+        ta_cuda_acc_zero<NS>(acc_lo);
         /* init: m = -inf, l = 0 per row; the visible key interval of each row;
          * the V slots on this tile's kv slice */
         __syncthreads(); /* the previous tile is done with the row arrays and slots */
@@ -88,7 +91,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         __syncthreads();
         if (tid < TA_CUDA_TILE) {
             m_run[tid] = ta_f32_from_bits(TA_CUDA_NEG_INF_BITS);
-            l_run[tid] = 0.0f;
+            l_run[tid] = l_lo[tid] = 0.0f;
             ta_cuda_row_keys(&t, tid < rows ? row0 + tid : -1, c.key_len, &key_lo[tid],
                              &key_hi[tid]);
         }
@@ -118,7 +121,8 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             __syncthreads();
             /* steps 2-5: row max and alpha, p = exp(s - m_new), l, acc (shared with MTA) */
             ta_cuda_softmax_pv_tile<DT, NS, WL>(st, col0, cols, key_lo, key_hi, tile_lo, tile_hi,
-                                                m_run, l_run, m_new, alpha, stage, v_slots, acc);
+                                                m_run, l_run, l_lo, m_new, alpha, stage, v_slots,
+                                                acc, acc_lo);
         }
         /* step 6: o = acc / l (IEEE division), lse = m + log(l); unseen rows: 0,
          * -inf; split-K: into part `split` (f32), merged by the merge kernel */

@@ -36,6 +36,7 @@
 extern "C" {
 #include "ta_internal.h"
 #include "ta_math.h"
+#include "ta_sum2.h"
 }
 
 #define TA_CUDA_THREADS 256 /* 16 x 16 threads per block */
@@ -91,7 +92,7 @@ static __host__ __device__ __forceinline__ int32_t ta_cuda_smem_take(int32_t *en
  *   | m_run l_run m_new alpha | s [s_floats]      | st [cols_cap][LDT] | stage     | w        |
  *   | [64] each               |                   |                    |           |          |
  *   | key_lo key_hi [80]      | MTA: raw S, 0 SDPA| scores/p, st[j][i] | STAGE_BUF | w_floats |
- *   | tile_lo tile_hi         |                   |                    |           |          |
+ *   | tile_lo tile_hi l_lo    |                   |                    |           |          |
  *   +-------------------------+-------------------+--------------------+-----------+----------+
  *
  * The row arrays come first, at offsets that do not depend on block_k: the
@@ -100,10 +101,11 @@ static __host__ __device__ __forceinline__ int32_t ta_cuda_smem_take(int32_t *en
  * w_floats: the MTA's conv kernel (TA_CUDA_MTA_W_BUF), 0 for SDPA. key_lo,
  * key_hi [TA_CUDA_KEY_ROWS] (a loaded row's visible keys, absolute) and
  * tile_lo, tile_hi [64] (an effective row's visible columns of the current k
- * tile, relative) are int32.
+ * tile, relative) are int32. l_lo [64]: the lo word of l_run's pair
+ * (src/ta_sum2.h).
  */
 typedef struct ta_cuda_fwd_smem {
-    int32_t s, st, stage, w, m_run, l_run, m_new, alpha, key_lo, key_hi, tile_lo, tile_hi;
+    int32_t s, st, stage, w, m_run, l_run, m_new, alpha, key_lo, key_hi, tile_lo, tile_hi, l_lo;
     int32_t floats; /* total */
 } ta_cuda_fwd_smem;
 
@@ -119,6 +121,7 @@ ta_cuda_fwd_smem_make(int32_t cols_cap, int32_t s_floats, int32_t w_floats) {
     m.key_hi = ta_cuda_smem_take(&end, TA_CUDA_KEY_ROWS);
     m.tile_lo = ta_cuda_smem_take(&end, TA_CUDA_TILE);
     m.tile_hi = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.l_lo = ta_cuda_smem_take(&end, TA_CUDA_TILE);
     m.s = ta_cuda_smem_take(&end, s_floats);
     m.st = ta_cuda_smem_take(&end, cols_cap * TA_CUDA_LDT);
     m.stage = ta_cuda_smem_take(&end, TA_CUDA_STAGE_BUF);
@@ -379,10 +382,13 @@ TA_CUDA_DEV void ta_cuda_stage_rows(float *dst, const ta_cuda_slot *slots, int32
  *            [tile_lo[i], tile_hi[i]) (relative to col0, ta_cuda_tile_cols),
  *            written here; the others are skipped, never added as zeros
  *            (WL = false: tile_lo is 0 for every row and is not read back)
- *   m_run, l_run [64]: running max and sum (updated); m_new, alpha [64]: scratch
- *   acc:     this thread's register block (rows 4ty+r, features s*64+4tx+e),
- *            rescaled by alpha, then acc = fmaf(p_j, v_j, acc) for j ascending,
- *            v_j the key col0 + j of the v_slots' slice, staged through stage
+ *   m_run, l_run, l_lo [64]: running max and the (hi, lo) pair of the running
+ *            sum (updated); m_new, alpha [64]: scratch
+ *   acc, acc_lo: this thread's register blocks (rows 4ty+r, features
+ *            s*64+4tx+e), the (hi, lo) pairs of the running output: the
+ *            tile's part = fmaf(p_j, v_j, part) from +0, j ascending, v_j the
+ *            key col0 + j of the v_slots' slice, staged through stage; then
+ *            (acc, acc_lo) = (acc, acc_lo) * alpha + part (src/ta_sum2.h)
  * Rows are independent; each row's max, sum and accumulators follow the
  * reference's sequential order. Ends without a barrier.
  */
@@ -397,11 +403,13 @@ template <int DT, int NS, bool WL>
 TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
                                          const int32_t *key_lo, const int32_t *key_hi,
                                          int32_t *tile_lo, int32_t *tile_hi, float *m_run,
-                                         float *l_run, float *m_new, float *alpha, float *stage,
-                                         const ta_cuda_slot *v_slots, float (&acc)[4][NS][4]) {
+                                         float *l_run, float *l_lo, float *m_new, float *alpha,
+                                         float *stage, const ta_cuda_slot *v_slots,
+                                         float (&acc)[4][NS][4], float (&acc_lo)[4][NS][4]) {
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
     int32_t row_b[4], row_e[4]; /* visible columns [row_b, row_e) of rows 4ty+r */
     int32_t j0;
+    float part[4][NS][4]; /* this tile's P V, from +0 */
     /* per row, the tile's max over the visible columns (exactly the reference's
      * sequential comparison), the new max and alpha */
     if (tid < TA_CUDA_TILE) {
@@ -431,29 +439,23 @@ TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
         }
     }
     __syncthreads();
-    /* l = l * alpha, then l = l + p_j for j ascending (one thread per row) */
+    /* the tile's partial l_t = l_t + p_j from +0, j ascending (one thread per
+     * row), then (l, l_lo) = (l, l_lo) * alpha + l_t */
     if (tid < TA_CUDA_TILE && ta_cuda_lo<WL>(tile_lo, tid) < tile_hi[tid]) {
         const int32_t je = tile_hi[tid];
-        float l = l_run[tid] * alpha[tid];
+        float l = 0.0f;
         int32_t j;
         for (j = ta_cuda_lo<WL>(tile_lo, tid); j < je; ++j)
             l = l + st[(size_t)j * TA_CUDA_LDT + tid];
-        l_run[tid] = l;
+        ta_sum2_add(&l_run[tid], &l_lo[tid], alpha[tid], l);
         m_run[tid] = m_new[tid];
     }
-    /* acc = acc * alpha, then acc = fmaf(p_j, v_j, acc), j ascending */
+    /* part = fmaf(p_j, v_j, part) from +0, j ascending */
+    ta_cuda_acc_zero<NS>(part);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
         row_b[r] = ta_cuda_lo<WL>(tile_lo, 4 * ty + r);
         row_e[r] = tile_hi[4 * ty + r];
-        if (row_b[r] < row_e[r]) {
-            const float al = alpha[4 * ty + r];
-#pragma unroll
-            for (int s = 0; s < NS; ++s)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    acc[r][s][e] = acc[r][s][e] * al;
-        }
     }
     for (j0 = 0; j0 < cols; j0 += TA_CUDA_RCHUNK) {
         const int jn = (int)ta_tiling_min_i32(TA_CUDA_RCHUNK, cols - j0);
@@ -491,9 +493,21 @@ TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
                 for (int r = 0; r < 4; ++r) {
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
-                        acc[r][s][e] = live[r] ? fmaf(pv[r], vv[e], acc[r][s][e]) : acc[r][s][e];
+                        part[r][s][e] = live[r] ? fmaf(pv[r], vv[e], part[r][s][e]) : part[r][s][e];
                 }
             }
+        }
+    }
+    /* (acc, acc_lo) = (acc, acc_lo) * alpha + part, rows that saw a key of the tile */
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        if (row_b[r] < row_e[r]) {
+            const float al = alpha[4 * ty + r];
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    ta_sum2_add(&acc[r][s][e], &acc_lo[r][s][e], al, part[r][s][e]);
         }
     }
 }

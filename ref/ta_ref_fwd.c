@@ -13,8 +13,11 @@
  *        S = scores on the loaded region (masked entries 0)
  *        C = conv(S) on the effective region   (MTA; without a conv C is S)
  *        online softmax update of m, l, acc over the visible C of the
- *        effective columns (rescale at this tile boundary)
- *   3. o_i = acc_i / l_i, lse_i = m_i + log(l_i); rows that saw no key: 0, -inf
+ *        effective columns (rescale at this tile boundary): the tile's
+ *        partial sums from +0, added to the running (hi, lo) pairs of l and
+ *        acc by src/ta_sum2.h (no f32 sum runs over more than one tile)
+ *   3. o_i = acc_i / l_i, lse_i = m_i + log(l_i) (the pairs' hi words); rows
+ *      that saw no key: 0, -inf
  *
  * Split-K (plan->fwd.num_splits = n > 1): steps 1-3 run once per part s
  * ascending, over the K tiles ta_tile_split_visit gives, and step 3 writes the
@@ -32,16 +35,20 @@
 #include "ta_math.h"
 #include "ta_merge.h"
 #include "ta_ref.h"
+#include "ta_sum2.h"
 
 /*
  * Forward workspace: the tiles of one (b, h, Q tile) step, all f32. B_q, B_k
  * are the loaded tile (plan->fwd.block_q, block_k); B_r = B_q - (c_q-1) and
  * B_c = B_k - 2P the effective tile (B_r = B_q, B_c = B_k without a conv).
  *
- *   +---------+---------+-----------+-----------+-----------+-----------+-----+-----+
- *   | q       | k       | v         | s         | c (conv)  | acc       | m   | l   |
- *   | B_q x D | B_k x D | B_k x D_v | B_q x B_k | B_r x B_c | B_r x D_v | B_r | B_r |
- *   +---------+---------+-----------+-----------+-----------+-----------+-----+-----+
+ *   +---------+---------+-----------+-----------+-----------+-----------+-----------+
+ *   | q       | k       | v         | s         | c (conv)  | acc       | acc_lo    |
+ *   | B_q x D | B_k x D | B_k x D_v | B_q x B_k | B_r x B_c | B_r x D_v | B_r x D_v |
+ *   +---------+---------+-----------+-----------+-----------+-----------+-----------+
+ *   | m   | l   | l_lo | part |
+ *   | B_r | B_r | B_r  | D_v  |
+ *   +-----+-----+------+------+
  *   each region starts on a 64-byte boundary (ta_ws_take); c only with a conv
  *   then, with n = plan->fwd.num_splits > 1 (split-K), the parts of one Q tile:
  *   +-----------------+-------------+
@@ -57,9 +64,12 @@ typedef struct ta_ref_fwd_ws {
     float *v;       /* [B_k, D_v]  V tile: loaded columns */
     float *s;       /* [B_q, B_k]  raw scores S on the loaded region (ld B_k) */
     float *c;       /* [B_r, B_c]  conv: C on the effective region (ld B_c); else = s */
-    float *acc;     /* [B_r, D_v]  unnormalised output sum_j p_j v_j */
+    float *acc;     /* [B_r, D_v]  unnormalised output sum_j p_j v_j: the pair's hi word */
+    float *acc_lo;  /* [B_r, D_v]  its lo word (src/ta_sum2.h) */
     float *row_max; /* [B_r]       running max m; -inf until a visible key is seen */
-    float *row_sum; /* [B_r]       running sum l */
+    float *row_sum; /* [B_r]       running sum l: the pair's hi word */
+    float *row_sum_lo; /* [B_r]    its lo word */
+    float *part;    /* [D_v]       one row's K-tile partial of acc (step d) */
     float *part_o;  /* [n, B_r, D_v] split-K: part s's o_s (f32, normalised); else NULL */
     float *part_lse; /* [n, B_r]     split-K: part s's lse_s; else NULL */
 } ta_ref_fwd_ws;
@@ -79,8 +89,11 @@ static ta_status ta_ref_fwd_layout(const ta_plan *plan, void *base, ta_ref_fwd_w
     ws->s = TA_WS_TAKE(&c, float, (bq * bk));
     ws->c = plan->has_conv ? TA_WS_TAKE(&c, float, (br * bc)) : ws->s;
     ws->acc = TA_WS_TAKE(&c, float, (br * dv));
+    ws->acc_lo = TA_WS_TAKE(&c, float, (br * dv));
     ws->row_max = TA_WS_TAKE(&c, float, br);
     ws->row_sum = TA_WS_TAKE(&c, float, br);
+    ws->row_sum_lo = TA_WS_TAKE(&c, float, br);
+    ws->part = TA_WS_TAKE(&c, float, dv);
     ws->part_o = ws->part_lse = NULL;
     if (t->num_splits > 1) {
         const size_t n = (size_t)t->num_splits;
@@ -107,8 +120,12 @@ ta_status ta_ref_fwd_workspace_size(const ta_plan *plan, size_t *bytes) {
  *   e     = m_new, or 0 while m_new = -inf (every visible score so far is -inf:
  *           their weights are exp(-inf) = 0, never exp(-inf - -inf) = NaN)
  *   alpha = exp(m - e)                      (m = -inf gives exp(-inf) = 0)
- *   l     = l * alpha;  then l = l + p_j,   p_j = exp(s_ij - e), j in J ascending
- *   acc_d = acc_d * alpha; then acc_d = fmaf(p_j, v_jd, acc_d), j in J ascending
+ *   the tile's partials, each from +0, j in J ascending:
+ *     t_l   = t_l + p_j,                    p_j = exp(s_ij - e)
+ *     t_d   = fmaf(p_j, v_jd, t_d)          for every d
+ *   then into the running pairs (src/ta_sum2.h):
+ *     (l, l_lo)       = (l, l_lo) * alpha + t_l
+ *     (acc_d, acc_lo_d) = (acc_d, acc_lo_d) * alpha + t_d
  * exp is ta_exp. The row's s_ij are overwritten by p_j.
  *   c: view of C (at least the effective region)
  */
@@ -121,7 +138,8 @@ static void ta_ref_fwd_softmax_tile(const ta_plan *plan, const ta_ref_fwd_ws *ws
     for (i = 0; i < st->rows; ++i) {
         const int32_t r = st->row_begin + i;               /* absolute row */
         float *c_row = ta_ref_at(c, r, st->col_begin);     /* [cols] C[r][col_begin + j] */
-        float *acc_row = ws->acc + (size_t)i * (size_t)dv; /* [D_v] */
+        float *acc_row = ws->acc + (size_t)i * (size_t)dv;       /* [D_v] */
+        float *acc_lo_row = ws->acc_lo + (size_t)i * (size_t)dv; /* [D_v] */
         float m_tile = -INFINITY, m_new, base, alpha, l;
         int any = 0;
         /* step a: the tile's max over visible entries; a NaN score wins
@@ -136,25 +154,28 @@ static void ta_ref_fwd_softmax_tile(const ta_plan *plan, const ta_ref_fwd_ws *ws
         m_new = ta_max_nan(ws->row_max[i], m_tile);
         base = m_new == -INFINITY ? 0.0f : m_new;
         alpha = ta_exp(ws->row_max[i] - base);
-        /* step c: l = l*alpha + sum_j p_j, ascending j */
-        l = ws->row_sum[i] * alpha;
+        /* step c: the tile's partial sum_j p_j from +0, ascending j, into (l, l_lo) */
+        l = 0.0f;
         for (j = 0; j < st->cols; ++j) {
             if (!ta_ref_visible(t, st, r, st->col_begin + j)) continue;
             c_row[j] = ta_exp(c_row[j] - base);
             l = l + c_row[j];
         }
         ws->row_max[i] = m_new;
-        ws->row_sum[i] = l;
-        /* step d: acc = acc*alpha, then acc += p_j v_j by fmaf, ascending j */
+        ta_sum2_add(ws->row_sum + i, ws->row_sum_lo + i, alpha, l);
+        /* step d: the tile's partial sum_j p_j v_j from +0 by fmaf, ascending j,
+         * into (acc, acc_lo) */
         for (d = 0; d < dv; ++d)
-            acc_row[d] = acc_row[d] * alpha;
+            ws->part[d] = 0.0f;
         for (j = 0; j < st->cols; ++j) {
             const float *v_row =
                 ws->v + ta_ref_off(st->col_load_begin, st->col_begin + j, dv); /* [D_v] */
             if (!ta_ref_visible(t, st, r, st->col_begin + j)) continue;
             for (d = 0; d < dv; ++d)
-                acc_row[d] = TA_FMAF(c_row[j], v_row[d], acc_row[d]);
+                ws->part[d] = TA_FMAF(c_row[j], v_row[d], ws->part[d]);
         }
+        for (d = 0; d < dv; ++d)
+            ta_sum2_add(acc_row + d, acc_lo_row + d, alpha, ws->part[d]);
     }
 }
 
@@ -227,10 +248,10 @@ static void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const t
                      st->row_load_begin, st->rows_load, d_qk);
     for (i = 0; i < st->rows; ++i) {
         ws->row_max[i] = -INFINITY;
-        ws->row_sum[i] = 0.0f;
+        ws->row_sum[i] = ws->row_sum_lo[i] = 0.0f;
     }
     for (n = 0; n < (size_t)st->rows * (size_t)dv; ++n)
-        ws->acc[n] = 0.0f;
+        ws->acc[n] = ws->acc_lo[n] = 0.0f;
     /* step 2: K tiles [k_begin, k_end) ascending (of the part); the others are
      * fully masked (or another part's) */
     for (kt = k_begin; kt < k_end; ++kt) {

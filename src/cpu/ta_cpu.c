@@ -142,6 +142,9 @@ void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int32_t n_splits, ta_ws_c
     ws->nlo = TA_WS_TAKE(c, int32_t, dm->bq_pad);
     ws->row_lo = TA_WS_TAKE(c, int32_t, conv ? ws->ld_sraw : dm->bq_pad);
     ws->row_hi = TA_WS_TAKE(c, int32_t, conv ? ws->ld_sraw : dm->bq_pad);
+    ws->acc_lo = TA_WS_TAKE(c, float, bq * dm->dv_pad);
+    ws->part = TA_WS_TAKE(c, float, bq * dm->dv_pad);
+    ws->l_lo = TA_WS_TAKE(c, float, dm->bq_pad);
     ws->n_splits = n_splits > 1 ? n_splits : 1;
     ws->part_o = ws->part_lse = NULL;
     if (n_splits > 1) {

@@ -64,9 +64,11 @@ typedef struct ta_cpu_dims {
  *   +-------------+-------------+--------------+-------------+--------------+
  *   | m | l | alpha | nvis | lse (bq_pad each) | sraw (conv only: B_k x ld_sraw) |
  *   | nlo (bq_pad) | row_lo | row_hi (bq_pad each; ld_sraw each with a conv) |
+ *   | acc_lo B_q x dv_pad | part B_q x dv_pad | l_lo bq_pad |
  *   | part_o n x B_q x dv_pad | part_lse n x bq_pad |  (split-K, n > 1 parts only)
- *   (the interval arrays come last, so the other regions keep the offsets
- *   they had before windows: no change of L1 set placement to measure)
+ *   (the interval arrays, then the pairs' lo words and the P V partial, come
+ *   last, so the other regions keep the offsets they had before windows and
+ *   the compensated sums: no change of L1 set placement to measure)
  */
 typedef struct ta_cpu_fwd_ws {
     ta_cpu_dims dm; /* the padded dims these buffers were carved for */
@@ -74,13 +76,16 @@ typedef struct ta_cpu_fwd_ws {
     float *k;       /* [B_k, d_pad]    K tile rows, widened (f16/bf16, or f32 with D % 16 != 0) */
     float *v;       /* [B_k, dv_pad]   V tile rows, widened and zero padded */
     float *st;      /* [B_k, ld]       scores s[i,j] at st[j][i], then p */
-    float *acc;     /* [B_q, dv_pad]   unnormalised output */
+    float *acc;     /* [B_q, dv_pad]   unnormalised output: the pair's hi word (src/ta_sum2.h) */
     float *m;       /* [bq_pad]        running max; -inf until a key is seen */
-    float *l;       /* [bq_pad]        running sum */
+    float *l;       /* [bq_pad]        running sum: the pair's hi word */
     float *alpha;   /* [bq_pad]        this K tile's rescale factor (1 for rows it skips) */
     int32_t *nlo;   /* [bq_pad]        visible keys of this K tile per row: [nlo, nvis), */
     int32_t *nvis;  /* [bq_pad]        from the tile's first column (cpu_fill_vis) */
     float *lse;     /* [bq_pad]        lse of the tile's rows before the store */
+    float *acc_lo;  /* [B_q, dv_pad]   acc's lo word */
+    float *part;    /* [B_q, dv_pad]   this K tile's P V, from +0 (k2) */
+    float *l_lo;    /* [bq_pad]        l's lo word */
     /* [bq_pad; ld_sraw with a conv] the task's rows' visible keys (absolute; with a
      * conv: of the loaded rows, lane = sraw lane) */
     int32_t *row_lo, *row_hi;
