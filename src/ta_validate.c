@@ -408,12 +408,12 @@ ta_status ta_plan_set_rope(ta_plan *pl, const ta_rope_args *r, ta_diag *d) {
 
 /* One position array: [B, seq] values in [0, rows), or NULL with seq <= rows. */
 static ta_status ta_check_rope_side(const int32_t *pos, int32_t batch, int32_t seq, int32_t rows,
-                                    const char *name, const char *seq_name, ta_diag *d) {
+                                    const char *name, const char *seq_name, const char *null_rule,
+                                    ta_diag *d) {
     size_t i, n = (size_t)batch * (size_t)seq; /* fits: the q / k counts do */
     if (!pos) {
         if (seq <= rows) return TA_OK;
-        ta_fail_pair(d, TA_ERR_BAD_ARG, name, "NULL (token t uses row t), but rope_rows <",
-                     seq_name);
+        ta_fail_pair(d, TA_ERR_BAD_ARG, "rope_rows", null_rule, seq_name);
         d->value = rows;
         d->other_value = seq;
         d->flags = TA_DIAG_VALUE | TA_DIAG_OTHER_VALUE;
@@ -434,10 +434,10 @@ ta_status ta_check_rope_pos(const ta_plan *pl, ta_diag *d) {
     ta_status st;
     if (pl->stages.load != TA_LOAD_ROPE) return TA_OK;
     st = ta_check_rope_side(pl->rope.pos_q, p->batch, p->seq_q, p->rope_rows, "args.rope.pos_q",
-                            "seq_q", d);
+                            "seq_q", "below (args.rope.pos_q NULL: query t uses row t)", d);
     if (st != TA_OK) return st;
     return ta_check_rope_side(pl->rope.pos_k, p->batch, p->seq_k, p->rope_rows, "args.rope.pos_k",
-                              "seq_k", d);
+                              "seq_k", "below (args.rope.pos_k NULL: key t uses row t)", d);
 }
 
 /* ---- Pointer checks ---- */
