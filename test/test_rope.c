@@ -14,7 +14,8 @@
  *      and expects every case to fail).
  *   2. CPU == REF bit for bit on every ISA path of the machine (TA_CPU_ISA),
  *      with 1 and 3 threads, and through caller-run tasks (one thread,
- *      tasks in order): o, lse, dq, dk, dv, dconv_w.
+ *      tasks in order): o, lse, dq, dk, dv, dconv_w; a task scratch on a
+ *      table is refused.
  *   3. A table of identity rows (cos = 1, sin = 0), with random positions,
  *      gives the bits of the same call without rotation, REF and CPU.
  *   4. Bad input: every refusal of the stage with its status, outputs
@@ -25,6 +26,7 @@
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -346,6 +348,13 @@ static ta_status run_tasks(const rcase *c, const ta_problem *p, rout *o) {
         if (pass) ba = bwd_args(c, o, o->o, o->lse);
         st = pass ? ta_bwd_tasks_prepare(p, TA_BACKEND_CPU, &ba, shared, tp.shared_bytes)
                   : ta_fwd_tasks_prepare(p, TA_BACKEND_CPU, &fa, shared, tp.shared_bytes);
+        /* a scratch on a rotary table is refused (the table is an input) */
+        if (st == TA_OK) {
+            const ta_status bad =
+                ta_task_run(shared, 0, 0, (void *)(uintptr_t)c->cos_t, tp.scratch_bytes);
+            TA_CHECK(bad == TA_ERR_BAD_ARG, "task scratch over rope cos: %s",
+                     ta_status_string(bad));
+        }
         for (ph = 0; st == TA_OK && ph < tp.num_phases; ++ph)
             for (t = 0; st == TA_OK && t < tp.num_tasks[ph]; ++t)
                 st = ta_task_run(shared, ph, t, scratch, tp.scratch_bytes);
