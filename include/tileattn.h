@@ -173,22 +173,22 @@ typedef struct ta_problem {
                                  Same num_splits, same bits on every backend. */
     /* ---- Rotary position embeddings in the q/k load (docs/rope.md, "The load
      * stage"); all zero = no rotation, the problem as before. ---- */
-    int32_t rope;            /**< ta_rope_pairing: TA_ROPE_NONE (0) = off;
-                                  TA_ROPE_INTERLEAVED or TA_ROPE_HALF = q and k rows
-                                  rotated as they are loaded, dq and dk rotated back.
-                                  Other values: TA_ERR_BAD_ARG. With TA_ROPE_NONE
-                                  every rope_* field below must be 0. */
-    int32_t rope_pairs;      /**< pairs rotated per row, n >= 1, 2 n <= head_dim
-                                  (dims [2 n, head_dim) pass through) */
-    int32_t rope_rows;       /**< rows of each table, >= 1; every position used
-                                  (args.rope.pos_q/pos_k, or the token index) is in
-                                  [0, rope_rows) */
-    int32_t rope_row_stride; /**< floats from one table row to the next, >= rope_pairs;
-                                  0 -> rope_pairs */
-    int32_t rope_head_stride;/**< floats from kv head g's table to kv head g + 1's, >= 0;
-                                  0 = one table for every head. Query head h uses kv
-                                  head h / (heads_q / heads_kv)'s table, so q and k of
-                                  one attention share their frequencies. */
+    int32_t rope;             /**< ta_rope_pairing: TA_ROPE_NONE (0) = off;
+                                   TA_ROPE_INTERLEAVED or TA_ROPE_HALF = q and k rows
+                                   rotated as they are loaded, dq and dk rotated back.
+                                   Other values: TA_ERR_BAD_ARG. With TA_ROPE_NONE
+                                   every rope_* field below must be 0. */
+    int32_t rope_pairs;       /**< pairs rotated per row, n >= 1, 2 n <= head_dim
+                                   (dims [2 n, head_dim) pass through) */
+    int32_t rope_rows;        /**< rows of each table, >= 1; every position used
+                                   (args.rope.pos_q/pos_k, or the token index) is in
+                                   [0, rope_rows) */
+    int32_t rope_row_stride;  /**< floats from one table row to the next, >= rope_pairs;
+                                   0 -> rope_pairs */
+    int32_t rope_head_stride; /**< floats from kv head g's table to kv head g + 1's, >= 0;
+                                   0 = one table for every head. Query head h uses kv
+                                   head h / (heads_q / heads_kv)'s table, so q and k of
+                                   one attention share their frequencies. */
 } ta_problem;
 
 /** ta_problem.rope: the pair convention of the rotary load stage. Pair i in
@@ -280,7 +280,7 @@ typedef struct ta_fwd_args {
     /** Strides of q, k, v, o (ta_strides); zero = contiguous. @{ */
     ta_strides q_strides, k_strides, v_strides, o_strides;
     /** @} */
-    ta_rope_args rope;        /**< rotary tables and positions (ta_problem.rope) */
+    ta_rope_args rope; /**< rotary tables and positions (ta_problem.rope) */
 } ta_fwd_args;
 
 /** Backward arguments. o and lse are the forward's outputs for the same inputs. */
@@ -302,9 +302,9 @@ typedef struct ta_bwd_args {
     ta_strides q_strides, k_strides, v_strides, o_strides;
     ta_strides d_o_strides, dq_strides, dk_strides, dv_strides;
     /** @} */
-    ta_rope_args rope;        /**< as in ta_fwd_args: the forward's tables and positions;
-                                   dq and dk are the gradients with respect to the
-                                   stored (unrotated) q and k */
+    ta_rope_args rope; /**< as in ta_fwd_args: the forward's tables and positions;
+                            dq and dk are the gradients with respect to the
+                            stored (unrotated) q and k */
 } ta_bwd_args;
 
 /**

@@ -162,8 +162,7 @@ void ta_ref_rope_rows(const ta_plan *plan, float *tile, int side, const ta_ref_s
 
 /* Its transpose on one f32 gradient row [D] of token r (dq_acc, dk_acc rows
  * before the final scale): the gradient with respect to the stored q or k. */
-void ta_ref_rope_grad(const ta_plan *plan, float *row, int side, const ta_ref_step *st,
-                      int32_t r);
+void ta_ref_rope_grad(const ta_plan *plan, float *row, int side, const ta_ref_step *st, int32_t r);
 
 /* K tile [cols_load, D] and V tile [cols_load, D_v] of step st: the loaded
  * columns of kv head st->ctx.head_kv, zero padded outside [0, S_k), K rows

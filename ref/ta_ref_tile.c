@@ -36,8 +36,7 @@ void ta_ref_rope_rows(const ta_plan *plan, float *tile, int side, const ta_ref_s
                              st->ctx.head_kv, r, 0);
 }
 
-void ta_ref_rope_grad(const ta_plan *plan, float *row, int side, const ta_ref_step *st,
-                      int32_t r) {
+void ta_ref_rope_grad(const ta_plan *plan, float *row, int side, const ta_ref_step *st, int32_t r) {
     if (plan->stages.load == TA_LOAD_ROPE)
         ta_rope_plan_row(plan, row, side, st->ctx.batch, st->ctx.head_kv, r, 1);
 }

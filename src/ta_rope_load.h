@@ -86,8 +86,8 @@ static inline void ta_rope_plan_row(const ta_plan *plan, float *x, int side, int
     const int32_t *pos = side == TA_ROPE_SIDE_Q ? r->pos_q : r->pos_k;
     const int32_t seq = side == TA_ROPE_SIDE_Q ? p->seq_q : p->seq_k;
     const int32_t row = pos ? pos[(size_t)b * (size_t)seq + (size_t)t] : t;
-    const size_t at = (size_t)h_kv * (size_t)p->rope_head_stride +
-                      (size_t)row * (size_t)p->rope_row_stride;
+    const size_t at =
+        (size_t)h_kv * (size_t)p->rope_head_stride + (size_t)row * (size_t)p->rope_row_stride;
     ta_rope_row(x, r->cos + at, r->sin + at, p->rope_pairs, p->rope == TA_ROPE_HALF, transpose);
 }
 #endif

@@ -92,8 +92,8 @@ static ta_status ta_check_rope(const ta_problem *p, ta_diag *d) {
     if (p->rope_rows < 1)
         return ta_fail_bounds(d, TA_ERR_BAD_ARG, "rope_rows", p->rope_rows, TA_DIAG_LO, 1, 0);
     if (p->rope_row_stride != 0 && p->rope_row_stride < p->rope_pairs)
-        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "rope_row_stride", p->rope_row_stride,
-                              TA_DIAG_LO, p->rope_pairs, 0);
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "rope_row_stride", p->rope_row_stride, TA_DIAG_LO,
+                              p->rope_pairs, 0);
     if (p->rope_head_stride < 0)
         return ta_fail_bounds(d, TA_ERR_BAD_ARG, "rope_head_stride", p->rope_head_stride,
                               TA_DIAG_LO, 0, 0);

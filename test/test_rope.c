@@ -41,19 +41,19 @@ static int self_check; /* --self-check: the oracle turns the other way */
 /* One random problem with everything the library and the oracle need. */
 typedef struct rcase {
     ta_problem p;
-    int strided;              /* q, k, dq, dk as [B, S, H, D] */
-    int32_t *seqlens;         /* [B] or NULL */
-    int32_t *pos_q, *pos_k;   /* [B, S_q], [B, S_k] or NULL */
-    float *cos_t, *sin_t;     /* tables, n_tab floats each */
+    int strided;            /* q, k, dq, dk as [B, S, H, D] */
+    int32_t *seqlens;       /* [B] or NULL */
+    int32_t *pos_q, *pos_k; /* [B, S_q], [B, S_k] or NULL */
+    float *cos_t, *sin_t;   /* tables, n_tab floats each */
     size_t n_tab;
-    float *conv_w;            /* [H, c_q, c_k] or NULL */
+    float *conv_w; /* [H, c_q, c_k] or NULL */
     size_t n_q, n_k, n_v, n_o, n_lse, n_w, eb;
-    void *q, *k, *v, *d_o;    /* contiguous [B, H, S, D] storage */
-    void *q_lib, *k_lib;      /* what the library reads (strided copies, or q, k) */
+    void *q, *k, *v, *d_o; /* contiguous [B, H, S, D] storage */
+    void *q_lib, *k_lib;   /* what the library reads (strided copies, or q, k) */
 } rcase;
 
 typedef struct rout {
-    void *o, *dq, *dk, *dv;   /* dq, dk in the library's layout */
+    void *o, *dq, *dk, *dv; /* dq, dk in the library's layout */
     float *lse, *dw;
 } rout;
 
@@ -369,8 +369,8 @@ static ta_status run_tasks(const rcase *c, const ta_problem *p, rout *o) {
 
 /* x (double [B, heads, S, D], contiguous) rotated in place as the stage does,
  * or by the transpose (back). */
-static void rotate_oracle(const rcase *c, double *x, int32_t heads, int32_t seq,
-                          const int32_t *pos, int back) {
+static void rotate_oracle(const rcase *c, double *x, int32_t heads, int32_t seq, const int32_t *pos,
+                          int back) {
     const ta_problem *p = &c->p;
     const int32_t group = heads == p->heads_q ? p->heads_q / p->heads_kv : 1;
     const int32_t rs = p->rope_row_stride ? p->rope_row_stride : p->rope_pairs;
@@ -381,12 +381,12 @@ static void rotate_oracle(const rcase *c, double *x, int32_t heads, int32_t seq,
             for (s = 0; s < seq; ++s) {
                 double *row = x + at(0, heads, seq, p->head_dim, b, h, s);
                 const int32_t tr = pos ? pos[(size_t)b * (size_t)seq + (size_t)s] : s;
-                const size_t base = (size_t)(h / group) * (size_t)p->rope_head_stride +
-                                    (size_t)tr * (size_t)rs;
+                const size_t base =
+                    (size_t)(h / group) * (size_t)p->rope_head_stride + (size_t)tr * (size_t)rs;
                 for (i = 0; i < p->rope_pairs; ++i) {
                     const int32_t ia = p->rope == TA_ROPE_HALF ? i : 2 * i;
                     const int32_t ib = p->rope == TA_ROPE_HALF ? i + p->rope_pairs : 2 * i + 1;
-                    const double cs = c->cos_t[base + (size_t)i];
+                    const double cs = (double)c->cos_t[base + (size_t)i];
                     const double sn = sgn * (double)c->sin_t[base + (size_t)i];
                     const double xa = row[ia], xb = row[ib];
                     row[ia] = back ? xa * cs + xb * sn : xa * cs - xb * sn;
@@ -410,7 +410,7 @@ static double norm_err(const void *lib, ta_dtype dt, const double *orc, size_t n
         const double x = ta_get(lib, dt, i);
         double d;
         if (!isfinite(orc[i])) {
-            if (!(x == orc[i])) return INFINITY; /* -inf lse must match */
+            if (!(x == orc[i])) return (double)INFINITY; /* -inf lse must match */
             continue;
         }
         d = fabs(x - orc[i]);
@@ -451,7 +451,7 @@ static void check_oracle(ta_rng *r, rcase *c, int index) {
         size_t i;
         ow = (double *)malloc(c->n_w * sizeof(double));
         for (i = 0; i < c->n_w; ++i)
-            ow[i] = c->conv_w[i];
+            ow[i] = (double)c->conv_w[i];
         dw = (double *)malloc(c->n_w * sizeof(double));
     }
     o = (double *)malloc(c->n_o * sizeof(double));
@@ -502,11 +502,13 @@ static void check_oracle(ta_rng *r, rcase *c, int index) {
                  "strided %d conv %dx%d splits %d): errors o %.3g lse %.3g dq %.3g dk %.3g "
                  "dv %.3g dw %.3g",
                  index, p->rope == TA_ROPE_HALF ? "half" : "interleaved",
-                 dt == 0 ? "f32" : dt == 1 ? "f16" : "bf16", p->batch, p->heads_q, p->heads_kv,
-                 p->seq_q, p->seq_k, p->head_dim, p->head_dim_v, p->rope_pairs, p->rope_rows,
-                 p->rope_head_stride, c->pos_q ? "given" : "NULL", c->pos_k ? "given" : "NULL",
-                 c->strided, p->conv_q, p->conv_k, p->num_splits, e[0], e[1], e[2], e[3], e[4],
-                 e[5]);
+                 dt == 0   ? "f32"
+                 : dt == 1 ? "f16"
+                           : "bf16",
+                 p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_k, p->head_dim, p->head_dim_v,
+                 p->rope_pairs, p->rope_rows, p->rope_head_stride, c->pos_q ? "given" : "NULL",
+                 c->pos_k ? "given" : "NULL", c->strided, p->conv_q, p->conv_k, p->num_splits, e[0],
+                 e[1], e[2], e[3], e[4], e[5]);
         n_oracle_cases[p->conv_q > 0]++;
     }
     free(oq), free(ok), free(ov), free(odo), free(ow), free(o), free(lse), free(dq), free(dk),
@@ -519,7 +521,7 @@ static void check_oracle(ta_rng *r, rcase *c, int index) {
 static long n_bitwise, n_identity;
 
 static int same_out(const rcase *c, const rout *a, const rout *b, const char *what, int index) {
-    const size_t n[6] = {c->n_o * c->eb, c->n_lse * 4, c->n_q * c->eb,
+    const size_t n[6] = {c->n_o * c->eb, c->n_lse * 4,   c->n_q * c->eb,
                          c->n_k * c->eb, c->n_v * c->eb, c->n_w * 4};
     const void *x[6] = {a->o, a->lse, a->dq, a->dk, a->dv, a->dw};
     const void *y[6] = {b->o, b->lse, b->dq, b->dk, b->dv, b->dw};
@@ -633,8 +635,8 @@ static void expect_status(const rcase *c, const ta_problem *p, const ta_rope_arg
                 lse_in[i] = 0.5f;
             ba.lse = lse_in;
             st = ta_bwd(p, be, &ba, ws, ws_bytes, NULL);
-            TA_CHECK(st == want, "%s: bwd on %d: %s, want %s", what, (int)be,
-                     ta_status_string(st), ta_status_string(want));
+            TA_CHECK(st == want, "%s: bwd on %d: %s, want %s", what, (int)be, ta_status_string(st),
+                     ta_status_string(want));
             TA_CHECK(ta_canary_intact(out.dq, c->n_q * c->eb) &&
                          ta_canary_intact(out.dk, c->n_k * c->eb) &&
                          ta_canary_intact(out.dv, c->n_v * c->eb),

@@ -609,8 +609,8 @@ static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wor
 
 /* "tileattn tasks", version 1: a shared workspace that a prepare call filled. */
 #define TA_CPU_TASKS_MAGIC UINT64_C(0x7461736b73000001)
-#define TA_CPU_TASKS_SPANS 18 /* tensors of a backward (12), the rotary tables and
-                                  positions (4), the shared workspace */
+/* tensors of a backward (12), the rotary tables and positions (4), the shared workspace */
+#define TA_CPU_TASKS_SPANS 18
 
 /* A byte range the scratch of a task must not overlap. */
 typedef struct ta_cpu_span {
