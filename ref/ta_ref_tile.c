@@ -32,13 +32,13 @@ void ta_ref_rope_rows(const ta_plan *plan, float *tile, int side, const ta_ref_s
     if (plan->stages.load != TA_LOAD_ROPE) return;
     for (r = first; r < first + count; ++r)
         if (r >= 0 && r < seq) /* zero padding stays zero */
-            ta_rope_plan_row(plan, tile + ta_ref_off(first, r, dim), side, st->ctx.batch,
+            ta_rope_plan_row(plan, tile + ta_ref_off(first, r, dim), 1, side, st->ctx.batch,
                              st->ctx.head_kv, r, 0);
 }
 
 void ta_ref_rope_grad(const ta_plan *plan, float *row, int side, const ta_ref_step *st, int32_t r) {
     if (plan->stages.load == TA_LOAD_ROPE)
-        ta_rope_plan_row(plan, row, side, st->ctx.batch, st->ctx.head_kv, r, 1);
+        ta_rope_plan_row(plan, row, 1, side, st->ctx.batch, st->ctx.head_kv, r, 1);
 }
 
 void ta_ref_load_kv(const ta_plan *plan, const void *k, const void *v, float *k_tile, float *v_tile,

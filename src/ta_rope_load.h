@@ -55,14 +55,18 @@ TA_ROPE_FN void ta_rope_pair_t(float *ga, float *gb, float c, float s) {
     *gb = bc - as;
 }
 
-/* Rotate one f32 row x [>= 2 n_pairs] by table row (c, s) [n_pairs], forward
- * or (transpose != 0) backward; half != 0: half-split pairs. */
-TA_ROPE_FN void ta_rope_row(float *x, const float *c, const float *s, int32_t n_pairs, int half,
-                            int transpose) {
+/* Rotate one f32 row by table row (c, s) [n_pairs], forward or (transpose
+ * != 0) backward; half != 0: half-split pairs. Feature d of the row is
+ * x[d * stride] (1: a row; a tile's leading dimension: a column of a
+ * transposed tile), d < 2 n_pairs. */
+TA_ROPE_FN void ta_rope_row(float *x, size_t stride, const float *c, const float *s,
+                            int32_t n_pairs, int half, int transpose) {
     int32_t i;
     for (i = 0; i < n_pairs; ++i) {
-        float *xa = half ? x + i : x + 2 * i;
-        float *xb = half ? x + i + n_pairs : x + 2 * i + 1;
+        const size_t a = half ? (size_t)i : 2 * (size_t)i;
+        const size_t b = half ? (size_t)(i + n_pairs) : 2 * (size_t)i + 1;
+        float *xa = x + a * stride;
+        float *xb = x + b * stride;
         if (transpose)
             ta_rope_pair_t(xa, xb, c[i], s[i]);
         else
@@ -77,10 +81,11 @@ TA_ROPE_FN void ta_rope_row(float *x, const float *c, const float *s, int32_t n_
 #define TA_ROPE_SIDE_Q 0
 #define TA_ROPE_SIDE_K 1
 
-/* Rotate row x of token t (in [0, S) of its side) of batch entry b, kv head
- * h_kv, by the plan's tables (plan->stages.load == TA_LOAD_ROPE). */
-static inline void ta_rope_plan_row(const ta_plan *plan, float *x, int side, int32_t b,
-                                    int32_t h_kv, int32_t t, int transpose) {
+/* Rotate row x (feature d at x[d * stride]) of token t (in [0, S) of its
+ * side) of batch entry b, kv head h_kv, by the plan's tables
+ * (plan->stages.load == TA_LOAD_ROPE). */
+static inline void ta_rope_plan_row(const ta_plan *plan, float *x, size_t stride, int side,
+                                    int32_t b, int32_t h_kv, int32_t t, int transpose) {
     const ta_problem *p = &plan->p;
     const ta_rope_args *r = &plan->rope;
     const int32_t *pos = side == TA_ROPE_SIDE_Q ? r->pos_q : r->pos_k;
@@ -88,7 +93,8 @@ static inline void ta_rope_plan_row(const ta_plan *plan, float *x, int side, int
     const int32_t row = pos ? pos[(size_t)b * (size_t)seq + (size_t)t] : t;
     const size_t at =
         (size_t)h_kv * (size_t)p->rope_head_stride + (size_t)row * (size_t)p->rope_row_stride;
-    ta_rope_row(x, r->cos + at, r->sin + at, p->rope_pairs, p->rope == TA_ROPE_HALF, transpose);
+    ta_rope_row(x, stride, r->cos + at, r->sin + at, p->rope_pairs, p->rope == TA_ROPE_HALF,
+                transpose);
 }
 #endif
 
