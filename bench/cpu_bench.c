@@ -26,6 +26,9 @@
  *      entry, and per visible effective entry dS (2 c_q c_k), dq, dk (2D each),
  *      dv (2 D_v), plus the dconv_w partial (2 c_q c_k per effective entry),
  *      each counted once (the two-pass recomputation is not counted, as for SDPA).
+ *   --rope interleaved|half: every problem with the rotary load stage (all
+ *   D/2 pairs, a 1-D table of S rows, no positions; kind gets "+rope"), to
+ *   compare with the same run without it (docs/rope.md).
  *   --check compares each result with TA_BACKEND_REF once (bitwise; slow for
  *   long sequences: the reference is scalar).
  *
@@ -71,6 +74,7 @@ typedef struct opts {
     int32_t mta_q, mta_k; /* MTA rows: c_q x c_k (0: none) */
     int window;           /* --window: TA_WINDOW with win_l, win_r (negative: unbounded) */
     int32_t win_l, win_r;
+    int32_t rope; /* --rope: ta_rope_pairing (0: none) */
     ta_dtype dtype;
     int do_fwd, do_bwd, check, csv;
 } opts;
@@ -316,6 +320,7 @@ typedef struct bufs {
     float *lse;
     const float *conv_w; /* MTA: [H, c_q, c_k]; NULL for SDPA */
     float *dconv_w;      /* MTA backward output */
+    float *rope_cos, *rope_sin; /* --rope: [S, D/2] tables; NULL without */
     size_t n_q, n_o, n_lse, eb, ws_bytes;
 } bufs;
 
@@ -342,6 +347,8 @@ static ta_status call(const ta_problem *p, ta_backend be, int bwd, bufs *x, void
         a.o = o;
         a.lse = lse;
         a.conv_w = x->conv_w;
+        a.rope.cos = x->rope_cos;
+        a.rope.sin = x->rope_sin;
         return ta_fwd(p, be, &a, ws, ws_bytes, NULL);
     } else {
         ta_bwd_args a;
@@ -357,6 +364,8 @@ static ta_status call(const ta_problem *p, ta_backend be, int bwd, bufs *x, void
         a.dv = dv;
         a.conv_w = x->conv_w;
         a.dconv_w = x->dconv_w;
+        a.rope.cos = x->rope_cos;
+        a.rope.sin = x->rope_sin;
         return ta_bwd(p, be, &a, ws, ws_bytes, NULL);
     }
 }
@@ -443,6 +452,16 @@ static void setup(const ta_problem *p, bufs *x) {
     fill(x->k, p->dtype, n_k, &state);
     fill(x->v, p->dtype, n_k, &state);
     fill(x->d_o, p->dtype, x->n_o, &state);
+    x->rope_cos = x->rope_sin = NULL;
+    if (p->rope) { /* the original RoPE, base 10000, one row per position */
+        ta_rope_1d cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.n_pairs = p->rope_pairs;
+        cfg.rows = p->rope_rows;
+        x->rope_cos = (float *)xalloc((size_t)cfg.rows * (size_t)cfg.n_pairs * sizeof(float));
+        x->rope_sin = (float *)xalloc((size_t)cfg.rows * (size_t)cfg.n_pairs * sizeof(float));
+        (void)ta_rope_table_1d(&cfg, x->rope_cos, x->rope_sin);
+    }
     ta_fwd_workspace_size(p, TA_BACKEND_CPU, &fb);
     ta_bwd_workspace_size(p, TA_BACKEND_CPU, &bb);
     x->ws_bytes = fb > bb ? fb : bb;
@@ -460,6 +479,8 @@ static void teardown(bufs *x) {
     free(x->dv);
     free(x->lse);
     free(x->ws);
+    free(x->rope_cos);
+    free(x->rope_sin);
 }
 
 static const char *dtype_str(ta_dtype dt) {
@@ -514,9 +535,10 @@ static int run_problem(const opts *op, ta_problem *p, double peak, ta_cpu_isa is
     float *w = NULL, *dw = NULL;
     int bwd, ok = 1;
     if (mta)
-        snprintf(kind, sizeof kind, "mta%dx%d", (int)p->conv_q, (int)p->conv_k);
+        snprintf(kind, sizeof kind, "mta%dx%d%s", (int)p->conv_q, (int)p->conv_k,
+                 p->rope ? "+rope" : "");
     else
-        snprintf(kind, sizeof kind, "sdpa");
+        snprintf(kind, sizeof kind, p->rope ? "sdpa+rope" : "sdpa");
     setup(p, &x);
     if (mta) { /* a smooth kernel of mixed weights; dconv_w output */
         const size_t n_w = (size_t)p->heads_q * (size_t)p->conv_q * (size_t)p->conv_k;
@@ -606,6 +628,7 @@ static void usage(void) {
         "  --mta QxK      MTA rows (causal shapes) with a c_q x c_k conv, or off [6x11]\n"
         "  --window L,R   sliding window (TA_WINDOW) of L keys left, R right of the\n"
         "                 diagonal on every problem; negative = unbounded  [none]\n"
+        "  --rope P       rotary load stage on every problem: interleaved or half  [none]\n"
         "  --check        compare each result with the reference (slow)\n"
         "  --peak-only    measure the FMA peak and stop\n"
         "  --csv          also write CSV rows to stderr\n"
@@ -670,6 +693,12 @@ static int parse_args(int argc, char **argv, opts *op, int *peak_only) {
         } else if (strcmp(a, "--window") == 0 && v) {
             used = sscanf(v, "%d,%d", &op->win_l, &op->win_r) == 2 ? 2 : -1;
             op->window = 1;
+        } else if (strcmp(a, "--rope") == 0 && v) {
+            used = 2;
+            op->rope = strcmp(v, "interleaved") == 0 ? TA_ROPE_INTERLEAVED
+                       : strcmp(v, "half") == 0      ? TA_ROPE_HALF
+                                                     : -1;
+            if (op->rope < 0) used = -1;
         } else if (strcmp(a, "--check") == 0)
             op->check = 1;
         else if (strcmp(a, "--csv") == 0)
@@ -740,6 +769,11 @@ int main(int argc, char **argv) {
                     p.block_q = op.block_q;
                     p.block_k = op.block_k;
                     p.num_threads = threads;
+                    if (op.rope) {
+                        p.rope = op.rope;
+                        p.rope_pairs = p.head_dim / 2;
+                        p.rope_rows = p.seq_k;
+                    }
                     {
                         double sdpa_ms[2] = {0.0, 0.0};
                         ok &= run_problem(&op, &p, peak, isa, sdpa_ms);

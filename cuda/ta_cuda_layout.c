@@ -44,8 +44,10 @@ static int ta_cuda_fast_table_has(const ta_plan *plan) {
 
 /* Every operation of the plan: SDPA and the MTA conv, any mask (causal,
  * seqlens_k, sliding window) and any validated layout (ta_strides); on the
- * fast path, the head dims and tile_config of the fast table. */
+ * fast path, the head dims and tile_config of the fast table. Not yet the
+ * rotary load stage (issue 13): TA_ERR_UNSUPPORTED, exact and fast. */
 int ta_cuda_supports(const ta_plan *plan) {
+    if (plan->stages.load != TA_LOAD_NONE) return 0;
     if (ta_cuda_fast_path(plan)) return ta_cuda_fast_table_has(plan);
     return 1;
 }

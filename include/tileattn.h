@@ -171,7 +171,48 @@ typedef struct ta_problem {
                                  extra parts are empty). Other negative values:
                                  TA_ERR_BAD_ARG. ta_bwd validates it and ignores it.
                                  Same num_splits, same bits on every backend. */
+    /* ---- Rotary position embeddings in the q/k load (docs/rope.md, "The load
+     * stage"); all zero = no rotation, the problem as before. ---- */
+    int32_t rope;             /**< ta_rope_pairing: TA_ROPE_NONE (0) = off;
+                                   TA_ROPE_INTERLEAVED or TA_ROPE_HALF = q and k rows
+                                   rotated as they are loaded, dq and dk rotated back.
+                                   Other values: TA_ERR_BAD_ARG. With TA_ROPE_NONE
+                                   every rope_* field below must be 0. */
+    int32_t rope_pairs;       /**< pairs rotated per row, n >= 1, 2 n <= head_dim
+                                   (dims [2 n, head_dim) pass through) */
+    int32_t rope_rows;        /**< rows of each table, >= 1; every position used
+                                   (args.rope.pos_q/pos_k, or the token index) is in
+                                   [0, rope_rows) */
+    int32_t rope_row_stride;  /**< floats from one table row to the next, >= rope_pairs;
+                                   0 -> rope_pairs */
+    int32_t rope_head_stride; /**< floats from kv head g's table to kv head g + 1's, >= 0;
+                                   0 = one table for every head. Query head h uses kv
+                                   head h / (heads_q / heads_kv)'s table, so q and k of
+                                   one attention share their frequencies. */
 } ta_problem;
+
+/** ta_problem.rope: the pair convention of the rotary load stage. Pair i in
+ *  [0, rope_pairs) of a row x rotates (x_a, x_b) by the angle of table entry i:
+ *  y_a = x_a c - x_b s, y_b = x_b c + x_a s (f32, two products and one add each). */
+typedef enum ta_rope_pairing {
+    TA_ROPE_NONE = 0,        /**< no rotation */
+    TA_ROPE_INTERLEAVED = 1, /**< a = 2i, b = 2i + 1 (GPT-J, EVA-02, timm, rope-vit) */
+    TA_ROPE_HALF = 2         /**< a = i, b = i + rope_pairs (GPT-NeoX, Llama: rotate_half) */
+} ta_rope_pairing;
+
+/** The tables and positions of the rotary load stage (ta_problem.rope != 0);
+ *  ignored when ta_problem.rope is TA_ROPE_NONE. Memory of the tensors (host for
+ *  REF and CPU). All read-only: no output may overlap them. */
+typedef struct ta_rope_args {
+    const float *cos;     /**< [tables][rope_rows][rope_row_stride] f32, tables = heads_kv
+                               with a rope_head_stride (else 1); entries [0, rope_pairs)
+                               of a row read; required with rope */
+    const float *sin;     /**< as cos; required with rope */
+    const int32_t *pos_q; /**< [B, S_q] contiguous: table row of query token (b, t), each
+                               in [0, rope_rows); NULL = row t (then S_q <= rope_rows) */
+    const int32_t *pos_k; /**< [B, S_k] contiguous: table row of key token (b, t), each
+                               in [0, rope_rows); NULL = row t (then S_k <= rope_rows) */
+} ta_rope_args;
 
 /** ta_problem.num_splits: let the library choose the split count from the
  *  problem's sizes alone, never from the device (ta_tiling_splits_auto in
@@ -239,6 +280,7 @@ typedef struct ta_fwd_args {
     /** Strides of q, k, v, o (ta_strides); zero = contiguous. @{ */
     ta_strides q_strides, k_strides, v_strides, o_strides;
     /** @} */
+    ta_rope_args rope; /**< rotary tables and positions (ta_problem.rope) */
 } ta_fwd_args;
 
 /** Backward arguments. o and lse are the forward's outputs for the same inputs. */
@@ -260,6 +302,9 @@ typedef struct ta_bwd_args {
     ta_strides q_strides, k_strides, v_strides, o_strides;
     ta_strides d_o_strides, dq_strides, dk_strides, dv_strides;
     /** @} */
+    ta_rope_args rope; /**< as in ta_fwd_args: the forward's tables and positions;
+                            dq and dk are the gradients with respect to the
+                            stored (unrotated) q and k */
 } ta_bwd_args;
 
 /**

@@ -153,8 +153,20 @@ static inline float ta_ref_dot(const float *a, const float *b, int32_t n) {
 void ta_ref_load_rows(float *dst, const void *src, ta_dtype dt, int64_t slice, int64_t row_stride,
                       int32_t seq, int32_t first, int32_t count, int32_t dim);
 
+/* The rotary load stage (src/ta_rope_load.h) on a [count, D] tile whose rows
+ * are tokens [first, first + count) of side TA_ROPE_SIDE_Q or _K of step st's
+ * batch entry and kv head: each row inside its sequence rotated in place;
+ * nothing without the stage. */
+void ta_ref_rope_rows(const ta_plan *plan, float *tile, int side, const ta_ref_step *st,
+                      int32_t first, int32_t count);
+
+/* Its transpose on one f32 gradient row [D] of token r (dq_acc, dk_acc rows
+ * before the final scale): the gradient with respect to the stored q or k. */
+void ta_ref_rope_grad(const ta_plan *plan, float *row, int side, const ta_ref_step *st, int32_t r);
+
 /* K tile [cols_load, D] and V tile [cols_load, D_v] of step st: the loaded
- * columns of kv head st->ctx.head_kv, zero padded outside [0, S_k). */
+ * columns of kv head st->ctx.head_kv, zero padded outside [0, S_k), K rows
+ * through the load stage (ta_ref_rope_rows). */
 void ta_ref_load_kv(const ta_plan *plan, const void *k, const void *v, float *k_tile, float *v_tile,
                     const ta_ref_step *st);
 

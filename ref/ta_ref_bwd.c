@@ -40,6 +40,7 @@
 #include "ta_internal.h"
 #include "ta_math.h"
 #include "ta_ref.h"
+#include "ta_rope_load.h"
 
 /*
  * Backward workspace, all f32, every region 64-byte aligned. B_q, B_k: the
@@ -161,6 +162,7 @@ static void ta_ref_bwd_load_q(const ta_plan *plan, const ta_bwd_args *a, const t
     int32_t i, d;
     ta_ref_load_rows(ws->q, a->q, p->dtype, st->ctx.q, lay->q.seq, p->seq_q, st->row_load_begin,
                      st->rows_load, d_qk);
+    ta_ref_rope_rows(plan, ws->q, TA_ROPE_SIDE_Q, st, st->row_load_begin, st->rows_load);
     ta_ref_load_rows(ws->d_o, a->d_o, p->dtype, st->ctx.d_o, lay->d_o.seq, p->seq_q,
                      st->row_load_begin, st->rows_load, dv);
     for (i = 0; i < st->rows_load; ++i) {
@@ -257,10 +259,11 @@ static void ta_ref_bwd_store_dkdv(const ta_plan *plan, const ta_bwd_args *a,
     const int32_t d_qk = p->head_dim, dv = p->head_dim_v;
     int32_t j, d;
     for (j = st->col_begin; j < st->col_begin + st->cols; ++j) {
-        const float *dk_row = ws->dk_acc + ta_ref_off(st->col_begin, j, d_qk); /* [D] */
+        float *dk_row = ws->dk_acc + ta_ref_off(st->col_begin, j, d_qk); /* [D] */
         const float *dv_row = ws->dv_acc + ta_ref_off(st->col_begin, j, dv);   /* [D_v] */
         const size_t dk_first = ta_ref_row(st->ctx.dk, lay->dk.seq, j);
         const size_t dv_first = ta_ref_row(st->ctx.dv, lay->dv.seq, j);
+        ta_ref_rope_grad(plan, dk_row, TA_ROPE_SIDE_K, st, j); /* w.r.t. the stored k */
         for (d = 0; d < d_qk; ++d)
             ta_store(a->dk, p->dtype, dk_first + (size_t)d, p->scale * dk_row[d]);
         for (d = 0; d < dv; ++d)
@@ -358,8 +361,9 @@ static void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a,
     }
     /* step 3: dq = scale * dq_acc, rounded once (the caller adds R(b, qt) to dconv_w[h]) */
     for (r = st->row_begin; r < st->row_begin + st->rows; ++r) {
-        const float *dq_row = ws->dq_acc + ta_ref_off(st->row_begin, r, d_qk); /* [D] */
+        float *dq_row = ws->dq_acc + ta_ref_off(st->row_begin, r, d_qk); /* [D] */
         const size_t first = ta_ref_row(st->ctx.dq, plan->layout.dq.seq, r);
+        ta_ref_rope_grad(plan, dq_row, TA_ROPE_SIDE_Q, st, r); /* w.r.t. the stored q */
         for (d = 0; d < d_qk; ++d)
             ta_store(a->dq, p->dtype, first + (size_t)d, p->scale * dq_row[d]);
     }

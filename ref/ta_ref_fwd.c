@@ -36,6 +36,7 @@
 #include "ta_merge.h"
 #include "ta_ref.h"
 #include "ta_sum2.h"
+#include "ta_rope_load.h"
 
 /*
  * Forward workspace: the tiles of one (b, h, Q tile) step, all f32. B_q, B_k
@@ -246,6 +247,7 @@ static void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const t
     /* step 1: Q tile [rows_load, D] widened; m = -inf, l = 0, acc = 0 */
     ta_ref_load_rows(ws->q, a->q, p->dtype, st->ctx.q, plan->layout.q.seq, p->seq_q,
                      st->row_load_begin, st->rows_load, d_qk);
+    ta_ref_rope_rows(plan, ws->q, TA_ROPE_SIDE_Q, st, st->row_load_begin, st->rows_load);
     for (i = 0; i < st->rows; ++i) {
         ws->row_max[i] = -INFINITY;
         ws->row_sum[i] = ws->row_sum_lo[i] = 0.0f;

@@ -10,6 +10,7 @@
 #include "ta_internal.h"
 #include "ta_math.h"
 #include "ta_ref.h"
+#include "ta_rope_load.h"
 
 void ta_ref_load_rows(float *dst, const void *src, ta_dtype dt, int64_t slice, int64_t row_stride,
                       int32_t seq, int32_t first, int32_t count, int32_t dim) {
@@ -23,12 +24,30 @@ void ta_ref_load_rows(float *dst, const void *src, ta_dtype dt, int64_t slice, i
     }
 }
 
+void ta_ref_rope_rows(const ta_plan *plan, float *tile, int side, const ta_ref_step *st,
+                      int32_t first, int32_t count) {
+    const int32_t seq = side == TA_ROPE_SIDE_Q ? plan->p.seq_q : plan->p.seq_k;
+    const int32_t dim = plan->p.head_dim;
+    int32_t r;
+    if (plan->stages.load != TA_LOAD_ROPE) return;
+    for (r = first; r < first + count; ++r)
+        if (r >= 0 && r < seq) /* zero padding stays zero */
+            ta_rope_plan_row(plan, tile + ta_ref_off(first, r, dim), 1, side, st->ctx.batch,
+                             st->ctx.head_kv, r, 0);
+}
+
+void ta_ref_rope_grad(const ta_plan *plan, float *row, int side, const ta_ref_step *st, int32_t r) {
+    if (plan->stages.load == TA_LOAD_ROPE)
+        ta_rope_plan_row(plan, row, 1, side, st->ctx.batch, st->ctx.head_kv, r, 1);
+}
+
 void ta_ref_load_kv(const ta_plan *plan, const void *k, const void *v, float *k_tile, float *v_tile,
                     const ta_ref_step *st) {
     const ta_problem *p = &plan->p;
     const ta_layout *lay = &plan->layout;
     ta_ref_load_rows(k_tile, k, p->dtype, st->ctx.k, lay->k.seq, p->seq_k, st->col_load_begin,
                      st->cols_load, p->head_dim);
+    ta_ref_rope_rows(plan, k_tile, TA_ROPE_SIDE_K, st, st->col_load_begin, st->cols_load);
     ta_ref_load_rows(v_tile, v, p->dtype, st->ctx.v, lay->v.seq, p->seq_k, st->col_load_begin,
                      st->cols_load, p->head_dim_v);
 }

@@ -6,10 +6,12 @@
  *   3. stream
  *   4. strides (ta_plan_set_*_layout), then the backend again: does it run this
  *      layout
- *   5. argument pointers: NULL, then the trace (backend, entries, capacity), then
- *      alignment and overlap of the strided extents, the trace and the workspace
+ *   5. argument pointers: NULL (the tensors, then the rotary tables), then the
+ *      trace (backend, entries, capacity), then alignment and overlap of the
+ *      strided extents, the rotary buffers, the trace and the workspace
  *   6. the workspace (NULL, size, alignment)
- *   7. values read from host memory (seqlens_k, host memory on every backend)
+ *   7. values read from host memory (seqlens_k, host memory on every backend;
+ *      then the rotary positions, args.rope.pos_q / pos_k)
  * Only then is anything written. ta_tune_fwd runs steps 1-7 of ta_fwd, then
  * checks its own out and reps, then asks the backend (TA_ERR_UNSUPPORTED
  * without a tune entry). ta_merge runs steps 1-3, then its num_parts, o's
@@ -117,6 +119,16 @@ static ta_status ta_check_stream(const ta_backend_ops *ops, const void *stream, 
         (tr) ? (tr)->entries : NULL, (tr_bytes), _Alignof(ta_trace_entry), "args.trace->entries"   \
     }
 
+/* The rotary tables and positions (NULL when the problem has no rotary stage):
+ * four inputs. */
+#define TA_ROPE_BUFS(pl)                                                                           \
+    TA_BUF((pl)->rope.cos, (pl)->n_rope, sizeof(float), "args.rope.cos"),                          \
+        TA_BUF((pl)->rope.sin, (pl)->n_rope, sizeof(float), "args.rope.sin"),                      \
+        TA_BUF((pl)->rope.pos_q, (size_t)(pl)->p.batch * (size_t)(pl)->p.seq_q, sizeof(int32_t),   \
+               "args.rope.pos_q"),                                                                 \
+        TA_BUF((pl)->rope.pos_k, (size_t)(pl)->p.batch * (size_t)(pl)->p.seq_k, sizeof(int32_t),   \
+               "args.rope.pos_k")
+
 /* The first NULL among n required pointers, recorded; TA_OK if none. */
 static ta_status ta_check_required(const void *const *ptrs, const char *const *names, int n,
                                    ta_diag *d) {
@@ -126,7 +138,7 @@ static ta_status ta_check_required(const void *const *ptrs, const char *const *n
     return TA_OK;
 }
 
-static ta_status ta_fwd_check_ptrs(const ta_plan *pl, const ta_extents *ex, ta_backend be,
+static ta_status ta_fwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend be,
                                    const ta_fwd_args *a, const void *ws, size_t ws_bytes,
                                    size_t ws_needed, ta_diag *d) {
     static const char *const names[] = {"args.q", "args.k", "args.v", "args.o", "args.conv_w"};
@@ -137,6 +149,7 @@ static ta_status ta_fwd_check_ptrs(const ta_plan *pl, const ta_extents *ex, ta_b
     size_t tr_bytes;
     ta_status st;
     if ((st = ta_check_required(req, names, 5, d)) != TA_OK) return st;
+    if ((st = ta_plan_set_rope(pl, &a->rope, d)) != TA_OK) return st;
     if ((st = ta_check_trace(be, a->trace, &tr_bytes, d)) != TA_OK) return st;
     {
         const ta_buf in[] = {
@@ -144,12 +157,13 @@ static ta_status ta_fwd_check_ptrs(const ta_plan *pl, const ta_extents *ex, ta_b
             {a->k, ex->k, eb, "args.k"},
             {a->v, ex->v, eb, "args.v"},
             TA_BUF(pl->has_conv ? a->conv_w : NULL, pl->n_conv, sizeof(float), "args.conv_w"),
-            TA_BUF(a->seqlens_k, n_seql, sizeof(int32_t), "args.seqlens_k")};
+            TA_BUF(a->seqlens_k, n_seql, sizeof(int32_t), "args.seqlens_k"),
+            TA_ROPE_BUFS(pl)};
         const ta_buf out[] = {{a->o, ex->o, eb, "args.o"},
                               TA_BUF(a->lse, pl->n_lse, sizeof(float), "args.lse"),
                               TA_TRACE_BUFS(a->trace, tr_bytes),
                               {ws, ws_needed, 1, "workspace"}};
-        if ((st = ta_check_buffers(in, 5, out, 5, d)) != TA_OK) return st;
+        if ((st = ta_check_buffers(in, 9, out, 5, d)) != TA_OK) return st;
     }
     return ta_check_workspace(ws, ws_bytes, ws_needed, d);
 }
@@ -205,7 +219,8 @@ static ta_status ta_fwd_validate_mode(const ta_problem *p, ta_backend be, const 
     if ((st = ta_plan_set_fwd_layout(pl, a, ex, d)) != TA_OK) return st;
     if ((st = ta_call_need(be, *ops, pl, 0, tasks, &need, d)) != TA_OK) return st;
     if ((st = ta_fwd_check_ptrs(pl, ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
-    return ta_check_seqlens_host(pl, a->seqlens_k, d);
+    if ((st = ta_check_seqlens_host(pl, a->seqlens_k, d)) != TA_OK) return st;
+    return ta_check_rope_pos(pl, d);
 }
 
 static ta_status ta_fwd_validate(const ta_problem *p, ta_backend be, const ta_fwd_args *a,
@@ -255,7 +270,7 @@ ta_status ta_tune_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, 
     return TA_OK;
 }
 
-static ta_status ta_bwd_check_ptrs(const ta_plan *pl, const ta_extents *ex, ta_backend be,
+static ta_status ta_bwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend be,
                                    const ta_bwd_args *a, const void *ws, size_t ws_bytes,
                                    size_t ws_needed, ta_diag *d) {
     static const char *const names[] = {"args.q",   "args.k",      "args.v",      "args.o",
@@ -276,6 +291,7 @@ static ta_status ta_bwd_check_ptrs(const ta_plan *pl, const ta_extents *ex, ta_b
     size_t tr_bytes;
     ta_status st;
     if ((st = ta_check_required(req, names, 11, d)) != TA_OK) return st;
+    if ((st = ta_plan_set_rope(pl, &a->rope, d)) != TA_OK) return st;
     if ((st = ta_check_trace(be, a->trace, &tr_bytes, d)) != TA_OK) return st;
     {
         const ta_buf in[] = {
@@ -286,7 +302,8 @@ static ta_status ta_bwd_check_ptrs(const ta_plan *pl, const ta_extents *ex, ta_b
             {a->d_o, ex->d_o, eb, "args.d_o"},
             TA_BUF(a->lse, pl->n_lse, sizeof(float), "args.lse"),
             TA_BUF(pl->has_conv ? a->conv_w : NULL, pl->n_conv, sizeof(float), "args.conv_w"),
-            TA_BUF(a->seqlens_k, (size_t)pl->p.batch, sizeof(int32_t), "args.seqlens_k")};
+            TA_BUF(a->seqlens_k, (size_t)pl->p.batch, sizeof(int32_t), "args.seqlens_k"),
+            TA_ROPE_BUFS(pl)};
         const ta_buf out[] = {
             {a->dq, ex->dq, eb, "args.dq"},
             {a->dk, ex->dk, eb, "args.dk"},
@@ -294,7 +311,7 @@ static ta_status ta_bwd_check_ptrs(const ta_plan *pl, const ta_extents *ex, ta_b
             TA_BUF(pl->has_conv ? a->dconv_w : NULL, pl->n_conv, sizeof(float), "args.dconv_w"),
             TA_TRACE_BUFS(a->trace, tr_bytes),
             {ws, ws_needed, 1, "workspace"}};
-        if ((st = ta_check_buffers(in, 8, out, 7, d)) != TA_OK) return st;
+        if ((st = ta_check_buffers(in, 12, out, 7, d)) != TA_OK) return st;
     }
     return ta_check_workspace(ws, ws_bytes, ws_needed, d);
 }
@@ -310,7 +327,8 @@ static ta_status ta_bwd_validate_mode(const ta_problem *p, ta_backend be, const 
     if ((st = ta_plan_set_bwd_layout(pl, a, ex, d)) != TA_OK) return st;
     if ((st = ta_call_need(be, *ops, pl, 1, tasks, &need, d)) != TA_OK) return st;
     if ((st = ta_bwd_check_ptrs(pl, ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
-    return ta_check_seqlens_host(pl, a->seqlens_k, d);
+    if ((st = ta_check_seqlens_host(pl, a->seqlens_k, d)) != TA_OK) return st;
+    return ta_check_rope_pos(pl, d);
 }
 
 static ta_status ta_bwd_validate(const ta_problem *p, ta_backend be, const ta_bwd_args *a,

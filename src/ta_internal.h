@@ -25,6 +25,10 @@ typedef struct ta_plan {
     ta_layout layout;    /* element strides of every tensor: contiguous after
                             ta_plan_make; the caller's after ta_plan_set_*_layout */
     int strided;         /* 1 if any tensor of the call is not contiguous */
+    ta_rope_args rope;   /* the call's rotary tables and positions (stages.load ==
+                            TA_LOAD_ROPE; src/ta_rope_load.h); zero otherwise */
+    size_t n_rope;       /* floats a table spans (cos, sin each): (tables - 1)
+                            head_stride + (rows - 1) row_stride + pairs */
 } ta_plan;
 
 struct ta_diag; /* the first failed check (src/ta_validate.h) */
@@ -46,6 +50,11 @@ ta_status ta_plan_set_fwd_layout(ta_plan *plan, const ta_fwd_args *a, ta_extents
                                  struct ta_diag *d);
 ta_status ta_plan_set_bwd_layout(ta_plan *plan, const ta_bwd_args *a, ta_extents *ext,
                                  struct ta_diag *d);
+/* Take a call's rotary arguments into plan->rope (nothing when the problem has
+ * no rotary stage): the tables required (TA_ERR_NULL_ARG). Their alignment and
+ * overlaps are checked with the other buffers, the positions' values last
+ * (ta_check_rope_pos). */
+ta_status ta_plan_set_rope(ta_plan *plan, const ta_rope_args *r, struct ta_diag *d);
 
 /* The step context of (b, h, qt) under tiling t (forward or backward) of plan:
  * ta_tile_context with the plan's layout, heads and key length. */

@@ -65,6 +65,56 @@ static ta_status ta_check_enums(const ta_problem *p, ta_diag *d) {
     return TA_OK;
 }
 
+/* The rotary stage's fields: all zero when off; when on, the pairs fit the
+ * head dim, the table has rows, strides cover a row. */
+static ta_status ta_check_rope(const ta_problem *p, ta_diag *d) {
+    if (p->rope == TA_ROPE_NONE) {
+        const struct {
+            const char *name;
+            int32_t value;
+        } f[] = {{"rope_pairs", p->rope_pairs},
+                 {"rope_rows", p->rope_rows},
+                 {"rope_row_stride", p->rope_row_stride},
+                 {"rope_head_stride", p->rope_head_stride}};
+        size_t i;
+        for (i = 0; i < sizeof f / sizeof f[0]; ++i)
+            if (f[i].value != 0)
+                return ta_fail_value(d, TA_ERR_BAD_ARG, f[i].name, f[i].value,
+                                     "set without rope (TA_ROPE_NONE: must then be 0)");
+        return TA_OK;
+    }
+    if (p->rope != TA_ROPE_INTERLEAVED && p->rope != TA_ROPE_HALF)
+        return ta_fail_value(d, TA_ERR_BAD_ARG, "rope", p->rope,
+                             "not TA_ROPE_NONE (0), TA_ROPE_INTERLEAVED (1) or TA_ROPE_HALF (2)");
+    if (p->rope_pairs < 1 || p->rope_pairs > p->head_dim / 2)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "rope_pairs", p->rope_pairs,
+                              TA_DIAG_LO | TA_DIAG_HI, 1, p->head_dim / 2);
+    if (p->rope_rows < 1)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "rope_rows", p->rope_rows, TA_DIAG_LO, 1, 0);
+    if (p->rope_row_stride != 0 && p->rope_row_stride < p->rope_pairs)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "rope_row_stride", p->rope_row_stride, TA_DIAG_LO,
+                              p->rope_pairs, 0);
+    if (p->rope_head_stride < 0)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "rope_head_stride", p->rope_head_stride,
+                              TA_DIAG_LO, 0, 0);
+    return TA_OK;
+}
+
+/* Floats one table spans (cos, sin each), overflow-checked: (tables - 1)
+ * head_stride + (rows - 1) row_stride + pairs, all int32 terms (< 2^63). */
+static ta_status ta_rope_span(ta_plan *pl, ta_diag *d) {
+    const ta_problem *p = &pl->p;
+    const int64_t heads = p->rope_head_stride > 0 ? p->heads_kv : 1;
+    const int64_t n = (heads - 1) * (int64_t)p->rope_head_stride +
+                      (int64_t)(p->rope_rows - 1) * p->rope_row_stride + p->rope_pairs;
+    size_t bytes;
+    if ((uint64_t)n > (uint64_t)SIZE_MAX || !ta_mul_size((size_t)n, sizeof(float), &bytes))
+        return ta_fail(d, TA_ERR_OVERFLOW, "rope_rows",
+                       "the rotary table's span in bytes overflows size_t");
+    pl->n_rope = (size_t)n;
+    return TA_OK;
+}
+
 /* Conv, tile sizes and thread count. */
 static ta_status ta_check_sizes(const ta_problem *p, ta_diag *d) {
     if ((p->conv_q == 0) != (p->conv_k == 0))
@@ -189,10 +239,15 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl, ta_diag 
     if ((st = ta_check_shape(p, d)) != TA_OK) return st;
     if ((st = ta_check_enums(p, d)) != TA_OK) return st;
     if ((st = ta_check_sizes(p, d)) != TA_OK) return st;
+    if ((st = ta_check_rope(p, d)) != TA_OK) return st;
     memset(pl, 0, sizeof *pl);
     pl->p = *p;
     pl->has_conv = p->conv_q > 0;
-    pl->stages.load = TA_LOAD_NONE;
+    pl->stages.load = p->rope != TA_ROPE_NONE ? TA_LOAD_ROPE : TA_LOAD_NONE;
+    if (pl->stages.load == TA_LOAD_ROPE) {
+        if (p->rope_row_stride == 0) pl->p.rope_row_stride = p->rope_pairs;
+        if ((st = ta_rope_span(pl, d)) != TA_OK) return st;
+    }
     pl->stages.score = pl->has_conv ? TA_SCORE_MTA_CONV : TA_SCORE_NONE;
     pl->stages.num_splits = 1;
     pl->group = p->heads_q / p->heads_kv;
@@ -341,6 +396,49 @@ ta_status ta_plan_set_bwd_layout(ta_plan *pl, const ta_bwd_args *a, ta_extents *
     return TA_OK;
 }
 #undef TA_CHECK_STRIDES
+
+ta_status ta_plan_set_rope(ta_plan *pl, const ta_rope_args *r, ta_diag *d) {
+    memset(&pl->rope, 0, sizeof pl->rope);
+    if (pl->stages.load != TA_LOAD_ROPE) return TA_OK;
+    if (!r->cos) return ta_fail(d, TA_ERR_NULL_ARG, "args.rope.cos", "must not be NULL with rope");
+    if (!r->sin) return ta_fail(d, TA_ERR_NULL_ARG, "args.rope.sin", "must not be NULL with rope");
+    pl->rope = *r;
+    return TA_OK;
+}
+
+/* One position array: [B, seq] values in [0, rows), or NULL with seq <= rows. */
+static ta_status ta_check_rope_side(const int32_t *pos, int32_t batch, int32_t seq, int32_t rows,
+                                    const char *name, const char *seq_name, const char *null_rule,
+                                    ta_diag *d) {
+    size_t i, n = (size_t)batch * (size_t)seq; /* fits: the q / k counts do */
+    if (!pos) {
+        if (seq <= rows) return TA_OK;
+        ta_fail_pair(d, TA_ERR_BAD_ARG, "rope_rows", null_rule, seq_name);
+        d->value = rows;
+        d->other_value = seq;
+        d->flags = TA_DIAG_VALUE | TA_DIAG_OTHER_VALUE;
+        return TA_ERR_BAD_ARG;
+    }
+    for (i = 0; i < n; ++i)
+        if (pos[i] < 0 || pos[i] >= rows) {
+            ta_fail_bounds(d, TA_ERR_BAD_ARG, name, pos[i], TA_DIAG_LO | TA_DIAG_HI, 0, rows - 1);
+            d->flags |= TA_DIAG_INDEX;
+            d->index = (int64_t)i;
+            return TA_ERR_BAD_ARG;
+        }
+    return TA_OK;
+}
+
+ta_status ta_check_rope_pos(const ta_plan *pl, ta_diag *d) {
+    const ta_problem *p = &pl->p;
+    ta_status st;
+    if (pl->stages.load != TA_LOAD_ROPE) return TA_OK;
+    st = ta_check_rope_side(pl->rope.pos_q, p->batch, p->seq_q, p->rope_rows, "args.rope.pos_q",
+                            "seq_q", "below (args.rope.pos_q NULL: query t uses row t)", d);
+    if (st != TA_OK) return st;
+    return ta_check_rope_side(pl->rope.pos_k, p->batch, p->seq_k, p->rope_rows, "args.rope.pos_k",
+                              "seq_k", "below (args.rope.pos_k NULL: key t uses row t)", d);
+}
 
 /* ---- Pointer checks ---- */
 

@@ -69,6 +69,9 @@ ta_status ta_check_buffers(const ta_buf *in, int n_in, const ta_buf *out, int n_
 ta_status ta_check_workspace(const void *ws, size_t ws_bytes, size_t needed, ta_diag *d);
 /* Reads seqlens_k (host memory): each value in [0, seq_k]. */
 ta_status ta_check_seqlens_host(const ta_plan *pl, const int32_t *seqlens_k, ta_diag *d);
+/* Reads the rotary positions (host memory): each in [0, rope_rows); a NULL
+ * array needs its sequence length <= rope_rows. */
+ta_status ta_check_rope_pos(const ta_plan *pl, ta_diag *d);
 /* The trace: REF only, entries non-NULL when capacity > 0, capacity * entry size
  * fits size_t (*bytes = that extent, for the overlap checks). */
 ta_status ta_check_trace(ta_backend be, const ta_trace *tr, size_t *bytes, ta_diag *d);

@@ -481,6 +481,37 @@ SET(m_order_ws_before_seqlens, c->ws_bytes = 1; c->fa.seqlens_k = c->ba.seqlens_
 /* split-K: num_splits below TA_SPLITS_AUTO */
 SET(m_num_splits_neg2, c->p.num_splits = -2)
 SET(m_num_splits_min, c->p.num_splits = INT32_MIN)
+/* the rotary load stage: 4 interleaved pairs of D = 8, 7 rows, tables read
+ * from the conv_w region (60 floats: cos = 0..27, sin = 28..55), positions
+ * NULL (S_q, S_k <= 7) unless a case sets them */
+static void set_rope(call *c) {
+    const float *t = (const float *)reg(R_CONV_W);
+    c->p.rope = TA_ROPE_INTERLEAVED;
+    c->p.rope_pairs = 4;
+    c->p.rope_rows = SK_;
+    c->fa.rope.cos = c->ba.rope.cos = t;
+    c->fa.rope.sin = c->ba.rope.sin = t + 28;
+}
+static const int32_t k_pos_q_bad[B_ * SQ_] = {0, 1, 2, 3, 4, 0, 1, 2, 3, SK_};
+SET(m_rope_3, set_rope(c); c->p.rope = 3)
+SET(m_rope_pairs_alone, c->p.rope_pairs = 4)
+SET(m_rope_pairs_over, set_rope(c); c->p.rope_pairs = D_ / 2 + 1)
+SET(m_rope_rows_0, set_rope(c); c->p.rope_rows = 0)
+SET(m_rope_head_stride_neg, set_rope(c); c->p.rope_head_stride = -1)
+SET(m_rope_cos_null, set_rope(c); c->fa.rope.cos = c->ba.rope.cos = NULL)
+SET(m_rope_sin_odd, set_rope(c);
+    c->fa.rope.sin = c->ba.rope.sin = (const float *)(const void *)(reg_b(R_CONV_W) + 2))
+SET(m_rope_o_over_cos, set_rope(c); c->fa.rope.cos = (const float *)reg(R_O) + 3)
+SET(m_rope_dq_over_sin, set_rope(c); c->ba.rope.sin = (const float *)reg(R_DQ) + 3)
+SET(m_rope_pos_q_bad, set_rope(c); c->fa.rope.pos_q = c->ba.rope.pos_q = k_pos_q_bad)
+SET(m_rope_rows_short, set_rope(c); c->p.rope_rows = SK_ - 1)
+static int m_rope_cuda(call *c, int entry) {
+    (void)entry;
+    set_rope(c);
+    c->be = TA_BACKEND_CUDA;
+    c->fa.trace = c->ba.trace = NULL;
+    return 1;
+}
 /* ta_merge's own arguments */
 SET(m_mrg_null_o_parts, c->ma.o_parts = NULL)
 SET(m_mrg_null_lse_parts, c->ma.lse_parts = NULL)
@@ -674,6 +705,19 @@ static const bad_case k_cases[] = {
      m_order_ws_before_seqlens, "workspace_bytes"},
     {"num_splits -2", E_ALL | E_MRG, TA_ERR_BAD_ARG, m_num_splits_neg2, "num_splits"},
     {"num_splits INT32_MIN", E_ALL | E_MRG, TA_ERR_BAD_ARG, m_num_splits_min, "num_splits"},
+    {"rope 3", E_ALL, TA_ERR_BAD_ARG, m_rope_3, "rope"},
+    {"rope_pairs without rope", E_ALL, TA_ERR_BAD_ARG, m_rope_pairs_alone, "rope_pairs"},
+    {"rope_pairs > head_dim / 2", E_ALL, TA_ERR_BAD_ARG, m_rope_pairs_over, "rope_pairs"},
+    {"rope_rows 0", E_ALL, TA_ERR_BAD_ARG, m_rope_rows_0, "rope_rows"},
+    {"rope_head_stride -1", E_ALL, TA_ERR_BAD_ARG, m_rope_head_stride_neg, "rope_head_stride"},
+    {"rope cos NULL", E_CALLS, TA_ERR_NULL_ARG, m_rope_cos_null, "args.rope.cos"},
+    {"rope sin misaligned", E_CALLS, TA_ERR_BAD_ARG, m_rope_sin_odd, "args.rope.sin"},
+    {"rope: o overlaps cos", E_FWD, TA_ERR_BAD_ARG, m_rope_o_over_cos, "args.o args.rope.cos"},
+    {"rope: dq overlaps sin", E_BWD, TA_ERR_BAD_ARG, m_rope_dq_over_sin, "args.dq args.rope.sin"},
+    {"rope: pos_q value = rope_rows", E_CALLS, TA_ERR_BAD_ARG, m_rope_pos_q_bad, "args.rope.pos_q"},
+    {"rope: no positions, rope_rows < seq_k", E_CALLS, TA_ERR_BAD_ARG, m_rope_rows_short,
+     "rope_rows"},
+    {"rope on CUDA (not implemented)", E_FWS | E_BWS, TA_ERR_UNSUPPORTED, m_rope_cuda, "backend"},
     {"merge: problem NULL", E_MRG, TA_ERR_NULL_ARG, m_null_problem, "problem"},
     {"merge: args NULL", E_MRG, TA_ERR_NULL_ARG, m_null_args, "args"},
     {"merge: batch 0", E_MRG, TA_ERR_BAD_SHAPE, m_batch_0, "batch"},

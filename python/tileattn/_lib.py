@@ -31,7 +31,13 @@ class Problem(ctypes.Structure):  # ta_problem
                  "dtype", "precision")] + [
         ("flags", ctypes.c_uint32), ("scale", ctypes.c_float)] + [
         (n, ctypes.c_int32) for n in ("conv_q", "conv_k", "block_q", "block_k", "num_threads",
-                                      "window_left", "window_right", "tile_config", "num_splits")]
+                                      "window_left", "window_right", "tile_config", "num_splits",
+                                      "rope", "rope_pairs", "rope_rows", "rope_row_stride",
+                                      "rope_head_stride")]
+
+
+class RopeArgs(ctypes.Structure):  # ta_rope_args; all NULL with rope = 0 (no rotation)
+    _fields_ = [(n, ctypes.c_void_p) for n in ("cos", "sin", "pos_q", "pos_k")]
 
 
 class Strides(ctypes.Structure):  # ta_strides; all zero = contiguous
@@ -41,14 +47,15 @@ class Strides(ctypes.Structure):  # ta_strides; all zero = contiguous
 class FwdArgs(ctypes.Structure):  # ta_fwd_args
     _fields_ = [(n, ctypes.c_void_p) for n in
                 ("q", "k", "v", "conv_w", "seqlens_k", "o", "lse", "trace")] + [
-        (n + "_strides", Strides) for n in ("q", "k", "v", "o")]
+        (n + "_strides", Strides) for n in ("q", "k", "v", "o")] + [("rope", RopeArgs)]
 
 
 class BwdArgs(ctypes.Structure):  # ta_bwd_args
     _fields_ = [(n, ctypes.c_void_p) for n in
                 ("q", "k", "v", "o", "d_o", "lse", "conv_w", "seqlens_k", "dq", "dk", "dv",
                  "dconv_w", "trace")] + [
-        (n + "_strides", Strides) for n in ("q", "k", "v", "o", "d_o", "dq", "dk", "dv")]
+        (n + "_strides", Strides) for n in ("q", "k", "v", "o", "d_o", "dq", "dk", "dv")] + [
+        ("rope", RopeArgs)]
 
 
 def _declare(lib):

@@ -612,7 +612,8 @@ static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wor
 
 /* "tileattn tasks", version 1: a shared workspace that a prepare call filled. */
 #define TA_CPU_TASKS_MAGIC UINT64_C(0x7461736b73000001)
-#define TA_CPU_TASKS_SPANS 14 /* tensors of a backward (12) + the shared workspace */
+/* tensors of a backward (12), the rotary tables and positions (4), the shared workspace */
+#define TA_CPU_TASKS_SPANS 18
 
 /* A byte range the scratch of a task must not overlap. */
 typedef struct ta_cpu_span {
@@ -739,11 +740,18 @@ void ta_cpu_tasks_prepare(const ta_plan *plan, const ta_fwd_args *fa, const ta_b
             {ba ? ba->dv : NULL, ex->dv},     {ba ? ba->dconv_w : NULL, n_w}};
         const ta_cpu_span *src = backward ? bwd : fwd;
         const int n = backward ? 12 : 7;
+        const ta_cpu_span rope[] = {
+            {plan->rope.cos, plan->n_rope * sizeof(float)},
+            {plan->rope.sin, plan->n_rope * sizeof(float)},
+            {plan->rope.pos_q, (size_t)plan->p.batch * (size_t)plan->p.seq_q * sizeof(int32_t)},
+            {plan->rope.pos_k, (size_t)plan->p.batch * (size_t)plan->p.seq_k * sizeof(int32_t)}};
         int i;
         for (i = 0; i < n; ++i)
             h->spans[i] = src[i];
-        h->spans[n].ptr = shared, h->spans[n].bytes = tp.shared_bytes;
-        h->n_spans = n + 1;
+        for (i = 0; i < 4; ++i) /* NULL (skipped) without the rotary stage */
+            h->spans[n + i] = rope[i];
+        h->spans[n + 4].ptr = shared, h->spans[n + 4].bytes = tp.shared_bytes;
+        h->n_spans = n + 5;
     }
     h->magic = TA_CPU_TASKS_MAGIC;
 }
