@@ -275,8 +275,9 @@ static int ta_fast_candidates(int32_t d, ta_fast_launch c[TA_CUDA_FAST_CFG_MAX],
     *first_mma = n;
     n += n_mma;
     /* tile_config 0 on sm_90: the warp-specialised TMA forward (H100, bf16,
-     * 16k tokens: 1.0-1.1x cuDNN at S = 16k, 1.3-1.8x candidate 1; it falls
-     * back to candidate 1 where the TMA maps cannot describe the layout) */
+     * 16k tokens: fastest in 23 of 24 shapes, 1.04-1.81x candidate 1,
+     * docs/benchmarks.md; it falls back to candidate 1 where the TMA maps
+     * cannot describe the layout) */
     *first_sm90 = n;
     return n + ta_cuda_fast_ws_launch(d, BF16, &c[n]);
 }
