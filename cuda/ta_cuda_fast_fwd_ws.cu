@@ -327,13 +327,20 @@ ta_status ta_cuda_fast_tma_maps(const ta_plan *plan, const ta_fwd_args *a, const
     cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     ta_ws_encode_fn enc;
     ta_status st;
-    /* the driver's entry point through the runtime: no -lcuda */
+    /* the driver's entry point through the runtime: no -lcuda (the call is
+     * CUDA 12.5's; an older toolkit builds a table whose warp-specialised
+     * candidates refuse, and the default runs candidate 1) */
+#if CUDART_VERSION >= 12050
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
                                          &q) != cudaSuccess ||
         q != cudaDriverEntryPointSuccess || fn == NULL) {
         (void)cudaGetLastError();
         return TA_ERR_UNSUPPORTED;
     }
+#else
+    (void)q;
+    return TA_ERR_UNSUPPORTED;
+#endif
     enc = reinterpret_cast<ta_ws_encode_fn>(fn);
     if ((st = ta_ws_map(enc, &tp->tq, a->q, pr->head_dim, pr->seq_q, pr->heads_q, pr->batch,
                         &plan->layout.q, fl->block_m)) != TA_OK)
