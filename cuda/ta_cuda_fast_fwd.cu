@@ -342,25 +342,20 @@ ta_status ta_cuda_fast_table(const ta_plan *plan, const ta_fwd_args *a, ta_fast_
 ta_status ta_cuda_fast_run(const ta_plan *plan, const ta_fwd_args *a, const ta_fast_launch *fl,
                            void *stream) {
     ta_tiling t;
-    ta_cuda_params prm;
+    ta_fast_tma_params prm; /* a kernel without TMA takes its base part alone */
+    ta_cuda_params *const base = &prm;
     ta_cuda_launch_desc launch;
     ta_status st;
     /* the configuration's tiles, the plan's mask */
     st = ta_cuda_tiling(plan, fl->block_m, fl->block_n, TA_TILING_FWD, &t);
     if (st != TA_OK) return st;
     if ((st = ta_cuda_smem_opt_in(fl->kernel, fl->smem, fl->smem)) != TA_OK) return st;
-    if (fl->tma) { /* the base, then the tensor maps */
-        ta_fast_tma_params tp;
-        ta_cuda_params_fwd(&tp, plan, &t, a);
-        if ((st = ta_cuda_fast_tma_maps(plan, a, fl, &tp)) != TA_OK) return st;
-        launch = ta_cuda_launch_of(fl->kernel, &tp, (int64_t)plan->p.heads_q * t.num_q_tiles, 0,
-                                   fl->smem);
-        launch.threads = fl->threads;
-        return ta_cuda_launch_batches(&launch, 1, a->seqlens_k, plan->p.batch, stream);
-    }
-    ta_cuda_params_fwd(&prm, plan, &t, a);
-    launch =
-        ta_cuda_launch_of(fl->kernel, &prm, (int64_t)plan->p.heads_q * t.num_q_tiles, 0, fl->smem);
+    ta_cuda_params_fwd(base, plan, &t, a);
+    if (fl->tma && (st = ta_cuda_fast_tma_maps(plan, a, fl, &prm)) != TA_OK) return st;
+    launch = fl->tma ? ta_cuda_launch_of(fl->kernel, &prm, (int64_t)plan->p.heads_q * t.num_q_tiles,
+                                         0, fl->smem)
+                     : ta_cuda_launch_of(fl->kernel, base,
+                                         (int64_t)plan->p.heads_q * t.num_q_tiles, 0, fl->smem);
     launch.threads = fl->threads;
     return ta_cuda_launch_batches(&launch, 1, a->seqlens_k, plan->p.batch, stream);
 }
