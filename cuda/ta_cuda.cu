@@ -162,6 +162,14 @@ static void ta_cuda_params_dims(ta_cuda_params *p, const ta_plan *plan, const ta
     p->conv_k = pr->conv_k;
     p->scale = pr->scale;
     p->has_seqlens = seqlens_k != NULL;
+    if (pr->rope != TA_ROPE_NONE) { /* the load stage's, or the fast backward's epilogue */
+        p->rope_args = plan->rope;
+        p->rope = pr->rope;
+        p->rope_pairs = pr->rope_pairs;
+        p->rope_rows = pr->rope_rows;
+        p->rope_row_stride = pr->rope_row_stride ? pr->rope_row_stride : pr->rope_pairs;
+        p->rope_head_stride = pr->rope_head_stride;
+    }
 }
 
 void ta_cuda_params_fwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling *t,

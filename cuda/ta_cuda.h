@@ -35,6 +35,8 @@ extern "C" {
 typedef struct ta_cuda_fwd_ws {
     float *part_o;   /* [n, B, H, S_q, D_v]; NULL with one split */
     float *part_lse; /* [n, B, H, S_q]; NULL with one split */
+    void *rot_q;     /* fast path with the rotary stage: q and k turned once, */
+    void *rot_k;     /* contiguous [B, H, S_q, D] / [B, H_kv, S_k, D]; else NULL */
 } ta_cuda_fwd_ws;
 
 /*
@@ -53,7 +55,19 @@ typedef struct ta_cuda_fwd_ws {
 typedef struct ta_cuda_bwd_ws {
     float *delta;   /* [B, H, S_q] */
     float *dw_rows; /* [B, H, plan->bwd.num_q_tiles, c_q, c_k]; MTA only, else NULL */
+    void *rot_q;    /* as in ta_cuda_fwd_ws: the rotary stage's turned q and k */
+    void *rot_k;
 } ta_cuda_bwd_ws;
+
+/* The fast path's rotary stage (cuda/ta_cuda_fast_rope.cu; docs/rope.md):
+ * ta_cuda_fast_rope_plan: *sub = the plan the un-rotated kernels run on the
+ * turned copies (q and k contiguous, no load stage; the rotary fields and
+ * tables kept for the backward's epilogue); ta_cuda_fast_rope_turn: q and k
+ * turned once into rot_q, rot_k (the storage type, contiguous) on stream, by
+ * ta_rope_pair in f32 as every backend turns them. */
+void ta_cuda_fast_rope_plan(const ta_plan *plan, ta_plan *sub);
+ta_status ta_cuda_fast_rope_turn(const ta_plan *plan, const void *q, const void *k, void *rot_q,
+                                 void *rot_k, void *stream);
 
 /* Shared by both tables (cuda/ta_cuda_layout.c, core): the operations the
  * backend runs, and the one layout routine per pass that sizes (base NULL) and

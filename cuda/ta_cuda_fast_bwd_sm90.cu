@@ -106,6 +106,81 @@ TA_FAST_FN float ta_wgb_pos_inf() { return __int_as_float(0x7f800000); }
 TA_FAST_FN float ta_wgb_lse2(float lse) {
     return lse == ta_fast_neg_inf() ? ta_wgb_pos_inf() : lse * 1.4426950408889634f;
 }
+
+/* f32 rows of the rotary epilogue in shared memory: [128][D + 4] */
+template <int D> struct ta_wgb_rope_tile {
+    static constexpr int LD = D + 4;
+    static constexpr uint32_t BYTES = 128u * LD * 4u;
+};
+
+/*
+ * The rotary stage's epilogue for dq (kv_side 0) or dk (1): this thread's
+ * accumulators (rows ra, ra + 8 of the block's 128, the mma layout) into the
+ * f32 tile at `tile`, then (after the barrier) rows [row0, row0 + 128) below
+ * n_valid turned back by the transpose (ta_rope_pair_t, one element each: the
+ * same products as the pair's), times scale, stored in the storage type at
+ * out + off + row * seq. The caller has waited for its products and
+ * barriered the block before (the tile overwrites operand buffers).
+ */
+template <int D, bool BF16>
+TA_FAST_FN void ta_wgb_rope_store(float *tile, const float (&acc)[D / 2], int ra_local, int tq,
+                                  const ta_cuda_params &p, int kv_side, int32_t batch,
+                                  int32_t head_kv, uint16_t *out, int64_t off, int64_t seq,
+                                  int32_t row0, int32_t n_valid) {
+    constexpr int LD = ta_wgb_rope_tile<D>::LD;
+    const bool half = p.rope == TA_ROPE_HALF;
+    const int32_t n = p.rope_pairs;
+    const int32_t *pos = kv_side ? p.rope_args.pos_k : p.rope_args.pos_q;
+    const int64_t pos0 = (int64_t)batch * (kv_side ? p.t.seq_k : p.t.seq_q);
+    const int64_t tab = (int64_t)head_kv * p.rope_head_stride;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int d = 0; d < D / 8; ++d)
+            *reinterpret_cast<float2 *>(tile + (ra_local + 8 * r) * LD + 8 * d + 2 * tq) =
+                make_float2(acc[4 * d + 2 * r], acc[4 * d + 2 * r + 1]);
+    __syncthreads();
+#pragma unroll 1
+    for (int i = (int)threadIdx.x; i < 128 * (D / 2); i += TA_WGB_THREADS) {
+        const int rl = i / (D / 2), w = i % (D / 2);
+        const int32_t row = row0 + rl;
+        const float *x = tile + rl * LD;
+        float y[2];
+        int32_t tr;
+        if (row >= n_valid) continue;
+        tr = pos ? __ldg(pos + pos0 + row) : row;
+        tr = tr < 0 ? 0 : tr >= p.rope_rows ? p.rope_rows - 1 : tr;
+        {
+            const float *cs = p.rope_args.cos + tab + (int64_t)tr * p.rope_row_stride;
+            const float *sn = p.rope_args.sin + tab + (int64_t)tr * p.rope_row_stride;
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int col = 2 * w + e;
+                float a, b;
+                y[e] = x[col];
+                if (col >= 2 * n) continue; /* past the rotated dims */
+                if (!half) {
+                    a = x[col & ~1];
+                    b = x[col | 1];
+                    ta_rope_pair_t(&a, &b, __ldg(cs + col / 2), __ldg(sn + col / 2));
+                    y[e] = (col & 1) ? b : a;
+                } else if (col < n) {
+                    a = x[col];
+                    b = x[col + n];
+                    ta_rope_pair_t(&a, &b, __ldg(cs + col), __ldg(sn + col));
+                    y[e] = a;
+                } else {
+                    a = x[col - n];
+                    b = x[col];
+                    ta_rope_pair_t(&a, &b, __ldg(cs + col - n), __ldg(sn + col - n));
+                    y[e] = b;
+                }
+            }
+            *reinterpret_cast<uint32_t *>(out + off + (int64_t)row * seq + 2 * w) =
+                ta_fast_pack<BF16>(y[0] * p.scale, y[1] * p.scale);
+        }
+    }
+}
 #endif
 
 #ifdef TA_WG_ENABLED
@@ -198,7 +273,7 @@ __global__ void __launch_bounds__(TA_WGB_THREADS)
 /*
  * dk, dv of one block of 128 keys (see the top). OUT: TA_WGB_DKDV, _DK or _DV.
  */
-template <int D, int QM, int OUT, bool OVL, bool BF16>
+template <int D, int QM, int OUT, bool OVL, bool BF16, bool ROPE>
 __global__ void __launch_bounds__(TA_WGB_THREADS, 1)
     ta_cuda_fast_dkdv_sm90_kernel(const __grid_constant__ ta_cuda_params p) {
 #ifdef TA_WG_ENABLED
@@ -206,6 +281,7 @@ __global__ void __launch_bounds__(TA_WGB_THREADS, 1)
     constexpr bool DK = OUT != TA_WGB_DV, DV = OUT != TA_WGB_DK;
     typedef ta_wgb_kv_traits<D, QM, NB, DK> T;
     constexpr int NC = QM / 8; /* 8-column blocks of s^T */
+    static_assert(!ROPE || ta_wgb_rope_tile<D>::BYTES + 1024 <= T::SMEM, "rotary epilogue tile");
     extern __shared__ float4 ta_wgb_dyn_smem[];
     const uint32_t smem0 = ta_fast_smem_addr(ta_wgb_dyn_smem);
     const uint32_t sb = (smem0 + 1023u) & ~1023u;
@@ -306,6 +382,7 @@ __global__ void __launch_bounds__(TA_WGB_THREADS, 1)
                 /* this iteration's q, dO, rows visible; the next buffer is free */
                 whole = __syncthreads_and(whole_next);
                 if (it + 1 < n_it) whole_next = issue(it + 1);
+
                 /* steps 1-2 */
                 ta_wg_fence();
                 ta_wg_ss_rows<D, TA_WGB_KEYS, QM, BF16>(st, sb, 64 * wg, sqb);
@@ -374,14 +451,22 @@ __global__ void __launch_bounds__(TA_WGB_THREADS, 1)
             ta_wg_keep_u(pa);
             ta_wg_keep_u(da);
         }
-        /* step 6: dk * scale, dv in the storage type; keys past S_k skipped */
+        /* step 6: dk * scale, dv in the storage type; keys past S_k skipped
+         * (the rotary stage: dk turned back through shared memory) */
         {
             const ta_tile_ctx kc = ta_cuda_context(p, at.b_local, at.h_kv * p.group, 0);
+            if (ROPE && DK) {
+                __syncthreads(); /* every warpgroup's products are done with the buffers */
+                ta_wgb_rope_store<D, BF16>(reinterpret_cast<float *>(gb), dk,
+                                           64 * wg + 16 * (warp & 3) + (lane >> 2), tq, p, 1,
+                                           kc.batch, at.h_kv, static_cast<uint16_t *>(p.dk),
+                                           kc.dk, p.lay.dk.seq, col0, t.seq_k);
+            }
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int32_t j = kj + 8 * r;
                 if (j >= t.seq_k) continue;
-                if (DK) {
+                if (DK && !ROPE) {
                     uint16_t *row =
                         static_cast<uint16_t *>(p.dk) + kc.dk + (int64_t)j * p.lay.dk.seq;
 #pragma unroll
@@ -408,12 +493,13 @@ __global__ void __launch_bounds__(TA_WGB_THREADS, 1)
 /*
  * dq of one block of 128 query rows (see the top).
  */
-template <int D, int BN, bool BF16>
+template <int D, int BN, bool BF16, bool ROPE>
 __global__ void __launch_bounds__(TA_WGB_THREADS, 1)
     ta_cuda_fast_dq_sm90_kernel(const __grid_constant__ ta_cuda_params p) {
 #ifdef TA_WG_ENABLED
     typedef ta_wgb_q_traits<D, BN> T;
     constexpr int NT = BN / 8; /* 8-key blocks of s */
+    static_assert(!ROPE || ta_wgb_rope_tile<D>::BYTES + 1024 <= T::SMEM, "rotary epilogue tile");
     extern __shared__ float4 ta_wgb_dyn_smem[];
     const uint32_t sb = (ta_fast_smem_addr(ta_wgb_dyn_smem) + 1023u) & ~1023u;
     const ta_tiling t = p.t;
@@ -477,6 +563,7 @@ __global__ void __launch_bounds__(TA_WGB_THREADS, 1)
                                                        p.lay.v.seq, col0 + BN, c.key_len);
                 ta_fast_cp_commit();
             }
+
             /* s = q k^T, dp = dO v^T */
             ta_wg_fence();
             ta_wg_ss_rows<D, TA_WGB_ROWS, BN, BF16>(s, sb, 64 * wg, skb);
@@ -517,11 +604,20 @@ __global__ void __launch_bounds__(TA_WGB_THREADS, 1)
         ta_wg_wait<0>();
         ta_wg_keep(dq);
         ta_wg_keep_u(da);
-        /* dq * scale in the storage type; rows past S_q skipped */
+        /* dq * scale in the storage type; rows past S_q skipped (the rotary
+         * stage: turned back through shared memory) */
+        if (ROPE) {
+            __syncthreads(); /* every warpgroup's products are done with the buffers */
+            ta_wgb_rope_store<D, BF16>(
+                reinterpret_cast<float *>(reinterpret_cast<char *>(ta_wgb_dyn_smem) +
+                                          (sb - ta_fast_smem_addr(ta_wgb_dyn_smem))),
+                dq, 64 * wg + 16 * (warp & 3) + (lane >> 2), tq, p, 0, c.batch, c.head_kv,
+                static_cast<uint16_t *>(p.dq), c.dq, p.lay.dq.seq, row0, t.seq_q);
+        }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const int32_t row = ra + 8 * r;
-            if (row >= t.seq_q) continue;
+            if (ROPE || row >= t.seq_q) continue;
             uint16_t *out = static_cast<uint16_t *>(p.dq) + c.dq + (int64_t)row * p.lay.dq.seq;
 #pragma unroll
             for (int d = 0; d < D / 8; ++d)
@@ -543,9 +639,11 @@ typedef struct ta_wgb_kv_kernel {
     int32_t qm;
 } ta_wgb_kv_kernel;
 
-template <int D, int QM, int OUT, bool OVL, bool BF16> static ta_wgb_kv_kernel ta_wgb_kv_of() {
+template <int D, int QM, int OUT, bool OVL, bool BF16, bool ROPE>
+static ta_wgb_kv_kernel ta_wgb_kv_of() {
     ta_wgb_kv_kernel k;
-    k.kernel = reinterpret_cast<const void *>(&ta_cuda_fast_dkdv_sm90_kernel<D, QM, OUT, OVL, BF16>);
+    k.kernel = reinterpret_cast<const void *>(
+        &ta_cuda_fast_dkdv_sm90_kernel<D, QM, OUT, OVL, BF16, ROPE>);
     k.smem = ta_wgb_kv_traits<D, QM, OVL ? 3 : 2, OUT != TA_WGB_DV>::SMEM;
     k.qm = QM;
     return k;
@@ -562,31 +660,38 @@ typedef struct ta_wgb_set {
 
 /* D < 256: one dk/dv kernel of Q tiles QM (OVL: three buffers); D = 256: a
  * dk kernel of Q tiles QM and a dv kernel of 64 (no v, two buffers). */
-template <int D, int QM, bool OVL, int BN, bool BF16> static ta_wgb_set ta_wgb_set_of() {
+template <int D, int QM, bool OVL, int BN, bool BF16, bool ROPE> static ta_wgb_set ta_wgb_set_of() {
     ta_wgb_set s;
     if constexpr (D == 256) {
-        s.kv[0] = ta_wgb_kv_of<D, QM, TA_WGB_DK, OVL, BF16>();
-        s.kv[1] = ta_wgb_kv_of<D, 64, TA_WGB_DV, false, BF16>();
+        s.kv[0] = ta_wgb_kv_of<D, QM, TA_WGB_DK, OVL, BF16, ROPE>();
+        s.kv[1] = ta_wgb_kv_of<D, 64, TA_WGB_DV, false, BF16, false>(); /* no dk: no epilogue */
         s.n_kv = 2;
     } else {
-        s.kv[0] = ta_wgb_kv_of<D, QM, TA_WGB_DKDV, OVL, BF16>();
+        s.kv[0] = ta_wgb_kv_of<D, QM, TA_WGB_DKDV, OVL, BF16, ROPE>();
         s.kv[1] = s.kv[0];
         s.n_kv = 1;
     }
-    s.dq = reinterpret_cast<const void *>(&ta_cuda_fast_dq_sm90_kernel<D, BN, BF16>);
+    s.dq = reinterpret_cast<const void *>(&ta_cuda_fast_dq_sm90_kernel<D, BN, BF16, ROPE>);
     s.dq_smem = ta_wgb_q_traits<D, BN>::SMEM;
     s.dq_bn = BN;
     return s;
 }
 
-template <bool BF16> static int ta_wgb_set_for(int32_t d, ta_wgb_set *s) {
+template <bool BF16, bool ROPE> static int ta_wgb_set_for(int32_t d, ta_wgb_set *s) {
     switch (d) {
-    case 64: *s = ta_wgb_set_of<64, 128, false, 128, BF16>(); return 1;
-    case 96: *s = ta_wgb_set_of<96, 64, true, 64, BF16>(); return 1;
-    case 128: *s = ta_wgb_set_of<128, 64, true, 64, BF16>(); return 1;
-    case 256: *s = ta_wgb_set_of<256, 32, true, 32, BF16>(); return 1;
+    case 64: *s = ta_wgb_set_of<64, 128, false, 128, BF16, ROPE>(); return 1;
+    case 96: *s = ta_wgb_set_of<96, 64, true, 64, BF16, ROPE>(); return 1;
+    case 128: *s = ta_wgb_set_of<128, 64, true, 64, BF16, ROPE>(); return 1;
+    case 256: *s = ta_wgb_set_of<256, 32, true, 32, BF16, ROPE>(); return 1;
     default: return 0;
     }
+}
+
+/* The kernel set of head dim d for the storage type, with the rotary stage
+ * or without: 1, or 0 if d has none. */
+static int ta_wgb_set_pick(int32_t d, int bf16, int rope, ta_wgb_set *s) {
+    if (rope) return bf16 ? ta_wgb_set_for<true, true>(d, s) : ta_wgb_set_for<false, true>(d, s);
+    return bf16 ? ta_wgb_set_for<true, false>(d, s) : ta_wgb_set_for<false, false>(d, s);
 }
 
 /* The fast delta kernel on stream, 8 lanes per row of [B, H, S_q], at most
@@ -631,12 +736,21 @@ extern "C" ta_status ta_cuda_fast_bwd(const ta_plan *plan, const ta_bwd_args *a,
     ta_tiling t_kv[2], t_q;
     ta_cuda_params prm_kv[2], prm_q;
     ta_cuda_launch_desc launch[3];
+    /* the rotary stage: q and k turned once into the workspace, the kernels
+     * read the copies (sub: their plan) and turn dq and dk back as they store */
+    const int rope = plan->stages.load == TA_LOAD_ROPE;
+    const void *rope_ptrs[4] = {plan->rope.cos, plan->rope.sin, plan->rope.pos_q,
+                                plan->rope.pos_k};
+    const ta_plan *pl = plan;
+    const ta_bwd_args *aa = a;
+    ta_plan sub;
+    ta_bwd_args a2;
     int sm90, n = 0, i;
     ta_status st;
     if ((st = ta_cuda_check_pointers(ptrs, 10)) != TA_OK) return st;
+    if ((st = ta_cuda_check_pointers(rope_ptrs, 4)) != TA_OK) return st; /* NULL: none */
     if (pr->head_dim != pr->head_dim_v || pr->tile_config < 0 ||
-        !(pr->dtype == TA_BF16 ? ta_wgb_set_for<true>(pr->head_dim, &ks)
-                               : ta_wgb_set_for<false>(pr->head_dim, &ks)))
+        !ta_wgb_set_pick(pr->head_dim, pr->dtype == TA_BF16, rope, &ks))
         return TA_ERR_UNSUPPORTED;
     if ((sm90 = ta_cuda_fast_is_sm90()) < 0) return TA_ERR_DEVICE;
     /* one backward configuration per head dim: tile_config picks the forward's
@@ -644,20 +758,32 @@ extern "C" ta_status ta_cuda_fast_bwd(const ta_plan *plan, const ta_bwd_args *a,
      * sm_90 the exact kernels run: bit-identical to REF, inside every fast
      * bound, deterministic */
     if (pr->tile_config == 1 && !sm90) return TA_ERR_UNSUPPORTED; /* as the forward */
+    if (!sm90 && rope) return TA_ERR_UNSUPPORTED; /* the rotary epilogue: wgmma kernels only */
     if (!sm90) return ta_cuda_sdpa_bwd(plan, a, ws, stream);
     if (!ta_wgb_aligned(plan, a)) return TA_ERR_UNSUPPORTED;
+    if (rope) {
+        ta_cuda_fast_rope_plan(plan, &sub);
+        a2 = *a;
+        a2.q = ws->rot_q;
+        a2.k = ws->rot_k;
+        pl = &sub;
+        aa = &a2;
+    }
     for (i = 0; i < ks.n_kv; ++i)
-        if ((st = ta_cuda_tiling(plan, ks.kv[i].qm, TA_WGB_KEYS, TA_TILING_BWD, &t_kv[i])) !=
+        if ((st = ta_cuda_tiling(pl, ks.kv[i].qm, TA_WGB_KEYS, TA_TILING_BWD, &t_kv[i])) !=
                 TA_OK ||
             (st = ta_cuda_smem_opt_in(ks.kv[i].kernel, ks.kv[i].smem, ks.kv[i].smem)) != TA_OK)
             return st;
-    if ((st = ta_cuda_tiling(plan, TA_WGB_ROWS, ks.dq_bn, TA_TILING_BWD, &t_q)) != TA_OK)
+    if ((st = ta_cuda_tiling(pl, TA_WGB_ROWS, ks.dq_bn, TA_TILING_BWD, &t_q)) != TA_OK)
         return st;
     if ((st = ta_cuda_smem_opt_in(ks.dq, ks.dq_smem, ks.dq_smem)) != TA_OK) return st;
-    if ((st = ta_wgb_delta(plan, a, ws->delta, stream)) != TA_OK) return st;
-    ta_cuda_params_bwd(&prm_q, plan, &t_q, a, ws);
+    if (rope && (st = ta_cuda_fast_rope_turn(plan, a->q, a->k, ws->rot_q, ws->rot_k, stream)) !=
+                    TA_OK)
+        return st;
+    if ((st = ta_wgb_delta(pl, aa, ws->delta, stream)) != TA_OK) return st;
+    ta_cuda_params_bwd(&prm_q, pl, &t_q, aa, ws);
     for (i = 0; i < ks.n_kv; ++i) {
-        ta_cuda_params_bwd(&prm_kv[i], plan, &t_kv[i], a, ws);
+        ta_cuda_params_bwd(&prm_kv[i], pl, &t_kv[i], aa, ws);
         launch[n] = ta_cuda_launch_of(ks.kv[i].kernel, &prm_kv[i],
                                       (int64_t)pr->heads_kv * t_kv[i].num_k_tiles, 0, ks.kv[i].smem);
         launch[n++].threads = TA_WGB_THREADS;

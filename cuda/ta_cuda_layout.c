@@ -42,14 +42,31 @@ static int ta_cuda_fast_table_has(const ta_plan *plan) {
            plan->p.tile_config <= (d == 64 ? 5 : d == 96 ? 4 : d == 128 ? 6 : 5);
 }
 
+/* The rotary load stage on the fast path (docs/rope.md): pairs in whole
+ * 16-byte chunks, rope_pairs a multiple of 4 (interleaved) or 8 (half-split). */
+static int ta_cuda_fast_rope_ok(const ta_plan *plan) {
+    return plan->p.rope_pairs % (plan->p.rope == TA_ROPE_HALF ? 8 : 4) == 0;
+}
+
 /* Every operation of the plan: SDPA and the MTA conv, any mask (causal,
  * seqlens_k, sliding window) and any validated layout (ta_strides); on the
- * fast path, the head dims and tile_config of the fast table. Not yet the
- * rotary load stage (issue 13): TA_ERR_UNSUPPORTED, exact and fast. */
+ * fast path, the head dims and tile_config of the fast table. The rotary load
+ * stage only on the fast path (SDPA, f16/bf16) with ta_cuda_fast_rope_ok, and
+ * there on an sm_90 device only (the wgmma kernels; the launchers refuse
+ * elsewhere); the exact kernels do not have it yet: TA_ERR_UNSUPPORTED. */
 int ta_cuda_supports(const ta_plan *plan) {
-    if (plan->stages.load != TA_LOAD_NONE) return 0;
+    if (plan->stages.load != TA_LOAD_NONE && !(ta_cuda_fast_path(plan) && ta_cuda_fast_rope_ok(plan)))
+        return 0;
     if (ta_cuda_fast_path(plan)) return ta_cuda_fast_table_has(plan);
     return 1;
+}
+
+/* The fast path's rotary stage: q and k turned once, in the storage type
+ * (ta_cuda_fast_rope_turn), at the front of either pass's workspace. */
+static void ta_cuda_rope_take(const ta_plan *plan, ta_ws_cursor *c, void **rot_q, void **rot_k) {
+    if (plan->stages.load != TA_LOAD_ROPE || !ta_cuda_fast_path(plan)) return;
+    *rot_q = ta_ws_take(c, plan->n_q, plan->elem_bytes);
+    *rot_k = ta_ws_take(c, plan->n_k, plan->elem_bytes);
 }
 
 /* The one forward layout routine: sizes (base NULL) and carves (base set);
@@ -58,6 +75,8 @@ ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws
     ta_ws_cursor c;
     ta_ws_begin(&c, base);
     ws->part_o = ws->part_lse = NULL;
+    ws->rot_q = ws->rot_k = NULL;
+    ta_cuda_rope_take(plan, &c, &ws->rot_q, &ws->rot_k);
     if (plan->fwd.num_splits > 1) {
         size_t n_o = 0, n_lse = 0;
         if (!ta_mul_size(plan->n_o, (size_t)plan->fwd.num_splits, &n_o) ||
@@ -88,6 +107,8 @@ ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws
     ta_ws_begin(&c, base);
     ws->delta = TA_WS_TAKE(&c, float, plan->n_lse);
     ws->dw_rows = NULL;
+    ws->rot_q = ws->rot_k = NULL;
+    ta_cuda_rope_take(plan, &c, &ws->rot_q, &ws->rot_k);
     if (plan->has_conv) {
         size_t n = 0;
         if (!ta_mul_size(plan->n_lse / (size_t)plan->p.seq_q, (size_t)plan->bwd.num_q_tiles,

@@ -68,6 +68,11 @@ struct ta_cuda_params {
      * (b H + h) S_q + r, n_rows = B H S_q (ta_cuda_fwd_ws); NULL otherwise */
     float *part_o, *part_lse;
     int64_t n_rows;
+    /* rotary load stage (plan->stages.load == TA_LOAD_ROPE; docs/rope.md):
+     * the call's tables and positions (device memory), the problem's pairing
+     * (rope = 0: none), pairs, rows and strides (floats) */
+    ta_rope_args rope_args;
+    int32_t rope, rope_pairs, rope_rows, rope_row_stride, rope_head_stride;
     int32_t has_seqlens;
     int32_t seqlens_k[TA_CUDA_BATCH_CHUNK]; /* [batch_count] when has_seqlens */
 };
