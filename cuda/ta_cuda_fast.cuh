@@ -39,7 +39,6 @@ typedef struct ta_fast_launch {
     int32_t block_m, block_n; /* Q tile rows, keys per K tile */
     int sm90;                 /* 1: a wgmma kernel (runs on an sm_90 device only) */
     int tma;                  /* 1: its parameter is a ta_fast_tma_params (TMA loads) */
-    int rope;                 /* 1: it runs the rotary load stage (an instance for it) */
 } ta_fast_launch;
 
 /* The parameters of a kernel that loads q, k and v by TMA: the base, then one
@@ -51,9 +50,8 @@ struct ta_fast_tma_params : ta_cuda_params {
 };
 
 /* The warp-specialised TMA forwards (sm_90a) of head dim d for the storage
- * type into l[0 ..]: how many (0 if none for d) (cuda/ta_cuda_fast_fwd_ws.cu);
- * rope: the instances with the rotary load stage. */
-int ta_cuda_fast_ws_launch(int32_t d, int bf16, int rope, ta_fast_launch *l);
+ * type into l[0 ..]: how many (0 if none for d) (cuda/ta_cuda_fast_fwd_ws.cu). */
+int ta_cuda_fast_ws_launch(int32_t d, int bf16, ta_fast_launch *l);
 
 /* The tensor maps of tp for configuration fl (its base parameters filled):
  * TA_ERR_UNSUPPORTED if the driver cannot make them (a stride TMA cannot
@@ -62,9 +60,8 @@ ta_status ta_cuda_fast_tma_maps(const ta_plan *plan, const ta_fwd_args *a, const
                                 ta_fast_tma_params *tp);
 
 /* The wgmma forward (sm_90a) of head dim d for the storage type: 1 and *l
- * set, or 0 if there is none for d (cuda/ta_cuda_fast_fwd_sm90.cu); rope: the
- * instance with the rotary load stage. */
-int ta_cuda_fast_sm90_launch(int32_t d, int bf16, int rope, ta_fast_launch *l);
+ * set, or 0 if there is none for d (cuda/ta_cuda_fast_fwd_sm90.cu). */
+int ta_cuda_fast_sm90_launch(int32_t d, int bf16, ta_fast_launch *l);
 
 /* 1 if the wgmma kernels can run: the build holds sm_90a code
  * (TA_CUDA_HAVE_SM90A, set by CMake when CMAKE_CUDA_ARCHITECTURES has 90a;
@@ -88,13 +85,11 @@ typedef struct ta_fast_table {
     int first_mma;  /* index of the first mma.sync candidate: tile_config 0 off sm_90 */
     int first_sm90; /* index of tile_config 0 on an sm_90 device */
     int sm90;       /* 1 if the wgmma candidates run here (sm_90 device, sm_90a code) */
-    int rope;       /* 1 if the plan has the rotary load stage: only candidates with it run */
 } ta_fast_table;
 
-/* 1 if candidate index i (tile_config i + 1) of tb can run on this device
- * (and, with the rotary stage, has it: the wgmma and TMA ones). */
+/* 1 if candidate index i (tile_config i + 1) of tb can run on this device. */
 static inline int ta_fast_table_runs(const ta_fast_table *tb, int i) {
-    return (!tb->cand[i].sm90 || tb->sm90) && (!tb->rope || tb->cand[i].rope);
+    return !tb->cand[i].sm90 || tb->sm90;
 }
 
 /* The launcher's first half (cuda/ta_cuda_fast_fwd.cu): the device pointers
@@ -103,12 +98,18 @@ static inline int ta_fast_table_runs(const ta_fast_table *tb, int i) {
  * query fails). Nothing launched. */
 ta_status ta_cuda_fast_table(const ta_plan *plan, const ta_fwd_args *a, ta_fast_table *tb);
 
-/* The rotary stage's view of a call (cuda/ta_cuda_fast_fwd.cu): the caller's q
- * and k checked (device pointers: TA_ERR_BAD_ARG; 16-byte rows:
- * TA_ERR_UNSUPPORTED), then *sub (ta_cuda_fast_rope_plan) and *a2 = *a with q
- * and k at the turned copies rot_q, rot_k. Nothing launched. */
-ta_status ta_cuda_fast_rope_view(const ta_plan *plan, const ta_fwd_args *a, const void *rot_q,
-                                 const void *rot_k, ta_plan *sub, ta_fwd_args *a2);
+/* The rotary stage (plan->stages.load == TA_LOAD_ROPE) of the fast forward
+ * (cuda/ta_cuda_fast_fwd.cu): ta_cuda_fast_view points *pl, *aa at what the
+ * un-rotated kernels run, the plan and args themselves without the stage;
+ * with it, the caller's q and k checked (device pointers: TA_ERR_BAD_ARG;
+ * 16-byte rows: TA_ERR_UNSUPPORTED), *sub = ta_cuda_fast_rope_plan's and *a2 =
+ * *a with q and k at the workspace's turned copies; nothing launched.
+ * ta_cuda_fast_turn launches the turn (nothing without the stage). */
+ta_status ta_cuda_fast_view(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                            ta_plan *sub, ta_fwd_args *a2, const ta_plan **pl,
+                            const ta_fwd_args **aa);
+ta_status ta_cuda_fast_turn(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                            void *stream);
 
 /* The second half: one forward of configuration fl on stream (shared-memory
  * opt-in: TA_ERR_UNSUPPORTED beyond the device's limit, nothing launched). */

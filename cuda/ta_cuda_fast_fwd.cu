@@ -49,7 +49,6 @@
  */
 #include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h> /* getenv: TA_ROPE_INPLACE, measurement only */
 #include <string.h>
 
 #include <cuda_runtime.h>
@@ -233,7 +232,6 @@ template <int D, int NW, int BN, bool BF16> static ta_fast_launch ta_fast_launch
     l.block_n = BN;
     l.sm90 = 0;
     l.tma = 0;
-    l.rope = 0;
     return l;
 }
 
@@ -269,9 +267,9 @@ template <bool BF16> static int ta_fast_mma_candidates(int32_t d, ta_fast_launch
  * table). *first_mma: the first mma.sync candidate; *first_sm90: tile_config
  * 0's pick on an sm_90 device. */
 template <bool BF16>
-static int ta_fast_candidates(int32_t d, int rope, ta_fast_launch c[TA_CUDA_FAST_CFG_MAX],
-                              int *first_mma, int *first_sm90) {
-    int n = ta_cuda_fast_sm90_launch(d, BF16, rope, &c[0]);
+static int ta_fast_candidates(int32_t d, ta_fast_launch c[TA_CUDA_FAST_CFG_MAX], int *first_mma,
+                              int *first_sm90) {
+    int n = ta_cuda_fast_sm90_launch(d, BF16, &c[0]);
     const int n_mma = ta_fast_mma_candidates<BF16>(d, &c[n]);
     if (n_mma == 0) return 0;
     *first_mma = n;
@@ -281,7 +279,7 @@ static int ta_fast_candidates(int32_t d, int rope, ta_fast_launch c[TA_CUDA_FAST
      * docs/benchmarks.md; it falls back to candidate 1 where the TMA maps
      * cannot describe the layout) */
     *first_sm90 = n;
-    return n + ta_cuda_fast_ws_launch(d, BF16, rope, &c[n]);
+    return n + ta_cuda_fast_ws_launch(d, BF16, &c[n]);
 }
 
 } /* namespace */
@@ -335,11 +333,10 @@ ta_status ta_cuda_fast_table(const ta_plan *plan, const ta_fwd_args *a, ta_fast_
     if ((st = ta_cuda_check_pointers(ptrs, 5)) != TA_OK) return st;
     if ((st = ta_cuda_check_pointers(rope, 4)) != TA_OK) return st;
     if (pr->head_dim != pr->head_dim_v || !ta_cuda_fast_aligned(plan, a)) return TA_ERR_UNSUPPORTED;
-    tb->rope = plan->stages.load == TA_LOAD_ROPE;
-    tb->n = pr->dtype == TA_BF16 ? ta_fast_candidates<true>(pr->head_dim, tb->rope, tb->cand,
-                                                            &tb->first_mma, &tb->first_sm90)
-                                 : ta_fast_candidates<false>(pr->head_dim, tb->rope, tb->cand,
-                                                             &tb->first_mma, &tb->first_sm90);
+    tb->n = pr->dtype == TA_BF16
+                ? ta_fast_candidates<true>(pr->head_dim, tb->cand, &tb->first_mma, &tb->first_sm90)
+                : ta_fast_candidates<false>(pr->head_dim, tb->cand, &tb->first_mma,
+                                            &tb->first_sm90);
     if (tb->n == 0) return TA_ERR_UNSUPPORTED;
     if ((tb->sm90 = ta_cuda_fast_is_sm90()) < 0) return TA_ERR_DEVICE;
     return TA_OK;
@@ -366,48 +363,51 @@ ta_status ta_cuda_fast_run(const ta_plan *plan, const ta_fwd_args *a, const ta_f
     return ta_cuda_launch_batches(&launch, 1, a->seqlens_k, plan->p.batch, stream);
 }
 
-ta_status ta_cuda_fast_rope_view(const ta_plan *plan, const ta_fwd_args *a, const void *rot_q,
-                                 const void *rot_k, ta_plan *sub, ta_fwd_args *a2) {
+ta_status ta_cuda_fast_view(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                            ta_plan *sub, ta_fwd_args *a2, const ta_plan **pl,
+                            const ta_fwd_args **aa) {
     const void *ptrs[2] = {a->q, a->k};
     ta_status st;
+    *pl = plan;
+    *aa = a;
+    if (plan->stages.load != TA_LOAD_ROPE) return TA_OK;
     if ((st = ta_cuda_check_pointers(ptrs, 2)) != TA_OK) return st;
     if (!ta_cuda_fast_rows_aligned(&plan->p, a->q, &plan->layout.q, 0) ||
         !ta_cuda_fast_rows_aligned(&plan->p, a->k, &plan->layout.k, 1))
         return TA_ERR_UNSUPPORTED;
     ta_cuda_fast_rope_plan(plan, sub);
     *a2 = *a;
-    a2->q = rot_q;
-    a2->k = rot_k;
+    a2->q = ws->rot_q;
+    a2->k = ws->rot_k;
+    *pl = sub;
+    *aa = a2;
     return TA_OK;
+}
+
+ta_status ta_cuda_fast_turn(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                            void *stream) {
+    if (plan->stages.load != TA_LOAD_ROPE) return TA_OK;
+    return ta_cuda_fast_rope_turn(plan, a->q, a->k, ws->rot_q, ws->rot_k, stream);
 }
 
 extern "C" ta_status ta_cuda_fast_fwd(const ta_plan *plan, const ta_fwd_args *a,
                                       const ta_cuda_fwd_ws *ws, void *stream) {
     const int32_t cfg = plan->p.tile_config;
-    /* the rotary stage: q and k turned once, then the un-rotated kernels
-     * (TA_ROPE_INPLACE: turned in shared memory as they land; measurement only) */
-    const int turn = plan->stages.load == TA_LOAD_ROPE && !getenv("TA_ROPE_INPLACE");
-    const ta_plan *pl = plan;
-    const ta_fwd_args *aa = a;
+    const ta_plan *pl;
+    const ta_fwd_args *aa;
     ta_plan sub;
     ta_fwd_args a2;
     ta_fast_table tb;
     int pick;
     ta_status st;
-    if (turn) {
-        if ((st = ta_cuda_fast_rope_view(plan, a, ws->rot_q, ws->rot_k, &sub, &a2)) != TA_OK)
-            return st;
-        pl = &sub;
-        aa = &a2;
-    }
+    /* the rotary stage: the un-rotated kernels on q and k turned once */
+    if ((st = ta_cuda_fast_view(plan, a, ws, &sub, &a2, &pl, &aa)) != TA_OK) return st;
     if ((st = ta_cuda_fast_table(pl, aa, &tb)) != TA_OK) return st;
     if (cfg < 0 || cfg > tb.n) return TA_ERR_UNSUPPORTED;
     /* 0: first_sm90 on sm_90, else the first mma.sync one */
     pick = cfg > 0 ? cfg - 1 : tb.sm90 ? tb.first_sm90 : tb.first_mma;
     if (!ta_fast_table_runs(&tb, pick)) return TA_ERR_UNSUPPORTED; /* wgmma: sm_90 only */
-    if (turn && (st = ta_cuda_fast_rope_turn(plan, a->q, a->k, ws->rot_q, ws->rot_k, stream)) !=
-                    TA_OK)
-        return st;
+    if ((st = ta_cuda_fast_turn(plan, a, ws, stream)) != TA_OK) return st;
     st = ta_cuda_fast_run(pl, aa, &tb.cand[pick], stream);
     /* the default does not refuse what the cp.async wgmma kernel runs: a
      * layout the TMA maps cannot describe falls back to it (nothing was

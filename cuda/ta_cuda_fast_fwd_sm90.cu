@@ -99,20 +99,7 @@ TA_FAST_FN void ta_wg_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4], ui
 }
 #endif
 
-#ifdef TA_WG_ENABLED
-/* The rotary stage (ROPE) on k tile kt's buffer once it has landed, by the
- * block's threads; visible to wgmma after the caller's barrier. */
-template <int D, int BN, bool BF16, bool ROPE>
-TA_FAST_FN void ta_wg_rope_k(uint32_t sq, const ta_cuda_params &p, const ta_tile_ctx &c,
-                             int32_t kt) {
-    if (!ROPE) return;
-    ta_wg_rope_rows<BN, BF16>(ta_wg_kbuf<D, BN>(sq, kt), p, 1, c.batch, c.head_kv, kt * BN,
-                              c.key_len, (int)threadIdx.x, TA_WG_THREADS);
-    ta_wg_proxy_fence();
-}
-#endif
-
-template <int D, int BN, bool BF16, bool ROPE>
+template <int D, int BN, bool BF16>
 __global__ void __launch_bounds__(TA_WG_THREADS, (D == 64 && BN == 64) ? 2 : 1)
     ta_cuda_fast_fwd_sm90_kernel(const __grid_constant__ ta_cuda_params p) {
 #ifdef TA_WG_ENABLED
@@ -160,12 +147,6 @@ __global__ void __launch_bounds__(TA_WG_THREADS, (D == 64 && BN == 64) ? 2 : 1)
             ta_fast_cp_wait<1>();
             ta_wg_proxy_fence();
             __syncthreads();
-            if (ROPE) { /* q and k_kb turned in place */
-                ta_wg_rope_rows<TA_WG_BM, BF16>(sq, p, 0, c.batch, c.head_kv, row0, t.seq_q,
-                                                (int)threadIdx.x, TA_WG_THREADS);
-                ta_wg_rope_k<D, BN, BF16, ROPE>(sq, p, c, kb);
-                __syncthreads();
-            }
             ta_wg_fence();
             ta_wg_qk<D, BN, BF16>(s, sq, ta_wg_kbuf<D, BN>(sq, kb), wg);
             ta_wg_commit();
@@ -186,10 +167,6 @@ __global__ void __launch_bounds__(TA_WG_THREADS, (D == 64 && BN == 64) ? 2 : 1)
                 ta_wg_load<D, BN>(ta_wg_vbuf<D, BN>(sq, kt + 1), v, c.v, p.lay.v.seq,
                                              (kt + 1) * BN, c.key_len);
                 ta_fast_cp_commit();
-                if (ROPE) { /* k_kt+1 turned in place */
-                    ta_wg_rope_k<D, BN, BF16, ROPE>(sq, p, c, kt + 1);
-                    __syncthreads();
-                }
                 /* s = q k_kt+1^T and o += p_kt v_kt in flight together; the softmax of
                  * tile kt+1 runs while o += p v does */
                 ta_wg_keep(o);
@@ -236,40 +213,30 @@ __global__ void __launch_bounds__(TA_WG_THREADS, (D == 64 && BN == 64) ? 2 : 1)
 #endif
 }
 
-template <int D, int BN, bool BF16, bool ROPE> static ta_fast_launch ta_wg_launch_of() {
+template <int D, int BN, bool BF16> static ta_fast_launch ta_wg_launch_of() {
     ta_fast_launch l;
-    l.kernel = reinterpret_cast<const void *>(&ta_cuda_fast_fwd_sm90_kernel<D, BN, BF16, ROPE>);
+    l.kernel = reinterpret_cast<const void *>(&ta_cuda_fast_fwd_sm90_kernel<D, BN, BF16>);
     l.smem = ta_wg_traits<D, BN>::SMEM;
     l.threads = TA_WG_THREADS;
     l.block_m = TA_WG_BM;
     l.block_n = BN;
     l.sm90 = 1;
     l.tma = 0;
-    l.rope = ROPE;
     return l;
 }
 
 } /* namespace */
 
-template <bool ROPE> static int ta_wg_launch_for(int32_t d, int bf16, ta_fast_launch *l) {
+int ta_cuda_fast_sm90_launch(int32_t d, int bf16, ta_fast_launch *l) {
     switch (d) {
-    case 64:
-        *l = bf16 ? ta_wg_launch_of<64, 64, true, ROPE>() : ta_wg_launch_of<64, 64, false, ROPE>();
-        return 1;
-    case 96:
-        *l = bf16 ? ta_wg_launch_of<96, 128, true, ROPE>() : ta_wg_launch_of<96, 128, false, ROPE>();
-        return 1;
+    case 64: *l = bf16 ? ta_wg_launch_of<64, 64, true>() : ta_wg_launch_of<64, 64, false>(); return 1;
+    case 96: *l = bf16 ? ta_wg_launch_of<96, 128, true>() : ta_wg_launch_of<96, 128, false>(); return 1;
     case 128:
-        *l = bf16 ? ta_wg_launch_of<128, 128, true, ROPE>()
-                  : ta_wg_launch_of<128, 128, false, ROPE>();
+        *l = bf16 ? ta_wg_launch_of<128, 128, true>() : ta_wg_launch_of<128, 128, false>();
         return 1;
     case 256:
-        *l = bf16 ? ta_wg_launch_of<256, 64, true, ROPE>() : ta_wg_launch_of<256, 64, false, ROPE>();
+        *l = bf16 ? ta_wg_launch_of<256, 64, true>() : ta_wg_launch_of<256, 64, false>();
         return 1;
     default: return 0;
     }
-}
-
-int ta_cuda_fast_sm90_launch(int32_t d, int bf16, int rope, ta_fast_launch *l) {
-    return rope ? ta_wg_launch_for<true>(d, bf16, l) : ta_wg_launch_for<false>(d, bf16, l);
 }

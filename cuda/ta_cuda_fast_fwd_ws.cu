@@ -59,15 +59,11 @@ template <int D, int BN> struct ta_ws_traits {
 
 #ifdef TA_WG_ENABLED
 /* The mbarriers at `bars`: q full, then per stage st in {0, 1}: k full, v full,
- * k empty, v empty; with the rotary stage, then q ready and k ready per stage
- * (ta_ws_ready: the rotated copy in place). */
+ * k empty, v empty. */
 TA_FAST_FN uint32_t ta_ws_bar(uint32_t bars, int which, uint32_t st) {
     return bars + 8u * (1u + 4u * st + (uint32_t)which);
 }
 enum { TA_WS_K_FULL = 0, TA_WS_V_FULL = 1, TA_WS_K_EMPTY = 2, TA_WS_V_EMPTY = 3 };
-/* q ready (st < 0) or k ready of stage st: after the 9 above */
-TA_FAST_FN uint32_t ta_ws_ready(uint32_t bars, int st) { return bars + 8u * (uint32_t)(10 + st); }
-#define TA_WS_ROTATORS 96 /* the producer's warps 1-3 (the rotary stage) */
 
 /* Stage st of k (v: 1) after q. */
 template <int D, int BN> TA_FAST_FN uint32_t ta_ws_buf(uint32_t sq, int v, uint32_t st) {
@@ -106,7 +102,7 @@ TA_FAST_FN void ta_ws_release(uint32_t bar, int lane) {
 }
 #endif
 
-template <int D, int BN, bool BF16, bool PP, bool ROPE>
+template <int D, int BN, bool BF16, bool PP>
 __global__ void __launch_bounds__(TA_WS_THREADS, 1)
     ta_cuda_fast_fwd_ws_kernel(const __grid_constant__ ta_fast_tma_params p) {
 #ifdef TA_WG_ENABLED
@@ -129,43 +125,17 @@ __global__ void __launch_bounds__(TA_WS_THREADS, 1)
             ta_mb_init(ta_ws_bar(bars, TA_WS_K_EMPTY, st), 8); /* one per consumer warp */
             ta_mb_init(ta_ws_bar(bars, TA_WS_V_EMPTY, st), 8);
         }
-        if (ROPE)
-            for (int st = -1; st < 2; ++st) ta_mb_init(ta_ws_ready(bars, st), TA_WS_ROTATORS);
         ta_mb_init_fence();
     }
     __syncthreads();
 
     if (wg == 0) { /* ---- producer ---- */
-        ta_setmaxnreg_dec<ROPE ? 56 : 40>(); /* the rotary stage needs 56 */
+        ta_setmaxnreg_dec<40>();
         for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
             const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt);
             const ta_tile_ctx c = ta_cuda_context(p, at.b_local, at.h, at.qt);
             ta_bar_sync(5, TA_WS_THREADS); /* both consumers are done with q */
-            if (c.k_begin >= c.k_end) continue;
-            if (warp != 0) {
-                /* the rotary stage: warps 1-3 turn q, then each K tile, in place
-                 * once it has landed (full), and say so (ready); the consumers
-                 * wait for ready instead of full */
-                if (ROPE) {
-                    const int rt = (int)threadIdx.x - 32;
-                    ta_mb_wait(bars, n_q & 1u);
-                    ta_wg_rope_rows<TA_WS_BM, BF16>(sq, p, 0, c.batch, c.head_kv,
-                                                    at.qt * TA_WS_BM, t.seq_q, rt, TA_WS_ROTATORS);
-                    ta_wg_proxy_fence();
-                    ta_mb_arrive(ta_ws_ready(bars, -1));
-                    ++n_q;
-                    for (int32_t kt = c.k_begin; kt < c.k_end; ++kt, ++ring) {
-                        const uint32_t st = ring & 1u;
-                        ta_mb_wait(ta_ws_bar(bars, TA_WS_K_FULL, st), (ring >> 1) & 1u);
-                        ta_wg_rope_rows<BN, BF16>(ta_ws_buf<D, BN>(sq, 0, st), p, 1, c.batch,
-                                                  c.head_kv, kt * BN, c.key_len, rt,
-                                                  TA_WS_ROTATORS);
-                        ta_wg_proxy_fence();
-                        ta_mb_arrive(ta_ws_ready(bars, (int)st));
-                    }
-                }
-                continue;
-            }
+            if (c.k_begin >= c.k_end || warp != 0) continue;
             if (lane == 0) {
                 ta_mb_expect_tx(bars, T::Q_BYTES);
                 for (int fb = 0; fb < T::DB; ++fb)
@@ -196,7 +166,7 @@ __global__ void __launch_bounds__(TA_WS_THREADS, 1)
             }
         }
     } else { /* ---- consumers ---- */
-        ta_setmaxnreg_inc<ROPE ? 224 : 232>(); /* 128 x 56 + 256 x 224 = 64k */
+        ta_setmaxnreg_inc<232>();
         const int cw = wg - 1, tq = lane & 3;
         const float scale_log2 = p.scale * 1.4426950408889634f;
         for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
@@ -215,9 +185,8 @@ __global__ void __launch_bounds__(TA_WS_THREADS, 1)
                 const int32_t kb = c.k_begin;
                 uint32_t st = ring & 1u;
                 /* the first K tile: s = q k^T, its softmax, p in pa */
-                ta_mb_wait(ROPE ? ta_ws_ready(bars, -1) : bars, n_q & 1u);
-                ta_mb_wait(ROPE ? ta_ws_ready(bars, (int)st) : ta_ws_bar(bars, TA_WS_K_FULL, st),
-                           (ring >> 1) & 1u);
+                ta_mb_wait(bars, n_q & 1u);
+                ta_mb_wait(ta_ws_bar(bars, TA_WS_K_FULL, st), (ring >> 1) & 1u);
                 if (PP) {
                     if (cw == 1) ta_bar_arrive(3, 256); /* warpgroup 0 issues first */
                     ta_bar_sync(3 + cw, 256);
@@ -235,9 +204,7 @@ __global__ void __launch_bounds__(TA_WS_THREADS, 1)
                 for (int32_t kt = kb; kt + 1 < c.k_end; ++kt) {
                     /* tile kt (ring position r0) has p in pa; kt + 1 is at r1 */
                     const uint32_t r0 = ring + (uint32_t)(kt - kb), r1 = r0 + 1;
-                    ta_mb_wait(ROPE ? ta_ws_ready(bars, (int)(r1 & 1u))
-                                    : ta_ws_bar(bars, TA_WS_K_FULL, r1 & 1u),
-                               (r1 >> 1) & 1u);
+                    ta_mb_wait(ta_ws_bar(bars, TA_WS_K_FULL, r1 & 1u), (r1 >> 1) & 1u);
                     ta_mb_wait(ta_ws_bar(bars, TA_WS_V_FULL, r0 & 1u), (r0 >> 1) & 1u);
                     if (PP) ta_bar_sync(3 + cw, 256);
                     ta_wg_keep(o);
@@ -290,28 +257,27 @@ __global__ void __launch_bounds__(TA_WS_THREADS, 1)
 #endif
 }
 
-template <int D, int BN, bool BF16, bool PP, bool ROPE> static ta_fast_launch ta_ws_launch_of() {
+template <int D, int BN, bool BF16, bool PP> static ta_fast_launch ta_ws_launch_of() {
     ta_fast_launch l;
-    l.kernel = reinterpret_cast<const void *>(&ta_cuda_fast_fwd_ws_kernel<D, BN, BF16, PP, ROPE>);
+    l.kernel = reinterpret_cast<const void *>(&ta_cuda_fast_fwd_ws_kernel<D, BN, BF16, PP>);
     l.smem = ta_ws_traits<D, BN>::SMEM;
     l.threads = TA_WS_THREADS;
     l.block_m = TA_WS_BM;
     l.block_n = BN;
     l.sm90 = 1;
     l.tma = 1;
-    l.rope = ROPE;
     return l;
 }
 
-template <bool BF16, bool ROPE> static int ta_ws_launches(int32_t d, ta_fast_launch *l) {
+template <bool BF16> static int ta_ws_launches(int32_t d, ta_fast_launch *l) {
     switch (d) {
-    case 64: l[0] = ta_ws_launch_of<64, 128, BF16, true, ROPE>(); return 1;
-    case 96: l[0] = ta_ws_launch_of<96, 128, BF16, true, ROPE>(); return 1;
+    case 64: l[0] = ta_ws_launch_of<64, 128, BF16, true>(); return 1;
+    case 96: l[0] = ta_ws_launch_of<96, 128, BF16, true>(); return 1;
     case 128:
-        l[0] = ta_ws_launch_of<128, 128, BF16, true, ROPE>();
-        l[1] = ta_ws_launch_of<128, 128, BF16, false, ROPE>();
+        l[0] = ta_ws_launch_of<128, 128, BF16, true>();
+        l[1] = ta_ws_launch_of<128, 128, BF16, false>();
         return 2;
-    case 256: l[0] = ta_ws_launch_of<256, 64, BF16, true, ROPE>(); return 1;
+    case 256: l[0] = ta_ws_launch_of<256, 64, BF16, true>(); return 1;
     default: return 0;
     }
 }
@@ -350,9 +316,8 @@ static ta_status ta_ws_map(ta_ws_encode_fn enc, CUtensorMap *m, const void *base
 
 } /* namespace */
 
-int ta_cuda_fast_ws_launch(int32_t d, int bf16, int rope, ta_fast_launch *l) {
-    if (rope) return bf16 ? ta_ws_launches<true, true>(d, l) : ta_ws_launches<false, true>(d, l);
-    return bf16 ? ta_ws_launches<true, false>(d, l) : ta_ws_launches<false, false>(d, l);
+int ta_cuda_fast_ws_launch(int32_t d, int bf16, ta_fast_launch *l) {
+    return bf16 ? ta_ws_launches<true>(d, l) : ta_ws_launches<false>(d, l);
 }
 
 ta_status ta_cuda_fast_tma_maps(const ta_plan *plan, const ta_fwd_args *a, const ta_fast_launch *fl,

@@ -126,6 +126,19 @@ __global__ void __launch_bounds__(256) ta_cuda_rope_turn_kernel(const __grid_con
     }
 }
 
+/* The q side (kv_side 0) or the k side of the call. */
+ta_rope_side ta_rope_side_of(const ta_plan *plan, int kv_side, const void *src, void *dst) {
+    ta_rope_side sd;
+    sd.src = static_cast<const uint16_t *>(src);
+    sd.dst = static_cast<uint16_t *>(dst);
+    sd.st = kv_side ? plan->layout.k : plan->layout.q;
+    sd.pos = kv_side ? plan->rope.pos_k : plan->rope.pos_q;
+    sd.heads = kv_side ? plan->p.heads_kv : plan->p.heads_q;
+    sd.seq = kv_side ? plan->p.seq_k : plan->p.seq_q;
+    sd.group = kv_side ? 1 : plan->group;
+    return sd;
+}
+
 ta_status ta_rope_turn_side(const ta_plan *plan, const ta_rope_side &sd, void *stream) {
     const ta_problem *pr = &plan->p;
     ta_rope_turn_params prm;
@@ -167,23 +180,8 @@ extern "C" void ta_cuda_fast_rope_plan(const ta_plan *plan, ta_plan *sub) {
 
 extern "C" ta_status ta_cuda_fast_rope_turn(const ta_plan *plan, const void *q, const void *k,
                                             void *rot_q, void *rot_k, void *stream) {
-    const ta_problem *pr = &plan->p;
-    ta_rope_side sq, sk;
     ta_status st;
-    sq.src = static_cast<const uint16_t *>(q);
-    sq.dst = static_cast<uint16_t *>(rot_q);
-    sq.st = plan->layout.q;
-    sq.pos = plan->rope.pos_q;
-    sq.heads = pr->heads_q;
-    sq.seq = pr->seq_q;
-    sq.group = plan->group;
-    sk.src = static_cast<const uint16_t *>(k);
-    sk.dst = static_cast<uint16_t *>(rot_k);
-    sk.st = plan->layout.k;
-    sk.pos = plan->rope.pos_k;
-    sk.heads = pr->heads_kv;
-    sk.seq = pr->seq_k;
-    sk.group = 1;
-    if ((st = ta_rope_turn_side(plan, sq, stream)) != TA_OK) return st;
-    return ta_rope_turn_side(plan, sk, stream);
+    if ((st = ta_rope_turn_side(plan, ta_rope_side_of(plan, 0, q, rot_q), stream)) != TA_OK)
+        return st;
+    return ta_rope_turn_side(plan, ta_rope_side_of(plan, 1, k, rot_k), stream);
 }

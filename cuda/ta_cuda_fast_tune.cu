@@ -114,9 +114,8 @@ extern "C" ta_status ta_cuda_fast_tune(const ta_plan *plan, const ta_fwd_args *a
                                        const ta_cuda_fwd_ws *ws, void *stream, int32_t reps,
                                        ta_tune_result *out) {
     cudaEvent_t ev[TA_TUNE_REPS_MAX + 1];
-    const int turn = plan->stages.load == TA_LOAD_ROPE;
-    const ta_plan *pl = plan;
-    const ta_fwd_args *aa = a;
+    const ta_plan *pl;
+    const ta_fwd_args *aa;
     ta_plan sub;
     ta_fwd_args a2;
     ta_fast_table tb;
@@ -124,17 +123,10 @@ extern "C" ta_status ta_cuda_fast_tune(const ta_plan *plan, const ta_fwd_args *a
     ta_status st;
     /* the launcher's refusals, then the stream, all before any launch; the
      * rotary stage: q and k turned once, the candidates timed on the copies */
-    if (turn) {
-        if ((st = ta_cuda_fast_rope_view(plan, a, ws->rot_q, ws->rot_k, &sub, &a2)) != TA_OK)
-            return st;
-        pl = &sub;
-        aa = &a2;
-    }
+    if ((st = ta_cuda_fast_view(plan, a, ws, &sub, &a2, &pl, &aa)) != TA_OK) return st;
     if ((st = ta_cuda_fast_table(pl, aa, &tb)) != TA_OK) return st;
     if ((st = ta_tune_check_stream(stream)) != TA_OK) return st;
-    if (turn && (st = ta_cuda_fast_rope_turn(plan, a->q, a->k, ws->rot_q, ws->rot_k, stream)) !=
-                    TA_OK)
-        return st;
+    if ((st = ta_cuda_fast_turn(plan, a, ws, stream)) != TA_OK) return st;
     for (n_ev = 0; n_ev <= reps; ++n_ev)
         if (cudaEventCreate(&ev[n_ev]) != cudaSuccess) break;
     st = n_ev <= reps ? ta_tune_fail() : ta_tune_table(pl, aa, &tb, ev, reps, stream, out);

@@ -51,8 +51,8 @@ static int ta_cuda_fast_rope_ok(const ta_plan *plan) {
 /* Every operation of the plan: SDPA and the MTA conv, any mask (causal,
  * seqlens_k, sliding window) and any validated layout (ta_strides); on the
  * fast path, the head dims and tile_config of the fast table. The rotary load
- * stage only on the fast path (SDPA, f16/bf16) with ta_cuda_fast_rope_ok, and
- * there on an sm_90 device only (the wgmma kernels; the launchers refuse
+ * stage only on the fast path (SDPA, f16/bf16) with ta_cuda_fast_rope_ok (the
+ * forward on every device, the backward on sm_90: its launcher refuses
  * elsewhere); the exact kernels do not have it yet: TA_ERR_UNSUPPORTED. */
 int ta_cuda_supports(const ta_plan *plan) {
     if (plan->stages.load != TA_LOAD_NONE && !(ta_cuda_fast_path(plan) && ta_cuda_fast_rope_ok(plan)))

@@ -27,7 +27,6 @@
 #include <stdint.h>
 
 #include "ta_cuda_fast.cuh"
-#include "ta_rope_load.h"
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define TA_WG_ENABLED 1
@@ -238,102 +237,6 @@ TA_FAST_FN void ta_wg_load_rows(uint32_t region, const uint16_t *base, int64_t o
             ta_fast_cp16(
                 region + (uint32_t)((c >> 3) * (R * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4)),
                 src, ok ? 16 : 0);
-        }
-    }
-}
-/* Address of the 16-byte chunk holding features f .. f + 7 (f % 8 == 0) of row
- * r of a swizzled region of R rows. */
-template <int R> TA_FAST_FN uint32_t ta_wg_chunk(uint32_t region, int r, int f) {
-    return region + (uint32_t)((f >> 6) * (R * 128) + r * 128 + ((((f >> 3) & 7) ^ (r & 7)) << 4));
-}
-
-TA_FAST_FN uint4 ta_wg_lds16(uint32_t a) {
-    uint4 x;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(x.x), "=r"(x.y), "=r"(x.z), "=r"(x.w)
-                 : "r"(a)
-                 : "memory");
-    return x;
-}
-TA_FAST_FN void ta_wg_sts16(uint32_t a, const uint4 &x) {
-    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(x.x), "r"(x.y),
-                 "r"(x.z), "r"(x.w)
-                 : "memory");
-}
-
-/* Rotate one register's two elements as the a sides of pairs i (lo) and i + 1
- * (hi) against the b sides in `b` (half-split), in place; interleaved: the
- * register is one pair (lo = a, hi = b) and only `a` is used. */
-template <bool BF16>
-TA_FAST_FN void ta_wg_rope_word(uint32_t *a, uint32_t *b, const float *c, const float *s, int i,
-                                bool half) {
-    float a0, a1, b0, b1;
-    ta_fast_unpack<BF16>(*a, &a0, &a1);
-    if (half) {
-        ta_fast_unpack<BF16>(*b, &b0, &b1);
-        ta_rope_pair(&a0, &b0, __ldg(c + i), __ldg(s + i));
-        ta_rope_pair(&a1, &b1, __ldg(c + i + 1), __ldg(s + i + 1));
-        *a = ta_fast_pack<BF16>(a0, a1);
-        *b = ta_fast_pack<BF16>(b0, b1);
-    } else {
-        ta_rope_pair(&a0, &a1, __ldg(c + i), __ldg(s + i));
-        *a = ta_fast_pack<BF16>(a0, a1);
-    }
-}
-
-/*
- * The rotary load stage of fast mode (docs/rope.md), in place on a region that
- * has landed: rows [row0, row0 + R) of a q-side (kv_side 0: positions pos_q,
- * sequence S_q) or k-side tensor (1: pos_k, S_k) of batch entry `batch`, by
- * kv head head_kv's table; rows at or past n_valid (padding) untouched. Each
- * row's features are widened to f32, turned by ta_rope_pair (the exact
- * backends' function) and rounded back to the storage type. Threads
- * i0, i0 + nthr, .. of the caller take items: interleaved, 4 pairs (one chunk);
- * half-split, 8 pairs (chunk f and chunk f + rope_pairs). Needs rope_pairs a
- * multiple of 4 (interleaved) or 8 (half-split): ta_cuda_fast_rope_ok. A
- * position outside [0, rope_rows) is clamped into it (device memory: the host
- * cannot check it; docs/rope.md). The caller orders the region's landing
- * before and its readers (a proxy fence for wgmma) after.
- */
-template <int R, bool BF16>
-TA_FAST_FN void ta_wg_rope_rows(uint32_t region, const ta_cuda_params &p, int kv_side,
-                                int32_t batch, int32_t head_kv, int32_t row0, int32_t n_valid,
-                                int i0, int nthr) {
-    const bool half = p.rope == TA_ROPE_HALF;
-    const int32_t n = p.rope_pairs;
-    const int groups = half ? n / 8 : n / 4;
-    const int32_t *pos = kv_side ? p.rope_args.pos_k : p.rope_args.pos_q;
-    const int64_t pos0 = (int64_t)batch * (kv_side ? p.t.seq_k : p.t.seq_q);
-    const int64_t tab = (int64_t)head_kv * p.rope_head_stride;
-#pragma unroll 1
-    for (int i = i0; i < R * groups; i += nthr) {
-        const int r = i / groups, g = i % groups;
-        const int32_t row = row0 + r;
-        int32_t tr;
-        if (row >= n_valid) continue;
-        tr = pos ? __ldg(pos + pos0 + row) : row;
-        tr = tr < 0 ? 0 : tr >= p.rope_rows ? p.rope_rows - 1 : tr;
-        {
-            const float *c = p.rope_args.cos + tab + (int64_t)tr * p.rope_row_stride;
-            const float *s = p.rope_args.sin + tab + (int64_t)tr * p.rope_row_stride;
-            const int f = 8 * g; /* the chunk of the a sides (half-split) or pairs */
-            const uint32_t ca = ta_wg_chunk<R>(region, r, f);
-            uint4 xa = ta_wg_lds16(ca), xb = xa;
-            const uint32_t cb = half ? ta_wg_chunk<R>(region, r, f + n) : ca;
-            if (half) xb = ta_wg_lds16(cb);
-            if (half) {
-                ta_wg_rope_word<BF16>(&xa.x, &xb.x, c, s, f, true);
-                ta_wg_rope_word<BF16>(&xa.y, &xb.y, c, s, f + 2, true);
-                ta_wg_rope_word<BF16>(&xa.z, &xb.z, c, s, f + 4, true);
-                ta_wg_rope_word<BF16>(&xa.w, &xb.w, c, s, f + 6, true);
-                ta_wg_sts16(cb, xb);
-            } else {
-                ta_wg_rope_word<BF16>(&xa.x, &xb.x, c, s, 4 * g, false);
-                ta_wg_rope_word<BF16>(&xa.y, &xb.y, c, s, 4 * g + 1, false);
-                ta_wg_rope_word<BF16>(&xa.z, &xb.z, c, s, 4 * g + 2, false);
-                ta_wg_rope_word<BF16>(&xa.w, &xb.w, c, s, 4 * g + 3, false);
-            }
-            ta_wg_sts16(ca, xa);
         }
     }
 }

@@ -202,7 +202,10 @@ typedef enum ta_rope_pairing {
 
 /** The tables and positions of the rotary load stage (ta_problem.rope != 0);
  *  ignored when ta_problem.rope is TA_ROPE_NONE. Memory of the tensors (host for
- *  REF and CPU). All read-only: no output may overlap them. */
+ *  REF and CPU, device for CUDA, whose fast path has the stage: docs/rope.md,
+ *  "On CUDA"; CUDA cannot read the positions on the host and clamps each into
+ *  [0, rope_rows) instead of rejecting it). All read-only: no output may
+ *  overlap them. */
 typedef struct ta_rope_args {
     const float *cos;     /**< [tables][rope_rows][rope_row_stride] f32, tables = heads_kv
                                with a rope_head_stride (else 1); entries [0, rope_pairs)

@@ -78,6 +78,7 @@
 #endif
 
 #include "nonfinite.h"
+#include "test_cuda_util.h"
 #include "test_util.h"
 #include "tileattn.h"
 
@@ -111,14 +112,6 @@ static int g_fail;
         }                                                                                          \
     } while (0)
 
-#define CUDA_OK(call)                                                                              \
-    do {                                                                                           \
-        const cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 /* ---- Problems ---- */
 typedef struct spec {

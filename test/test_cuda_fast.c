@@ -51,6 +51,7 @@
 #include <cuda_runtime.h>
 
 #include "oracle.h"
+#include "test_cuda_util.h"
 #include "test_util.h"
 #include "tileattn.h"
 
@@ -90,15 +91,6 @@
  * the forward's oracle and magnitudes 113 s for all 200. */
 #define TA_FAST_BWD_MAX_WORK 100000000u
 
-#define CUDA_OK(call)                                                                      \
-    do {                                                                                   \
-        cudaError_t e_ = (call);                                                           \
-        if (e_ != cudaSuccess) {                                                           \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                  \
-                    cudaGetErrorString(e_));                                               \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
 
 static const int32_t k_dims[4] = {64, 96, 128, 256};
 /* Candidates per head dim in the configuration table (cuda/ta_cuda_fast_fwd.cu,

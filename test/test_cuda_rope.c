@@ -12,9 +12,7 @@
  *      configuration without it on q, k turned on the host by the same
  *      arithmetic, bit for bit, for tile_config 0 and every candidate this
  *      device runs (a candidate refused without the stage must be refused
- *      with it); with TA_ROPE_INPLACE set (the in-place variant kept for
- *      measurement: q and k turned in shared memory) only the wgmma and
- *      warp-specialised candidates have it, the mma.sync ones refuse;
+ *      with it);
  *   2. backward (sm_90): dv bit for bit equal to the un-rotated backward's on
  *      the turned q, k; dq and dk turned back: within the storage type's
  *      rounding of R^T applied (in double) to the un-rotated backward's:
@@ -40,25 +38,15 @@
 
 #include "ta_math.h"
 #include "ta_rope_load.h"
+#include "test_cuda_util.h"
 #include "test_util.h"
 #include "tileattn.h"
 
-#define CUDA_OK(call)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-/* tile_config candidates per head dim and the first warp-specialised one
- * (cuda/ta_cuda_fast_fwd.cu: 1 = wgmma, then mma.sync, then TMA) */
+/* tile_config candidates per head dim (cuda/ta_cuda_fast_fwd.cu) */
 static const int32_t k_dims[4] = {64, 96, 128, 256};
 static const int32_t k_candidates[4] = {5, 4, 6, 5};
-static const int32_t k_first_ws[4] = {5, 4, 5, 5};
 
-static int g_sm90, g_inplace;
+static int g_sm90;
 static double g_worst_dq, g_worst_dk; /* worst error / allowance */
 static int g_configs, g_problems;
 
@@ -101,9 +89,15 @@ static void set_f(void *buf, ta_dtype dt, size_t i, float x) {
     ((uint16_t *)buf)[i] = dt == TA_BF16 ? ta_f32_to_bf16(x) : ta_f32_to_f16(x);
 }
 
-/* The table row of token t of batch entry b on one side. */
-static int32_t tab_row(const int32_t *pos, int32_t b, int32_t seq, int32_t t) {
-    return pos ? pos[(size_t)b * (size_t)seq + (size_t)t] : t;
+/* The table entry (floats from cos / sin) of token t of head h (a q head:
+ * kv_side 0, its table is kv head h / group's; a kv head: 1) of batch entry b. */
+static size_t tab_off(const rspec *s, int kv_side, int32_t b, int32_t h, int32_t t) {
+    const ta_problem *p = &s->p;
+    const int32_t seq = kv_side ? p->seq_k : p->seq_q;
+    const int32_t *pos = kv_side ? s->pos_k : s->pos_q;
+    const int32_t g = kv_side ? h : h / (p->heads_q / p->heads_kv);
+    const int32_t tr = pos ? pos[zs(b) * zs(seq) + zs(t)] : t;
+    return zs(g) * zs(p->rope_head_stride) + zs(tr) * zs(p->rope_row_stride);
 }
 
 /* dst = src with every row turned as the kernels do: widen, ta_rope_row (f32),
@@ -113,7 +107,6 @@ static void rotate_host(const rspec *s, int kv_side, const void *src, void *dst)
     const ta_problem *p = &s->p;
     const int32_t heads = kv_side ? p->heads_kv : p->heads_q;
     const int32_t seq = kv_side ? p->seq_k : p->seq_q;
-    const int32_t group = p->heads_q / p->heads_kv;
     const int32_t d = p->head_dim;
     float row[256];
     int32_t b, h, t, f;
@@ -121,10 +114,7 @@ static void rotate_host(const rspec *s, int kv_side, const void *src, void *dst)
         for (h = 0; h < heads; ++h)
             for (t = 0; t < seq; ++t) {
                 const size_t at = ((zs(b) * zs(heads) + zs(h)) * zs(seq) + zs(t)) * zs(d);
-                const int32_t g = kv_side ? h : h / group;
-                const int32_t tr = tab_row(kv_side ? s->pos_k : s->pos_q, b, seq, t);
-                const size_t off = (size_t)g * (size_t)p->rope_head_stride +
-                                   (size_t)tr * (size_t)p->rope_row_stride;
+                const size_t off = tab_off(s, kv_side, b, h, t);
                 for (f = 0; f < d; ++f)
                     row[f] = get_f(src, p->dtype, at + zs(f));
                 ta_rope_row(row, 1, s->cos + off, s->sin + off, p->rope_pairs,
@@ -355,7 +345,7 @@ static void check_turned_back(const rspec *s, int kv_side, const void *got, cons
     const ta_problem *p = &s->p;
     const int32_t heads = kv_side ? p->heads_kv : p->heads_q;
     const int32_t seq = kv_side ? p->seq_k : p->seq_q;
-    const int32_t group = p->heads_q / p->heads_kv, n = p->rope_pairs, d = p->head_dim;
+    const int32_t n = p->rope_pairs, d = p->head_dim;
     const double u = p->dtype == TA_BF16 ? 0x1p-8 : 0x1p-11;
     const double tiny = p->dtype == TA_BF16 ? 0x1p-120 : 0x1p-23;
     int32_t b, h, t, f;
@@ -363,10 +353,7 @@ static void check_turned_back(const rspec *s, int kv_side, const void *got, cons
         for (h = 0; h < heads; ++h)
             for (t = 0; t < seq; ++t) {
                 const size_t at = ((zs(b) * zs(heads) + zs(h)) * zs(seq) + zs(t)) * zs(d);
-                const int32_t g = kv_side ? h : h / group;
-                const int32_t tr = tab_row(kv_side ? s->pos_k : s->pos_q, b, seq, t);
-                const size_t off = (size_t)g * (size_t)p->rope_head_stride +
-                                   (size_t)tr * (size_t)p->rope_row_stride;
+                const size_t off = tab_off(s, kv_side, b, h, t);
                 for (f = 0; f < d; ++f) {
                     const double x = get_f(got, p->dtype, at + zs(f));
                     double want, ra = 0.0, rb = 0.0, allow, c, sn;
@@ -432,16 +419,9 @@ static void check_problem(uint64_t seed, int idx, int identity) {
     hout_make(&a, &s);
     hout_make(&b, &s);
     for (cfg = 0; cfg <= n_cand; ++cfg) {
-        const int ws_or_wgmma = cfg == 0 || cfg == 1 || cfg >= k_first_ws[dim_index(s.p.head_dim)];
         const int bwd = cfg == 0 && g_sm90; /* one backward configuration per head dim */
         const ta_status st = run(&s, &d, 1, 0, cfg, bwd, &a);
         const ta_status st_plain = run(&s, &d, 0, identity, cfg, bwd, &b);
-        if (g_inplace && !ws_or_wgmma) {
-            TA_CHECK(st == TA_ERR_UNSUPPORTED,
-                     "problem %d cfg %d: an mma.sync candidate ran the in-place stage (%d)", idx,
-                     cfg, (int)st);
-            continue;
-        }
         TA_CHECK(st == st_plain, "problem %d cfg %d: status %d (%s) with the stage, %d without",
                  idx, cfg, (int)st, ta_status_string(st), (int)st_plain);
         if (st != TA_OK || st_plain != TA_OK) continue;
@@ -531,10 +511,8 @@ int main(int argc, char **argv) {
         CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
         g_sm90 = major == 9 && minor == 0;
     }
-    g_inplace = getenv("TA_ROPE_INPLACE") != NULL;
     seed = ta_test_seed("test_cuda_rope");
-    printf("%s device; the stage %s\n", g_sm90 ? "sm_90" : "not an sm_90",
-           g_inplace ? "in place (TA_ROPE_INPLACE)" : "turned once into the workspace");
+    printf("%s device\n", g_sm90 ? "sm_90" : "not an sm_90 (the backward refuses the stage)");
     for (i = 0; i < count; ++i)
         check_problem(seed, i, 0);
     for (i = 0; i < 4; ++i)

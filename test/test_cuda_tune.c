@@ -28,17 +28,10 @@
 
 #include <cuda_runtime.h>
 
+#include "test_cuda_util.h"
 #include "test_util.h"
 #include "tileattn.h"
 
-#define CUDA_OK(call)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 #define N_CAND 6 /* candidates of D = 128 (docs/cuda.md section 7) */
 
