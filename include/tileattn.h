@@ -189,6 +189,16 @@ typedef struct ta_problem {
                                    0 = one table for every head. Query head h uses kv
                                    head h / (heads_q / heads_kv)'s table, so q and k of
                                    one attention share their frequencies. */
+    int32_t q_history;        /**< MTA decode / chunked prefill (docs/mta.md section 2a):
+                                   the query rows just above row 0 that exist, n in
+                                   [0, conv_q - 1] (0 without a conv); their rows are
+                                   args.q_hist. Row -n .. -1 sit at positions
+                                   pos(0) - n .. pos(0) - 1 and their raw scores enter
+                                   the conv windows of rows 0 .. n - 1, so a sequence
+                                   run in chunks equals one full forward bit for bit.
+                                   0 = rows above row 0 are zero padding (as before).
+                                   Forward only: ta_bwd (and its size query) refuse
+                                   n > 0 with TA_ERR_UNSUPPORTED; rope with n > 0 too. */
 } ta_problem;
 
 /** ta_problem.rope: the pair convention of the rotary load stage. Pair i in
@@ -281,6 +291,15 @@ typedef struct ta_fwd_args {
     ta_strides q_strides, k_strides, v_strides, o_strides;
     /** @} */
     ta_rope_args rope; /**< rotary tables and positions (ta_problem.rope) */
+    const void *q_hist;       /**< [B, H, q_history, D] dtype, laid out by q_hist_strides:
+                                   the q_history query rows before row 0 (row t of it is
+                                   query row t - q_history), the rows the previous call
+                                   passed last. Required iff ta_problem.q_history > 0,
+                                   else ignored. Read only: no output may overlap it. */
+    ta_strides q_hist_strides; /**< strides of q_hist (ta_strides); zero = contiguous
+                                    [B, H, q_history, D]. A caller whose earlier rows sit
+                                    just above q in one buffer passes
+                                    q_hist = q - q_history rows and q_strides. */
 } ta_fwd_args;
 
 /** Backward arguments. o and lse are the forward's outputs for the same inputs. */

@@ -24,6 +24,22 @@ void ta_ref_load_rows(float *dst, const void *src, ta_dtype dt, int64_t slice, i
     }
 }
 
+void ta_ref_load_q(const ta_plan *plan, const void *q, const void *q_hist, const ta_tiling *t,
+                   float *dst, const ta_ref_step *st) {
+    const int32_t dim = plan->p.head_dim, first = st->row_load_begin;
+    int32_t r, d;
+    ta_ref_load_rows(dst, q, plan->p.dtype, st->ctx.q, plan->layout.q.seq, plan->p.seq_q, first,
+                     st->rows_load, dim);
+    /* the history rows [-q_history, 0) inside the loaded rows (zero above them) */
+    for (r = ta_tiling_max_i32(first, -t->q_history); r < 0 && r < first + st->rows_load; ++r) {
+        float *dst_row = dst + ta_ref_off(first, r, dim); /* [dim] */
+        int in_hist;
+        const size_t src_first = (size_t)ta_tile_q_row(t, &plan->layout, &st->ctx, r, &in_hist);
+        for (d = 0; d < dim; ++d)
+            dst_row[d] = ta_load(q_hist, plan->p.dtype, src_first + (size_t)d);
+    }
+}
+
 void ta_ref_rope_rows(const ta_plan *plan, float *tile, int side, const ta_ref_step *st,
                       int32_t first, int32_t count) {
     const int32_t seq = side == TA_ROPE_SIDE_Q ? plan->p.seq_q : plan->p.seq_k;

@@ -41,6 +41,7 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *plan, struct
  * base to one past its last element (the overlap checks use it). */
 typedef struct ta_extents {
     size_t q, k, v, o, d_o, dq, dk, dv;
+    size_t q_hist; /* forward with q_history > 0; else 0 */
 } ta_extents;
 
 /* Take a call's strides into plan->layout (zeros = contiguous), validate them

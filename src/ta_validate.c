@@ -152,6 +152,14 @@ static ta_status ta_check_sizes(const ta_problem *p, ta_diag *d) {
     if (p->num_splits < TA_SPLITS_AUTO)
         return ta_fail_bounds(d, TA_ERR_BAD_ARG, "num_splits", p->num_splits, TA_DIAG_LO,
                               TA_SPLITS_AUTO, 0);
+    /* history rows feed the conv's query window only: at most c_q - 1 of them */
+    if (p->q_history < 0 || p->q_history > (p->conv_q > 0 ? p->conv_q - 1 : 0)) {
+        ta_fail_bounds(d, TA_ERR_BAD_ARG, "q_history", p->q_history, TA_DIAG_LO | TA_DIAG_HI, 0,
+                       p->conv_q > 0 ? p->conv_q - 1 : 0);
+        d->rule = p->conv_q > 0 ? "more rows than the conv's query window reads (conv_q - 1)"
+                                : "needs the MTA conv (without one it must be 0)";
+        return TA_ERR_BAD_ARG;
+    }
     if (p->block_q != 0 && !ta_tiling_is_block_size(p->block_q))
         return ta_fail_bounds(d, TA_ERR_UNSUPPORTED, "block_q", p->block_q, TA_DIAG_LO | TA_DIAG_HI,
                               TA_BLOCK_MIN, TA_BLOCK_MAX);
@@ -256,6 +264,10 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl, ta_diag 
     if (pl->has_conv && !(p->flags & TA_CAUSAL)) /* MTA is causal */
         return ta_fail_value(d, TA_ERR_UNSUPPORTED, "flags", (int64_t)p->flags,
                              "the MTA conv needs TA_CAUSAL");
+    if (p->q_history > 0 && pl->stages.load == TA_LOAD_ROPE) /* no positions for them yet */
+        return ta_fail_value(d, TA_ERR_UNSUPPORTED, "q_history", p->q_history,
+                             "with rope: history rows have no rotary positions yet (pass "
+                             "rotated q and q_hist with rope = 0)");
     if (p->scale == 0.0f) pl->p.scale = 1.0f / sqrtf((float)p->head_dim);
     ta_tiling_default_blocks(p->conv_q, p->conv_k, &bq, &bk);
     if (p->block_q != 0) bq = p->block_q;
@@ -270,6 +282,7 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl, ta_diag 
      * past them would be empty: same bits, less workspace) */
     pl->fwd.num_splits = ta_plan_splits(p, pl->fwd.num_k_tiles);
     pl->stages.num_splits = pl->fwd.num_splits;
+    ta_tiling_set_history(&pl->fwd, p->q_history); /* the backward refuses history rows */
     pl->has_window = (p->flags & TA_WINDOW) != 0;
     if (pl->has_window) {
         ta_tiling_set_window(&pl->fwd, p->window_left, p->window_right);
@@ -289,6 +302,7 @@ static void ta_plan_contiguous_layout(ta_plan *pl) {
     l->o = l->d_o = ta_strides_contiguous(p->heads_q, p->seq_q, p->head_dim_v);
     l->k = l->dk = ta_strides_contiguous(p->heads_kv, p->seq_k, p->head_dim);
     l->v = l->dv = ta_strides_contiguous(p->heads_kv, p->seq_k, p->head_dim_v);
+    l->q_hist = ta_strides_contiguous(p->heads_q, p->q_history, p->head_dim);
     pl->strided = 0;
 }
 
@@ -380,8 +394,13 @@ static ta_status ta_set_qkvo_layout(ta_plan *pl, const ta_strides *q, const ta_s
 }
 
 ta_status ta_plan_set_fwd_layout(ta_plan *pl, const ta_fwd_args *a, ta_extents *ext, ta_diag *d) {
-    return ta_set_qkvo_layout(pl, &a->q_strides, &a->k_strides, &a->v_strides, &a->o_strides, ext,
-                              d);
+    const ta_problem *p = &pl->p;
+    ta_status st =
+        ta_set_qkvo_layout(pl, &a->q_strides, &a->k_strides, &a->v_strides, &a->o_strides, ext, d);
+    if (st != TA_OK || p->q_history == 0) return st;
+    /* the history rows [B, H, q_history, D]: strided like any input */
+    TA_CHECK_STRIDES(q_hist, a->q_hist_strides, p->heads_q, p->q_history, p->head_dim, ext->q_hist);
+    return TA_OK;
 }
 
 ta_status ta_plan_set_bwd_layout(ta_plan *pl, const ta_bwd_args *a, ta_extents *ext, ta_diag *d) {
