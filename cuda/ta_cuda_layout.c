@@ -48,6 +48,7 @@ static int ta_cuda_fast_table_has(const ta_plan *plan) {
  * rotary load stage (issue 13): TA_ERR_UNSUPPORTED, exact and fast. */
 int ta_cuda_supports(const ta_plan *plan) {
     if (plan->stages.load != TA_LOAD_NONE) return 0;
+    if (plan->p.kv_page_size > 0) return 0; /* paged KV: REF and CPU for now */
     if (ta_cuda_fast_path(plan)) return ta_cuda_fast_table_has(plan);
     return 1;
 }

@@ -28,7 +28,7 @@ enum { S = 40, H = 4, H_KV = 2, D = 32, C_Q = 6, C_K = 11, HIST = C_Q - 1 };
 
 static uint16_t q[H][S][D], k[H_KV][S][D], v[H_KV][S][D]; /* bf16 [B = 1, heads, S, D] */
 static uint16_t o_full[H][S][D], o_steps[H][S][D];
-static uint16_t hist[H][HIST][D];         /* the last query rows, [B = 1, H, n, D] */
+static uint16_t hist[H][HIST][D]; /* the last query rows, [B = 1, H, n, D] */
 static float conv_w[H][C_Q][C_K];
 static _Alignas(64) unsigned char workspace[1 << 20];
 

@@ -646,6 +646,20 @@ TA_TILING_FN void ta_tile_context(ta_tile_ctx *c, const ta_tiling *t, const ta_l
     c->q_hist = ta_strides_slice(&lay->q_hist, b, h);
 }
 
+/** The row of key j in a paged KV pool (ta_problem.kv_page_size > 0): page
+ *  pages[j / page_size], slot j % page_size, i.e. pool row
+ *  pages[j / page_size] * page_size + j % page_size; the element of (row,
+ *  kv head h, feature d) is (row * H_kv + h) * dim + d. Without pages
+ *  (pages NULL) key j is row j of its slice.
+ *  @param[in] pages      the batch entry's block table row, or NULL
+ *  @param[in] page_size  keys per page (>= 1 with pages)
+ *  @param[in] j          key, in [0, S_k)
+ *  @return the row, in the units of the k/v layout's seq stride */
+TA_TILING_FN int64_t ta_tile_kv_row(const int32_t *pages, int32_t page_size, int32_t j) {
+    if (!pages) return j;
+    return (int64_t)pages[j / page_size] * page_size + j % page_size;
+}
+
 /** Where query row r of context c lives: rows [0, S_q) in q (the returned
  *  element offset of q), history rows [-t->q_history, 0) in the history tensor
  *  (*in_hist = 1; an offset of args.q_hist). Other rows are zero padding and

@@ -29,7 +29,16 @@ typedef struct ta_plan {
                             TA_LOAD_ROPE; src/ta_rope_load.h); zero otherwise */
     size_t n_rope;       /* floats a table spans (cos, sin each): (tables - 1)
                             head_stride + (rows - 1) row_stride + pairs */
+    const int32_t *block_table; /* paged KV (p.kv_page_size > 0): the call's
+                                   [B, kv_max_blocks] table; NULL otherwise */
 } ta_plan;
+
+/* The block table row of batch entry b (paged KV), or NULL: ta_tile_kv_row's
+ * pages argument. */
+static inline const int32_t *ta_plan_pages(const ta_plan *plan, int32_t b) {
+    return plan->block_table ? plan->block_table + (size_t)b * (size_t)plan->p.kv_max_blocks
+                             : NULL;
+}
 
 struct ta_diag; /* the first failed check (src/ta_validate.h) */
 

@@ -196,3 +196,21 @@ ta_strides ta_test_strides_bshd(int32_t heads, int32_t seq, int32_t dim) {
     st.batch = (int64_t)seq * heads * dim;
     return st;
 }
+
+void ta_test_expect_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, void *ws,
+                        size_t ws_bytes, ta_status want, const char *field, const char *what) {
+    char why[256];
+    const size_t o_bytes = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q *
+                           (size_t)p->head_dim_v * sizeof(float);
+    ta_status st, ex;
+    ta_canary_fill(a->o, o_bytes);
+    st = ta_fwd(p, be, a, ws, ws_bytes, NULL);
+    ex = ta_explain_fwd(p, be, a, ws, ws_bytes, NULL, why, sizeof why);
+    TA_CHECK(st == want, "%s: ta_fwd gave %s, want %s", what, ta_status_string(st),
+             ta_status_string(want));
+    TA_CHECK(ex == st, "%s: explain gave %s, ta_fwd %s", what, ta_status_string(ex),
+             ta_status_string(st));
+    TA_CHECK(strstr(why, field) != NULL, "%s: explanation \"%s\" does not name %s", what, why,
+             field);
+    TA_CHECK(st == TA_OK || ta_canary_intact(a->o, o_bytes), "%s: o written on error", what);
+}
