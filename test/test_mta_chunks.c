@@ -81,24 +81,6 @@ static int32_t random_block_q(ta_rng *r, int32_t conv_q) {
     return bq && bq < 2 * (conv_q - 1) + 1 ? 0 : bq;
 }
 
-/* The forward of p through the CPU backend's caller-run tasks (docs/api.md,
- * "Caller-run tasks"): plan, prepare, every task on this thread, last first. */
-static ta_status run_tasks(ta_rng *r, const ta_problem *p, const ta_fwd_args *fa) {
-    ta_task_plan tp;
-    void *shared, *scratch;
-    int64_t t;
-    ta_status st = ta_fwd_task_plan(p, TA_BACKEND_CPU, &tp);
-    if (st != TA_OK) return st;
-    shared = ta_oc_workspace(r, tp.shared_bytes, 0);
-    scratch = ta_oc_workspace(r, tp.scratch_bytes, 1);
-    st = ta_fwd_tasks_prepare(p, TA_BACKEND_CPU, fa, shared, tp.shared_bytes);
-    for (t = tp.num_tasks[0] - 1; st == TA_OK && t >= 0; --t)
-        st = ta_task_run(shared, 0, t, scratch, tp.scratch_bytes);
-    ta_test_free(shared);
-    ta_test_free(scratch);
-    return st;
-}
-
 /* The full forward's (contiguous) problem p run over query rows [a, b) of
  * every (batch, head): the chunk, its outputs written into o_all (rows
  * [a, b) through o's strides) and lse_all (gathered). hist: 0 = no history,
@@ -159,7 +141,7 @@ static ta_status run_chunk(ta_backend be, ta_rng *r, const tcase *tc, int32_t pr
         fa.q_hist = qh;
     }
     if (be == TA_BACKEND_CPU && ta_rng_int(r, 0, 3) == 0) {
-        st = run_tasks(r, &p, &fa); /* the caller-run tasks, in reverse order */
+        st = ta_test_fwd_tasks(&p, &fa); /* the caller-run tasks, in reverse order */
         goto gather;
     }
     if ((st = ta_fwd_workspace_size(&p, be, &bytes)) != TA_OK) goto done;

@@ -10,7 +10,9 @@
  *      forward (o, lse) is memcmp-equal to the contiguous forward on REF,
  *      and CPU (one or two threads) equal to it too; with the MTA conv also
  *      through query history rows (a decode step) and split-K (same
- *      num_splits on both sides). Outputs poisoned first.
+ *      num_splits on both sides), and the rotary load stage (k rotated by its
+ *      logical position); a quarter of the unsplit CPU runs through the
+ *      caller-run tasks. Outputs poisoned first.
  *   2. bad input: a table entry outside [0, num_pages), too few blocks for
  *      seq_k, a NULL table, strides given for a paged k, the backward and
  *      CUDA with pages: the documented status, the explanation naming the
@@ -27,7 +29,7 @@
 #include "tileattn.h"
 #include "tileattn_tiling.h"
 
-static long n_cases, n_mta, n_hist, n_split;
+static long n_cases, n_mta, n_hist, n_split, n_rope;
 
 /* The paged copy of one [B, H_kv, S_k, dim] tensor: pool [num_pages,
  * page_size, H_kv, dim], key j of sequence b at page table[b][j / ps], slot
@@ -84,6 +86,8 @@ static ta_status run(ta_backend be, ta_rng *r, const ta_problem *p, const ta_fwd
     ta_poison(o, o_bytes);
     ta_poison(lse, lse_bytes);
     a.o = o, a.lse = lse;
+    if (be == TA_BACKEND_CPU && p->num_splits < 2 && ta_rng_int(r, 0, 3) == 0)
+        return ta_test_fwd_tasks(p, &a); /* the caller-run tasks (one split only) */
     if ((st = ta_fwd_workspace_size(p, be, &bytes)) != TA_OK) return st;
     ws = ta_oc_workspace(r, bytes, ta_rng_int(r, 0, 1));
     st = ta_fwd(p, be, &a, ws, bytes, NULL);
@@ -98,7 +102,7 @@ static void check_case(ta_rng *r) {
     ta_fwd_args a, ap;
     char desc[256];
     void *o0, *o1, *kp, *vp, *hist = NULL;
-    float *l0, *l1;
+    float *l0, *l1, *rope_cos = NULL, *rope_sin = NULL;
     int32_t *table;
     int mta = ta_rng_int(r, 0, 1), be;
     size_t ob, lb;
@@ -120,6 +124,11 @@ static void check_case(ta_rng *r) {
     p.block_k = ta_rng_int(r, 0, 2) == 0 ? 0 : ta_rng_int(r, 8, 48);
     if (mta && p.block_k && p.block_k < 4 * ((p.conv_k - 1) / 2) + 1) p.block_k = 0;
     if (ta_rng_int(r, 0, 3) == 0) p.num_splits = ta_rng_int(r, 2, 5);
+    if (p.q_history == 0 && p.head_dim >= 2 && ta_rng_int(r, 0, 3) == 0) {
+        p.rope = TA_ROPE_HALF; /* k rows rotated by their logical position, not their page's */
+        p.rope_pairs = p.head_dim / 2;
+        p.rope_rows = p.seq_q > p.seq_k ? p.seq_q : p.seq_k;
+    }
     tc.p = p;
     ta_oc_random_seqlens(r, &tc);
     ta_test_random_window(r, &tc.p, 25);
@@ -131,11 +140,20 @@ static void check_case(ta_rng *r) {
     }
     p = tc.p;
     ta_oc_describe(&tc, desc, sizeof desc);
+    if (p.rope) { /* token t uses table row t */
+        ta_rope_1d cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.n_pairs = p.rope_pairs, cfg.rows = p.rope_rows;
+        rope_cos = (float *)malloc((size_t)p.rope_rows * (size_t)p.rope_pairs * sizeof(float));
+        rope_sin = (float *)malloc((size_t)p.rope_rows * (size_t)p.rope_pairs * sizeof(float));
+        TA_CHECK(ta_rope_table_1d(&cfg, rope_cos, rope_sin) == TA_OK, "rope table");
+    }
     ob = tc.n_o * tc.eb, lb = tc.n_lse * 4;
     o0 = ta_test_alloc(ob), o1 = ta_test_alloc(ob);
     l0 = (float *)ta_test_alloc(lb), l1 = (float *)ta_test_alloc(lb);
     memset(&a, 0, sizeof a);
     a.q = tc.q, a.k = tc.k, a.v = tc.v, a.conv_w = tc.conv_w, a.seqlens_k = tc.seqlens;
+    a.rope.cos = rope_cos, a.rope.sin = rope_sin;
     if (p.q_history > 0) { /* random history rows, contiguous [B, H, n, D] */
         const size_t n =
             (size_t)p.batch * (size_t)p.heads_q * (size_t)p.q_history * (size_t)p.head_dim;
@@ -169,10 +187,11 @@ static void check_case(ta_rng *r) {
     ++n_cases;
     n_mta += mta;
     n_hist += p.q_history > 0;
+    n_rope += p.rope != 0;
     n_split += p.num_splits > 1;
     ta_test_free(o0), ta_test_free(o1), ta_test_free(l0), ta_test_free(l1);
     ta_test_free(kp), ta_test_free(vp), ta_test_free(hist);
-    free(table);
+    free(table), free(rope_cos), free(rope_sin);
     ta_oc_free_case(&tc);
 }
 
@@ -255,8 +274,8 @@ int main(int argc, char **argv) {
     check_bad_input();
     for (i = 0; i < n && ta_test_failures == 0; ++i)
         check_case(&r);
-    printf("test_paged_kv: %ld problems (%ld MTA, %ld with query history rows, %ld split-K): "
-           "paged == contiguous on REF and CPU\n",
-           n_cases, n_mta, n_hist, n_split);
+    printf("test_paged_kv: %ld problems (%ld MTA, %ld with query history rows, %ld split-K, "
+           "%ld rotary): paged == contiguous on REF and CPU\n",
+           n_cases, n_mta, n_hist, n_split, n_rope);
     return ta_test_finish("test_paged_kv");
 }
