@@ -144,6 +144,8 @@ ta_status ta_cuda_tiling(const ta_plan *plan, int32_t block_q, int32_t block_k, 
                                   pass == TA_TILING_FWD ? plan->fwd.num_splits : 1);
     if (st != TA_OK) return (ta_status)st;
     ta_tiling_set_window(t, plan->fwd.window_left, plan->fwd.window_right);
+    /* the forward's query history rows (MTA decode; the backward has none) */
+    if (pass == TA_TILING_FWD) ta_tiling_set_history(t, plan->fwd.q_history);
     return TA_OK;
 }
 
@@ -181,6 +183,7 @@ void ta_cuda_params_fwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling 
     p->o = a->o;
     p->lse = a->lse;
     p->conv_w = a->conv_w;
+    p->q_hist = t->q_history > 0 ? a->q_hist : NULL;
     ta_cuda_params_dims(p, plan, t, a->seqlens_k);
 }
 

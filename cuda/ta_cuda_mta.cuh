@@ -113,7 +113,9 @@ typedef struct ta_cuda_mta_region {
  * (+0 also for x >= rows_load and jl >= cols_load.) key_lo, key_hi [64]: each
  * loaded row's visible keys (ta_cuda_row_keys; (0, 0) for rows outside the
  * sequence), written before the call (WL = false: key_lo is not read, every
- * row's lo is 0). q, k: the (batch, head) slices. Rows
+ * row's lo is 0). q, k: the (batch, head) slices; q_hist: the query history
+ * rows (t->q_history of them; its slice placed so that row -q_history is its
+ * first), read for loaded rows in [-q_history, 0). Rows
  * and keys outside the sequence are never read.
  * s: [64][lds] with lds >= round_up(cols_load, 64); other columns untouched.
  * 64 columns per dot tile (ta_cuda_dot_tile_range, through stage[TA_CUDA_DOT_BUF]).
@@ -121,13 +123,16 @@ typedef struct ta_cuda_mta_region {
  */
 template <int DT, bool WL>
 TA_CUDA_DEV void ta_cuda_mta_scores(float *s, int32_t lds, const ta_cuda_rows &q,
-                                    const ta_cuda_rows &k, int32_t dim, float scale,
-                                    const ta_tiling *t, const int32_t *key_lo,
+                                    const ta_cuda_rows &q_hist, const ta_cuda_rows &k, int32_t dim,
+                                    float scale, const ta_tiling *t, const int32_t *key_lo,
                                     const int32_t *key_hi, ta_cuda_mta_region g, float *stage) {
     const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
-    /* loaded rows inside [0, S_q): x in [a_lo, a_hi) */
+    /* loaded rows inside [0, S_q): x in [a_lo, a_hi); the query history rows
+     * [-q_history, 0): x in [h_lo, a_lo) */
     const int32_t a_lo = ta_tiling_max_i32(0, -g.row_load0);
     const int32_t a_hi = ta_tiling_min_i32(g.rows_load, t->seq_q - g.row_load0);
+    const int32_t h_lo =
+        ta_tiling_min_i32(ta_tiling_max_i32(0, -t->q_history - g.row_load0), a_lo);
     for (int32_t c0 = 0; c0 < g.cols_load; c0 += TA_CUDA_TILE) {
         const int32_t j0 = g.col_load0 + c0; /* absolute column of chunk column 0 */
         /* chunk columns y inside [0, S_k) and the loaded range: [b_lo, b_hi) */
@@ -135,7 +140,12 @@ TA_CUDA_DEV void ta_cuda_mta_scores(float *s, int32_t lds, const ta_cuda_rows &q
         const int32_t b_hi = ta_tiling_min_i32(ta_tiling_min_i32(TA_CUDA_TILE, g.cols_load - c0),
                                                t->seq_k - j0);
         float acc[4][4];
-        ta_cuda_dot_tile_range<DT>(acc, q, g.row_load0, a_lo, a_hi, k, j0, b_lo, b_hi, dim, stage);
+        if (h_lo < a_lo) /* history rows: the first Q tile of a call with q_history > 0 */
+            ta_cuda_dot_tile_range<DT, true>(acc, q, g.row_load0, a_lo, a_hi, k, j0, b_lo, b_hi,
+                                             dim, stage, &q_hist, h_lo);
+        else
+            ta_cuda_dot_tile_range<DT>(acc, q, g.row_load0, a_lo, a_hi, k, j0, b_lo, b_hi, dim,
+                                       stage);
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
             const int32_t lo = ta_cuda_lo<WL>(key_lo, 4 * ty + r), hi = key_hi[4 * ty + r];

@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             l_run[tid] = l_lo[tid] = 0.0f;
         }
         if (tid < TA_CUDA_KEY_ROWS)
-            ta_cuda_row_keys(&t, tid < g.rows_load ? g.row_load0 + tid : -1, c.key_len,
+            ta_cuda_row_keys(&t, tid < g.rows_load ? g.row_load0 + tid : INT32_MIN, c.key_len,
                              &key_lo[tid], &key_hi[tid]);
         if (tid < NS)
             v_slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.v, c.v, p.lay.v.seq), p.head_dim_v,
@@ -129,6 +129,10 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             g.cols_load = ta_tile_col_load_end(&t, kt) - g.col_load0;
             /* step 1: S on the loaded region (starts with a barrier) */
             ta_cuda_mta_scores<DT, WL>(s, s_ld, ta_cuda_rows_of(p.q, c.q, p.lay.q.seq),
+                                       ta_cuda_rows_of(p.q_hist,
+                                                       c.q_hist + (int64_t)t.q_history *
+                                                                      p.lay.q_hist.seq,
+                                                       p.lay.q_hist.seq),
                                        ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), p.head_dim, p.scale,
                                        &t, key_lo, key_hi, g, stage);
             /* the visible effective columns [tile_lo, tile_hi) of each effective
@@ -172,12 +176,13 @@ extern "C" ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a,
     const void *kernel = ta_cuda_left_bounded(plan)
                              ? ta_cuda_pick<ta_cuda_mta_fwd_family<true>, 1>(pr->dtype, ns)
                              : ta_cuda_pick<ta_cuda_mta_fwd_family<false>, 1>(pr->dtype, ns);
-    const void *ptrs[6] = {a->q, a->k, a->v, a->o, a->lse, a->conv_w};
+    const void *ptrs[7] = {a->q,   a->k,      a->v, a->o,
+                           a->lse, a->conv_w, plan->p.q_history > 0 ? a->q_hist : NULL};
     ta_tiling t;
     size_t smem;
     ta_status st;
     const void *ptrs_ws[1] = {ws->part_o}; /* split-K's parts (NULL: none) */
-    if ((st = ta_cuda_check_pointers(ptrs, 6)) != TA_OK) return st;
+    if ((st = ta_cuda_check_pointers(ptrs, 7)) != TA_OK) return st;
     if ((st = ta_cuda_check_pointers(ptrs_ws, 1)) != TA_OK) return st;
     /* 64 loaded rows per CUDA Q tile (64 - (c_q - 1) effective); the plan's k tiles, mask */
     if ((st = ta_cuda_tiling(plan, TA_CUDA_TILE, plan->fwd.block_k, TA_TILING_FWD, &t)) != TA_OK)

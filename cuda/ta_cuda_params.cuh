@@ -44,6 +44,8 @@ extern "C" {
 struct ta_cuda_params {
     /* tensors: ta_fwd_args / ta_bwd_args, NULL where the pass has none */
     const void *q, *k, *v; /* [B,H,S_q,D], [B,H_kv,S_k,D], [B,H_kv,S_k,D_v] */
+    const void *q_hist;    /* [B,H,q_history,D]: the MTA forward's query history rows
+                              (t.q_history > 0, lay.q_hist strides); else NULL */
     const void *d_o;       /* [B,H,S_q,D_v] (backward) */
     void *o;               /* [B,H,S_q,D_v]: forward writes, backward reads */
     float *lse;            /* [B,H,S_q] f32: forward writes (or NULL), backward reads */

@@ -155,14 +155,15 @@ template <int DT> TA_CUDA_DEV void ta_cuda_store(void *base, size_t idx, float x
 /*
  * The mask: the visible keys [*lo, *hi) of query row r, the descriptor's
  * ta_tile_row_keys (causal, seqlens_k, sliding window); a row outside
- * [0, S_q) (a halo row) sees none, (0, 0). ta_tiling_visible(t, r, j, key_len)
+ * [-q_history, S_q) (a halo row above the query history rows, or past the
+ * last row) sees none, (0, 0). ta_tiling_visible(t, r, j, key_len)
  * is true exactly for lo <= j < hi.
  */
 TA_CUDA_DEV void ta_cuda_row_keys(const ta_tiling *t, int32_t r, int32_t key_len, int32_t *lo,
                                   int32_t *hi) {
     *lo = 0;
     *hi = 0;
-    if (r >= 0 && r < t->seq_q) ta_tile_row_keys(t, r, key_len, lo, hi);
+    if (r >= -t->q_history && r < t->seq_q) ta_tile_row_keys(t, r, key_len, lo, hi);
 }
 
 /*
@@ -256,7 +257,10 @@ TA_CUDA_DEV void ta_cuda_fma_4x4(float acc[4][4], const float4 a, const float4 b
  * A tile row x (0 <= x < 64) is row a_row0 + x of the slice a if a_lo <= x <
  * a_hi; other rows are not read (they give 0 and must not be used; a_row0 + x
  * may be negative there, as for the MTA halos above row 0). Likewise B with
- * b_row0, b_lo, b_hi. Operands are staged through stage[TA_CUDA_DOT_BUF] in
+ * b_row0, b_lo, b_hi. With HIST (the MTA forward's query history rows), A
+ * tile rows x in [a_hist_lo, a_lo) are row a_row0 + x of *a_hist instead (a
+ * negative row: a_hist's slice is placed so that row -q_history is its first;
+ * their offsets are kept as -2 - offset). Operands are staged through stage[TA_CUDA_DOT_BUF] in
  * chunks of TA_CUDA_FCHUNK features,
  * transposed ([f][row], stride LDT) so a thread reads its 4 rows as one
  * float4. Warps read global memory along f (coalesced); the transposing stores
@@ -266,11 +270,12 @@ TA_CUDA_DEV void ta_cuda_fma_4x4(float acc[4][4], const float4 a, const float4 b
  * chunk: held in registers, the 16 row addresses a thread stages were
  * measured to spill (ptxas, docs/cuda.md section 3).
  */
-template <int DT>
+template <int DT, bool HIST = false>
 TA_CUDA_DEV void ta_cuda_dot_tile_range(float acc[4][4], const ta_cuda_rows &a, int32_t a_row0,
                                         int32_t a_lo, int32_t a_hi, const ta_cuda_rows &b,
                                         int32_t b_row0, int32_t b_lo, int32_t b_hi, int32_t n,
-                                        float *stage) {
+                                        float *stage, const ta_cuda_rows *a_hist = nullptr,
+                                        int32_t a_hist_lo = 0) {
     float *sa = stage, *sb = stage + TA_CUDA_FCHUNK * TA_CUDA_LDT;
     /* [2][64]: element of feature 0 of A's, then B's tile rows; -1: not read */
     int64_t *offs = reinterpret_cast<int64_t *>(stage + 2 * TA_CUDA_FCHUNK * TA_CUDA_LDT);
@@ -283,9 +288,11 @@ TA_CUDA_DEV void ta_cuda_dot_tile_range(float acc[4][4], const ta_cuda_rows &a, 
     /* offs is touched by dot tiles only (row staging stays below it), and the
      * previous dot tile's last reads of it precede that tile's second
      * barrier: no barrier before these writes; the first chunk's publishes them */
-    if (tid < TA_CUDA_TILE)
+    if (tid < TA_CUDA_TILE) {
         offs[tid] = tid >= a_lo && tid < a_hi ? ta_cuda_row(a.slice, a.ld, a_row0 + tid) : -1;
-    else if (tid < 2 * TA_CUDA_TILE)
+        if (HIST && tid >= a_hist_lo && tid < a_lo)
+            offs[tid] = -2 - ta_cuda_row(a_hist->slice, a_hist->ld, a_row0 + tid);
+    } else if (tid < 2 * TA_CUDA_TILE)
         offs[tid] = tid - TA_CUDA_TILE >= b_lo && tid - TA_CUDA_TILE < b_hi
                         ? ta_cuda_row(b.slice, b.ld, b_row0 + tid - TA_CUDA_TILE)
                         : -1;
@@ -298,6 +305,8 @@ TA_CUDA_DEV void ta_cuda_dot_tile_range(float acc[4][4], const ta_cuda_rows &a, 
             float va = 0.0f, vb = 0.0f;
             if (f < nf) {
                 if (oa >= 0) va = ta_cuda_load<DT>(a.base, (size_t)(oa + f0 + f));
+                if (HIST && oa < -1)
+                    va = ta_cuda_load<DT>(a_hist->base, (size_t)(-2 - oa + f0 + f));
                 if (ob >= 0) vb = ta_cuda_load<DT>(b.base, (size_t)(ob + f0 + f));
             }
             sa[f * TA_CUDA_LDT + row] = va;

@@ -189,6 +189,30 @@ typedef struct ta_problem {
                                    0 = one table for every head. Query head h uses kv
                                    head h / (heads_q / heads_kv)'s table, so q and k of
                                    one attention share their frequencies. */
+    int32_t q_history;        /**< MTA decode / chunked prefill (docs/mta.md section 2a):
+                                   the query rows just above row 0 that exist, n in
+                                   [0, conv_q - 1] (0 without a conv); their rows are
+                                   args.q_hist. Row -n .. -1 sit at positions
+                                   pos(0) - n .. pos(0) - 1 and their raw scores enter
+                                   the conv windows of rows 0 .. n - 1, so a sequence
+                                   run in chunks equals one full forward bit for bit.
+                                   0 = rows above row 0 are zero padding (as before).
+                                   Forward only: ta_bwd (and its size query) refuse
+                                   n > 0 with TA_ERR_UNSUPPORTED; rope with n > 0 too. */
+    /* ---- Paged KV cache (docs/api.md, "Paged KV cache"); all zero = k and v are
+     * [B, H_kv, S_k, D] tensors as before. ---- */
+    int32_t kv_page_size;     /**< keys per page, >= 1: k is a pool of pages
+                                   [kv_num_pages, kv_page_size, H_kv, D] and v
+                                   [kv_num_pages, kv_page_size, H_kv, D_v] (the vLLM /
+                                   FlashInfer layout; contiguous: k_strides and
+                                   v_strides must be zero), key j of batch entry b in
+                                   page args.block_table[b][j / kv_page_size], slot
+                                   j % kv_page_size. 0 = no pages. Forward only
+                                   (ta_bwd refuses it); REF and CPU (CUDA:
+                                   TA_ERR_UNSUPPORTED for now). */
+    int32_t kv_num_pages;     /**< pages in the pool, >= 1 with kv_page_size */
+    int32_t kv_max_blocks;    /**< entries per batch entry of args.block_table, with
+                                   kv_max_blocks * kv_page_size >= seq_k */
 } ta_problem;
 
 /** ta_problem.rope: the pair convention of the rotary load stage. Pair i in
@@ -284,6 +308,21 @@ typedef struct ta_fwd_args {
     ta_strides q_strides, k_strides, v_strides, o_strides;
     /** @} */
     ta_rope_args rope; /**< rotary tables and positions (ta_problem.rope) */
+    const void *q_hist;       /**< [B, H, q_history, D] dtype, laid out by q_hist_strides:
+                                   the q_history query rows before row 0 (row t of it is
+                                   query row t - q_history), the rows the previous call
+                                   passed last. Required iff ta_problem.q_history > 0,
+                                   else ignored. Read only: no output may overlap it. */
+    ta_strides q_hist_strides; /**< strides of q_hist (ta_strides); zero = contiguous
+                                    [B, H, q_history, D]. A caller whose earlier rows sit
+                                    just above q in one buffer passes
+                                    q_hist = q - q_history rows and q_strides. */
+    const int32_t *block_table; /**< [B, kv_max_blocks] int32, HOST memory: the pages
+                                     of each sequence (ta_problem.kv_page_size > 0):
+                                     entries [0, ceil(S_k / kv_page_size)) of every row
+                                     in [0, kv_num_pages) (validated before any write;
+                                     later entries are not read). Required with pages,
+                                     else ignored. */
 } ta_fwd_args;
 
 /** Backward arguments. o and lse are the forward's outputs for the same inputs. */

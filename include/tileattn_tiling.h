@@ -84,6 +84,9 @@ typedef struct ta_tiling {
     int32_t pass;              /**< TA_TILING_FWD or TA_TILING_BWD */
     int32_t window_left;       /**< row r sees keys j >= r + diag_offset - window_left; -1: no bound */
     int32_t window_right;      /**< and j <= r + diag_offset + window_right; -1: no bound */
+    int32_t q_history;         /**< query rows [-q_history, 0) exist (ta_problem.q_history):
+                                    they are visible like any row; rows further up are
+                                    zero padding. 0 after ta_tiling_make. */
 } ta_tiling;
 
 /** The smaller, the larger of two int32.
@@ -182,6 +185,7 @@ TA_TILING_FN int ta_tiling_make(ta_tiling *t, int32_t seq_q, int32_t seq_k, int3
     t->pass = pass;
     t->window_left = -1;
     t->window_right = -1;
+    t->q_history = 0;
     return TA_OK;
 }
 
@@ -259,6 +263,15 @@ TA_TILING_FN void ta_tiling_set_window(ta_tiling *t, int32_t window_left, int32_
     t->window_right = window_right < 0 ? -1 : window_right;
 }
 
+/** Let the query rows [-q_history, 0) exist (ta_tiling_make leaves none): they
+ *  sit at positions diag_offset - q_history .. diag_offset - 1 and are visible
+ *  like any row (ta_tiling_visible), so their raw scores enter the conv.
+ *  @param[in,out] t          the tiling; its q_history is set
+ *  @param[in]     q_history  rows, in [0, halo_q_top] */
+TA_TILING_FN void ta_tiling_set_history(ta_tiling *t, int32_t q_history) {
+    t->q_history = q_history;
+}
+
 /** 1 if t has a finite right bound besides key_len (causal or window_right).
  *  @param[in] t  the tiling
  *  @return 1 or 0 */
@@ -278,10 +291,10 @@ TA_TILING_FN int64_t ta_tiling_row_hi_uncut(const ta_tiling *t, int32_t r) {
     return (int64_t)r + t->diag_offset + reach + 1;
 }
 
-/** The visible keys [*lo, *hi) of query row r (0 <= r < S_q) for key length
+/** The visible keys [*lo, *hi) of query row r (-q_history <= r < S_q) for key length
  *  key_len (0 <= key_len <= S_k): the one definition of the mask.
  *  @param[in]  t        the tiling
- *  @param[in]  r        query row, in [0, S_q)
+ *  @param[in]  r        query row, in [-q_history, S_q)
  *  @param[in]  key_len  keys of this batch entry, in [0, S_k]
  *  @param[out] lo, hi   the interval: 0 <= *lo <= *hi <= key_len; empty: *lo == *hi */
 TA_TILING_FN void ta_tile_row_keys(const ta_tiling *t, int32_t r, int32_t key_len, int32_t *lo,
@@ -300,7 +313,8 @@ TA_TILING_FN void ta_tile_row_keys(const ta_tiling *t, int32_t r, int32_t key_le
 }
 
 /** 1 if key j is visible from query row r (both absolute; either may lie
- *  outside the sequence, which is never visible): the one masking predicate.
+ *  outside the sequence, which is never visible; rows [-q_history, 0) are
+ *  history rows, inside it): the one masking predicate.
  *  @param[in] t        the tiling
  *  @param[in] r        query row, any int32
  *  @param[in] j        key, any int32
@@ -308,7 +322,7 @@ TA_TILING_FN void ta_tile_row_keys(const ta_tiling *t, int32_t r, int32_t key_le
  *  @return 1 or 0 */
 TA_TILING_FN int ta_tiling_visible(const ta_tiling *t, int32_t r, int32_t j, int32_t key_len) {
     int32_t lo, hi;
-    if (j < 0 || j >= key_len || r < 0 || r >= t->seq_q) return 0;
+    if (j < 0 || j >= key_len || r < -t->q_history || r >= t->seq_q) return 0;
     ta_tile_row_keys(t, r, key_len, &lo, &hi);
     return j >= lo && j < hi;
 }
@@ -543,6 +557,7 @@ typedef struct ta_layout {
     /** backward only (forward: unused) @{ */
     ta_strides d_o, dq, dk, dv;
     /** @} */
+    ta_strides q_hist; /**< forward with q_history > 0: the history rows [B, H, n, D] */
 } ta_layout;
 
 /** The contiguous strides of a [batch, heads, seq, dim] tensor.
@@ -584,6 +599,8 @@ typedef struct ta_tile_ctx {
     /** element offsets of the slices of kv head `head_kv` @{ */
     int64_t k, v, dk, dv;
     /** @} */
+    int64_t q_hist; /**< element offset of the history slice of query head `head`
+                         (its row 0 is query row -q_history; ta_tile_q_row) */
 } ta_tile_ctx;
 
 /** Key length of batch entry b: seqlens_k[b] (HOST memory), or seq_k if NULL.
@@ -626,6 +643,38 @@ TA_TILING_FN void ta_tile_context(ta_tile_ctx *c, const ta_tiling *t, const ta_l
     c->v = ta_strides_slice(&lay->v, b, c->head_kv);
     c->dk = ta_strides_slice(&lay->dk, b, c->head_kv);
     c->dv = ta_strides_slice(&lay->dv, b, c->head_kv);
+    c->q_hist = ta_strides_slice(&lay->q_hist, b, h);
+}
+
+/** The row of key j in a paged KV pool (ta_problem.kv_page_size > 0): page
+ *  pages[j / page_size], slot j % page_size, i.e. pool row
+ *  pages[j / page_size] * page_size + j % page_size; the element of (row,
+ *  kv head h, feature d) is (row * H_kv + h) * dim + d. Without pages
+ *  (pages NULL) key j is row j of its slice.
+ *  @param[in] pages      the batch entry's block table row, or NULL
+ *  @param[in] page_size  keys per page (>= 1 with pages)
+ *  @param[in] j          key, in [0, S_k)
+ *  @return the row, in the units of the k/v layout's seq stride */
+TA_TILING_FN int64_t ta_tile_kv_row(const int32_t *pages, int32_t page_size, int32_t j) {
+    if (!pages) return j;
+    return (int64_t)pages[j / page_size] * page_size + j % page_size;
+}
+
+/** Where query row r of context c lives: rows [0, S_q) in q (the returned
+ *  element offset of q), history rows [-t->q_history, 0) in the history tensor
+ *  (*in_hist = 1; an offset of args.q_hist). Other rows are zero padding and
+ *  must not be asked for.
+ *  @param[in]  t        the tiling (its q_history)
+ *  @param[in]  lay      the resolved strides (q, q_hist)
+ *  @param[in]  c        the context (its q, q_hist slice offsets)
+ *  @param[in]  r        query row, in [-t->q_history, S_q)
+ *  @param[out] in_hist  1 if the row is a history row, else 0
+ *  @return the element offset of the row's feature 0 */
+TA_TILING_FN int64_t ta_tile_q_row(const ta_tiling *t, const ta_layout *lay, const ta_tile_ctx *c,
+                                   int32_t r, int *in_hist) {
+    *in_hist = r < 0;
+    if (r < 0) return c->q_hist + (int64_t)(r + t->q_history) * lay->q_hist.seq;
+    return c->q + (int64_t)r * lay->q.seq;
 }
 
 #ifdef __cplusplus

@@ -153,6 +153,12 @@ static inline float ta_ref_dot(const float *a, const float *b, int32_t n) {
 void ta_ref_load_rows(float *dst, const void *src, ta_dtype dt, int64_t slice, int64_t row_stride,
                       int32_t seq, int32_t first, int32_t count, int32_t dim);
 
+/* The Q tile [rows_load, D] of step st under tiling t: ta_ref_load_rows of q,
+ * then the history rows [-t->q_history, 0) it covers from q_hist (docs/mta.md
+ * section 2a); rows above them stay zero padding. */
+void ta_ref_load_q(const ta_plan *plan, const void *q, const void *q_hist, const ta_tiling *t,
+                   float *dst, const ta_ref_step *st);
+
 /* The rotary load stage (src/ta_rope_load.h) on a [count, D] tile whose rows
  * are tokens [first, first + count) of side TA_ROPE_SIDE_Q or _K of step st's
  * batch entry and kv head: each row inside its sequence rotated in place;

@@ -7,7 +7,8 @@
  * (SDPA) and docs/mta.md (the conv).
  *
  * For each (batch b, query head h, Q tile qt) of plan->fwd:
- *   1. load the Q tile's loaded rows (widened; rows above row 0 are zeros);
+ *   1. load the Q tile's loaded rows (widened; rows above row 0 are the
+ *      q_history rows of args.q_hist, zeros above them);
  *      m = -inf, l = 0, acc = 0 per effective row
  *   2. for each K tile kt in the context's [k_begin, k_end) ascending:
  *        S = scores on the loaded region (masked entries 0)
@@ -245,8 +246,7 @@ static void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const t
     ta_tile_split_visit(t, st->ctx.key_len, split < 0 ? 0 : split, st->ctx.k_begin, st->ctx.k_end,
                         &k_begin, &k_end);
     /* step 1: Q tile [rows_load, D] widened; m = -inf, l = 0, acc = 0 */
-    ta_ref_load_rows(ws->q, a->q, p->dtype, st->ctx.q, plan->layout.q.seq, p->seq_q,
-                     st->row_load_begin, st->rows_load, d_qk);
+    ta_ref_load_q(plan, a->q, a->q_hist, t, ws->q, st); /* history rows too */
     ta_ref_rope_rows(plan, ws->q, TA_ROPE_SIDE_Q, st, st->row_load_begin, st->rows_load);
     for (i = 0; i < st->rows; ++i) {
         ws->row_max[i] = -INFINITY;

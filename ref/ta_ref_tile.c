@@ -12,15 +12,40 @@
 #include "ta_ref.h"
 #include "ta_rope_load.h"
 
-void ta_ref_load_rows(float *dst, const void *src, ta_dtype dt, int64_t slice, int64_t row_stride,
-                      int32_t seq, int32_t first, int32_t count, int32_t dim) {
+/* ta_ref_load_rows with row r of the slice at its paged pool row (pages: the
+ * batch entry's block table row; NULL = row r itself, ta_tile_kv_row). */
+static void ta_ref_load_rows_paged(float *dst, const void *src, ta_dtype dt, int64_t slice,
+                                   int64_t row_stride, const int32_t *pages, int32_t page_size,
+                                   int32_t seq, int32_t first, int32_t count, int32_t dim) {
     int32_t r, d;
     for (r = first; r < first + count; ++r) {
         float *dst_row = dst + ta_ref_off(first, r, dim); /* [dim] */
         const int in_seq = r >= 0 && r < seq;
-        const size_t src_first = in_seq ? ta_ref_row(slice, row_stride, r) : 0;
+        const size_t src_first =
+            in_seq ? (size_t)(slice + ta_tile_kv_row(pages, page_size, r) * row_stride) : 0;
         for (d = 0; d < dim; ++d)
             dst_row[d] = in_seq ? ta_load(src, dt, src_first + (size_t)d) : 0.0f;
+    }
+}
+
+void ta_ref_load_rows(float *dst, const void *src, ta_dtype dt, int64_t slice, int64_t row_stride,
+                      int32_t seq, int32_t first, int32_t count, int32_t dim) {
+    ta_ref_load_rows_paged(dst, src, dt, slice, row_stride, NULL, 0, seq, first, count, dim);
+}
+
+void ta_ref_load_q(const ta_plan *plan, const void *q, const void *q_hist, const ta_tiling *t,
+                   float *dst, const ta_ref_step *st) {
+    const int32_t dim = plan->p.head_dim, first = st->row_load_begin;
+    int32_t r, d;
+    ta_ref_load_rows(dst, q, plan->p.dtype, st->ctx.q, plan->layout.q.seq, plan->p.seq_q, first,
+                     st->rows_load, dim);
+    /* the history rows [-q_history, 0) inside the loaded rows (zero above them) */
+    for (r = ta_tiling_max_i32(first, -t->q_history); r < 0 && r < first + st->rows_load; ++r) {
+        float *dst_row = dst + ta_ref_off(first, r, dim); /* [dim] */
+        int in_hist;
+        const size_t src_first = (size_t)ta_tile_q_row(t, &plan->layout, &st->ctx, r, &in_hist);
+        for (d = 0; d < dim; ++d)
+            dst_row[d] = ta_load(q_hist, plan->p.dtype, src_first + (size_t)d);
     }
 }
 
@@ -45,11 +70,12 @@ void ta_ref_load_kv(const ta_plan *plan, const void *k, const void *v, float *k_
                     const ta_ref_step *st) {
     const ta_problem *p = &plan->p;
     const ta_layout *lay = &plan->layout;
-    ta_ref_load_rows(k_tile, k, p->dtype, st->ctx.k, lay->k.seq, p->seq_k, st->col_load_begin,
-                     st->cols_load, p->head_dim);
+    const int32_t *pages = ta_plan_pages(plan, st->ctx.batch); /* paged KV, or NULL */
+    ta_ref_load_rows_paged(k_tile, k, p->dtype, st->ctx.k, lay->k.seq, pages, p->kv_page_size,
+                           p->seq_k, st->col_load_begin, st->cols_load, p->head_dim);
     ta_ref_rope_rows(plan, k_tile, TA_ROPE_SIDE_K, st, st->col_load_begin, st->cols_load);
-    ta_ref_load_rows(v_tile, v, p->dtype, st->ctx.v, lay->v.seq, p->seq_k, st->col_load_begin,
-                     st->cols_load, p->head_dim_v);
+    ta_ref_load_rows_paged(v_tile, v, p->dtype, st->ctx.v, lay->v.seq, pages, p->kv_page_size,
+                           p->seq_k, st->col_load_begin, st->cols_load, p->head_dim_v);
 }
 
 void ta_ref_scores(const ta_ref_tile *s, const float *q_tile, const float *k_tile, int32_t dim,

@@ -72,6 +72,22 @@ static ta_status ta_plan_for(const ta_problem *p, ta_backend be, int for_call, t
     return TA_OK;
 }
 
+/* Right after step 2 for the backward: what its pass cannot run yet. The
+ * query history rows (ta_problem.q_history) are forward only: their scores
+ * enter the conv, so dk, dv and dconv_w would need their terms and their own
+ * gradient would be another output (docs/mta.md section 2a). */
+static ta_status ta_check_bwd_problem(const ta_plan *pl, ta_diag *d) {
+    if (pl->p.q_history > 0)
+        return ta_fail_value(d, TA_ERR_UNSUPPORTED, "q_history", pl->p.q_history,
+                             "the backward has no query history rows yet (forward only; "
+                             "must be 0 for ta_bwd)");
+    if (pl->p.kv_page_size > 0) /* the gradients would be pools too: not built */
+        return ta_fail_value(d, TA_ERR_UNSUPPORTED, "kv_page_size", pl->p.kv_page_size,
+                             "the backward has no paged KV cache yet (forward only; "
+                             "must be 0 for ta_bwd)");
+    return TA_OK;
+}
+
 /* Steps 1-2 and the backend's workspace size for one pass (bwd: 0 or 1). */
 static ta_status ta_size_validate(const ta_problem *p, ta_backend be, int bwd, size_t *n,
                                   ta_diag *d) {
@@ -79,6 +95,7 @@ static ta_status ta_size_validate(const ta_problem *p, ta_backend be, int bwd, s
     ta_plan pl;
     ta_status st;
     if ((st = ta_plan_for(p, be, 0, &pl, &ops, d)) != TA_OK) return st;
+    if (bwd && (st = ta_check_bwd_problem(&pl, d)) != TA_OK) return st;
     if ((st = (bwd ? ops->bwd_size : ops->fwd_size)(&pl, n)) != TA_OK)
         return ta_fail(d, st, "workspace size", "the backend's workspace layout overflows size_t");
     return TA_OK;
@@ -141,19 +158,31 @@ static ta_status ta_check_required(const void *const *ptrs, const char *const *n
 static ta_status ta_fwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend be,
                                    const ta_fwd_args *a, const void *ws, size_t ws_bytes,
                                    size_t ws_needed, ta_diag *d) {
-    static const char *const names[] = {"args.q", "args.k", "args.v", "args.o", "args.conv_w"};
-    const void *const req[] = {a->q, a->k, a->v, a->o,
-                               pl->has_conv ? (const void *)a->conv_w : (const void *)a};
+    static const char *const names[] = {"args.q",      "args.k",      "args.v",
+                                        "args.o",      "args.conv_w", "args.q_hist",
+                                        "args.block_table"};
+    const void *const req[] = {a->q,
+                               a->k,
+                               a->v,
+                               a->o,
+                               pl->has_conv ? (const void *)a->conv_w : (const void *)a,
+                               pl->p.q_history > 0 ? a->q_hist : (const void *)a,
+                               pl->p.kv_page_size > 0 ? (const void *)a->block_table
+                                                      : (const void *)a};
     const size_t eb = pl->elem_bytes;
     const size_t n_seql = (size_t)pl->p.batch;
     size_t tr_bytes;
     ta_status st;
-    if ((st = ta_check_required(req, names, 5, d)) != TA_OK) return st;
+    if ((st = ta_check_required(req, names, 7, d)) != TA_OK) return st;
+    pl->block_table = pl->p.kv_page_size > 0 ? a->block_table : NULL;
     if ((st = ta_plan_set_rope(pl, &a->rope, d)) != TA_OK) return st;
     if ((st = ta_check_trace(be, a->trace, &tr_bytes, d)) != TA_OK) return st;
     {
         const ta_buf in[] = {
             {a->q, ex->q, eb, "args.q"},
+            {pl->p.q_history > 0 ? a->q_hist : NULL, ex->q_hist, eb, "args.q_hist"},
+            TA_BUF(pl->block_table, n_seql * (size_t)pl->p.kv_max_blocks, sizeof(int32_t),
+                   "args.block_table"),
             {a->k, ex->k, eb, "args.k"},
             {a->v, ex->v, eb, "args.v"},
             TA_BUF(pl->has_conv ? a->conv_w : NULL, pl->n_conv, sizeof(float), "args.conv_w"),
@@ -163,7 +192,7 @@ static ta_status ta_fwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend
                               TA_BUF(a->lse, pl->n_lse, sizeof(float), "args.lse"),
                               TA_TRACE_BUFS(a->trace, tr_bytes),
                               {ws, ws_needed, 1, "workspace"}};
-        if ((st = ta_check_buffers(in, 9, out, 5, d)) != TA_OK) return st;
+        if ((st = ta_check_buffers(in, 11, out, 5, d)) != TA_OK) return st;
     }
     return ta_check_workspace(ws, ws_bytes, ws_needed, d);
 }
@@ -220,6 +249,7 @@ static ta_status ta_fwd_validate_mode(const ta_problem *p, ta_backend be, const 
     if ((st = ta_call_need(be, *ops, pl, 0, tasks, &need, d)) != TA_OK) return st;
     if ((st = ta_fwd_check_ptrs(pl, ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
     if ((st = ta_check_seqlens_host(pl, a->seqlens_k, d)) != TA_OK) return st;
+    if ((st = ta_check_block_table(pl, d)) != TA_OK) return st;
     /* positions in device memory (CUDA): not readable here; the kernels clamp
      * them into the table (docs/rope.md) */
     return (*ops)->host_memory ? ta_check_rope_pos(pl, d) : TA_OK;
@@ -326,6 +356,7 @@ static ta_status ta_bwd_validate_mode(const ta_problem *p, ta_backend be, const 
     size_t need = 0;
     ta_status st;
     if ((st = ta_call_begin(p, be, a, stream, tasks, pl, ops, d)) != TA_OK) return st;
+    if ((st = ta_check_bwd_problem(pl, d)) != TA_OK) return st;
     if ((st = ta_plan_set_bwd_layout(pl, a, ex, d)) != TA_OK) return st;
     if ((st = ta_call_need(be, *ops, pl, 1, tasks, &need, d)) != TA_OK) return st;
     if ((st = ta_bwd_check_ptrs(pl, ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
@@ -415,6 +446,7 @@ static ta_status ta_task_plan_query(const ta_problem *p, ta_backend be, int bwd,
     if (!p || !out) return TA_ERR_NULL_ARG;
     if ((st = ta_plan_for(p, be, 0, &pl, &ops, &d)) != TA_OK) return st;
     if ((st = ta_tasks_backend(be, &d)) != TA_OK) return st;
+    if (bwd && (st = ta_check_bwd_problem(&pl, &d)) != TA_OK) return st;
     if ((st = ta_cpu_tasks_plan(&pl, bwd, &tp)) != TA_OK) return st;
     *out = tp;
     return TA_OK;

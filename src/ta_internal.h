@@ -29,7 +29,16 @@ typedef struct ta_plan {
                             TA_LOAD_ROPE; src/ta_rope_load.h); zero otherwise */
     size_t n_rope;       /* floats a table spans (cos, sin each): (tables - 1)
                             head_stride + (rows - 1) row_stride + pairs */
+    const int32_t *block_table; /* paged KV (p.kv_page_size > 0): the call's
+                                   [B, kv_max_blocks] table; NULL otherwise */
 } ta_plan;
+
+/* The block table row of batch entry b (paged KV), or NULL: ta_tile_kv_row's
+ * pages argument. */
+static inline const int32_t *ta_plan_pages(const ta_plan *plan, int32_t b) {
+    return plan->block_table ? plan->block_table + (size_t)b * (size_t)plan->p.kv_max_blocks
+                             : NULL;
+}
 
 struct ta_diag; /* the first failed check (src/ta_validate.h) */
 
@@ -41,6 +50,7 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *plan, struct
  * base to one past its last element (the overlap checks use it). */
 typedef struct ta_extents {
     size_t q, k, v, o, d_o, dq, dk, dv;
+    size_t q_hist; /* forward with q_history > 0; else 0 */
 } ta_extents;
 
 /* Take a call's strides into plan->layout (zeros = contiguous), validate them

@@ -115,8 +115,37 @@ static ta_status ta_rope_span(ta_plan *pl, ta_diag *d) {
     return TA_OK;
 }
 
+/* The paged KV cache's sizes: all zero without pages; with them a pool and a
+ * table row long enough for seq_k keys. */
+static ta_status ta_check_pages(const ta_problem *p, ta_diag *d) {
+    int64_t need;
+    if (p->kv_page_size < 0)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "kv_page_size", p->kv_page_size, TA_DIAG_LO, 0,
+                              0);
+    if (p->kv_page_size == 0) {
+        if (p->kv_num_pages != 0)
+            return ta_fail_value(d, TA_ERR_BAD_ARG, "kv_num_pages", p->kv_num_pages,
+                                 "set without kv_page_size (must then be 0)");
+        if (p->kv_max_blocks != 0)
+            return ta_fail_value(d, TA_ERR_BAD_ARG, "kv_max_blocks", p->kv_max_blocks,
+                                 "set without kv_page_size (must then be 0)");
+        return TA_OK;
+    }
+    if (p->kv_num_pages < 1)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "kv_num_pages", p->kv_num_pages, TA_DIAG_LO, 1,
+                              0);
+    need = ((int64_t)p->seq_k + p->kv_page_size - 1) / p->kv_page_size;
+    if (p->kv_max_blocks < need) {
+        ta_fail_bounds(d, TA_ERR_BAD_ARG, "kv_max_blocks", p->kv_max_blocks, TA_DIAG_LO, need, 0);
+        d->rule = "too few blocks for seq_k keys (ceil(seq_k / kv_page_size))";
+        return TA_ERR_BAD_ARG;
+    }
+    return TA_OK;
+}
+
 /* Conv, tile sizes and thread count. */
 static ta_status ta_check_sizes(const ta_problem *p, ta_diag *d) {
+    ta_status st;
     if ((p->conv_q == 0) != (p->conv_k == 0))
         return ta_fail_value(d, TA_ERR_BAD_ARG, p->conv_q == 0 ? "conv_k" : "conv_q",
                              p->conv_q == 0 ? p->conv_k : p->conv_q,
@@ -152,6 +181,15 @@ static ta_status ta_check_sizes(const ta_problem *p, ta_diag *d) {
     if (p->num_splits < TA_SPLITS_AUTO)
         return ta_fail_bounds(d, TA_ERR_BAD_ARG, "num_splits", p->num_splits, TA_DIAG_LO,
                               TA_SPLITS_AUTO, 0);
+    /* history rows feed the conv's query window only: at most c_q - 1 of them */
+    if (p->q_history < 0 || p->q_history > (p->conv_q > 0 ? p->conv_q - 1 : 0)) {
+        ta_fail_bounds(d, TA_ERR_BAD_ARG, "q_history", p->q_history, TA_DIAG_LO | TA_DIAG_HI, 0,
+                       p->conv_q > 0 ? p->conv_q - 1 : 0);
+        d->rule = p->conv_q > 0 ? "more rows than the conv's query window reads (conv_q - 1)"
+                                : "needs the MTA conv (without one it must be 0)";
+        return TA_ERR_BAD_ARG;
+    }
+    if ((st = ta_check_pages(p, d)) != TA_OK) return st;
     if (p->block_q != 0 && !ta_tiling_is_block_size(p->block_q))
         return ta_fail_bounds(d, TA_ERR_UNSUPPORTED, "block_q", p->block_q, TA_DIAG_LO | TA_DIAG_HI,
                               TA_BLOCK_MIN, TA_BLOCK_MAX);
@@ -256,6 +294,10 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl, ta_diag 
     if (pl->has_conv && !(p->flags & TA_CAUSAL)) /* MTA is causal */
         return ta_fail_value(d, TA_ERR_UNSUPPORTED, "flags", (int64_t)p->flags,
                              "the MTA conv needs TA_CAUSAL");
+    if (p->q_history > 0 && pl->stages.load == TA_LOAD_ROPE) /* no positions for them yet */
+        return ta_fail_value(d, TA_ERR_UNSUPPORTED, "q_history", p->q_history,
+                             "with rope: history rows have no rotary positions yet (pass "
+                             "rotated q and q_hist with rope = 0)");
     if (p->scale == 0.0f) pl->p.scale = 1.0f / sqrtf((float)p->head_dim);
     ta_tiling_default_blocks(p->conv_q, p->conv_k, &bq, &bk);
     if (p->block_q != 0) bq = p->block_q;
@@ -270,6 +312,7 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl, ta_diag 
      * past them would be empty: same bits, less workspace) */
     pl->fwd.num_splits = ta_plan_splits(p, pl->fwd.num_k_tiles);
     pl->stages.num_splits = pl->fwd.num_splits;
+    ta_tiling_set_history(&pl->fwd, p->q_history); /* the backward refuses history rows */
     pl->has_window = (p->flags & TA_WINDOW) != 0;
     if (pl->has_window) {
         ta_tiling_set_window(&pl->fwd, p->window_left, p->window_right);
@@ -289,7 +332,14 @@ static void ta_plan_contiguous_layout(ta_plan *pl) {
     l->o = l->d_o = ta_strides_contiguous(p->heads_q, p->seq_q, p->head_dim_v);
     l->k = l->dk = ta_strides_contiguous(p->heads_kv, p->seq_k, p->head_dim);
     l->v = l->dv = ta_strides_contiguous(p->heads_kv, p->seq_k, p->head_dim_v);
+    l->q_hist = ta_strides_contiguous(p->heads_q, p->q_history, p->head_dim);
     pl->strided = 0;
+    if (p->kv_page_size > 0) { /* pool rows [page, slot] of H_kv heads: row j's element of
+                                  (h, d) at row * H_kv dim + h dim + d (ta_tile_kv_row) */
+        l->k.batch = 0, l->k.head = p->head_dim, l->k.seq = (int64_t)p->heads_kv * p->head_dim;
+        l->v.batch = 0, l->v.head = p->head_dim_v;
+        l->v.seq = (int64_t)p->heads_kv * p->head_dim_v;
+    }
 }
 
 /*
@@ -364,6 +414,32 @@ static ta_status ta_check_strides(ta_strides *s, const ta_strides *dense, int32_
         if (st != TA_OK) return st;                                                                \
     } while (0)
 
+/* A paged k and v (ta_problem.kv_page_size > 0): contiguous pools, so their
+ * strides must be zero (the layout is ta_plan_contiguous_layout's); their
+ * extents are the pools', [kv_num_pages, kv_page_size, H_kv, D (D_v)]. */
+static ta_status ta_paged_extents(const ta_plan *pl, const ta_strides *k, const ta_strides *v,
+                                  ta_extents *ext, ta_diag *d) {
+    const ta_problem *p = &pl->p;
+    const ta_strides *const s[2] = {k, v};
+    static const char *const names[2] = {"args.k_strides", "args.v_strides"};
+    size_t rows, row_k, row_v;
+    int i;
+    for (i = 0; i < 2; ++i)
+        if (s[i]->batch != 0 || s[i]->head != 0 || s[i]->seq != 0)
+            return ta_fail(d, TA_ERR_BAD_ARG, names[i],
+                           "must be zero with a paged KV cache (the pages are contiguous "
+                           "[kv_num_pages, kv_page_size, H_kv, D])");
+    if (!ta_mul_size((size_t)p->kv_num_pages, (size_t)p->kv_page_size, &rows) ||
+        !ta_mul_size(rows, (size_t)p->heads_kv, &rows) ||
+        !ta_mul_size(rows, (size_t)p->head_dim * pl->elem_bytes, &row_k) ||
+        !ta_mul_size(rows, (size_t)p->head_dim_v * pl->elem_bytes, &row_v))
+        return ta_fail(d, TA_ERR_OVERFLOW, "kv_num_pages",
+                       "the page pool's byte count overflows size_t");
+    ext->k = row_k;
+    ext->v = row_v;
+    return TA_OK;
+}
+
 /* q, k, v, o: the tensors both passes take. */
 static ta_status ta_set_qkvo_layout(ta_plan *pl, const ta_strides *q, const ta_strides *k,
                                     const ta_strides *v, const ta_strides *o, ta_extents *ext,
@@ -373,15 +449,24 @@ static ta_status ta_set_qkvo_layout(ta_plan *pl, const ta_strides *q, const ta_s
     memset(ext, 0, sizeof *ext);
     ta_plan_contiguous_layout(pl);
     TA_CHECK_STRIDES(q, *q, p->heads_q, p->seq_q, p->head_dim, ext->q);
-    TA_CHECK_STRIDES(k, *k, p->heads_kv, p->seq_k, p->head_dim, ext->k);
-    TA_CHECK_STRIDES(v, *v, p->heads_kv, p->seq_k, p->head_dim_v, ext->v);
+    if (p->kv_page_size > 0) {
+        if ((st = ta_paged_extents(pl, k, v, ext, d)) != TA_OK) return st;
+    } else {
+        TA_CHECK_STRIDES(k, *k, p->heads_kv, p->seq_k, p->head_dim, ext->k);
+        TA_CHECK_STRIDES(v, *v, p->heads_kv, p->seq_k, p->head_dim_v, ext->v);
+    }
     TA_CHECK_STRIDES(o, *o, p->heads_q, p->seq_q, p->head_dim_v, ext->o);
     return TA_OK;
 }
 
 ta_status ta_plan_set_fwd_layout(ta_plan *pl, const ta_fwd_args *a, ta_extents *ext, ta_diag *d) {
-    return ta_set_qkvo_layout(pl, &a->q_strides, &a->k_strides, &a->v_strides, &a->o_strides, ext,
-                              d);
+    const ta_problem *p = &pl->p;
+    ta_status st =
+        ta_set_qkvo_layout(pl, &a->q_strides, &a->k_strides, &a->v_strides, &a->o_strides, ext, d);
+    if (st != TA_OK || p->q_history == 0) return st;
+    /* the history rows [B, H, q_history, D]: strided like any input */
+    TA_CHECK_STRIDES(q_hist, a->q_hist_strides, p->heads_q, p->q_history, p->head_dim, ext->q_hist);
+    return TA_OK;
 }
 
 ta_status ta_plan_set_bwd_layout(ta_plan *pl, const ta_bwd_args *a, ta_extents *ext, ta_diag *d) {
@@ -403,6 +488,26 @@ ta_status ta_plan_set_rope(ta_plan *pl, const ta_rope_args *r, ta_diag *d) {
     if (!r->cos) return ta_fail(d, TA_ERR_NULL_ARG, "args.rope.cos", "must not be NULL with rope");
     if (!r->sin) return ta_fail(d, TA_ERR_NULL_ARG, "args.rope.sin", "must not be NULL with rope");
     pl->rope = *r;
+    return TA_OK;
+}
+
+ta_status ta_check_block_table(const ta_plan *pl, ta_diag *d) {
+    const ta_problem *p = &pl->p;
+    const int32_t need = p->kv_page_size > 0 ? (p->seq_k - 1) / p->kv_page_size + 1 : 0;
+    int32_t b, i;
+    if (!pl->block_table) return TA_OK;
+    for (b = 0; b < p->batch; ++b)
+        for (i = 0; i < need; ++i) {
+            const size_t at = (size_t)b * (size_t)p->kv_max_blocks + (size_t)i;
+            const int32_t page = pl->block_table[at];
+            if (page < 0 || page >= p->kv_num_pages) {
+                ta_fail_bounds(d, TA_ERR_BAD_ARG, "args.block_table", page,
+                               TA_DIAG_LO | TA_DIAG_HI, 0, p->kv_num_pages - 1);
+                d->flags |= TA_DIAG_INDEX;
+                d->index = (int64_t)at;
+                return TA_ERR_BAD_ARG;
+            }
+        }
     return TA_OK;
 }
 

@@ -69,6 +69,9 @@ ta_status ta_check_buffers(const ta_buf *in, int n_in, const ta_buf *out, int n_
 ta_status ta_check_workspace(const void *ws, size_t ws_bytes, size_t needed, ta_diag *d);
 /* Reads seqlens_k (host memory): each value in [0, seq_k]. */
 ta_status ta_check_seqlens_host(const ta_plan *pl, const int32_t *seqlens_k, ta_diag *d);
+/* Reads the paged KV block table (host memory; nothing without pages): the
+ * entries [0, ceil(seq_k / kv_page_size)) of every row in [0, kv_num_pages). */
+ta_status ta_check_block_table(const ta_plan *pl, ta_diag *d);
 /* Reads the rotary positions (host memory): each in [0, rope_rows); a NULL
  * array needs its sequence length <= rope_rows. */
 ta_status ta_check_rope_pos(const ta_plan *pl, ta_diag *d);

@@ -42,6 +42,11 @@
  * f16 and bf16, contiguous or [B, S, H, D] o, lse or none; CUDA's o and lse
  * memcmp-equal to REF's, device outputs poisoned first, gap bytes of a strided
  * o untouched; a pageable host part is TA_ERR_BAD_ARG with the outputs untouched.
+ * Then MTA decode and chunked prefill with query history rows (docs/mta.md
+ * section 2a): random MTA sequences run on CUDA in random chunks (q_history,
+ * q_hist in place or a device copy, growing key range, seqlens, windows, GQA,
+ * every dtype) give REF's full forward bit for bit; a pageable q_hist is
+ * TA_ERR_BAD_ARG.
  * Then device bad-input cases: pageable host pointers (TA_ERR_BAD_ARG, outputs
  * untouched), mapped pinned host memory and managed memory (accepted, same
  * bits), workspace too small or misaligned, conv and trace (unsupported), and
@@ -1220,6 +1225,200 @@ static void merge_cases(ta_rng *r, int n) {
     printf("test_cuda_equiv: ta_merge %d of %d random merges bit-identical to REF\n", n_ok, n);
 }
 
+/* ---- MTA decode / chunked prefill with query history rows: CUDA == REF ---- */
+
+/* One random MTA sequence (docs/mta.md section 2a): REF's full forward on the
+ * host; then CUDA runs it in random chunks (prefill pieces, then 1..3 rows at
+ * a time) against the growing key range, each with q_history = min(c_q - 1,
+ * rows before) and the rows read in place (q - n rows) or from a device copy;
+ * the gathered o and lse must equal REF's full forward bit for bit. A
+ * pageable host q_hist is TA_ERR_BAD_ARG. Returns 1 if it passed. */
+static int history_case(ta_rng *r, int idx) {
+    ta_problem p, pc;
+    ta_fwd_args fa;
+    int32_t prefix, *seqlens = NULL, *seql_c, *ends, n_ends = 0, at = 0, c, b, h;
+    size_t n_q, n_k, n_v, n_o, n_lse, n_w, eb, bytes, i;
+    void *q, *k, *v, *o_ref, *o_got, *d_q, *d_k, *d_v, *d_o, *d_hist, *ws = NULL;
+    float *w, *lse_ref, *lse_got, *lse_c, *d_w, *d_lse;
+    char desc[200];
+    int ok = 1, refused_pageable = 0;
+    ta_status st;
+    memset(&p, 0, sizeof p);
+    p.batch = ta_rng_int(r, 1, 2), p.heads_kv = ta_rng_int(r, 1, 2);
+    p.heads_q = p.heads_kv * ta_rng_int(r, 1, 3);
+    p.head_dim = pick_dim(r), p.head_dim_v = pick_dim(r);
+    p.dtype = (ta_dtype)ta_rng_int(r, 0, 2);
+    p.conv_q = ta_rng_int(r, 0, 2) == 0 ? 6 : ta_rng_int(r, 1, 8);
+    p.conv_k = p.conv_q == 6 ? 11 : 2 * ta_rng_int(r, 0, 7) + 1;
+    p.seq_q = ta_rng_int(r, 0, 3) == 0 ? ta_rng_int(r, 1, 8) : ta_rng_int(r, 1, 200);
+    prefix = ta_rng_int(r, 0, 2) == 0 ? ta_rng_int(r, 1, 100) : 0;
+    p.seq_k = prefix + p.seq_q;
+    p.flags = TA_CAUSAL;
+    p.block_k = ta_rng_int(r, 0, 1) ? 0 : ta_rng_int(r, 4 * ((p.conv_k - 1) / 2) + 1, 128);
+    if (p.block_k < TA_BLOCK_MIN && p.block_k) p.block_k = TA_BLOCK_MIN;
+    ta_test_random_window(r, &p, 25);
+    eb = ta_dtype_size(p.dtype);
+    n_lse = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q;
+    n_q = n_lse * (size_t)p.head_dim, n_o = n_lse * (size_t)p.head_dim_v;
+    n_k = (size_t)p.batch * (size_t)p.heads_kv * (size_t)p.seq_k * (size_t)p.head_dim;
+    n_v = n_k / (size_t)p.head_dim * (size_t)p.head_dim_v;
+    n_w = (size_t)p.heads_q * (size_t)p.conv_q * (size_t)p.conv_k;
+    snprintf(desc, sizeof desc,
+             "history #%d B=%d H=%d/%d S=%d prefix=%d D=%d/%d conv=%dx%d dtype=%d bk=%d win=%d,%d",
+             idx, (int)p.batch, (int)p.heads_q, (int)p.heads_kv, (int)p.seq_q, (int)prefix,
+             (int)p.head_dim, (int)p.head_dim_v, (int)p.conv_q, (int)p.conv_k, (int)p.dtype,
+             (int)p.block_k, (int)p.window_left, (int)p.window_right);
+    q = malloc(n_q * eb), k = malloc(n_k * eb), v = malloc(n_v * eb);
+    o_ref = malloc(n_o * eb), o_got = malloc(n_o * eb);
+    w = (float *)malloc(n_w * 4), lse_ref = (float *)malloc(n_lse * 4);
+    lse_got = (float *)malloc(n_lse * 4), lse_c = (float *)malloc(n_lse * 4);
+    ends = (int32_t *)malloc(((size_t)p.seq_q + 2) * sizeof(int32_t));
+    seql_c = (int32_t *)malloc((size_t)p.batch * sizeof(int32_t));
+    if (!q || !k || !v || !o_ref || !o_got || !w || !lse_ref || !lse_got || !lse_c || !ends ||
+        !seql_c) {
+        fprintf(stderr, "out of host memory\n");
+        exit(1);
+    }
+    ta_fill_uniform(r, q, p.dtype, n_q, -1.5f, 1.5f);
+    ta_fill_uniform(r, k, p.dtype, n_k, -1.5f, 1.5f);
+    ta_fill_uniform(r, v, p.dtype, n_v, -1.0f, 1.0f);
+    for (i = 0; i < n_w; ++i)
+        w[i] = ta_rng_uniform(r, -0.3f, 0.3f) + (i % (size_t)(p.conv_q * p.conv_k) ==
+                                                         (size_t)((p.conv_q - 1) * p.conv_k +
+                                                                  (p.conv_k - 1) / 2)
+                                                     ? 1.0f
+                                                     : 0.0f);
+    if (ta_rng_int(r, 0, 9) < 4) {
+        seqlens = (int32_t *)malloc((size_t)p.batch * sizeof(int32_t));
+        for (b = 0; b < p.batch; ++b)
+            seqlens[b] = ta_rng_int(r, 0, p.seq_k);
+    }
+    /* REF: the full forward */
+    memset(&fa, 0, sizeof fa);
+    fa.q = q, fa.k = k, fa.v = v, fa.o = o_ref, fa.lse = lse_ref, fa.conv_w = w;
+    fa.seqlens_k = seqlens;
+    if ((st = ta_fwd_workspace_size(&p, TA_BACKEND_REF, &bytes)) == TA_OK) {
+        void *hws = ta_test_alloc(bytes);
+        st = ta_fwd(&p, TA_BACKEND_REF, &fa, hws, bytes, NULL);
+        ta_test_free(hws);
+    }
+    if (st != TA_OK) {
+        FAIL("%s: REF full forward: %s", desc, ta_status_string(st));
+        ok = 0;
+    }
+    /* CUDA: the chunks */
+    d_q = dev_alloc(n_q * eb), d_k = dev_alloc(n_k * eb), d_v = dev_alloc(n_v * eb);
+    d_o = dev_alloc(n_o * eb), d_w = (float *)dev_alloc(n_w * 4);
+    d_lse = (float *)dev_alloc(n_lse * 4);
+    d_hist = dev_alloc((size_t)p.batch * (size_t)p.heads_q * (size_t)p.conv_q *
+                       (size_t)p.head_dim * eb);
+    CUDA_OK(cudaMemcpy(d_q, q, n_q * eb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_k, k, n_k * eb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_v, v, n_v * eb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_w, w, n_w * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(d_o, 0xFF, n_o * eb));
+    memset(lse_got, 0xFF, n_lse * 4);
+    ends[n_ends++] = 0;
+    while (at < p.seq_q) {
+        int32_t len = n_ends <= 3 && ta_rng_int(r, 0, 1) ? ta_rng_int(r, 1, p.seq_q)
+                                                        : ta_rng_int(r, 1, 3);
+        at = at + len > p.seq_q ? p.seq_q : at + len;
+        ends[n_ends++] = at;
+    }
+    for (c = 0; ok && c + 1 < n_ends; ++c) {
+        const int32_t a0 = ends[c], a1 = ends[c + 1];
+        const int32_t n = a0 < p.conv_q - 1 ? a0 : p.conv_q - 1;
+        const int in_place = ta_rng_int(r, 0, 1);
+        const size_t rows_c = (size_t)(a1 - a0);
+        pc = p;
+        pc.seq_q = a1 - a0, pc.seq_k = prefix + a1, pc.q_history = n;
+        memset(&fa, 0, sizeof fa);
+        fa.q = (const char *)d_q + (size_t)a0 * (size_t)p.head_dim * eb;
+        fa.q_strides = (ta_strides){(int64_t)p.heads_q * p.seq_q * p.head_dim,
+                                    (int64_t)p.seq_q * p.head_dim, p.head_dim};
+        fa.k = d_k, fa.v = d_v, fa.conv_w = d_w, fa.lse = d_lse;
+        fa.k_strides = (ta_strides){(int64_t)p.heads_kv * p.seq_k * p.head_dim,
+                                    (int64_t)p.seq_k * p.head_dim, p.head_dim};
+        fa.v_strides = (ta_strides){(int64_t)p.heads_kv * p.seq_k * p.head_dim_v,
+                                    (int64_t)p.seq_k * p.head_dim_v, p.head_dim_v};
+        fa.o = (char *)d_o + (size_t)a0 * (size_t)p.head_dim_v * eb;
+        fa.o_strides = (ta_strides){(int64_t)p.heads_q * p.seq_q * p.head_dim_v,
+                                    (int64_t)p.seq_q * p.head_dim_v, p.head_dim_v};
+        if (seqlens) {
+            for (b = 0; b < p.batch; ++b)
+                seql_c[b] = seqlens[b] < pc.seq_k ? seqlens[b] : pc.seq_k;
+            fa.seqlens_k = seql_c;
+        }
+        if (n > 0 && in_place) {
+            fa.q_hist = (const char *)d_q + (size_t)(a0 - n) * (size_t)p.head_dim * eb;
+            fa.q_hist_strides = fa.q_strides;
+        } else if (n > 0) { /* a contiguous device copy [B, H, n, D] */
+            for (b = 0; b < p.batch; ++b)
+                for (h = 0; h < p.heads_q; ++h)
+                    CUDA_OK(cudaMemcpy(
+                        (char *)d_hist + (((size_t)b * (size_t)p.heads_q + (size_t)h) * (size_t)n *
+                                          (size_t)p.head_dim) * eb,
+                        (const char *)d_q + ((((size_t)b * (size_t)p.heads_q + (size_t)h) *
+                                                  (size_t)p.seq_q + (size_t)(a0 - n)) *
+                                             (size_t)p.head_dim) * eb,
+                        (size_t)n * (size_t)p.head_dim * eb, cudaMemcpyDeviceToDevice));
+            fa.q_hist = d_hist;
+        }
+        if ((st = ta_fwd_workspace_size(&pc, TA_BACKEND_CUDA, &bytes)) != TA_OK) {
+            FAIL("%s: chunk [%d, %d) size: %s", desc, (int)a0, (int)a1, ta_status_string(st));
+            ok = 0;
+            break;
+        }
+        if (ws) CUDA_OK(cudaFree(ws));
+        ws = bytes ? dev_alloc(bytes) : NULL;
+        if (n > 0 && !refused_pageable) { /* a pageable host q_hist: refused, nothing written */
+            ta_fwd_args bad = fa;
+            bad.q_hist = q, bad.q_hist_strides = fa.q_strides;
+            st = ta_fwd(&pc, TA_BACKEND_CUDA, &bad, ws, bytes, NULL);
+            if (st != TA_ERR_BAD_ARG) {
+                FAIL("%s: pageable q_hist: %s, expected TA_ERR_BAD_ARG", desc,
+                     ta_status_string(st));
+                ok = 0;
+            }
+            refused_pageable = 1;
+        }
+        st = ta_fwd(&pc, TA_BACKEND_CUDA, &fa, ws, bytes, NULL);
+        CUDA_OK(cudaDeviceSynchronize());
+        if (st != TA_OK) {
+            FAIL("%s: chunk [%d, %d): %s", desc, (int)a0, (int)a1, ta_status_string(st));
+            ok = 0;
+            break;
+        }
+        CUDA_OK(cudaMemcpy(lse_c, d_lse, (size_t)p.batch * (size_t)p.heads_q * rows_c * 4,
+                           cudaMemcpyDeviceToHost));
+        for (i = 0; i < (size_t)p.batch * (size_t)p.heads_q; ++i)
+            memcpy(lse_got + i * (size_t)p.seq_q + (size_t)a0, lse_c + i * rows_c, rows_c * 4);
+    }
+    if (ok) {
+        CUDA_OK(cudaMemcpy(o_got, d_o, n_o * eb, cudaMemcpyDeviceToHost));
+        ok &= same_bytes("history o", desc, o_ref, o_got, n_o, eb);
+        ok &= same_bytes("history lse", desc, lse_ref, lse_got, n_lse, 4);
+    }
+    if (ws) CUDA_OK(cudaFree(ws));
+    {
+        void *const dev[] = {d_q, d_k, d_v, d_o, d_w, d_lse, d_hist};
+        for (i = 0; i < sizeof dev / sizeof dev[0]; ++i)
+            CUDA_OK(cudaFree(dev[i]));
+    }
+    free(q), free(k), free(v), free(o_ref), free(o_got), free(w), free(lse_ref), free(lse_got);
+    free(lse_c), free(ends), free(seql_c), free(seqlens);
+    return ok;
+}
+
+static void history_cases(ta_rng *r, int n) {
+    int i, n_ok = 0;
+    for (i = 0; i < n; ++i)
+        n_ok += history_case(r, i);
+    printf("test_cuda_equiv: MTA query history %d of %d chunked sequences bit-identical to "
+           "REF's full forward\n",
+           n_ok, n);
+}
+
 static void print_coverage(const spec *specs, int n) {
     int i, dt[3] = {0, 0, 0}, causal = 0, seql = 0, gqa = 0, neq = 0, s1 = 0, d_small = 0;
     int d_big = 0, d_ne = 0, bk_set = 0, bk_odd = 0, bq_set = 0, scale_set = 0, scale_neg = 0;
@@ -1469,6 +1668,10 @@ int main(int argc, char **argv) {
     if (only < 0) {
         ta_rng_seed(&r, seed ^ UINT64_C(0x3e6e));
         merge_cases(&r, quick ? 6 : 40);
+    }
+    if (only < 0 && want_mta && g_check_fwd) { /* MTA decode / chunked prefill */
+        ta_rng_seed(&r, seed ^ UINT64_C(0x4157));
+        history_cases(&r, quick ? 4 : 60);
     }
     if (only < 0 && g_check_fwd && g_check_bwd) {
         ta_rng_seed(&r, seed ^ UINT64_C(0x4e614e));

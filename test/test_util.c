@@ -196,3 +196,39 @@ ta_strides ta_test_strides_bshd(int32_t heads, int32_t seq, int32_t dim) {
     st.batch = (int64_t)seq * heads * dim;
     return st;
 }
+
+void ta_test_expect_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, void *ws,
+                        size_t ws_bytes, ta_status want, const char *field, const char *what) {
+    char why[256];
+    const size_t o_bytes = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q *
+                           (size_t)p->head_dim_v * sizeof(float);
+    ta_status st, ex;
+    ta_canary_fill(a->o, o_bytes);
+    st = ta_fwd(p, be, a, ws, ws_bytes, NULL);
+    ex = ta_explain_fwd(p, be, a, ws, ws_bytes, NULL, why, sizeof why);
+    TA_CHECK(st == want, "%s: ta_fwd gave %s, want %s", what, ta_status_string(st),
+             ta_status_string(want));
+    TA_CHECK(ex == st, "%s: explain gave %s, ta_fwd %s", what, ta_status_string(ex),
+             ta_status_string(st));
+    TA_CHECK(strstr(why, field) != NULL, "%s: explanation \"%s\" does not name %s", what, why,
+             field);
+    TA_CHECK(st == TA_OK || ta_canary_intact(a->o, o_bytes), "%s: o written on error", what);
+}
+
+ta_status ta_test_fwd_tasks(const ta_problem *p, const ta_fwd_args *a) {
+    ta_task_plan tp;
+    void *shared, *scratch;
+    int64_t t;
+    ta_status st = ta_fwd_task_plan(p, TA_BACKEND_CPU, &tp);
+    if (st != TA_OK) return st;
+    shared = ta_test_alloc(tp.shared_bytes ? tp.shared_bytes : 1);
+    scratch = ta_test_alloc(tp.scratch_bytes ? tp.scratch_bytes : 1);
+    ta_poison(shared, tp.shared_bytes);
+    ta_poison(scratch, tp.scratch_bytes);
+    st = ta_fwd_tasks_prepare(p, TA_BACKEND_CPU, a, shared, tp.shared_bytes);
+    for (t = tp.num_tasks[0] - 1; st == TA_OK && t >= 0; --t)
+        st = ta_task_run(shared, 0, t, scratch, tp.scratch_bytes);
+    ta_test_free(shared);
+    ta_test_free(scratch);
+    return st;
+}

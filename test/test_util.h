@@ -70,6 +70,18 @@ size_t ta_test_layout_bad_gaps(const void *buf, const ta_test_layout *x, size_t 
 /* Strides of a [B, heads, S, dim] tensor held as [B, S, heads, dim] without gaps. */
 ta_strides ta_test_strides_bshd(int32_t heads, int32_t seq, int32_t dim);
 
+/* One forward call that a bad-input case expects to end with `want`: ta_fwd
+ * on backend be returns it, ta_explain_fwd returns the same and names `field`
+ * in its line, and a->o (f32, [B, H, S_q, D_v], canary-filled first) is
+ * untouched unless want is TA_OK. `what` names the case in a failure. */
+void ta_test_expect_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, void *ws,
+                        size_t ws_bytes, ta_status want, const char *field, const char *what);
+
+/* ta_fwd of p on the CPU backend through the caller-run tasks (docs/api.md,
+ * "Caller-run tasks"): plan, prepare, then every task on this thread, the last
+ * first, with poisoned shared and scratch buffers. Returns the first failure. */
+ta_status ta_test_fwd_tasks(const ta_problem *p, const ta_fwd_args *a);
+
 /* Check framework: count failures, print the first few. */
 extern int ta_test_failures;
 #define TA_CHECK(cond, ...)                                                                 \

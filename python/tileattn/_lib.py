@@ -33,7 +33,8 @@ class Problem(ctypes.Structure):  # ta_problem
         (n, ctypes.c_int32) for n in ("conv_q", "conv_k", "block_q", "block_k", "num_threads",
                                       "window_left", "window_right", "tile_config", "num_splits",
                                       "rope", "rope_pairs", "rope_rows", "rope_row_stride",
-                                      "rope_head_stride")]
+                                      "rope_head_stride", "q_history", "kv_page_size",
+                                      "kv_num_pages", "kv_max_blocks")]
 
 
 class RopeArgs(ctypes.Structure):  # ta_rope_args; all NULL with rope = 0 (no rotation)
@@ -47,7 +48,9 @@ class Strides(ctypes.Structure):  # ta_strides; all zero = contiguous
 class FwdArgs(ctypes.Structure):  # ta_fwd_args
     _fields_ = [(n, ctypes.c_void_p) for n in
                 ("q", "k", "v", "conv_w", "seqlens_k", "o", "lse", "trace")] + [
-        (n + "_strides", Strides) for n in ("q", "k", "v", "o")] + [("rope", RopeArgs)]
+        (n + "_strides", Strides) for n in ("q", "k", "v", "o")] + [("rope", RopeArgs)] + [
+        ("q_hist", ctypes.c_void_p), ("q_hist_strides", Strides)] + [  # MTA query history rows
+        ("block_table", ctypes.c_void_p)]  # paged KV cache
 
 
 class BwdArgs(ctypes.Structure):  # ta_bwd_args

@@ -730,7 +730,9 @@ void ta_cpu_tasks_prepare(const ta_plan *plan, const ta_fwd_args *fa, const ta_b
         const ta_cpu_span fwd[] = {{fa ? fa->q : NULL, ex->q},     {fa ? fa->k : NULL, ex->k},
                                    {fa ? fa->v : NULL, ex->v},     {fa ? fa->o : NULL, ex->o},
                                    {fa ? fa->lse : NULL, n_lse},   {fa ? fa->conv_w : NULL, n_w},
-                                   {fa ? fa->seqlens_k : NULL, n_sl}};
+                                   {fa ? fa->seqlens_k : NULL, n_sl},
+                                   {fa && plan->p.q_history > 0 ? fa->q_hist : NULL, ex->q_hist},
+                                   {plan->block_table, n_sl * (size_t)plan->p.kv_max_blocks}};
         const ta_cpu_span bwd[] = {
             {ba ? ba->q : NULL, ex->q},       {ba ? ba->k : NULL, ex->k},
             {ba ? ba->v : NULL, ex->v},       {ba ? ba->o : NULL, ex->o},
@@ -739,7 +741,7 @@ void ta_cpu_tasks_prepare(const ta_plan *plan, const ta_fwd_args *fa, const ta_b
             {ba ? ba->dq : NULL, ex->dq},     {ba ? ba->dk : NULL, ex->dk},
             {ba ? ba->dv : NULL, ex->dv},     {ba ? ba->dconv_w : NULL, n_w}};
         const ta_cpu_span *src = backward ? bwd : fwd;
-        const int n = backward ? 12 : 7;
+        const int n = backward ? 12 : 9;
         const ta_cpu_span rope[] = {
             {plan->rope.cos, plan->n_rope * sizeof(float)},
             {plan->rope.sin, plan->n_rope * sizeof(float)},
