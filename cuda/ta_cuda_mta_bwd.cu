@@ -45,6 +45,11 @@
  * Every value is a function of its absolute (row, column) alone, so any band
  * gives the reference's bits. Threads split independent outputs only; every
  * sum is one register (or shared word) running the reference's sequence.
+ * dq, dk and dv run it in partials of the absolute 64-index chunks of
+ * src/ta_sum2.h (dq: keys [64c, 64c + 64); dk, dv: rows [64c, 64c + 64) of a
+ * query head): acc holds the chunk's partial from +0, which enters the pair
+ * (hi, lo) by ta_sum2_add (alpha = 1) where the next chunk starts, at a head's
+ * end and at the end; the store reads hi.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -516,7 +521,8 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         const ta_tile_ctx &c = ctx_s; /* the tile's context: made once, read where used */
         const int32_t r0 = ta_tile_row_eff_begin(&t, qt), r1 = ta_tile_row_eff_end(&t, qt);
         const bool do_dw = fg == 0;
-        float acc[NB][4][4];
+        float acc[NB][4][4];             /* the key chunk's partials */
+        float hi[NB][4][4], lo[NB][4][4]; /* the running pairs (src/ta_sum2.h) */
         float r_sum0 = 0.0f, r_sum1 = 0.0f; /* R(b, qt) of entries n0, n1 */
 #pragma unroll
         for (int u = 0; u < NB; ++u)
@@ -524,7 +530,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             for (int r = 0; r < 4; ++r)
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
-                    acc[u][r][e] = 0.0f;
+                    acc[u][r][e] = hi[u][r][e] = lo[u][r][e] = 0.0f;
         __syncthreads(); /* the previous tile is done with ctx_s */
         if (tid == 0) ctx_s = ta_cuda_context(p, at.b_local, at.h, qt);
         ta_cuda_mta_bwd_load_w(p, bf, at.h); /* its barrier publishes ctx_s */
@@ -553,12 +559,13 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                  * x, loaded row x + c_q - 1; hi = 0 for a row outside the band) are
                  * fixed for the band: held in registers, not re-read per key. */
                 int32_t live_lo[4], live_end[4];
+                bool in_band[4]; /* row 4 ty + r is a row of this band */
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
                     const int32_t x = 4 * ty + r - slot_off;
-                    const bool in = x >= 0 && x < bd.rows;
-                    live_lo[r] = in ? ta_cuda_lo<WL>(bf.key_lo, x + p.conv_q - 1) : 0;
-                    live_end[r] = in ? bf.live_hi[x + p.conv_q - 1] : 0;
+                    in_band[r] = x >= 0 && x < bd.rows;
+                    live_lo[r] = in_band[r] ? ta_cuda_lo<WL>(bf.key_lo, x + p.conv_q - 1) : 0;
+                    live_end[r] = in_band[r] ? bf.live_hi[x + p.conv_q - 1] : 0;
                 }
                 for (int32_t j0 = 0; has && j0 < cols; j0 += TA_CUDA_RCHUNK) {
                     const int32_t jn = ta_tiling_min_i32(TA_CUDA_RCHUNK, cols - j0);
@@ -568,6 +575,21 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                         const int32_t y = j0 + jj, j = c0 + y;
                         float dsv[4];
                         bool live[4];
+                        if (j % TA_SUM2_CHUNK == 0) /* a key chunk starts: the band's rows' */
+#pragma unroll                                      /* partials into their pairs */
+                            for (int u = 0; u < NB; ++u) {
+                                const int32_t blk = fg * NB + u;
+                                if (blk >= p.acc_blocks || blk / p.n_slots != unit) continue;
+#pragma unroll
+                                for (int r = 0; r < 4; ++r)
+#pragma unroll
+                                    for (int e = 0; e < 4; ++e)
+                                        if (in_band[r]) {
+                                            ta_sum2_add(&hi[u][r][e], &lo[u][r][e], 1.0f,
+                                                        acc[u][r][e]);
+                                            acc[u][r][e] = 0.0f;
+                                        }
+                            }
 #pragma unroll
                         for (int r = 0; r < 4; ++r) {
                             const int32_t x = 4 * ty + r - slot_off;
@@ -655,11 +677,17 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 r_sum1 = r_sum1 + part1;
             }
         }
-        /* step 3: dq = store(scale * acc); R(b, qt) to the workspace */
+        /* step 3: the last key chunk's partials into the pairs; dq = store(scale *
+         * hi); R(b, qt) to the workspace */
 #pragma unroll
         for (int u = 0; u < NB; ++u) {
             const int32_t blk = fg * NB + u;
             if (blk >= p.acc_blocks) continue;
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    ta_sum2_add(&hi[u][r][e], &lo[u][r][e], 1.0f, acc[u][r][e]);
             {
                 const int32_t unit = blk / p.n_slots,
                               f0 = (blk % p.n_slots) * TA_CUDA_SLOT + 4 * tx;
@@ -672,7 +700,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                         if (f0 + e < p.head_dim)
                             ta_cuda_store<DT>(
                                 p.dq, (size_t)(ta_cuda_row(c.dq, p.lay.dq.seq, row) + f0 + e),
-                                p.scale * acc[u][r][e]);
+                                p.scale * hi[u][r][e]);
                 }
             }
         }
@@ -723,8 +751,11 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         const int32_t n_slots = ta_tiling_min_i32(NS, n_slots_all - slot0);
         const bool need_ds = slot0 < nk; /* the group holds dk slots */
         int32_t q_begin, q_end;
-        float acc[4][NS][4]; /* acc[key 4ty+r][slot s feature 4tx+e] */
+        float acc[4][NS][4]; /* acc[key 4ty+r][slot s feature 4tx+e]: the row chunk's partial */
+        float sum_hi[4][NS][4], sum_lo[4][NS][4]; /* the running pairs (src/ta_sum2.h) */
         ta_cuda_acc_zero<NS>(acc);
+        ta_cuda_acc_zero<NS>(sum_hi);
+        ta_cuda_acc_zero<NS>(sum_lo);
         /* the key side: the context of the kv group's first query head (its k,
          * v, dk, dv slices and key length, as the reference's) */
         __syncthreads(); /* the previous tile is done with ctx_s */
@@ -769,6 +800,8 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                          * slots of this thread's keys c0 + 4ty + r: live iff lo <= r < hi */
                         const int32_t lo = ta_cuda_lo<WL>(bf.key_lo, x + pq) - (c0 + 4 * ty);
                         const int32_t hi = bf.live_hi[x + pq] - (c0 + 4 * ty);
+                        if ((row0 + x) % TA_SUM2_CHUNK == 0) /* a row chunk starts */
+                            ta_cuda_acc_sum2<NS>(sum_hi, sum_lo, acc);
                         float pv[4], dv[4];
                         bool live[4];
 #pragma unroll
@@ -797,8 +830,10 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                     }
                 }
             }
+            /* the head's last row chunk (a chunk never spans two heads) */
+            ta_cuda_acc_sum2<NS>(sum_hi, sum_lo, acc);
         }
-        /* step 4: dk = store(scale * acc), dv = store(acc), keys < cols only */
+        /* step 4: dk = store(scale * hi), dv = store(hi), keys < cols only */
 #pragma unroll
         for (int s = 0; s < NS; ++s) {
             const int32_t u = slot0 + s;
@@ -818,7 +853,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 for (int e = 0; e < 4; ++e) {
                     if (f0 + e >= len) continue;
                     ta_cuda_store<DT>(dst, (size_t)(first + f0 + e),
-                                      is_dk ? p.scale * acc[r][s][e] : acc[r][s][e]);
+                                      is_dk ? p.scale * sum_hi[r][s][e] : sum_hi[r][s][e]);
                 }
             }
         }

@@ -19,9 +19,13 @@
  * (ta_cuda_row_keys: causal, seqlens_k, window) and the row saw a key in the
  * forward (lse > -inf); other entries are skipped, never added as zeros.
  * The backward's bits depend on no tile size (every sum runs over the whole
- * index range in ascending order), so these kernels run their own 64 x 64
- * tiling, made by ta_cuda_tiling(plan, 64, 64) (the plan's mask). Slices come
- * from the per-tile context (ta_cuda_context) under the call's layout.
+ * index range in ascending order, in partials of the absolute 64-index chunks
+ * of src/ta_sum2.h), so these kernels run their own 64 x 64 tiling, made by
+ * ta_cuda_tiling(plan, 64, 64) (the plan's mask): each of its key tiles is one
+ * dq chunk, each of its Q tiles (per query head) one dk/dv chunk. acc holds
+ * the chunk's partial (from +0), which then enters the pair (hi, lo) by
+ * ta_sum2_add with alpha = 1; the store reads hi. Slices come from the
+ * per-tile context (ta_cuda_context) under the call's layout.
  *
  * Feature groups (dk/dv): the output features of a key tile are D of dk and D_v
  * of dv, in slots of 64; a block holds at most 4 slots of accumulators (64
@@ -196,9 +200,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         const int32_t slot0 = fg * NS; /* this group's first slot */
         const int32_t n_slots = ta_tiling_min_i32(NS, n_slots_all - slot0);
         const bool need_ds = slot0 < nk; /* the group holds dk slots */
-        float acc[4][NS][4]; /* acc[key 4ty+r][slot s feature 4tx+e] */
+        float acc[4][NS][4]; /* acc[key 4ty+r][slot s feature 4tx+e]: the chunk's partial */
+        float hi[4][NS][4], lo[4][NS][4]; /* the running pairs (src/ta_sum2.h) */
         int32_t g, q_begin, q_end;
         ta_cuda_acc_zero<NS>(acc);
+        ta_cuda_acc_zero<NS>(hi);
+        ta_cuda_acc_zero<NS>(lo);
         /* the key side: the context of the kv group's first query head (its k,
          * v, dk, dv slices and key length, as the reference's) */
         __syncthreads(); /* the previous tile is done with kctx_s */
@@ -300,9 +307,11 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                         }
                     }
                 }
+                /* the Q tile is one row chunk of head h: its partial into the pairs */
+                ta_cuda_acc_sum2<NS>(hi, lo, acc);
             }
         }
-        /* step 5: dk = store(scale * acc), dv = store(acc), keys < cols only */
+        /* step 5: dk = store(scale * hi), dv = store(hi), keys < cols only */
 #pragma unroll
         for (int s = 0; s < NS; ++s) {
             const int32_t u = slot0 + s;
@@ -322,7 +331,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 for (int e = 0; e < 4; ++e) {
                     if (f0 + e >= len) continue;
                     ta_cuda_store<DT>(dst, (size_t)(first + f0 + e),
-                                      is_dk ? p.scale * acc[r][s][e] : acc[r][s][e]);
+                                      is_dk ? p.scale * hi[r][s][e] : hi[r][s][e]);
                 }
             }
         }
@@ -355,10 +364,13 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         const ta_tile_ctx &c = ctx_s; /* the tile's context: made once, read where used */
         const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
         const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
-        float acc[4][NS][4]; /* acc[row 4ty+r][feature s*64 + 4tx + e] */
+        float acc[4][NS][4]; /* acc[row 4ty+r][feature s*64 + 4tx + e]: the chunk's partial */
+        float hi[4][NS][4], lo[4][NS][4]; /* the running pairs (src/ta_sum2.h) */
         int2 row_keys[4];    /* live keys [lo, hi) of rows 4ty+r (NS < 3; else read from keys) */
         int32_t kt;
         ta_cuda_acc_zero<NS>(acc);
+        ta_cuda_acc_zero<NS>(hi);
+        ta_cuda_acc_zero<NS>(lo);
         /* step 1: the context; lse, D, live key intervals of the tile's rows; the
          * K slots on this tile's kv slice */
         __syncthreads(); /* the previous tile is done with the row arrays, ctx_s, slots */
@@ -433,9 +445,11 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                     }
                 }
             }
+            /* the k tile is one key chunk: its partial into the pairs */
+            ta_cuda_acc_sum2<NS>(hi, lo, acc);
         }
-        /* step 3: dq = store(scale * acc) */
-        ta_cuda_store_block<DT, NS>(row0, rows, p.head_dim, acc, 1, p.scale, p.dq, c.dq,
+        /* step 3: dq = store(scale * hi) */
+        ta_cuda_store_block<DT, NS>(row0, rows, p.head_dim, hi, 1, p.scale, p.dq, c.dq,
                                     p.lay.dq.seq);
     }
 }

@@ -235,6 +235,22 @@ template <int NS> TA_CUDA_DEV void ta_cuda_acc_zero(float (&acc)[4][NS][4]) {
                 acc[r][s][e] = 0.0f;
 }
 
+/* The backward's chunk partials into their pairs (src/ta_sum2.h, alpha = 1):
+ * (hi, lo) = (hi, lo) + part, then part = +0, every element. */
+template <int NS>
+TA_CUDA_DEV void ta_cuda_acc_sum2(float (&hi)[4][NS][4], float (&lo)[4][NS][4],
+                                  float (&part)[4][NS][4]) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int s = 0; s < NS; ++s)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                ta_sum2_add(&hi[r][s][e], &lo[r][s][e], 1.0f, part[r][s][e]);
+                part[r][s][e] = 0.0f;
+            }
+}
+
 /* Thread coordinates in the 16 x 16 grid. */
 TA_CUDA_DEV int ta_cuda_tx(void) { return (int)(threadIdx.x & 15u); }
 TA_CUDA_DEV int ta_cuda_ty(void) { return (int)(threadIdx.x >> 4); }

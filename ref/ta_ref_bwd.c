@@ -17,11 +17,18 @@
  *   S_ij = scale <q_i, k_j>                 dK_j = scale * sum_(h, i) dS_ij q_i
  *                                           dQ_i = scale * sum_j dS_ij k_j
  *
- * Two passes over plan->bwd, each sum in one accumulator, ascending:
+ * Two passes over plan->bwd, each sum ascending:
  *   pass 1 (dk/dv):    K tiles outer; for each, query heads of the kv group
  *                      ascending, then the Q tiles [q_begin, q_end) that see the
  *                      K tile (ta_tile_k_rows) ascending.
  *   pass 2 (dq, dw):   Q tiles outer; the context's K tiles [k_begin, k_end) ascending.
+ * dq, dk and dv are long sums (S_k terms; group x S_q terms), so no f32 sum
+ * runs over more than one chunk of them: each chunk's partial starts from +0
+ * and enters a (hi, lo) pair by ta_sum2_add with alpha = 1 (src/ta_sum2.h);
+ * the store reads hi (docs/exactness.md section 11). The chunks are absolute
+ * (TA_SUM2_CHUNK): dq's the keys [64c, 64c + 64), dk's and dv's the rows
+ * [64c, 64c + 64) of one query head; a chunk may span tiles, so the partials
+ * persist across them and the backward's bits still depend on no tile size.
  * Both passes recompute P, dC and dS with the same function, so they agree bitwise.
  *
  * Regions of one (Q tile, K tile) pair (absolute rows x columns); P_q = c_q-1,
@@ -41,6 +48,7 @@
 #include "ta_math.h"
 #include "ta_ref.h"
 #include "ta_rope_load.h"
+#include "ta_sum2.h"
 
 /*
  * Backward workspace, all f32, every region 64-byte aligned. B_q, B_k: the
@@ -54,7 +62,10 @@
  *   | dk_acc  | dv_acc    | dq_acc  | p (conv)  | dc (conv) | dw_tile   | dw_qtile  |
  *   | B_c x D | B_c x D_v | B_r x D | G_r x G_c | G_r x G_c | c_q x c_k | c_q x c_k |
  *   +---------+-----------+---------+-----------+-----------+-----------+-----------+
- *   the last four only with a conv (without: p is s, dc is ds)
+ *   | dk_lo   | dv_lo     | dq_lo   | dk_part | dv_part   | dq_part |
+ *   | B_c x D | B_c x D_v | B_r x D | B_c x D | B_c x D_v | B_r x D |
+ *   +---------+-----------+---------+---------+-----------+---------+
+ *   p, dc, dw_tile, dw_qtile only with a conv (without: p is s, dc is ds)
  *
  *   bytes = sum over regions of round_up(4 * elements, 64): O(tile), never O(S).
  */
@@ -67,9 +78,15 @@ typedef struct ta_ref_bwd_ws {
     float *ds;       /* [B_r, B_c]  dS on the effective region (ld B_c) */
     float *lse;      /* [B_q]       lse of the loaded rows; -inf outside [0, S_q) */
     float *delta;    /* [B_q]       D_i = <dO_i, o_i> of the loaded rows; 0 outside */
-    float *dk_acc;   /* [B_c, D]    pass 1: sum_(h, i) dS_ij q_i */
-    float *dv_acc;   /* [B_c, D_v]  pass 1: sum_(h, i) P_ij dO_i */
-    float *dq_acc;   /* [B_r, D]    pass 2: sum_j dS_ij k_j */
+    float *dk_acc;   /* [B_c, D]    pass 1: sum_(h, i) dS_ij q_i, the pair's hi word */
+    float *dv_acc;   /* [B_c, D_v]  pass 1: sum_(h, i) P_ij dO_i, the pair's hi word */
+    float *dq_acc;   /* [B_r, D]    pass 2: sum_j dS_ij k_j, the pair's hi word */
+    float *dk_lo;    /* [B_c, D]    their lo words (src/ta_sum2.h) */
+    float *dv_lo;    /* [B_c, D_v] */
+    float *dq_lo;    /* [B_r, D] */
+    float *dk_part;  /* [B_c, D]    pass 1: the current row chunk's partials */
+    float *dv_part;  /* [B_c, D_v] */
+    float *dq_part;  /* [B_r, D]    pass 2: the current key chunk's partials */
     float *p;        /* [G_r, G_c]  conv: C, overwritten by P, on the gradient region; else s */
     float *dc;       /* [G_r, G_c]  conv: dC on the gradient region; else ds */
     float *dw_tile;  /* [c_q, c_k]  conv: dconv_w partial of one tile pair */
@@ -102,6 +119,12 @@ static ta_status ta_ref_bwd_layout(const ta_plan *plan, void *base, ta_ref_bwd_w
     ws->dc = plan->has_conv ? TA_WS_TAKE(&c, float, (gr * gc)) : ws->ds;
     ws->dw_tile = plan->has_conv ? TA_WS_TAKE(&c, float, n_w) : NULL;
     ws->dw_qtile = plan->has_conv ? TA_WS_TAKE(&c, float, n_w) : NULL;
+    ws->dk_lo = TA_WS_TAKE(&c, float, (bc * d));
+    ws->dv_lo = TA_WS_TAKE(&c, float, (bc * dv));
+    ws->dq_lo = TA_WS_TAKE(&c, float, (br * d));
+    ws->dk_part = TA_WS_TAKE(&c, float, (bc * d));
+    ws->dv_part = TA_WS_TAKE(&c, float, (bc * dv));
+    ws->dq_part = TA_WS_TAKE(&c, float, (br * d));
     if (c.overflow) return TA_ERR_OVERFLOW;
     *bytes = c.used;
     return TA_OK;
@@ -225,33 +248,54 @@ static void ta_ref_bwd_recompute(const ta_plan *plan, const ta_ref_bwd_ws *ws,
     if (plan->has_conv) ta_ref_conv_grad(&pr->ds, &pr->dc, cv, t, st, &pr->eff);
 }
 
+/* Pass 1: key j's (column jl of the K tile) partials of the current row
+ * chunk into its pairs, (dk_acc, dk_lo) += dk_part, (dv_acc, dv_lo) +=
+ * dv_part (ta_sum2_add, alpha = 1), and the partials back to +0. A partial
+ * of +0 leaves hi unchanged, so flushing a chunk with no live entry is free. */
+static void ta_ref_bwd_flush_dkdv(const ta_plan *plan, const ta_ref_bwd_ws *ws, int32_t jl) {
+    const int32_t d_qk = plan->p.head_dim, dv = plan->p.head_dim_v;
+    const size_t k_off = (size_t)jl * (size_t)d_qk, v_off = (size_t)jl * (size_t)dv;
+    size_t d;
+    for (d = 0; d < (size_t)d_qk; ++d) {
+        ta_sum2_add(ws->dk_acc + k_off + d, ws->dk_lo + k_off + d, 1.0f, ws->dk_part[k_off + d]);
+        ws->dk_part[k_off + d] = 0.0f;
+    }
+    for (d = 0; d < (size_t)dv; ++d) {
+        ta_sum2_add(ws->dv_acc + v_off + d, ws->dv_lo + v_off + d, 1.0f, ws->dv_part[v_off + d]);
+        ws->dv_part[v_off + d] = 0.0f;
+    }
+}
+
 /* Pass 1 accumulation for one (h, Q tile): for each effective key j of the
- * tile, effective rows r ascending, live entries only:
- * dv_acc_j = fmaf(P_rj, dO_r, dv_acc_j), dk_acc_j = fmaf(dS_rj, q_r, dk_acc_j). */
+ * tile, the effective rows r ascending, live entries only:
+ * dv_part_j = fmaf(P_rj, dO_r, dv_part_j), dk_part_j = fmaf(dS_rj, q_r,
+ * dk_part_j); a row r that starts a row chunk (r % TA_SUM2_CHUNK = 0)
+ * first flushes the previous chunk's partials into the pairs. */
 static void ta_ref_bwd_accum_dkdv(const ta_plan *plan, const ta_ref_bwd_ws *ws,
                                   const ta_ref_step *st, const ta_ref_bwd_pair *pr) {
     const int32_t d_qk = plan->p.head_dim, dv = plan->p.head_dim_v;
     int32_t r, j, d;
     for (j = pr->eff.col_begin; j < pr->eff.col_end; ++j) {
-        float *dk_row = ws->dk_acc + ta_ref_off(st->col_begin, j, d_qk); /* [D] */
-        float *dv_row = ws->dv_acc + ta_ref_off(st->col_begin, j, dv);   /* [D_v] */
+        float *dk_part = ws->dk_part + ta_ref_off(st->col_begin, j, d_qk); /* [D] */
+        float *dv_part = ws->dv_part + ta_ref_off(st->col_begin, j, dv);   /* [D_v] */
         for (r = pr->eff.row_begin; r < pr->eff.row_end; ++r) {
             const float *do_row = ws->d_o + ta_ref_off(st->row_load_begin, r, dv); /* [D_v] */
             const float *q_row = ws->q + ta_ref_off(st->row_load_begin, r, d_qk);  /* [D] */
             float p_rj, ds_rj;
+            if (r % TA_SUM2_CHUNK == 0) ta_ref_bwd_flush_dkdv(plan, ws, j - st->col_begin);
             if (!ta_ref_bwd_live(plan, ws, st, r, j)) continue;
             p_rj = *ta_ref_at(&pr->p, r, j);
             ds_rj = *ta_ref_at(&pr->ds, r, j);
             for (d = 0; d < dv; ++d)
-                dv_row[d] = TA_FMAF(p_rj, do_row[d], dv_row[d]);
+                dv_part[d] = TA_FMAF(p_rj, do_row[d], dv_part[d]);
             for (d = 0; d < d_qk; ++d)
-                dk_row[d] = TA_FMAF(ds_rj, q_row[d], dk_row[d]);
+                dk_part[d] = TA_FMAF(ds_rj, q_row[d], dk_part[d]);
         }
     }
 }
 
-/* Pass 1 store for K tile st: dk_j = scale * dk_acc_j, dv_j = dv_acc_j, each
- * rounded once to the storage type. Keys nobody sees store 0. */
+/* Pass 1 store for K tile st: dk_j = scale * dk_acc_j, dv_j = dv_acc_j (the
+ * pairs' hi words), each rounded once to the storage type. Keys nobody sees store 0. */
 static void ta_ref_bwd_store_dkdv(const ta_plan *plan, const ta_bwd_args *a,
                                   const ta_ref_bwd_ws *ws, const ta_ref_step *st) {
     const ta_problem *p = &plan->p;
@@ -279,15 +323,16 @@ static void ta_ref_bwd_k_tile(const ta_plan *plan, const ta_bwd_args *a, const t
     const size_t n_dk = (size_t)st->cols * (size_t)plan->p.head_dim;
     const size_t n_dv = (size_t)st->cols * (size_t)plan->p.head_dim_v;
     ta_ref_bwd_pair pr;
-    int32_t g, qt, q_begin, q_end;
+    int32_t g, qt, j, q_begin, q_end;
     size_t n;
     ta_tile_k_rows(t, st->k_tile, st->ctx.key_len, &q_begin, &q_end);
-    /* step 1: K, V tiles (loaded columns); zero the dk, dv accumulators */
+    /* step 1: K, V tiles (loaded columns); zero the dk, dv pairs (both words)
+     * and partials */
     ta_ref_load_kv(plan, a->k, a->v, ws->k, ws->v, st);
     for (n = 0; n < n_dk; ++n)
-        ws->dk_acc[n] = 0.0f;
+        ws->dk_acc[n] = ws->dk_lo[n] = ws->dk_part[n] = 0.0f;
     for (n = 0; n < n_dv; ++n)
-        ws->dv_acc[n] = 0.0f;
+        ws->dv_acc[n] = ws->dv_lo[n] = ws->dv_part[n] = 0.0f;
     /* step 2: heads of the group ascending (each with its own kernel), then Q tiles */
     for (g = 0; g < plan->group; ++g) {
         const int32_t h = st->ctx.head_kv * plan->group + g;
@@ -302,26 +347,44 @@ static void ta_ref_bwd_k_tile(const ta_plan *plan, const ta_bwd_args *a, const t
             ta_ref_bwd_recompute(plan, ws, &cv, st, &pr);
             ta_ref_bwd_accum_dkdv(plan, ws, st, &pr);
         }
+        /* the head's last row chunk (a chunk never spans two heads) */
+        for (j = 0; j < st->cols; ++j)
+            ta_ref_bwd_flush_dkdv(plan, ws, j);
     }
     /* step 3: scale dk, round both once */
     ta_ref_bwd_store_dkdv(plan, a, ws, st);
 }
 
+/* Pass 2: row r's (row rl of the Q tile) partial of the current key chunk
+ * into its pair, (dq_acc, dq_lo) += dq_part (ta_sum2_add, alpha = 1), and
+ * the partial back to +0. */
+static void ta_ref_bwd_flush_dq(const ta_plan *plan, const ta_ref_bwd_ws *ws, int32_t rl) {
+    const size_t d_qk = (size_t)plan->p.head_dim, off = (size_t)rl * d_qk;
+    size_t d;
+    for (d = 0; d < d_qk; ++d) {
+        ta_sum2_add(ws->dq_acc + off + d, ws->dq_lo + off + d, 1.0f, ws->dq_part[off + d]);
+        ws->dq_part[off + d] = 0.0f;
+    }
+}
+
 /* Pass 2 accumulation for one tile pair: for each effective row r, keys j
- * ascending, live entries only: dq_acc_r = fmaf(dS_rj, k_j, dq_acc_r). */
+ * ascending, live entries only: dq_part_r = fmaf(dS_rj, k_j, dq_part_r); a
+ * key j that starts a key chunk (j % TA_SUM2_CHUNK = 0) first flushes the
+ * previous chunk's partial into the pair. */
 static void ta_ref_bwd_accum_dq(const ta_plan *plan, const ta_ref_bwd_ws *ws, const ta_ref_step *st,
                                 const ta_ref_bwd_pair *pr) {
     const int32_t d_qk = plan->p.head_dim;
     int32_t r, j, d;
     for (r = pr->eff.row_begin; r < pr->eff.row_end; ++r) {
-        float *dq_row = ws->dq_acc + ta_ref_off(st->row_begin, r, d_qk); /* [D] */
+        float *part = ws->dq_part + ta_ref_off(st->row_begin, r, d_qk); /* [D] */
         for (j = pr->eff.col_begin; j < pr->eff.col_end; ++j) {
             const float *k_row = ws->k + ta_ref_off(st->col_load_begin, j, d_qk); /* [D] */
             float ds_rj;
+            if (j % TA_SUM2_CHUNK == 0) ta_ref_bwd_flush_dq(plan, ws, r - st->row_begin);
             if (!ta_ref_bwd_live(plan, ws, st, r, j)) continue;
             ds_rj = *ta_ref_at(&pr->ds, r, j);
             for (d = 0; d < d_qk; ++d)
-                dq_row[d] = TA_FMAF(ds_rj, k_row[d], dq_row[d]);
+                part[d] = TA_FMAF(ds_rj, k_row[d], part[d]);
         }
     }
 }
@@ -340,10 +403,10 @@ static void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a,
     ta_ref_bwd_pair pr;
     int32_t kt, r, d;
     size_t n;
-    /* step 1: Q, dO, lse, D tiles; zero the dq accumulator and this Q tile's dw sum */
+    /* step 1: Q, dO, lse, D tiles; zero the dq pair and this Q tile's dw sum */
     ta_ref_bwd_load_q(plan, a, ws, st);
     for (n = 0; n < n_dq; ++n)
-        ws->dq_acc[n] = 0.0f;
+        ws->dq_acc[n] = ws->dq_lo[n] = ws->dq_part[n] = 0.0f;
     for (n = 0; plan->has_conv && n < n_w; ++n)
         ws->dw_qtile[n] = 0.0f;
     /* step 2: K tiles ascending: recompute, accumulate dS k; dw partial of the pair */
@@ -359,9 +422,11 @@ static void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a,
         for (n = 0; n < n_w; ++n) /* R(b, qt) = 0 + part(kt=0) + part(kt=1) + ... */
             ws->dw_qtile[n] = ws->dw_qtile[n] + ws->dw_tile[n];
     }
-    /* step 3: dq = scale * dq_acc, rounded once (the caller adds R(b, qt) to dconv_w[h]) */
+    /* step 3: the last key chunk's partials into the pairs; dq = scale *
+     * dq_acc (the pair's hi word), rounded once (the caller adds R(b, qt) to dconv_w[h]) */
     for (r = st->row_begin; r < st->row_begin + st->rows; ++r) {
         float *dq_row = ws->dq_acc + ta_ref_off(st->row_begin, r, d_qk); /* [D] */
+        ta_ref_bwd_flush_dq(plan, ws, r - st->row_begin);
         const size_t first = ta_ref_row(st->ctx.dq, plan->layout.dq.seq, r);
         ta_ref_rope_grad(plan, dq_row, TA_ROPE_SIDE_Q, st, r); /* w.r.t. the stored q */
         for (d = 0; d < d_qk; ++d)

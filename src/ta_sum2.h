@@ -40,6 +40,19 @@
 #endif
 #endif
 
+/*
+ * The backward's long sums use the same addition with alpha = 1 (no rescale),
+ * one partial per chunk of TA_SUM2_CHUNK consecutive indices [64c, 64c + 64)
+ * of the summed direction: dq_i over the keys of chunk c; dk_j and dv_j over
+ * the rows of chunk c of one query head (heads ascending, then chunks). The
+ * chunks are absolute, so the backward's bits still depend on no tile size
+ * (docs/design.md 3.5; a chunk may span tiles, a tile may hold several).
+ * Adding a partial of +0 leaves hi unchanged (hi is never -0, and once it is
+ * infinite or NaN, lo no longer reaches it), so a backend may skip a chunk
+ * it has no live entry of. docs/exactness.md section 11.
+ */
+#define TA_SUM2_CHUNK 64
+
 #ifdef __cplusplus
 extern "C" {
 #endif

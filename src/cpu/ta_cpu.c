@@ -159,6 +159,22 @@ void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int32_t n_splits, ta_ws_c
     }
 }
 
+/* The dk/dv pairs' lo words and row-chunk partials of `group` slots (after
+ * every other region of a pass-1 slab: the older offsets stay). */
+static void ta_cpu_carve_dkdv_pairs(const ta_cpu_dims *dm, int32_t group, ta_ws_cursor *c,
+                                    float **dk_lo, float **dv_lo, float **dk_part,
+                                    float **dv_part) {
+    const size_t bk = (size_t)dm->block_k;
+    int32_t g;
+    for (g = 0; g < TA_CPU_DKDV_GROUP_MAX; ++g) {
+        const int mine = g < group;
+        dk_lo[g] = mine ? TA_WS_TAKE(c, float, bk * dm->d_pad) : NULL;
+        dk_part[g] = mine ? TA_WS_TAKE(c, float, bk * dm->d_pad) : NULL;
+        dv_lo[g] = mine ? TA_WS_TAKE(c, float, bk * dm->dv_pad) : NULL;
+        dv_part[g] = mine ? TA_WS_TAKE(c, float, bk * dm->dv_pad) : NULL;
+    }
+}
+
 void ta_cpu_carve_mta_bwd(const ta_cpu_dims *dm, int32_t c_q, int32_t c_k, int32_t group,
                           ta_ws_cursor *c, ta_cpu_mta_bwd_ws *ws) {
     const size_t bq = (size_t)dm->rows_max, bk = (size_t)dm->block_k;
@@ -192,6 +208,11 @@ void ta_cpu_carve_mta_bwd(const ta_cpu_dims *dm, int32_t c_q, int32_t c_k, int32
         ws->dk_acc[g] = mine ? TA_WS_TAKE(c, float, bk * dm->d_pad) : NULL;
         ws->dv_acc[g] = mine ? TA_WS_TAKE(c, float, bk * dm->dv_pad) : NULL;
     }
+    ws->dq_lo = TA_WS_TAKE(c, float, bq * dm->d_pad);
+    ws->dq_part = TA_WS_TAKE(c, float, bq * dm->d_pad);
+    ws->seg_lo = TA_WS_TAKE(c, int32_t, ld);
+    ws->seg_n = TA_WS_TAKE(c, int32_t, ld);
+    ta_cpu_carve_dkdv_pairs(dm, group, c, ws->dk_lo, ws->dv_lo, ws->dk_part, ws->dv_part);
 }
 
 void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, ta_ws_cursor *c, ta_cpu_dkdv_ws *ws) {
@@ -217,6 +238,7 @@ void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, ta_ws_cursor *c, ta
         ws->dk_acc[g] = mine ? TA_WS_TAKE(c, float, bk * dm->d_pad) : NULL;
         ws->dv_acc[g] = mine ? TA_WS_TAKE(c, float, bk * dm->dv_pad) : NULL;
     }
+    ta_cpu_carve_dkdv_pairs(dm, group, c, ws->dk_lo, ws->dv_lo, ws->dk_part, ws->dv_part);
 }
 
 int32_t ta_cpu_dkdv_group(const ta_plan *plan, int32_t n_threads) {
@@ -246,6 +268,10 @@ void ta_cpu_carve_dq(const ta_cpu_dims *dm, ta_ws_cursor *c, ta_cpu_dq_ws *ws) {
     ws->row_lo = TA_WS_TAKE(c, int32_t, dm->bq_pad);
     ws->row_hi = TA_WS_TAKE(c, int32_t, dm->bq_pad);
     ws->dq_acc = TA_WS_TAKE(c, float, bq * dm->d_pad);
+    ws->dq_lo = TA_WS_TAKE(c, float, bq * dm->d_pad);
+    ws->dq_part = TA_WS_TAKE(c, float, bq * dm->d_pad);
+    ws->seg_lo = TA_WS_TAKE(c, int32_t, dm->bq_pad);
+    ws->seg_n = TA_WS_TAKE(c, int32_t, dm->bq_pad);
 }
 
 /* Threads a call uses (and its workspace is sized for). */

@@ -117,6 +117,9 @@ typedef struct ta_cpu_fwd_ws {
  *   | lse | delta | nlo | nvis | row_lo | row_hi (bq_pad each) |
  *   then per K tile of the group (group slots):
  *   | kt D x bk_pad | vt D_v x bk_pad | dk_acc B_k x d_pad | dv_acc B_k x dv_pad |
+ *   then per slot the pairs' lo words and the current row chunk's partials
+ *   (src/ta_sum2.h):
+ *   | dk_lo, dk_part B_k x d_pad | dv_lo, dv_part B_k x dv_pad | (x group) |
  */
 typedef struct ta_cpu_dkdv_ws {
     ta_cpu_dims dm;
@@ -128,8 +131,12 @@ typedef struct ta_cpu_dkdv_ws {
      * the Q tile's rows' visible keys [row_lo, row_hi) (absolute) */
     int32_t *nlo, *nvis, *row_lo, *row_hi;
     float *kt[TA_CPU_DKDV_GROUP_MAX], *vt[TA_CPU_DKDV_GROUP_MAX]; /* [D | D_v, bk_pad] K, V^T */
-    float *dk_acc[TA_CPU_DKDV_GROUP_MAX];                         /* [B_k, d_pad] */
-    float *dv_acc[TA_CPU_DKDV_GROUP_MAX];                         /* [B_k, dv_pad] */
+    float *dk_acc[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, d_pad] the pairs' hi words */
+    float *dv_acc[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, dv_pad] */
+    float *dk_lo[TA_CPU_DKDV_GROUP_MAX];   /* [B_k, d_pad] their lo words */
+    float *dv_lo[TA_CPU_DKDV_GROUP_MAX];   /* [B_k, dv_pad] */
+    float *dk_part[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, d_pad] the row chunk's partials */
+    float *dv_part[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, dv_pad] */
 } ta_cpu_dkdv_ws;
 
 /*
@@ -139,7 +146,7 @@ typedef struct ta_cpu_dkdv_ws {
  *
  *   | qt D x ld | dot D_v x ld | ot D_v x ld | k B_k x d_pad | v B_k x dv_pad |
  *   | st B_k x ld | dpt B_k x ld | lse | delta | nlo | nvis | row_lo | row_hi (bq_pad each) |
- *   | dq_acc B_q x d_pad |
+ *   | dq_acc B_q x d_pad | dq_lo B_q x d_pad | dq_part B_q x d_pad | seg_lo, seg_n bq_pad |
  */
 typedef struct ta_cpu_dq_ws {
     ta_cpu_dims dm;
@@ -150,8 +157,11 @@ typedef struct ta_cpu_dq_ws {
     /* [bq_pad] live keys [nlo, nvis) of the K tile per row; the task's rows' visible
      * keys [row_lo, row_hi) (absolute) */
     int32_t *nlo, *nvis, *row_lo, *row_hi;
-    float *dq_acc; /* [B_q, d_pad] */
-    size_t ld;     /* lane stride of qt, dot, ot, st, dpt: as ta_cpu_fwd_ws.ld */
+    float *dq_acc;  /* [B_q, d_pad] the pair's hi word (src/ta_sum2.h) */
+    float *dq_lo;   /* [B_q, d_pad] its lo word */
+    float *dq_part; /* [B_q, d_pad] the current key chunk's partials */
+    int32_t *seg_lo, *seg_n; /* [bq_pad] the rows' live keys clipped to a key chunk */
+    size_t ld;      /* lane stride of qt, dot, ot, st, dpt: as ta_cpu_fwd_ws.ld */
 } ta_cpu_dq_ws;
 
 /*
@@ -168,6 +178,7 @@ typedef struct ta_cpu_dq_ws {
  *   | lse, delta, nlo, nvis, row_lo, row_hi  ld each | dq_acc B_q x d_pad |
  *   | dw_part, dw_sum c_q c_k | then per K tile of a pass-1 group: dk_acc B_k x d_pad | dv_acc B_k
  * x dv_pad |
+ *   | dq_lo, dq_part B_q x d_pad | seg_lo, seg_n ld | per slot dk_lo, dk_part, dv_lo, dv_part (the sums' pairs) |
  */
 typedef struct ta_cpu_mta_bwd_ws {
     ta_cpu_dims dm;     /* rows_max = B_q, block_k = B_k (plan->bwd) */
@@ -191,6 +202,13 @@ typedef struct ta_cpu_mta_bwd_ws {
     float *dw_sum;  /* [c_q c_k] pass 2: R(b, qt), the Q tile's sum of partials */
     float *dk_acc[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, d_pad] pass 1, per K tile of the group */
     float *dv_acc[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, dv_pad] */
+    /* the pairs of src/ta_sum2.h: dq_acc, dk_acc, dv_acc are the hi words */
+    float *dq_lo, *dq_part;  /* [B_q, d_pad] pass 2: lo word, the key chunk's partials */
+    int32_t *seg_lo, *seg_n; /* [ld] pass 2: the rows' live keys clipped to a key chunk */
+    float *dk_lo[TA_CPU_DKDV_GROUP_MAX];   /* [B_k, d_pad] pass 1 lo words */
+    float *dv_lo[TA_CPU_DKDV_GROUP_MAX];   /* [B_k, dv_pad] */
+    float *dk_part[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, d_pad] the row chunk's partials */
+    float *dv_part[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, dv_pad] */
 } ta_cpu_mta_bwd_ws;
 
 /* One thread's tiles from a cursor (size mode when the cursor has no base). */
