@@ -43,9 +43,13 @@ static int ta_cuda_fast_table_has(const ta_plan *plan) {
 }
 
 /* The rotary load stage on the fast path (docs/rope.md): pairs in whole
- * 16-byte chunks, rope_pairs a multiple of 4 (interleaved) or 8 (half-split). */
+ * 16-byte chunks, rope_pairs a multiple of 4 (interleaved) or 8 (half-split),
+ * and one split. */
 static int ta_cuda_fast_rope_ok(const ta_plan *plan) {
-    return plan->p.rope_pairs % (plan->p.rope == TA_ROPE_HALF ? 8 : 4) == 0;
+    /* a split-K forward runs the exact kernels (ta_cuda_ops.c): not with the
+     * stage, in either pass (the plan is one) */
+    return plan->p.rope_pairs % (plan->p.rope == TA_ROPE_HALF ? 8 : 4) == 0 &&
+           plan->fwd.num_splits == 1;
 }
 
 /* Every operation of the plan: SDPA and the MTA conv, any mask (causal,

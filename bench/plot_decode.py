@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Plot a bench/cuda_decode_bench.py CSV: achieved GB/s (K and V bytes over the
+time) against S_k (log2 axis) for tileattn (split-K and the unsplit fast
+forward), PyTorch flash and cuDNN, with the same run's device-to-device copy
+bandwidth dashed; one panel per (H_kv, new queries).
+
+    python3 bench/plot_decode.py bench/results/decode_h100_2026-11-23.csv \\
+        [--out docs/img/decode_gbs.png] [--title TEXT] [--dpi N]
+
+Needs matplotlib (not a dependency of the library or its tests).
+"""
+import argparse
+import csv
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display needed
+import matplotlib.pyplot as plt  # noqa: E402
+
+SERIES = (  # CSV column, legend label, line style
+    ("split_gbs", "tileattn split-K (TA_SPLITS_AUTO)", dict(color="tab:blue", marker="o")),
+    ("fast_gbs", "tileattn fast, unsplit", dict(color="tab:purple", marker="x")),
+    ("flash_gbs", "PyTorch flash", dict(color="tab:orange", marker="s")),
+    ("cudnn_gbs", "PyTorch cuDNN", dict(color="tab:green", marker="^")),
+    ("copy_gbs", "copy (same run)", dict(color="gray", linestyle="--")),
+)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("csv")
+    ap.add_argument("--out", default="docs/img/decode_gbs.png")
+    ap.add_argument("--title", default="")
+    ap.add_argument("--dpi", type=int, default=110)
+    a = ap.parse_args()
+    with open(a.csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    panels = sorted({(int(r["H_kv"]), int(r["S_q"])) for r in rows}, key=lambda x: (-x[0], x[1]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    for ax, (h_kv, s_q) in zip(axes[0], panels):
+        sel = sorted((r for r in rows if int(r["H_kv"]) == h_kv and int(r["S_q"]) == s_q),
+                     key=lambda r: int(r["S_k"]))
+        xs = [int(r["S_k"]) for r in sel]
+        for col, label, style in SERIES:
+            ax.plot(xs, [float(r[col]) for r in sel], label=label, **style)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("S_k (keys in the cache)")
+        ax.set_ylabel("GB/s (K + V bytes / time)")
+        ax.set_title("H = %s, H_kv = %d, %d new quer%s" % (sel[0]["H"], h_kv, s_q,
+                                                           "y" if s_q == 1 else "ies"))
+        ax.grid(True, alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    if a.title:
+        fig.suptitle(a.title)
+    fig.tight_layout()
+    fig.savefig(a.out, dpi=a.dpi)
+    print("wrote", a.out)
+
+
+if __name__ == "__main__":
+    main()
