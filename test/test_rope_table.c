@@ -271,26 +271,25 @@ static void check_bad_input(void) {
     REFUSE1("NaN pos_scale", c.pos_scale = (double)NAN, TA_ERR_BAD_ARG, NULL, NULL);
     REFUSE1("NTK inf factor", (c.scaling = TA_ROPE_SCALE_NTK, c.factor = (double)INFINITY),
             TA_ERR_BAD_ARG, NULL, NULL);
-    REFUSE1("YaRN inf beta_fast",
-            (c.scaling = TA_ROPE_SCALE_YARN, c.factor = 4.0, c.orig_max_pos = 2048,
-             c.beta_fast = (double)INFINITY),
-            TA_ERR_BAD_ARG, NULL, NULL);
-    REFUSE1("YaRN NaN beta_slow",
-            (c.scaling = TA_ROPE_SCALE_YARN, c.factor = 4.0, c.orig_max_pos = 2048,
-             c.beta_slow = (double)NAN),
-            TA_ERR_BAD_ARG, NULL, NULL);
-    REFUSE1("YaRN beta_slow < 0",
-            (c.scaling = TA_ROPE_SCALE_YARN, c.factor = 4.0, c.orig_max_pos = 2048,
-             c.beta_slow = -1.0),
-            TA_ERR_BAD_ARG, NULL, NULL);
-    REFUSE1("YaRN NaN mscale",
-            (c.scaling = TA_ROPE_SCALE_YARN, c.factor = 4.0, c.orig_max_pos = 2048,
-             c.mscale = (double)NAN),
-            TA_ERR_BAD_ARG, NULL, NULL);
-    REFUSE1("YaRN mscale < 0",
-            (c.scaling = TA_ROPE_SCALE_YARN, c.factor = 4.0, c.orig_max_pos = 2048,
-             c.mscale = -0.5),
-            TA_ERR_BAD_ARG, NULL, NULL);
+    {
+        static const struct {
+            const char *what;
+            double beta_fast, beta_slow, mscale;
+        } yarn[] = {
+            {"YaRN inf beta_fast", (double)INFINITY, 0.0, 0.0},
+            {"YaRN NaN beta_slow", 0.0, (double)NAN, 0.0},
+            {"YaRN beta_slow < 0", 0.0, -1.0, 0.0},
+            {"YaRN NaN mscale", 0.0, 0.0, (double)NAN},
+            {"YaRN mscale < 0", 0.0, 0.0, -0.5},
+        };
+        size_t y;
+        for (y = 0; y < sizeof yarn / sizeof yarn[0]; ++y)
+            REFUSE1(yarn[y].what,
+                    (c.scaling = TA_ROPE_SCALE_YARN, c.factor = 4.0, c.orig_max_pos = 2048,
+                     c.beta_fast = yarn[y].beta_fast, c.beta_slow = yarn[y].beta_slow,
+                     c.mscale = yarn[y].mscale),
+                    TA_ERR_BAD_ARG, NULL, NULL);
+    }
     {
         static float a[512];
         ta_canary_fill(a, sizeof a);
