@@ -11,6 +11,9 @@ if(NOT TA_GCOVR)
     COMMAND ${CMAKE_COMMAND} -E false)
   return()
 endif()
+# The counters are searched for in this build tree only (the last argument of
+# each gcovr command): by default gcovr searches --root, the source tree, and
+# would merge another build's counters (build/<other preset>) into the report.
 set(_ta_gcovr_args --root ${PROJECT_SOURCE_DIR} --object-directory ${PROJECT_BINARY_DIR}
     --filter ${PROJECT_SOURCE_DIR}/ref/ --filter ${PROJECT_SOURCE_DIR}/src/
     --exclude-unreachable-branches)
@@ -20,10 +23,11 @@ add_custom_target(coverage
   COMMAND ${CMAKE_CTEST_COMMAND} --test-dir ${PROJECT_BINARY_DIR} -j ${TILEATTN_COVERAGE_JOBS}
           -LE "memcheck|exhaustive|cuda|fuzz" --output-on-failure
   COMMAND ${TA_GCOVR} ${_ta_gcovr_args} --txt-metric line --txt ${PROJECT_BINARY_DIR}/coverage.txt
-          --txt-summary
+          --txt-summary ${PROJECT_BINARY_DIR}
   COMMAND ${TA_GCOVR} ${_ta_gcovr_args} --txt-metric branch
           --txt ${PROJECT_BINARY_DIR}/coverage_branches.txt
           --json-summary-pretty --json-summary ${PROJECT_BINARY_DIR}/coverage.json
+          ${PROJECT_BINARY_DIR}
   COMMAND ${CMAKE_COMMAND} -E cat ${PROJECT_BINARY_DIR}/coverage_branches.txt
   WORKING_DIRECTORY ${PROJECT_BINARY_DIR}
   USES_TERMINAL VERBATIM

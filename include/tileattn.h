@@ -531,6 +531,28 @@ ta_status ta_explain_fwd_workspace_size(const ta_problem *p, ta_backend be, char
  */
 ta_status ta_explain_bwd_workspace_size(const ta_problem *p, ta_backend be, char *buf,
                                         size_t buf_len);
+/**
+ * Explains ta_fwd_tasks_prepare (caller-run tasks): its checks, nothing
+ * recorded; unlike ta_explain_fwd, it judges shared against the task plan's
+ * shared_bytes and names the checks of the task mode (backend, num_splits).
+ * @param[in]  p, be, a, shared, shared_bytes  as for ta_fwd_tasks_prepare; only read
+ * @param[out] buf      the line, NUL-terminated; may be NULL
+ * @param[in]  buf_len  bytes at buf; 0 writes nothing
+ * @return the status ta_fwd_tasks_prepare would return
+ */
+ta_status ta_explain_fwd_tasks_prepare(const ta_problem *p, ta_backend be, const ta_fwd_args *a,
+                                       const void *shared, size_t shared_bytes, char *buf,
+                                       size_t buf_len);
+/**
+ * Explains ta_bwd_tasks_prepare; as ta_explain_fwd_tasks_prepare.
+ * @param[in]  p, be, a, shared, shared_bytes  as for ta_bwd_tasks_prepare; only read
+ * @param[out] buf      the line, NUL-terminated; may be NULL
+ * @param[in]  buf_len  bytes at buf; 0 writes nothing
+ * @return the status ta_bwd_tasks_prepare would return
+ */
+ta_status ta_explain_bwd_tasks_prepare(const ta_problem *p, ta_backend be, const ta_bwd_args *a,
+                                       const void *shared, size_t shared_bytes, char *buf,
+                                       size_t buf_len);
 /** @} */
 
 /** Entries of ta_tune_result.ms: room for the largest candidate table of any
@@ -760,9 +782,10 @@ ta_status ta_bwd_task_plan(const ta_problem *p, ta_backend be, ta_task_plan *out
  *                        until the last task returns, undefined after
  * @param[in]  shared_bytes  bytes at shared
  * @return TA_OK, or the status ta_fwd would return in ta_fwd's order of
- *         checks (ta_explain_fwd names it, judging the workspace against
- *         ta_fwd's size instead), with TA_ERR_UNSUPPORTED for a backend other
- *         than CPU right after the backend's own checks
+ *         checks (judging the workspace against shared_bytes), with
+ *         TA_ERR_UNSUPPORTED for a backend other than CPU right after the
+ *         backend's own checks and for num_splits > 1
+ *         (ta_explain_fwd_tasks_prepare names the failed check)
  */
 ta_status ta_fwd_tasks_prepare(const ta_problem *p, ta_backend be, const ta_fwd_args *a,
                                void *shared, size_t shared_bytes);

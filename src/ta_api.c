@@ -460,18 +460,30 @@ ta_status ta_bwd_task_plan(const ta_problem *p, ta_backend be, ta_task_plan *out
     return ta_task_plan_query(p, be, 1, out);
 }
 
+/* The checks of ta_fwd_tasks_prepare (bwd 0, fa) and ta_bwd_tasks_prepare
+ * (bwd 1, ba); the failed one formatted into buf (the explanations; NULL:
+ * none). On TA_OK, *pl and *ex are ready for ta_cpu_tasks_prepare. */
+static ta_status ta_tasks_check(const ta_problem *p, ta_backend be, int bwd, const ta_fwd_args *fa,
+                                const ta_bwd_args *ba, const void *shared, size_t shared_bytes,
+                                ta_plan *pl, ta_extents *ex, char *buf, size_t buf_len) {
+    const ta_backend_ops *ops = NULL;
+    ta_diag d;
+    ta_status st;
+    ta_diag_init(&d);
+    st = bwd ? ta_bwd_validate_mode(p, be, ba, shared, shared_bytes, NULL, 1, pl, &ops, ex, &d)
+             : ta_fwd_validate_mode(p, be, fa, shared, shared_bytes, NULL, 1, pl, &ops, ex, &d);
+    if (buf) ta_diag_format(&d, st, buf, buf_len);
+    return st;
+}
+
 /* ta_fwd_tasks_prepare (bwd 0, fa) and ta_bwd_tasks_prepare (bwd 1, ba). */
 static ta_status ta_tasks_prepare(const ta_problem *p, ta_backend be, int bwd,
                                   const ta_fwd_args *fa, const ta_bwd_args *ba, void *shared,
                                   size_t shared_bytes) {
-    const ta_backend_ops *ops = NULL;
     ta_extents ex;
     ta_plan pl;
-    ta_diag d;
-    ta_status st;
-    ta_diag_init(&d);
-    st = bwd ? ta_bwd_validate_mode(p, be, ba, shared, shared_bytes, NULL, 1, &pl, &ops, &ex, &d)
-             : ta_fwd_validate_mode(p, be, fa, shared, shared_bytes, NULL, 1, &pl, &ops, &ex, &d);
+    const ta_status st =
+        ta_tasks_check(p, be, bwd, fa, ba, shared, shared_bytes, &pl, &ex, NULL, 0);
     if (st != TA_OK) return st;
     ta_cpu_tasks_prepare(&pl, bwd ? NULL : fa, bwd ? ba : NULL, &ex, shared);
     return TA_OK;
@@ -530,6 +542,26 @@ ta_status ta_explain_merge(const ta_problem *p, ta_backend be, const ta_merge_ar
     st = ta_merge_validate(p, be, a, stream, &pl, &ops, &d);
     ta_diag_format(&d, st, buf, buf_len);
     return st;
+}
+
+static ta_status ta_explain_tasks(const ta_problem *p, ta_backend be, int bwd,
+                                  const ta_fwd_args *fa, const ta_bwd_args *ba, const void *shared,
+                                  size_t shared_bytes, char *buf, size_t buf_len) {
+    ta_extents ex;
+    ta_plan pl;
+    return ta_tasks_check(p, be, bwd, fa, ba, shared, shared_bytes, &pl, &ex, buf, buf_len);
+}
+
+ta_status ta_explain_fwd_tasks_prepare(const ta_problem *p, ta_backend be, const ta_fwd_args *a,
+                                       const void *shared, size_t shared_bytes, char *buf,
+                                       size_t buf_len) {
+    return ta_explain_tasks(p, be, 0, a, NULL, shared, shared_bytes, buf, buf_len);
+}
+
+ta_status ta_explain_bwd_tasks_prepare(const ta_problem *p, ta_backend be, const ta_bwd_args *a,
+                                       const void *shared, size_t shared_bytes, char *buf,
+                                       size_t buf_len) {
+    return ta_explain_tasks(p, be, 1, NULL, a, shared, shared_bytes, buf, buf_len);
 }
 
 static ta_status ta_explain_size(const ta_problem *p, ta_backend be, int bwd, char *buf,

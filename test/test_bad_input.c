@@ -289,6 +289,10 @@ SET(m_o_strided_overlap, c->fa.o_strides.batch = c->ba.o_strides.batch = 1 << 20
 SET(m_v_stride_overflow, c->fa.v_strides.batch = c->ba.v_strides.batch = INT64_MAX / 2;
     c->fa.v_strides.head = c->ba.v_strides.head = SK_ * DV_;
     c->fa.v_strides.seq = c->ba.v_strides.seq = DV_)
+/* the batch stride alone past 2^62 / (B - 1) (the check before the span's sum) */
+SET(m_v_stride_over_bound, c->fa.v_strides.batch = c->ba.v_strides.batch = INT64_MAX;
+    c->fa.v_strides.head = c->ba.v_strides.head = SK_ * DV_;
+    c->fa.v_strides.seq = c->ba.v_strides.seq = DV_)
 /* dk is a [B, H_kv, S_k, D] output; d_o's batch stride reaches over the arena */
 SET(m_dk_overlaps_strided_d_o, c->ba.d_o_strides.batch = 1 << 20;
     c->ba.d_o_strides.head = SQ_ * DV_; c->ba.d_o_strides.seq = DV_)
@@ -597,6 +601,8 @@ static const bad_case k_cases[] = {
     {"o strided into the next region (overlap)", E_CALLS, TA_ERR_BAD_ARG, m_o_strided_overlap,
      "args.o|args.dq"},
     {"v strides overflow", E_CALLS, TA_ERR_OVERFLOW, m_v_stride_overflow, "args.v_strides"},
+    {"v batch stride INT64_MAX", E_CALLS, TA_ERR_OVERFLOW, m_v_stride_over_bound,
+     "args.v_strides"},
     {"strided d_o overlaps dk", E_BWD, TA_ERR_BAD_ARG, m_dk_overlaps_strided_d_o, "args.d_o"},
     {"q strides {0, 0, D}: batch entries alias", E_CALLS, TA_ERR_BAD_ARG,
      m_q_strides_zero_batch_head, "args.q_strides"},

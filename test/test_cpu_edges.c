@@ -14,6 +14,7 @@
  *   mta_ck    the MTA conv with c_k = 1, 3, ..., 13, 23, 25, 31 (every case of
  *             the dconv_w kernel's 12-wide column blocks) and c_q 1 to 16
  *   mta_mask  MTA with seqlens_k 0, 1, 2 and with windows
+ *   mta_narrow MTA with windows of 1 to 4 keys, 16-key tiles, S_q 160 and 6
  * f32, f16 and bf16. Seeds printed (TA_SEED replays).
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
@@ -129,6 +130,16 @@ int main(void) {
             p.flags |= TA_WINDOW, p.window_left = 2 + 5 * i, p.window_right = -1;
             edge(&r, &p, i == 2 ? sl[i] : NULL, "mta_mask");
         }
+    }
+    /* mta_narrow: MTA with windows narrower than a register block of rows and
+     * small tiles, so that row vectors and K tiles of a task see no key */
+    for (i = 0; i < 4; ++i) {
+        static const int32_t sl[2] = {150, 3};
+        ta_problem p = shape(i < 2 ? 160 : 6, 160, 6, 5, (ta_dtype)(i % 3));
+        p.flags = TA_CAUSAL | TA_WINDOW, p.conv_q = 2 + i % 2, p.conv_k = 3;
+        p.window_left = i, p.window_right = -1;
+        p.block_q = 16 + 8 * (i % 2), p.block_k = 16;
+        edge(&r, &p, i % 2 ? sl : NULL, "mta_narrow");
     }
     printf("test_cpu_edges: %ld CPU runs (forward + backward) equal to REF\n", g_runs);
     return ta_test_finish("test_cpu_edges");

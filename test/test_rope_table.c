@@ -265,6 +265,64 @@ static void check_bad_input(void) {
     c2 = g2;
     c2.y_first = 2;
     expect_refused("2-D y_first 2", NULL, &c2, t[0], t[1], TA_ERR_BAD_ARG);
+    /* each remaining clause of the two checks (issue 15, branch coverage) */
+    REFUSE1("identity_rows -1", c.identity_rows = -1, TA_ERR_BAD_ARG, NULL, NULL);
+    REFUSE1("inf base", c.base = (double)INFINITY, TA_ERR_BAD_ARG, NULL, NULL);
+    REFUSE1("NaN pos_scale", c.pos_scale = (double)NAN, TA_ERR_BAD_ARG, NULL, NULL);
+    REFUSE1("NTK inf factor", (c.scaling = TA_ROPE_SCALE_NTK, c.factor = (double)INFINITY),
+            TA_ERR_BAD_ARG, NULL, NULL);
+    {
+        static const struct {
+            const char *what;
+            double beta_fast, beta_slow, mscale;
+        } yarn[] = {
+            {"YaRN inf beta_fast", (double)INFINITY, 0.0, 0.0},
+            {"YaRN NaN beta_slow", 0.0, (double)NAN, 0.0},
+            {"YaRN beta_slow < 0", 0.0, -1.0, 0.0},
+            {"YaRN NaN mscale", 0.0, 0.0, (double)NAN},
+            {"YaRN mscale < 0", 0.0, 0.0, -0.5},
+        };
+        size_t y;
+        for (y = 0; y < sizeof yarn / sizeof yarn[0]; ++y)
+            REFUSE1(yarn[y].what,
+                    (c.scaling = TA_ROPE_SCALE_YARN, c.factor = 4.0, c.orig_max_pos = 2048,
+                     c.beta_fast = yarn[y].beta_fast, c.beta_slow = yarn[y].beta_slow,
+                     c.mscale = yarn[y].mscale),
+                    TA_ERR_BAD_ARG, NULL, NULL);
+    }
+    {
+        static float a[512];
+        ta_canary_fill(a, sizeof a);
+        TA_CHECK(ta_rope_table_1d(&g, a, (float *)((char *)a + 1026)) == TA_ERR_BAD_ARG,
+                 "misaligned sin");
+        TA_CHECK(ta_rope_table_2d(&g2, NULL, a) == TA_ERR_NULL_ARG, "2-D cos NULL");
+        TA_CHECK(ta_rope_table_2d(&g2, a, a + 64) == TA_ERR_BAD_ARG, "2-D overlapping tables");
+        TA_CHECK(ta_canary_intact(a, sizeof a), "refused calls wrote a table");
+    }
+    {
+        static const struct {
+            const char *what;
+            int32_t n_pairs, grid_h, row_stride, identity_rows;
+            double base, scale_h, scale_w;
+        } bad2[] = {
+            {"2-D n_pairs 0", 0, 4, 0, 0, 0.0, 0.0, 0.0},
+            {"2-D grid_h 0", 8, 0, 0, 0, 0.0, 0.0, 0.0},
+            {"2-D row_stride < n_pairs", 8, 4, 6, 0, 0.0, 0.0, 0.0},
+            {"2-D identity_rows -1", 8, 4, 0, -1, 0.0, 0.0, 0.0},
+            {"2-D NaN base", 8, 4, 0, 0, (double)NAN, 0.0, 0.0},
+            {"2-D negative base", 8, 4, 0, 0, -100.0, 0.0, 0.0},
+            {"2-D inf scale_h", 8, 4, 0, 0, 0.0, (double)INFINITY, 0.0},
+            {"2-D NaN scale_w", 8, 4, 0, 0, 0.0, 0.0, (double)NAN},
+        };
+        size_t b;
+        for (b = 0; b < sizeof bad2 / sizeof bad2[0]; ++b) {
+            c2 = g2;
+            c2.n_pairs = bad2[b].n_pairs, c2.grid_h = bad2[b].grid_h;
+            c2.row_stride = bad2[b].row_stride, c2.identity_rows = bad2[b].identity_rows;
+            c2.base = bad2[b].base, c2.scale_h = bad2[b].scale_h, c2.scale_w = bad2[b].scale_w;
+            expect_refused(bad2[b].what, NULL, &c2, t[0], t[1], TA_ERR_BAD_ARG);
+        }
+    }
     c2 = g2;
     c2.grid_h = c2.grid_w = 65536;
     expect_refused("2-D rows past INT32_MAX", NULL, &c2, t[0], t[1], TA_ERR_OVERFLOW);

@@ -12,10 +12,12 @@
  *        - CPU (one and two threads) memcmp-equal to REF, same num_splits;
  *        - a count past the key tiles equal to num_splits = the key tiles;
  *        - REF within tolerance of the float64 oracle (o, lse);
- *        - ta_bwd ignores num_splits: the same bytes with 3 as with 0.
+ *        - ta_bwd ignores num_splits: the same bytes with 3 as with 0;
+ *        - for 2 and TA_SPLITS_AUTO, lse = NULL gives the same o (REF, CPU).
  *      outputs poisoned, workspace poisoned or random.
  *   2. ta_merge: random parts (some rows -inf in some parts, some in all):
- *      REF == CPU bitwise; within tolerance of the merge formula in double;
+ *      REF == CPU bitwise, and with lse = NULL the same o; within tolerance
+ *      of the merge formula in double;
  *      one part gives back its own bits; rows empty everywhere give 0, -inf;
  *      two forwards over the two halves of the keys (strides), merged, equal
  *      a forward over all keys within tolerance (and the oracle).
@@ -217,6 +219,14 @@ static void check_problem(ta_rng *r, int mta, long *n_runs) {
                      n, first_diff(l1, l2, 4, tc.n_lse), desc);
             ++*n_runs;
         }
+        if (i == 1 || i == 5) { /* lse = NULL: o alone, the same bits (REF, CPU) */
+            TA_CHECK(run_fwd(TA_BACKEND_REF, r, &tc, &p, o2, NULL, bshd) == TA_OK &&
+                         same(o1, o2, tc.n_o * tc.eb),
+                     "REF without lse: status or o differs, num_splits %d: %s", n, desc);
+            TA_CHECK(run_fwd(TA_BACKEND_CPU, r, &tc, &p, o2, NULL, bshd) == TA_OK &&
+                         same(o1, o2, tc.n_o * tc.eb),
+                     "CPU without lse: status or o differs, num_splits %d: %s", n, desc);
+        }
     }
     /* the workspace query includes the parts: num_splits 2 on num_splits 1's
      * workspace (when it needs more) is refused, outputs untouched */
@@ -309,6 +319,17 @@ static void check_merge_random(ta_rng *r) {
     TA_CHECK(ta_merge(&p, TA_BACKEND_CPU, &a, NULL) == TA_OK, "ta_merge CPU");
     TA_CHECK(same(o_ref, o_cpu, n_o * eb) && same(lse_ref, lse_cpu, n_rows * 4),
              "ta_merge CPU != REF (K %d)", k);
+    { /* lse = NULL: o alone, the same bits */
+        ta_backend be;
+        a.lse = NULL;
+        for (be = TA_BACKEND_REF; be <= TA_BACKEND_CPU; be = (ta_backend)(be + 1)) {
+            a.o = o_cpu;
+            ta_poison(o_cpu, n_o * eb);
+            TA_CHECK(ta_merge(&p, be, &a, NULL) == TA_OK && same(o_ref, o_cpu, n_o * eb),
+                     "ta_merge without lse (backend %d): status or o differs (K %d)", (int)be, k);
+        }
+        a.o = o_cpu, a.lse = lse_cpu;
+    }
     /* against the formula in double: |o - o_exact| <= u_dt |o_exact| + 8 2^-24 max |o_s| */
     for (i = 0; i < n_rows; ++i) {
         double m = -(double)INFINITY, l = 0.0, lse_x;

@@ -16,7 +16,9 @@
  *      and lse. Outputs poisoned before, shared workspace random bytes before
  *      the prepare call; every output must be memcmp-equal to step 1's. One
  *      run per problem uses one worker and the reversed order.
- *   3. refused calls (statuses of include/tileattn.h, outputs untouched):
+ *   3. refused calls (statuses of include/tileattn.h, outputs untouched;
+ *      every prepare's status also from ta_explain_*_tasks_prepare, whose
+ *      line names the failed check):
  *      another backend, NULL and short or misaligned shared workspaces, an
  *      unprepared or moved one, phase and task out of range, phase 1 before
  *      phase 0 has finished, scratch NULL, short, misaligned or overlapping a
@@ -253,6 +255,22 @@ static int outputs_poisoned(const tcase *tc, const run_out *out) {
         TA_CHECK(st_ == (want), "%s gave %d, expected %d", #call, (int)st_, (int)(want));          \
     } while (0)
 
+/* A refused (or accepted) prepare call, and its explanation: the same status,
+ * and a line that names `field` (ta_explain_*_tasks_prepare; docs/api.md,
+ * "Diagnostics"). fa NULL: the backward, with ba. */
+static void expect_prepare(ta_status want, const char *field, const ta_problem *p, ta_backend be,
+                           const ta_fwd_args *fa, const ta_bwd_args *ba, void *shared,
+                           size_t bytes) {
+    char why[256];
+    const ta_status st = fa ? ta_fwd_tasks_prepare(p, be, fa, shared, bytes)
+                            : ta_bwd_tasks_prepare(p, be, ba, shared, bytes);
+    const ta_status ex = fa ? ta_explain_fwd_tasks_prepare(p, be, fa, shared, bytes, why, sizeof why)
+                            : ta_explain_bwd_tasks_prepare(p, be, ba, shared, bytes, why, sizeof why);
+    TA_CHECK(st == want && ex == want && strstr(why, field) != NULL,
+             "%s prepare (%s): status %d, explained %d \"%s\"; expected %d naming %s",
+             fa ? "fwd" : "bwd", field, (int)st, (int)ex, why, (int)want, field);
+}
+
 static void bad_cases(ta_rng *r) {
     tcase tc;
     run_out exp, out;
@@ -303,35 +321,48 @@ static void bad_cases(ta_rng *r) {
     fill_fwd(&tc, &out, &fa);
     fill_bwd(&tc, &exp, &out, &ba);
     /* prepare: the call's checks, then the shared workspace's */
-    EXPECT(TA_ERR_UNSUPPORTED, ta_bwd_tasks_prepare(&p, TA_BACKEND_REF, &ba, shared,
-                                                    tp.shared_bytes));
-    EXPECT(TA_ERR_NULL_ARG, ta_bwd_tasks_prepare(&p, TA_BACKEND_CPU, NULL, shared,
-                                                 tp.shared_bytes));
-    EXPECT(TA_ERR_NULL_ARG, ta_bwd_tasks_prepare(NULL, TA_BACKEND_CPU, &ba, shared,
-                                                 tp.shared_bytes));
-    EXPECT(TA_ERR_NULL_ARG, ta_bwd_tasks_prepare(&p, TA_BACKEND_CPU, &ba, NULL, tp.shared_bytes));
-    EXPECT(TA_ERR_WORKSPACE_SIZE, ta_bwd_tasks_prepare(&p, TA_BACKEND_CPU, &ba, shared,
-                                                       tp.shared_bytes - 1));
-    EXPECT(TA_ERR_WORKSPACE_ALIGN, ta_bwd_tasks_prepare(&p, TA_BACKEND_CPU, &ba, shared + 8,
-                                                        tp.shared_bytes));
-    EXPECT(TA_ERR_WORKSPACE_SIZE, ta_fwd_tasks_prepare(&p, TA_BACKEND_CPU, &fa, shared,
-                                                       tf.shared_bytes - 64));
+    expect_prepare(TA_ERR_UNSUPPORTED, "TA_BACKEND_CPU only", &p, TA_BACKEND_REF, NULL, &ba,
+                   shared, tp.shared_bytes);
+    expect_prepare(TA_ERR_NULL_ARG, "args", &p, TA_BACKEND_CPU, NULL, NULL, shared,
+                   tp.shared_bytes);
+    expect_prepare(TA_ERR_NULL_ARG, "problem", NULL, TA_BACKEND_CPU, NULL, &ba, shared,
+                   tp.shared_bytes);
+    expect_prepare(TA_ERR_NULL_ARG, "workspace", &p, TA_BACKEND_CPU, NULL, &ba, NULL,
+                   tp.shared_bytes);
+    expect_prepare(TA_ERR_WORKSPACE_SIZE, "workspace", &p, TA_BACKEND_CPU, NULL, &ba, shared,
+                   tp.shared_bytes - 1);
+    expect_prepare(TA_ERR_WORKSPACE_ALIGN, "workspace", &p, TA_BACKEND_CPU, NULL, &ba, shared + 8,
+                   tp.shared_bytes);
+    expect_prepare(TA_ERR_WORKSPACE_SIZE, "workspace", &p, TA_BACKEND_CPU, &fa, NULL, shared,
+                   tf.shared_bytes - 64);
     /* CUDA: unavailable without a device (ta_fwd's status first), else unsupported */
-    EXPECT(ta_backend_available(TA_BACKEND_CUDA) ? TA_ERR_UNSUPPORTED : TA_ERR_BACKEND_UNAVAILABLE,
-           ta_fwd_tasks_prepare(&p, TA_BACKEND_CUDA, &fa, shared, tf.shared_bytes));
+    expect_prepare(ta_backend_available(TA_BACKEND_CUDA) ? TA_ERR_UNSUPPORTED
+                                                         : TA_ERR_BACKEND_UNAVAILABLE,
+                   "backend", &p, TA_BACKEND_CUDA, &fa, NULL, shared, tf.shared_bytes);
     {
         ta_bwd_args b2 = ba;
+        ta_problem q = p;
         b2.dconv_w = NULL;
-        EXPECT(TA_ERR_NULL_ARG, ta_bwd_tasks_prepare(&p, TA_BACKEND_CPU, &b2, shared,
-                                                     tp.shared_bytes));
+        expect_prepare(TA_ERR_NULL_ARG, "dconv_w", &p, TA_BACKEND_CPU, NULL, &b2, shared,
+                       tp.shared_bytes);
         b2 = ba, b2.dq = shared; /* an output inside the shared workspace */
-        EXPECT(TA_ERR_BAD_ARG, ta_bwd_tasks_prepare(&p, TA_BACKEND_CPU, &b2, shared,
-                                                    tp.shared_bytes));
+        expect_prepare(TA_ERR_BAD_ARG, "dq", &p, TA_BACKEND_CPU, NULL, &b2, shared,
+                       tp.shared_bytes);
+        /* split-K: the task mode's own check (before the pointers'), which
+         * ta_explain_fwd does not make; several key tiles at any default block_k */
+        memset(&q, 0, sizeof q);
+        q.batch = q.heads_q = q.heads_kv = 1;
+        q.seq_q = q.seq_k = 300;
+        q.head_dim = q.head_dim_v = 16;
+        q.dtype = TA_F32;
+        q.num_splits = 2;
+        expect_prepare(TA_ERR_UNSUPPORTED, "num_splits", &q, TA_BACKEND_CPU, &fa, NULL, shared,
+                       tf.shared_bytes);
     }
     /* never prepared */
     EXPECT(TA_ERR_BAD_ARG, ta_task_run(shared, 0, 0, scratch, tp.scratch_bytes));
     TA_CHECK(outputs_poisoned(&tc, &out), "a refused prepare or task wrote an output");
-    EXPECT(TA_OK, ta_bwd_tasks_prepare(&p, TA_BACKEND_CPU, &ba, shared, tp.shared_bytes));
+    expect_prepare(TA_OK, "ok", &p, TA_BACKEND_CPU, NULL, &ba, shared, tp.shared_bytes);
     /* task_run checks, in their order */
     EXPECT(TA_ERR_NULL_ARG, ta_task_run(NULL, 0, 0, scratch, tp.scratch_bytes));
     EXPECT(TA_ERR_WORKSPACE_ALIGN, ta_task_run(shared + 32, 0, 0, scratch, tp.scratch_bytes));

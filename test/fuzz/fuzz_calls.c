@@ -9,10 +9,15 @@
  *   - REF and CPU size queries agree on the status;
  *   - ta_fwd on REF and on CPU, then ta_bwd on both (from REF's o and lse):
  *     o, lse, dq, dk, dv, dconv_w equal bit for bit;
+ *   - the same forward and backward as caller-run CPU tasks (ta_*_task_plan,
+ *     ta_*_tasks_prepare, ta_task_run on this thread, each phase's tasks in an
+ *     order shuffled from the seed, one scratch buffer between canaries with
+ *     random contents): equal bit for bit to ta_fwd / ta_bwd on CPU;
  *   - every buffer sits between canaries that stay intact, inputs stay unchanged,
  *     and the workspace starts with random contents (results do not depend on it).
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fuzz_util.h"
@@ -33,6 +38,7 @@ enum {
     B_DV,
     B_DCONV,
     B_WS,
+    B_SCRATCH, /* caller-run tasks */
     B_N
 };
 typedef struct bufs {
@@ -87,17 +93,53 @@ static void bufs_free(bufs *bs) {
         fz_buf_free(&bs->b[i]);
 }
 
-/* One backend's forward then backward (from the given o and lse, else its own). */
+static void fill_random(unsigned char *buf, size_t bytes, uint64_t *s) {
+    size_t i;
+    for (i = 0; i + 8 <= bytes; i += 8) {
+        const uint64_t r = fz_mix(s);
+        memcpy(buf + i, &r, 8);
+    }
+}
+
+/* Every task of the call prepared in shared (plan tp), phase by phase, each
+ * phase's tasks in an order shuffled from *s (Fisher-Yates). */
+static ta_status run_tasks(const ta_task_plan *tp, void *shared, void *scratch, uint64_t *s) {
+    int32_t ph;
+    for (ph = 0; ph < tp->num_phases; ++ph) {
+        const int64_t n = tp->num_tasks[ph];
+        int64_t *order = (int64_t *)malloc((size_t)n * sizeof(int64_t) + 8), i;
+        FZ_CHECK(order != NULL, "out of memory");
+        for (i = 0; i < n; ++i)
+            order[i] = i;
+        for (i = n - 1; i > 0; --i) {
+            const int64_t j = (int64_t)(fz_mix(s) % (uint64_t)(i + 1)), t = order[i];
+            order[i] = order[j], order[j] = t;
+        }
+        for (i = 0; i < n; ++i) {
+            const ta_status st = ta_task_run(shared, ph, order[i], scratch, tp->scratch_bytes);
+            if (st != TA_OK) {
+                free(order);
+                return st;
+            }
+        }
+        free(order);
+    }
+    return TA_OK;
+}
+
+/* One backend's forward then backward (from the given o and lse, else its own).
+ * tp (CPU only): the forward's and the backward's task plans, run as caller-run
+ * tasks (ws is then the shared workspace); NULL: ta_fwd and ta_bwd. */
 static void run_backend(const ta_problem *p, ta_backend be, const bufs *in, const ta_strides *bshd,
                         const void *o_in, const float *lse_in, size_t ws_bytes, uint64_t ws_seed,
-                        bufs *out, size_t eb, ta_status *st_f, ta_status *st_b) {
+                        const ta_task_plan *tp, bufs *out, size_t eb, ta_status *st_f,
+                        ta_status *st_b) {
     const size_t n_q = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
     const size_t n_k = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k;
     const size_t n_conv = (size_t)p->heads_q * (size_t)p->conv_q * (size_t)p->conv_k;
     ta_fwd_args fa;
     ta_bwd_args ba;
     uint64_t s = ws_seed;
-    size_t i;
     unsigned char *ws;
     memset(out, 0, sizeof *out);
     memset(fz_buf_alloc(&out->b[B_O], n_q * (size_t)p->head_dim_v * eb), 0xFF,
@@ -111,9 +153,11 @@ static void run_backend(const ta_problem *p, ta_backend be, const bufs *in, cons
            n_k * (size_t)p->head_dim_v * eb);
     memset(fz_buf_alloc(&out->b[B_DCONV], n_conv * 4), 0xFF, n_conv * 4);
     ws = (unsigned char *)fz_buf_alloc(&out->b[B_WS], ws_bytes);
-    for (i = 0; i + 8 <= ws_bytes; i += 8) {
-        const uint64_t r = fz_mix(&s);
-        memcpy(ws + i, &r, 8);
+    fill_random(ws, ws_bytes, &s);
+    if (tp) {
+        const size_t n = tp[0].scratch_bytes > tp[1].scratch_bytes ? tp[0].scratch_bytes
+                                                                   : tp[1].scratch_bytes;
+        fill_random((unsigned char *)fz_buf_alloc(&out->b[B_SCRATCH], n), n, &s);
     }
     memset(&fa, 0, sizeof fa);
     memset(&ba, 0, sizeof ba);
@@ -133,7 +177,12 @@ static void run_backend(const ta_problem *p, ta_backend be, const bufs *in, cons
         strides_of(bshd, p->heads_kv, p->seq_k, p->head_dim_v);
     fa.o_strides = ba.o_strides = ba.d_o_strides =
         strides_of(bshd, p->heads_q, p->seq_q, p->head_dim_v);
-    *st_f = ta_fwd(p, be, &fa, ws, ws_bytes, NULL);
+    if (tp) {
+        *st_f = ta_fwd_tasks_prepare(p, be, &fa, ws, ws_bytes);
+        if (*st_f == TA_OK) *st_f = run_tasks(&tp[0], ws, fz_data(&out->b[B_SCRATCH]), &s);
+    } else {
+        *st_f = ta_fwd(p, be, &fa, ws, ws_bytes, NULL);
+    }
     ba.o = o_in ? o_in : fa.o;
     ba.lse = lse_in ? lse_in : fa.lse;
     ba.d_o = fz_data(&in->b[B_DO]);
@@ -141,12 +190,29 @@ static void run_backend(const ta_problem *p, ta_backend be, const bufs *in, cons
     ba.dk = fz_data(&out->b[B_DK]);
     ba.dv = fz_data(&out->b[B_DV]);
     ba.dconv_w = p->conv_q ? (float *)fz_data(&out->b[B_DCONV]) : NULL;
-    *st_b = *st_f == TA_OK ? ta_bwd(p, be, &ba, ws, ws_bytes, NULL) : *st_f;
+    if (*st_f != TA_OK) {
+        *st_b = *st_f;
+    } else if (tp) {
+        *st_b = ta_bwd_tasks_prepare(p, be, &ba, ws, ws_bytes);
+        if (*st_b == TA_OK) *st_b = run_tasks(&tp[1], ws, fz_data(&out->b[B_SCRATCH]), &s);
+    } else {
+        *st_b = ta_bwd(p, be, &ba, ws, ws_bytes, NULL);
+    }
 }
 
-static void compare(const bufs *a, const bufs *b, int which, const char *name) {
+static void compare(const bufs *a, const bufs *b, int which, const char *name,
+                    const char *what) {
     FZ_CHECK(memcmp(fz_data(&a->b[which]), fz_data(&b->b[which]), a->b[which].bytes) == 0,
-             "REF and CPU differ in %s", name);
+             "%s differ in %s", what, name);
+}
+
+static void compare_all(const bufs *a, const bufs *b, int conv, const char *what) {
+    compare(a, b, B_O, "o", what);
+    compare(a, b, B_LSE, "lse", what);
+    compare(a, b, B_DQ, "dq", what);
+    compare(a, b, B_DK, "dk", what);
+    compare(a, b, B_DV, "dv", what);
+    if (conv) compare(a, b, B_DCONV, "dconv_w", what);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -154,9 +220,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz f = {data, size};
     ta_problem p;
     ta_strides bshd;
-    bufs in, pristine, ref, cpu;
+    bufs in, pristine, ref, cpu, tsk;
+    ta_task_plan tp[2];
     size_t ws_f[2] = {0, 0}, ws_b[2] = {0, 0}, ws_bytes, eb, n_q, n_k, n_conv;
-    ta_status st[2][2], sq[2][2];
+    ta_status st[3][2], sq[2][2];
     uint64_t seed;
     int be, i, bad;
     make_problem(&f, &p, &bshd);
@@ -192,25 +259,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             memcpy(fz_buf_alloc(&pristine.b[i], in.b[i].bytes), fz_data(&in.b[i]), in.b[i].bytes);
         }
     ws_bytes = ws_f[0] > ws_b[0] ? ws_f[0] : ws_b[0];
-    run_backend(&p, TA_BACKEND_REF, &in, &bshd, NULL, NULL, ws_bytes, seed, &ref, eb, &st[0][0],
-                &st[0][1]);
+    run_backend(&p, TA_BACKEND_REF, &in, &bshd, NULL, NULL, ws_bytes, seed, NULL, &ref, eb,
+                &st[0][0], &st[0][1]);
     ws_bytes = ws_f[1] > ws_b[1] ? ws_f[1] : ws_b[1];
     /* the CPU backward takes REF's o and lse, as a training step would take its forward's */
     run_backend(&p, TA_BACKEND_CPU, &in, &bshd, fz_data(&ref.b[B_O]),
-                (const float *)fz_data(&ref.b[B_LSE]), ws_bytes, ~seed, &cpu, eb, &st[1][0],
+                (const float *)fz_data(&ref.b[B_LSE]), ws_bytes, ~seed, NULL, &cpu, eb, &st[1][0],
                 &st[1][1]);
+    /* the same as caller-run tasks (fz_small_problem leaves num_splits 0: no
+     * split-K, which the task mode refuses) */
+    FZ_CHECK(ta_fwd_task_plan(&p, TA_BACKEND_CPU, &tp[0]) == TA_OK &&
+                 ta_bwd_task_plan(&p, TA_BACKEND_CPU, &tp[1]) == TA_OK,
+             "task plans refused a problem ta_fwd accepts");
+    ws_bytes = tp[0].shared_bytes > tp[1].shared_bytes ? tp[0].shared_bytes : tp[1].shared_bytes;
+    run_backend(&p, TA_BACKEND_CPU, &in, &bshd, fz_data(&ref.b[B_O]),
+                (const float *)fz_data(&ref.b[B_LSE]), ws_bytes, seed ^ 0x5a5a5a5a5a5a5a5aull, tp,
+                &tsk, eb, &st[2][0], &st[2][1]);
     FZ_CHECK(st[0][0] == TA_OK && st[1][0] == TA_OK, "forward refused: REF %d, CPU %d",
              (int)st[0][0], (int)st[1][0]);
     FZ_CHECK(st[0][1] == TA_OK && st[1][1] == TA_OK, "backward refused: REF %d, CPU %d",
              (int)st[0][1], (int)st[1][1]);
-    compare(&ref, &cpu, B_O, "o");
-    compare(&ref, &cpu, B_LSE, "lse");
-    compare(&ref, &cpu, B_DQ, "dq");
-    compare(&ref, &cpu, B_DK, "dk");
-    compare(&ref, &cpu, B_DV, "dv");
-    if (p.conv_q) compare(&ref, &cpu, B_DCONV, "dconv_w");
+    FZ_CHECK(st[2][0] == TA_OK && st[2][1] == TA_OK, "caller-run tasks refused: fwd %d, bwd %d",
+             (int)st[2][0], (int)st[2][1]);
+    compare_all(&ref, &cpu, p.conv_q > 0, "REF and CPU");
+    compare_all(&cpu, &tsk, p.conv_q > 0, "CPU calls and caller-run tasks");
     FZ_CHECK((bad = all_guards(&ref)) < 0, "REF wrote past buffer %d", bad);
     FZ_CHECK((bad = all_guards(&cpu)) < 0, "CPU wrote past buffer %d", bad);
+    FZ_CHECK((bad = all_guards(&tsk)) < 0, "caller-run tasks wrote past buffer %d", bad);
     FZ_CHECK((bad = all_guards(&in)) < 0, "an input's guard was written (%d)", bad);
     for (i = 0; i < B_N_IN; ++i)
         FZ_CHECK(!in.b[i].raw ||
@@ -220,5 +295,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     bufs_free(&pristine);
     bufs_free(&ref);
     bufs_free(&cpu);
+    bufs_free(&tsk);
     return 0;
 }
