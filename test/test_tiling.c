@@ -1591,6 +1591,7 @@ static void group_context(int n, uint64_t seed) {
         lay.dq = random_strides(&rng, heads, g.sq, dim);
         lay.dk = random_strides(&rng, heads_kv, g.sk, dim);
         lay.dv = random_strides(&rng, heads_kv, g.sk, dim_v);
+        lay.q_hist = random_strides(&rng, heads, 4, dim); /* the MTA query history rows */
         use_seqlens = ta_rng_int(&rng, 0, 1);
         for (s = 0; s < batch; ++s)
             seqlens[s] = ta_rng_int(&rng, 0, 3) == 0 ? g.sk : ta_rng_int(&rng, 0, g.sk);
@@ -1624,13 +1625,14 @@ static void group_context(int n, uint64_t seed) {
                   (int)ta_tile_k_begin(&t, qt, key_len), (int)ta_tile_k_end(&t, qt, key_len));
             CHECK(&tl, CK_CONTEXT,
                   c.q == spec_slice(&lay.q, b, h) && c.o == spec_slice(&lay.o, b, h) &&
-                      c.d_o == spec_slice(&lay.d_o, b, h) && c.dq == spec_slice(&lay.dq, b, h),
-                  "%s: context (b=%d h=%d): q/o/d_o/dq offsets %lld/%lld/%lld/%lld, expected "
-                  "%lld/%lld/%lld/%lld",
+                      c.d_o == spec_slice(&lay.d_o, b, h) && c.dq == spec_slice(&lay.dq, b, h) &&
+                      c.q_hist == spec_slice(&lay.q_hist, b, h),
+                  "%s: context (b=%d h=%d): q/o/d_o/dq/q_hist offsets %lld/%lld/%lld/%lld/%lld, "
+                  "expected %lld/%lld/%lld/%lld/%lld",
                   GSTR(&g), (int)b, (int)h, (long long)c.q, (long long)c.o, (long long)c.d_o,
-                  (long long)c.dq, (long long)spec_slice(&lay.q, b, h),
+                  (long long)c.dq, (long long)c.q_hist, (long long)spec_slice(&lay.q, b, h),
                   (long long)spec_slice(&lay.o, b, h), (long long)spec_slice(&lay.d_o, b, h),
-                  (long long)spec_slice(&lay.dq, b, h));
+                  (long long)spec_slice(&lay.dq, b, h), (long long)spec_slice(&lay.q_hist, b, h));
             CHECK(&tl, CK_CONTEXT,
                   c.k == spec_slice(&lay.k, b, hk) && c.v == spec_slice(&lay.v, b, hk) &&
                       c.dk == spec_slice(&lay.dk, b, hk) && c.dv == spec_slice(&lay.dv, b, hk),
