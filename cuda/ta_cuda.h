@@ -116,8 +116,17 @@ ta_status ta_cuda_merge_parts(const ta_plan *plan, const void *o_parts, ta_dtype
  * ta_cuda_merge_parts on the caller's parts (dtype plan->p.dtype). */
 ta_status ta_cuda_merge(const ta_plan *plan, const ta_merge_args *a, void *stream);
 
-/* Candidates of one head dim in the fast configuration table, at most. */
-#define TA_CUDA_FAST_CFG_MAX 6
+/* Candidates of one head dim in the fast configuration table, at most
+ * (<= TA_TUNE_MAX_CANDIDATES). */
+#define TA_CUDA_FAST_CFG_MAX 8
+
+/* The fast configuration table in numbers (cuda/ta_cuda_layout.c, plain C:
+ * the size queries need no CUDA): how many candidates tile_config names for
+ * head dim d (0: d is not in the table), and tile_config 0's pick (k >= 1)
+ * for (d, causal, sm90: 1 on a compute capability 9.0 device with sm_90a
+ * code). The kernels behind each k: cuda/ta_cuda_fast_fwd.cu. */
+int32_t ta_cuda_fast_cfg_count(int32_t d);
+int32_t ta_cuda_fast_cfg_default(int32_t d, int causal, int sm90);
 
 /* Fast mode (cuda/ta_cuda_fast_fwd.cu, with the wgmma kernel of
  * cuda/ta_cuda_fast_fwd_sm90.cu): the tensor-core SDPA forward for f16 / bf16

@@ -82,8 +82,7 @@ int ta_cuda_fast_rows_aligned(const ta_problem *pr, const void *ptr, const ta_st
 typedef struct ta_fast_table {
     ta_fast_launch cand[TA_CUDA_FAST_CFG_MAX];
     int n;         /* candidates: tile_config in [1, n] */
-    int first_mma;  /* index of the first mma.sync candidate: tile_config 0 off sm_90 */
-    int first_sm90; /* index of tile_config 0 on an sm_90 device */
+    int pick0;      /* index of tile_config 0's pick (ta_cuda_fast_cfg_default) */
     int sm90;       /* 1 if the wgmma candidates run here (sm_90 device, sm_90a code) */
 } ta_fast_table;
 

@@ -30,16 +30,56 @@ int ta_cuda_fast_path(const ta_plan *plan) {
     return plan->p.precision == TA_PRECISION_FAST && plan->p.dtype != TA_F32 && !plan->has_conv;
 }
 
-/* The head dims of the fast configuration table and their candidate counts
- * (cuda/ta_cuda_fast_fwd.cu: the wgmma candidate, the mma.sync ones and the
- * warp-specialised TMA ones (cuda/ta_cuda_fast_fwd_ws.cu); it
- * returns TA_ERR_UNSUPPORTED for any other, and for the wgmma candidate on a
- * device that is not sm_90):
- * here in plain C so the workspace query answers the same without CUDA. */
+/* The fast forward's configuration table (docs/cuda.md section 7,
+ * "Configurations"): per head dim, the candidates tile_config = k names
+ * (cuda/ta_cuda_fast_fwd.cu holds their kernels, in this order: 1 the wgmma
+ * forward, then the one-buffer mma.sync ones, the warp-specialised TMA ones,
+ * the multi-stage mma.sync ones), and tile_config 0's pick per (causal,
+ * device class), chosen by measurement (docs/benchmarks.md). */
+typedef struct ta_cuda_fast_cfgs {
+    int32_t head_dim;
+    int32_t count;      /* candidates: tile_config in [1, count] */
+    int32_t pick[2][2]; /* [causal][sm90]: tile_config 0's candidate */
+} ta_cuda_fast_cfgs;
+
+/* H100, bf16, 16k tokens, S = 1k, 4k, 16k (bench/results/
+ * fast_sweep_pipe_h100_2026-11-23.csv): on sm_90 the warp-specialised
+ * forward is fastest or within noise everywhere; the column "other" is the
+ * fastest mma.sync candidate timed on the same H100 (no sm_80/86/89 device
+ * has run them): the one-buffer (4 warps, 64 keys) kernel, except D = 96,
+ * where its multi-stage twin won 5 of 6 shapes by 2-7 %. ta_tune_fwd picks
+ * per device where this table's guess is not good enough. */
+static const ta_cuda_fast_cfgs k_fast_cfgs[4] = {
+    /* D   n    non-causal: other, sm90   causal: other, sm90 */
+    {64, 7, {{2, 5}, {2, 5}}},
+    {96, 5, {{5, 4}, {5, 4}}},
+    {128, 8, {{2, 5}, {2, 5}}},
+    {256, 7, {{2, 5}, {2, 5}}},
+};
+
+static const ta_cuda_fast_cfgs *ta_cuda_fast_cfgs_of(int32_t d) {
+    for (int i = 0; i < 4; ++i)
+        if (k_fast_cfgs[i].head_dim == d) return &k_fast_cfgs[i];
+    return NULL;
+}
+
+int32_t ta_cuda_fast_cfg_count(int32_t d) {
+    const ta_cuda_fast_cfgs *c = ta_cuda_fast_cfgs_of(d);
+    return c ? c->count : 0;
+}
+
+int32_t ta_cuda_fast_cfg_default(int32_t d, int causal, int sm90) {
+    const ta_cuda_fast_cfgs *c = ta_cuda_fast_cfgs_of(d);
+    return c ? c->pick[causal != 0][sm90 != 0] : 0;
+}
+
+/* The head dims of the fast table (TA_ERR_UNSUPPORTED for any other, and for
+ * a tile_config past the head dim's candidates; the launcher also refuses the
+ * wgmma candidates on a device that is not sm_90). */
 static int ta_cuda_fast_table_has(const ta_plan *plan) {
     const int32_t d = plan->p.head_dim;
-    return d == plan->p.head_dim_v && (d == 64 || d == 96 || d == 128 || d == 256) &&
-           plan->p.tile_config <= (d == 64 ? 5 : d == 96 ? 4 : d == 128 ? 6 : 5);
+    return d == plan->p.head_dim_v && plan->p.tile_config <= ta_cuda_fast_cfg_count(d) &&
+           ta_cuda_fast_cfg_count(d) > 0;
 }
 
 /* The rotary load stage on the fast path (docs/rope.md): pairs in whole

@@ -93,13 +93,22 @@
 
 
 static const int32_t k_dims[4] = {64, 96, 128, 256};
-/* Candidates per head dim in the configuration table (cuda/ta_cuda_fast_fwd.cu,
- * cuda/ta_cuda_layout.c): tile_config in [0, k_candidates]. */
-static const int32_t k_candidates[4] = {5, 4, 6, 5};
-/* The first warp-specialised TMA candidate per head dim (cuda/ta_cuda_fast_fwd_ws.cu;
- * sm_90 only, as candidate 1), the last being k_candidates. Where its K tile
- * matches candidate 1's (D = 96, 128, 256) it must give candidate 1's bytes. */
+/* The warp-specialised TMA candidates per head dim, k_first_ws .. k_last_ws
+ * (cuda/ta_cuda_fast_fwd_ws.cu; sm_90 only, as candidate 1); the multi-stage
+ * mma.sync ones follow, up to ta_test_fast_candidates. */
 static const int32_t k_first_ws[4] = {5, 4, 5, 5};
+static const int32_t k_last_ws[4] = {5, 4, 6, 5};
+/* Twins: k_twin[di][cfg] = the tile_config whose bytes candidate cfg must give
+ * (0: none): a warp-specialised kernel whose K tile matches candidate 1's (D =
+ * 96, 128, 256) computes candidate 1's products and softmax in its order; a
+ * multi-stage mma.sync kernel computes those of the one-buffer candidate with
+ * its (warps, K tile). */
+static const int32_t k_twin[4][9] = {
+    {0, 0, 0, 0, 0, 0, 2, 2, 0}, /* D = 64: 6, 7 -> 2 */
+    {0, 0, 0, 0, 1, 2, 0, 0, 0}, /* D = 96: 4 -> 1, 5 -> 2 */
+    {0, 0, 0, 0, 0, 1, 1, 2, 3}, /* D = 128: 5, 6 -> 1, 7 -> 2, 8 -> 3 */
+    {0, 0, 0, 0, 0, 1, 3, 4, 0}, /* D = 256: 5 -> 1, 6 -> 3, 7 -> 4 */
+};
 
 /* The index of head dim d in k_dims (3 if d is none of the first three). */
 static int dim_index(int32_t d) {
@@ -162,23 +171,27 @@ static void random_fspec(uint64_t seed, int idx, fspec *s) {
     ta_test_random_window(&r, p, 30);
     s->bshd = ta_rng_int(&r, 0, 3) == 0;
     /* every candidate of the table (cuda/ta_cuda_fast_fwd.cu): 0 = default;
-     * 1 and the warp-specialised ones from k_first_ws on run on an sm_90
-     * device only (elsewhere this test takes candidate 2 instead); a third of
-     * the problems take a warp-specialised one */
+     * 1 and the warp-specialised ones run on an sm_90 device only (elsewhere
+     * this test takes candidate 2 instead); a third of the problems take one
+     * of the appended ones (warp-specialised or multi-stage) */
     {
         const int di = dim_index(p->head_dim);
         p->tile_config = ta_rng_int(&r, 0, 2) == 0
-                             ? ta_rng_int(&r, k_first_ws[di], k_candidates[di])
-                             : ta_rng_int(&r, 0, k_candidates[di]);
-        if ((p->tile_config == 1 || p->tile_config >= k_first_ws[di]) && !g_sm90)
+                             ? ta_rng_int(&r, k_first_ws[di], ta_test_fast_candidates(k_dims[di]))
+                             : ta_rng_int(&r, 0, ta_test_fast_candidates(k_dims[di]));
+        if ((p->tile_config == 1 ||
+             (p->tile_config >= k_first_ws[di] && p->tile_config <= k_last_ws[di])) &&
+            !g_sm90)
             p->tile_config = 2;
     }
 }
 
-/* The warp-specialised candidate cfg of head dim index di gives candidate 1's
- * bytes (same K tiles, products and softmax order). */
-static int twin_of_first(int di, int32_t cfg) {
-    return di != 0 && (cfg == 0 || cfg >= k_first_ws[di]); /* 0: the sm_90 default */
+/* The tile_config whose bytes candidate cfg of head dim index di must give
+ * (k_twin; cfg 0 is the warp-specialised default on an sm_90 device), 0 if
+ * none or if the twin cannot run here. */
+static int32_t twin_of(int di, int32_t cfg) {
+    const int32_t t = cfg == 0 ? (g_sm90 ? di != 0 : di == 1 ? 2 : 0) : k_twin[di][cfg];
+    return t == 1 && !g_sm90 ? 0 : t;
 }
 
 static void describe(const fspec *s, char *buf, size_t n) {
@@ -657,19 +670,19 @@ static int check_problem(uint64_t seed, int idx) {
         if (worst_o > g_err_o[ti][di]) g_err_o[ti][di] = worst_o;
         if (worst_lse > g_err_lse[ti][di]) g_err_lse[ti][di] = worst_lse;
     }
-    if (st == TA_OK && g_sm90 && twin_of_first(di, p->tile_config)) {
-        /* the warp-specialised kernel against the cp.async wgmma one: bitwise */
+    if (st == TA_OK && twin_of(di, p->tile_config) > 0) {
+        /* a warp-specialised or multi-stage kernel against its twin: bitwise */
         ta_problem p1 = *p;
         void *o_twin = malloc(c.no * c.eb);
         float *lse_twin = (float *)malloc(c.nlse * sizeof(float));
         ta_status st1;
         if (!o_twin || !lse_twin) exit(1);
-        p1.tile_config = 1;
+        p1.tile_config = twin_of(di, p->tile_config);
         st1 = call_run(&c, &p1, 0x7F, NULL, o_twin, lse_twin);
         TA_CHECK(st1 == TA_OK && memcmp(o_twin, o_stage, c.no * c.eb) == 0 &&
                      memcmp(lse_twin, lse_got, c.nlse * sizeof(float)) == 0,
-                 "problem %d (%s): tile_config %d differs from tile_config 1 (%s)", idx, desc,
-                 (int)p->tile_config, ta_status_string(st1));
+                 "problem %d (%s): tile_config %d differs from its twin %d (%s)", idx, desc,
+                 (int)p->tile_config, (int)p1.tile_config, ta_status_string(st1));
         if (st1 != TA_OK || memcmp(o_twin, o_stage, c.no * c.eb) != 0 ||
             memcmp(lse_twin, lse_got, c.nlse * sizeof(float)) != 0)
             ++bad;
@@ -957,14 +970,14 @@ static void check_size_queries(void) {
         p.precision = TA_PRECISION_FAST;
         for (di = 0; di < 4; ++di) {
             p.head_dim = p.head_dim_v = k_dims[di];
-            p.tile_config = k_candidates[di];
+            p.tile_config = ta_test_fast_candidates(k_dims[di]);
             TA_CHECK(query(&p, TA_BACKEND_CUDA, &bytes) == TA_OK,
                      "%s: fast D = %d: tile_config %d is in the table", names[pass], k_dims[di],
-                     k_candidates[di]);
-            p.tile_config = k_candidates[di] + 1;
+                     ta_test_fast_candidates(k_dims[di]));
+            p.tile_config = ta_test_fast_candidates(k_dims[di]) + 1;
             TA_CHECK(query(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
                      "%s: fast D = %d: tile_config %d is past the table", names[pass], k_dims[di],
-                     k_candidates[di] + 1);
+                     ta_test_fast_candidates(k_dims[di]) + 1);
         }
         p.tile_config = -1;
         TA_CHECK(query(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_BAD_ARG,
@@ -1066,7 +1079,9 @@ int main(int argc, char **argv) {
         for (di = 0; di < 4; ++di)
             printf("  %-5s %3d  %.3e  %.3e\n", ti ? "bf16" : "f16", k_dims[di], g_err_o[ti][di],
                    g_err_lse[ti][di]);
-    printf("warp-specialised forward: %d problems bit-identical to tile_config 1\n", g_twins);
+    printf("twins: %d problems bit-identical to their twin candidate (warp-specialised = 1, "
+           "multi-stage = its one-buffer one)\n",
+           g_twins);
     print_bwd_table();
     if (only < 0) {
         check_determinism_and_graph(seed);
