@@ -70,6 +70,12 @@ ta_status ta_cuda_check_pointers(const void *const *ptrs, int n) {
     return TA_OK;
 }
 
+extern "C" ta_status ta_cuda_check_seqlens_dev(const ta_plan *plan, const int32_t *seqlens_k) {
+    const void *ptr = seqlens_k;
+    if (!seqlens_k || !(plan->p.flags & TA_SEQLENS_DEVICE)) return TA_OK;
+    return ta_cuda_check_pointers(&ptr, 1);
+}
+
 ta_status ta_cuda_smem_opt_in(const void *kernel, size_t need, size_t most) {
     const size_t dflt = 48u * 1024u; /* every device's default, under every opt-in limit */
     int device = 0, limit_attr = 0;
@@ -114,6 +120,9 @@ ta_status ta_cuda_launch_threads(const void *kernel, int64_t n_blocks, int threa
 ta_status ta_cuda_launch_batches(const ta_cuda_launch_desc *l, int n, const int32_t *seqlens_k,
                                  int32_t batch, void *stream) {
     int32_t b0, count;
+    /* device-memory lengths (TA_SEQLENS_DEVICE): the kernels read them, one
+     * launch of every batch entry */
+    if (n > 0 && l[0].base->has_seqlens == 2) seqlens_k = NULL;
     for (b0 = 0; b0 < batch; b0 += count) {
         int i;
         count = seqlens_k ? ta_tiling_min_i32(TA_CUDA_BATCH_CHUNK, batch - b0) : batch;
@@ -163,7 +172,8 @@ static void ta_cuda_params_dims(ta_cuda_params *p, const ta_plan *plan, const ta
     p->conv_q = pr->conv_q;
     p->conv_k = pr->conv_k;
     p->scale = pr->scale;
-    p->has_seqlens = seqlens_k != NULL;
+    p->has_seqlens = !seqlens_k ? 0 : pr->flags & TA_SEQLENS_DEVICE ? 2 : 1;
+    p->seqlens_dev = p->has_seqlens == 2 ? seqlens_k : NULL;
     if (pr->rope != TA_ROPE_NONE) { /* the load stage's, or the fast backward's epilogue */
         p->rope_args = plan->rope;
         p->rope = pr->rope;

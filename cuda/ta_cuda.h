@@ -116,6 +116,11 @@ ta_status ta_cuda_merge_parts(const ta_plan *plan, const void *o_parts, ta_dtype
  * ta_cuda_merge_parts on the caller's parts (dtype plan->p.dtype). */
 ta_status ta_cuda_merge(const ta_plan *plan, const ta_merge_args *a, void *stream);
 
+/* With TA_SEQLENS_DEVICE and seqlens_k: TA_ERR_BAD_ARG unless the device
+ * can read seqlens_k (pageable host memory, another device's memory), as
+ * every tensor pointer (cuda/ta_cuda.cu); else TA_OK. Nothing launched. */
+ta_status ta_cuda_check_seqlens_dev(const ta_plan *plan, const int32_t *seqlens_k);
+
 /* Candidates of one head dim in the fast configuration table, at most
  * (<= TA_TUNE_MAX_CANDIDATES). */
 #define TA_CUDA_FAST_CFG_MAX 8

@@ -101,7 +101,15 @@ typedef enum ta_precision {
                                  keys j <= r + seq_k - seq_q */
 #define TA_WINDOW (1u << 1) /**< sliding window: ta_problem.window_left/window_right apply
                                  (without this flag both must be 0) */
-#define TA_FLAGS_ALL (TA_CAUSAL | TA_WINDOW) /**< every bit this version accepts */
+#define TA_SEQLENS_DEVICE (1u << 2) /**< args.seqlens_k is DEVICE memory (CUDA only; a host
+                                         backend refuses it with TA_ERR_BAD_ARG): the
+                                         kernels read it when they run, so a captured
+                                         CUDA graph replays with the lengths the caller
+                                         wrote since; the host never reads it, each value
+                                         is clamped into [0, S_k] instead of validated.
+                                         Without args.seqlens_k it changes nothing. */
+#define TA_FLAGS_ALL (TA_CAUSAL | TA_WINDOW | TA_SEQLENS_DEVICE) /**< every bit this version
+                                                                    accepts */
 
 /** Limits of the supported domain (validated). */
 #define TA_HEAD_DIM_MAX 256       /**< head_dim and head_dim_v in [1, 256] */
@@ -299,7 +307,9 @@ typedef struct ta_fwd_args {
     const float *conv_w;      /**< [H, c_q, c_k] f32; required iff conv is set, else ignored */
     const int32_t *seqlens_k; /**< [B] keys at or past seqlens_k[b] are masked; each in
                                    [0, S_k]; NULL = all S_k keys. HOST memory on
-                                   every backend (validated before any launch). */
+                                   every backend (validated before any launch),
+                                   unless flags has TA_SEQLENS_DEVICE (CUDA: device
+                                   memory, read by the kernels, clamped). */
     void *o;                  /**< [B, H, S_q, D_v] dtype; required; written */
     float *lse;               /**< [B, H, S_q] f32; NULL = not wanted; written;
                                    always contiguous */
@@ -334,7 +344,8 @@ typedef struct ta_bwd_args {
     const void *d_o;          /**< [B, H, S_q, D_v] dtype; required */
     const float *lse;         /**< [B, H, S_q] f32; required */
     const float *conv_w;      /**< [H, c_q, c_k] f32; required iff conv is set */
-    const int32_t *seqlens_k; /**< as in ta_fwd_args (host memory) */
+    const int32_t *seqlens_k; /**< as in ta_fwd_args (host memory, or device memory
+                                   with TA_SEQLENS_DEVICE on CUDA) */
     void *dq;                 /**< [B, H, S_q, D]      dtype; required; written */
     void *dk;                 /**< [B, H_kv, S_k, D]   dtype; required; written */
     void *dv;                 /**< [B, H_kv, S_k, D_v] dtype; required; written */
