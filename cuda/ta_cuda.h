@@ -129,9 +129,23 @@ ta_status ta_cuda_check_seqlens_dev(const ta_plan *plan, const int32_t *seqlens_
  * the size queries need no CUDA): how many candidates tile_config names for
  * head dim d (0: d is not in the table), and tile_config 0's pick (k >= 1)
  * for (d, causal, sm90: 1 on a compute capability 9.0 device with sm_90a
- * code). The kernels behind each k: cuda/ta_cuda_fast_fwd.cu. */
+ * code, split: 1 with split-K, which only the mma.sync kernels run). The
+ * kernels behind each k: cuda/ta_cuda_fast_fwd.cu. */
 int32_t ta_cuda_fast_cfg_count(int32_t d);
-int32_t ta_cuda_fast_cfg_default(int32_t d, int causal, int sm90);
+int32_t ta_cuda_fast_cfg_default(int32_t d, int causal, int sm90, int split);
+
+/* Fast-mode GQA decode packing (cuda/ta_cuda_layout.c; docs/cuda.md section
+ * 7, "Split-K in fast mode"): G = H / H_kv if the forward runs a kv head's G
+ * query heads as one head of G S_q rows (split-K asked for: num_splits > 1
+ * or TA_SPLITS_AUTO; G > 1; no window; no load stage; S_q == 1 or no causal
+ * mask, so that the mask does not tell a group's rows apart), else 1. Each
+ * row's arithmetic is unchanged: for a given split count packing changes the
+ * grid, never the bits.
+ * ta_cuda_fast_splits: the fast forward's split count, the plan's except
+ * TA_SPLITS_AUTO with packing: ta_tiling_splits_auto(B, H_kv, G S_q, S_k),
+ * clamped to the plan's K tiles (the workspace's parts follow it). */
+int32_t ta_cuda_fast_pack(const ta_plan *plan);
+int32_t ta_cuda_fast_splits(const ta_plan *plan);
 
 /* Fast mode (cuda/ta_cuda_fast_fwd.cu, with the wgmma kernel of
  * cuda/ta_cuda_fast_fwd_sm90.cu): the tensor-core SDPA forward for f16 / bf16

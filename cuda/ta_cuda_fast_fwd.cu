@@ -187,15 +187,17 @@ __global__ void __launch_bounds__(32 * NW)
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
     const int tq = lane & 3;
     const int32_t n_qt = t.num_q_tiles;
-    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
+    const int32_t n_split = t.num_splits; /* split-K: parts per Q tile (1: none) */
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt * n_split;
     const float scale_log2 = p.scale * 1.4426950408889634f;
     const uint16_t *q = static_cast<const uint16_t *>(p.q);
     const uint16_t *k = static_cast<const uint16_t *>(p.k);
     const uint16_t *v = static_cast<const uint16_t *>(p.v);
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt);
-        const ta_tile_ctx c = ta_cuda_context(p, at.b_local, at.h, at.qt);
+        const int32_t split = (int32_t)(tile % n_split);
+        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile / n_split, n_qt);
+        const ta_tile_ctx c = ta_cuda_fast_context(p, at, split);
         const int32_t row0 = at.qt * T::BM;
         const int32_t ra = row0 + 16 * warp + (lane >> 2); /* this lane's rows: ra, ra + 8 */
         int32_t lo[2], hi[2];
@@ -237,7 +239,7 @@ __global__ void __launch_bounds__(32 * NW)
             ta_fast_pv<T, D, BN, BF16>(o, s, sv, lane); /* step 4 */
         }
         /* step 5: o / l and lse */
-        ta_fast_store_rows<BF16, T::DT>(p, c, ra, tq, o, m, l);
+        ta_fast_store_part<BF16, T::DT>(p, c, split, ra, tq, o, m, l);
     }
 }
 
@@ -260,15 +262,17 @@ __global__ void __launch_bounds__(32 * NW)
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
     const int tq = lane & 3;
     const int32_t n_qt = t.num_q_tiles;
-    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
+    const int32_t n_split = t.num_splits; /* split-K: parts per Q tile (1: none) */
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt * n_split;
     const float scale_log2 = p.scale * 1.4426950408889634f;
     const uint16_t *q = static_cast<const uint16_t *>(p.q);
     const uint16_t *k = static_cast<const uint16_t *>(p.k);
     const uint16_t *v = static_cast<const uint16_t *>(p.v);
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt);
-        const ta_tile_ctx c = ta_cuda_context(p, at.b_local, at.h, at.qt);
+        const int32_t split = (int32_t)(tile % n_split);
+        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile / n_split, n_qt);
+        const ta_tile_ctx c = ta_cuda_fast_context(p, at, split);
         const int32_t row0 = at.qt * T::BM;
         const int32_t ra = row0 + 16 * warp + (lane >> 2); /* this lane's rows: ra, ra + 8 */
         int32_t lo[2], hi[2];
@@ -281,7 +285,7 @@ __global__ void __launch_bounds__(32 * NW)
          * for: only empty groups can still be pending) */
         __syncthreads();
         if (c.k_begin >= c.k_end) {
-            ta_fast_store_rows<BF16, T::DT>(p, c, ra, tq, o, m, l);
+            ta_fast_store_part<BF16, T::DT>(p, c, split, ra, tq, o, m, l);
             continue;
         }
         /* prologue: q with K tile k_begin (group 0), then tiles k_begin + 1 ..
@@ -328,7 +332,7 @@ __global__ void __launch_bounds__(32 * NW)
             ta_fast_pv<T, D, BN, BF16>(o, s, svj, lane); /* step 4 */
         }
         /* step 5: o / l and lse */
-        ta_fast_store_rows<BF16, T::DT>(p, c, ra, tq, o, m, l);
+        ta_fast_store_part<BF16, T::DT>(p, c, split, ra, tq, o, m, l);
     }
 }
 
@@ -478,12 +482,14 @@ ta_status ta_cuda_fast_table(const ta_plan *plan, const ta_fwd_args *a, ta_fast_
                                  : ta_fast_candidates<false>(pr->head_dim, tb->cand);
     if (tb->n == 0) return TA_ERR_UNSUPPORTED;
     if ((tb->sm90 = ta_cuda_fast_is_sm90()) < 0) return TA_ERR_DEVICE;
-    tb->pick0 = ta_cuda_fast_cfg_default(pr->head_dim, (pr->flags & TA_CAUSAL) != 0, tb->sm90) - 1;
+    tb->pick0 = ta_cuda_fast_cfg_default(pr->head_dim, (pr->flags & TA_CAUSAL) != 0, tb->sm90,
+                                         plan->fwd.num_splits > 1) -
+                1;
     return TA_OK;
 }
 
-ta_status ta_cuda_fast_run(const ta_plan *plan, const ta_fwd_args *a, const ta_fast_launch *fl,
-                           void *stream) {
+ta_status ta_cuda_fast_run(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                           const ta_fast_launch *fl, void *stream) {
     ta_tiling t;
     ta_fast_tma_params prm; /* a kernel without TMA takes its base part alone */
     ta_cuda_params *const base = &prm;
@@ -492,15 +498,56 @@ ta_status ta_cuda_fast_run(const ta_plan *plan, const ta_fwd_args *a, const ta_f
     /* the configuration's tiles, the plan's mask */
     st = ta_cuda_tiling(plan, fl->block_m, fl->block_n, TA_TILING_FWD, &t);
     if (st != TA_OK) return st;
+    /* split-K: the mma.sync kernels only */
+    if (t.num_splits > 1 && (fl->sm90 || fl->tma)) return TA_ERR_UNSUPPORTED;
     if ((st = ta_cuda_smem_opt_in(fl->kernel, fl->smem, fl->smem)) != TA_OK) return st;
     ta_cuda_params_fwd(base, plan, &t, a);
+    base->part_o = ws->part_o; /* split-K's parts (NULL with one split) */
+    base->part_lse = ws->part_lse;
+    base->n_rows = (int64_t)plan->n_lse;
     if (fl->tma && (st = ta_cuda_fast_tma_maps(plan, a, fl, &prm)) != TA_OK) return st;
     launch = fl->tma ? ta_cuda_launch_of(fl->kernel, &prm, (int64_t)plan->p.heads_q * t.num_q_tiles,
                                          0, fl->smem)
                      : ta_cuda_launch_of(fl->kernel, base,
-                                         (int64_t)plan->p.heads_q * t.num_q_tiles, 0, fl->smem);
+                                         (int64_t)plan->p.heads_q * t.num_q_tiles * t.num_splits,
+                                         0, fl->smem);
     launch.threads = fl->threads;
-    return ta_cuda_launch_batches(&launch, 1, a->seqlens_k, plan->p.batch, stream);
+    if ((st = ta_cuda_launch_batches(&launch, 1, a->seqlens_k, plan->p.batch, stream)) != TA_OK)
+        return st;
+    if (t.num_splits == 1) return TA_OK;
+    return ta_cuda_merge_parts(plan, ws->part_o, TA_F32, ws->part_lse, t.num_splits, a->o, a->lse,
+                               stream);
+}
+
+/* 1 if q's (or o's) rows can be addressed as one head of G S_q rows per kv
+ * head: S_q == 1, or a head's rows evenly spaced (head stride = S_q x seq). */
+static int ta_cuda_fast_packs(const ta_strides *st, int32_t seq_q) {
+    return seq_q == 1 || st->head == (int64_t)seq_q * st->seq;
+}
+
+/* Split-K's plan (no rotary stage): the fast split count, and with GQA decode
+ * packing (ta_cuda_fast_pack) the packed shape: H_kv heads of G S_q rows,
+ * head h_kv's row g S_q + r being query head h_kv G + g's row r (q and o
+ * strides: head G x head, seq the head stride when S_q == 1), no causal mask
+ * (with S_q == 1 it hides nothing). lse [B, H, S_q] reads the same as
+ * [B, H_kv, G S_q]. Where the strides do not allow it, only the count. */
+static void ta_cuda_fast_pack_plan(const ta_plan *plan, ta_plan *sub) {
+    const ta_problem *pr = &plan->p;
+    const int32_t g = ta_cuda_fast_pack(plan);
+    *sub = *plan;
+    sub->fwd.num_splits = sub->stages.num_splits = ta_cuda_fast_splits(plan);
+    if (g == 1 || !ta_cuda_fast_packs(&plan->layout.q, pr->seq_q) ||
+        !ta_cuda_fast_packs(&plan->layout.o, pr->seq_q))
+        return;
+    sub->p.heads_q = pr->heads_kv;
+    sub->p.seq_q = g * pr->seq_q;
+    sub->p.flags &= ~(uint32_t)TA_CAUSAL;
+    sub->fwd.causal = 0;
+    sub->group = 1;
+    sub->layout.q.seq = pr->seq_q == 1 ? plan->layout.q.head : plan->layout.q.seq;
+    sub->layout.q.head = (int64_t)g * plan->layout.q.head;
+    sub->layout.o.seq = pr->seq_q == 1 ? plan->layout.o.head : plan->layout.o.seq;
+    sub->layout.o.head = (int64_t)g * plan->layout.o.head;
 }
 
 ta_status ta_cuda_fast_view(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
@@ -510,7 +557,14 @@ ta_status ta_cuda_fast_view(const ta_plan *plan, const ta_fwd_args *a, const ta_
     ta_status st;
     *pl = plan;
     *aa = a;
-    if (plan->stages.load != TA_LOAD_ROPE) return TA_OK;
+    if (plan->stages.load != TA_LOAD_ROPE) {
+        /* split-K: the fast count, and GQA decode packing where it applies */
+        if (ta_cuda_fast_splits(plan) > 1) {
+            ta_cuda_fast_pack_plan(plan, sub);
+            *pl = sub;
+        }
+        return TA_OK;
+    }
     if ((st = ta_cuda_check_pointers(ptrs, 2)) != TA_OK) return st;
     if (!ta_cuda_fast_rows_aligned(&plan->p, a->q, &plan->layout.q, 0) ||
         !ta_cuda_fast_rows_aligned(&plan->p, a->k, &plan->layout.k, 1))
@@ -548,11 +602,11 @@ extern "C" ta_status ta_cuda_fast_fwd(const ta_plan *plan, const ta_fwd_args *a,
     pick = cfg > 0 ? cfg - 1 : tb.pick0;
     if (!ta_fast_table_runs(&tb, pick)) return TA_ERR_UNSUPPORTED; /* wgmma: sm_90 only */
     if ((st = ta_cuda_fast_turn(plan, a, ws, stream)) != TA_OK) return st;
-    st = ta_cuda_fast_run(pl, aa, &tb.cand[pick], stream);
+    st = ta_cuda_fast_run(pl, aa, ws, &tb.cand[pick], stream);
     /* the default does not refuse what the cp.async wgmma kernel runs: a
      * layout the TMA maps cannot describe falls back to it (nothing was
      * launched: ta_cuda_fast_run refuses before any launch) */
     if (st == TA_ERR_UNSUPPORTED && cfg == 0 && tb.cand[pick].tma)
-        st = ta_cuda_fast_run(pl, aa, &tb.cand[0], stream);
+        st = ta_cuda_fast_run(pl, aa, ws, &tb.cand[0], stream);
     return st;
 }

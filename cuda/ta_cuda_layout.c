@@ -24,8 +24,9 @@
 #include "ta_cuda.h"
 #include "ta_internal.h"
 
-/* A split-K forward (num_splits > 1) in fast mode runs the exact kernels
- * (ta_cuda_ops.c); the fast backward ignores num_splits, as every backward. */
+/* A split-K forward (num_splits > 1) in fast mode runs the mma.sync kernels
+ * with the merge kernel (cuda/ta_cuda_fast_fwd.cu); the fast backward
+ * ignores num_splits, as every backward. */
 int ta_cuda_fast_path(const ta_plan *plan) {
     return plan->p.precision == TA_PRECISION_FAST && plan->p.dtype != TA_F32 && !plan->has_conv;
 }
@@ -40,6 +41,7 @@ typedef struct ta_cuda_fast_cfgs {
     int32_t head_dim;
     int32_t count;      /* candidates: tile_config in [1, count] */
     int32_t pick[2][2]; /* [causal][sm90]: tile_config 0's candidate */
+    int32_t split;      /* tile_config 0's candidate with split-K (an mma.sync one) */
 } ta_cuda_fast_cfgs;
 
 /* H100, bf16, 16k tokens, S = 1k, 4k, 16k (bench/results/
@@ -50,11 +52,11 @@ typedef struct ta_cuda_fast_cfgs {
  * where its multi-stage twin won 5 of 6 shapes by 2-7 %. ta_tune_fwd picks
  * per device where this table's guess is not good enough. */
 static const ta_cuda_fast_cfgs k_fast_cfgs[4] = {
-    /* D   n    non-causal: other, sm90   causal: other, sm90 */
-    {64, 7, {{2, 5}, {2, 5}}},
-    {96, 5, {{5, 4}, {5, 4}}},
-    {128, 8, {{2, 5}, {2, 5}}},
-    {256, 7, {{2, 5}, {2, 5}}},
+    /* D   n    non-causal: other, sm90   causal: other, sm90   split-K */
+    {64, 7, {{2, 5}, {2, 5}}, 6},
+    {96, 5, {{5, 4}, {5, 4}}, 5},
+    {128, 8, {{2, 5}, {2, 5}}, 7},
+    {256, 7, {{2, 5}, {2, 5}}, 6},
 };
 
 static const ta_cuda_fast_cfgs *ta_cuda_fast_cfgs_of(int32_t d) {
@@ -68,9 +70,9 @@ int32_t ta_cuda_fast_cfg_count(int32_t d) {
     return c ? c->count : 0;
 }
 
-int32_t ta_cuda_fast_cfg_default(int32_t d, int causal, int sm90) {
+int32_t ta_cuda_fast_cfg_default(int32_t d, int causal, int sm90, int split) {
     const ta_cuda_fast_cfgs *c = ta_cuda_fast_cfgs_of(d);
-    return c ? c->pick[causal != 0][sm90 != 0] : 0;
+    return !c ? 0 : split ? c->split : c->pick[causal != 0][sm90 != 0];
 }
 
 /* The head dims of the fast table (TA_ERR_UNSUPPORTED for any other, and for
@@ -86,8 +88,8 @@ static int ta_cuda_fast_table_has(const ta_plan *plan) {
  * 16-byte chunks, rope_pairs a multiple of 4 (interleaved) or 8 (half-split),
  * and one split. */
 static int ta_cuda_fast_rope_ok(const ta_plan *plan) {
-    /* a split-K forward runs the exact kernels (ta_cuda_ops.c): not with the
-     * stage, in either pass (the plan is one) */
+    /* split-K with the stage: not yet (the turned copies and the parts have
+     * not been made to share a workspace), in either pass (the plan is one) */
     return plan->p.rope_pairs % (plan->p.rope == TA_ROPE_HALF ? 8 : 4) == 0 &&
            plan->fwd.num_splits == 1;
 }
@@ -106,6 +108,28 @@ int ta_cuda_supports(const ta_plan *plan) {
     return 1;
 }
 
+int32_t ta_cuda_fast_pack(const ta_plan *plan) {
+    const ta_problem *p = &plan->p;
+    if (!ta_cuda_fast_path(plan) || plan->group < 2 || plan->has_window ||
+        plan->stages.load != TA_LOAD_NONE)
+        return 1;
+    if (p->num_splits != TA_SPLITS_AUTO && p->num_splits < 2) return 1; /* not split-K */
+    if (p->seq_q > 1 && (p->flags & TA_CAUSAL)) return 1; /* rows of a head differ */
+    return plan->group;
+}
+
+int32_t ta_cuda_fast_splits(const ta_plan *plan) {
+    const ta_problem *p = &plan->p;
+    const int32_t g = ta_cuda_fast_pack(plan);
+    int64_t rows;
+    int32_t n;
+    if (g == 1 || p->num_splits != TA_SPLITS_AUTO) return plan->fwd.num_splits;
+    rows = (int64_t)g * p->seq_q; /* a group's rows, one head of the packed grid */
+    n = ta_tiling_splits_auto(p->batch, p->heads_kv, rows < TA_SEQ_MAX ? (int32_t)rows : TA_SEQ_MAX,
+                              p->seq_k);
+    return n < plan->fwd.num_k_tiles ? n : plan->fwd.num_k_tiles; /* the plan's clamp */
+}
+
 /* The fast path's rotary stage: q and k turned once, in the storage type
  * (ta_cuda_fast_rope_turn), at the front of either pass's workspace. */
 static void ta_cuda_rope_take(const ta_plan *plan, ta_ws_cursor *c, void **rot_q, void **rot_k) {
@@ -117,15 +141,18 @@ static void ta_cuda_rope_take(const ta_plan *plan, ta_ws_cursor *c, void **rot_q
 /* The one forward layout routine: sizes (base NULL) and carves (base set);
  * split-K's parts only (ta_cuda.h draws them). */
 ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws, size_t *bytes) {
+    /* the fast path's split count (GQA decode packing may count more parts) */
+    const int32_t n_split =
+        ta_cuda_fast_path(plan) ? ta_cuda_fast_splits(plan) : plan->fwd.num_splits;
     ta_ws_cursor c;
     ta_ws_begin(&c, base);
     ws->part_o = ws->part_lse = NULL;
     ws->rot_q = ws->rot_k = NULL;
     ta_cuda_rope_take(plan, &c, &ws->rot_q, &ws->rot_k);
-    if (plan->fwd.num_splits > 1) {
+    if (n_split > 1) {
         size_t n_o = 0, n_lse = 0;
-        if (!ta_mul_size(plan->n_o, (size_t)plan->fwd.num_splits, &n_o) ||
-            !ta_mul_size(plan->n_lse, (size_t)plan->fwd.num_splits, &n_lse))
+        if (!ta_mul_size(plan->n_o, (size_t)n_split, &n_o) ||
+            !ta_mul_size(plan->n_lse, (size_t)n_split, &n_lse))
             return TA_ERR_OVERFLOW;
         ws->part_o = TA_WS_TAKE(&c, float, n_o);
         ws->part_lse = TA_WS_TAKE(&c, float, n_lse);

@@ -35,8 +35,10 @@
  *  4. unsupported in fast mode: D = 80 and a tile_config past each head dim's
  *     candidates (both passes' size queries say TA_ERR_UNSUPPORTED, also
  *     without a GPU; -1 is TA_ERR_BAD_ARG), a q row stride that is not a
- *     multiple of 8 elements, a q base off 16 bytes: TA_ERR_UNSUPPORTED with
- *     o and lse untouched.
+ *     multiple of 8 elements, a q base off 16 bytes, split-K on a
+ *     warp-specialised candidate: TA_ERR_UNSUPPORTED with o and lse untouched.
+ *  Part 1's problems include split-K ones (a fifth: 2..6 parts or
+ *  TA_SPLITS_AUTO, on the mma.sync candidates, merged by the merge kernel).
  *
  *   test_cuda_fast [--count N] [--problem N]     TA_SEED replays a run.
  * Without a CUDA device: prints "no CUDA device: skipped" (after part 4's size
@@ -183,23 +185,37 @@ static void random_fspec(uint64_t seed, int idx, fspec *s) {
              (p->tile_config >= k_first_ws[di] && p->tile_config <= k_last_ws[di])) &&
             !g_sm90)
             p->tile_config = 2;
+        /* a fifth of the problems split the keys (2..6 parts, or the library's
+         * count), on an mma.sync candidate (the others refuse split-K: part 4) */
+        if (ta_rng_int(&r, 0, 4) == 0) {
+            p->num_splits = ta_rng_int(&r, 0, 3) == 0 ? TA_SPLITS_AUTO : ta_rng_int(&r, 2, 6);
+            if (p->tile_config == 1 ||
+                (p->tile_config >= k_first_ws[di] && p->tile_config <= k_last_ws[di]))
+                p->tile_config = 2;
+        }
     }
 }
 
 /* The tile_config whose bytes candidate cfg of head dim index di must give
  * (k_twin; cfg 0 is the warp-specialised default on an sm_90 device), 0 if
  * none or if the twin cannot run here. */
-static int32_t twin_of(int di, int32_t cfg) {
-    const int32_t t = cfg == 0 ? (g_sm90 ? di != 0 : di == 1 ? 2 : 0) : k_twin[di][cfg];
+static int32_t twin_of(int di, int32_t cfg, int split) {
+    /* cfg 0 with split-K: the plan may clamp the split count to 1, which
+     * changes the default: no twin */
+    const int32_t t = cfg != 0 ? k_twin[di][cfg]
+                      : split  ? 0
+                      : g_sm90 ? di != 0
+                               : (di == 1) * 2;
     return t == 1 && !g_sm90 ? 0 : t;
 }
 
 static void describe(const fspec *s, char *buf, size_t n) {
     const ta_problem *p = &s->p;
     snprintf(buf, n,
-             "%s B=%d H=%d/%d S=%d/%d D=%d cfg=%d %s%s%swin=%d/%d scale=%g",
+             "%s B=%d H=%d/%d S=%d/%d D=%d cfg=%d splits=%d %s%s%swin=%d/%d scale=%g",
              p->dtype == TA_BF16 ? "bf16" : "f16", p->batch, p->heads_q, p->heads_kv, p->seq_q,
-             p->seq_k, p->head_dim, p->tile_config, p->flags & TA_CAUSAL ? "causal " : "",
+             p->seq_k, p->head_dim, p->tile_config, p->num_splits,
+             p->flags & TA_CAUSAL ? "causal " : "",
              s->has_seqlens ? "seqlens " : "", s->bshd ? "bshd " : "",
              p->flags & TA_WINDOW ? p->window_left : 0, p->flags & TA_WINDOW ? p->window_right : 0,
              (double)p->scale);
@@ -670,14 +686,14 @@ static int check_problem(uint64_t seed, int idx) {
         if (worst_o > g_err_o[ti][di]) g_err_o[ti][di] = worst_o;
         if (worst_lse > g_err_lse[ti][di]) g_err_lse[ti][di] = worst_lse;
     }
-    if (st == TA_OK && twin_of(di, p->tile_config) > 0) {
+    if (st == TA_OK && twin_of(di, p->tile_config, p->num_splits != 0) > 0) {
         /* a warp-specialised or multi-stage kernel against its twin: bitwise */
         ta_problem p1 = *p;
         void *o_twin = malloc(c.no * c.eb);
         float *lse_twin = (float *)malloc(c.nlse * sizeof(float));
         ta_status st1;
         if (!o_twin || !lse_twin) exit(1);
-        p1.tile_config = twin_of(di, p->tile_config);
+        p1.tile_config = twin_of(di, p->tile_config, p->num_splits != 0);
         st1 = call_run(&c, &p1, 0x7F, NULL, o_twin, lse_twin);
         TA_CHECK(st1 == TA_OK && memcmp(o_twin, o_stage, c.no * c.eb) == 0 &&
                      memcmp(lse_twin, lse_got, c.nlse * sizeof(float)) == 0,
@@ -819,6 +835,90 @@ static void big_spec(fspec *s) {
     s->p.head_dim = s->p.head_dim_v = 128;
 }
 
+/* Part 5: GQA decode packing (ta_cuda_fast_pack: a kv head's query heads run
+ * as one head of G S_q rows) changes the grid, not the bits: a GQA split-K
+ * forward equals, bit for bit, the MHA forward on K and V with every kv head
+ * repeated G times (never packed), for the same split count and candidate;
+ * S_q = 1 causal and S_q = 5 unmasked (packed), S_q = 5 as [B, S, H, D]
+ * (not packed: its head stride is not S_q rows), seqlens_k. */
+static void check_gqa_pack(uint64_t seed) {
+    static const int32_t seq_q[3] = {1, 5, 5}, cfgs[3] = {0, 2, 7};
+    const int32_t b_n = 2, h = 8, h_kv = 2, g = 4, s_k = 3000, d = 128;
+    ta_rng r;
+    int i, ok = 0;
+    ta_rng_seed(&r, seed ^ UINT64_C(0x5eed9ac4));
+    for (i = 0; i < 3; ++i) {
+        fspec sg, sm;
+        fcall cg, cm;
+        const size_t eb = 2, row = count4(1, 1, s_k, d) * eb;
+        const size_t nq = count4(b_n, h, seq_q[i], d), nk = count4(b_n, h_kv, s_k, d);
+        unsigned char *q = (unsigned char *)malloc(nq * eb), *k = (unsigned char *)malloc(nk * eb);
+        unsigned char *v = (unsigned char *)malloc(nk * eb);
+        unsigned char *ke = (unsigned char *)malloc(nk * (size_t)g * eb);
+        unsigned char *ve = (unsigned char *)malloc(nk * (size_t)g * eb);
+        unsigned char *og = (unsigned char *)malloc(nq * eb), *om = (unsigned char *)malloc(nq * eb);
+        float *lg = (float *)malloc(count4(b_n, h, seq_q[i], 1) * sizeof(float));
+        float *lm = (float *)malloc(count4(b_n, h, seq_q[i], 1) * sizeof(float));
+        size_t b, hh;
+        ta_status st_g, st_m;
+        if (!q || !k || !v || !ke || !ve || !og || !om || !lg || !lm) exit(1);
+        ta_fill_uniform(&r, q, TA_BF16, nq, -2.0f, 2.0f);
+        ta_fill_uniform(&r, k, TA_BF16, nk, -2.0f, 2.0f);
+        ta_fill_uniform(&r, v, TA_BF16, nk, -1.0f, 1.0f);
+        for (b = 0; b < (size_t)b_n; ++b) /* kv head hh / g's rows under query head hh */
+            for (hh = 0; hh < (size_t)h; ++hh) {
+                const size_t dst = (b * (size_t)h + hh) * row;
+                const size_t src = (b * (size_t)h_kv + hh / (size_t)g) * row;
+                memcpy(ke + dst, k + src, row);
+                memcpy(ve + dst, v + src, row);
+            }
+        memset(&sg, 0, sizeof sg);
+        sg.p.dtype = TA_BF16;
+        sg.p.precision = TA_PRECISION_FAST;
+        sg.p.flags = seq_q[i] == 1 ? TA_CAUSAL : 0u;
+        sg.p.batch = b_n;
+        sg.p.heads_q = h;
+        sg.p.heads_kv = h_kv;
+        sg.p.seq_q = seq_q[i];
+        sg.p.seq_k = s_k;
+        sg.p.head_dim = sg.p.head_dim_v = d;
+        sg.p.num_splits = 6;
+        sg.p.tile_config = cfgs[i];
+        sg.has_seqlens = 1;
+        sg.seqlens[0] = s_k;
+        sg.seqlens[1] = ta_rng_int(&r, 1, s_k - 1);
+        sg.bshd = i == 2;
+        sm = sg;
+        sm.p.heads_kv = h;
+        call_make(&cg, &sg, q, k, v);
+        call_make(&cm, &sm, q, ke, ve);
+        st_g = call_run(&cg, &sg.p, 0xA5, NULL, og, lg);
+        st_m = call_run(&cm, &sm.p, 0x5A, NULL, om, lm);
+        TA_CHECK(st_g == TA_OK && st_m == TA_OK, "GQA packing %d: %s / %s", i,
+                 ta_status_string(st_g), ta_status_string(st_m));
+        if (st_g == TA_OK && st_m == TA_OK) {
+            const int same = memcmp(og, om, cg.no * eb) == 0 &&
+                             memcmp(lg, lm, cg.nlse * sizeof(float)) == 0;
+            TA_CHECK(same, "GQA packing %d (S_q %d, %s): o/lse differ from MHA on repeated K, V",
+                     i, (int)seq_q[i], sg.bshd ? "bshd" : "bhsd");
+            ok += same;
+        }
+        call_free(&cg);
+        call_free(&cm);
+        free(q);
+        free(k);
+        free(v);
+        free(ke);
+        free(ve);
+        free(og);
+        free(om);
+        free(lg);
+        free(lm);
+    }
+    printf("GQA decode packing: %d of 3 split-K forwards bit-identical to MHA on repeated K, V\n",
+           ok);
+}
+
 /* Parts 2 and 3. */
 static void check_determinism_and_graph(uint64_t seed) {
     fspec s;
@@ -937,6 +1037,17 @@ static void check_unsupported_device(void) {
     c.no = count4(2, 4, 50, 128);
     check_refused("q base off 16 bytes", &c, &s.p);
     call_free(&c);
+    /* split-K on a warp-specialised candidate (sm_90): refused before any
+     * launch (S_k = 100: two K tiles, so the two splits stay two) */
+    if (g_sm90) {
+        big_spec(&s);
+        s.p.seq_q = s.p.seq_k = 100;
+        s.p.num_splits = 2;
+        s.p.tile_config = k_first_ws[dim_index(s.p.head_dim)];
+        call_make(&c, &s, buf, buf, buf);
+        check_refused("split-K on a warp-specialised candidate", &c, &s.p);
+        call_free(&c);
+    }
     free(buf);
 }
 
@@ -1086,6 +1197,7 @@ int main(int argc, char **argv) {
     if (only < 0) {
         check_determinism_and_graph(seed);
         check_unsupported_device();
+        check_gqa_pack(seed);
         printf("determinism (10 runs), CUDA graph replay, unsupported cases: checked\n");
     }
     return ta_test_finish("test_cuda_fast");

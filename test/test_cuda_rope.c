@@ -469,7 +469,7 @@ static void check_size_refusals(void) {
     TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
              "fast, interleaved, 62 pairs: refused");
     p.rope_pairs = 64;
-    p.num_splits = 2; /* split-K runs the exact kernels (16 key tiles: not clamped to 1) */
+    p.num_splits = 2; /* split-K with the stage: not yet (16 key tiles: not clamped to 1) */
     p.seq_q = p.seq_k = p.rope_rows = 1024;
     TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED &&
                  ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
