@@ -70,10 +70,11 @@ ta_status ta_cuda_check_pointers(const void *const *ptrs, int n) {
     return TA_OK;
 }
 
-extern "C" ta_status ta_cuda_check_seqlens_dev(const ta_plan *plan, const int32_t *seqlens_k) {
-    const void *ptr = seqlens_k;
-    if (!seqlens_k || !(plan->p.flags & TA_SEQLENS_DEVICE)) return TA_OK;
-    return ta_cuda_check_pointers(&ptr, 1);
+extern "C" ta_status ta_cuda_check_index_ptrs(const ta_plan *plan, const int32_t *seqlens_k,
+                                              const int32_t *block_table) {
+    const void *ptrs[2] = {(plan->p.flags & TA_SEQLENS_DEVICE) ? seqlens_k : NULL,
+                           plan->p.kv_page_size > 0 ? block_table : NULL};
+    return ta_cuda_check_pointers(ptrs, 2);
 }
 
 ta_status ta_cuda_smem_opt_in(const void *kernel, size_t need, size_t most) {
@@ -194,6 +195,12 @@ void ta_cuda_params_fwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling 
     p->lse = a->lse;
     p->conv_w = a->conv_w;
     p->q_hist = t->q_history > 0 ? a->q_hist : NULL;
+    if (plan->p.kv_page_size > 0) {
+        p->block_table = a->block_table;
+        p->kv_page_size = plan->p.kv_page_size;
+        p->kv_num_pages = plan->p.kv_num_pages;
+        p->kv_max_blocks = plan->p.kv_max_blocks;
+    }
     ta_cuda_params_dims(p, plan, t, a->seqlens_k);
 }
 

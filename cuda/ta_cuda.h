@@ -116,10 +116,12 @@ ta_status ta_cuda_merge_parts(const ta_plan *plan, const void *o_parts, ta_dtype
  * ta_cuda_merge_parts on the caller's parts (dtype plan->p.dtype). */
 ta_status ta_cuda_merge(const ta_plan *plan, const ta_merge_args *a, void *stream);
 
-/* With TA_SEQLENS_DEVICE and seqlens_k: TA_ERR_BAD_ARG unless the device
- * can read seqlens_k (pageable host memory, another device's memory), as
+/* The index arrays the kernels read: seqlens_k with TA_SEQLENS_DEVICE, the
+ * paged KV block table (device memory on CUDA): TA_ERR_BAD_ARG unless the
+ * device can read them (pageable host memory, another device's memory), as
  * every tensor pointer (cuda/ta_cuda.cu); else TA_OK. Nothing launched. */
-ta_status ta_cuda_check_seqlens_dev(const ta_plan *plan, const int32_t *seqlens_k);
+ta_status ta_cuda_check_index_ptrs(const ta_plan *plan, const int32_t *seqlens_k,
+                                   const int32_t *block_table);
 
 /* Candidates of one head dim in the fast configuration table, at most
  * (<= TA_TUNE_MAX_CANDIDATES). */
@@ -129,7 +131,8 @@ ta_status ta_cuda_check_seqlens_dev(const ta_plan *plan, const int32_t *seqlens_
  * the size queries need no CUDA): how many candidates tile_config names for
  * head dim d (0: d is not in the table), and tile_config 0's pick (k >= 1)
  * for (d, causal, sm90: 1 on a compute capability 9.0 device with sm_90a
- * code, split: 1 with split-K, which only the mma.sync kernels run). The
+ * code, split: 1 with split-K or paged KV, which only the mma.sync kernels
+ * run). The
  * kernels behind each k: cuda/ta_cuda_fast_fwd.cu. */
 int32_t ta_cuda_fast_cfg_count(int32_t d);
 int32_t ta_cuda_fast_cfg_default(int32_t d, int causal, int sm90, int split);

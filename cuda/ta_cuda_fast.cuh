@@ -34,6 +34,7 @@ extern "C" {
 /* A kernel of the fast configuration table and what its launch needs. */
 typedef struct ta_fast_launch {
     const void *kernel;
+    const void *kernel_paged; /* the same with a paged k / v (NULL: none) */
     size_t smem;             /* dynamic shared memory, bytes */
     int threads;             /* per block */
     int32_t block_m, block_n; /* Q tile rows, keys per K tile */

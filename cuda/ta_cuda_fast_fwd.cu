@@ -110,17 +110,45 @@ template <int D, int NW, int BN, int ST, bool BF16> struct ta_fast_fwd_traits {
     static_assert(D % 16 == 0 && BN % 16 == 0, "mma k-steps of 16");
 };
 
-/* rows [row0, row0 + R) of a slice (element offset `off`, row stride `seq`) ->
- * shared [R][LD]; rows at or past n_valid read zeros. */
+/* A paged k / v (ta_problem.kv_page_size > 0): this batch entry's block
+ * table row (device memory; NULL without pages), its page size and the pool's
+ * page count (entries are clamped into [0, num_pages): the host never read
+ * them). */
+struct ta_fast_pages {
+    const int32_t *pages;
+    int32_t page_size, num_pages;
+};
+
+__device__ __forceinline__ ta_fast_pages ta_fast_pages_of(const ta_cuda_params &p,
+                                                          int32_t b_local) {
+    ta_fast_pages pg;
+    pg.pages = p.block_table ? p.block_table + (int64_t)(p.batch_begin + b_local) * p.kv_max_blocks
+                             : nullptr;
+    pg.page_size = p.kv_page_size;
+    pg.num_pages = p.kv_num_pages;
+    return pg;
+}
+
+/* rows [row0, row0 + R) of a slice (element offset `off`, row stride `seq`;
+ * with pages, row j at its pool row ta_tile_kv_row) -> shared [R][LD]; rows
+ * at or past n_valid read zeros. */
 template <int D, int R, int THREADS>
 __device__ __forceinline__ void ta_fast_load_rows(uint16_t *dst, const uint16_t *base, int64_t off,
-                                                  int64_t seq, int32_t row0, int32_t n_valid) {
+                                                  int64_t seq, int32_t row0, int32_t n_valid,
+                                                  const ta_fast_pages &pg = ta_fast_pages{}) {
     constexpr int LD = D + 8, CH = D / 8;
     for (int i = (int)threadIdx.x; i < R * CH; i += THREADS) {
         const int r = i / CH, c = i % CH;
         const int32_t row = row0 + r;
         const bool ok = row < n_valid;
-        const uint16_t *src = ok ? base + off + (int64_t)row * seq + 8 * c : base;
+        int64_t at = row;
+        if (pg.pages && ok) {
+            const int32_t page = pg.pages[row / pg.page_size];
+            at = (int64_t)(page < 0 ? 0 : page >= pg.num_pages ? pg.num_pages - 1 : page) *
+                     pg.page_size +
+                 row % pg.page_size;
+        }
+        const uint16_t *src = ok ? base + off + at * seq + 8 * c : base;
         ta_fast_cp16(ta_fast_smem_addr(dst + r * LD + 8 * c), src, ok ? 16 : 0);
     }
 }
@@ -249,7 +277,7 @@ __global__ void __launch_bounds__(32 * NW)
  * tile's products; one block barrier per K tile instead of two. The products,
  * softmax and store are the one-buffer kernel's, in the same order: equal
  * (NW, BN), equal bits (test_cuda_fast checks). */
-template <int D, int NW, int BN, int ST, bool BF16>
+template <int D, int NW, int BN, int ST, bool BF16, bool PAGED>
 __global__ void __launch_bounds__(32 * NW)
     ta_cuda_fast_fwd_pipe_kernel(const __grid_constant__ ta_cuda_params p) {
     typedef ta_fast_fwd_traits<D, NW, BN, ST, BF16> T;
@@ -275,6 +303,8 @@ __global__ void __launch_bounds__(32 * NW)
         const ta_tile_ctx c = ta_cuda_fast_context(p, at, split);
         const int32_t row0 = at.qt * T::BM;
         const int32_t ra = row0 + 16 * warp + (lane >> 2); /* this lane's rows: ra, ra + 8 */
+        /* paged KV (PAGED: a kernel of its own, so the others carry no cost) */
+        const ta_fast_pages pg = PAGED ? ta_fast_pages_of(p, at.b_local) : ta_fast_pages{};
         int32_t lo[2], hi[2];
         float o[4 * T::DT], m[2] = {ta_fast_neg_inf(), ta_fast_neg_inf()}, l[2] = {0.0f, 0.0f};
         ta_fast_row_keys(t, ra, c.key_len, lo, hi);
@@ -296,9 +326,9 @@ __global__ void __launch_bounds__(32 * NW)
             const int32_t kt = c.k_begin + st;
             if (kt < c.k_end) {
                 ta_fast_load_rows<D, BN, T::THREADS>(sk + st * BN * T::LD, k, c.k, p.lay.k.seq,
-                                                     kt * BN, c.key_len);
+                                                     kt * BN, c.key_len, pg);
                 ta_fast_load_rows<D, BN, T::THREADS>(sv + st * BN * T::LD, v, c.v, p.lay.v.seq,
-                                                     kt * BN, c.key_len);
+                                                     kt * BN, c.key_len, pg);
             }
             ta_fast_cp_commit();
         }
@@ -317,9 +347,9 @@ __global__ void __launch_bounds__(32 * NW)
                 const int bn = (j + ST - 1) % ST;
                 if (kn < c.k_end) {
                     ta_fast_load_rows<D, BN, T::THREADS>(sk + bn * BN * T::LD, k, c.k,
-                                                         p.lay.k.seq, kn * BN, c.key_len);
+                                                         p.lay.k.seq, kn * BN, c.key_len, pg);
                     ta_fast_load_rows<D, BN, T::THREADS>(sv + bn * BN * T::LD, v, c.v,
-                                                         p.lay.v.seq, kn * BN, c.key_len);
+                                                         p.lay.v.seq, kn * BN, c.key_len, pg);
                 }
                 ta_fast_cp_commit(); /* empty past k_end: the count stays per tile */
             }
@@ -346,11 +376,15 @@ __global__ void __launch_bounds__(32 * NW)
 template <int D, int NW, int BN, int ST, bool BF16> static ta_fast_launch ta_fast_launch_of() {
     typedef ta_fast_fwd_traits<D, NW, BN, ST, BF16> T;
     ta_fast_launch l;
-    if constexpr (ST == 1)
+    if constexpr (ST == 1) {
         l.kernel = reinterpret_cast<const void *>(&ta_cuda_fast_fwd_kernel<D, NW, BN, BF16>);
-    else
-        l.kernel =
-            reinterpret_cast<const void *>(&ta_cuda_fast_fwd_pipe_kernel<D, NW, BN, ST, BF16>);
+        l.kernel_paged = nullptr; /* paged KV: the multi-stage kernels only */
+    } else {
+        l.kernel = reinterpret_cast<const void *>(
+            &ta_cuda_fast_fwd_pipe_kernel<D, NW, BN, ST, BF16, false>);
+        l.kernel_paged = reinterpret_cast<const void *>(
+            &ta_cuda_fast_fwd_pipe_kernel<D, NW, BN, ST, BF16, true>);
+    }
     l.smem = T::SMEM;
     l.threads = T::THREADS;
     l.block_m = T::BM;
@@ -483,7 +517,7 @@ ta_status ta_cuda_fast_table(const ta_plan *plan, const ta_fwd_args *a, ta_fast_
     if (tb->n == 0) return TA_ERR_UNSUPPORTED;
     if ((tb->sm90 = ta_cuda_fast_is_sm90()) < 0) return TA_ERR_DEVICE;
     tb->pick0 = ta_cuda_fast_cfg_default(pr->head_dim, (pr->flags & TA_CAUSAL) != 0, tb->sm90,
-                                         plan->fwd.num_splits > 1) -
+                                         plan->fwd.num_splits > 1 || pr->kv_page_size > 0) -
                 1;
     return TA_OK;
 }
@@ -492,23 +526,25 @@ ta_status ta_cuda_fast_run(const ta_plan *plan, const ta_fwd_args *a, const ta_c
                            const ta_fast_launch *fl, void *stream) {
     ta_tiling t;
     ta_fast_tma_params prm; /* a kernel without TMA takes its base part alone */
+    const void *kernel = plan->p.kv_page_size > 0 ? fl->kernel_paged : fl->kernel;
     ta_cuda_params *const base = &prm;
     ta_cuda_launch_desc launch;
     ta_status st;
     /* the configuration's tiles, the plan's mask */
     st = ta_cuda_tiling(plan, fl->block_m, fl->block_n, TA_TILING_FWD, &t);
     if (st != TA_OK) return st;
-    /* split-K: the mma.sync kernels only */
+    /* split-K: the mma.sync kernels only; paged KV: the multi-stage ones */
     if (t.num_splits > 1 && (fl->sm90 || fl->tma)) return TA_ERR_UNSUPPORTED;
-    if ((st = ta_cuda_smem_opt_in(fl->kernel, fl->smem, fl->smem)) != TA_OK) return st;
+    if (!kernel) return TA_ERR_UNSUPPORTED;
+    if ((st = ta_cuda_smem_opt_in(kernel, fl->smem, fl->smem)) != TA_OK) return st;
     ta_cuda_params_fwd(base, plan, &t, a);
     base->part_o = ws->part_o; /* split-K's parts (NULL with one split) */
     base->part_lse = ws->part_lse;
     base->n_rows = (int64_t)plan->n_lse;
     if (fl->tma && (st = ta_cuda_fast_tma_maps(plan, a, fl, &prm)) != TA_OK) return st;
-    launch = fl->tma ? ta_cuda_launch_of(fl->kernel, &prm, (int64_t)plan->p.heads_q * t.num_q_tiles,
+    launch = fl->tma ? ta_cuda_launch_of(kernel, &prm, (int64_t)plan->p.heads_q * t.num_q_tiles,
                                          0, fl->smem)
-                     : ta_cuda_launch_of(fl->kernel, base,
+                     : ta_cuda_launch_of(kernel, base,
                                          (int64_t)plan->p.heads_q * t.num_q_tiles * t.num_splits,
                                          0, fl->smem);
     launch.threads = fl->threads;

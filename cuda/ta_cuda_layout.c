@@ -41,7 +41,7 @@ typedef struct ta_cuda_fast_cfgs {
     int32_t head_dim;
     int32_t count;      /* candidates: tile_config in [1, count] */
     int32_t pick[2][2]; /* [causal][sm90]: tile_config 0's candidate */
-    int32_t split;      /* tile_config 0's candidate with split-K (an mma.sync one) */
+    int32_t split;      /* tile_config 0's candidate with split-K or paged KV (mma.sync) */
 } ta_cuda_fast_cfgs;
 
 /* H100, bf16, 16k tokens, S = 1k, 4k, 16k (bench/results/
@@ -103,7 +103,11 @@ static int ta_cuda_fast_rope_ok(const ta_plan *plan) {
 int ta_cuda_supports(const ta_plan *plan) {
     if (plan->stages.load != TA_LOAD_NONE && !(ta_cuda_fast_path(plan) && ta_cuda_fast_rope_ok(plan)))
         return 0;
-    if (plan->p.kv_page_size > 0) return 0; /* paged KV: REF and CPU for now */
+    /* paged KV: the fast forward (mma.sync kernels) without the rotary stage;
+     * the exact kernels not yet */
+    if (plan->p.kv_page_size > 0 &&
+        (!ta_cuda_fast_path(plan) || plan->stages.load != TA_LOAD_NONE))
+        return 0;
     if (ta_cuda_fast_path(plan)) return ta_cuda_fast_table_has(plan);
     return 1;
 }

@@ -78,6 +78,11 @@ struct ta_cuda_params {
     /* 0: no seqlens_k; 1: seqlens_k (host memory) by value in seqlens_k
      * below, [batch_count]; 2: TA_SEQLENS_DEVICE, seqlens_dev [B] in device
      * memory, read (and clamped) when the kernel runs */
+    /* paged KV (kv_page_size > 0; the fast forward only): block_table [B,
+     * kv_max_blocks] int32 in device memory, entries clamped into
+     * [0, kv_num_pages) when read; k and v are pools (plan->layout) */
+    const int32_t *block_table;
+    int32_t kv_page_size, kv_num_pages, kv_max_blocks;
     int32_t has_seqlens;
     const int32_t *seqlens_dev;
     int32_t seqlens_k[TA_CUDA_BATCH_CHUNK];

@@ -299,7 +299,8 @@ typedef struct ta_trace {
 } ta_trace;
 
 /** Forward arguments. Tensors are host memory for REF/CPU, device memory for
- *  CUDA; seqlens_k and trace are always host memory. */
+ *  CUDA; seqlens_k and trace are host memory (seqlens_k: device memory with
+ *  TA_SEQLENS_DEVICE on CUDA); block_table follows the tensors. */
 typedef struct ta_fwd_args {
     const void *q;            /**< [B, H, S_q, D]    dtype; required */
     const void *k;            /**< [B, H_kv, S_k, D] dtype; required */
@@ -327,12 +328,14 @@ typedef struct ta_fwd_args {
                                     [B, H, q_history, D]. A caller whose earlier rows sit
                                     just above q in one buffer passes
                                     q_hist = q - q_history rows and q_strides. */
-    const int32_t *block_table; /**< [B, kv_max_blocks] int32, HOST memory: the pages
-                                     of each sequence (ta_problem.kv_page_size > 0):
-                                     entries [0, ceil(S_k / kv_page_size)) of every row
-                                     in [0, kv_num_pages) (validated before any write;
-                                     later entries are not read). Required with pages,
-                                     else ignored. */
+    const int32_t *block_table; /**< [B, kv_max_blocks] int32: the pages of each
+                                     sequence (ta_problem.kv_page_size > 0): entries
+                                     [0, ceil(S_k / kv_page_size)) of every row in
+                                     [0, kv_num_pages); later entries are not read.
+                                     HOST memory on REF and CPU (validated before any
+                                     write); DEVICE memory on CUDA (read by the
+                                     kernels, each entry clamped into the pool).
+                                     Required with pages, else ignored. */
 } ta_fwd_args;
 
 /** Backward arguments. o and lse are the forward's outputs for the same inputs. */

@@ -18,6 +18,14 @@
  *     direct calls with the same (clamped) lengths in host memory.
  *  3. on a device: the flag with seqlens_k in pageable host memory ->
  *     TA_ERR_BAD_ARG, o untouched.
+ *  4. paged KV on CUDA's fast forward (docs/api.md, "Paged KV cache"): random
+ *     pools, page sizes and page orders (f16/bf16, D = 64 or 128, GQA, 1 or 3
+ *     new rows, split-K or not): the paged call (block table in device
+ *     memory) equals, bit for bit, the same candidate on K and V gathered
+ *     into contiguous tensors; then the paged call with TA_SEQLENS_DEVICE
+ *     captured once and replayed with new lengths and a new block table
+ *     written into the same device buffers, each replay equal to the direct
+ *     contiguous call on the re-gathered K, V.
  *
  * Seed: TA_SEED (printed). Without a CUDA device: part 1, then "no CUDA
  * device: skipped" and exit 77.
@@ -415,6 +423,242 @@ static void check_pageable(ta_rng *r) {
     dev_free(&d);
 }
 
+/* Part 4: one paged problem. */
+typedef struct paged {
+    ta_problem p;          /* the paged problem (kv_page_size > 0) */
+    int32_t *table;        /* [B, max_blocks] host copy */
+    unsigned char *k_pool, *v_pool, *k_cont, *v_cont; /* host */
+    size_t pool_elems, cont_elems, eb;
+} paged;
+
+/* A fresh block table: every sequence's blocks on distinct random pages;
+ * the entries past ceil(S_k / page_size) are -1 (never read). */
+static void paged_table(ta_rng *r, paged *g) {
+    const ta_problem *p = &g->p;
+    const int32_t need = (p->seq_k - 1) / p->kv_page_size + 1;
+    int32_t *perm = (int32_t *)malloc(zs(p->kv_num_pages) * sizeof(int32_t));
+    int32_t i, b;
+    if (!perm) exit(1);
+    for (i = 0; i < p->kv_num_pages; ++i) perm[i] = i;
+    for (i = p->kv_num_pages - 1; i > 0; --i) { /* Fisher-Yates */
+        const int32_t j = ta_rng_int(r, 0, i), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (b = 0; b < p->batch; ++b)
+        for (i = 0; i < p->kv_max_blocks; ++i)
+            g->table[zs(b) * zs(p->kv_max_blocks) + zs(i)] =
+                i < need ? perm[zs(b) * zs(need) + zs(i)] : -1;
+    free(perm);
+}
+
+/* k_cont, v_cont [B, H_kv, S_k, D] = the pools' rows the table names. */
+static void paged_gather(paged *g) {
+    const ta_problem *p = &g->p;
+    const size_t row = zs(p->head_dim) * g->eb;
+    int32_t b, h, j;
+    for (b = 0; b < p->batch; ++b)
+        for (h = 0; h < p->heads_kv; ++h)
+            for (j = 0; j < p->seq_k; ++j) {
+                const int32_t page = g->table[zs(b) * zs(p->kv_max_blocks) +
+                                              zs(j / p->kv_page_size)];
+                const size_t src =
+                    ((zs(page) * zs(p->kv_page_size) + zs(j % p->kv_page_size)) *
+                         zs(p->heads_kv) +
+                     zs(h)) *
+                    row;
+                const size_t dst = ((zs(b) * zs(p->heads_kv) + zs(h)) * zs(p->seq_k) + zs(j)) * row;
+                memcpy(g->k_cont + dst, g->k_pool + src, row);
+                memcpy(g->v_cont + dst, g->v_pool + src, row);
+            }
+}
+
+static void paged_make(ta_rng *r, paged *g) {
+    static const int32_t page_sizes[4] = {8, 16, 64, 100};
+    ta_problem *p = &g->p;
+    const int32_t group = 1 << ta_rng_int(r, 0, 2);
+    memset(g, 0, sizeof *g);
+    p->dtype = ta_rng_int(r, 0, 1) ? TA_BF16 : TA_F16;
+    p->precision = TA_PRECISION_FAST;
+    p->batch = ta_rng_int(r, 1, 3);
+    p->heads_kv = ta_rng_int(r, 1, 2);
+    p->heads_q = p->heads_kv * group;
+    p->seq_q = ta_rng_int(r, 0, 1) ? 1 : 3;
+    p->seq_k = ta_rng_int(r, p->seq_q, 1500);
+    p->flags = ta_rng_int(r, 0, 1) ? TA_CAUSAL : 0u;
+    p->head_dim = p->head_dim_v = ta_rng_int(r, 0, 1) ? 64 : 128;
+    p->num_splits = ta_rng_int(r, 0, 2) == 0 ? 0 : ta_rng_int(r, 0, 1) ? TA_SPLITS_AUTO : 3;
+    p->kv_page_size = page_sizes[ta_rng_int(r, 0, 3)];
+    p->kv_max_blocks = (p->seq_k - 1) / p->kv_page_size + 1 + ta_rng_int(r, 0, 2);
+    p->kv_num_pages = p->batch * p->kv_max_blocks + ta_rng_int(r, 0, 5);
+    g->eb = 2;
+    g->pool_elems = zs(p->kv_num_pages) * zs(p->kv_page_size) * zs(p->heads_kv) * zs(p->head_dim);
+    g->cont_elems = zs(p->batch) * zs(p->heads_kv) * zs(p->seq_k) * zs(p->head_dim);
+    g->table = (int32_t *)malloc(zs(p->batch) * zs(p->kv_max_blocks) * sizeof(int32_t));
+    g->k_pool = (unsigned char *)malloc(g->pool_elems * g->eb);
+    g->v_pool = (unsigned char *)malloc(g->pool_elems * g->eb);
+    g->k_cont = (unsigned char *)malloc(g->cont_elems * g->eb);
+    g->v_cont = (unsigned char *)malloc(g->cont_elems * g->eb);
+    if (!g->table || !g->k_pool || !g->v_pool || !g->k_cont || !g->v_cont) exit(1);
+    ta_fill_uniform(r, g->k_pool, p->dtype, g->pool_elems, -2.0f, 2.0f);
+    ta_fill_uniform(r, g->v_pool, p->dtype, g->pool_elems, -1.0f, 1.0f);
+    paged_table(r, g);
+    paged_gather(g);
+}
+
+static void paged_free(paged *g) {
+    free(g->table);
+    free(g->k_pool);
+    free(g->v_pool);
+    free(g->k_cont);
+    free(g->v_cont);
+}
+
+/* ta_fwd of p (paged or not) on device buffers; o and lse poisoned first,
+ * then copied to o_h, lse_h. */
+static ta_status paged_run(const ta_problem *p, const ta_fwd_args *a, size_t no, size_t nlse,
+                           size_t eb, void *o_h, float *lse_h) {
+    size_t bytes = 0;
+    void *ws = NULL;
+    ta_status st = ta_fwd_workspace_size(p, TA_BACKEND_CUDA, &bytes);
+    if (st != TA_OK) return st;
+    ws = dalloc(bytes);
+    CUDA_OK(cudaMemset(a->o, TA_POISON_BYTE, no * eb));
+    CUDA_OK(cudaMemset(a->lse, TA_POISON_BYTE, nlse * sizeof(float)));
+    st = ta_fwd(p, TA_BACKEND_CUDA, a, ws, bytes, NULL);
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(o_h, a->o, no * eb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(lse_h, a->lse, nlse * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaFree(ws));
+    return st;
+}
+
+/* Part 4 for one problem: 1 if the direct check and every replay matched. */
+static int check_paged(ta_rng *r, int idx) {
+    paged g;
+    ta_problem pc;
+    ta_fwd_args ap, ac;
+    size_t nq, no, nlse, ws_bytes = 0;
+    void *q_d, *o_d, *kp_d, *vp_d, *kc_d, *vc_d, *ws_g;
+    float *lse_d;
+    int32_t *table_d, *lens_d, lens[3];
+    unsigned char *o1, *o2;
+    float *l1, *l2;
+    cudaStream_t stream;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    int ok = 1, step, b;
+    ta_status st;
+    paged_make(r, &g);
+    pc = g.p; /* the contiguous twin: same candidate (the paged default) */
+    pc.kv_page_size = pc.kv_num_pages = pc.kv_max_blocks = 0;
+    pc.tile_config = g.p.head_dim == 64 ? 6 : 7;
+    nq = zs(g.p.batch) * zs(g.p.heads_q) * zs(g.p.seq_q) * zs(g.p.head_dim);
+    no = nq;
+    nlse = zs(g.p.batch) * zs(g.p.heads_q) * zs(g.p.seq_q);
+    printf("paged %d: %s B=%d H=%d/%d S=%d/%d D=%d%s page %d x %d (max %d blocks) splits %d\n",
+           idx, g.p.dtype == TA_BF16 ? "bf16" : "f16", g.p.batch, g.p.heads_q, g.p.heads_kv,
+           g.p.seq_q, g.p.seq_k, g.p.head_dim, g.p.flags & TA_CAUSAL ? " causal" : "",
+           g.p.kv_num_pages, g.p.kv_page_size, g.p.kv_max_blocks, g.p.num_splits);
+    q_d = dupload(r, g.p.dtype, nq, -2.0f, 2.0f);
+    o_d = dalloc(no * g.eb);
+    lse_d = (float *)dalloc(nlse * sizeof(float));
+    kp_d = dalloc(g.pool_elems * g.eb);
+    vp_d = dalloc(g.pool_elems * g.eb);
+    kc_d = dalloc(g.cont_elems * g.eb);
+    vc_d = dalloc(g.cont_elems * g.eb);
+    table_d = (int32_t *)dalloc(zs(g.p.batch) * zs(g.p.kv_max_blocks) * sizeof(int32_t));
+    lens_d = (int32_t *)dalloc(3 * sizeof(int32_t));
+    o1 = (unsigned char *)malloc(no * g.eb);
+    o2 = (unsigned char *)malloc(no * g.eb);
+    l1 = (float *)malloc(nlse * sizeof(float));
+    l2 = (float *)malloc(nlse * sizeof(float));
+    if (!o1 || !o2 || !l1 || !l2) exit(1);
+    CUDA_OK(cudaMemcpy(kp_d, g.k_pool, g.pool_elems * g.eb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(vp_d, g.v_pool, g.pool_elems * g.eb, cudaMemcpyHostToDevice));
+    memset(&ap, 0, sizeof ap);
+    ap.q = q_d;
+    ap.k = kp_d;
+    ap.v = vp_d;
+    ap.o = o_d;
+    ap.lse = lse_d;
+    ap.block_table = table_d;
+    ac = ap;
+    ac.k = kc_d;
+    ac.v = vc_d;
+    ac.block_table = NULL;
+    /* 1. the direct paged call against the gathered contiguous one */
+    CUDA_OK(cudaMemcpy(table_d, g.table, zs(g.p.batch) * zs(g.p.kv_max_blocks) * sizeof(int32_t),
+                       cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(kc_d, g.k_cont, g.cont_elems * g.eb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(vc_d, g.v_cont, g.cont_elems * g.eb, cudaMemcpyHostToDevice));
+    st = paged_run(&g.p, &ap, no, nlse, g.eb, o1, l1);
+    TA_CHECK(st == TA_OK, "paged %d: %s", idx, ta_status_string(st));
+    ok &= st == TA_OK;
+    st = paged_run(&pc, &ac, no, nlse, g.eb, o2, l2);
+    TA_CHECK(st == TA_OK, "paged %d: contiguous twin: %s", idx, ta_status_string(st));
+    ok &= st == TA_OK && same(o1, o2, no * g.eb) && same(l1, l2, nlse * sizeof(float));
+    TA_CHECK(ok, "paged %d: o/lse differ from the contiguous call on gathered K, V", idx);
+    /* 2. captured once with device lengths, replayed with new tables and lengths */
+    g.p.flags |= TA_SEQLENS_DEVICE;
+    ap.seqlens_k = lens_d;
+    ac.seqlens_k = lens;
+    TA_CHECK(ta_fwd_workspace_size(&g.p, TA_BACKEND_CUDA, &ws_bytes) == TA_OK, "paged %d size",
+             idx);
+    ws_g = dalloc(ws_bytes);
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    st = ta_fwd(&g.p, TA_BACKEND_CUDA, &ap, ws_g, ws_bytes, stream);
+    CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    TA_CHECK(st == TA_OK, "paged %d: capture: %s", idx, ta_status_string(st));
+    if (st == TA_OK) {
+        CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+        for (step = 0; step < 3; ++step) {
+            int match;
+            paged_table(r, &g);
+            paged_gather(&g);
+            for (b = 0; b < g.p.batch; ++b) lens[b] = ta_rng_int(r, 0, g.p.seq_k);
+            CUDA_OK(cudaMemcpy(table_d, g.table,
+                               zs(g.p.batch) * zs(g.p.kv_max_blocks) * sizeof(int32_t),
+                               cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(lens_d, lens, zs(g.p.batch) * sizeof(int32_t),
+                               cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(kc_d, g.k_cont, g.cont_elems * g.eb, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(vc_d, g.v_cont, g.cont_elems * g.eb, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemset(o_d, TA_POISON_BYTE, no * g.eb));
+            CUDA_OK(cudaGraphLaunch(exec, stream));
+            CUDA_OK(cudaStreamSynchronize(stream));
+            CUDA_OK(cudaMemcpy(o1, o_d, no * g.eb, cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(l1, lse_d, nlse * sizeof(float), cudaMemcpyDeviceToHost));
+            pc.num_splits = g.p.num_splits;
+            st = paged_run(&pc, &ac, no, nlse, g.eb, o2, l2);
+            match = st == TA_OK && same(o1, o2, no * g.eb) && same(l1, l2, nlse * sizeof(float));
+            TA_CHECK(match, "paged %d replay %d: differs from the direct contiguous call (%s)",
+                     idx, step, ta_status_string(st));
+            ok &= match;
+        }
+        CUDA_OK(cudaGraphExecDestroy(exec));
+    }
+    CUDA_OK(cudaGraphDestroy(graph));
+    CUDA_OK(cudaStreamDestroy(stream));
+    CUDA_OK(cudaFree(ws_g));
+    CUDA_OK(cudaFree(q_d));
+    CUDA_OK(cudaFree(o_d));
+    CUDA_OK(cudaFree(lse_d));
+    CUDA_OK(cudaFree(kp_d));
+    CUDA_OK(cudaFree(vp_d));
+    CUDA_OK(cudaFree(kc_d));
+    CUDA_OK(cudaFree(vc_d));
+    CUDA_OK(cudaFree(table_d));
+    CUDA_OK(cudaFree(lens_d));
+    free(o1);
+    free(o2);
+    free(l1);
+    free(l2);
+    paged_free(&g);
+    return ok;
+}
+
 int main(void) {
     const uint64_t seed = ta_test_seed("test_cuda_seqlens");
     int dev_count = 0, i, passed = 0;
@@ -433,5 +677,10 @@ int main(void) {
            "calls with host lengths\n",
            passed, TA_SEQLENS_PROBLEMS, passed * TA_SEQLENS_STEPS);
     check_pageable(&r);
+    for (i = 0, passed = 0; i < TA_SEQLENS_PROBLEMS; ++i)
+        passed += check_paged(&r, i);
+    printf("paged KV: %d of %d problems bit-identical to the contiguous call, direct and in "
+           "graph replays with new tables and lengths\n",
+           passed, TA_SEQLENS_PROBLEMS);
     return ta_test_finish("test_cuda_seqlens");
 }
