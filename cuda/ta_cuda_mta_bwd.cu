@@ -96,7 +96,7 @@ extern "C" {
  *   | dc [rows+P_q][cols+2P] | ds [rows][cols] | w [c_q c_k] | lse, delta, key_lo, key_hi,     |
  *   |                        |                 |             | live_hi [rows+2P_q]             |
  *   +------------------------+-----------------+-------------+---------------------------------+
- *   | dq, paired: xfer, wdc, ws (ta_cuda_mta_dq_kernel) | dq: r_lo [c_q c_k]                  |
+ *   | dq, paired: xfer, wdc, ws (ta_cuda_mta_dq_kernel) | dq: r_hi, r_lo [c_q c_k] each      |
  *   +---------------------------------------------------+-------------------------------------+
  *
  * The row arrays hold the band's loaded rows [row0 - P_q, row0 + rows + P_q):
@@ -108,7 +108,7 @@ typedef struct ta_cuda_mta_bwd_smem {
         off_live_hi;
     int32_t ldw_dc, ldw_s;             /* row strides of the stashed dC and S (dq, paired) */
     int32_t off_xfer, off_wdc, off_ws; /* dq, paired dconv_w partials: see ta_cuda_mta_dq_kernel */
-    int32_t off_r_lo;                  /* dq: the lo words of R(b, qt), entry n at n */
+    int32_t off_r_hi, off_r_lo;        /* dq: the pairs R(b, qt), entry n at n */
     int32_t floats;                    /* total */
 } ta_cuda_mta_bwd_smem;
 
@@ -154,9 +154,11 @@ static inline __host__ __device__ void ta_cuda_mta_bwd_smem_make(ta_cuda_mta_bwd
     off += paired ? rows_eff * m->ldw_dc : 0;
     m->off_ws = off;
     off += paired ? g_rows * m->ldw_s : 0;
-    /* dq: the lo words of R(b, qt) in shared memory rather than registers (the
-     * dq kernel is at its register cap; each is touched once per K tile, by
-     * the thread that owns its entry) */
+    /* dq: the pairs R(b, qt) in shared memory rather than registers (the dq
+     * kernel is at its register cap; each is touched once per K tile, by the
+     * thread that owns its entry) */
+    m->off_r_hi = off;
+    off += dq ? conv_q * conv_k : 0;
     m->off_r_lo = off;
     off += dq ? conv_q * conv_k : 0;
     m->floats = off;
@@ -188,7 +190,7 @@ typedef struct ta_cuda_mta_bwd_bufs {
     float *stage, *s, *p, *dc, *ds, *w, *lse, *delta; /* row arrays: [loaded row] */
     int32_t *key_lo, *key_hi, *live_hi;               /* [loaded row] */
     float *xfer, *wdc, *ws; /* dq, paired partials */
-    float *r_lo;            /* dq: [c_q c_k] the lo words of R(b, qt) */
+    float *r_hi, *r_lo;     /* dq: [c_q c_k] each, the pairs R(b, qt) */
 } ta_cuda_mta_bwd_bufs;
 
 TA_CUDA_DEV ta_cuda_mta_bwd_bufs ta_cuda_mta_bwd_carve(float *base, const ta_cuda_mta_bwd_smem &m) {
@@ -207,6 +209,7 @@ TA_CUDA_DEV ta_cuda_mta_bwd_bufs ta_cuda_mta_bwd_carve(float *base, const ta_cud
     b.xfer = base + m.off_xfer;
     b.wdc = base + m.off_wdc;
     b.ws = base + m.off_ws;
+    b.r_hi = base + m.off_r_hi;
     b.r_lo = base + m.off_r_lo;
     return b;
 }
@@ -536,12 +539,11 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         const bool do_dw = fg == 0;
         float acc[NB][4][4];             /* the key chunk's partials */
         float hi[NB][4][4], lo[NB][4][4]; /* the running pairs (src/ta_sum2.h) */
-        /* R(b, qt) of entries n0, n1: the pairs' hi words; their lo words
-         * (src/ta_sum2.h) in shared memory, bf.r_lo[n] touched only by the thread
-         * that owns entry n (no barrier) */
-        float r_sum0 = 0.0f, r_sum1 = 0.0f;
-        if (n0 < n_w) bf.r_lo[n0] = 0.0f;
-        if (n1 < n_w) bf.r_lo[n1] = 0.0f;
+        /* R(b, qt) of entries n0, n1: pairs (src/ta_sum2.h) in shared memory,
+         * (r_hi[n], r_lo[n]) touched only by the thread that owns entry n (no
+         * barrier) */
+        if (n0 < n_w) bf.r_hi[n0] = bf.r_lo[n0] = 0.0f;
+        if (n1 < n_w) bf.r_hi[n1] = bf.r_lo[n1] = 0.0f;
 #pragma unroll
         for (int u = 0; u < NB; ++u)
 #pragma unroll
@@ -682,18 +684,18 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                         if (odd) {
                             __syncthreads(); /* xfer written */
                             if (tid < n_w) {
-                                ta_sum2_add(&r_sum0, bf.r_lo + tid, 1.0f, prev);
-                                ta_sum2_add(&r_sum0, bf.r_lo + tid, 1.0f, bf.xfer[tid]);
+                                ta_sum2_add(bf.r_hi + tid, bf.r_lo + tid, 1.0f, prev);
+                                ta_sum2_add(bf.r_hi + tid, bf.r_lo + tid, 1.0f, bf.xfer[tid]);
                             }
                         } else if (tid < n_w) {
-                            ta_sum2_add(&r_sum0, bf.r_lo + tid, 1.0f, cur);
+                            ta_sum2_add(bf.r_hi + tid, bf.r_lo + tid, 1.0f, cur);
                         }
                     }
                 }
             }
             if (!paired) { /* R(b, qt) = 0 + part(kt=0) + part(kt=1) + ..., pairs */
-                if (n0 < n_w) ta_sum2_add(&r_sum0, bf.r_lo + n0, 1.0f, part0);
-                if (n1 < n_w) ta_sum2_add(&r_sum1, bf.r_lo + n1, 1.0f, part1);
+                if (n0 < n_w) ta_sum2_add(bf.r_hi + n0, bf.r_lo + n0, 1.0f, part0);
+                if (n1 < n_w) ta_sum2_add(bf.r_hi + n1, bf.r_lo + n1, 1.0f, part1);
             }
         }
         /* step 3: the last key chunk's partials into the pairs; dq = store(scale *
@@ -728,8 +730,8 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 p.dw_rows + (((size_t)c.batch * (size_t)p.heads_q + (size_t)c.head) * (size_t)n_qt +
                              (size_t)qt) *
                                 (size_t)n_w;
-            if (n0 < n_w) r_out[n0] = r_sum0;
-            if (n1 < n_w) r_out[n1] = r_sum1;
+            if (n0 < n_w) r_out[n0] = bf.r_hi[n0];
+            if (n1 < n_w) r_out[n1] = bf.r_hi[n1];
         }
     }
 }
