@@ -546,11 +546,11 @@ static void case_long_bwd(ta_rng *r) {
  * MTA's dconv_w (docs/exactness.md section 11): n terms x_i in partials of at
  * most B_r B_c (one tile pair's, from +0), R(b, qt) a pair over T_k K tiles,
  * dconv_w a pair over the head's N_q (b, Q tile) sums, R read as hi once:
- *   |dw - dw*| <= (B_r B_c + 2 + 3 (T_k + N_q) u) u sum |x_i|
+ *   |dw - dw*| <= (B_r B_c + 3 + 3 (T_k + N_q) u) u sum |x_i|
  */
 static void check_dw_sum(const char *what, double got, double exact, double sum_abs,
                          double pair_terms, double t_k, double n_q) {
-    const double eps = (pair_terms + 2.0 + 3.0 * (t_k + n_q) * U_F32) * U_F32;
+    const double eps = (pair_terms + 3.0 + 3.0 * (t_k + n_q) * U_F32) * U_F32;
     const double bound = eps * sum_abs, err = fabs(got - exact);
     printf("  long_dw %s = %.9g (exact %.9g, error %.3g = %.3g relative, bound %.3g)\n", what,
            got, exact, err, err / fabs(exact), bound);
