@@ -47,14 +47,18 @@ typedef struct ta_cuda_fwd_ws {
  *   +--------------------------------------+  kernel, read by the dk/dv and dq kernels
  *   | dw_rows [B, H, n_q, c_q, c_k] f32     |  MTA only (NULL otherwise): R(b, qt) of
  *   +--------------------------------------+  docs/mta.md backward step 5, one per
- *                                              (batch, head, bwd Q tile), n_q =
- *                                              plan->bwd.num_q_tiles; written by the
+ *   | dw_lo   [H, c_q, c_k] f32             |  (batch, head, bwd Q tile), n_q =
+ *   +--------------------------------------+  plan->bwd.num_q_tiles; written by the
  *                                              dq kernel, merged into dconv_w in
- *                                              (batch, Q tile) ascending order
+ *                                              (batch, Q tile) ascending order as
+ *                                              pairs (dconv_w, dw_lo) (src/ta_sum2.h;
+ *                                              dw_lo: MTA only, carried across the
+ *                                              merge's batch chunks)
  */
 typedef struct ta_cuda_bwd_ws {
     float *delta;   /* [B, H, S_q] */
     float *dw_rows; /* [B, H, plan->bwd.num_q_tiles, c_q, c_k]; MTA only, else NULL */
+    float *dw_lo;   /* [H, c_q, c_k]: lo words of dconv_w's pairs; MTA only, else NULL */
     void *rot_q;    /* as in ta_cuda_fwd_ws: the rotary stage's turned q and k */
     void *rot_k;
 } ta_cuda_bwd_ws;

@@ -175,14 +175,17 @@ ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws
  *   +------------------------------------+
  *   | dw_rows [B, H, n_q, c_q, c_k] f32  |  MTA only (n_q = plan->bwd.num_q_tiles)
  *   +------------------------------------+
+ *   | dw_lo   [H, c_q, c_k] f32          |  MTA only: lo words of dconv_w's pairs
+ *   +------------------------------------+
  *
- *   bytes = round_up(4 * B * H * S_q, 64) [+ round_up(4 * B * H * n_q * c_q * c_k, 64)]
+ *   bytes = round_up(4 * B * H * S_q, 64) [+ round_up(4 * B * H * n_q * c_q * c_k, 64)
+ *           + round_up(4 * H * c_q * c_k, 64)]
  */
 ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws, size_t *bytes) {
     ta_ws_cursor c;
     ta_ws_begin(&c, base);
     ws->delta = TA_WS_TAKE(&c, float, plan->n_lse);
-    ws->dw_rows = NULL;
+    ws->dw_rows = ws->dw_lo = NULL;
     ws->rot_q = ws->rot_k = NULL;
     ta_cuda_rope_take(plan, &c, &ws->rot_q, &ws->rot_k);
     if (plan->has_conv) {
@@ -192,6 +195,7 @@ ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws
             !ta_mul_size(n, plan->n_conv / (size_t)plan->p.heads_q, &n))
             return TA_ERR_OVERFLOW;
         ws->dw_rows = TA_WS_TAKE(&c, float, n);
+        ws->dw_lo = TA_WS_TAKE(&c, float, plan->n_conv);
     }
     if (c.overflow) return TA_ERR_OVERFLOW;
     *bytes = c.used;
