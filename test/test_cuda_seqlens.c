@@ -290,6 +290,10 @@ static int check_problem(ta_rng *r, int idx) {
         /* the replay: new lengths in the captured buffer, poisoned outputs */
         CUDA_OK(cudaMemcpy(d.lens, raw, zs(s.p.batch) * sizeof(int32_t), cudaMemcpyHostToDevice));
         poison_outputs(&s, &d);
+        /* the copies above run on the legacy stream, which a non-blocking
+         * stream does not wait for (a pageable copy may return before its
+         * DMA lands): finish them before the replay reads the buffers */
+        CUDA_OK(cudaDeviceSynchronize());
         CUDA_OK(cudaGraphLaunch(exec, stream));
         CUDA_OK(cudaStreamSynchronize(stream));
         fetch(&s, &d, &g);
@@ -626,6 +630,8 @@ static int check_paged(ta_rng *r, int idx) {
             CUDA_OK(cudaMemcpy(kc_d, g.k_cont, g.cont_elems * g.eb, cudaMemcpyHostToDevice));
             CUDA_OK(cudaMemcpy(vc_d, g.v_cont, g.cont_elems * g.eb, cudaMemcpyHostToDevice));
             CUDA_OK(cudaMemset(o_d, TA_POISON_BYTE, no * g.eb));
+            CUDA_OK(cudaMemset(lse_d, TA_POISON_BYTE, nlse * sizeof(float)));
+            CUDA_OK(cudaDeviceSynchronize()); /* as in part 2: the copies have landed */
             CUDA_OK(cudaGraphLaunch(exec, stream));
             CUDA_OK(cudaStreamSynchronize(stream));
             CUDA_OK(cudaMemcpy(o1, o_d, no * g.eb, cudaMemcpyDeviceToHost));
