@@ -64,6 +64,10 @@ static inline bool ta_cuda_left_bounded(const ta_plan *plan) { return plan->fwd.
  */
 ta_status ta_cuda_check_pointers(const void *const *ptrs, int n);
 
+/* ta_cuda_check_pointers on the rotary stage's tables and positions
+ * (plan->rope; all NULL without the stage): the exact kernels read them. */
+ta_status ta_cuda_check_rope(const ta_plan *plan);
+
 /*
  * The one shared-memory policy, called by every launcher for every kernel with
  * dynamic shared memory before its first launch. need: this launch's bytes

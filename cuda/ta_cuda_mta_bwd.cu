@@ -208,12 +208,13 @@ TA_CUDA_DEV ta_cuda_mta_bwd_bufs ta_cuda_mta_bwd_carve(float *base, const ta_cud
  * A row r is row r of the slice a; rows outside [0, a_seq) are zero and never
  * read (likewise B). Covered in 64 x 64 tiles, one ta_cuda_dot_tile_range
  * each; each thread owns a 4 x 4 micro-tile (rows 4ty + r, columns 4tx + c).
+ * rope: the rotary stage of A's and B's rows (NULL: none).
  */
 template <int DT, typename Epi>
 TA_CUDA_DEV void ta_cuda_mta_dot_rect(const ta_cuda_rows &a, int32_t a_seq, int32_t a_row0,
                                       int32_t n_a, const ta_cuda_rows &b, int32_t b_seq,
                                       int32_t b_row0, int32_t n_b, int32_t n_feat, float *stage,
-                                      const Epi &epi) {
+                                      const Epi &epi, const ta_cuda_rope_src *rope = nullptr) {
     const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
     for (int32_t ta0 = 0; ta0 < n_a; ta0 += TA_CUDA_TILE) {
         /* tile rows x read A row a_row0 + ta0 + x: x < n_a - ta0, inside [0, a_seq) */
@@ -227,7 +228,8 @@ TA_CUDA_DEV void ta_cuda_mta_dot_rect(const ta_cuda_rows &a, int32_t a_seq, int3
             const int32_t b_hi = ta_tiling_min_i32(ta_tiling_min_i32(TA_CUDA_TILE, n_b - tb0),
                                                    b_seq - rb0);
             float acc[4][4];
-            ta_cuda_dot_tile_range<DT>(acc, a, ra0, a_lo, a_hi, b, rb0, b_lo, b_hi, n_feat, stage);
+            ta_cuda_dot_tile_range<DT>(acc, a, ra0, a_lo, a_hi, b, rb0, b_lo, b_hi, n_feat, stage,
+                                       nullptr, 0, rope);
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
                 const int32_t x = ta0 + 4 * ty + r;
@@ -346,18 +348,22 @@ ta_cuda_mta_band_recompute(const ta_cuda_mta_bwd_params &p, const ta_tiling &t,
         bf.key_hi[e] = hi;
         bf.live_hi[e] = l != neg_inf ? hi : 0; /* live keys: [lo, live_hi) */
     }
-    /* 1. S on the loaded region (the dot tiles' barriers publish the row arrays) */
+    /* 1. S on the loaded region (the dot tiles' barriers publish the row arrays),
+     * of turned q and k rows with the rotary stage (p.rope) */
     {
         const int32_t r_first = bd.row0 - pq, j_first = bd.col0 - 2 * pk;
+        const ta_cuda_rope_src rope = ta_cuda_rope_of(p, c, TA_CUDA_ROPE_Q, TA_CUDA_ROPE_K);
         ta_cuda_mta_dot_rect<DT>(
             ta_cuda_rows_of(p.q, c.q, p.lay.q.seq), t.seq_q, r_first, l_rows,
             ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), t.seq_k, j_first, bd.cols + 4 * pk, p.head_dim,
-            bf.stage, [&](int32_t x, int32_t y, float acc) {
+            bf.stage,
+            [&](int32_t x, int32_t y, float acc) {
                 const int32_t j = j_first + y;
                 s[x * lds + y] = ta_cuda_in<WL>(j, ta_cuda_lo<WL>(bf.key_lo, x), bf.key_hi[x])
                                      ? scale * acc
                                      : 0.0f;
-            });
+            },
+            &rope);
     }
     __syncthreads();
     /* 2. C, then P = exp(C - lse), on the live entries of the gradient region; threads
@@ -426,19 +432,31 @@ TA_CUDA_DEV void ta_cuda_mta_bwd_load_w(const ta_cuda_mta_bwd_params &p,
 
 /* Stage rows [first_row, first_row + rows) (rows <= RCHUNK, inside the
  * sequence) of the slice src (rows of dim features) into dst[RCHUNK][width]
- * (width = 64 n_slots >= dim), 0 past dim or rows. */
-template <int DT>
-TA_CUDA_DEV void ta_cuda_mta_stage_k(float *dst, const ta_cuda_rows &src, int32_t first_row,
-                                     int32_t rows, int32_t dim, int32_t width) {
-    __syncthreads(); /* the previous phase is done with dst */
+ * (width = 64 n_slots >= dim), 0 past dim or rows; ROT: k rows of the rotary
+ * stage, turned (batch entry and kv head of c). */
+template <int DT, bool ROT>
+TA_CUDA_DEV void ta_cuda_mta_stage_k_of(float *dst, const ta_cuda_params &p, const ta_tile_ctx &c,
+                                        const ta_cuda_rows &src, int32_t first_row, int32_t rows,
+                                        int32_t dim, int32_t width) {
     for (int32_t e = (int32_t)threadIdx.x; e < TA_CUDA_RCHUNK * width; e += TA_CUDA_THREADS) {
         const int32_t x = e / width, f = e % width;
         float val = 0.0f;
         if (x < rows && f < dim)
-            val = ta_cuda_load<DT>(src.base,
-                                   (size_t)(ta_cuda_row(src.slice, src.ld, first_row + x) + f));
+            val = ta_cuda_load_row<DT, ROT>(src.base, ta_cuda_row(src.slice, src.ld, first_row + x),
+                                            f, &p, &c, TA_CUDA_ROPE_K, first_row + x);
         dst[e] = val;
     }
+}
+
+template <int DT>
+TA_CUDA_DEV void ta_cuda_mta_stage_k(float *dst, const ta_cuda_params &p, const ta_tile_ctx &c,
+                                     const ta_cuda_rows &src, int32_t first_row, int32_t rows,
+                                     int32_t dim, int32_t width) {
+    __syncthreads(); /* the previous phase is done with dst */
+    if (p.rope != TA_ROPE_NONE)
+        ta_cuda_mta_stage_k_of<DT, true>(dst, p, c, src, first_row, rows, dim, width);
+    else
+        ta_cuda_mta_stage_k_of<DT, false>(dst, p, c, src, first_row, rows, dim, width);
     __syncthreads();
 }
 
@@ -478,6 +496,44 @@ TA_CUDA_DEV void ta_cuda_mta_dw_chain(float part[NC], const float *dc, int32_t l
 #pragma unroll
             for (int c = 0; c < NC; ++c)
                 part[c] = fmaf(dr[y], s[c][x * ld_s + y], part[c]);
+    }
+}
+
+/*
+ * The rotary stage's turn back of the dq rows of one dq block (group fg, NB
+ * accumulator blocks hi[u]: row unit blk / n_slots, feature slot blk %
+ * n_slots, blk = fg NB + u), a row unit at a time through xbuf
+ * (ta_cuda_rope_grad_put / _get, each block as a one-slot block). The
+ * launcher makes the groups whole row units, so a row's every slot is here.
+ */
+template <int NB>
+TA_CUDA_DEV void ta_cuda_mta_rope_dq(const ta_cuda_mta_bwd_params &p, float *xbuf,
+                                     float (&hi)[NB][4][4], int32_t fg, const ta_tile_ctx &c,
+                                     int32_t r0, int32_t r1) {
+    const int32_t unit0 = fg * NB / p.n_slots, unit1 = (fg * NB + NB - 1) / p.n_slots;
+    for (int32_t unit = unit0; unit <= unit1; ++unit) {
+        const int32_t row0 = r0 + unit * TA_CUDA_TILE;
+        if (row0 >= r1) break;
+        for (int q = 0; q < 4; ++q) {
+            const bool mine = (ta_cuda_ty() >> 2) == q;
+            __syncthreads(); /* the previous pass (phase) is done with xbuf */
+#pragma unroll
+            for (int u = 0; u < NB; ++u) {
+                const int32_t blk = fg * NB + u;
+                if (mine && blk < p.acc_blocks && blk / p.n_slots == unit)
+                    ta_cuda_rope_grad_put<1>(xbuf, reinterpret_cast<float(&)[4][1][4]>(hi[u]),
+                                             blk % p.n_slots);
+            }
+            __syncthreads();
+#pragma unroll
+            for (int u = 0; u < NB; ++u) {
+                const int32_t blk = fg * NB + u;
+                if (mine && blk < p.acc_blocks && blk / p.n_slots == unit)
+                    ta_cuda_rope_grad_get<1>(p, xbuf, reinterpret_cast<float(&)[4][1][4]>(hi[u]),
+                                             blk % p.n_slots, p.head_dim, TA_CUDA_ROPE_Q, c, row0,
+                                             r1 - row0);
+            }
+        }
     }
 }
 
@@ -569,7 +625,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 }
                 for (int32_t j0 = 0; has && j0 < cols; j0 += TA_CUDA_RCHUNK) {
                     const int32_t jn = ta_tiling_min_i32(TA_CUDA_RCHUNK, cols - j0);
-                    ta_cuda_mta_stage_k<DT>(bf.stage, ta_cuda_rows_of(p.k, c.k, p.lay.k.seq),
+                    ta_cuda_mta_stage_k<DT>(bf.stage, p, c, ta_cuda_rows_of(p.k, c.k, p.lay.k.seq),
                                             c0 + j0, jn, p.head_dim, width);
                     for (int32_t jj = 0; jj < jn; ++jj) {
                         const int32_t y = j0 + jj, j = c0 + y;
@@ -677,7 +733,8 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 r_sum1 = r_sum1 + part1;
             }
         }
-        /* step 3: the last key chunk's partials into the pairs; dq = store(scale *
+        /* step 3: the last key chunk's partials into the pairs; with the rotary
+         * stage the dq rows turned back (ta_cuda_mta_rope_dq); dq = store(scale *
          * hi); R(b, qt) to the workspace */
 #pragma unroll
         for (int u = 0; u < NB; ++u) {
@@ -688,6 +745,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
                     ta_sum2_add(&hi[u][r][e], &lo[u][r][e], 1.0f, acc[u][r][e]);
+        }
+        if (p.rope != TA_ROPE_NONE) ta_cuda_mta_rope_dq<NB>(p, bf.stage, hi, fg, c, r0, r1);
+#pragma unroll
+        for (int u = 0; u < NB; ++u) {
+            const int32_t blk = fg * NB + u;
+            if (blk >= p.acc_blocks) continue;
             {
                 const int32_t unit = blk / p.n_slots,
                               f0 = (blk % p.n_slots) * TA_CUDA_SLOT + 4 * tx;
@@ -776,9 +839,9 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 if (tid == 0) ctx_s = hd;
                 if (tid >= n_slots && tid < NS) /* unused: every feature is padding */
                     slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.q, hd.q, p.lay.q.seq), 0, 0);
-                else if (tid < NS && u < nk)
+                else if (tid < NS && u < nk) /* q rows turn with the rotary stage */
                     slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.q, hd.q, p.lay.q.seq),
-                                                 p.head_dim, u * TA_CUDA_SLOT);
+                                                 p.head_dim, u * TA_CUDA_SLOT, TA_CUDA_ROPE_Q);
                 else if (tid < NS)
                     slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.d_o, hd.d_o, p.lay.d_o.seq),
                                                  p.head_dim_v, (u - nk) * TA_CUDA_SLOT);
@@ -793,7 +856,9 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                  * i ascending, live entries only */
                 for (int32_t i0 = 0; i0 < bd.rows; i0 += TA_CUDA_RCHUNK) {
                     const int in = (int)ta_tiling_min_i32(TA_CUDA_RCHUNK, bd.rows - i0);
-                    ta_cuda_stage_rows<DT, NS>(bf.stage, slots, row0 + i0, in);
+                    const ta_cuda_rope_src rope =
+                        ta_cuda_rope_of(p, c, TA_CUDA_ROPE_OFF, TA_CUDA_ROPE_OFF);
+                    ta_cuda_stage_rows<DT, NS>(bf.stage, slots, row0 + i0, in, &rope);
                     for (int ii = 0; ii < in; ++ii) {
                         const int32_t x = i0 + ii;
                         /* row x's live keys [lo, live_hi) (loaded row x + c_q - 1), as
@@ -833,7 +898,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             /* the head's last row chunk (a chunk never spans two heads) */
             ta_cuda_acc_sum2<NS>(sum_hi, sum_lo, acc);
         }
-        /* step 4: dk = store(scale * hi), dv = store(hi), keys < cols only */
+        /* step 4: dk = store(scale * hi), dv = store(hi), keys < cols only; with the
+         * rotary stage dk's rows turned back first (every dk slot is in group 0:
+         * the launcher sees to it) */
+        if (p.rope != TA_ROPE_NONE && need_ds)
+            ta_cuda_rope_grad_block<NS>(p, bf.stage, sum_hi, p.head_dim, TA_CUDA_ROPE_K, c, c0,
+                                        cols);
 #pragma unroll
         for (int s = 0; s < NS; ++s) {
             const int32_t u = slot0 + s;
@@ -982,11 +1052,19 @@ extern "C" ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
     const int nk = (pr->head_dim + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
     const int nv = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
     const int n_groups_kv = (nk + nv + TA_CUDA_SLOTS - 1) / TA_CUDA_SLOTS;
-    const int ns_dkdv = (nk + nv + n_groups_kv - 1) / n_groups_kv;
+    /* the rotary stage turns a dk or dq row back across its slots, so a row's
+     * slots stay in one block: every dk slot in dk/dv group 0, and dq groups of
+     * whole row units (upg units of nk blocks) */
+    const bool rope = plan->stages.load == TA_LOAD_ROPE;
+    const int ns_even = (nk + nv + n_groups_kv - 1) / n_groups_kv;
+    const int ns_dkdv = rope && nk > ns_even ? nk : ns_even;
     const int units = (tb->rows_eff + TA_CUDA_TILE - 1) / TA_CUDA_TILE;
     const int acc_blocks = units * nk;
-    const int n_groups_dq = (acc_blocks + TA_CUDA_MTA_ACC_BLOCKS - 1) / TA_CUDA_MTA_ACC_BLOCKS;
-    const int nb_dq = (acc_blocks + n_groups_dq - 1) / n_groups_dq;
+    const int upg = ta_tiling_min_i32(TA_CUDA_MTA_ACC_BLOCKS / nk, units);
+    const int n_groups_dq =
+        rope ? (units + upg - 1) / upg
+             : (acc_blocks + TA_CUDA_MTA_ACC_BLOCKS - 1) / TA_CUDA_MTA_ACC_BLOCKS;
+    const int nb_dq = rope ? upg * nk : (acc_blocks + n_groups_dq - 1) / n_groups_dq;
     const void *ptrs[13] = {a->q,  a->k,  a->v,      a->o,      a->d_o,     a->lse,     a->dq,
                             a->dk, a->dv, ws->delta, a->conv_w, a->dconv_w, ws->dw_rows};
     const bool wl = ta_cuda_left_bounded(plan);
@@ -1001,6 +1079,7 @@ extern "C" ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
     int64_t merge_blocks;
     ta_status st;
     if ((st = ta_cuda_check_pointers(ptrs, 13)) != TA_OK) return st;
+    if ((st = ta_cuda_check_rope(plan)) != TA_OK) return st;
     memset(&prm_dq, 0, sizeof prm_dq);
     memset(&prm_kv, 0, sizeof prm_kv);
     /* dq + dw and merge: the plan's backward tiles (the contractual dconv_w cuts) */

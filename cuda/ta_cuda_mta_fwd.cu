@@ -125,16 +125,17 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         for (kt = k_first; kt < k_last; ++kt) {
             const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
             const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
+            const ta_cuda_rope_src rope = ta_cuda_rope_of(p, c, TA_CUDA_ROPE_Q, TA_CUDA_ROPE_K);
             g.col_load0 = ta_tile_col_load_begin(&t, kt);
             g.cols_load = ta_tile_col_load_end(&t, kt) - g.col_load0;
-            /* step 1: S on the loaded region (starts with a barrier) */
-            ta_cuda_mta_scores<DT, WL>(s, s_ld, ta_cuda_rows_of(p.q, c.q, p.lay.q.seq),
-                                       ta_cuda_rows_of(p.q_hist,
-                                                       c.q_hist + (int64_t)t.q_history *
-                                                                      p.lay.q_hist.seq,
-                                                       p.lay.q_hist.seq),
-                                       ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), p.head_dim, p.scale,
-                                       &t, key_lo, key_hi, g, stage);
+            /* step 1: S on the loaded region (starts with a barrier); with the
+             * rotary stage (p.rope) of turned q and k rows */
+            ta_cuda_mta_scores<DT, WL>(
+                s, s_ld, ta_cuda_rows_of(p.q, c.q, p.lay.q.seq),
+                ta_cuda_rows_of(p.q_hist, c.q_hist + (int64_t)t.q_history * p.lay.q_hist.seq,
+                                p.lay.q_hist.seq),
+                ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), p.head_dim, p.scale, &t, key_lo, key_hi, g,
+                stage, &rope);
             /* the visible effective columns [tile_lo, tile_hi) of each effective
              * row (the previous tile's readers have passed the scores' barriers) */
             if (tid < TA_CUDA_TILE)
@@ -184,6 +185,7 @@ extern "C" ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a,
     const void *ptrs_ws[1] = {ws->part_o}; /* split-K's parts (NULL: none) */
     if ((st = ta_cuda_check_pointers(ptrs, 7)) != TA_OK) return st;
     if ((st = ta_cuda_check_pointers(ptrs_ws, 1)) != TA_OK) return st;
+    if ((st = ta_cuda_check_rope(plan)) != TA_OK) return st;
     /* 64 loaded rows per CUDA Q tile (64 - (c_q - 1) effective); the plan's k tiles, mask */
     if ((st = ta_cuda_tiling(plan, TA_CUDA_TILE, plan->fwd.block_k, TA_TILING_FWD, &t)) != TA_OK)
         return st;

@@ -9,7 +9,8 @@
  * ta_cuda_tiling(plan, 64, block_k) (the plan's mask: causal, seqlens_k,
  * window) and each row tile's context (ta_cuda_context) gives its key length,
  * slices and K tiles [k_begin, k_end). For each of those k tiles, ascending:
- *   1. scores   s[i][j] = scale * dot(q_i, k_j, D)   threads over (i, j)
+ *   1. scores   s[i][j] = scale * dot(q_i, k_j, D)   threads over (i, j); with
+ *               the rotary stage (p.rope) q_i and k_j turned as they are staged
  *   2. row max  m_tile, m_new, alpha = exp(m - m_new) one thread per row, j ascending
  *   3. p[i][j] = exp(s[i][j] - m_new[i])            threads over (i, j), visible only
  *   4. (l, l_lo) = (l, l_lo) * alpha + sum_j p       one thread per row, j ascending
@@ -108,9 +109,11 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             /* step 1: s[i][j] = scale * dot(q_i, k_j), 64 columns at a time */
             for (c0 = 0; c0 < cols; c0 += TA_CUDA_TILE) {
                 float s[4][4];
+                const ta_cuda_rope_src rope = ta_cuda_rope_of(p, c, TA_CUDA_ROPE_Q, TA_CUDA_ROPE_K);
                 ta_cuda_dot_tile<DT>(s, ta_cuda_rows_of(p.q, c.q, p.lay.q.seq), row0, rows,
                                      ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), col0 + c0,
-                                     ta_tiling_min_i32(TA_CUDA_TILE, cols - c0), p.head_dim, stage);
+                                     ta_tiling_min_i32(TA_CUDA_TILE, cols - c0), p.head_dim, stage,
+                                     &rope);
 #pragma unroll
                 for (int cc = 0; cc < 4; ++cc)
                     *reinterpret_cast<float4 *>(st + (size_t)(c0 + 4 * tx + cc) * TA_CUDA_LDT +
@@ -153,6 +156,7 @@ extern "C" ta_status ta_cuda_sdpa_fwd(const ta_plan *plan, const ta_fwd_args *a,
     const void *ptrs_ws[1] = {ws->part_o}; /* split-K's parts (NULL: none) */
     if ((st = ta_cuda_check_pointers(ptrs, 5)) != TA_OK) return st;
     if ((st = ta_cuda_check_pointers(ptrs_ws, 1)) != TA_OK) return st;
+    if ((st = ta_cuda_check_rope(plan)) != TA_OK) return st;
     /* 64-row CUDA Q tiles; the plan's k tiles and mask */
     if ((st = ta_cuda_tiling(plan, TA_CUDA_TILE, plan->fwd.block_k, TA_TILING_FWD, &t)) != TA_OK)
         return st;
