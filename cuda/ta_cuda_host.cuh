@@ -149,6 +149,19 @@ template <class F, int LO> static inline const void *ta_cuda_pick(ta_dtype dt, i
     return ta_cuda_pick_count<F, TA_F32, LO, 4>::at(n);
 }
 
+/* ta_cuda_pick of the exact kernels' family F<WL, ROPE> for plan: WL, a
+ * window's left bound (ta_cuda_left_bounded); ROPE, the rotary load stage
+ * (docs/cuda.md section 2, "The rotary load stage"). */
+template <template <bool, bool> class F, int LO>
+static inline const void *ta_cuda_pick_plan(const ta_plan *plan, int n) {
+    const ta_dtype dt = plan->p.dtype;
+    if (plan->stages.load == TA_LOAD_ROPE)
+        return ta_cuda_left_bounded(plan) ? ta_cuda_pick<F<true, true>, LO>(dt, n)
+                                          : ta_cuda_pick<F<false, true>, LO>(dt, n);
+    return ta_cuda_left_bounded(plan) ? ta_cuda_pick<F<true, false>, LO>(dt, n)
+                                      : ta_cuda_pick<F<false, false>, LO>(dt, n);
+}
+
 /*
  * The one batch-chunk loop: seqlens_k (host memory, or NULL) travels by value
  * in the parameters, TA_CUDA_BATCH_CHUNK entries per launch; for each chunk of

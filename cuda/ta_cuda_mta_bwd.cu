@@ -314,7 +314,7 @@ TA_CUDA_DEV void ta_cuda_mta_conv_grad_strip(float d[TA_CUDA_MTA_STRIP], const f
  * slots). Starts and ends with __syncthreads(): afterwards bf.p (P, live
  * entries; 0 elsewhere), bf.dc, bf.ds, bf.s and the row arrays hold the band.
  */
-template <int DT, bool WL>
+template <int DT, bool WL, bool ROPE>
 TA_CUDA_DEV void
 ta_cuda_mta_band_recompute(const ta_cuda_mta_bwd_params &p, const ta_tiling &t,
                            const ta_cuda_mta_bwd_smem &m, const ta_cuda_mta_bwd_bufs &bf,
@@ -363,7 +363,7 @@ ta_cuda_mta_band_recompute(const ta_cuda_mta_bwd_params &p, const ta_tiling &t,
                                      ? scale * acc
                                      : 0.0f;
             },
-            &rope);
+            ROPE ? &rope : nullptr);
     }
     __syncthreads();
     /* 2. C, then P = exp(C - lse), on the live entries of the gradient region; threads
@@ -448,15 +448,12 @@ TA_CUDA_DEV void ta_cuda_mta_stage_k_of(float *dst, const ta_cuda_params &p, con
     }
 }
 
-template <int DT>
+template <int DT, bool ROT>
 TA_CUDA_DEV void ta_cuda_mta_stage_k(float *dst, const ta_cuda_params &p, const ta_tile_ctx &c,
                                      const ta_cuda_rows &src, int32_t first_row, int32_t rows,
                                      int32_t dim, int32_t width) {
     __syncthreads(); /* the previous phase is done with dst */
-    if (p.rope != TA_ROPE_NONE)
-        ta_cuda_mta_stage_k_of<DT, true>(dst, p, c, src, first_row, rows, dim, width);
-    else
-        ta_cuda_mta_stage_k_of<DT, false>(dst, p, c, src, first_row, rows, dim, width);
+    ta_cuda_mta_stage_k_of<DT, ROT>(dst, p, c, src, first_row, rows, dim, width);
     __syncthreads();
 }
 
@@ -549,7 +546,7 @@ TA_CUDA_DEV void ta_cuda_mta_rope_dq(const ta_cuda_mta_bwd_params &p, float *xbu
  * forms the dconv_w partials (all bands); other groups skip the bands of row
  * units they hold no accumulator of.
  */
-template <int DT, int NB, bool WL>
+template <int DT, int NB, bool WL, bool ROPE>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_mta_dq_kernel(const __grid_constant__ ta_cuda_mta_bwd_params p) {
     extern __shared__ float4 ta_cuda_mta_dq_dyn_smem[];
@@ -609,7 +606,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 }
                 if (!has && !do_dw) continue;
                 /* steps 2a-2d: S, P, dC, dS of the band */
-                ta_cuda_mta_band_recompute<DT, WL>(p, t, m, bf, bd, c, true);
+                ta_cuda_mta_band_recompute<DT, WL, ROPE>(p, t, m, bf, bd, c, true);
                 /* step 2e: dq_r = fmaf(dS_rj, k_j, dq_r), keys j ascending, live only.
                  * The live keys [lo, hi) of this thread's rows 4 ty + r (effective row
                  * x, loaded row x + c_q - 1; hi = 0 for a row outside the band) are
@@ -625,8 +622,9 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 }
                 for (int32_t j0 = 0; has && j0 < cols; j0 += TA_CUDA_RCHUNK) {
                     const int32_t jn = ta_tiling_min_i32(TA_CUDA_RCHUNK, cols - j0);
-                    ta_cuda_mta_stage_k<DT>(bf.stage, p, c, ta_cuda_rows_of(p.k, c.k, p.lay.k.seq),
-                                            c0 + j0, jn, p.head_dim, width);
+                    ta_cuda_mta_stage_k<DT, ROPE>(bf.stage, p, c,
+                                                  ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), c0 + j0,
+                                                  jn, p.head_dim, width);
                     for (int32_t jj = 0; jj < jn; ++jj) {
                         const int32_t y = j0 + jj, j = c0 + y;
                         float dsv[4];
@@ -746,7 +744,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 for (int e = 0; e < 4; ++e)
                     ta_sum2_add(&hi[u][r][e], &lo[u][r][e], 1.0f, acc[u][r][e]);
         }
-        if (p.rope != TA_ROPE_NONE) ta_cuda_mta_rope_dq<NB>(p, bf.stage, hi, fg, c, r0, r1);
+        if (ROPE) ta_cuda_mta_rope_dq<NB>(p, bf.stage, hi, fg, c, r0, r1);
 #pragma unroll
         for (int u = 0; u < NB; ++u) {
             const int32_t blk = fg * NB + u;
@@ -788,7 +786,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
  * order dk slots, then dv slots. Each band is one Q tile of p.t (effective
  * rows <= 64, loaded rows <= 64).
  */
-template <int DT, int NS, bool WL>
+template <int DT, int NS, bool WL, bool ROPE>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_mta_dkdv_kernel(const __grid_constant__ ta_cuda_mta_bwd_params p) {
     extern __shared__ float4 ta_cuda_mta_dkdv_dyn_smem[];
@@ -839,9 +837,9 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 if (tid == 0) ctx_s = hd;
                 if (tid >= n_slots && tid < NS) /* unused: every feature is padding */
                     slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.q, hd.q, p.lay.q.seq), 0, 0);
-                else if (tid < NS && u < nk) /* q rows turn with the rotary stage */
+                else if (tid < NS && u < nk)
                     slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.q, hd.q, p.lay.q.seq),
-                                                 p.head_dim, u * TA_CUDA_SLOT, TA_CUDA_ROPE_Q);
+                                                 p.head_dim, u * TA_CUDA_SLOT);
                 else if (tid < NS)
                     slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.d_o, hd.d_o, p.lay.d_o.seq),
                                                  p.head_dim_v, (u - nk) * TA_CUDA_SLOT);
@@ -851,14 +849,16 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
                 const ta_cuda_mta_band bd = {row0, ta_tile_row_eff_end(&t, qt) - row0, c0, cols};
                 /* step 2: S, P (and dC, dS) of the tile pair */
-                ta_cuda_mta_band_recompute<DT, WL>(p, t, m, bf, bd, c, need_ds);
+                ta_cuda_mta_band_recompute<DT, WL, ROPE>(p, t, m, bf, bd, c, need_ds);
                 /* step 3: dv_j = fmaf(P_ij, dO_i, dv_j), dk_j = fmaf(dS_ij, q_i, dk_j), rows
                  * i ascending, live entries only */
                 for (int32_t i0 = 0; i0 < bd.rows; i0 += TA_CUDA_RCHUNK) {
                     const int in = (int)ta_tiling_min_i32(TA_CUDA_RCHUNK, bd.rows - i0);
+                    /* the rotary stage: the q slots, the group's first nk - slot0 */
                     const ta_cuda_rope_src rope =
-                        ta_cuda_rope_of(p, c, TA_CUDA_ROPE_OFF, TA_CUDA_ROPE_OFF);
-                    ta_cuda_stage_rows<DT, NS>(bf.stage, slots, row0 + i0, in, &rope);
+                        ta_cuda_rope_of(p, c, TA_CUDA_ROPE_Q, TA_CUDA_ROPE_OFF, nk - slot0);
+                    ta_cuda_stage_rows<DT, NS>(bf.stage, slots, row0 + i0, in,
+                                               ROPE ? &rope : nullptr);
                     for (int ii = 0; ii < in; ++ii) {
                         const int32_t x = i0 + ii;
                         /* row x's live keys [lo, live_hi) (loaded row x + c_q - 1), as
@@ -901,7 +901,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         /* step 4: dk = store(scale * hi), dv = store(hi), keys < cols only; with the
          * rotary stage dk's rows turned back first (every dk slot is in group 0:
          * the launcher sees to it) */
-        if (p.rope != TA_ROPE_NONE && need_ds)
+        if (ROPE && need_ds)
             ta_cuda_rope_grad_block<NS>(p, bf.stage, sum_hi, p.head_dim, TA_CUDA_ROPE_K, c, c0,
                                         cols);
 #pragma unroll
@@ -978,17 +978,17 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS)
 /* launch                                                                        */
 /* ---------------------------------------------------------------------------- */
 
-/* The instantiations, by dtype, count and left bound (WL,
- * ta_cuda_left_bounded): dq by accumulator blocks NB 1..4; dk/dv by slots
- * 2..4 (D + D_v >= 2 features, as the SDPA kernel). */
-template <bool WL> struct ta_cuda_mta_dq_family {
+/* The instantiations, by dtype, count, left bound (WL, ta_cuda_left_bounded)
+ * and the rotary stage (ROPE): dq by accumulator blocks NB 1..4; dk/dv by
+ * slots 2..4 (D + D_v >= 2 features, as the SDPA kernel). */
+template <bool WL, bool ROPE> struct ta_cuda_mta_dq_family {
     template <int DT, int NB> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_mta_dq_kernel<DT, NB, WL>);
+        return reinterpret_cast<const void *>(&ta_cuda_mta_dq_kernel<DT, NB, WL, ROPE>);
     }
 };
-template <bool WL> struct ta_cuda_mta_dkdv_family {
+template <bool WL, bool ROPE> struct ta_cuda_mta_dkdv_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_mta_dkdv_kernel<DT, NS, WL>);
+        return reinterpret_cast<const void *>(&ta_cuda_mta_dkdv_kernel<DT, NS, WL, ROPE>);
     }
 };
 
@@ -1067,11 +1067,8 @@ extern "C" ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
     const int nb_dq = rope ? upg * nk : (acc_blocks + n_groups_dq - 1) / n_groups_dq;
     const void *ptrs[13] = {a->q,  a->k,  a->v,      a->o,      a->d_o,     a->lse,     a->dq,
                             a->dk, a->dv, ws->delta, a->conv_w, a->dconv_w, ws->dw_rows};
-    const bool wl = ta_cuda_left_bounded(plan);
-    const void *k_dq = wl ? ta_cuda_pick<ta_cuda_mta_dq_family<true>, 1>(pr->dtype, nb_dq)
-                          : ta_cuda_pick<ta_cuda_mta_dq_family<false>, 1>(pr->dtype, nb_dq);
-    const void *k_dkdv = wl ? ta_cuda_pick<ta_cuda_mta_dkdv_family<true>, 2>(pr->dtype, ns_dkdv)
-                            : ta_cuda_pick<ta_cuda_mta_dkdv_family<false>, 2>(pr->dtype, ns_dkdv);
+    const void *k_dq = ta_cuda_pick_plan<ta_cuda_mta_dq_family, 1>(plan, nb_dq);
+    const void *k_dkdv = ta_cuda_pick_plan<ta_cuda_mta_dkdv_family, 2>(plan, ns_dkdv);
     const void *k_merge = reinterpret_cast<const void *>(&ta_cuda_mta_dw_merge_kernel);
     ta_cuda_mta_bwd_params prm_dq, prm_kv;
     ta_cuda_launch_desc launch[3];

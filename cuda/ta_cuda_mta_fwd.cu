@@ -60,7 +60,7 @@ static __host__ __device__ ta_cuda_fwd_smem ta_cuda_mta_fwd_smem(int32_t cols_ca
                                  TA_CUDA_MTA_W_BUF);
 }
 
-template <int DT, int NS, bool WL>
+template <int DT, int NS, bool WL, bool ROPE>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_mta_fwd_kernel(const __grid_constant__ ta_cuda_params p) {
     extern __shared__ float4 ta_cuda_mta_fwd_dyn_smem[];
@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 ta_cuda_rows_of(p.q_hist, c.q_hist + (int64_t)t.q_history * p.lay.q_hist.seq,
                                 p.lay.q_hist.seq),
                 ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), p.head_dim, p.scale, &t, key_lo, key_hi, g,
-                stage, &rope);
+                stage, ROPE ? &rope : nullptr);
             /* the visible effective columns [tile_lo, tile_hi) of each effective
              * row (the previous tile's readers have passed the scores' barriers) */
             if (tid < TA_CUDA_TILE)
@@ -163,10 +163,10 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 }
 
 /* The instantiations, by dtype, slot count (NS = ceil(D_v / 64), 1..4) and
- * left bound (WL, ta_cuda_left_bounded). */
-template <bool WL> struct ta_cuda_mta_fwd_family {
+ * left bound (WL, ta_cuda_left_bounded) and the rotary stage (ROPE). */
+template <bool WL, bool ROPE> struct ta_cuda_mta_fwd_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_mta_fwd_kernel<DT, NS, WL>);
+        return reinterpret_cast<const void *>(&ta_cuda_mta_fwd_kernel<DT, NS, WL, ROPE>);
     }
 };
 
@@ -174,9 +174,7 @@ extern "C" ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a,
                                      const ta_cuda_fwd_ws *ws, void *stream) {
     const ta_problem *pr = &plan->p;
     const int ns = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
-    const void *kernel = ta_cuda_left_bounded(plan)
-                             ? ta_cuda_pick<ta_cuda_mta_fwd_family<true>, 1>(pr->dtype, ns)
-                             : ta_cuda_pick<ta_cuda_mta_fwd_family<false>, 1>(pr->dtype, ns);
+    const void *kernel = ta_cuda_pick_plan<ta_cuda_mta_fwd_family, 1>(plan, ns);
     const void *ptrs[7] = {a->q,   a->k,      a->v, a->o,
                            a->lse, a->conv_w, plan->p.q_history > 0 ? a->q_hist : NULL};
     ta_tiling t;

@@ -173,7 +173,7 @@ static __host__ __device__ __forceinline__ ta_cuda_bwd_smem ta_cuda_bwd_smem_mak
 /* dk, dv                                                                         */
 /* ---------------------------------------------------------------------------- */
 
-template <int DT, int NS, bool WL>
+template <int DT, int NS, bool WL, bool ROPE>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_dkdv_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
     extern __shared__ float4 ta_cuda_dkdv_dyn_smem[];
@@ -227,9 +227,9 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 const int32_t u = slot0 + tid;
                 if (tid >= n_slots) /* unused: every feature is padding */
                     slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.q, hd.q, p.lay.q.seq), 0, 0);
-                else if (u < nk) /* q rows turn with the rotary stage */
+                else if (u < nk)
                     slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.q, hd.q, p.lay.q.seq),
-                                                 p.head_dim, u * TA_CUDA_SLOT, TA_CUDA_ROPE_Q);
+                                                 p.head_dim, u * TA_CUDA_SLOT);
                 else
                     slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.d_o, hd.d_o, p.lay.d_o.seq),
                                                  p.head_dim_v, (u - nk) * TA_CUDA_SLOT);
@@ -237,9 +237,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             for (qt = q_begin; qt < q_end; ++qt) {
                 const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
                 const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
-                /* the rotary stage's rows: k (A), q (B), q slots; kv head kc.head_kv */
+                /* the rotary stage's rows: k (A), q (B); the q slots (the group's
+                 * first nk - slot0) as side_a of the staging; kv head kc.head_kv */
                 const ta_cuda_rope_src rope =
                     ta_cuda_rope_of(p, kc, TA_CUDA_ROPE_K, TA_CUDA_ROPE_Q);
+                const ta_cuda_rope_src rope_q =
+                    ta_cuda_rope_of(p, kc, TA_CUDA_ROPE_Q, TA_CUDA_ROPE_OFF, nk - slot0);
                 float s_t[4][4], dp_t[4][4]; /* [key 4ty+a][row 4tx+c] */
                 int32_t i0;
                 __syncthreads(); /* the previous Q tile is done with the row arrays */
@@ -247,7 +250,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 /* step 2: recompute S^T and dP^T for the tile (threads over (j, i)) */
                 ta_cuda_dot_tile<DT>(s_t, ta_cuda_rows_of(p.k, kc.k, p.lay.k.seq), col0, cols,
                                      ta_cuda_rows_of(p.q, hc.q, p.lay.q.seq), row0, rows,
-                                     p.head_dim, stage, &rope);
+                                     p.head_dim, stage, ROPE ? &rope : nullptr);
                 if (need_ds)
                     ta_cuda_dot_tile<DT>(dp_t, ta_cuda_rows_of(p.v, kc.v, p.lay.v.seq), col0, cols,
                                          ta_cuda_rows_of(p.d_o, hc.d_o, p.lay.d_o.seq), row0, rows,
@@ -282,7 +285,8 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                  * rows i ascending, live entries only */
                 for (i0 = 0; i0 < rows; i0 += TA_CUDA_RCHUNK) {
                     const int in = (int)ta_tiling_min_i32(TA_CUDA_RCHUNK, rows - i0);
-                    ta_cuda_stage_rows<DT, NS>(stage, slots, row0 + i0, in, &rope);
+                    ta_cuda_stage_rows<DT, NS>(stage, slots, row0 + i0, in,
+                                               ROPE ? &rope_q : nullptr);
                     for (int ii = 0; ii < in; ++ii) {
                         const int i = i0 + ii;
                         const int2 kv = keys[i]; /* row i's live keys [lo, hi) */
@@ -319,7 +323,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         /* step 5: dk = store(scale * hi), dv = store(hi), keys < cols only; with the
          * rotary stage, dk's rows turned back first (group 0 holds every dk slot:
          * the launcher sees to it) */
-        if (p.rope != TA_ROPE_NONE && need_ds)
+        if (ROPE && need_ds)
             ta_cuda_rope_grad_block<NS>(p, stage, hi, p.head_dim, TA_CUDA_ROPE_K, kc, col0, cols);
 #pragma unroll
         for (int s = 0; s < NS; ++s) {
@@ -351,7 +355,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 /* dq                                                                             */
 /* ---------------------------------------------------------------------------- */
 
-template <int DT, int NS, bool WL>
+template <int DT, int NS, bool WL, bool ROPE>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_dq_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
     extern __shared__ float4 ta_cuda_dq_dyn_smem[];
@@ -388,7 +392,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         ta_cuda_bwd_rows(p, &t, c.lse, row0, rows, c.key_len, lse_s, delta_s, keys);
         if (tid < NS)
             k_slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), p.head_dim,
-                                           tid * TA_CUDA_SLOT, TA_CUDA_ROPE_K);
+                                           tid * TA_CUDA_SLOT);
         __syncthreads();
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
@@ -398,13 +402,15 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         for (kt = c.k_begin; kt < c.k_end; ++kt) {
             const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
             const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
-            /* the rotary stage's rows: q (A), k (B), k slots */
+            /* the rotary stage's rows: q (A), k (B); every k slot */
             const ta_cuda_rope_src rope = ta_cuda_rope_of(p, c, TA_CUDA_ROPE_Q, TA_CUDA_ROPE_K);
+            const ta_cuda_rope_src rope_k =
+                ta_cuda_rope_of(p, c, TA_CUDA_ROPE_K, TA_CUDA_ROPE_OFF, TA_CUDA_SLOTS);
             float s_t[4][4], dp_t[4][4]; /* [row 4ty+r][key 4tx+c] */
             int32_t j0;
             ta_cuda_dot_tile<DT>(s_t, ta_cuda_rows_of(p.q, c.q, p.lay.q.seq), row0, rows,
                                  ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), col0, cols, p.head_dim,
-                                 stage, &rope);
+                                 stage, ROPE ? &rope : nullptr);
             ta_cuda_dot_tile<DT>(dp_t, ta_cuda_rows_of(p.d_o, c.d_o, p.lay.d_o.seq), row0, rows,
                                  ta_cuda_rows_of(p.v, c.v, p.lay.v.seq), col0, cols, p.head_dim_v,
                                  stage);
@@ -429,7 +435,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             /* dq_i = fmaf(dS_ij, k_j, dq_i), keys j ascending, live entries only */
             for (j0 = 0; j0 < cols; j0 += TA_CUDA_RCHUNK) {
                 const int jn = (int)ta_tiling_min_i32(TA_CUDA_RCHUNK, cols - j0);
-                ta_cuda_stage_rows<DT, NS>(stage, k_slots, col0 + j0, jn, &rope);
+                ta_cuda_stage_rows<DT, NS>(stage, k_slots, col0 + j0, jn, ROPE ? &rope_k : nullptr);
                 for (int jj = 0; jj < jn; ++jj) {
                     const int32_t j = j0 + jj;
                     const float4 d4 =
@@ -460,7 +466,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             ta_cuda_acc_sum2<NS>(hi, lo, acc);
         }
         /* step 3: dq = store(scale * hi); with the rotary stage, the rows turned back first */
-        if (p.rope != TA_ROPE_NONE)
+        if (ROPE)
             ta_cuda_rope_grad_block<NS>(p, stage, hi, p.head_dim, TA_CUDA_ROPE_Q, c, row0, rows);
         ta_cuda_store_block<DT, NS>(row0, rows, p.head_dim, hi, 1, p.scale, p.dq, c.dq,
                                     p.lay.dq.seq);
@@ -471,17 +477,18 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 /* launch                                                                         */
 /* ---------------------------------------------------------------------------- */
 
-/* The instantiations, by dtype, slot count and left bound (WL,
- * ta_cuda_left_bounded): dq 1..4 (ceil(D / 64)); dk/dv 2..4 (D + D_v >= 2
- * features, so a group holds 2, 3 or 4 slots, see the top). */
-template <bool WL> struct ta_cuda_dq_family {
+/* The instantiations, by dtype, slot count, left bound (WL,
+ * ta_cuda_left_bounded) and the rotary stage (ROPE): dq 1..4 (ceil(D / 64));
+ * dk/dv 2..4 (D + D_v >= 2 features, so a group holds 2, 3 or 4 slots, see
+ * the top). */
+template <bool WL, bool ROPE> struct ta_cuda_dq_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, NS, WL>);
+        return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, NS, WL, ROPE>);
     }
 };
-template <bool WL> struct ta_cuda_dkdv_family {
+template <bool WL, bool ROPE> struct ta_cuda_dkdv_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, NS, WL>);
+        return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, NS, WL, ROPE>);
     }
 };
 
@@ -522,11 +529,8 @@ extern "C" ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a,
     /* the rotary stage turns a dk row back across its slots: all in one group */
     const int ns_even = (nk + nv + n_groups - 1) / n_groups;
     const int ns_dkdv = plan->stages.load == TA_LOAD_ROPE && nk > ns_even ? nk : ns_even;
-    const bool wl = ta_cuda_left_bounded(plan);
-    const void *k_dkdv = wl ? ta_cuda_pick<ta_cuda_dkdv_family<true>, 2>(pr->dtype, ns_dkdv)
-                            : ta_cuda_pick<ta_cuda_dkdv_family<false>, 2>(pr->dtype, ns_dkdv);
-    const void *k_dq = wl ? ta_cuda_pick<ta_cuda_dq_family<true>, 1>(pr->dtype, nk)
-                          : ta_cuda_pick<ta_cuda_dq_family<false>, 1>(pr->dtype, nk);
+    const void *k_dkdv = ta_cuda_pick_plan<ta_cuda_dkdv_family, 2>(plan, ns_dkdv);
+    const void *k_dq = ta_cuda_pick_plan<ta_cuda_dq_family, 1>(plan, nk);
     const void *ptrs[10] = {a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk, a->dv, ws->delta};
     const size_t smem_dkdv = (size_t)ta_cuda_bwd_smem_make(1).floats * sizeof(float);
     const size_t smem_dq = (size_t)ta_cuda_bwd_smem_make(0).floats * sizeof(float);

@@ -52,7 +52,7 @@ static __host__ __device__ ta_cuda_fwd_smem ta_cuda_sdpa_fwd_smem(int32_t cols_c
     return ta_cuda_fwd_smem_make(cols_cap, 0, 0);
 }
 
-template <int DT, int NS, bool WL>
+template <int DT, int NS, bool WL, bool ROPE>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_fwd_kernel(const __grid_constant__ ta_cuda_params p) {
     extern __shared__ float4 ta_cuda_fwd_dyn_smem[];
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 ta_cuda_dot_tile<DT>(s, ta_cuda_rows_of(p.q, c.q, p.lay.q.seq), row0, rows,
                                      ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), col0 + c0,
                                      ta_tiling_min_i32(TA_CUDA_TILE, cols - c0), p.head_dim, stage,
-                                     &rope);
+                                     ROPE ? &rope : nullptr);
 #pragma unroll
                 for (int cc = 0; cc < 4; ++cc)
                     *reinterpret_cast<float4 *>(st + (size_t)(c0 + 4 * tx + cc) * TA_CUDA_LDT +
@@ -134,11 +134,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     }
 }
 
-/* The instantiations, by dtype, slot count (NS = ceil(D_v / 64), 1..4) and
- * left bound (WL: a window's left bound, ta_cuda_left_bounded). */
-template <bool WL> struct ta_cuda_fwd_family {
+/* The instantiations, by dtype, slot count (NS = ceil(D_v / 64), 1..4), left
+ * bound (WL: a window's left bound, ta_cuda_left_bounded) and the rotary
+ * stage (ROPE). */
+template <bool WL, bool ROPE> struct ta_cuda_fwd_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_fwd_kernel<DT, NS, WL>);
+        return reinterpret_cast<const void *>(&ta_cuda_fwd_kernel<DT, NS, WL, ROPE>);
     }
 };
 
@@ -146,9 +147,7 @@ extern "C" ta_status ta_cuda_sdpa_fwd(const ta_plan *plan, const ta_fwd_args *a,
                                       const ta_cuda_fwd_ws *ws, void *stream) {
     const ta_problem *pr = &plan->p;
     const int ns = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
-    const void *kernel = ta_cuda_left_bounded(plan)
-                             ? ta_cuda_pick<ta_cuda_fwd_family<true>, 1>(pr->dtype, ns)
-                             : ta_cuda_pick<ta_cuda_fwd_family<false>, 1>(pr->dtype, ns);
+    const void *kernel = ta_cuda_pick_plan<ta_cuda_fwd_family, 1>(plan, ns);
     const void *ptrs[5] = {a->q, a->k, a->v, a->o, a->lse};
     ta_tiling t;
     size_t smem;

@@ -263,9 +263,10 @@ TA_CUDA_DEV int ta_cuda_ty(void) { return (int)(threadIdx.x >> 4); }
  * copy is written), and the f32 dq and dk rows turn back by ta_rope_pair_t
  * before the final scale and the store: REF's ta_ref_rope_rows and
  * ta_ref_rope_grad, the same products and sums on the same values. Decided
- * once per launch by p.rope (non-zero exactly when the plan's stage is on:
- * the exact kernels always run the caller's plan); the rotating loops are
- * separate copies of the plain ones, chosen outside them.
+ * once per plan: the kernels' ROPE template flag (the launchers pick it from
+ * plan->stages.load, ta_cuda_pick_plan) passes a ta_cuda_rope_src to the
+ * staging functions, or NULL, which leaves the plain loops, the code of the
+ * kernels without the stage.
  *
  * Positions are device memory the host never reads: one outside [0,
  * rope_rows) is clamped into the table (docs/rope.md, "On CUDA").
@@ -277,20 +278,23 @@ TA_CUDA_DEV int ta_cuda_ty(void) { return (int)(threadIdx.x >> 4); }
 /* Where the turned rows of a call come from: the parameters (tables,
  * positions, pairing) and the tile's context (batch entry, kv head: the
  * table every query head of the group shares), in shared memory, read where
- * used; side_a, side_b: the sides of a dot tile's two operands. */
+ * used; side_a, side_b: the sides of a dot tile's two operands; for
+ * ta_cuda_stage_rows, slots [0, slots) hold rows of side_a (the dk/dv
+ * kernels' q slots come first; the dq kernel's k slots are all). */
 typedef struct ta_cuda_rope_src {
     const ta_cuda_params *p;
     const ta_tile_ctx *c;
-    int32_t side_a, side_b;
+    int32_t side_a, side_b, slots;
 } ta_cuda_rope_src;
 
 TA_CUDA_DEV ta_cuda_rope_src ta_cuda_rope_of(const ta_cuda_params &p, const ta_tile_ctx &c,
-                                             int32_t side_a, int32_t side_b) {
+                                             int32_t side_a, int32_t side_b, int32_t slots = 0) {
     ta_cuda_rope_src r;
     r.p = &p;
     r.c = &c;
     r.side_a = side_a;
     r.side_b = side_b;
+    r.slots = slots;
     return r;
 }
 
@@ -523,7 +527,7 @@ ta_cuda_dot_tile_range(float acc[4][4], const ta_cuda_rows &a, int32_t a_row0, i
     for (int32_t f0 = 0; f0 < n; f0 += TA_CUDA_FCHUNK) {
         const int nf = (int)ta_tiling_min_i32(TA_CUDA_FCHUNK, n - f0);
         __syncthreads(); /* the previous chunk is done with stage; offs published */
-        if (rope && rope->p->rope != TA_ROPE_NONE)
+        if (rope)
             ta_cuda_dot_stage<DT, HIST, true>(sa, sb, offs, a, b, f0, nf, a_hist, rope, a_row0,
                                               b_row0);
         else
@@ -562,16 +566,13 @@ typedef struct ta_cuda_slot {
     ta_cuda_rows src;
     int32_t row_len;
     int32_t feat0;
-    int32_t rope; /* the rotary side of the rows (q or k slots), or TA_CUDA_ROPE_OFF */
 } ta_cuda_slot;
 
-TA_CUDA_DEV ta_cuda_slot ta_cuda_slot_of(const ta_cuda_rows &src, int32_t row_len, int32_t feat0,
-                                         int32_t rope = TA_CUDA_ROPE_OFF) {
+TA_CUDA_DEV ta_cuda_slot ta_cuda_slot_of(const ta_cuda_rows &src, int32_t row_len, int32_t feat0) {
     ta_cuda_slot s;
     s.src = src;
     s.row_len = row_len;
     s.feat0 = feat0;
-    s.rope = rope;
     return s;
 }
 
@@ -594,18 +595,18 @@ TA_CUDA_DEV void ta_cuda_stage_rows_of(float *dst, const ta_cuda_slot *slots, in
             val = ta_cuda_load_row<DT, ROT>(
                 slots[s].src.base, ta_cuda_row(slots[s].src.slice, slots[s].src.ld, first_row + x),
                 f, ROT ? rope->p : nullptr, ROT ? rope->c : nullptr,
-                ROT ? slots[s].rope : TA_CUDA_ROPE_OFF, first_row + x);
+                ROT && s < rope->slots ? rope->side_a : TA_CUDA_ROPE_OFF, first_row + x);
         dst[e] = val;
     }
 }
 
-/* ... with the rotary stage on the slots that name a side (rope: the call's;
- * NULL or p.rope = 0: none turn). */
+/* ... with the rotary stage on slots [0, rope->slots), rows of side
+ * rope->side_a (NULL: none turn, the plain loop). */
 template <int DT, int NS>
 TA_CUDA_DEV void ta_cuda_stage_rows(float *dst, const ta_cuda_slot *slots, int32_t first_row,
                                     int32_t rows, const ta_cuda_rope_src *rope = nullptr) {
     __syncthreads(); /* the previous phase is done with dst */
-    if (rope && rope->p->rope != TA_ROPE_NONE)
+    if (rope)
         ta_cuda_stage_rows_of<DT, NS, true>(dst, slots, first_row, rows, rope);
     else
         ta_cuda_stage_rows_of<DT, NS, false>(dst, slots, first_row, rows, rope);
