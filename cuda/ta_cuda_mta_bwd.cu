@@ -441,9 +441,13 @@ TA_CUDA_DEV void ta_cuda_mta_stage_k_of(float *dst, const ta_cuda_params &p, con
     for (int32_t e = (int32_t)threadIdx.x; e < TA_CUDA_RCHUNK * width; e += TA_CUDA_THREADS) {
         const int32_t x = e / width, f = e % width;
         float val = 0.0f;
-        if (x < rows && f < dim)
-            val = ta_cuda_load_row<DT, ROT>(src.base, ta_cuda_row(src.slice, src.ld, first_row + x),
-                                            f, &p, &c, TA_CUDA_ROPE_K, first_row + x);
+        if (x < rows && f < dim && ROT)
+            val =
+                ta_cuda_load_row<DT, true>(src.base, ta_cuda_row(src.slice, src.ld, first_row + x),
+                                           f, &p, &c, TA_CUDA_ROPE_K, first_row + x);
+        else if (x < rows && f < dim)
+            val = ta_cuda_load<DT>(src.base,
+                                   (size_t)(ta_cuda_row(src.slice, src.ld, first_row + x) + f));
         dst[e] = val;
     }
 }

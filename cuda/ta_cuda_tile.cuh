@@ -450,27 +450,26 @@ TA_CUDA_DEV void ta_cuda_fma_4x4(float acc[4][4], const float4 a, const float4 b
 }
 
 /* One feature chunk [f0, f0 + nf) of a dot tile's operands into sa, sb
- * ([FCHUNK][LDT], transposed); ROT: rows of a side turn (ta_cuda_rope_load;
- * the query history rows never do: the stage refuses them). */
-template <int DT, bool HIST, bool ROT>
-TA_CUDA_DEV void ta_cuda_dot_stage(float *sa, float *sb, const int64_t *offs, const ta_cuda_rows &a,
-                                   const ta_cuda_rows &b, int32_t f0, int nf,
-                                   const ta_cuda_rows *a_hist, const ta_cuda_rope_src *rope,
-                                   int32_t a_row0, int32_t b_row0) {
+ * ([FCHUNK][LDT], transposed) with the rotary stage: rows of a side turn
+ * (ta_cuda_load_row; the query history rows never do: the stage refuses
+ * them). The plain chunk is the loop in ta_cuda_dot_tile_range. */
+template <int DT, bool HIST>
+TA_CUDA_DEV void
+ta_cuda_dot_stage_rope(float *sa, float *sb, const int64_t *offs, const ta_cuda_rows &a,
+                       const ta_cuda_rows &b, int32_t f0, int nf, const ta_cuda_rows *a_hist,
+                       const ta_cuda_rope_src *rope, int32_t a_row0, int32_t b_row0) {
     for (int e = (int)threadIdx.x; e < TA_CUDA_TILE * TA_CUDA_FCHUNK; e += TA_CUDA_THREADS) {
         const int row = e / TA_CUDA_FCHUNK, f = e % TA_CUDA_FCHUNK;
         const int64_t oa = offs[row], ob = offs[TA_CUDA_TILE + row];
         float va = 0.0f, vb = 0.0f;
         if (f < nf) {
             if (oa >= 0)
-                va = ta_cuda_load_row<DT, ROT>(a.base, oa, f0 + f, ROT ? rope->p : nullptr,
-                                               ROT ? rope->c : nullptr,
-                                               ROT ? rope->side_a : TA_CUDA_ROPE_OFF, a_row0 + row);
+                va = ta_cuda_load_row<DT, true>(a.base, oa, f0 + f, rope->p, rope->c, rope->side_a,
+                                                a_row0 + row);
             if (HIST && oa < -1) va = ta_cuda_load<DT>(a_hist->base, (size_t)(-2 - oa + f0 + f));
             if (ob >= 0)
-                vb = ta_cuda_load_row<DT, ROT>(b.base, ob, f0 + f, ROT ? rope->p : nullptr,
-                                               ROT ? rope->c : nullptr,
-                                               ROT ? rope->side_b : TA_CUDA_ROPE_OFF, b_row0 + row);
+                vb = ta_cuda_load_row<DT, true>(b.base, ob, f0 + f, rope->p, rope->c, rope->side_b,
+                                                b_row0 + row);
         }
         sa[f * TA_CUDA_LDT + row] = va;
         sb[f * TA_CUDA_LDT + row] = vb;
@@ -527,12 +526,24 @@ ta_cuda_dot_tile_range(float acc[4][4], const ta_cuda_rows &a, int32_t a_row0, i
     for (int32_t f0 = 0; f0 < n; f0 += TA_CUDA_FCHUNK) {
         const int nf = (int)ta_tiling_min_i32(TA_CUDA_FCHUNK, n - f0);
         __syncthreads(); /* the previous chunk is done with stage; offs published */
-        if (rope)
-            ta_cuda_dot_stage<DT, HIST, true>(sa, sb, offs, a, b, f0, nf, a_hist, rope, a_row0,
-                                              b_row0);
-        else
-            ta_cuda_dot_stage<DT, HIST, false>(sa, sb, offs, a, b, f0, nf, a_hist, rope, a_row0,
-                                               b_row0);
+        if (rope) {
+            ta_cuda_dot_stage_rope<DT, HIST>(sa, sb, offs, a, b, f0, nf, a_hist, rope, a_row0,
+                                             b_row0);
+        } else {
+            for (int e = tid; e < TA_CUDA_TILE * TA_CUDA_FCHUNK; e += TA_CUDA_THREADS) {
+                const int row = e / TA_CUDA_FCHUNK, f = e % TA_CUDA_FCHUNK;
+                const int64_t oa = offs[row], ob = offs[TA_CUDA_TILE + row];
+                float va = 0.0f, vb = 0.0f;
+                if (f < nf) {
+                    if (oa >= 0) va = ta_cuda_load<DT>(a.base, (size_t)(oa + f0 + f));
+                    if (HIST && oa < -1)
+                        va = ta_cuda_load<DT>(a_hist->base, (size_t)(-2 - oa + f0 + f));
+                    if (ob >= 0) vb = ta_cuda_load<DT>(b.base, (size_t)(ob + f0 + f));
+                }
+                sa[f * TA_CUDA_LDT + row] = va;
+                sb[f * TA_CUDA_LDT + row] = vb;
+            }
+        }
         __syncthreads();
         if (nf == TA_CUDA_FCHUNK) {
 #pragma unroll 8
@@ -583,33 +594,44 @@ TA_CUDA_DEV ta_cuda_slot ta_cuda_slot_of(const ta_cuda_rows &src, int32_t row_le
  * length or past rows. Consecutive threads read consecutive features
  * (coalesced).
  */
-template <int DT, int NS, bool ROT>
-TA_CUDA_DEV void ta_cuda_stage_rows_of(float *dst, const ta_cuda_slot *slots, int32_t first_row,
-                                       int32_t rows, const ta_cuda_rope_src *rope) {
+template <int DT, int NS>
+TA_CUDA_DEV void ta_cuda_stage_rows_rope(float *dst, const ta_cuda_slot *slots, int32_t first_row,
+                                         int32_t rows, const ta_cuda_rope_src *rope) {
     const int width = NS * TA_CUDA_SLOT;
     for (int e = (int)threadIdx.x; e < TA_CUDA_RCHUNK * width; e += TA_CUDA_THREADS) {
         const int x = e / width, col = e % width, s = col / TA_CUDA_SLOT;
         const int32_t f = slots[s].feat0 + col % TA_CUDA_SLOT;
         float val = 0.0f;
         if (x < rows && f < slots[s].row_len)
-            val = ta_cuda_load_row<DT, ROT>(
+            val = ta_cuda_load_row<DT, true>(
                 slots[s].src.base, ta_cuda_row(slots[s].src.slice, slots[s].src.ld, first_row + x),
-                f, ROT ? rope->p : nullptr, ROT ? rope->c : nullptr,
-                ROT && s < rope->slots ? rope->side_a : TA_CUDA_ROPE_OFF, first_row + x);
+                f, rope->p, rope->c, s < rope->slots ? rope->side_a : TA_CUDA_ROPE_OFF,
+                first_row + x);
         dst[e] = val;
     }
 }
 
 /* ... with the rotary stage on slots [0, rope->slots), rows of side
- * rope->side_a (NULL: none turn, the plain loop). */
+ * rope->side_a (ta_cuda_stage_rows_rope; NULL: none turn). */
 template <int DT, int NS>
 TA_CUDA_DEV void ta_cuda_stage_rows(float *dst, const ta_cuda_slot *slots, int32_t first_row,
                                     int32_t rows, const ta_cuda_rope_src *rope = nullptr) {
+    const int width = NS * TA_CUDA_SLOT;
     __syncthreads(); /* the previous phase is done with dst */
-    if (rope)
-        ta_cuda_stage_rows_of<DT, NS, true>(dst, slots, first_row, rows, rope);
-    else
-        ta_cuda_stage_rows_of<DT, NS, false>(dst, slots, first_row, rows, rope);
+    if (rope) {
+        ta_cuda_stage_rows_rope<DT, NS>(dst, slots, first_row, rows, rope);
+    } else {
+        for (int e = (int)threadIdx.x; e < TA_CUDA_RCHUNK * width; e += TA_CUDA_THREADS) {
+            const int x = e / width, col = e % width, s = col / TA_CUDA_SLOT;
+            const int32_t f = slots[s].feat0 + col % TA_CUDA_SLOT;
+            float val = 0.0f;
+            if (x < rows && f < slots[s].row_len)
+                val = ta_cuda_load<DT>(
+                    slots[s].src.base,
+                    (size_t)(ta_cuda_row(slots[s].src.slice, slots[s].src.ld, first_row + x) + f));
+            dst[e] = val;
+        }
+    }
     __syncthreads();
 }
 
