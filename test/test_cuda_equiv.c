@@ -68,7 +68,8 @@
  *                   [--fwd-only | --bwd-only] [--window] [--strided] [--splits] [--rope]
  *
  * --quick: 18 small problems (10 SDPA, 4 MTA, then 2 SDPA and 2 MTA with a
- * window, 3 of them strided) and the bad-input cases (for compute-sanitizer).
+ * window, 3 of them strided; 6 with the rotary stage) and the bad-input cases
+ * (for compute-sanitizer).
  * --problem N: only problem N of the run (with TA_SEED to replay a failure).
  * --count N, --count-mta N: random SDPA / MTA problems (default 320 each).
  * --mta, --sdpa: only the MTA / only the SDPA problems (and no bad-input cases).
