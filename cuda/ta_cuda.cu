@@ -77,6 +77,11 @@ extern "C" ta_status ta_cuda_check_index_ptrs(const ta_plan *plan, const int32_t
     return ta_cuda_check_pointers(ptrs, 2);
 }
 
+ta_status ta_cuda_check_rope(const ta_plan *plan) {
+    const void *ptrs[4] = {plan->rope.cos, plan->rope.sin, plan->rope.pos_q, plan->rope.pos_k};
+    return ta_cuda_check_pointers(ptrs, 4);
+}
+
 ta_status ta_cuda_smem_opt_in(const void *kernel, size_t need, size_t most) {
     const size_t dflt = 48u * 1024u; /* every device's default, under every opt-in limit */
     int device = 0, limit_attr = 0;

@@ -64,6 +64,10 @@ static inline bool ta_cuda_left_bounded(const ta_plan *plan) { return plan->fwd.
  */
 ta_status ta_cuda_check_pointers(const void *const *ptrs, int n);
 
+/* ta_cuda_check_pointers on the rotary stage's tables and positions
+ * (plan->rope; all NULL without the stage): the exact kernels read them. */
+ta_status ta_cuda_check_rope(const ta_plan *plan);
+
 /*
  * The one shared-memory policy, called by every launcher for every kernel with
  * dynamic shared memory before its first launch. need: this launch's bytes
@@ -143,6 +147,19 @@ template <class F, int LO> static inline const void *ta_cuda_pick(ta_dtype dt, i
     case TA_F32: break;
     }
     return ta_cuda_pick_count<F, TA_F32, LO, 4>::at(n);
+}
+
+/* ta_cuda_pick of the exact kernels' family F<WL, ROPE> for plan: WL, a
+ * window's left bound (ta_cuda_left_bounded); ROPE, the rotary load stage
+ * (docs/cuda.md section 2, "The rotary load stage"). */
+template <template <bool, bool> class F, int LO>
+static inline const void *ta_cuda_pick_plan(const ta_plan *plan, int n) {
+    const ta_dtype dt = plan->p.dtype;
+    if (plan->stages.load == TA_LOAD_ROPE)
+        return ta_cuda_left_bounded(plan) ? ta_cuda_pick<F<true, true>, LO>(dt, n)
+                                          : ta_cuda_pick<F<false, true>, LO>(dt, n);
+    return ta_cuda_left_bounded(plan) ? ta_cuda_pick<F<true, false>, LO>(dt, n)
+                                      : ta_cuda_pick<F<false, false>, LO>(dt, n);
 }
 
 /*

@@ -97,11 +97,12 @@ static int ta_cuda_fast_rope_ok(const ta_plan *plan) {
 /* Every operation of the plan: SDPA and the MTA conv, any mask (causal,
  * seqlens_k, sliding window) and any validated layout (ta_strides); on the
  * fast path, the head dims and tile_config of the fast table. The rotary load
- * stage only on the fast path (SDPA, f16/bf16) with ta_cuda_fast_rope_ok (the
- * forward on every device, the backward on sm_90: its launcher refuses
- * elsewhere); the exact kernels do not have it yet: TA_ERR_UNSUPPORTED. */
+ * stage: the exact kernels (every dtype, SDPA and MTA, both passes) turn q and
+ * k as they load them; the fast path (SDPA, f16/bf16) only with
+ * ta_cuda_fast_rope_ok (the forward on every device, the backward on sm_90:
+ * its launcher refuses elsewhere). */
 int ta_cuda_supports(const ta_plan *plan) {
-    if (plan->stages.load != TA_LOAD_NONE && !(ta_cuda_fast_path(plan) && ta_cuda_fast_rope_ok(plan)))
+    if (plan->stages.load != TA_LOAD_NONE && ta_cuda_fast_path(plan) && !ta_cuda_fast_rope_ok(plan))
         return 0;
     /* paged KV: the fast forward (mma.sync kernels) without the rotary stage;
      * the exact kernels not yet */

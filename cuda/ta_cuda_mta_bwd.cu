@@ -224,12 +224,13 @@ TA_CUDA_DEV ta_cuda_mta_bwd_bufs ta_cuda_mta_bwd_carve(float *base, const ta_cud
  * A row r is row r of the slice a; rows outside [0, a_seq) are zero and never
  * read (likewise B). Covered in 64 x 64 tiles, one ta_cuda_dot_tile_range
  * each; each thread owns a 4 x 4 micro-tile (rows 4ty + r, columns 4tx + c).
+ * rope: the rotary stage of A's and B's rows (NULL: none).
  */
 template <int DT, typename Epi>
 TA_CUDA_DEV void ta_cuda_mta_dot_rect(const ta_cuda_rows &a, int32_t a_seq, int32_t a_row0,
                                       int32_t n_a, const ta_cuda_rows &b, int32_t b_seq,
                                       int32_t b_row0, int32_t n_b, int32_t n_feat, float *stage,
-                                      const Epi &epi) {
+                                      const Epi &epi, const ta_cuda_rope_src *rope = nullptr) {
     const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
     for (int32_t ta0 = 0; ta0 < n_a; ta0 += TA_CUDA_TILE) {
         /* tile rows x read A row a_row0 + ta0 + x: x < n_a - ta0, inside [0, a_seq) */
@@ -243,7 +244,8 @@ TA_CUDA_DEV void ta_cuda_mta_dot_rect(const ta_cuda_rows &a, int32_t a_seq, int3
             const int32_t b_hi = ta_tiling_min_i32(ta_tiling_min_i32(TA_CUDA_TILE, n_b - tb0),
                                                    b_seq - rb0);
             float acc[4][4];
-            ta_cuda_dot_tile_range<DT>(acc, a, ra0, a_lo, a_hi, b, rb0, b_lo, b_hi, n_feat, stage);
+            ta_cuda_dot_tile_range<DT>(acc, a, ra0, a_lo, a_hi, b, rb0, b_lo, b_hi, n_feat, stage,
+                                       nullptr, 0, rope);
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
                 const int32_t x = ta0 + 4 * ty + r;
@@ -328,7 +330,7 @@ TA_CUDA_DEV void ta_cuda_mta_conv_grad_strip(float d[TA_CUDA_MTA_STRIP], const f
  * slots). Starts and ends with __syncthreads(): afterwards bf.p (P, live
  * entries; 0 elsewhere), bf.dc, bf.ds, bf.s and the row arrays hold the band.
  */
-template <int DT, bool WL>
+template <int DT, bool WL, bool ROPE>
 TA_CUDA_DEV void
 ta_cuda_mta_band_recompute(const ta_cuda_mta_bwd_params &p, const ta_tiling &t,
                            const ta_cuda_mta_bwd_smem &m, const ta_cuda_mta_bwd_bufs &bf,
@@ -362,18 +364,22 @@ ta_cuda_mta_band_recompute(const ta_cuda_mta_bwd_params &p, const ta_tiling &t,
         bf.key_hi[e] = hi;
         bf.live_hi[e] = l != neg_inf ? hi : 0; /* live keys: [lo, live_hi) */
     }
-    /* 1. S on the loaded region (the dot tiles' barriers publish the row arrays) */
+    /* 1. S on the loaded region (the dot tiles' barriers publish the row arrays),
+     * of turned q and k rows with the rotary stage (p.rope) */
     {
         const int32_t r_first = bd.row0 - pq, j_first = bd.col0 - 2 * pk;
+        const ta_cuda_rope_src rope = ta_cuda_rope_of(p, c, TA_CUDA_ROPE_Q, TA_CUDA_ROPE_K);
         ta_cuda_mta_dot_rect<DT>(
             ta_cuda_rows_of(p.q, c.q, p.lay.q.seq), t.seq_q, r_first, l_rows,
             ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), t.seq_k, j_first, bd.cols + 4 * pk, p.head_dim,
-            bf.stage, [&](int32_t x, int32_t y, float acc) {
+            bf.stage,
+            [&](int32_t x, int32_t y, float acc) {
                 const int32_t j = j_first + y;
                 s[x * lds + y] = ta_cuda_in<WL>(j, ta_cuda_lo<WL>(bf.key_lo, x), bf.key_hi[x])
                                      ? scale * acc
                                      : 0.0f;
-            });
+            },
+            ROPE ? &rope : nullptr);
     }
     __syncthreads();
     /* 2. C, then P = exp(C - lse), on the live entries of the gradient region; threads
@@ -442,19 +448,32 @@ TA_CUDA_DEV void ta_cuda_mta_bwd_load_w(const ta_cuda_mta_bwd_params &p,
 
 /* Stage rows [first_row, first_row + rows) (rows <= RCHUNK, inside the
  * sequence) of the slice src (rows of dim features) into dst[RCHUNK][width]
- * (width = 64 n_slots >= dim), 0 past dim or rows. */
-template <int DT>
-TA_CUDA_DEV void ta_cuda_mta_stage_k(float *dst, const ta_cuda_rows &src, int32_t first_row,
-                                     int32_t rows, int32_t dim, int32_t width) {
-    __syncthreads(); /* the previous phase is done with dst */
+ * (width = 64 n_slots >= dim), 0 past dim or rows; ROT: k rows of the rotary
+ * stage, turned (batch entry and kv head of c). */
+template <int DT, bool ROT>
+TA_CUDA_DEV void ta_cuda_mta_stage_k_of(float *dst, const ta_cuda_params &p, const ta_tile_ctx &c,
+                                        const ta_cuda_rows &src, int32_t first_row, int32_t rows,
+                                        int32_t dim, int32_t width) {
     for (int32_t e = (int32_t)threadIdx.x; e < TA_CUDA_RCHUNK * width; e += TA_CUDA_THREADS) {
         const int32_t x = e / width, f = e % width;
         float val = 0.0f;
-        if (x < rows && f < dim)
+        if (x < rows && f < dim && ROT)
+            val =
+                ta_cuda_load_row<DT, true>(src.base, ta_cuda_row(src.slice, src.ld, first_row + x),
+                                           f, &p, &c, TA_CUDA_ROPE_K, first_row + x);
+        else if (x < rows && f < dim)
             val = ta_cuda_load<DT>(src.base,
                                    (size_t)(ta_cuda_row(src.slice, src.ld, first_row + x) + f));
         dst[e] = val;
     }
+}
+
+template <int DT, bool ROT>
+TA_CUDA_DEV void ta_cuda_mta_stage_k(float *dst, const ta_cuda_params &p, const ta_tile_ctx &c,
+                                     const ta_cuda_rows &src, int32_t first_row, int32_t rows,
+                                     int32_t dim, int32_t width) {
+    __syncthreads(); /* the previous phase is done with dst */
+    ta_cuda_mta_stage_k_of<DT, ROT>(dst, p, c, src, first_row, rows, dim, width);
     __syncthreads();
 }
 
@@ -497,6 +516,44 @@ TA_CUDA_DEV void ta_cuda_mta_dw_chain(float part[NC], const float *dc, int32_t l
     }
 }
 
+/*
+ * The rotary stage's turn back of the dq rows of one dq block (group fg, NB
+ * accumulator blocks hi[u]: row unit blk / n_slots, feature slot blk %
+ * n_slots, blk = fg NB + u), a row unit at a time through xbuf
+ * (ta_cuda_rope_grad_put / _get, each block as a one-slot block). The
+ * launcher makes the groups whole row units, so a row's every slot is here.
+ */
+template <int NB>
+TA_CUDA_DEV void ta_cuda_mta_rope_dq(const ta_cuda_mta_bwd_params &p, float *xbuf,
+                                     float (&hi)[NB][4][4], int32_t fg, const ta_tile_ctx &c,
+                                     int32_t r0, int32_t r1) {
+    const int32_t unit0 = fg * NB / p.n_slots, unit1 = (fg * NB + NB - 1) / p.n_slots;
+    for (int32_t unit = unit0; unit <= unit1; ++unit) {
+        const int32_t row0 = r0 + unit * TA_CUDA_TILE;
+        if (row0 >= r1) break;
+        for (int q = 0; q < 4; ++q) {
+            const bool mine = (ta_cuda_ty() >> 2) == q;
+            __syncthreads(); /* the previous pass (phase) is done with xbuf */
+#pragma unroll
+            for (int u = 0; u < NB; ++u) {
+                const int32_t blk = fg * NB + u;
+                if (mine && blk < p.acc_blocks && blk / p.n_slots == unit)
+                    ta_cuda_rope_grad_put<1>(xbuf, reinterpret_cast<float(&)[4][1][4]>(hi[u]),
+                                             blk % p.n_slots);
+            }
+            __syncthreads();
+#pragma unroll
+            for (int u = 0; u < NB; ++u) {
+                const int32_t blk = fg * NB + u;
+                if (mine && blk < p.acc_blocks && blk / p.n_slots == unit)
+                    ta_cuda_rope_grad_get<1>(p, xbuf, reinterpret_cast<float(&)[4][1][4]>(hi[u]),
+                                             blk % p.n_slots, p.head_dim, TA_CUDA_ROPE_Q, c, row0,
+                                             r1 - row0);
+            }
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------------- */
 /* dq and the dconv_w partials                                                   */
 /* ---------------------------------------------------------------------------- */
@@ -509,7 +566,7 @@ TA_CUDA_DEV void ta_cuda_mta_dw_chain(float part[NC], const float *dc, int32_t l
  * forms the dconv_w partials (all bands); other groups skip the bands of row
  * units they hold no accumulator of.
  */
-template <int DT, int NB, bool WL>
+template <int DT, int NB, bool WL, bool ROPE>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_mta_dq_kernel(const __grid_constant__ ta_cuda_mta_bwd_params p) {
     extern __shared__ float4 ta_cuda_mta_dq_dyn_smem[];
@@ -573,7 +630,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 }
                 if (!has && !do_dw) continue;
                 /* steps 2a-2d: S, P, dC, dS of the band */
-                ta_cuda_mta_band_recompute<DT, WL>(p, t, m, bf, bd, c, true);
+                ta_cuda_mta_band_recompute<DT, WL, ROPE>(p, t, m, bf, bd, c, true);
                 /* step 2e: dq_r = fmaf(dS_rj, k_j, dq_r), keys j ascending, live only.
                  * The live keys [lo, hi) of this thread's rows 4 ty + r (effective row
                  * x, loaded row x + c_q - 1; hi = 0 for a row outside the band) are
@@ -589,8 +646,9 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 }
                 for (int32_t j0 = 0; has && j0 < cols; j0 += TA_CUDA_RCHUNK) {
                     const int32_t jn = ta_tiling_min_i32(TA_CUDA_RCHUNK, cols - j0);
-                    ta_cuda_mta_stage_k<DT>(bf.stage, ta_cuda_rows_of(p.k, c.k, p.lay.k.seq),
-                                            c0 + j0, jn, p.head_dim, width);
+                    ta_cuda_mta_stage_k<DT, ROPE>(bf.stage, p, c,
+                                                  ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), c0 + j0,
+                                                  jn, p.head_dim, width);
                     for (int32_t jj = 0; jj < jn; ++jj) {
                         const int32_t y = j0 + jj, j = c0 + y;
                         float dsv[4];
@@ -698,7 +756,8 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 if (n1 < n_w) ta_sum2_add(bf.r_hi + n1, bf.r_lo + n1, 1.0f, part1);
             }
         }
-        /* step 3: the last key chunk's partials into the pairs; dq = store(scale *
+        /* step 3: the last key chunk's partials into the pairs; with the rotary
+         * stage the dq rows turned back (ta_cuda_mta_rope_dq); dq = store(scale *
          * hi); R(b, qt)'s hi word to the workspace */
 #pragma unroll
         for (int u = 0; u < NB; ++u) {
@@ -709,6 +768,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
                     ta_sum2_add(&hi[u][r][e], &lo[u][r][e], 1.0f, acc[u][r][e]);
+        }
+        if (ROPE) ta_cuda_mta_rope_dq<NB>(p, bf.stage, hi, fg, c, r0, r1);
+#pragma unroll
+        for (int u = 0; u < NB; ++u) {
+            const int32_t blk = fg * NB + u;
+            if (blk >= p.acc_blocks) continue;
             {
                 const int32_t unit = blk / p.n_slots,
                               f0 = (blk % p.n_slots) * TA_CUDA_SLOT + 4 * tx;
@@ -746,7 +811,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
  * order dk slots, then dv slots. Each band is one Q tile of p.t (effective
  * rows <= 64, loaded rows <= 64).
  */
-template <int DT, int NS, bool WL>
+template <int DT, int NS, bool WL, bool ROPE>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_mta_dkdv_kernel(const __grid_constant__ ta_cuda_mta_bwd_params p) {
     extern __shared__ float4 ta_cuda_mta_dkdv_dyn_smem[];
@@ -809,12 +874,16 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
                 const ta_cuda_mta_band bd = {row0, ta_tile_row_eff_end(&t, qt) - row0, c0, cols};
                 /* step 2: S, P (and dC, dS) of the tile pair */
-                ta_cuda_mta_band_recompute<DT, WL>(p, t, m, bf, bd, c, need_ds);
+                ta_cuda_mta_band_recompute<DT, WL, ROPE>(p, t, m, bf, bd, c, need_ds);
                 /* step 3: dv_j = fmaf(P_ij, dO_i, dv_j), dk_j = fmaf(dS_ij, q_i, dk_j), rows
                  * i ascending, live entries only */
                 for (int32_t i0 = 0; i0 < bd.rows; i0 += TA_CUDA_RCHUNK) {
                     const int in = (int)ta_tiling_min_i32(TA_CUDA_RCHUNK, bd.rows - i0);
-                    ta_cuda_stage_rows<DT, NS>(bf.stage, slots, row0 + i0, in);
+                    /* the rotary stage: the q slots, the group's first nk - slot0 */
+                    const ta_cuda_rope_src rope =
+                        ta_cuda_rope_of(p, c, TA_CUDA_ROPE_Q, TA_CUDA_ROPE_OFF, nk - slot0);
+                    ta_cuda_stage_rows<DT, NS>(bf.stage, slots, row0 + i0, in,
+                                               ROPE ? &rope : nullptr);
                     for (int ii = 0; ii < in; ++ii) {
                         const int32_t x = i0 + ii;
                         /* row x's live keys [lo, live_hi) (loaded row x + c_q - 1), as
@@ -854,7 +923,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             /* the head's last row chunk (a chunk never spans two heads) */
             ta_cuda_acc_sum2<NS>(sum_hi, sum_lo, acc);
         }
-        /* step 4: dk = store(scale * hi), dv = store(hi), keys < cols only */
+        /* step 4: dk = store(scale * hi), dv = store(hi), keys < cols only; with the
+         * rotary stage dk's rows turned back first (every dk slot is in group 0:
+         * the launcher sees to it) */
+        if (ROPE && need_ds)
+            ta_cuda_rope_grad_block<NS>(p, bf.stage, sum_hi, p.head_dim, TA_CUDA_ROPE_K, c, c0,
+                                        cols);
 #pragma unroll
         for (int s = 0; s < NS; ++s) {
             const int32_t u = slot0 + s;
@@ -933,17 +1007,17 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS)
 /* launch                                                                        */
 /* ---------------------------------------------------------------------------- */
 
-/* The instantiations, by dtype, count and left bound (WL,
- * ta_cuda_left_bounded): dq by accumulator blocks NB 1..4; dk/dv by slots
- * 2..4 (D + D_v >= 2 features, as the SDPA kernel). */
-template <bool WL> struct ta_cuda_mta_dq_family {
+/* The instantiations, by dtype, count, left bound (WL, ta_cuda_left_bounded)
+ * and the rotary stage (ROPE): dq by accumulator blocks NB 1..4; dk/dv by
+ * slots 2..4 (D + D_v >= 2 features, as the SDPA kernel). */
+template <bool WL, bool ROPE> struct ta_cuda_mta_dq_family {
     template <int DT, int NB> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_mta_dq_kernel<DT, NB, WL>);
+        return reinterpret_cast<const void *>(&ta_cuda_mta_dq_kernel<DT, NB, WL, ROPE>);
     }
 };
-template <bool WL> struct ta_cuda_mta_dkdv_family {
+template <bool WL, bool ROPE> struct ta_cuda_mta_dkdv_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_mta_dkdv_kernel<DT, NS, WL>);
+        return reinterpret_cast<const void *>(&ta_cuda_mta_dkdv_kernel<DT, NS, WL, ROPE>);
     }
 };
 
@@ -1008,19 +1082,24 @@ extern "C" ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
     const int nk = (pr->head_dim + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
     const int nv = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
     const int n_groups_kv = (nk + nv + TA_CUDA_SLOTS - 1) / TA_CUDA_SLOTS;
-    const int ns_dkdv = (nk + nv + n_groups_kv - 1) / n_groups_kv;
+    /* the rotary stage turns a dk or dq row back across its slots, so a row's
+     * slots stay in one block: every dk slot in dk/dv group 0, and dq groups of
+     * whole row units (upg units of nk blocks) */
+    const bool rope = plan->stages.load == TA_LOAD_ROPE;
+    const int ns_even = (nk + nv + n_groups_kv - 1) / n_groups_kv;
+    const int ns_dkdv = rope && nk > ns_even ? nk : ns_even;
     const int units = (tb->rows_eff + TA_CUDA_TILE - 1) / TA_CUDA_TILE;
     const int acc_blocks = units * nk;
-    const int n_groups_dq = (acc_blocks + TA_CUDA_MTA_ACC_BLOCKS - 1) / TA_CUDA_MTA_ACC_BLOCKS;
-    const int nb_dq = (acc_blocks + n_groups_dq - 1) / n_groups_dq;
+    const int upg = ta_tiling_min_i32(TA_CUDA_MTA_ACC_BLOCKS / nk, units);
+    const int n_groups_dq =
+        rope ? (units + upg - 1) / upg
+             : (acc_blocks + TA_CUDA_MTA_ACC_BLOCKS - 1) / TA_CUDA_MTA_ACC_BLOCKS;
+    const int nb_dq = rope ? upg * nk : (acc_blocks + n_groups_dq - 1) / n_groups_dq;
     const void *ptrs[14] = {a->q,      a->k,        a->v,      a->o,       a->d_o,
                             a->lse,    a->dq,       a->dk,     a->dv,      ws->delta,
                             a->conv_w, a->dconv_w, ws->dw_rows, ws->dw_lo};
-    const bool wl = ta_cuda_left_bounded(plan);
-    const void *k_dq = wl ? ta_cuda_pick<ta_cuda_mta_dq_family<true>, 1>(pr->dtype, nb_dq)
-                          : ta_cuda_pick<ta_cuda_mta_dq_family<false>, 1>(pr->dtype, nb_dq);
-    const void *k_dkdv = wl ? ta_cuda_pick<ta_cuda_mta_dkdv_family<true>, 2>(pr->dtype, ns_dkdv)
-                            : ta_cuda_pick<ta_cuda_mta_dkdv_family<false>, 2>(pr->dtype, ns_dkdv);
+    const void *k_dq = ta_cuda_pick_plan<ta_cuda_mta_dq_family, 1>(plan, nb_dq);
+    const void *k_dkdv = ta_cuda_pick_plan<ta_cuda_mta_dkdv_family, 2>(plan, ns_dkdv);
     const void *k_merge = reinterpret_cast<const void *>(&ta_cuda_mta_dw_merge_kernel);
     ta_cuda_mta_bwd_params prm_dq, prm_kv;
     ta_cuda_launch_desc launch[3];
@@ -1028,6 +1107,7 @@ extern "C" ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
     int64_t merge_blocks;
     ta_status st;
     if ((st = ta_cuda_check_pointers(ptrs, 14)) != TA_OK) return st;
+    if ((st = ta_cuda_check_rope(plan)) != TA_OK) return st;
     memset(&prm_dq, 0, sizeof prm_dq);
     memset(&prm_kv, 0, sizeof prm_kv);
     /* dq + dw and merge: the plan's backward tiles (the contractual dconv_w cuts) */

@@ -60,7 +60,7 @@ static __host__ __device__ ta_cuda_fwd_smem ta_cuda_mta_fwd_smem(int32_t cols_ca
                                  TA_CUDA_MTA_W_BUF);
 }
 
-template <int DT, int NS, bool WL>
+template <int DT, int NS, bool WL, bool ROPE>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_mta_fwd_kernel(const __grid_constant__ ta_cuda_params p) {
     extern __shared__ float4 ta_cuda_mta_fwd_dyn_smem[];
@@ -125,16 +125,17 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         for (kt = k_first; kt < k_last; ++kt) {
             const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
             const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
+            const ta_cuda_rope_src rope = ta_cuda_rope_of(p, c, TA_CUDA_ROPE_Q, TA_CUDA_ROPE_K);
             g.col_load0 = ta_tile_col_load_begin(&t, kt);
             g.cols_load = ta_tile_col_load_end(&t, kt) - g.col_load0;
-            /* step 1: S on the loaded region (starts with a barrier) */
-            ta_cuda_mta_scores<DT, WL>(s, s_ld, ta_cuda_rows_of(p.q, c.q, p.lay.q.seq),
-                                       ta_cuda_rows_of(p.q_hist,
-                                                       c.q_hist + (int64_t)t.q_history *
-                                                                      p.lay.q_hist.seq,
-                                                       p.lay.q_hist.seq),
-                                       ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), p.head_dim, p.scale,
-                                       &t, key_lo, key_hi, g, stage);
+            /* step 1: S on the loaded region (starts with a barrier); with the
+             * rotary stage (p.rope) of turned q and k rows */
+            ta_cuda_mta_scores<DT, WL>(
+                s, s_ld, ta_cuda_rows_of(p.q, c.q, p.lay.q.seq),
+                ta_cuda_rows_of(p.q_hist, c.q_hist + (int64_t)t.q_history * p.lay.q_hist.seq,
+                                p.lay.q_hist.seq),
+                ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), p.head_dim, p.scale, &t, key_lo, key_hi, g,
+                stage, ROPE ? &rope : nullptr);
             /* the visible effective columns [tile_lo, tile_hi) of each effective
              * row (the previous tile's readers have passed the scores' barriers) */
             if (tid < TA_CUDA_TILE)
@@ -162,10 +163,10 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 }
 
 /* The instantiations, by dtype, slot count (NS = ceil(D_v / 64), 1..4) and
- * left bound (WL, ta_cuda_left_bounded). */
-template <bool WL> struct ta_cuda_mta_fwd_family {
+ * left bound (WL, ta_cuda_left_bounded) and the rotary stage (ROPE). */
+template <bool WL, bool ROPE> struct ta_cuda_mta_fwd_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_mta_fwd_kernel<DT, NS, WL>);
+        return reinterpret_cast<const void *>(&ta_cuda_mta_fwd_kernel<DT, NS, WL, ROPE>);
     }
 };
 
@@ -173,9 +174,7 @@ extern "C" ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a,
                                      const ta_cuda_fwd_ws *ws, void *stream) {
     const ta_problem *pr = &plan->p;
     const int ns = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
-    const void *kernel = ta_cuda_left_bounded(plan)
-                             ? ta_cuda_pick<ta_cuda_mta_fwd_family<true>, 1>(pr->dtype, ns)
-                             : ta_cuda_pick<ta_cuda_mta_fwd_family<false>, 1>(pr->dtype, ns);
+    const void *kernel = ta_cuda_pick_plan<ta_cuda_mta_fwd_family, 1>(plan, ns);
     const void *ptrs[7] = {a->q,   a->k,      a->v, a->o,
                            a->lse, a->conv_w, plan->p.q_history > 0 ? a->q_hist : NULL};
     ta_tiling t;
@@ -184,6 +183,7 @@ extern "C" ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a,
     const void *ptrs_ws[1] = {ws->part_o}; /* split-K's parts (NULL: none) */
     if ((st = ta_cuda_check_pointers(ptrs, 7)) != TA_OK) return st;
     if ((st = ta_cuda_check_pointers(ptrs_ws, 1)) != TA_OK) return st;
+    if ((st = ta_cuda_check_rope(plan)) != TA_OK) return st;
     /* 64 loaded rows per CUDA Q tile (64 - (c_q - 1) effective); the plan's k tiles, mask */
     if ((st = ta_cuda_tiling(plan, TA_CUDA_TILE, plan->fwd.block_k, TA_TILING_FWD, &t)) != TA_OK)
         return st;

@@ -30,7 +30,9 @@
  * Feature groups (dk/dv): the output features of a key tile are D of dk and D_v
  * of dv, in slots of 64; a block holds at most 4 slots of accumulators (64
  * registers per thread), so D + D_v > 256 takes two groups, each recomputing P
- * (and dS when it holds dk slots). Slot order: dk slots, then dv slots.
+ * (and dS when it holds dk slots). Slot order: dk slots, then dv slots. With
+ * the rotary stage every dk slot is in group 0 (D > 192 with D_v <= 128 takes
+ * four slots there): the turn back of a dk row pairs features across slots.
  *
  * Where the MTA conv goes: dS on the loaded region, the transposed conv to the
  * effective region, and the dconv_w partials per (b, plan bwd Q tile, K tile)
@@ -171,7 +173,7 @@ static __host__ __device__ __forceinline__ ta_cuda_bwd_smem ta_cuda_bwd_smem_mak
 /* dk, dv                                                                         */
 /* ---------------------------------------------------------------------------- */
 
-template <int DT, int NS, bool WL>
+template <int DT, int NS, bool WL, bool ROPE>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_dkdv_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
     extern __shared__ float4 ta_cuda_dkdv_dyn_smem[];
@@ -235,6 +237,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             for (qt = q_begin; qt < q_end; ++qt) {
                 const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
                 const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
+                /* the rotary stage's rows: k (A), q (B); the q slots (the group's
+                 * first nk - slot0) as side_a of the staging; kv head kc.head_kv */
+                const ta_cuda_rope_src rope =
+                    ta_cuda_rope_of(p, kc, TA_CUDA_ROPE_K, TA_CUDA_ROPE_Q);
+                const ta_cuda_rope_src rope_q =
+                    ta_cuda_rope_of(p, kc, TA_CUDA_ROPE_Q, TA_CUDA_ROPE_OFF, nk - slot0);
                 float s_t[4][4], dp_t[4][4]; /* [key 4ty+a][row 4tx+c] */
                 int32_t i0;
                 __syncthreads(); /* the previous Q tile is done with the row arrays */
@@ -242,7 +250,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 /* step 2: recompute S^T and dP^T for the tile (threads over (j, i)) */
                 ta_cuda_dot_tile<DT>(s_t, ta_cuda_rows_of(p.k, kc.k, p.lay.k.seq), col0, cols,
                                      ta_cuda_rows_of(p.q, hc.q, p.lay.q.seq), row0, rows,
-                                     p.head_dim, stage);
+                                     p.head_dim, stage, ROPE ? &rope : nullptr);
                 if (need_ds)
                     ta_cuda_dot_tile<DT>(dp_t, ta_cuda_rows_of(p.v, kc.v, p.lay.v.seq), col0, cols,
                                          ta_cuda_rows_of(p.d_o, hc.d_o, p.lay.d_o.seq), row0, rows,
@@ -277,7 +285,8 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                  * rows i ascending, live entries only */
                 for (i0 = 0; i0 < rows; i0 += TA_CUDA_RCHUNK) {
                     const int in = (int)ta_tiling_min_i32(TA_CUDA_RCHUNK, rows - i0);
-                    ta_cuda_stage_rows<DT, NS>(stage, slots, row0 + i0, in);
+                    ta_cuda_stage_rows<DT, NS>(stage, slots, row0 + i0, in,
+                                               ROPE ? &rope_q : nullptr);
                     for (int ii = 0; ii < in; ++ii) {
                         const int i = i0 + ii;
                         const int2 kv = keys[i]; /* row i's live keys [lo, hi) */
@@ -311,7 +320,11 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 ta_cuda_acc_sum2<NS>(hi, lo, acc);
             }
         }
-        /* step 5: dk = store(scale * hi), dv = store(hi), keys < cols only */
+        /* step 5: dk = store(scale * hi), dv = store(hi), keys < cols only; with the
+         * rotary stage, dk's rows turned back first (group 0 holds every dk slot:
+         * the launcher sees to it) */
+        if (ROPE && need_ds)
+            ta_cuda_rope_grad_block<NS>(p, stage, hi, p.head_dim, TA_CUDA_ROPE_K, kc, col0, cols);
 #pragma unroll
         for (int s = 0; s < NS; ++s) {
             const int32_t u = slot0 + s;
@@ -342,7 +355,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 /* dq                                                                             */
 /* ---------------------------------------------------------------------------- */
 
-template <int DT, int NS, bool WL>
+template <int DT, int NS, bool WL, bool ROPE>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_dq_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
     extern __shared__ float4 ta_cuda_dq_dyn_smem[];
@@ -389,11 +402,15 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         for (kt = c.k_begin; kt < c.k_end; ++kt) {
             const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
             const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
+            /* the rotary stage's rows: q (A), k (B); every k slot */
+            const ta_cuda_rope_src rope = ta_cuda_rope_of(p, c, TA_CUDA_ROPE_Q, TA_CUDA_ROPE_K);
+            const ta_cuda_rope_src rope_k =
+                ta_cuda_rope_of(p, c, TA_CUDA_ROPE_K, TA_CUDA_ROPE_OFF, TA_CUDA_SLOTS);
             float s_t[4][4], dp_t[4][4]; /* [row 4ty+r][key 4tx+c] */
             int32_t j0;
             ta_cuda_dot_tile<DT>(s_t, ta_cuda_rows_of(p.q, c.q, p.lay.q.seq), row0, rows,
                                  ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), col0, cols, p.head_dim,
-                                 stage);
+                                 stage, ROPE ? &rope : nullptr);
             ta_cuda_dot_tile<DT>(dp_t, ta_cuda_rows_of(p.d_o, c.d_o, p.lay.d_o.seq), row0, rows,
                                  ta_cuda_rows_of(p.v, c.v, p.lay.v.seq), col0, cols, p.head_dim_v,
                                  stage);
@@ -418,7 +435,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             /* dq_i = fmaf(dS_ij, k_j, dq_i), keys j ascending, live entries only */
             for (j0 = 0; j0 < cols; j0 += TA_CUDA_RCHUNK) {
                 const int jn = (int)ta_tiling_min_i32(TA_CUDA_RCHUNK, cols - j0);
-                ta_cuda_stage_rows<DT, NS>(stage, k_slots, col0 + j0, jn);
+                ta_cuda_stage_rows<DT, NS>(stage, k_slots, col0 + j0, jn, ROPE ? &rope_k : nullptr);
                 for (int jj = 0; jj < jn; ++jj) {
                     const int32_t j = j0 + jj;
                     const float4 d4 =
@@ -448,7 +465,9 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             /* the k tile is one key chunk: its partial into the pairs */
             ta_cuda_acc_sum2<NS>(hi, lo, acc);
         }
-        /* step 3: dq = store(scale * hi) */
+        /* step 3: dq = store(scale * hi); with the rotary stage, the rows turned back first */
+        if (ROPE)
+            ta_cuda_rope_grad_block<NS>(p, stage, hi, p.head_dim, TA_CUDA_ROPE_Q, c, row0, rows);
         ta_cuda_store_block<DT, NS>(row0, rows, p.head_dim, hi, 1, p.scale, p.dq, c.dq,
                                     p.lay.dq.seq);
     }
@@ -458,17 +477,18 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 /* launch                                                                         */
 /* ---------------------------------------------------------------------------- */
 
-/* The instantiations, by dtype, slot count and left bound (WL,
- * ta_cuda_left_bounded): dq 1..4 (ceil(D / 64)); dk/dv 2..4 (D + D_v >= 2
- * features, so a group holds 2, 3 or 4 slots, see the top). */
-template <bool WL> struct ta_cuda_dq_family {
+/* The instantiations, by dtype, slot count, left bound (WL,
+ * ta_cuda_left_bounded) and the rotary stage (ROPE): dq 1..4 (ceil(D / 64));
+ * dk/dv 2..4 (D + D_v >= 2 features, so a group holds 2, 3 or 4 slots, see
+ * the top). */
+template <bool WL, bool ROPE> struct ta_cuda_dq_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, NS, WL>);
+        return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, NS, WL, ROPE>);
     }
 };
-template <bool WL> struct ta_cuda_dkdv_family {
+template <bool WL, bool ROPE> struct ta_cuda_dkdv_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, NS, WL>);
+        return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, NS, WL, ROPE>);
     }
 };
 
@@ -506,12 +526,11 @@ extern "C" ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a,
     const int nk = (pr->head_dim + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
     const int nv = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
     const int n_groups = (nk + nv + TA_CUDA_SLOTS - 1) / TA_CUDA_SLOTS;
-    const int ns_dkdv = (nk + nv + n_groups - 1) / n_groups;
-    const bool wl = ta_cuda_left_bounded(plan);
-    const void *k_dkdv = wl ? ta_cuda_pick<ta_cuda_dkdv_family<true>, 2>(pr->dtype, ns_dkdv)
-                            : ta_cuda_pick<ta_cuda_dkdv_family<false>, 2>(pr->dtype, ns_dkdv);
-    const void *k_dq = wl ? ta_cuda_pick<ta_cuda_dq_family<true>, 1>(pr->dtype, nk)
-                          : ta_cuda_pick<ta_cuda_dq_family<false>, 1>(pr->dtype, nk);
+    /* the rotary stage turns a dk row back across its slots: all in one group */
+    const int ns_even = (nk + nv + n_groups - 1) / n_groups;
+    const int ns_dkdv = plan->stages.load == TA_LOAD_ROPE && nk > ns_even ? nk : ns_even;
+    const void *k_dkdv = ta_cuda_pick_plan<ta_cuda_dkdv_family, 2>(plan, ns_dkdv);
+    const void *k_dq = ta_cuda_pick_plan<ta_cuda_dq_family, 1>(plan, nk);
     const void *ptrs[10] = {a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk, a->dv, ws->delta};
     const size_t smem_dkdv = (size_t)ta_cuda_bwd_smem_make(1).floats * sizeof(float);
     const size_t smem_dq = (size_t)ta_cuda_bwd_smem_make(0).floats * sizeof(float);
@@ -520,6 +539,7 @@ extern "C" ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a,
     ta_cuda_launch_desc launch[2];
     ta_status st;
     if ((st = ta_cuda_check_pointers(ptrs, 10)) != TA_OK) return st;
+    if ((st = ta_cuda_check_rope(plan)) != TA_OK) return st;
     memset(&prm, 0, sizeof prm);
     /* the backward's own 64 x 64 tiles (its bits depend on no tile size), the plan's mask */
     if ((st = ta_cuda_tiling(plan, TA_CUDA_TILE, TA_CUDA_TILE, TA_TILING_BWD, &t)) != TA_OK)

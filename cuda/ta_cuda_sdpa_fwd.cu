@@ -9,7 +9,8 @@
  * ta_cuda_tiling(plan, 64, block_k) (the plan's mask: causal, seqlens_k,
  * window) and each row tile's context (ta_cuda_context) gives its key length,
  * slices and K tiles [k_begin, k_end). For each of those k tiles, ascending:
- *   1. scores   s[i][j] = scale * dot(q_i, k_j, D)   threads over (i, j)
+ *   1. scores   s[i][j] = scale * dot(q_i, k_j, D)   threads over (i, j); with
+ *               the rotary stage (p.rope) q_i and k_j turned as they are staged
  *   2. row max  m_tile, m_new, alpha = exp(m - m_new) one thread per row, j ascending
  *   3. p[i][j] = exp(s[i][j] - m_new[i])            threads over (i, j), visible only
  *   4. (l, l_lo) = (l, l_lo) * alpha + sum_j p       one thread per row, j ascending
@@ -51,7 +52,7 @@ static __host__ __device__ ta_cuda_fwd_smem ta_cuda_sdpa_fwd_smem(int32_t cols_c
     return ta_cuda_fwd_smem_make(cols_cap, 0, 0);
 }
 
-template <int DT, int NS, bool WL>
+template <int DT, int NS, bool WL, bool ROPE>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_fwd_kernel(const __grid_constant__ ta_cuda_params p) {
     extern __shared__ float4 ta_cuda_fwd_dyn_smem[];
@@ -108,9 +109,11 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             /* step 1: s[i][j] = scale * dot(q_i, k_j), 64 columns at a time */
             for (c0 = 0; c0 < cols; c0 += TA_CUDA_TILE) {
                 float s[4][4];
+                const ta_cuda_rope_src rope = ta_cuda_rope_of(p, c, TA_CUDA_ROPE_Q, TA_CUDA_ROPE_K);
                 ta_cuda_dot_tile<DT>(s, ta_cuda_rows_of(p.q, c.q, p.lay.q.seq), row0, rows,
                                      ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), col0 + c0,
-                                     ta_tiling_min_i32(TA_CUDA_TILE, cols - c0), p.head_dim, stage);
+                                     ta_tiling_min_i32(TA_CUDA_TILE, cols - c0), p.head_dim, stage,
+                                     ROPE ? &rope : nullptr);
 #pragma unroll
                 for (int cc = 0; cc < 4; ++cc)
                     *reinterpret_cast<float4 *>(st + (size_t)(c0 + 4 * tx + cc) * TA_CUDA_LDT +
@@ -131,11 +134,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     }
 }
 
-/* The instantiations, by dtype, slot count (NS = ceil(D_v / 64), 1..4) and
- * left bound (WL: a window's left bound, ta_cuda_left_bounded). */
-template <bool WL> struct ta_cuda_fwd_family {
+/* The instantiations, by dtype, slot count (NS = ceil(D_v / 64), 1..4), left
+ * bound (WL: a window's left bound, ta_cuda_left_bounded) and the rotary
+ * stage (ROPE). */
+template <bool WL, bool ROPE> struct ta_cuda_fwd_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_fwd_kernel<DT, NS, WL>);
+        return reinterpret_cast<const void *>(&ta_cuda_fwd_kernel<DT, NS, WL, ROPE>);
     }
 };
 
@@ -143,9 +147,7 @@ extern "C" ta_status ta_cuda_sdpa_fwd(const ta_plan *plan, const ta_fwd_args *a,
                                       const ta_cuda_fwd_ws *ws, void *stream) {
     const ta_problem *pr = &plan->p;
     const int ns = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
-    const void *kernel = ta_cuda_left_bounded(plan)
-                             ? ta_cuda_pick<ta_cuda_fwd_family<true>, 1>(pr->dtype, ns)
-                             : ta_cuda_pick<ta_cuda_fwd_family<false>, 1>(pr->dtype, ns);
+    const void *kernel = ta_cuda_pick_plan<ta_cuda_fwd_family, 1>(plan, ns);
     const void *ptrs[5] = {a->q, a->k, a->v, a->o, a->lse};
     ta_tiling t;
     size_t smem;
@@ -153,6 +155,7 @@ extern "C" ta_status ta_cuda_sdpa_fwd(const ta_plan *plan, const ta_fwd_args *a,
     const void *ptrs_ws[1] = {ws->part_o}; /* split-K's parts (NULL: none) */
     if ((st = ta_cuda_check_pointers(ptrs, 5)) != TA_OK) return st;
     if ((st = ta_cuda_check_pointers(ptrs_ws, 1)) != TA_OK) return st;
+    if ((st = ta_cuda_check_rope(plan)) != TA_OK) return st;
     /* 64-row CUDA Q tiles; the plan's k tiles and mask */
     if ((st = ta_cuda_tiling(plan, TA_CUDA_TILE, plan->fwd.block_k, TA_TILING_FWD, &t)) != TA_OK)
         return st;

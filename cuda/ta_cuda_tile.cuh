@@ -32,6 +32,7 @@
 #include <cuda_runtime.h>
 
 #include "ta_cuda_params.cuh"
+#include "ta_rope_load.h"
 
 extern "C" {
 #include "ta_internal.h"
@@ -255,6 +256,189 @@ TA_CUDA_DEV void ta_cuda_acc_sum2(float (&hi)[4][NS][4], float (&lo)[4][NS][4],
 TA_CUDA_DEV int ta_cuda_tx(void) { return (int)(threadIdx.x & 15u); }
 TA_CUDA_DEV int ta_cuda_ty(void) { return (int)(threadIdx.x >> 4); }
 
+/*
+ * The rotary load stage (docs/rope.md, "The load stage"; docs/cuda.md section
+ * 7): q and k rows turn by src/ta_rope_load.h's ta_rope_pair in f32 as they
+ * are widened into shared memory, every time a kernel loads them (no turned
+ * copy is written), and the f32 dq and dk rows turn back by ta_rope_pair_t
+ * before the final scale and the store: REF's ta_ref_rope_rows and
+ * ta_ref_rope_grad, the same products and sums on the same values. Decided
+ * once per plan: the kernels' ROPE template flag (the launchers pick it from
+ * plan->stages.load, ta_cuda_pick_plan) passes a ta_cuda_rope_src to the
+ * staging functions, or NULL, which leaves the plain loops, the code of the
+ * kernels without the stage.
+ *
+ * Positions are device memory the host never reads: one outside [0,
+ * rope_rows) is clamped into the table (docs/rope.md, "On CUDA").
+ */
+#define TA_CUDA_ROPE_OFF (-1) /* a row source that does not turn */
+#define TA_CUDA_ROPE_Q   0    /* the q side: positions pos_q, S_q */
+#define TA_CUDA_ROPE_K   1    /* the k side: positions pos_k, S_k */
+
+/* Where the turned rows of a call come from: the parameters (tables,
+ * positions, pairing) and the tile's context (batch entry, kv head: the
+ * table every query head of the group shares), in shared memory, read where
+ * used; side_a, side_b: the sides of a dot tile's two operands; for
+ * ta_cuda_stage_rows, slots [0, slots) hold rows of side_a (the dk/dv
+ * kernels' q slots come first; the dq kernel's k slots are all). */
+typedef struct ta_cuda_rope_src {
+    const ta_cuda_params *p;
+    const ta_tile_ctx *c;
+    int32_t side_a, side_b, slots;
+} ta_cuda_rope_src;
+
+TA_CUDA_DEV ta_cuda_rope_src ta_cuda_rope_of(const ta_cuda_params &p, const ta_tile_ctx &c,
+                                             int32_t side_a, int32_t side_b, int32_t slots = 0) {
+    ta_cuda_rope_src r;
+    r.p = &p;
+    r.c = &c;
+    r.side_a = side_a;
+    r.side_b = side_b;
+    r.slots = slots;
+    return r;
+}
+
+/* Floats from the start of cos (and sin) to the table row of token t of a
+ * side of batch entry b, kv head h_kv: pos[b S + t] clamped, or t. */
+TA_CUDA_DEV int64_t ta_cuda_rope_at(const ta_cuda_params &p, int32_t side, int32_t b, int32_t h_kv,
+                                    int32_t t) {
+    const int32_t *pos = side == TA_CUDA_ROPE_K ? p.rope_args.pos_k : p.rope_args.pos_q;
+    const int32_t seq = side == TA_CUDA_ROPE_K ? p.t.seq_k : p.t.seq_q;
+    int32_t row = pos ? __ldg(pos + (int64_t)b * seq + t) : t;
+    row = row < 0 ? 0 : row >= p.rope_rows ? p.rope_rows - 1 : row;
+    return (int64_t)h_kv * p.rope_head_stride + (int64_t)row * p.rope_row_stride;
+}
+
+/* Feature f's pair: pair index *i, its a and b features (interleaved: 2i,
+ * 2i + 1; half-split: i, i + n). f < 2 rope_pairs. */
+TA_CUDA_DEV void ta_cuda_rope_pair_of(const ta_cuda_params &p, int32_t f, int32_t *i, int32_t *fa,
+                                      int32_t *fb) {
+    const int32_t n = p.rope_pairs;
+    if (p.rope == TA_ROPE_HALF) {
+        *i = f < n ? f : f - n;
+        *fa = *i;
+        *fb = *i + n;
+    } else {
+        *i = f >> 1;
+        *fa = 2 * *i;
+        *fb = *fa + 1;
+    }
+}
+
+/* Feature f of a row (element `row` of base is its feature 0) as the load
+ * stage leaves it: widened, and for f < 2 rope_pairs its pair turned by
+ * ta_rope_pair with table row `at`. The partner is read from the row too
+ * (global memory: each thread turns the features it stages). */
+template <int DT>
+TA_CUDA_DEV float ta_cuda_rope_load(const ta_cuda_params &p, const void *base, int64_t row,
+                                    int32_t f, int64_t at) {
+    int32_t i, fa, fb;
+    float a, b;
+    if (f >= 2 * p.rope_pairs) return ta_cuda_load<DT>(base, (size_t)(row + f));
+    ta_cuda_rope_pair_of(p, f, &i, &fa, &fb);
+    a = ta_cuda_load<DT>(base, (size_t)(row + fa));
+    b = ta_cuda_load<DT>(base, (size_t)(row + fb));
+    ta_rope_pair(&a, &b, __ldg(p.rope_args.cos + at + i), __ldg(p.rope_args.sin + at + i));
+    return f == fa ? a : b;
+}
+
+/* Feature f of row `row` of base (its feature 0's element) as a kernel
+ * stages it: with ROT and a side (TA_CUDA_ROPE_Q, _K), turned
+ * (ta_cuda_rope_load; token t of the side, batch entry and kv head of c),
+ * else widened. */
+template <int DT, bool ROT>
+TA_CUDA_DEV float ta_cuda_load_row(const void *base, int64_t row, int32_t f,
+                                   const ta_cuda_params *p, const ta_tile_ctx *c, int32_t side,
+                                   int32_t t) {
+    if (ROT && side != TA_CUDA_ROPE_OFF)
+        return ta_cuda_rope_load<DT>(*p, base, row, f,
+                                     ta_cuda_rope_at(*p, side, c->batch, c->head_kv, t));
+    return ta_cuda_load<DT>(base, (size_t)(row + f));
+}
+
+/* Feature f of a gradient row g (f32, shared memory, feature d at g[d])
+ * turned back: for f < 2 rope_pairs its pair through ta_rope_pair_t with
+ * table row `at`. */
+TA_CUDA_DEV float ta_cuda_rope_grad_at(const ta_cuda_params &p, const float *g, int32_t f,
+                                       int64_t at) {
+    int32_t i, fa, fb;
+    float a, b;
+    if (f >= 2 * p.rope_pairs) return g[f];
+    ta_cuda_rope_pair_of(p, f, &i, &fa, &fb);
+    a = g[fa];
+    b = g[fb];
+    ta_rope_pair_t(&a, &b, __ldg(p.rope_args.cos + at + i), __ldg(p.rope_args.sin + at + i));
+    return f == fa ? a : b;
+}
+
+/*
+ * The backward's turn of 64 gradient rows (dq or dk) before the store, in
+ * four passes of 16 rows through xbuf [RCHUNK][SLOTS * SLOT] (the staging
+ * buffer's row part: TA_CUDA_SRC_BUF floats, clear of a dot tile's row
+ * offsets). A thread holds rows 4ty + r, features 64 slot + 4tx + e of its
+ * register blocks; a pair's partner may be in another thread (half-split) or
+ * another slot, so every block of the row goes through xbuf first:
+ *   pass q: __syncthreads(); the threads of rows [16q, 16q + 16) (ty / 4 == q)
+ *   put their blocks (ta_cuda_rope_grad_put, each block with its slot);
+ *   __syncthreads(); they read them back turned (ta_cuda_rope_grad_get).
+ * Every slot of a row's D features must be put by some block of the CUDA
+ * block (the launchers keep a row's dk / dq slots in one block).
+ */
+TA_CUDA_DEV size_t ta_cuda_rope_xrow(int r) {
+    return (size_t)(4 * (ta_cuda_ty() & 3) + r) * (TA_CUDA_SLOTS * TA_CUDA_SLOT);
+}
+
+template <int NS>
+TA_CUDA_DEV void ta_cuda_rope_grad_put(float *xbuf, const float (&g)[4][NS][4], int32_t slot0) {
+    const int tx = ta_cuda_tx();
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int s = 0; s < NS; ++s)
+            *reinterpret_cast<float4 *>(xbuf + ta_cuda_rope_xrow(r) + (slot0 + s) * TA_CUDA_SLOT +
+                                        4 * tx) =
+                make_float4(g[r][s][0], g[r][s][1], g[r][s][2], g[r][s][3]);
+}
+
+/* Rows 4ty + r < rows are token row0 + 4ty + r of `side`; features past dim
+ * are left alone. */
+template <int NS>
+TA_CUDA_DEV void ta_cuda_rope_grad_get(const ta_cuda_params &p, const float *xbuf,
+                                       float (&g)[4][NS][4], int32_t slot0, int32_t dim,
+                                       int32_t side, const ta_tile_ctx &c, int32_t row0,
+                                       int32_t rows) {
+    const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const float *xr = xbuf + ta_cuda_rope_xrow(r);
+        int64_t at;
+        if (4 * ty + r >= rows) continue;
+        at = ta_cuda_rope_at(p, side, c.batch, c.head_kv, row0 + 4 * ty + r);
+#pragma unroll
+        for (int s = 0; s < NS; ++s)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int32_t f = (slot0 + s) * TA_CUDA_SLOT + 4 * tx + e;
+                if (f < dim) g[r][s][e] = ta_cuda_rope_grad_at(p, xr, f, at);
+            }
+    }
+}
+
+/* The common case: one register block g whose slots s < n_grad (slot0 + s
+ * the feature slot) are every slot of the gradient rows. */
+template <int NS>
+TA_CUDA_DEV void ta_cuda_rope_grad_block(const ta_cuda_params &p, float *xbuf, float (&g)[4][NS][4],
+                                         int32_t dim, int32_t side, const ta_tile_ctx &c,
+                                         int32_t row0, int32_t rows) {
+    for (int q = 0; q < 4; ++q) {
+        __syncthreads(); /* the previous phase (pass) is done with xbuf */
+        if ((ta_cuda_ty() >> 2) == q) ta_cuda_rope_grad_put<NS>(xbuf, g, 0);
+        __syncthreads();
+        if ((ta_cuda_ty() >> 2) == q)
+            ta_cuda_rope_grad_get<NS>(p, xbuf, g, 0, dim, side, c, row0, rows);
+    }
+}
+
 /* The 16 fused multiply-adds of one feature step of a 4 x 4 micro-tile. */
 TA_CUDA_DEV void ta_cuda_fma_4x4(float acc[4][4], const float4 a, const float4 b) {
     const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
@@ -263,6 +447,33 @@ TA_CUDA_DEV void ta_cuda_fma_4x4(float acc[4][4], const float4 a, const float4 b
 #pragma unroll
         for (int c = 0; c < 4; ++c)
             acc[r][c] = fmaf(av[r], bv[c], acc[r][c]);
+}
+
+/* One feature chunk [f0, f0 + nf) of a dot tile's operands into sa, sb
+ * ([FCHUNK][LDT], transposed) with the rotary stage: rows of a side turn
+ * (ta_cuda_load_row; the query history rows never do: the stage refuses
+ * them). The plain chunk is the loop in ta_cuda_dot_tile_range. */
+template <int DT, bool HIST>
+TA_CUDA_DEV void
+ta_cuda_dot_stage_rope(float *sa, float *sb, const int64_t *offs, const ta_cuda_rows &a,
+                       const ta_cuda_rows &b, int32_t f0, int nf, const ta_cuda_rows *a_hist,
+                       const ta_cuda_rope_src *rope, int32_t a_row0, int32_t b_row0) {
+    for (int e = (int)threadIdx.x; e < TA_CUDA_TILE * TA_CUDA_FCHUNK; e += TA_CUDA_THREADS) {
+        const int row = e / TA_CUDA_FCHUNK, f = e % TA_CUDA_FCHUNK;
+        const int64_t oa = offs[row], ob = offs[TA_CUDA_TILE + row];
+        float va = 0.0f, vb = 0.0f;
+        if (f < nf) {
+            if (oa >= 0)
+                va = ta_cuda_load_row<DT, true>(a.base, oa, f0 + f, rope->p, rope->c, rope->side_a,
+                                                a_row0 + row);
+            if (HIST && oa < -1) va = ta_cuda_load<DT>(a_hist->base, (size_t)(-2 - oa + f0 + f));
+            if (ob >= 0)
+                vb = ta_cuda_load_row<DT, true>(b.base, ob, f0 + f, rope->p, rope->c, rope->side_b,
+                                                b_row0 + row);
+        }
+        sa[f * TA_CUDA_LDT + row] = va;
+        sb[f * TA_CUDA_LDT + row] = vb;
+    }
 }
 
 /*
@@ -287,11 +498,11 @@ TA_CUDA_DEV void ta_cuda_fma_4x4(float acc[4][4], const float4 a, const float4 b
  * measured to spill (ptxas, docs/cuda.md section 3).
  */
 template <int DT, bool HIST = false>
-TA_CUDA_DEV void ta_cuda_dot_tile_range(float acc[4][4], const ta_cuda_rows &a, int32_t a_row0,
-                                        int32_t a_lo, int32_t a_hi, const ta_cuda_rows &b,
-                                        int32_t b_row0, int32_t b_lo, int32_t b_hi, int32_t n,
-                                        float *stage, const ta_cuda_rows *a_hist = nullptr,
-                                        int32_t a_hist_lo = 0) {
+TA_CUDA_DEV void
+ta_cuda_dot_tile_range(float acc[4][4], const ta_cuda_rows &a, int32_t a_row0, int32_t a_lo,
+                       int32_t a_hi, const ta_cuda_rows &b, int32_t b_row0, int32_t b_lo,
+                       int32_t b_hi, int32_t n, float *stage, const ta_cuda_rows *a_hist = nullptr,
+                       int32_t a_hist_lo = 0, const ta_cuda_rope_src *rope = nullptr) {
     float *sa = stage, *sb = stage + TA_CUDA_FCHUNK * TA_CUDA_LDT;
     /* [2][64]: element of feature 0 of A's, then B's tile rows; -1: not read */
     int64_t *offs = reinterpret_cast<int64_t *>(stage + 2 * TA_CUDA_FCHUNK * TA_CUDA_LDT);
@@ -315,18 +526,23 @@ TA_CUDA_DEV void ta_cuda_dot_tile_range(float acc[4][4], const ta_cuda_rows &a, 
     for (int32_t f0 = 0; f0 < n; f0 += TA_CUDA_FCHUNK) {
         const int nf = (int)ta_tiling_min_i32(TA_CUDA_FCHUNK, n - f0);
         __syncthreads(); /* the previous chunk is done with stage; offs published */
-        for (int e = tid; e < TA_CUDA_TILE * TA_CUDA_FCHUNK; e += TA_CUDA_THREADS) {
-            const int row = e / TA_CUDA_FCHUNK, f = e % TA_CUDA_FCHUNK;
-            const int64_t oa = offs[row], ob = offs[TA_CUDA_TILE + row];
-            float va = 0.0f, vb = 0.0f;
-            if (f < nf) {
-                if (oa >= 0) va = ta_cuda_load<DT>(a.base, (size_t)(oa + f0 + f));
-                if (HIST && oa < -1)
-                    va = ta_cuda_load<DT>(a_hist->base, (size_t)(-2 - oa + f0 + f));
-                if (ob >= 0) vb = ta_cuda_load<DT>(b.base, (size_t)(ob + f0 + f));
+        if (rope) {
+            ta_cuda_dot_stage_rope<DT, HIST>(sa, sb, offs, a, b, f0, nf, a_hist, rope, a_row0,
+                                             b_row0);
+        } else {
+            for (int e = tid; e < TA_CUDA_TILE * TA_CUDA_FCHUNK; e += TA_CUDA_THREADS) {
+                const int row = e / TA_CUDA_FCHUNK, f = e % TA_CUDA_FCHUNK;
+                const int64_t oa = offs[row], ob = offs[TA_CUDA_TILE + row];
+                float va = 0.0f, vb = 0.0f;
+                if (f < nf) {
+                    if (oa >= 0) va = ta_cuda_load<DT>(a.base, (size_t)(oa + f0 + f));
+                    if (HIST && oa < -1)
+                        va = ta_cuda_load<DT>(a_hist->base, (size_t)(-2 - oa + f0 + f));
+                    if (ob >= 0) vb = ta_cuda_load<DT>(b.base, (size_t)(ob + f0 + f));
+                }
+                sa[f * TA_CUDA_LDT + row] = va;
+                sb[f * TA_CUDA_LDT + row] = vb;
             }
-            sa[f * TA_CUDA_LDT + row] = va;
-            sb[f * TA_CUDA_LDT + row] = vb;
         }
         __syncthreads();
         if (nf == TA_CUDA_FCHUNK) {
@@ -347,8 +563,10 @@ TA_CUDA_DEV void ta_cuda_dot_tile_range(float acc[4][4], const ta_cuda_rows &a, 
 template <int DT>
 TA_CUDA_DEV void ta_cuda_dot_tile(float acc[4][4], const ta_cuda_rows &a, int32_t a_row0,
                                   int32_t a_rows, const ta_cuda_rows &b, int32_t b_row0,
-                                  int32_t b_rows, int32_t n, float *stage) {
-    ta_cuda_dot_tile_range<DT>(acc, a, a_row0, 0, a_rows, b, b_row0, 0, b_rows, n, stage);
+                                  int32_t b_rows, int32_t n, float *stage,
+                                  const ta_cuda_rope_src *rope = nullptr) {
+    ta_cuda_dot_tile_range<DT>(acc, a, a_row0, 0, a_rows, b, b_row0, 0, b_rows, n, stage, nullptr,
+                               0, rope);
 }
 
 /* Where the features of register slot s come from: the rows of a tensor
@@ -377,19 +595,42 @@ TA_CUDA_DEV ta_cuda_slot ta_cuda_slot_of(const ta_cuda_rows &src, int32_t row_le
  * (coalesced).
  */
 template <int DT, int NS>
-TA_CUDA_DEV void ta_cuda_stage_rows(float *dst, const ta_cuda_slot *slots, int32_t first_row,
-                                    int32_t rows) {
+TA_CUDA_DEV void ta_cuda_stage_rows_rope(float *dst, const ta_cuda_slot *slots, int32_t first_row,
+                                         int32_t rows, const ta_cuda_rope_src *rope) {
     const int width = NS * TA_CUDA_SLOT;
-    __syncthreads(); /* the previous phase is done with dst */
     for (int e = (int)threadIdx.x; e < TA_CUDA_RCHUNK * width; e += TA_CUDA_THREADS) {
         const int x = e / width, col = e % width, s = col / TA_CUDA_SLOT;
         const int32_t f = slots[s].feat0 + col % TA_CUDA_SLOT;
         float val = 0.0f;
         if (x < rows && f < slots[s].row_len)
-            val = ta_cuda_load<DT>(
-                slots[s].src.base,
-                (size_t)(ta_cuda_row(slots[s].src.slice, slots[s].src.ld, first_row + x) + f));
+            val = ta_cuda_load_row<DT, true>(
+                slots[s].src.base, ta_cuda_row(slots[s].src.slice, slots[s].src.ld, first_row + x),
+                f, rope->p, rope->c, s < rope->slots ? rope->side_a : TA_CUDA_ROPE_OFF,
+                first_row + x);
         dst[e] = val;
+    }
+}
+
+/* ... with the rotary stage on slots [0, rope->slots), rows of side
+ * rope->side_a (ta_cuda_stage_rows_rope; NULL: none turn). */
+template <int DT, int NS>
+TA_CUDA_DEV void ta_cuda_stage_rows(float *dst, const ta_cuda_slot *slots, int32_t first_row,
+                                    int32_t rows, const ta_cuda_rope_src *rope = nullptr) {
+    const int width = NS * TA_CUDA_SLOT;
+    __syncthreads(); /* the previous phase is done with dst */
+    if (rope) {
+        ta_cuda_stage_rows_rope<DT, NS>(dst, slots, first_row, rows, rope);
+    } else {
+        for (int e = (int)threadIdx.x; e < TA_CUDA_RCHUNK * width; e += TA_CUDA_THREADS) {
+            const int x = e / width, col = e % width, s = col / TA_CUDA_SLOT;
+            const int32_t f = slots[s].feat0 + col % TA_CUDA_SLOT;
+            float val = 0.0f;
+            if (x < rows && f < slots[s].row_len)
+                val = ta_cuda_load<DT>(
+                    slots[s].src.base,
+                    (size_t)(ta_cuda_row(slots[s].src.slice, slots[s].src.ld, first_row + x) + f));
+            dst[e] = val;
+        }
     }
     __syncthreads();
 }

@@ -47,6 +47,16 @@
  * q_hist in place or a device copy, growing key range, seqlens, windows, GQA,
  * every dtype) give REF's full forward bit for bit; a pageable q_hist is
  * TA_ERR_BAD_ARG.
+ * The rotary load stage (docs/rope.md): about 25% of the random problems (SDPA
+ * and MTA; --rope: all), drawn from their own stream, turn q and k:
+ * interleaved or half-split pairs, all or some of D / 2, tables from
+ * ta_rope_table_1d (every frequency scaling) or ta_rope_table_2d (a grid, CLS
+ * rows), random cos / sin or identity rows, NULL, random or decode-like
+ * positions, padded row strides and per-kv-head tables (gaps of the tables
+ * hold NaN); REF gets host copies, CUDA device copies; fixed rotary problems
+ * too (the ViT geometry with a 2-D table, decode at S_k 4096, D 256 with D_v
+ * 64, D 192, f32 with a window, MTA with Q tiles past 64 rows), and six of the
+ * quick ones.
  * Then device bad-input cases: pageable host pointers (TA_ERR_BAD_ARG, outputs
  * untouched), mapped pinned host memory and managed memory (accepted, same
  * bits), workspace too small or misaligned, conv and trace (unsupported), and
@@ -55,16 +65,18 @@
  * but NaN payloads, and the documented rules (docs/exactness.md section 8).
  *
  *   test_cuda_equiv [--quick] [--problem N] [--count N] [--count-mta N] [--mta | --sdpa]
- *                   [--fwd-only | --bwd-only] [--window] [--strided] [--splits]
+ *                   [--fwd-only | --bwd-only] [--window] [--strided] [--splits] [--rope]
  *
  * --quick: 18 small problems (10 SDPA, 4 MTA, then 2 SDPA and 2 MTA with a
- * window, 3 of them strided) and the bad-input cases (for compute-sanitizer).
+ * window, 3 of them strided; 6 with the rotary stage) and the bad-input cases
+ * (for compute-sanitizer).
  * --problem N: only problem N of the run (with TA_SEED to replay a failure).
  * --count N, --count-mta N: random SDPA / MTA problems (default 320 each).
  * --mta, --sdpa: only the MTA / only the SDPA problems (and no bad-input cases).
  * --fwd-only, --bwd-only: compare only the forward / only the backward outputs.
  * --window, --strided: every random problem has a window / strided tensors.
  * --splits: every random problem has num_splits != 0.
+ * --rope: every random problem with D >= 2 has the rotary stage.
  * Without a CUDA device: prints "no CUDA device: skipped" and exits 77.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
@@ -96,6 +108,8 @@ static int g_check_fwd = 1, g_check_bwd = 1;
 static int g_window_pct = 30, g_strided_pct = 25;
 /* Share of random problems with split-K (--splits: 100); set once in main. */
 static int g_splits_pct = 30;
+/* Share of random problems with the rotary load stage (--rope: 100); set once in main. */
+static int g_rope_pct = 25;
 
 /* ---- Failure accounting, safe from several host threads ---- */
 #ifdef _OPENMP
@@ -126,7 +140,14 @@ typedef struct spec {
     int strided;      /* 1: device tensors in random strided layouts */
     float lo, hi;     /* input range */
     char tag[24];     /* what the problem is for */
+    /* the rotary load stage (p.rope != 0): the table (ROPE_TAB_*), positions
+     * (ROPE_POS_*), the 2-D grid's width and the tables' identity rows */
+    int rope_table, rope_pos;
+    int32_t rope_grid_w, rope_identity;
 } spec;
+
+enum { ROPE_TAB_1D = 1, ROPE_TAB_2D, ROPE_TAB_RANDOM, ROPE_TAB_IDENTITY };
+enum { ROPE_POS_NONE, ROPE_POS_RANDOM, ROPE_POS_DECODE };
 
 static const int32_t k_dims[] = {1,   2,   3,   4,   5,   7,   8,   15,  16,  17,  31,
                                  32,  33,  48,  63,  64,  65,  80,  96,  100, 112, 127,
@@ -167,6 +188,42 @@ static void random_splits(uint64_t seed, int idx, uint64_t salt, spec *s) {
         s->p.num_splits = k_splits[ta_rng_int(&r, 0, (int32_t)(sizeof k_splits / 4) - 1)];
 }
 
+/* The rotary load stage of random problem idx (salt: SDPA or MTA), from its
+ * own stream as split-K's: with probability g_rope_pct (and D >= 2), either
+ * pair convention, all or some of D / 2 pairs, a table from ta_rope_table_1d
+ * (a random frequency scaling), ta_rope_table_2d (a grid wide enough for the
+ * longer side), random cos / sin values or identity rows; positions NULL
+ * (token t: row t), random rows for both sides, or decode-like (q at
+ * S_k - S_q + t, k NULL); a padded row stride and per-kv-head tables at
+ * random. The tables are built in run_problem (rope_tables). */
+static void random_rope(uint64_t seed, int idx, uint64_t salt, spec *s) {
+    ta_problem *p = &s->p;
+    const int32_t half_d = p->head_dim / 2;
+    const int32_t seq_max = p->seq_q > p->seq_k ? p->seq_q : p->seq_k;
+    int32_t rs;
+    ta_rng r;
+    ta_rng_seed(&r, seed ^ salt ^ (UINT64_C(0xd6e8feb86659fd93) * (uint64_t)(idx + 5)));
+    if (half_d < 1 || ta_rng_int(&r, 0, 99) >= g_rope_pct) return;
+    p->rope = ta_rng_int(&r, 0, 1) ? TA_ROPE_HALF : TA_ROPE_INTERLEAVED;
+    p->rope_pairs = ta_rng_int(&r, 0, 1) ? half_d : ta_rng_int(&r, 1, half_d);
+    s->rope_table = ta_rng_int(&r, ROPE_TAB_1D, ROPE_TAB_IDENTITY);
+    if (s->rope_table == ROPE_TAB_2D && (p->rope_pairs < 2 || p->rope_pairs % 2 != 0))
+        s->rope_table = ROPE_TAB_1D; /* 2-D tables need an even pair count */
+    s->rope_pos = ta_rng_int(&r, ROPE_POS_NONE, ROPE_POS_DECODE);
+    s->rope_identity = ta_rng_int(&r, 0, 2); /* CLS / register rows */
+    if (s->rope_table == ROPE_TAB_2D) {
+        const int32_t patches = seq_max > s->rope_identity ? seq_max - s->rope_identity : 1;
+        s->rope_grid_w = ta_rng_int(&r, 1, 32);
+        p->rope_rows =
+            s->rope_identity + (patches + s->rope_grid_w - 1) / s->rope_grid_w * s->rope_grid_w;
+    } else {
+        p->rope_rows = seq_max + ta_rng_int(&r, 0, 40);
+    }
+    p->rope_row_stride = ta_rng_int(&r, 0, 2) == 0 ? p->rope_pairs + ta_rng_int(&r, 1, 5) : 0;
+    rs = p->rope_row_stride ? p->rope_row_stride : p->rope_pairs;
+    p->rope_head_stride = ta_rng_int(&r, 0, 2) == 0 ? p->rope_rows * rs + ta_rng_int(&r, 0, 7) : 0;
+}
+
 /* Random problem number idx of the run (deterministic in seed and idx). */
 static void random_spec(uint64_t seed, int idx, spec *s) {
     ta_rng r;
@@ -205,6 +262,7 @@ static void random_spec(uint64_t seed, int idx, spec *s) {
     }
     snprintf(s->tag, sizeof s->tag, "random");
     random_splits(seed, idx, 0, s);
+    random_rope(seed, idx, 0, s);
 }
 
 /* An MTA tile size: 0 (the default), or one in [TA_BLOCK_MIN, TA_BLOCK_MAX]
@@ -272,6 +330,7 @@ static void random_mta_spec(uint64_t seed, int idx, spec *s) {
     }
     snprintf(s->tag, sizeof s->tag, "mta");
     random_splits(seed, idx, UINT64_C(0x5bd1e995), s);
+    random_rope(seed, idx, UINT64_C(0x5bd1e995), s);
 }
 
 /* A fixed problem: the tables below. */
@@ -398,6 +457,73 @@ static int special_splitk_specs(spec *out, int with_sdpa, int with_mta) {
     return n;
 }
 
+/* The rotary stage of a fixed problem: convention, pairs, table kind,
+ * positions, identity rows, the 2-D grid's width (its rows cover the longer
+ * side) and per-kv-head tables (a padded head stride). */
+static void spec_set_rope(spec *s, int32_t rope, int32_t pairs, int table, int pos,
+                          int32_t identity, int32_t grid_w, int per_head) {
+    ta_problem *p = &s->p;
+    const int32_t seq_max = p->seq_q > p->seq_k ? p->seq_q : p->seq_k;
+    p->rope = rope;
+    p->rope_pairs = pairs;
+    s->rope_table = table;
+    s->rope_pos = pos;
+    s->rope_identity = identity;
+    s->rope_grid_w = grid_w;
+    if (table == ROPE_TAB_2D) {
+        const int32_t patches = seq_max > identity ? seq_max - identity : 1;
+        p->rope_rows = identity + (patches + grid_w - 1) / grid_w * grid_w;
+    } else {
+        p->rope_rows = seq_max + 3;
+    }
+    p->rope_head_stride = per_head ? p->rope_rows * pairs + 1 : 0;
+}
+
+/* Fixed rotary problems: the ViT shape's geometry (197 tokens, a 14 x 14
+ * grid after a CLS row, interleaved, 2-D table), decode against 4k keys
+ * (half-split, Llama's base, positions), D = 256 with D_v = 64 (the dk/dv
+ * kernel's four dk slots in one group), D = 192 half-split, f32 with per-head
+ * tables and a window; MTA with Q tiles past 64 rows (the dq kernel's
+ * groups of whole row units) and a 2-D table. */
+static int special_rope_specs(spec *out, int with_sdpa, int with_mta) {
+    static const fixed_problem k_sdpa[] = {
+        {2, 6, 6, 197, 197, 64, 64, 0, 0, 0, 0, TA_BF16, 0, 0, 0.0f, "rope ViT 2-D"},
+        {2, 8, 2, 4, 4096, 128, 128, 0, 0, 0, 0, TA_F16, TA_CAUSAL, 1, 0.0f, "rope decode"},
+        {1, 2, 1, 130, 150, 256, 64, 0, 0, 0, 0, TA_BF16, TA_CAUSAL, 1, 0.0f, "rope D 256 D_v 64"},
+        {1, 3, 3, 100, 77, 192, 192, 0, 100, 0, 0, TA_F16, 0, 0, -0.3f, "rope D 192 half"},
+        {2, 4, 2, 300, 300, 40, 24, 0, 0, 0, 0, TA_F32, TA_CAUSAL | TA_WINDOW, 1, 0.0f,
+         "rope f32 window"},
+    };
+    static const fixed_problem k_mta[] = {
+        {1, 2, 1, 300, 300, 160, 64, 200, 0, 6, 11, TA_F32, TA_CAUSAL, 1, 0.0f, "rope MTA bq 200"},
+        {1, 2, 2, 260, 260, 128, 32, 256, 0, 3, 3, TA_BF16, TA_CAUSAL, 0, 0.0f, "rope MTA bq 256"},
+        {2, 2, 1, 197, 197, 64, 64, 0, 0, 6, 11, TA_F16, TA_CAUSAL, 0, 0.0f, "rope MTA 2-D"},
+    };
+    int n = 0;
+    if (with_sdpa) {
+        SPECS_FROM(k_sdpa, out);
+        spec_set_rope(&out[0], TA_ROPE_INTERLEAVED, 32, ROPE_TAB_2D, ROPE_POS_NONE, 1, 14, 0);
+        spec_set_rope(&out[1], TA_ROPE_HALF, 64, ROPE_TAB_1D, ROPE_POS_DECODE, 0, 0, 0);
+        spec_set_rope(&out[2], TA_ROPE_HALF, 128, ROPE_TAB_1D, ROPE_POS_RANDOM, 0, 0, 1);
+        spec_set_rope(&out[3], TA_ROPE_HALF, 90, ROPE_TAB_RANDOM, ROPE_POS_NONE, 0, 0, 1);
+        spec_set_rope(&out[4], TA_ROPE_INTERLEAVED, 17, ROPE_TAB_1D, ROPE_POS_RANDOM, 2, 0, 1);
+        out[4].p.window_left = 50;
+        out[4].p.window_right = 7;
+        out[4].strided = 1;
+        n += 5;
+    }
+    if (with_mta) {
+        SPECS_FROM(k_mta, out + n);
+        spec_set_rope(&out[n], TA_ROPE_HALF, 48, ROPE_TAB_1D, ROPE_POS_RANDOM, 0, 0, 1);
+        spec_set_rope(&out[n + 1], TA_ROPE_INTERLEAVED, 60, ROPE_TAB_RANDOM, ROPE_POS_DECODE, 0, 0,
+                      0);
+        spec_set_rope(&out[n + 2], TA_ROPE_INTERLEAVED, 32, ROPE_TAB_2D, ROPE_POS_NONE, 1, 14, 1);
+        out[n + 2].strided = 1;
+        n += 3;
+    }
+    return n;
+}
+
 /* Large and special problems, first in the schedule (the REF side is slow). */
 static int special_specs(spec *out) {
     static const fixed_problem k[] = {
@@ -449,6 +575,13 @@ static int quick_specs(spec *out) {
     out[10].p.num_splits = TA_SPLITS_AUTO; /* (1 here: too few keys) */
     out[14].p.num_splits = 2;
     out[16].p.num_splits = 1000;
+    /* the rotary stage: SDPA f16 / bf16 / f32 (split-K, window), MTA bf16 / f16 */
+    spec_set_rope(&out[1], TA_ROPE_INTERLEAVED, 32, ROPE_TAB_1D, ROPE_POS_RANDOM, 1, 0, 1);
+    spec_set_rope(&out[2], TA_ROPE_HALF, 40, ROPE_TAB_2D, ROPE_POS_NONE, 1, 8, 0);
+    spec_set_rope(&out[7], TA_ROPE_HALF, 16, ROPE_TAB_RANDOM, ROPE_POS_DECODE, 0, 0, 0);
+    spec_set_rope(&out[14], TA_ROPE_INTERLEAVED, 20, ROPE_TAB_IDENTITY, ROPE_POS_NONE, 0, 0, 0);
+    spec_set_rope(&out[11], TA_ROPE_HALF, 32, ROPE_TAB_1D, ROPE_POS_NONE, 0, 0, 1);
+    spec_set_rope(&out[16], TA_ROPE_INTERLEAVED, 16, ROPE_TAB_2D, ROPE_POS_RANDOM, 2, 5, 1);
     return n;
 }
 
@@ -458,13 +591,16 @@ static void describe(const spec *s, int idx, char *buf, size_t n) {
     snprintf(buf, n,
              "#%d [%s] B=%d H=%d H_kv=%d S_q=%d S_k=%d D=%d D_v=%d %s %s window=%s(%d,%d) "
              "conv=%dx%d seqlens=%d bq=%d bk=%d scale=%g stream=%d strided=%d range=%g "
-             "num_splits=%d",
+             "num_splits=%d rope=%d pairs=%d rows=%d row_stride=%d head_stride=%d table=%d "
+             "pos=%d",
              idx, s->tag, (int)p->batch, (int)p->heads_q, (int)p->heads_kv, (int)p->seq_q,
              (int)p->seq_k, (int)p->head_dim, (int)p->head_dim_v, dt[p->dtype],
              (p->flags & TA_CAUSAL) ? "causal" : "full", (p->flags & TA_WINDOW) ? "on" : "off",
              (int)p->window_left, (int)p->window_right, (int)p->conv_q, (int)p->conv_k,
              s->seqlens_mode, (int)p->block_q, (int)p->block_k, (double)p->scale, s->use_stream,
-             s->strided, (double)s->hi, (int)p->num_splits);
+             s->strided, (double)s->hi, (int)p->num_splits, (int)p->rope, (int)p->rope_pairs,
+             (int)p->rope_rows, (int)p->rope_row_stride, (int)p->rope_head_stride, s->rope_table,
+             s->rope_pos);
 }
 
 /* ---- One problem ---- */
@@ -551,12 +687,147 @@ static int check_output(const char *what, const char *desc, const void *ref, con
     return same_bytes(what, desc, ref, got, n, eb) && bad == 0;
 }
 
+/* ---- The rotary load stage's tables and positions ---- */
+
+/* Host tables and positions of a problem with p.rope (or device copies). */
+typedef struct rope_bufs {
+    float *cos, *sin;       /* [tables][rope_rows][row_stride]; gaps hold NaN */
+    int32_t *pos_q, *pos_k; /* [B, S_q], [B, S_k] or NULL */
+    size_t n_tab;           /* floats of each table array */
+} rope_bufs;
+
+/* The tables of kv head g's slice (tables: one per kv head with a head
+ * stride), by s->rope_table; the builders must accept their configuration. */
+static void rope_fill_table(const spec *s, ta_rng *r, int32_t g, float *c, float *sn,
+                            const char *desc) {
+    const ta_problem *p = &s->p;
+    const int32_t rs = p->rope_row_stride ? p->rope_row_stride : p->rope_pairs;
+    int32_t t, i;
+    ta_status st = TA_OK;
+    if (s->rope_table == ROPE_TAB_1D) {
+        static const double bases[] = {0.0, 100.0, 10000.0, 500000.0};
+        ta_rope_1d cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.n_pairs = p->rope_pairs;
+        cfg.rows = p->rope_rows;
+        cfg.row_stride = p->rope_row_stride;
+        cfg.identity_rows = s->rope_identity < p->rope_rows ? s->rope_identity : p->rope_rows;
+        cfg.base = bases[ta_rng_int(r, 0, 3)] * (double)(g + 1);
+        cfg.pos_scale = ta_rng_int(r, 0, 3) == 0 ? 0.5 : 0.0;
+        cfg.pos_offset = ta_rng_int(r, 0, 3) == 0 ? (double)ta_rng_int(r, -5, 100) : (double)g;
+        cfg.scaling = ta_rng_int(r, TA_ROPE_SCALE_NONE, TA_ROPE_SCALE_YARN);
+        if (cfg.scaling == TA_ROPE_SCALE_NTK && cfg.n_pairs < 2) cfg.scaling = TA_ROPE_SCALE_NONE;
+        cfg.factor = cfg.scaling != TA_ROPE_SCALE_NONE ? (double)ta_rng_int(r, 1, 8) : 0.0;
+        cfg.orig_max_pos = ta_rng_int(r, 16, 4096);
+        st = ta_rope_table_1d(&cfg, c, sn);
+    } else if (s->rope_table == ROPE_TAB_2D) {
+        ta_rope_2d cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.n_pairs = p->rope_pairs;
+        cfg.grid_w = s->rope_grid_w;
+        cfg.grid_h = (p->rope_rows - s->rope_identity) / s->rope_grid_w;
+        cfg.row_stride = p->rope_row_stride;
+        cfg.identity_rows = s->rope_identity;
+        cfg.y_first = ta_rng_int(r, 0, 1);
+        cfg.base = ta_rng_int(r, 0, 1) ? 0.0 : 10000.0 + 10.0 * g;
+        cfg.scale_h = cfg.scale_w = ta_rng_int(r, 0, 2) == 0 ? 0.75 : 0.0;
+        st = ta_rope_table_2d(&cfg, c, sn);
+    } else {
+        for (t = 0; t < p->rope_rows; ++t)
+            for (i = 0; i < p->rope_pairs; ++i) {
+                const size_t at = (size_t)t * (size_t)rs + (size_t)i;
+                const int id = s->rope_table == ROPE_TAB_IDENTITY;
+                c[at] = id ? 1.0f : ta_rng_uniform(r, -1.5f, 1.5f);
+                sn[at] = id ? 0.0f : ta_rng_uniform(r, -1.5f, 1.5f);
+            }
+    }
+    if (st != TA_OK) FAIL("%s: rope table %d: %s", desc, s->rope_table, ta_status_string(st));
+}
+
+/* Host tables and positions of s (p.rope != 0) from r. */
+static void rope_make(const spec *s, ta_rng *r, rope_bufs *h, const char *desc) {
+    const ta_problem *p = &s->p;
+    const int32_t rs = p->rope_row_stride ? p->rope_row_stride : p->rope_pairs;
+    const int32_t tables = p->rope_head_stride ? p->heads_kv : 1;
+    const size_t nq = (size_t)p->batch * (size_t)p->seq_q, nk = (size_t)p->batch * (size_t)p->seq_k;
+    int32_t g;
+    size_t i;
+    memset(h, 0, sizeof *h);
+    h->n_tab =
+        (size_t)(tables - 1) * (size_t)p->rope_head_stride + (size_t)p->rope_rows * (size_t)rs;
+    h->cos = (float *)malloc(h->n_tab * sizeof(float));
+    h->sin = (float *)malloc(h->n_tab * sizeof(float));
+    if (!h->cos || !h->sin) {
+        fprintf(stderr, "out of host memory\n");
+        exit(1);
+    }
+    memset(h->cos, 0xFF, h->n_tab * sizeof(float)); /* NaN: entries no kernel may read */
+    memset(h->sin, 0xFF, h->n_tab * sizeof(float));
+    for (g = 0; g < tables; ++g)
+        rope_fill_table(s, r, g, h->cos + (size_t)g * (size_t)p->rope_head_stride,
+                        h->sin + (size_t)g * (size_t)p->rope_head_stride, desc);
+    if (s->rope_pos == ROPE_POS_NONE) return;
+    h->pos_q = (int32_t *)malloc(nq * sizeof(int32_t));
+    if (s->rope_pos == ROPE_POS_RANDOM) h->pos_k = (int32_t *)malloc(nk * sizeof(int32_t));
+    if (!h->pos_q || (s->rope_pos == ROPE_POS_RANDOM && !h->pos_k)) {
+        fprintf(stderr, "out of host memory\n");
+        exit(1);
+    }
+    for (i = 0; i < nq; ++i) {
+        const int32_t t = (int32_t)(i % (size_t)p->seq_q), at = p->seq_k - p->seq_q + t;
+        h->pos_q[i] = s->rope_pos == ROPE_POS_RANDOM ? ta_rng_int(r, 0, p->rope_rows - 1)
+                      : at < 0                       ? 0
+                      : at >= p->rope_rows           ? p->rope_rows - 1
+                                                     : at;
+    }
+    for (i = 0; h->pos_k && i < nk; ++i)
+        h->pos_k[i] = ta_rng_int(r, 0, p->rope_rows - 1);
+}
+
+/* Device copies of h's arrays (NULL stays NULL). */
+static void rope_upload(const rope_bufs *h, const ta_problem *p, rope_bufs *d) {
+    const size_t nq = (size_t)p->batch * (size_t)p->seq_q, nk = (size_t)p->batch * (size_t)p->seq_k;
+    memset(d, 0, sizeof *d);
+    d->n_tab = h->n_tab;
+    d->cos = (float *)dev_alloc(h->n_tab * sizeof(float));
+    d->sin = (float *)dev_alloc(h->n_tab * sizeof(float));
+    CUDA_OK(cudaMemcpy(d->cos, h->cos, h->n_tab * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d->sin, h->sin, h->n_tab * sizeof(float), cudaMemcpyHostToDevice));
+    if (h->pos_q) {
+        d->pos_q = (int32_t *)dev_alloc(nq * sizeof(int32_t));
+        CUDA_OK(cudaMemcpy(d->pos_q, h->pos_q, nq * sizeof(int32_t), cudaMemcpyHostToDevice));
+    }
+    if (h->pos_k) {
+        d->pos_k = (int32_t *)dev_alloc(nk * sizeof(int32_t));
+        CUDA_OK(cudaMemcpy(d->pos_k, h->pos_k, nk * sizeof(int32_t), cudaMemcpyHostToDevice));
+    }
+}
+
+static ta_rope_args rope_args_of(const rope_bufs *b) {
+    const ta_rope_args a = {b->cos, b->sin, b->pos_q, b->pos_k};
+    return a;
+}
+
+static void rope_free(rope_bufs *b, int dev) {
+    void *x[4];
+    int i;
+    x[0] = b->cos;
+    x[1] = b->sin;
+    x[2] = b->pos_q;
+    x[3] = b->pos_k;
+    for (i = 0; i < 4; ++i) {
+        if (dev && x[i]) CUDA_OK(cudaFree(x[i]));
+        if (!dev) free(x[i]);
+    }
+    memset(b, 0, sizeof *b);
+}
+
 /* Runs problem s; returns 1 if every check passed. */
 static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t thread_stream) {
     const ta_problem *p = &s->p;
     const sizes z = sizes_of(p);
     const cudaStream_t st = s->use_stream ? thread_stream : (cudaStream_t)0;
-    char desc[400];
+    char desc[520];
     int32_t *seqlens = NULL;
     void *q, *k, *v, *d_o, *o_ref, *dq_ref, *dk_ref, *dv_ref, *ws_host, *got, *stage = NULL;
     float *lse_ref, *lse_got, *w = NULL, *dw_ref = NULL, *dw_got = NULL;
@@ -564,6 +835,7 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
     size_t max_extent = 0;
     ta_test_layout lay[X_COUNT];
     dev_bufs d;
+    rope_bufs rope_h, rope_d; /* the rotary stage's (p.rope != 0), host and device */
     ta_fwd_args fa;
     ta_bwd_args ba;
     ta_rng r;
@@ -622,6 +894,14 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
         }
     }
 
+    memset(&rope_h, 0, sizeof rope_h);
+    memset(&rope_d, 0, sizeof rope_d);
+    if (p->rope != TA_ROPE_NONE) { /* from its own stream: the draws above stay the seed's */
+        ta_rng rr;
+        ta_rng_seed(&rr, seed ^ (UINT64_C(0x726f7065) * (uint64_t)(idx + 9)));
+        rope_make(s, &rr, &rope_h, desc);
+    }
+
     /* REF */
     memset(&fa, 0, sizeof fa);
     memset(&ba, 0, sizeof ba);
@@ -639,6 +919,7 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
     fa.conv_w = w;
     fa.o = o_ref;
     fa.lse = lse_ref;
+    fa.rope = rope_args_of(&rope_h);
     stt = ta_fwd(p, TA_BACKEND_REF, &fa, ws_host, fwd_ref_bytes, NULL);
     if (stt != TA_OK) FAIL("%s: REF fwd: %s", desc, ta_status_string(stt));
     ba.q = q;
@@ -653,6 +934,7 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
     ba.dv = dv_ref;
     ba.conv_w = w;
     ba.dconv_w = dw_ref;
+    ba.rope = rope_args_of(&rope_h);
     if (stt == TA_OK) stt = ta_bwd(p, TA_BACKEND_REF, &ba, ws_host, bwd_ref_bytes, NULL);
     if (stt != TA_OK) FAIL("%s: REF bwd: %s", desc, ta_status_string(stt));
     ta_test_free(ws_host);
@@ -710,6 +992,7 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
         upload(d.d_o, d_o, &lay[X_DO], z.eb, stage);
         upload(d.o_in, o_ref, &lay[X_O], z.eb, stage);
         CUDA_OK(cudaMemcpy(d.lse_in, lse_ref, z.lse * sizeof(float), cudaMemcpyHostToDevice));
+        if (p->rope != TA_ROPE_NONE) rope_upload(&rope_h, p, &rope_d);
 
         /* two runs with different poison; each must equal REF (so also each other) */
         for (run = 0; run < 2 && ok; ++run) {
@@ -727,6 +1010,7 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
                 fa.k_strides = lay[X_K].arg;
                 fa.v_strides = lay[X_V].arg;
                 fa.o_strides = lay[X_O].arg;
+                fa.rope = rope_args_of(&rope_d);
                 CUDA_OK(cudaMemsetAsync(d.o, poison, lay[X_O].extent * z.eb, st));
                 CUDA_OK(cudaMemsetAsync(d.lse, poison, z.lse * sizeof(float), st));
                 if (d.ws) CUDA_OK(cudaMemsetAsync(d.ws, poison ^ 0x5A, ws_bytes, st));
@@ -776,6 +1060,7 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
             ba.dq_strides = lay[X_DQ].arg;
             ba.dk_strides = lay[X_DK].arg;
             ba.dv_strides = lay[X_DV].arg;
+            ba.rope = rope_args_of(&rope_d);
             if (d.dw) CUDA_OK(cudaMemsetAsync(d.dw, poison, z.w * sizeof(float), st));
             CUDA_OK(cudaMemsetAsync(d.dq, poison, lay[X_DQ].extent * z.eb, st));
             CUDA_OK(cudaMemsetAsync(d.dk, poison, lay[X_DK].extent * z.eb, st));
@@ -814,7 +1099,9 @@ static int run_problem(const spec *s, int idx, uint64_t seed, cudaStream_t threa
         CUDA_OK(cudaFree(d.lse_in));
         if (d.w) CUDA_OK(cudaFree(d.w));
         if (d.dw) CUDA_OK(cudaFree(d.dw));
+        rope_free(&rope_d, 1);
     }
+    rope_free(&rope_h, 0);
     if (stage) {
         int x;
         for (x = 0; x < X_COUNT; ++x)
@@ -1042,6 +1329,43 @@ static void bad_input_cases(ta_rng *r) {
         EXPECT("bwd workspace in pageable host memory", TA_ERR_BAD_ARG,
                ta_bwd(&c.p, TA_BACKEND_CUDA, &ba, ws_host, c.bwd_bytes, NULL));
         ta_test_free(ws_host);
+    }
+    /* the rotary stage on the exact kernels: the same workspace; its tables must
+     * be device memory too (pageable: TA_ERR_BAD_ARG, outputs untouched) */
+    {
+        float host_tab[23 * 4]; /* rope_rows = S_k = 23, 4 pairs (D = 8) */
+        float *dev_tab = (float *)dev_alloc(sizeof host_tab);
+        size_t i;
+        for (i = 0; i < sizeof host_tab / sizeof host_tab[0]; ++i)
+            host_tab[i] = ta_rng_uniform(r, -1.0f, 1.0f);
+        CUDA_OK(cudaMemcpy(dev_tab, host_tab, sizeof host_tab, cudaMemcpyHostToDevice));
+        pc = c.p;
+        pc.rope = TA_ROPE_INTERLEAVED;
+        pc.rope_pairs = 4;
+        pc.rope_rows = 23;
+        EXPECT("rope fwd size query", TA_OK, ta_fwd_workspace_size(&pc, TA_BACKEND_CUDA, &bytes));
+        if (bytes != c.fwd_bytes)
+            FAIL("rope fwd workspace %zu bytes, expected %zu", bytes, c.fwd_bytes);
+        EXPECT("rope bwd size query", TA_OK, ta_bwd_workspace_size(&pc, TA_BACKEND_CUDA, &bytes));
+        if (bytes != c.bwd_bytes)
+            FAIL("rope bwd workspace %zu bytes, expected %zu", bytes, c.bwd_bytes);
+        fa = c.fa;
+        fa.rope.cos = host_tab;
+        fa.rope.sin = dev_tab;
+        EXPECT("rope fwd cos in pageable host memory", TA_ERR_BAD_ARG,
+               ta_fwd(&pc, TA_BACKEND_CUDA, &fa, NULL, 0, NULL));
+        fa.rope.cos = dev_tab;
+        EXPECT("rope fwd, device tables", TA_OK, ta_fwd(&pc, TA_BACKEND_CUDA, &fa, NULL, 0, NULL));
+        ba = c.ba;
+        ba.rope.cos = dev_tab;
+        ba.rope.sin = host_tab;
+        EXPECT("rope bwd sin in pageable host memory", TA_ERR_BAD_ARG,
+               ta_bwd(&pc, TA_BACKEND_CUDA, &ba, c.d.ws, c.bwd_bytes, NULL));
+        ba.rope.sin = dev_tab;
+        EXPECT("rope bwd, device tables", TA_OK,
+               ta_bwd(&pc, TA_BACKEND_CUDA, &ba, c.d.ws, c.bwd_bytes, NULL));
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaFree(dev_tab));
     }
     /* workspace */
     EXPECT("bwd workspace one byte short", TA_ERR_WORKSPACE_SIZE,
@@ -1425,7 +1749,8 @@ static void print_coverage(const spec *specs, int n) {
     int d_big = 0, d_ne = 0, bk_set = 0, bk_odd = 0, bq_set = 0, scale_set = 0, scale_neg = 0;
     int stream = 0, fast = 0, big_s = 0, mta = 0, c611 = 0, c_max = 0, c_1x1 = 0, c_other = 0;
     int win = 0, win_mta = 0, win_left = 0, win_right = 0, win_causal = 0, strided = 0;
-    int strided_mta = 0, splits = 0, splits_mta = 0;
+    int strided_mta = 0, splits = 0, splits_mta = 0, rope = 0, rope_mta = 0, rope_half = 0;
+    int rope_tab[5] = {0, 0, 0, 0, 0}, rope_pos = 0, rope_heads = 0;
     int32_t max_sq = 0, max_sk = 0;
     for (i = 0; i < n; ++i) {
         const ta_problem *p = &specs[i].p;
@@ -1450,6 +1775,14 @@ static void print_coverage(const spec *specs, int n) {
         strided_mta += specs[i].strided && p->conv_q;
         splits += p->num_splits != 0 && p->num_splits != 1;
         splits_mta += p->num_splits != 0 && p->num_splits != 1 && p->conv_q;
+        if (p->rope != TA_ROPE_NONE) {
+            ++rope;
+            rope_mta += p->conv_q != 0;
+            rope_half += p->rope == TA_ROPE_HALF;
+            rope_tab[specs[i].rope_table]++;
+            rope_pos += specs[i].rope_pos != ROPE_POS_NONE;
+            rope_heads += p->rope_head_stride != 0;
+        }
         if (p->flags & TA_WINDOW) {
             ++win;
             win_mta += p->conv_q != 0;
@@ -1473,11 +1806,14 @@ static void print_coverage(const spec *specs, int n) {
            "scale set %d (negative %d); created stream %d; TA_PRECISION_FAST %d; MTA %d (6x11 "
            "%d, 1x1 %d, c_q = 16 or c_k = 31 %d, not 6x11 or 3x3 %d); window %d (MTA %d; "
            "left bound %d, right bound %d, with TA_CAUSAL %d); strided %d (MTA %d); split-K %d "
-           "(MTA %d)\n",
+           "(MTA %d); rope %d (MTA %d, half-split %d; tables 1-D %d, 2-D %d, random %d, "
+           "identity %d; positions %d; per-head %d)\n",
            n, dt[0], dt[1], dt[2], causal, seql, gqa, neq, s1, big_s, (int)max_sq, (int)max_sk,
            d_small, d_big, d_ne, bk_set, bk_odd, bq_set, scale_set, scale_neg, stream, fast, mta,
            c611, c_1x1, c_max, c_other, win, win_mta, win_left, win_right, win_causal, strided,
-           strided_mta, splits, splits_mta);
+           strided_mta, splits, splits_mta, rope, rope_mta, rope_half, rope_tab[ROPE_TAB_1D],
+           rope_tab[ROPE_TAB_2D], rope_tab[ROPE_TAB_RANDOM], rope_tab[ROPE_TAB_IDENTITY], rope_pos,
+           rope_heads);
 }
 
 /* ---- main ---- */
@@ -1603,10 +1939,12 @@ int main(int argc, char **argv) {
             g_strided_pct = 100;
         else if (strcmp(argv[i], "--splits") == 0)
             g_splits_pct = 100;
+        else if (strcmp(argv[i], "--rope") == 0)
+            g_rope_pct = 100;
         else {
             fprintf(stderr, "usage: test_cuda_equiv [--quick] [--problem N] [--count N] "
                             "[--count-mta N] [--mta | --sdpa] [--fwd-only | --bwd-only] "
-                            "[--window] [--strided] [--splits]\n");
+                            "[--window] [--strided] [--splits] [--rope]\n");
             return 2;
         }
     }
@@ -1634,6 +1972,7 @@ int main(int argc, char **argv) {
         if (want_sdpa) n_specs += special_specs(specs + n_specs);
         n_specs += special_window_specs(specs + n_specs, want_sdpa, want_mta);
         n_specs += special_splitk_specs(specs + n_specs, want_sdpa, want_mta);
+        n_specs += special_rope_specs(specs + n_specs, want_sdpa, want_mta);
         for (i = 0; want_mta && i < count_mta; ++i)
             random_mta_spec(seed, i, &specs[n_specs++]);
         for (i = 0; want_sdpa && i < count; ++i)

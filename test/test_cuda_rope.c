@@ -22,8 +22,10 @@
  *   3. identity tables (cos = 1, sin = 0): o, lse, dq, dk, dv bit for bit the
  *      un-rotated call's on the same q, k.
  * Plus: the workspace holds the turned copies (|q| + |k| more bytes); the
- * refusals of the size queries (exact path, f32, rope_pairs that do not fill
- * 16-byte chunks) need no device. Outputs are poisoned (NaN bytes) first.
+ * size queries need no device: the fast path refuses rope_pairs that do not
+ * fill 16-byte chunks and split-K, the exact kernels (also f32 and the MTA
+ * conv in fast mode) accept any (test_cuda_equiv compares them bitwise with
+ * REF). Outputs are poisoned (NaN bytes) first.
  *
  *   test_cuda_rope [--count N]     TA_SEED replays a run.
  * Without a CUDA device: "no CUDA device: skipped", exit 77.
@@ -476,13 +478,30 @@ static void check_size_refusals(void) {
              "fast with split-K: refused");
     p.num_splits = 0;
     p.seq_q = p.seq_k = p.rope_rows = 64;
+    /* the exact kernels turn q and k as they load them: any pair count, every
+     * dtype, SDPA and MTA, split-K (test_cuda_equiv compares them with REF) */
     p.precision = TA_PRECISION_EXACT;
-    TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
-             "exact CUDA kernels have no rotary stage yet");
-    p.precision = TA_PRECISION_FAST;
+    p.rope_pairs = 61;
+    p.num_splits = 3;
+    TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_OK &&
+                 ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_OK,
+             "exact CUDA kernels: the rotary stage with 61 pairs and split-K");
+    p.num_splits = 0;
+    p.conv_q = 3;
+    p.conv_k = 3;
+    p.flags = TA_CAUSAL;
+    TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_OK &&
+                 ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_OK,
+             "exact CUDA kernels: the rotary stage with the MTA conv");
+    p.precision = TA_PRECISION_FAST; /* the MTA conv runs the exact kernels in fast mode too */
+    TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_OK,
+             "fast mode, MTA: the exact kernels' rotary stage");
+    p.conv_q = p.conv_k = 0;
+    p.flags = 0;
     p.dtype = TA_F32;
-    TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
-             "f32 runs the exact kernels");
+    TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_OK &&
+                 ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_OK,
+             "fast mode, f32: the exact kernels' rotary stage");
 }
 
 int main(int argc, char **argv) {

@@ -661,7 +661,6 @@ static void check_bad_input(ta_rng *r) {
     rcase c;
     ta_problem p;
     ta_rope_args ra;
-    size_t bytes;
     rout over;
     while (!make_case(r, &c, 0) || c.p.heads_kv < 2)
         if (c.q) free_case(&c);
@@ -737,13 +736,23 @@ static void check_bad_input(ta_rng *r) {
         ta_test_free(big);
     }
     free_out(&over);
-    /* CUDA refuses the stage (with or without the CUDA component) */
+    /* CUDA's exact kernels take the stage with the workspace of the problem
+     * without it (the size queries need no device nor the CUDA component) */
     {
-        const ta_status st = ta_fwd_workspace_size(&c.p, TA_BACKEND_CUDA, &bytes);
-        TA_CHECK(st == TA_ERR_UNSUPPORTED || st == TA_ERR_BACKEND_UNAVAILABLE,
-                 "CUDA size query with rope: %s", ta_status_string(st));
-        TA_CHECK(ta_bwd_workspace_size(&c.p, TA_BACKEND_CUDA, &bytes) == st,
-                 "CUDA bwd size query with rope differs");
+        ta_problem plain = c.p;
+        size_t with_f = 1, with_b = 1, without_f = 0, without_b = 0;
+        ta_status st;
+        plain.rope = TA_ROPE_NONE;
+        plain.rope_pairs = plain.rope_rows = plain.rope_row_stride = plain.rope_head_stride = 0;
+        st = ta_fwd_workspace_size(&c.p, TA_BACKEND_CUDA, &with_f);
+        TA_CHECK(st == TA_OK, "CUDA size query with rope: %s", ta_status_string(st));
+        TA_CHECK(ta_bwd_workspace_size(&c.p, TA_BACKEND_CUDA, &with_b) == TA_OK &&
+                     ta_fwd_workspace_size(&plain, TA_BACKEND_CUDA, &without_f) == TA_OK &&
+                     ta_bwd_workspace_size(&plain, TA_BACKEND_CUDA, &without_b) == TA_OK,
+                 "CUDA size queries with and without rope");
+        TA_CHECK(with_f == without_f && with_b == without_b,
+                 "CUDA exact workspace with rope %zu / %zu bytes, without %zu / %zu", with_f, with_b,
+                 without_f, without_b);
         ++n_bad;
     }
     free_case(&c);
