@@ -62,6 +62,8 @@ int ta_cuda_supports(const ta_plan *plan) {
     if (plan->stages.load != TA_LOAD_NONE && !(ta_cuda_fast_path(plan) && ta_cuda_fast_rope_ok(plan)))
         return 0;
     if (plan->p.kv_page_size > 0) return 0; /* paged KV: REF and CPU for now */
+    /* latent attention's band and fused projections: REF only for now */
+    if (plan->stages.score == TA_SCORE_RBAND || plan->p.latent_dim > 0) return 0;
     if (ta_cuda_fast_path(plan)) return ta_cuda_fast_table_has(plan);
     return 1;
 }

@@ -85,6 +85,23 @@ static ta_status ta_check_bwd_problem(const ta_plan *pl, ta_diag *d) {
         return ta_fail_value(d, TA_ERR_UNSUPPORTED, "kv_page_size", pl->p.kv_page_size,
                              "the backward has no paged KV cache yet (forward only; "
                              "must be 0 for ta_bwd)");
+    if (pl->stages.score == TA_SCORE_RBAND && pl->p.seq_q != pl->p.seq_k) {
+        ta_fail_pair(d, TA_ERR_UNSUPPORTED, "seq_q", "with TA_RBAND: the backward needs it equal to",
+                     "seq_k");
+        d->value = pl->p.seq_q;
+        d->other_value = pl->p.seq_k;
+        d->flags = TA_DIAG_VALUE | TA_DIAG_OTHER_VALUE;
+        return TA_ERR_UNSUPPORTED;
+    }
+    return TA_OK;
+}
+
+/* The band has no key lengths yet: the transposed score S_ji reads the key at
+ * the query's position, which seqlens_k could mask (docs/api.md). */
+static ta_status ta_check_rband_seqlens(const ta_plan *pl, const int32_t *seqlens_k, ta_diag *d) {
+    if (pl->stages.score == TA_SCORE_RBAND && seqlens_k)
+        return ta_fail(d, TA_ERR_UNSUPPORTED, "args.seqlens_k",
+                       "must be NULL with TA_RBAND (no key lengths with the band yet)");
     return TA_OK;
 }
 
@@ -174,6 +191,7 @@ static ta_status ta_fwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend
     size_t tr_bytes;
     ta_status st;
     if ((st = ta_check_required(req, names, 7, d)) != TA_OK) return st;
+    if ((st = ta_check_rband_seqlens(pl, a->seqlens_k, d)) != TA_OK) return st;
     pl->block_table = pl->p.kv_page_size > 0 ? a->block_table : NULL;
     if ((st = ta_plan_set_rope(pl, &a->rope, d)) != TA_OK) return st;
     if ((st = ta_check_trace(be, a->trace, &tr_bytes, d)) != TA_OK) return st;
@@ -307,7 +325,9 @@ static ta_status ta_bwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend
                                    size_t ws_needed, ta_diag *d) {
     static const char *const names[] = {"args.q",   "args.k",      "args.v",      "args.o",
                                         "args.d_o", "args.lse",    "args.dq",     "args.dk",
-                                        "args.dv",  "args.conv_w", "args.dconv_w"};
+                                        "args.dv",  "args.conv_w", "args.dconv_w",
+                                        "args.d_alpha"};
+    const int rband = pl->stages.score == TA_SCORE_RBAND;
     const void *const req[] = {a->q,
                                a->k,
                                a->v,
@@ -318,11 +338,13 @@ static ta_status ta_bwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend
                                a->dk,
                                a->dv,
                                pl->has_conv ? (const void *)a->conv_w : (const void *)a,
-                               pl->has_conv ? (const void *)a->dconv_w : (const void *)a};
+                               pl->has_conv ? (const void *)a->dconv_w : (const void *)a,
+                               rband ? (const void *)a->d_alpha : (const void *)a};
     const size_t eb = pl->elem_bytes;
     size_t tr_bytes;
     ta_status st;
-    if ((st = ta_check_required(req, names, 11, d)) != TA_OK) return st;
+    if ((st = ta_check_required(req, names, 12, d)) != TA_OK) return st;
+    if ((st = ta_check_rband_seqlens(pl, a->seqlens_k, d)) != TA_OK) return st;
     if ((st = ta_plan_set_rope(pl, &a->rope, d)) != TA_OK) return st;
     if ((st = ta_check_trace(be, a->trace, &tr_bytes, d)) != TA_OK) return st;
     {
@@ -341,9 +363,10 @@ static ta_status ta_bwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend
             {a->dk, ex->dk, eb, "args.dk"},
             {a->dv, ex->dv, eb, "args.dv"},
             TA_BUF(pl->has_conv ? a->dconv_w : NULL, pl->n_conv, sizeof(float), "args.dconv_w"),
+            TA_BUF(rband ? a->d_alpha : NULL, 1, sizeof(float), "args.d_alpha"),
             TA_TRACE_BUFS(a->trace, tr_bytes),
             {ws, ws_needed, 1, "workspace"}};
-        if ((st = ta_check_buffers(in, 12, out, 7, d)) != TA_OK) return st;
+        if ((st = ta_check_buffers(in, 12, out, 8, d)) != TA_OK) return st;
     }
     return ta_check_workspace(ws, ws_bytes, ws_needed, d);
 }

@@ -52,7 +52,7 @@ static ta_status ta_check_enums(const ta_problem *p, ta_diag *d) {
                              "not TA_PRECISION_EXACT (0) or TA_PRECISION_FAST (1)");
     if ((p->flags & ~(uint32_t)TA_FLAGS_ALL) != 0)
         return ta_fail_value(d, TA_ERR_BAD_ARG, "flags", (int64_t)p->flags,
-                             "unknown bits (known: TA_CAUSAL | TA_WINDOW = 3)");
+                             "unknown bits (known: TA_CAUSAL | TA_WINDOW | TA_RBAND = 7)");
     if (isnan(p->scale)) return ta_fail(d, TA_ERR_BAD_ARG, "scale", "is NaN; must be finite");
     if (isinf(p->scale)) return ta_fail(d, TA_ERR_BAD_ARG, "scale", "is infinite; must be finite");
     /* window sizes without the flag: a caller mistake */
@@ -98,6 +98,68 @@ static ta_status ta_check_rope(const ta_problem *p, ta_diag *d) {
         return ta_fail_bounds(d, TA_ERR_BAD_ARG, "rope_head_stride", p->rope_head_stride,
                               TA_DIAG_LO, 0, 0);
     return TA_OK;
+}
+
+/* The operations the band does not combine with yet (TA_ERR_UNSUPPORTED). */
+static ta_status ta_check_rband_combo(const ta_problem *p, ta_diag *d) {
+    static const char *const rule = "not with TA_RBAND yet (must be 0 with the band)";
+    if (p->conv_q != 0) return ta_fail_value(d, TA_ERR_UNSUPPORTED, "conv_q", p->conv_q, rule);
+    if (p->flags & TA_WINDOW)
+        return ta_fail_value(d, TA_ERR_UNSUPPORTED, "flags", (int64_t)p->flags,
+                             "TA_WINDOW not with TA_RBAND yet");
+    if (p->rope != TA_ROPE_NONE) return ta_fail_value(d, TA_ERR_UNSUPPORTED, "rope", p->rope, rule);
+    if (p->kv_page_size != 0)
+        return ta_fail_value(d, TA_ERR_UNSUPPORTED, "kv_page_size", p->kv_page_size, rule);
+    if (p->num_splits > 1 || p->num_splits == TA_SPLITS_AUTO)
+        return ta_fail_value(d, TA_ERR_UNSUPPORTED, "num_splits", p->num_splits,
+                             "split-K not with TA_RBAND yet (0 or 1)");
+    return TA_OK;
+}
+
+/* Latent attention's fields (docs/api.md, "Latent attention and the reciprocal
+ * band"): latent_dim in range; rband_alpha and rband_width zero without
+ * TA_RBAND; with it a finite alpha, W >= 0, the causal mask, seq_q <= seq_k and
+ * exactly the history rows the band reads, min(seq_k - seq_q, W). */
+static ta_status ta_check_rband(const ta_problem *p, ta_diag *d) {
+    int64_t need;
+    if (p->latent_dim < 0)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "latent_dim", p->latent_dim, TA_DIAG_LO, 0, 0);
+    if (p->latent_dim > TA_HEAD_DIM_MAX)
+        return ta_fail_bounds(d, TA_ERR_UNSUPPORTED, "latent_dim", p->latent_dim,
+                              TA_DIAG_LO | TA_DIAG_HI, 0, TA_HEAD_DIM_MAX);
+    if (!(p->flags & TA_RBAND)) {
+        if (p->rband_alpha != 0.0f) /* NaN too */
+            return ta_fail(d, TA_ERR_BAD_ARG, "rband_alpha",
+                           "set without TA_RBAND in flags (must then be 0)");
+        if (p->rband_width != 0)
+            return ta_fail_value(d, TA_ERR_BAD_ARG, "rband_width", p->rband_width,
+                                 "set without TA_RBAND in flags (must then be 0)");
+        return TA_OK;
+    }
+    if (isnan(p->rband_alpha))
+        return ta_fail(d, TA_ERR_BAD_ARG, "rband_alpha", "is NaN; must be finite");
+    if (isinf(p->rband_alpha))
+        return ta_fail(d, TA_ERR_BAD_ARG, "rband_alpha", "is infinite; must be finite");
+    if (p->rband_width < 0)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "rband_width", p->rband_width, TA_DIAG_LO, 0, 0);
+    if (!(p->flags & TA_CAUSAL))
+        return ta_fail_value(d, TA_ERR_BAD_ARG, "flags", (int64_t)p->flags,
+                             "TA_RBAND needs TA_CAUSAL (the band is the causal side)");
+    if (p->seq_q > p->seq_k) {
+        ta_fail_bounds(d, TA_ERR_BAD_ARG, "seq_q", p->seq_q, TA_DIAG_HI, 0, p->seq_k);
+        d->rule = "above seq_k: the band's query rows are the last seq_q of seq_k positions";
+        return TA_ERR_BAD_ARG;
+    }
+    need = (int64_t)p->seq_k - p->seq_q;
+    if (need > p->rband_width) need = p->rband_width;
+    if (p->q_history != need) {
+        ta_fail_bounds(d, TA_ERR_BAD_ARG, "q_history", p->q_history, TA_DIAG_LO | TA_DIAG_HI,
+                       need, need);
+        d->rule = "with TA_RBAND must be min(seq_k - seq_q, rband_width): the query rows "
+                  "of the band's key positions above row 0";
+        return TA_ERR_BAD_ARG;
+    }
+    return ta_check_rband_combo(p, d);
 }
 
 /* Floats one table spans (cos, sin each), overflow-checked: (tables - 1)
@@ -181,8 +243,10 @@ static ta_status ta_check_sizes(const ta_problem *p, ta_diag *d) {
     if (p->num_splits < TA_SPLITS_AUTO)
         return ta_fail_bounds(d, TA_ERR_BAD_ARG, "num_splits", p->num_splits, TA_DIAG_LO,
                               TA_SPLITS_AUTO, 0);
-    /* history rows feed the conv's query window only: at most c_q - 1 of them */
-    if (p->q_history < 0 || p->q_history > (p->conv_q > 0 ? p->conv_q - 1 : 0)) {
+    /* history rows feed the conv's query window: at most c_q - 1 of them (the
+     * band's are checked with the band, ta_check_rband) */
+    if (!(p->flags & TA_RBAND) &&
+        (p->q_history < 0 || p->q_history > (p->conv_q > 0 ? p->conv_q - 1 : 0))) {
         ta_fail_bounds(d, TA_ERR_BAD_ARG, "q_history", p->q_history, TA_DIAG_LO | TA_DIAG_HI, 0,
                        p->conv_q > 0 ? p->conv_q - 1 : 0);
         d->rule = p->conv_q > 0 ? "more rows than the conv's query window reads (conv_q - 1)"
@@ -278,6 +342,7 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl, ta_diag 
     if ((st = ta_check_enums(p, d)) != TA_OK) return st;
     if ((st = ta_check_sizes(p, d)) != TA_OK) return st;
     if ((st = ta_check_rope(p, d)) != TA_OK) return st;
+    if ((st = ta_check_rband(p, d)) != TA_OK) return st;
     memset(pl, 0, sizeof *pl);
     pl->p = *p;
     pl->has_conv = p->conv_q > 0;
@@ -286,7 +351,9 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl, ta_diag 
         if (p->rope_row_stride == 0) pl->p.rope_row_stride = p->rope_pairs;
         if ((st = ta_rope_span(pl, d)) != TA_OK) return st;
     }
-    pl->stages.score = pl->has_conv ? TA_SCORE_MTA_CONV : TA_SCORE_NONE;
+    pl->stages.score = pl->has_conv               ? TA_SCORE_MTA_CONV
+                       : (p->flags & TA_RBAND) != 0 ? TA_SCORE_RBAND
+                                                    : TA_SCORE_NONE;
     pl->stages.num_splits = 1;
     pl->group = p->heads_q / p->heads_kv;
     pl->elem_bytes = p->dtype == TA_F32 ? 4u : 2u;

@@ -428,8 +428,8 @@ static int ta_cpu_available(void) { return 1; }
 /* SDPA and MTA, every plan: any mask (causal, key lengths, sliding windows)
  * and any strides; the tasks read the per-tile context (docs/cpu.md). */
 static int ta_cpu_supports(const ta_plan *plan) {
-    (void)plan;
-    return 1;
+    /* latent attention's band and fused projections: REF only for now */
+    return plan->stages.score != TA_SCORE_RBAND && plan->p.latent_dim == 0;
 }
 
 /*
