@@ -7,6 +7,10 @@
  *      status, ta_explain_fwd / _bwd name the field, the outputs stay
  *      untouched; the CPU and CUDA backends refuse the band (and every
  *      backend the fused projections) with TA_ERR_UNSUPPORTED.
+ *   2. the float64 oracle of the definition (test/oracle_rband.c): its
+ *      gradients dq, dk, dv and d_alpha against central finite differences of
+ *      L = sum <dO, o> on small random problems (GQA, every band width from 0
+ *      to past S, alpha 0 included); a control: alpha moves the output.
  * Usage: test_rband [--quick]
  */
 #include <math.h>
@@ -14,8 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "oracle_rband.h"
 #include "test_util.h"
 #include "tileattn.h"
+
+static int quick;
 
 /* ---------------------------------------------------------------------- */
 /* 1. Bad input                                                            */
@@ -191,11 +198,118 @@ static void test_bad_input(ta_rng *r) {
     bi_free(&b);
 }
 
+/* ---------------------------------------------------------------------- */
+/* 2. The oracle's gradients by finite differences                         */
+/* ---------------------------------------------------------------------- */
+
+/* L = sum <dO, o> of the oracle's forward. */
+static double fd_loss(const ta_rb_in *in, double *o, size_t n_o) {
+    ta_rb_out out;
+    double l = 0.0;
+    size_t i;
+    memset(&out, 0, sizeof out);
+    out.o = o;
+    if (ta_rb_oracle(in, &out) != 0) return NAN;
+    for (i = 0; i < n_o; ++i)
+        l += in->d_o[i] * o[i];
+    return l;
+}
+
+/* Central difference of L along x[i] against the analytic g. */
+static void fd_check(ta_rb_in *in, double *x, size_t i, double g, double *o, size_t n_o,
+                     const char *name, double *worst) {
+    const double h = 1e-6, x0 = x[i];
+    double lp, lm, fd, err;
+    x[i] = x0 + h;
+    lp = fd_loss(in, o, n_o);
+    x[i] = x0 - h;
+    lm = fd_loss(in, o, n_o);
+    x[i] = x0;
+    fd = (lp - lm) / (2.0 * h);
+    err = fabs(fd - g) / (1e-3 + fabs(g));
+    if (err > *worst) *worst = err;
+    TA_CHECK(err < 1e-5, "%s[%zu]: finite difference %.12g, oracle gradient %.12g", name, i, fd, g);
+}
+
+static double *fd_random(ta_rng *r, size_t n) {
+    double *x = (double *)malloc((n ? n : 1) * sizeof(double));
+    size_t i;
+    for (i = 0; i < n; ++i)
+        x[i] = (double)ta_rng_uniform(r, -1.0f, 1.0f);
+    return x;
+}
+
+static void test_oracle_fd(ta_rng *r) {
+    const int n_problems = quick ? 6 : 30;
+    double worst = 0.0, moved = 0.0;
+    int t;
+    for (t = 0; t < n_problems; ++t) {
+        ta_problem p;
+        ta_rb_in in;
+        ta_rb_out out;
+        size_t nq, nk, nv, no, i;
+        double *q, *k, *v, *d_o, *o, *dq, *dk, *dv, d_alpha = 0.0, a0;
+        memset(&p, 0, sizeof p);
+        p.batch = ta_rng_int(r, 1, 2);
+        p.heads_kv = ta_rng_int(r, 1, 2);
+        p.heads_q = p.heads_kv * ta_rng_int(r, 1, 2);
+        p.seq_q = p.seq_k = ta_rng_int(r, 1, 9);
+        p.head_dim = ta_rng_int(r, 1, 4);
+        p.head_dim_v = ta_rng_int(r, 1, 3);
+        p.flags = TA_CAUSAL | TA_RBAND;
+        p.rband_width = ta_rng_int(r, 0, p.seq_q + 1);
+        p.rband_alpha = t % 5 == 0 ? 0.0f : ta_rng_uniform(r, -1.5f, 1.5f);
+        nq = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q * (size_t)p.head_dim;
+        nk = (size_t)p.batch * (size_t)p.heads_kv * (size_t)p.seq_k * (size_t)p.head_dim;
+        nv = (size_t)p.batch * (size_t)p.heads_kv * (size_t)p.seq_k * (size_t)p.head_dim_v;
+        no = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q * (size_t)p.head_dim_v;
+        q = fd_random(r, nq), k = fd_random(r, nk), v = fd_random(r, nv), d_o = fd_random(r, no);
+        o = (double *)malloc(no * sizeof(double));
+        dq = (double *)malloc(nq * sizeof(double));
+        dk = (double *)malloc(nk * sizeof(double));
+        dv = (double *)malloc(nv * sizeof(double));
+        memset(&in, 0, sizeof in);
+        in.p = &p, in.scale = 1.7 / sqrt((double)p.head_dim), in.alpha = (double)p.rband_alpha;
+        in.q = q, in.k = k, in.v = v, in.d_o = d_o;
+        memset(&out, 0, sizeof out);
+        out.dq = dq, out.dk = dk, out.dv = dv, out.d_alpha = &d_alpha;
+        TA_CHECK(ta_rb_oracle(&in, &out) == 0, "oracle backward failed");
+        for (i = 0; i < nq; ++i)
+            fd_check(&in, q, i, dq[i], o, no, "dq", &worst);
+        for (i = 0; i < nk; ++i)
+            fd_check(&in, k, i, dk[i], o, no, "dk", &worst);
+        for (i = 0; i < nv; ++i)
+            fd_check(&in, v, i, dv[i], o, no, "dv", &worst);
+        { /* d alpha: alpha is a double of the oracle's input */
+            const double h = 1e-6;
+            double lp, lm, fd, err;
+            a0 = in.alpha;
+            in.alpha = a0 + h;
+            lp = fd_loss(&in, o, no);
+            in.alpha = a0 - h;
+            lm = fd_loss(&in, o, no);
+            in.alpha = a0;
+            fd = (lp - lm) / (2.0 * h);
+            err = fabs(fd - d_alpha) / (1e-3 + fabs(d_alpha));
+            if (err > worst) worst = err;
+            TA_CHECK(err < 1e-5, "d_alpha: finite difference %.12g, oracle %.12g (W %d, S %d)",
+                     fd, d_alpha, p.rband_width, p.seq_q);
+            if (fabs(d_alpha) > moved) moved = fabs(d_alpha);
+        }
+        free(q), free(k), free(v), free(d_o), free(o), free(dq), free(dk), free(dv);
+    }
+    /* control: the band matters (some problem's loss moves with alpha) */
+    TA_CHECK(moved > 1e-3, "d_alpha never above 1e-3 (max %g): the band is not exercised", moved);
+    printf("oracle finite differences: %d problems, worst relative error %.3g, max |d_alpha| %.3g\n",
+           n_problems, worst, moved);
+}
+
 int main(int argc, char **argv) {
     ta_rng r;
     const uint64_t seed = ta_test_seed("test_rband");
-    (void)argc, (void)argv;
+    quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     ta_rng_seed(&r, seed);
     test_bad_input(&r);
+    test_oracle_fd(&r);
     return ta_test_finish("test_rband");
 }

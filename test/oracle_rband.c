@@ -1,0 +1,238 @@
+/*
+ * Float64 oracle of the reciprocal band (see oracle_rband.h). Per (b, h), full
+ * [S_q, S_k] matrices: logits and their magnitudes, probabilities, then the
+ * output, and with a d_o the backward in the order of the header.
+ */
+#include "oracle_rband.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One (b, h) slice's matrices. */
+typedef struct ta_rb_slice {
+    const ta_rb_in *in;
+    int32_t b, h, hk, n, m, off, dim, dv;
+    double *l, *lm, *t, *tm, *pr; /* [n, m]: logits, |l|, T (band only), |T|, P */
+    double *lse, *lse_mag, *d, *d_mag; /* [n] */
+    unsigned char *vis, *band;         /* [n, m] */
+} ta_rb_slice;
+
+double ta_rb_scale(const ta_problem *p) {
+    const float s = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)p->head_dim);
+    return (double)s;
+}
+
+/* Latent query of row r of the slice, r in [-q_history, S_q). */
+static const double *ta_rb_q(const ta_rb_slice *sl, int32_t r) {
+    const ta_problem *p = sl->in->p;
+    const size_t bh = (size_t)sl->b * (size_t)p->heads_q + (size_t)sl->h;
+    if (r >= 0) return sl->in->q + (bh * (size_t)p->seq_q + (size_t)r) * (size_t)sl->dim;
+    return sl->in->q_hist +
+           (bh * (size_t)p->q_history + (size_t)(r + p->q_history)) * (size_t)sl->dim;
+}
+
+static const double *ta_rb_k(const ta_rb_slice *sl, int32_t j) {
+    const size_t bh = (size_t)sl->b * (size_t)sl->in->p->heads_kv + (size_t)sl->hk;
+    return sl->in->k + (bh * (size_t)sl->m + (size_t)j) * (size_t)sl->dim;
+}
+
+static const double *ta_rb_v(const ta_rb_slice *sl, int32_t j) {
+    const size_t bh = (size_t)sl->b * (size_t)sl->in->p->heads_kv + (size_t)sl->hk;
+    return sl->in->v + (bh * (size_t)sl->m + (size_t)j) * (size_t)sl->dv;
+}
+
+/* Element offset of row i of a [B, H, S_q, w] tensor in this slice. */
+static size_t ta_rb_qrow(const ta_rb_slice *sl, int32_t i, int32_t w) {
+    const size_t bh = (size_t)sl->b * (size_t)sl->in->p->heads_q + (size_t)sl->h;
+    return (bh * (size_t)sl->n + (size_t)i) * (size_t)w;
+}
+
+static size_t ta_rb_krow(const ta_rb_slice *sl, int32_t j, int32_t w) {
+    const size_t bh = (size_t)sl->b * (size_t)sl->in->p->heads_kv + (size_t)sl->hk;
+    return (bh * (size_t)sl->m + (size_t)j) * (size_t)w;
+}
+
+/* scale <a, b> and |scale| sum |a b| */
+static void ta_rb_dot(const ta_rb_slice *sl, const double *a, const double *b, double *x,
+                      double *x_mag) {
+    double acc = 0.0, mag = 0.0;
+    int32_t d;
+    for (d = 0; d < sl->dim; ++d) {
+        acc += a[d] * b[d];
+        mag += fabs(a[d] * b[d]);
+    }
+    *x = sl->in->scale * acc;
+    *x_mag = fabs(sl->in->scale) * mag;
+}
+
+/* Logits, softmax, output and the forward magnitudes of the slice. */
+static void ta_rb_forward(ta_rb_slice *sl, const ta_rb_out *out) {
+    const ta_rb_in *in = sl->in;
+    const int32_t w = in->p->rband_width;
+    int32_t i, j, d;
+    for (i = 0; i < sl->n; ++i) {
+        const int32_t pi = i + sl->off;
+        double mx = -INFINITY, mx_mag = 0.0, sum = 0.0;
+        double *o_row = NULL, *o_mag_row = NULL;
+        for (j = 0; j < sl->m; ++j) {
+            const size_t ij = (size_t)i * (size_t)sl->m + (size_t)j;
+            double s, s_mag;
+            sl->vis[ij] = (unsigned char)(j <= pi);
+            sl->band[ij] = (unsigned char)(j <= pi && pi - j <= w);
+            sl->t[ij] = sl->tm[ij] = 0.0;
+            if (!sl->vis[ij]) continue;
+            ta_rb_dot(sl, ta_rb_q(sl, i), ta_rb_k(sl, j), &s, &s_mag);
+            if (sl->band[ij])
+                ta_rb_dot(sl, ta_rb_q(sl, j - sl->off), ta_rb_k(sl, pi), &sl->t[ij], &sl->tm[ij]);
+            sl->l[ij] = s + in->alpha * sl->t[ij];
+            sl->lm[ij] = s_mag + fabs(in->alpha) * sl->tm[ij];
+            if (sl->l[ij] > mx) mx = sl->l[ij];
+            if (sl->lm[ij] > mx_mag) mx_mag = sl->lm[ij];
+        }
+        for (j = 0; j <= pi; ++j)
+            sum += exp(sl->l[(size_t)i * (size_t)sl->m + (size_t)j] - mx);
+        sl->lse[i] = mx + log(sum);
+        sl->lse_mag[i] = mx_mag + log(sum);
+        for (j = 0; j < sl->m; ++j) {
+            const size_t ij = (size_t)i * (size_t)sl->m + (size_t)j;
+            sl->pr[ij] = sl->vis[ij] ? exp(sl->l[ij] - sl->lse[i]) : 0.0;
+        }
+        if (out->lse) out->lse[ta_rb_qrow(sl, i, 1)] = sl->lse[i];
+        if (out->lse_mag) out->lse_mag[ta_rb_qrow(sl, i, 1)] = sl->lse_mag[i];
+        if (out->o) o_row = out->o + ta_rb_qrow(sl, i, sl->dv);
+        if (out->o_mag) o_mag_row = out->o_mag + ta_rb_qrow(sl, i, sl->dv);
+        for (d = 0; d < sl->dv; ++d) {
+            double acc = 0.0, mag = 0.0;
+            for (j = 0; j <= pi; ++j) {
+                const double pij = sl->pr[(size_t)i * (size_t)sl->m + (size_t)j];
+                acc += pij * ta_rb_v(sl, j)[d];
+            }
+            for (j = 0; j <= pi; ++j) {
+                const size_t ij = (size_t)i * (size_t)sl->m + (size_t)j;
+                const double av = fabs(ta_rb_v(sl, j)[d]);
+                mag += sl->pr[ij] * (av + sl->lm[ij] * (av + fabs(acc)));
+            }
+            if (o_row) o_row[d] = acc;
+            if (o_mag_row) o_mag_row[d] = mag;
+        }
+    }
+}
+
+/* The backward of the slice (S_q = S_k): accumulates into out's gradients. */
+static void ta_rb_backward(ta_rb_slice *sl, const ta_rb_out *out) {
+    const ta_rb_in *in = sl->in;
+    const double sc = in->scale, asc = fabs(in->scale), al = in->alpha;
+    int32_t i, j, d;
+    for (i = 0; i < sl->n; ++i) { /* D_i and |D|_i */
+        const double *do_row = in->d_o + ta_rb_qrow(sl, i, sl->dv);
+        double acc = 0.0, mag = 0.0;
+        if (in->o) {
+            const double *o_row = in->o + ta_rb_qrow(sl, i, sl->dv);
+            for (d = 0; d < sl->dv; ++d) {
+                acc += do_row[d] * o_row[d];
+                mag += fabs(do_row[d] * o_row[d]);
+            }
+        } else {
+            for (j = 0; j < sl->m; ++j) {
+                const double pij = sl->pr[(size_t)i * (size_t)sl->m + (size_t)j];
+                double dp = 0.0, dp_mag = 0.0;
+                for (d = 0; d < sl->dv; ++d) {
+                    dp += do_row[d] * ta_rb_v(sl, j)[d];
+                    dp_mag += fabs(do_row[d] * ta_rb_v(sl, j)[d]);
+                }
+                acc += pij * dp;
+                mag += pij * dp_mag;
+            }
+        }
+        sl->d[i] = acc;
+        sl->d_mag[i] = mag;
+    }
+    for (i = 0; i < sl->n; ++i) {
+        const double *do_row = in->d_o + ta_rb_qrow(sl, i, sl->dv);
+        for (j = 0; j < sl->m; ++j) {
+            const size_t ij = (size_t)i * (size_t)sl->m + (size_t)j;
+            const double pij = sl->pr[ij];
+            const double wij = pij * (1.0 + sl->lm[ij] + sl->lse_mag[i]);
+            double dp = 0.0, dp_mag = 0.0, dl, dl_mag;
+            if (!sl->vis[ij]) continue;
+            for (d = 0; d < sl->dv; ++d) {
+                dp += do_row[d] * ta_rb_v(sl, j)[d];
+                dp_mag += fabs(do_row[d] * ta_rb_v(sl, j)[d]);
+                if (out->dv) out->dv[ta_rb_krow(sl, j, sl->dv) + (size_t)d] += pij * do_row[d];
+                if (out->dv_mag)
+                    out->dv_mag[ta_rb_krow(sl, j, sl->dv) + (size_t)d] += wij * fabs(do_row[d]);
+            }
+            dl = pij * (dp - sl->d[i]);
+            dl_mag = wij * (dp_mag + sl->d_mag[i]);
+            for (d = 0; d < sl->dim; ++d) {
+                const size_t qi = ta_rb_qrow(sl, i, sl->dim) + (size_t)d;
+                const size_t kj = ta_rb_krow(sl, j, sl->dim) + (size_t)d;
+                if (out->dq) out->dq[qi] += sc * dl * ta_rb_k(sl, j)[d];
+                if (out->dk) out->dk[kj] += sc * dl * ta_rb_q(sl, i)[d];
+                if (out->dq_mag) out->dq_mag[qi] += asc * dl_mag * fabs(ta_rb_k(sl, j)[d]);
+                if (out->dk_mag) out->dk_mag[kj] += asc * dl_mag * fabs(ta_rb_q(sl, i)[d]);
+            }
+            if (!sl->band[ij]) continue;
+            /* T_ij = scale <q_j, k_i> (S_q = S_k: row(j) = j, p_i = i) */
+            for (d = 0; d < sl->dim; ++d) {
+                const size_t qj = ta_rb_qrow(sl, j, sl->dim) + (size_t)d;
+                const size_t ki = ta_rb_krow(sl, i, sl->dim) + (size_t)d;
+                if (out->dq) out->dq[qj] += al * sc * dl * ta_rb_k(sl, i)[d];
+                if (out->dk) out->dk[ki] += al * sc * dl * ta_rb_q(sl, j)[d];
+                if (out->dq_mag)
+                    out->dq_mag[qj] += fabs(al) * asc * dl_mag * fabs(ta_rb_k(sl, i)[d]);
+                if (out->dk_mag)
+                    out->dk_mag[ki] += fabs(al) * asc * dl_mag * fabs(ta_rb_q(sl, j)[d]);
+            }
+            if (out->d_alpha) *out->d_alpha += dl * sl->t[ij];
+            if (out->d_alpha_mag) *out->d_alpha_mag += dl_mag * sl->tm[ij] + fabs(dl * sl->t[ij]);
+        }
+    }
+}
+
+int ta_rb_oracle(const ta_rb_in *in, const ta_rb_out *out) {
+    const ta_problem *p = in->p;
+    const size_t n = (size_t)p->seq_q, m = (size_t)p->seq_k;
+    const int bwd = out->dq || out->dk || out->dv || out->d_alpha || out->dq_mag ||
+                    out->dk_mag || out->dv_mag || out->d_alpha_mag;
+    const size_t nq = (size_t)p->batch * (size_t)p->heads_q * n * (size_t)p->head_dim;
+    const size_t nk = (size_t)p->batch * (size_t)p->heads_kv * m * (size_t)p->head_dim;
+    const size_t nv = (size_t)p->batch * (size_t)p->heads_kv * m * (size_t)p->head_dim_v;
+    ta_rb_slice sl;
+    int32_t b, h;
+    if (bwd && n != m) return -1;
+    memset(&sl, 0, sizeof sl);
+    sl.in = in, sl.n = p->seq_q, sl.m = p->seq_k, sl.off = p->seq_k - p->seq_q;
+    sl.dim = p->head_dim, sl.dv = p->head_dim_v;
+    sl.l = (double *)malloc(5 * n * m * sizeof(double));
+    sl.lse = (double *)malloc(4 * n * sizeof(double));
+    sl.vis = (unsigned char *)malloc(2 * n * m);
+    if (!sl.l || !sl.lse || !sl.vis) {
+        free(sl.l), free(sl.lse), free(sl.vis);
+        return -1;
+    }
+    sl.lm = sl.l + n * m, sl.t = sl.lm + n * m, sl.tm = sl.t + n * m, sl.pr = sl.tm + n * m;
+    sl.lse_mag = sl.lse + n, sl.d = sl.lse_mag + n, sl.d_mag = sl.d + n;
+    sl.band = sl.vis + n * m;
+    {
+        double *const zero_q[2] = {out->dq, out->dq_mag}, *const zero_k[2] = {out->dk, out->dk_mag};
+        double *const zero_v[2] = {out->dv, out->dv_mag};
+        int z;
+        for (z = 0; z < 2; ++z) {
+            if (zero_q[z]) memset(zero_q[z], 0, nq * sizeof(double));
+            if (zero_k[z]) memset(zero_k[z], 0, nk * sizeof(double));
+            if (zero_v[z]) memset(zero_v[z], 0, nv * sizeof(double));
+        }
+        if (out->d_alpha) *out->d_alpha = 0.0;
+        if (out->d_alpha_mag) *out->d_alpha_mag = 0.0;
+    }
+    for (b = 0; b < p->batch; ++b)
+        for (h = 0; h < p->heads_q; ++h) {
+            sl.b = b, sl.h = h, sl.hk = h / (p->heads_q / p->heads_kv);
+            ta_rb_forward(&sl, out);
+            if (bwd) ta_rb_backward(&sl, out);
+        }
+    free(sl.l), free(sl.lse), free(sl.vis);
+    return 0;
+}
