@@ -8,6 +8,7 @@
  *   ref/ta_ref_conv.c   the MTA conv: forward, transposed (gradient), dconv_w partial
  *   ref/ta_ref_fwd.c    forward pass (SDPA, and MTA when plan->has_conv)
  *   ref/ta_ref_bwd.c    backward passes (dk/dv, then dq and dconv_w)
+ *   ref/ta_ref_rband.c  the reciprocal band's score stage (TA_SCORE_RBAND)
  *   ref/ta_ref_ops.c    the backend's entry-point table
  *
  * Plain SDPA is the special case with no halos: loaded region = effective
@@ -204,5 +205,23 @@ void ta_ref_conv_grad(const ta_ref_tile *ds, const ta_ref_tile *dc, const ta_ref
  *   part[a][b] = sum_{i asc, then j asc} fmaf(dC[i][j], S[i-(c_q-1-a)][j+b-P], .) from +0 */
 void ta_ref_conv_dw_tile(float *part, const ta_ref_tile *dc, const ta_ref_tile *s,
                          const ta_ref_conv *cv, const ta_ref_region *g);
+
+/* ---- ref/ta_ref_rband.c (docs/exactness.md section 13) ---- */
+
+/* 1 if some effective (r, j) of step st lies in the band 0 <= p_r - j <= W. */
+int ta_ref_rband_meets(const ta_plan *plan, const ta_ref_step *st);
+
+/* kt [rows, L] = the k rows at the positions p_r = r + S_k - S_q of the
+ * step's effective rows (kv head st->ctx.head_kv), widened. */
+void ta_ref_rband_load_kt(const ta_plan *plan, const void *k, const ta_ref_step *st, float *kt);
+
+/* The band on the score tile s of step st (effective region; S already
+ * there): qt [cols, L] loaded with the q rows row(j) = j - (S_k - S_q) of the
+ * step's columns (q_hist for rows < 0), then for every visible (r, j) with
+ * p_r - j <= W: T = scale * dot(qt_j, kt_r), s[r][j] = fmaf(alpha, T, s[r][j]),
+ * and tt[r][j] = T when tt is not NULL (other entries untouched). */
+void ta_ref_rband_scores(const ta_plan *plan, const void *q, const void *q_hist,
+                         const ta_tiling *t, const ta_ref_step *st, const float *kt, float *qt,
+                         const ta_ref_tile *s, const ta_ref_tile *tt);
 
 #endif /* TA_REF_H */

@@ -74,6 +74,8 @@ typedef struct ta_ref_fwd_ws {
     float *part;    /* [D_v]       one row's K-tile partial of acc (step d) */
     float *part_o;  /* [n, B_r, D_v] split-K: part s's o_s (f32, normalised); else NULL */
     float *part_lse; /* [n, B_r]     split-K: part s's lse_s; else NULL */
+    float *kt;      /* [B_q, D]    band: k rows at the Q tile's positions; else NULL */
+    float *qt;      /* [B_k, D]    band: q rows at the K tile's positions; else NULL */
 } ta_ref_fwd_ws;
 
 /* The one layout routine: sizes (base NULL) and carves (base set) the workspace. */
@@ -96,7 +98,11 @@ static ta_status ta_ref_fwd_layout(const ta_plan *plan, void *base, ta_ref_fwd_w
     ws->row_sum = TA_WS_TAKE(&c, float, br);
     ws->row_sum_lo = TA_WS_TAKE(&c, float, br);
     ws->part = TA_WS_TAKE(&c, float, dv);
-    ws->part_o = ws->part_lse = NULL;
+    ws->part_o = ws->part_lse = ws->kt = ws->qt = NULL;
+    if (plan->stages.score == TA_SCORE_RBAND) {
+        ws->kt = TA_WS_TAKE(&c, float, (bq * d));
+        ws->qt = TA_WS_TAKE(&c, float, (bk * d));
+    }
     if (t->num_splits > 1) {
         const size_t n = (size_t)t->num_splits;
         size_t n_rows = 0, n_o = 0;
@@ -248,6 +254,7 @@ static void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const t
     /* step 1: Q tile [rows_load, D] widened; m = -inf, l = 0, acc = 0 */
     ta_ref_load_q(plan, a->q, a->q_hist, t, ws->q, st); /* history rows too */
     ta_ref_rope_rows(plan, ws->q, TA_ROPE_SIDE_Q, st, st->row_load_begin, st->rows_load);
+    if (ws->kt) ta_ref_rband_load_kt(plan, a->k, st, ws->kt); /* band: k at the rows' positions */
     for (i = 0; i < st->rows; ++i) {
         ws->row_max[i] = -INFINITY;
         ws->row_sum[i] = ws->row_sum_lo[i] = 0.0f;
@@ -264,6 +271,9 @@ static void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const t
         s.data = ws->s, s.row0 = st->row_load_begin, s.col0 = st->col_load_begin;
         s.ld = t->block_k;
         ta_ref_scores(&s, ws->q, ws->k, d_qk, p->scale, t, st);
+        /* band: fmaf(alpha, T, S) where the pair meets it (else S as it is) */
+        if (ws->kt && ta_ref_rband_meets(plan, st))
+            ta_ref_rband_scores(plan, a->q, a->q_hist, t, st, ws->kt, ws->qt, &s, NULL);
         /* C [rows, cols] on the effective region: conv(S), or S itself */
         c = s;
         if (plan->has_conv) {

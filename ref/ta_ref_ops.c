@@ -6,9 +6,7 @@ static int ta_ref_available(void) { return 1; }
 /* Plain SDPA, the MTA key-query conv (causal only: a non-causal conv
  * problem is refused earlier, by ta_plan_make, with TA_ERR_UNSUPPORTED) and
  * the reciprocal band; not yet latent attention's fused projections. */
-static int ta_ref_supports(const ta_plan *plan) {
-    return plan->p.latent_dim == 0 && plan->stages.score != TA_SCORE_RBAND; /* not yet */
-}
+static int ta_ref_supports(const ta_plan *plan) { return plan->p.latent_dim == 0; }
 
 const ta_backend_ops ta_ref_ops = {
     ta_ref_available,

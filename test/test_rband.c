@@ -11,6 +11,15 @@
  *      gradients dq, dk, dv and d_alpha against central finite differences of
  *      L = sum <dO, o> on small random problems (GQA, every band width from 0
  *      to past S, alpha 0 included); a control: alpha moves the output.
+ *   3. REF forward against the oracle: random problems (fresh seed, printed;
+ *      replay with TA_SEED=...), f32 / f16 / bf16, latent shapes (one kv
+ *      head) and GQA-like head counts, tiles that are not powers of two and
+ *      lengths that are not tile multiples, every band width from 0 to past
+ *      S, alpha 0 included, and decode-like calls (S_q < S_k, the band's
+ *      history rows from a separate tensor). Outputs poisoned first.
+ *      Errors are normalised by the oracle's magnitudes (plus half an ulp of
+ *      the storage type at the store). Control: the same call without the
+ *      band differs.
  * Usage: test_rband [--quick]
  */
 #include <math.h>
@@ -18,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "oracle.h"
 #include "oracle_rband.h"
 #include "test_util.h"
 #include "tileattn.h"
@@ -195,6 +205,15 @@ static void test_bad_input(ta_rng *r) {
         TA_CHECK(ta_fwd_task_plan(&p, TA_BACKEND_CPU, &(ta_task_plan){0}) == TA_ERR_UNSUPPORTED,
                  "band: CPU task plan");
     }
+    { /* REF runs the band's forward; not with key lengths */
+        const ta_problem p = bi_problem();
+        ta_fwd_args fa = b.fa;
+        int32_t seqlens[BI_B] = {BI_S, BI_S};
+        fa.seqlens_k = seqlens;
+        ta_test_expect_fwd(&p, TA_BACKEND_REF, &fa, b.ws, b.ws_bytes, TA_ERR_UNSUPPORTED,
+                           "args.seqlens_k", "band with seqlens_k");
+        ta_test_expect_fwd(&p, TA_BACKEND_REF, &b.fa, b.ws, b.ws_bytes, TA_OK, "ok", "band on REF");
+    }
     bi_free(&b);
 }
 
@@ -304,6 +323,183 @@ static void test_oracle_fd(ta_rng *r) {
            n_problems, worst, moved);
 }
 
+/* ---------------------------------------------------------------------- */
+/* 3. REF forward against the oracle                                       */
+/* ---------------------------------------------------------------------- */
+
+/* One random band problem with its tensors, in the storage dtype and widened. */
+typedef struct rb_case {
+    ta_problem p;
+    size_t nq, nh, nk, nv, no, nl;
+    void *q, *hist, *k, *v, *d_o;
+    double *oq, *ohist, *ok, *ov, *odo;
+} rb_case;
+
+static const char *dtype_name(ta_dtype dt) {
+    return dt == TA_F32 ? "f32" : dt == TA_F16 ? "f16" : "bf16";
+}
+
+/* Half an ulp of the storage type, relative (the store's one rounding). */
+static double store_u(ta_dtype dt) {
+    return dt == TA_F32 ? ldexp(1.0, -24) : dt == TA_F16 ? ldexp(1.0, -11) : ldexp(1.0, -8);
+}
+
+static void *rb_tensor(ta_rng *r, ta_dtype dt, size_t n, double **wide) {
+    void *x = ta_test_alloc((n ? n : 1) * ta_dtype_size(dt));
+    ta_fill_uniform(r, x, dt, n, -1.0f, 1.0f);
+    *wide = ta_oracle_widen(x, dt, n);
+    return x;
+}
+
+/* bwd: S_q = S_k (the backward's domain); else a quarter are decode-like. */
+static void rb_random(ta_rng *r, rb_case *c, int bwd) {
+    ta_problem *p = &c->p;
+    const int32_t prefix = !bwd && ta_rng_int(r, 0, 3) == 0 ? ta_rng_int(r, 1, 60) : 0;
+    memset(c, 0, sizeof *c);
+    p->batch = ta_rng_int(r, 1, 2);
+    p->heads_kv = ta_rng_int(r, 0, 2) ? 1 : ta_rng_int(r, 2, 3); /* latent: one kv head */
+    p->heads_q = p->heads_kv * ta_rng_int(r, 1, 4);
+    p->head_dim = ta_rng_int(r, 0, 3) ? ta_rng_int(r, 1, 40) : 64;
+    p->head_dim_v = ta_rng_int(r, 0, 1) ? p->head_dim : ta_rng_int(r, 1, 40);
+    p->seq_q = ta_rng_int(r, 0, 5) == 0 ? ta_rng_int(r, 1, 4) : ta_rng_int(r, 1, quick ? 60 : 130);
+    p->seq_k = p->seq_q + prefix;
+    p->dtype = (ta_dtype)ta_rng_int(r, 0, 2);
+    p->flags = TA_CAUSAL | TA_RBAND;
+    p->rband_width = ta_rng_int(r, 0, 3) == 0 ? ta_rng_int(r, 0, 2) : ta_rng_int(r, 0, p->seq_k + 3);
+    p->rband_alpha = ta_rng_int(r, 0, 6) == 0 ? 0.0f : ta_rng_uniform(r, -1.5f, 1.5f);
+    p->q_history = prefix < p->rband_width ? prefix : p->rband_width;
+    p->block_q = ta_rng_int(r, 0, 3) == 0 ? 0 : ta_rng_int(r, 8, 50);
+    p->block_k = ta_rng_int(r, 0, 3) == 0 ? 0 : ta_rng_int(r, 8, 50);
+    if (ta_rng_int(r, 0, 2) == 0) p->scale = ta_rng_uniform(r, 0.05f, 0.6f);
+    c->nq = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q * (size_t)p->head_dim;
+    c->nh = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->q_history * (size_t)p->head_dim;
+    c->nk = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k * (size_t)p->head_dim;
+    c->nv = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k * (size_t)p->head_dim_v;
+    c->no = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q * (size_t)p->head_dim_v;
+    c->nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    c->q = rb_tensor(r, p->dtype, c->nq, &c->oq);
+    c->hist = rb_tensor(r, p->dtype, c->nh, &c->ohist);
+    c->k = rb_tensor(r, p->dtype, c->nk, &c->ok);
+    c->v = rb_tensor(r, p->dtype, c->nv, &c->ov);
+    c->d_o = rb_tensor(r, p->dtype, c->no, &c->odo);
+}
+
+static void rb_free(rb_case *c) {
+    ta_test_free(c->q), ta_test_free(c->hist), ta_test_free(c->k), ta_test_free(c->v);
+    ta_test_free(c->d_o);
+    free(c->oq), free(c->ohist), free(c->ok), free(c->ov), free(c->odo);
+}
+
+static void rb_describe(const rb_case *c, char *buf, size_t n) {
+    const ta_problem *p = &c->p;
+    snprintf(buf, n, "%s B %d H %d/%d S %d/%d L %d Dv %d W %d alpha %g hist %d tiles %d x %d",
+             dtype_name(p->dtype), p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_k,
+             p->head_dim, p->head_dim_v, p->rband_width, (double)p->rband_alpha, p->q_history,
+             p->block_q, p->block_k);
+}
+
+/* The forward of c on backend be into o (dtype) and lse. */
+static ta_status rb_fwd(const ta_problem *p, const rb_case *c, ta_backend be, void *o, float *lse) {
+    ta_fwd_args fa;
+    size_t bytes = 0;
+    void *ws;
+    ta_status st;
+    memset(&fa, 0, sizeof fa);
+    fa.q = c->q, fa.k = c->k, fa.v = c->v, fa.o = o, fa.lse = lse;
+    fa.q_hist = c->hist;
+    if ((st = ta_fwd_workspace_size(p, be, &bytes)) != TA_OK) return st;
+    ws = ta_test_alloc(bytes ? bytes : 1);
+    ta_poison(ws, bytes);
+    st = ta_fwd(p, be, &fa, ws, bytes, NULL);
+    ta_test_free(ws);
+    return st;
+}
+
+/* max over i of (|x_i - y_i| - u |y_i|) / mag_i (0 where mag is 0 and x == y). */
+static double rb_err(const void *x, ta_dtype dt, const double *y, const double *mag, size_t n,
+                     size_t *at) {
+    double worst = 0.0;
+    size_t i;
+    for (i = 0; i < n; ++i) {
+        const double xi = ta_get(x, dt, i);
+        double e = fabs(xi - y[i]) - store_u(dt) * fabs(y[i]);
+        if (e < 0.0) e = 0.0;
+        e = mag[i] > 0.0 ? e / mag[i] : (xi == y[i] ? 0.0 : (double)INFINITY);
+        if (!(e <= worst)) worst = e, *at = i; /* NaN wins */
+    }
+    return worst;
+}
+
+static ta_rb_in rb_oracle_in(const rb_case *c) {
+    ta_rb_in in;
+    memset(&in, 0, sizeof in);
+    in.p = &c->p, in.scale = ta_rb_scale(&c->p), in.alpha = (double)c->p.rband_alpha;
+    in.q = c->oq, in.q_hist = c->nh ? c->ohist : NULL, in.k = c->ok, in.v = c->ov;
+    in.d_o = c->odo;
+    return in;
+}
+
+static void test_ref_fwd(ta_rng *r) {
+    const int n_problems = quick ? 40 : 200;
+    double worst_o = 0.0, worst_lse = 0.0;
+    int t, n_differ = 0, n_control = 0, n_hist = 0;
+    for (t = 0; t < n_problems; ++t) {
+        rb_case c;
+        ta_rb_in in;
+        ta_rb_out out;
+        double *o, *lse, *o_mag, *lse_mag, e;
+        void *ro, *ro2;
+        float *rlse, *rlse2;
+        size_t at = 0;
+        char desc[200];
+        ta_status st;
+        ta_problem plain;
+        rb_random(r, &c, 0);
+        rb_describe(&c, desc, sizeof desc);
+        n_hist += c.p.q_history > 0;
+        o = (double *)malloc(c.no * sizeof(double)), o_mag = (double *)malloc(c.no * sizeof(double));
+        lse = (double *)malloc(c.nl * sizeof(double));
+        lse_mag = (double *)malloc(c.nl * sizeof(double));
+        in = rb_oracle_in(&c);
+        memset(&out, 0, sizeof out);
+        out.o = o, out.lse = lse, out.o_mag = o_mag, out.lse_mag = lse_mag;
+        TA_CHECK(ta_rb_oracle(&in, &out) == 0, "oracle failed: %s", desc);
+        ro = ta_test_alloc(c.no * ta_dtype_size(c.p.dtype));
+        ro2 = ta_test_alloc(c.no * ta_dtype_size(c.p.dtype));
+        rlse = (float *)ta_test_alloc(c.nl * sizeof(float));
+        rlse2 = (float *)ta_test_alloc(c.nl * sizeof(float));
+        ta_poison(ro, c.no * ta_dtype_size(c.p.dtype));
+        ta_poison(rlse, c.nl * sizeof(float));
+        st = rb_fwd(&c.p, &c, TA_BACKEND_REF, ro, rlse);
+        TA_CHECK(st == TA_OK, "REF forward: %s: %s", ta_status_string(st), desc);
+        if (st == TA_OK) {
+            e = rb_err(ro, c.p.dtype, o, o_mag, c.no, &at);
+            TA_CHECK(e <= 4e-6, "o[%zu]: error %.3g of the magnitude: %s", at, e, desc);
+            if (e > worst_o) worst_o = e;
+            e = rb_err(rlse, TA_F32, lse, lse_mag, c.nl, &at);
+            TA_CHECK(e <= 4e-6, "lse[%zu]: error %.3g of the magnitude: %s", at, e, desc);
+            if (e > worst_lse) worst_lse = e;
+        }
+        /* control: without the band (history rows dropped) the output differs */
+        if (c.p.rband_alpha != 0.0f && c.p.q_history == 0) {
+            plain = c.p;
+            plain.flags = TA_CAUSAL, plain.rband_alpha = 0.0f, plain.rband_width = 0;
+            ta_poison(ro2, c.no * ta_dtype_size(c.p.dtype));
+            TA_CHECK(rb_fwd(&plain, &c, TA_BACKEND_REF, ro2, rlse2) == TA_OK, "plain: %s", desc);
+            ++n_control;
+            n_differ += memcmp(rlse, rlse2, c.nl * sizeof(float)) != 0;
+        }
+        free(o), free(o_mag), free(lse), free(lse_mag);
+        ta_test_free(ro), ta_test_free(ro2), ta_test_free(rlse), ta_test_free(rlse2);
+        rb_free(&c);
+    }
+    TA_CHECK(n_differ == n_control && n_control > 0, "control: %d of %d band calls equal the plain one",
+             n_control - n_differ, n_control);
+    TA_CHECK(n_hist > 0, "no decode-like problem drawn");
+    printf("REF forward vs oracle: %d problems (%d with history rows), worst o %.3g, lse %.3g "
+           "(of the magnitude)\n", n_problems, n_hist, worst_o, worst_lse);
+}
+
 int main(int argc, char **argv) {
     ta_rng r;
     const uint64_t seed = ta_test_seed("test_rband");
@@ -311,5 +507,6 @@ int main(int argc, char **argv) {
     ta_rng_seed(&r, seed);
     test_bad_input(&r);
     test_oracle_fd(&r);
+    test_ref_fwd(&r);
     return ta_test_finish("test_rband");
 }
