@@ -91,19 +91,42 @@ typedef struct ta_ref_bwd_ws {
     float *dc;       /* [G_r, G_c]  conv: dC on the gradient region; else ds */
     float *dw_tile;  /* [c_q, c_k]  conv: dconv_w partial of one tile pair */
     float *dw_qtile; /* [c_q, c_k]  conv: sum of the partials of one Q tile's pairs */
+    /* the reciprocal band (TA_SCORE_RBAND; every tile buffer above then has
+     * B_m = max(B_q, B_k) rows and columns: a transposed block's rows are a K
+     * tile's positions, its columns a Q tile's) */
+    float *kt;       /* [B_m, D]    k rows at the step's row positions */
+    float *qt;       /* [B_m, D]    q rows at the step's column positions */
+    float *tt;       /* [B_m, B_m]  T of the band's entries (ld B_m) */
+    float *da_hi, *da_lo, *da_part; /* [B_m] pass 2: each row's d_alpha pair and chunk partial */
+    float *da_g;     /* [2]         the call's d_alpha pair (hi, lo) */
+    int32_t ld_s, ld_ds; /* row strides of s and ds: B_k and B_c, or B_m with the band */
 } ta_ref_bwd_ws;
 
 /* The one layout routine: sizes (base NULL) and carves (base set) the workspace. */
 static ta_status ta_ref_bwd_layout(const ta_plan *plan, void *base, ta_ref_bwd_ws *ws,
                                    size_t *bytes) {
     const ta_tiling *t = &plan->bwd;
-    const size_t bq = (size_t)t->block_q, bk = (size_t)t->block_k;
-    const size_t br = (size_t)t->rows_eff, bc = (size_t)t->cols_eff;
+    const int band = plan->stages.score == TA_SCORE_RBAND; /* no conv: no halos */
+    const size_t bm = (size_t)ta_tiling_max_i32(t->block_q, t->block_k);
+    const size_t bq = band ? bm : (size_t)t->block_q, bk = band ? bm : (size_t)t->block_k;
+    const size_t br = band ? bm : (size_t)t->rows_eff, bc = band ? bm : (size_t)t->cols_eff;
     const size_t gr = bq - (size_t)t->halo_q_bottom, gc = bk - (size_t)t->halo_k;
     const size_t d = (size_t)plan->p.head_dim, dv = (size_t)plan->p.head_dim_v;
     const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
     ta_ws_cursor c;
     ta_ws_begin(&c, base);
+    ws->ld_s = (int32_t)bk;
+    ws->ld_ds = (int32_t)bc;
+    ws->kt = ws->qt = ws->tt = ws->da_hi = ws->da_lo = ws->da_part = ws->da_g = NULL;
+    if (band) {
+        ws->kt = TA_WS_TAKE(&c, float, (bm * d));
+        ws->qt = TA_WS_TAKE(&c, float, (bm * d));
+        ws->tt = TA_WS_TAKE(&c, float, (bm * bm));
+        ws->da_hi = TA_WS_TAKE(&c, float, bm);
+        ws->da_lo = TA_WS_TAKE(&c, float, bm);
+        ws->da_part = TA_WS_TAKE(&c, float, bm);
+        ws->da_g = TA_WS_TAKE(&c, float, 2);
+    }
     ws->q = TA_WS_TAKE(&c, float, (bq * d));
     ws->d_o = TA_WS_TAKE(&c, float, (bq * dv));
     ws->k = TA_WS_TAKE(&c, float, (bk * d));
@@ -139,6 +162,7 @@ ta_status ta_ref_bwd_workspace_size(const ta_plan *plan, size_t *bytes) {
  * (row, column), and its gradient and effective regions (see the top). */
 typedef struct ta_ref_bwd_pair {
     ta_ref_tile s, p, dc, ds;
+    ta_ref_tile tt; /* the band's T (ld B_m), addressed as s */
     ta_ref_region grad, eff;
 } ta_ref_bwd_pair;
 
@@ -151,9 +175,11 @@ static void ta_ref_bwd_pair_make(const ta_plan *plan, const ta_ref_bwd_ws *ws,
     pr->grad.col_begin = pr->eff.col_begin - pk;
     pr->grad.col_end = pr->eff.col_end + pk;
     pr->s.data = ws->s, pr->s.row0 = st->row_load_begin, pr->s.col0 = st->col_load_begin;
-    pr->s.ld = plan->bwd.block_k;
+    pr->s.ld = ws->ld_s;
     pr->ds.data = ws->ds, pr->ds.row0 = pr->eff.row_begin, pr->ds.col0 = pr->eff.col_begin;
-    pr->ds.ld = plan->bwd.cols_eff;
+    pr->ds.ld = ws->ld_ds;
+    pr->tt = pr->s;
+    pr->tt.data = ws->tt; /* NULL without the band */
     if (plan->has_conv) {
         pr->p.data = ws->p, pr->p.row0 = pr->grad.row_begin, pr->p.col0 = pr->grad.col_begin;
         pr->p.ld = plan->bwd.cols_eff + 2 * pk;
@@ -186,6 +212,7 @@ static void ta_ref_bwd_load_q(const ta_plan *plan, const ta_bwd_args *a, const t
     ta_ref_load_rows(ws->q, a->q, p->dtype, st->ctx.q, lay->q.seq, p->seq_q, st->row_load_begin,
                      st->rows_load, d_qk);
     ta_ref_rope_rows(plan, ws->q, TA_ROPE_SIDE_Q, st, st->row_load_begin, st->rows_load);
+    if (ws->kt) ta_ref_rband_load_kt(plan, a->k, st, ws->kt); /* band: k at the rows' positions */
     ta_ref_load_rows(ws->d_o, a->d_o, p->dtype, st->ctx.d_o, lay->d_o.seq, p->seq_q,
                      st->row_load_begin, st->rows_load, dv);
     for (i = 0; i < st->rows_load; ++i) {
@@ -233,16 +260,19 @@ static void ta_ref_bwd_probs(const ta_plan *plan, const ta_ref_bwd_ws *ws, const
 
 /*
  * The recomputation shared by both passes (docs/mta.md, backward steps 2-3):
- *   1. S on the loaded region         (ta_ref_scores, as in the forward)
+ *   1. S on the loaded region         (ta_ref_scores, as in the forward; with the
+ *                                      band its stage too, T kept in pr->tt)
  *   2. C on the gradient region       (conv only; ta_ref_conv_scores, as in the forward)
  *   3. P, dC on the gradient region   (ta_ref_bwd_probs)
  *   4. dS on the effective region     (conv only: the transposed conv; else dS is dC)
  */
-static void ta_ref_bwd_recompute(const ta_plan *plan, const ta_ref_bwd_ws *ws,
-                                 const ta_ref_conv *cv, const ta_ref_step *st,
-                                 const ta_ref_bwd_pair *pr) {
+static void ta_ref_bwd_recompute(const ta_plan *plan, const ta_bwd_args *a,
+                                 const ta_ref_bwd_ws *ws, const ta_ref_conv *cv,
+                                 const ta_ref_step *st, const ta_ref_bwd_pair *pr) {
     const ta_tiling *t = &plan->bwd;
     ta_ref_scores(&pr->s, ws->q, ws->k, plan->p.head_dim, plan->p.scale, t, st);
+    if (ws->kt && ta_ref_rband_meets(plan, st))
+        ta_ref_rband_scores(plan, a->q, NULL, t, st, ws->kt, ws->qt, &pr->s, &pr->tt);
     if (plan->has_conv) ta_ref_conv_scores(&pr->p, &pr->s, cv, t, st, &pr->grad);
     ta_ref_bwd_probs(plan, ws, st, pr);
     if (plan->has_conv) ta_ref_conv_grad(&pr->ds, &pr->dc, cv, t, st, &pr->eff);
@@ -315,6 +345,57 @@ static void ta_ref_bwd_store_dkdv(const ta_plan *plan, const ta_bwd_args *a,
     }
 }
 
+/* 1 if (r, j) is a live entry of the band (S_q = S_k in the backward: p_r = r). */
+static int ta_ref_bwd_in_band(const ta_plan *plan, const ta_ref_bwd_ws *ws, const ta_ref_step *st,
+                              int32_t r, int32_t j) {
+    return r - j <= plan->p.rband_width && ta_ref_bwd_live(plan, ws, st, r, j);
+}
+
+/*
+ * Pass 1, the band's term of dk for query head h (after the head's Q tiles):
+ * key n of K tile st is the key at the position of query row n, so
+ *   dk_n += sum_(j in [n - W, n] ascending) (alpha * dl_nj) q~_j
+ * over the transposed blocks whose rows are the K tile's positions [c0, c1)
+ * and whose columns are the K tiles from the one holding max(0, c0 - W) to
+ * st's own, ascending; a key j that starts a key chunk (j % TA_SUM2_CHUNK = 0)
+ * first flushes n's partial. The caller flushes after. ws->k, ws->v are
+ * reloaded with st's K tile at the end (the next head's blocks read them).
+ */
+static void ta_ref_bwd_rband_dk(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
+                                const ta_ref_step *st, int32_t h, const ta_ref_conv *cv) {
+    const ta_tiling *t = &plan->bwd;
+    const int32_t d_qk = plan->p.head_dim, c0 = st->col_begin, c1 = st->col_begin + st->cols;
+    const int32_t first = ta_tiling_max_i32(0, c0 - plan->p.rband_width);
+    ta_ref_step bs = *st; /* rows: the K tile's positions; columns: the band's K tiles */
+    ta_ref_bwd_pair pr;
+    int32_t kt, n, j, d;
+    ta_plan_context(plan, t, a->seqlens_k, st->ctx.batch, h, 0, &bs.ctx);
+    bs.row_begin = bs.row_load_begin = c0;
+    bs.rows = bs.rows_load = st->cols;
+    bs.q_tile = -1;
+    ta_ref_bwd_load_q(plan, a, ws, &bs);
+    for (kt = first / t->block_k; kt <= st->k_tile; ++kt) {
+        ta_ref_step_cols(t, &bs, kt);
+        ta_ref_load_kv(plan, a->k, a->v, ws->k, ws->v, &bs);
+        ta_ref_bwd_pair_make(plan, ws, &bs, &pr);
+        ta_ref_bwd_recompute(plan, a, ws, cv, &bs, &pr);
+        if (!ta_ref_rband_meets(plan, &bs)) continue; /* qt not loaded: no band entry */
+        for (n = c0; n < c1; ++n) {
+            float *dk_part = ws->dk_part + ta_ref_off(c0, n, d_qk); /* [D] */
+            for (j = bs.col_begin; j < bs.col_begin + bs.cols; ++j) {
+                const float *q_row = ws->qt + ta_ref_off(bs.col_begin, j, d_qk); /* [D] q~_j */
+                float a_dl;
+                if (j % TA_SUM2_CHUNK == 0) ta_ref_bwd_flush_dkdv(plan, ws, n - c0);
+                if (!ta_ref_bwd_in_band(plan, ws, &bs, n, j)) continue;
+                a_dl = plan->p.rband_alpha * *ta_ref_at(&pr.ds, n, j);
+                for (d = 0; d < d_qk; ++d)
+                    dk_part[d] = TA_FMAF(a_dl, q_row[d], dk_part[d]);
+            }
+        }
+    }
+    ta_ref_load_kv(plan, a->k, a->v, ws->k, ws->v, st);
+}
+
 /* Pass 1 for one (b, kv head, K tile): the kv group's query heads ascending,
  * then the Q tiles that see this K tile, ascending. */
 static void ta_ref_bwd_k_tile(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
@@ -344,10 +425,15 @@ static void ta_ref_bwd_k_tile(const ta_plan *plan, const ta_bwd_args *a, const t
             ta_trace_add(a->trace, TA_PASS_BWD_DKDV, st->ctx.batch, h, qt, st->k_tile);
             ta_ref_bwd_load_q(plan, a, ws, st);
             ta_ref_bwd_pair_make(plan, ws, st, &pr);
-            ta_ref_bwd_recompute(plan, ws, &cv, st, &pr);
+            ta_ref_bwd_recompute(plan, a, ws, &cv, st, &pr);
             ta_ref_bwd_accum_dkdv(plan, ws, st, &pr);
         }
         /* the head's last row chunk (a chunk never spans two heads) */
+        for (j = 0; j < st->cols; ++j)
+            ta_ref_bwd_flush_dkdv(plan, ws, j);
+        if (!ws->kt) continue;
+        /* band: the head's transposed term, then its last key chunk */
+        ta_ref_bwd_rband_dk(plan, a, ws, st, h, &cv);
         for (j = 0; j < st->cols; ++j)
             ta_ref_bwd_flush_dkdv(plan, ws, j);
     }
@@ -389,6 +475,72 @@ static void ta_ref_bwd_accum_dq(const ta_plan *plan, const ta_ref_bwd_ws *ws, co
     }
 }
 
+/* Pass 2, the band: row r's (row rl of the Q tile) d_alpha partial of the
+ * current key chunk into its pair, and the partial back to +0. */
+static void ta_ref_bwd_flush_da(const ta_ref_bwd_ws *ws, int32_t rl) {
+    ta_sum2_add(ws->da_hi + rl, ws->da_lo + rl, 1.0f, ws->da_part[rl]);
+    ws->da_part[rl] = 0.0f;
+}
+
+/* Pass 2, the band's d_alpha terms of one tile pair: for each effective row r,
+ * keys j ascending, the live band entries: da_part_r = fmaf(dl_rj, T_rj,
+ * da_part_r); a key j that starts a key chunk first flushes r's partial. */
+static void ta_ref_bwd_accum_da(const ta_plan *plan, const ta_ref_bwd_ws *ws,
+                                const ta_ref_step *st, const ta_ref_bwd_pair *pr) {
+    int32_t r, j;
+    if (!ta_ref_rband_meets(plan, st)) return; /* no band entry (T not computed) */
+    for (r = pr->eff.row_begin; r < pr->eff.row_end; ++r) {
+        const int32_t rl = r - st->row_begin;
+        for (j = pr->eff.col_begin; j < pr->eff.col_end; ++j) {
+            if (j % TA_SUM2_CHUNK == 0) ta_ref_bwd_flush_da(ws, rl);
+            if (!ta_ref_bwd_in_band(plan, ws, st, r, j)) continue;
+            ws->da_part[rl] = TA_FMAF(*ta_ref_at(&pr->ds, r, j), *ta_ref_at(&pr->tt, r, j),
+                                      ws->da_part[rl]);
+        }
+    }
+}
+
+/*
+ * Pass 2, the band's term of dq (after the K tiles): row m of Q tile st is
+ * the query at the position of key m, so
+ *   dq_m += sum_(i in [m, m + W] ascending) (alpha * dl_im) k_i
+ * over the transposed blocks whose columns are the Q tile's positions [r0, r1)
+ * and whose rows are the Q tiles from st's own to the one holding
+ * min(r1 - 1 + W, S_q - 1), ascending; a row i that starts a row chunk
+ * (i % TA_SUM2_CHUNK = 0) first flushes m's partial. The caller flushes after.
+ */
+static void ta_ref_bwd_rband_dq(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
+                                const ta_ref_step *st, const ta_ref_conv *cv) {
+    const ta_tiling *t = &plan->bwd;
+    const int32_t d_qk = plan->p.head_dim, r0 = st->row_begin, r1 = st->row_begin + st->rows;
+    const int64_t last = ta_tiling_min_i32(plan->p.seq_q - 1, r1 - 1) + (int64_t)plan->p.rband_width;
+    ta_ref_step bs = *st; /* columns: the Q tile's positions; rows: the band's Q tiles */
+    ta_ref_bwd_pair pr;
+    int32_t qt, m, i, d;
+    bs.col_begin = bs.col_load_begin = r0;
+    bs.cols = bs.cols_load = st->rows;
+    bs.k_tile = -1;
+    for (qt = st->q_tile; qt < t->num_q_tiles && ta_tile_row_eff_begin(t, qt) <= last; ++qt) {
+        ta_ref_step_rows(t, &bs, qt);
+        ta_ref_bwd_load_q(plan, a, ws, &bs); /* q, dO, lse, D and kt of the rows */
+        ta_ref_load_kv(plan, a->k, a->v, ws->k, ws->v, &bs);
+        ta_ref_bwd_pair_make(plan, ws, &bs, &pr);
+        ta_ref_bwd_recompute(plan, a, ws, cv, &bs, &pr);
+        for (m = r0; m < r1; ++m) {
+            float *part = ws->dq_part + ta_ref_off(r0, m, d_qk); /* [D] */
+            for (i = bs.row_begin; i < bs.row_begin + bs.rows; ++i) {
+                const float *k_row = ws->kt + ta_ref_off(bs.row_begin, i, d_qk); /* [D] k_i */
+                float a_dl;
+                if (i % TA_SUM2_CHUNK == 0) ta_ref_bwd_flush_dq(plan, ws, m - r0);
+                if (i < m || !ta_ref_bwd_in_band(plan, ws, &bs, i, m)) continue;
+                a_dl = plan->p.rband_alpha * *ta_ref_at(&pr.ds, i, m);
+                for (d = 0; d < d_qk; ++d)
+                    part[d] = TA_FMAF(a_dl, k_row[d], part[d]);
+            }
+        }
+    }
+}
+
 /* Pass 2 for one (b, h, Q tile), steps 1-3 but the dconv_w add: dq over the
  * context's K tiles [k_begin, k_end) ascending, and with a conv this Q tile's
  * share R(b, qt) of dconv_w[h] left in ws->dw_qtile (docs/mta.md, backward
@@ -409,24 +561,39 @@ static void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a,
         ws->dq_acc[n] = ws->dq_lo[n] = ws->dq_part[n] = 0.0f;
     for (n = 0; plan->has_conv && n < n_w; ++n)
         ws->dw_qtile[n] = 0.0f;
+    for (r = 0; ws->da_hi && r < st->rows; ++r)
+        ws->da_hi[r] = ws->da_lo[r] = ws->da_part[r] = 0.0f;
     /* step 2: K tiles ascending: recompute, accumulate dS k; dw partial of the pair */
     for (kt = st->ctx.k_begin; kt < st->ctx.k_end; ++kt) {
         ta_ref_step_cols(&plan->bwd, st, kt);
         ta_trace_add(a->trace, TA_PASS_BWD_DQ, st->ctx.batch, st->ctx.head, st->q_tile, kt);
         ta_ref_load_kv(plan, a->k, a->v, ws->k, ws->v, st);
         ta_ref_bwd_pair_make(plan, ws, st, &pr);
-        ta_ref_bwd_recompute(plan, ws, &cv, st, &pr);
+        ta_ref_bwd_recompute(plan, a, ws, &cv, st, &pr);
         ta_ref_bwd_accum_dq(plan, ws, st, &pr);
+        if (ws->da_hi) ta_ref_bwd_accum_da(plan, ws, st, &pr);
         if (!plan->has_conv) continue;
         ta_ref_conv_dw_tile(ws->dw_tile, &pr.dc, &pr.s, &cv, &pr.eff);
         for (n = 0; n < n_w; ++n) /* R(b, qt) = 0 + part(kt=0) + part(kt=1) + ... */
             ws->dw_qtile[n] = ws->dw_qtile[n] + ws->dw_tile[n];
     }
-    /* step 3: the last key chunk's partials into the pairs; dq = scale *
-     * dq_acc (the pair's hi word), rounded once (the caller adds R(b, qt) to dconv_w[h]) */
+    /* step 3: the last key chunk's partials into the pairs (band: then its
+     * transposed term, its last row chunk, and the rows' d_alpha pairs into the
+     * call's in row order); dq = scale * dq_acc (the pair's hi word), rounded
+     * once (the caller adds R(b, qt) to dconv_w[h]) */
+    for (r = 0; r < st->rows; ++r)
+        ta_ref_bwd_flush_dq(plan, ws, r);
+    if (ws->da_hi) {
+        for (r = 0; r < st->rows; ++r) {
+            ta_ref_bwd_flush_da(ws, r);
+            ta_sum2_add(ws->da_g, ws->da_g + 1, 1.0f, ws->da_hi[r]);
+        }
+        ta_ref_bwd_rband_dq(plan, a, ws, st, &cv);
+        for (r = 0; r < st->rows; ++r)
+            ta_ref_bwd_flush_dq(plan, ws, r);
+    }
     for (r = st->row_begin; r < st->row_begin + st->rows; ++r) {
         float *dq_row = ws->dq_acc + ta_ref_off(st->row_begin, r, d_qk); /* [D] */
-        ta_ref_bwd_flush_dq(plan, ws, r - st->row_begin);
         const size_t first = ta_ref_row(st->ctx.dq, plan->layout.dq.seq, r);
         ta_ref_rope_grad(plan, dq_row, TA_ROPE_SIDE_Q, st, r); /* w.r.t. the stored q */
         for (d = 0; d < d_qk; ++d)
@@ -463,6 +630,7 @@ ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
     if (a->trace) a->trace->count = 0;
     for (n = 0; plan->has_conv && n < plan->n_conv; ++n)
         a->dconv_w[n] = 0.0f;
+    if (ws.da_g) ws.da_g[0] = ws.da_g[1] = 0.0f;
     /* pass 1: dk, dv; K tiles outer */
     for (b = 0; b < p->batch; ++b)
         for (h = 0; h < p->heads_kv; ++h)
@@ -477,5 +645,6 @@ ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
                 ta_ref_step_q(plan, t, a->seqlens_k, b, h, qt, &st);
                 ta_ref_bwd_q_tile(plan, a, &ws, &st);
             }
+    if (ws.da_g) *a->d_alpha = ws.da_g[0]; /* the pair's hi word */
     return TA_OK;
 }

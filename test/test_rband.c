@@ -20,6 +20,11 @@
  *      Errors are normalised by the oracle's magnitudes (plus half an ulp of
  *      the storage type at the store). Control: the same call without the
  *      band differs.
+ *   4. REF backward against the oracle (S_q = S_k): dq, dk, dv and d_alpha
+ *      of the REF forward's o and lse (the oracle's D_i from that stored o),
+ *      the same random problems; gradients poisoned first. The backward's
+ *      bits depend on no tile size (every long sum is chunked by absolute
+ *      index): a second tiling of the same (o, lse) gives the same bits.
  * Usage: test_rband [--quick]
  */
 #include <math.h>
@@ -213,6 +218,44 @@ static void test_bad_input(ta_rng *r) {
         ta_test_expect_fwd(&p, TA_BACKEND_REF, &fa, b.ws, b.ws_bytes, TA_ERR_UNSUPPORTED,
                            "args.seqlens_k", "band with seqlens_k");
         ta_test_expect_fwd(&p, TA_BACKEND_REF, &b.fa, b.ws, b.ws_bytes, TA_OK, "ok", "band on REF");
+    }
+    /* the REF backward's own checks on the band's arguments */
+    {
+        ta_problem p = bi_problem();
+        ta_bwd_args ba = b.ba;
+        int32_t seqlens[BI_B] = {BI_S, BI_S};
+        ba.seqlens_k = seqlens;
+        bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_ERR_UNSUPPORTED, "args.seqlens_k",
+                      "bwd: band with seqlens_k");
+        ba = b.ba;
+        ba.d_alpha = NULL;
+        bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_ERR_NULL_ARG, "args.d_alpha",
+                      "bwd: d_alpha NULL");
+        ba.d_alpha = b.dq + 3; /* inside dq */
+        bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_ERR_BAD_ARG, "args.d_alpha",
+                      "bwd: d_alpha overlapping dq");
+        ba.d_alpha = (float *)((char *)b.d_alpha + 1);
+        bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_ERR_BAD_ARG, "args.d_alpha",
+                      "bwd: d_alpha misaligned");
+        ba.d_alpha = b.k + 1; /* an input */
+        bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_ERR_BAD_ARG, "args.d_alpha",
+                      "bwd: d_alpha overlapping k");
+        /* decode-like forward (history rows) is valid; its backward is not */
+        p.seq_q = BI_S - 8, p.q_history = 5;
+        ba = b.ba;
+        bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_ERR_UNSUPPORTED, "q_history",
+                      "bwd: band with history rows");
+        /* W = 0 needs no history rows, yet the backward wants seq_q == seq_k */
+        p.rband_width = 0, p.q_history = 0;
+        bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_ERR_UNSUPPORTED, "seq_q",
+                      "bwd: band with seq_q < seq_k");
+        /* without the flag d_alpha is ignored (NULL is fine) */
+        p = bi_problem();
+        p.flags = TA_CAUSAL, p.rband_alpha = 0.0f, p.rband_width = 0;
+        ba.d_alpha = NULL;
+        bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_OK, "ok", "bwd without the band");
+        ba.d_alpha = b.dq; /* ignored: may even overlap */
+        bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_OK, "ok", "bwd: d_alpha ignored");
     }
     bi_free(&b);
 }
@@ -415,14 +458,16 @@ static ta_status rb_fwd(const ta_problem *p, const rb_case *c, ta_backend be, vo
     return st;
 }
 
-/* max over i of (|x_i - y_i| - u |y_i|) / mag_i (0 where mag is 0 and x == y). */
+/* max over i of (|x_i - y_i| - u |y_i|) / mag_i (0 where mag is 0 and x == y):
+ * the error beyond the store's rounding, in units of the magnitude. */
 static double rb_err(const void *x, ta_dtype dt, const double *y, const double *mag, size_t n,
                      size_t *at) {
     double worst = 0.0;
     size_t i;
     for (i = 0; i < n; ++i) {
         const double xi = ta_get(x, dt, i);
-        double e = fabs(xi - y[i]) - store_u(dt) * fabs(y[i]);
+        /* f16 subnormals: half of the smallest step, 2^-25, absolute */
+        double e = fabs(xi - y[i]) - store_u(dt) * fabs(y[i]) - (dt == TA_F16 ? ldexp(1.0, -25) : 0.0);
         if (e < 0.0) e = 0.0;
         e = mag[i] > 0.0 ? e / mag[i] : (xi == y[i] ? 0.0 : (double)INFINITY);
         if (!(e <= worst)) worst = e, *at = i; /* NaN wins */
@@ -474,10 +519,10 @@ static void test_ref_fwd(ta_rng *r) {
         TA_CHECK(st == TA_OK, "REF forward: %s: %s", ta_status_string(st), desc);
         if (st == TA_OK) {
             e = rb_err(ro, c.p.dtype, o, o_mag, c.no, &at);
-            TA_CHECK(e <= 4e-6, "o[%zu]: error %.3g of the magnitude: %s", at, e, desc);
+            TA_CHECK(e <= 1e-6, "o[%zu]: error %.3g of the magnitude: %s", at, e, desc);
             if (e > worst_o) worst_o = e;
             e = rb_err(rlse, TA_F32, lse, lse_mag, c.nl, &at);
-            TA_CHECK(e <= 4e-6, "lse[%zu]: error %.3g of the magnitude: %s", at, e, desc);
+            TA_CHECK(e <= 1e-6, "lse[%zu]: error %.3g of the magnitude: %s", at, e, desc);
             if (e > worst_lse) worst_lse = e;
         }
         /* control: without the band (history rows dropped) the output differs */
@@ -500,6 +545,119 @@ static void test_ref_fwd(ta_rng *r) {
            "(of the magnitude)\n", n_problems, n_hist, worst_o, worst_lse);
 }
 
+/* ---------------------------------------------------------------------- */
+/* 4. REF backward against the oracle                                      */
+/* ---------------------------------------------------------------------- */
+
+typedef struct rb_grads {
+    void *dq, *dk, *dv;
+    float d_alpha[2]; /* [1] is a guard: never written */
+} rb_grads;
+
+static void rb_grads_alloc(const rb_case *c, rb_grads *g) {
+    const size_t eb = ta_dtype_size(c->p.dtype);
+    g->dq = ta_test_alloc(c->nq * eb), g->dk = ta_test_alloc(c->nk * eb);
+    g->dv = ta_test_alloc(c->nv * eb);
+    ta_poison(g->dq, c->nq * eb), ta_poison(g->dk, c->nk * eb), ta_poison(g->dv, c->nv * eb);
+    ta_poison(g->d_alpha, sizeof g->d_alpha);
+}
+
+static void rb_grads_free(rb_grads *g) { ta_test_free(g->dq), ta_test_free(g->dk), ta_test_free(g->dv); }
+
+static ta_status rb_bwd(const ta_problem *p, const rb_case *c, const void *o, const float *lse,
+                        rb_grads *g) {
+    ta_bwd_args ba;
+    size_t bytes = 0;
+    void *ws;
+    ta_status st;
+    memset(&ba, 0, sizeof ba);
+    ba.q = c->q, ba.k = c->k, ba.v = c->v, ba.o = o, ba.d_o = c->d_o, ba.lse = lse;
+    ba.dq = g->dq, ba.dk = g->dk, ba.dv = g->dv, ba.d_alpha = g->d_alpha;
+    if ((st = ta_bwd_workspace_size(p, TA_BACKEND_REF, &bytes)) != TA_OK) return st;
+    ws = ta_test_alloc(bytes ? bytes : 1);
+    ta_poison(ws, bytes);
+    st = ta_bwd(p, TA_BACKEND_REF, &ba, ws, bytes, NULL);
+    ta_test_free(ws);
+    return st;
+}
+
+static int rb_same_bits(const void *a, const void *b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
+
+static void test_ref_bwd(ta_rng *r) {
+    const int n_problems = quick ? 30 : 150;
+    double worst[4] = {0.0, 0.0, 0.0, 0.0};
+    static const char *const names[4] = {"dq", "dk", "dv", "d_alpha"};
+    int t, k, n_retiled = 0;
+    for (t = 0; t < n_problems; ++t) {
+        rb_case c;
+        ta_rb_in in;
+        ta_rb_out out;
+        rb_grads g, g2;
+        double *x[4], *mag[4], *o_wide, da = 0.0, da_mag = 0.0;
+        size_t n[4], at = 0;
+        void *ro;
+        float *rlse;
+        char desc[200];
+        ta_status st;
+        ta_problem p2;
+        rb_random(r, &c, 1);
+        rb_describe(&c, desc, sizeof desc);
+        n[0] = c.nq, n[1] = c.nk, n[2] = c.nv, n[3] = 1;
+        ro = ta_test_alloc(c.no * ta_dtype_size(c.p.dtype));
+        rlse = (float *)ta_test_alloc(c.nl * sizeof(float));
+        st = rb_fwd(&c.p, &c, TA_BACKEND_REF, ro, rlse);
+        TA_CHECK(st == TA_OK, "REF forward: %s: %s", ta_status_string(st), desc);
+        for (k = 0; k < 3; ++k) {
+            x[k] = (double *)malloc(n[k] * sizeof(double));
+            mag[k] = (double *)malloc(n[k] * sizeof(double));
+        }
+        x[3] = &da, mag[3] = &da_mag;
+        in = rb_oracle_in(&c);
+        in.o = o_wide = ta_oracle_widen(ro, c.p.dtype, c.no);
+        memset(&out, 0, sizeof out);
+        out.dq = x[0], out.dk = x[1], out.dv = x[2], out.d_alpha = &da;
+        out.dq_mag = mag[0], out.dk_mag = mag[1], out.dv_mag = mag[2], out.d_alpha_mag = &da_mag;
+        TA_CHECK(ta_rb_oracle(&in, &out) == 0, "oracle failed: %s", desc);
+        rb_grads_alloc(&c, &g);
+        st = rb_bwd(&c.p, &c, ro, rlse, &g);
+        TA_CHECK(st == TA_OK, "REF backward: %s: %s", ta_status_string(st), desc);
+        if (st == TA_OK) {
+            const void *got[4] = {g.dq, g.dk, g.dv, g.d_alpha};
+            for (k = 0; k < 4; ++k) {
+                const double e = rb_err(got[k], k == 3 ? TA_F32 : c.p.dtype, x[k], mag[k], n[k], &at);
+                TA_CHECK(e <= (k == 3 ? 2e-7 : 1e-6), "%s[%zu]: error %.3g of the magnitude (got %g, oracle %g): %s",
+                         names[k], at, e, ta_get(got[k], k == 3 ? TA_F32 : c.p.dtype, at), x[k][at],
+                         desc);
+                if (e > worst[k]) worst[k] = e;
+            }
+            TA_CHECK(isnan(g.d_alpha[1]), "d_alpha: the guard past it written: %s", desc);
+        }
+        /* another tiling of the same (o, lse): the same bits */
+        p2 = c.p;
+        p2.block_q = ta_rng_int(r, 8, 50), p2.block_k = ta_rng_int(r, 8, 50);
+        rb_grads_alloc(&c, &g2);
+        if (st == TA_OK && rb_bwd(&p2, &c, ro, rlse, &g2) == TA_OK) {
+            const size_t eb = ta_dtype_size(c.p.dtype);
+            ++n_retiled;
+            TA_CHECK(rb_same_bits(g.dq, g2.dq, c.nq * eb) && rb_same_bits(g.dk, g2.dk, c.nk * eb) &&
+                         rb_same_bits(g.dv, g2.dv, c.nv * eb) &&
+                         rb_same_bits(g.d_alpha, g2.d_alpha, sizeof(float)),
+                     "tiles %d x %d: other bits than %d x %d: %s", p2.block_q, p2.block_k,
+                     c.p.block_q, c.p.block_k, desc);
+        }
+        rb_grads_free(&g), rb_grads_free(&g2);
+        for (k = 0; k < 3; ++k)
+            free(x[k]), free(mag[k]);
+        free(o_wide);
+        ta_test_free(ro), ta_test_free(rlse);
+        rb_free(&c);
+    }
+    TA_CHECK(n_retiled > 0, "no retiled backward ran");
+    printf("REF backward vs oracle: %d problems, worst dq %.3g, dk %.3g, dv %.3g, d_alpha %.3g "
+           "(of the magnitude); %d retiled, same bits\n",
+           n_problems, worst[0], worst[1], worst[2], worst[3], n_retiled);
+}
+
 int main(int argc, char **argv) {
     ta_rng r;
     const uint64_t seed = ta_test_seed("test_rband");
@@ -508,5 +666,6 @@ int main(int argc, char **argv) {
     test_bad_input(&r);
     test_oracle_fd(&r);
     test_ref_fwd(&r);
+    test_ref_bwd(&r);
     return ta_test_finish("test_rband");
 }
