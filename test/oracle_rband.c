@@ -73,7 +73,7 @@ static void ta_rb_forward(ta_rb_slice *sl, const ta_rb_out *out) {
     int32_t i, j, d;
     for (i = 0; i < sl->n; ++i) {
         const int32_t pi = i + sl->off;
-        double mx = -INFINITY, mx_mag = 0.0, sum = 0.0;
+        double mx = -(double)INFINITY, mx_mag = 0.0, sum = 0.0;
         double *o_row = NULL, *o_mag_row = NULL;
         for (j = 0; j < sl->m; ++j) {
             const size_t ij = (size_t)i * (size_t)sl->m + (size_t)j;

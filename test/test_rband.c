@@ -25,6 +25,14 @@
  *      the same random problems; gradients poisoned first. The backward's
  *      bits depend on no tile size (every long sum is chunked by absolute
  *      index): a second tiling of the same (o, lse) gives the same bits.
+ *   5. decode through the query history (ta_problem.q_history = min(a, W),
+ *      args.q_hist, as MTA decode): a sequence run in chunks (prefill
+ *      pieces, then one to three tokens at a time) against a KV cache that
+ *      grows, each chunk reading q, k, v, o in place through strides and its
+ *      history rows in place (q_hist = q - n rows) or from a copy, a random
+ *      block_q per chunk: o and lse equal the full forward's bit for bit.
+ *      Outputs poisoned first. Control: a chunk whose (copied) history rows
+ *      are replaced by other values gives other lse bits (some must).
  * Usage: test_rband [--quick]
  */
 #include <math.h>
@@ -36,6 +44,7 @@
 #include "oracle_rband.h"
 #include "test_util.h"
 #include "tileattn.h"
+#include "tileattn_tiling.h"
 
 static int quick;
 
@@ -271,7 +280,7 @@ static double fd_loss(const ta_rb_in *in, double *o, size_t n_o) {
     size_t i;
     memset(&out, 0, sizeof out);
     out.o = o;
-    if (ta_rb_oracle(in, &out) != 0) return NAN;
+    if (ta_rb_oracle(in, &out) != 0) return (double)NAN;
     for (i = 0; i < n_o; ++i)
         l += in->d_o[i] * o[i];
     return l;
@@ -658,6 +667,143 @@ static void test_ref_bwd(ta_rng *r) {
            n_problems, worst[0], worst[1], worst[2], worst[3], n_retiled);
 }
 
+/* ---------------------------------------------------------------------- */
+/* 5. Decode: chunks through the query history == the full forward          */
+/* ---------------------------------------------------------------------- */
+
+/* hist [B, H, n, L] = rows a - n .. a - 1 of q [B, H, S, L] (contiguous). */
+static void copy_hist(void *hist, const void *q, const ta_problem *p, int32_t a, int32_t n,
+                      size_t eb) {
+    const size_t row = (size_t)p->head_dim * eb;
+    int32_t b, h, i;
+    for (b = 0; b < p->batch; ++b)
+        for (h = 0; h < p->heads_q; ++h)
+            for (i = 0; i < n; ++i) {
+                const size_t bh = (size_t)b * (size_t)p->heads_q + (size_t)h;
+                memcpy((char *)hist + (bh * (size_t)n + (size_t)i) * row,
+                       (const char *)q + (bh * (size_t)p->seq_q + (size_t)(a - n + i)) * row, row);
+            }
+}
+
+/* Rows [a, a + len) of every (b, h) of two [B, H, S] lse arrays equal bit for bit. */
+static int rows_equal(const float *x, const float *y, const ta_problem *p, int32_t a, int32_t len) {
+    int32_t bh;
+    for (bh = 0; bh < p->batch * p->heads_q; ++bh) {
+        const size_t at = (size_t)bh * (size_t)p->seq_q + (size_t)a;
+        if (memcmp(x + at, y + at, (size_t)len * sizeof(float)) != 0) return 0;
+    }
+    return 1;
+}
+
+static void test_decode(ta_rng *r) {
+    const int n_seqs = quick ? 12 : 50;
+    long n_chunks = 0, n_hist = 0, n_control = 0, n_control_differ = 0;
+    int t;
+    for (t = 0; t < n_seqs; ++t) {
+        rb_case c;
+        const ta_problem *p = &c.p;
+        size_t eb, n_o, n_l;
+        void *o_full, *o_chunks, *hist_copy;
+        float *lse_full, *lse_chunks, *lse_part, *lse_control;
+        char desc[200];
+        int32_t a = 0, b, h, bb;
+        rb_random(r, &c, 1); /* S_q = S_k = S: the whole sequence */
+        eb = ta_dtype_size(p->dtype);
+        rb_describe(&c, desc, sizeof desc);
+        n_o = c.no, n_l = c.nl;
+        o_full = ta_test_alloc(n_o * eb), o_chunks = ta_test_alloc(n_o * eb);
+        lse_full = (float *)ta_test_alloc(n_l * sizeof(float));
+        lse_chunks = (float *)ta_test_alloc(n_l * sizeof(float));
+        lse_part = (float *)ta_test_alloc(n_l * sizeof(float));
+        lse_control = (float *)ta_test_alloc(n_l * sizeof(float));
+        hist_copy = ta_test_alloc(c.nq * eb + 1);
+        ta_poison(o_full, n_o * eb), ta_poison(o_chunks, n_o * eb);
+        ta_poison(lse_full, n_l * sizeof(float)), ta_poison(lse_chunks, n_l * sizeof(float));
+        TA_CHECK(rb_fwd(p, &c, TA_BACKEND_REF, o_full, lse_full) == TA_OK, "full: %s", desc);
+        while (a < p->seq_q) {
+            const int32_t len = a < p->seq_q / 2 && ta_rng_int(r, 0, 1)
+                                    ? ta_rng_int(r, 1, p->seq_q - a)
+                                    : ta_rng_int(r, 1, ta_tiling_min_i32(3, p->seq_q - a));
+            const int32_t s_full = p->seq_q, dim = p->head_dim, dv = p->head_dim_v;
+            const int in_place = ta_rng_int(r, 0, 1);
+            ta_problem pc = *p;
+            ta_fwd_args fa;
+            size_t bytes = 0;
+            void *ws;
+            int rep;
+            b = a + len;
+            pc.seq_q = len, pc.seq_k = b;
+            pc.q_history = ta_tiling_min_i32(a, p->rband_width);
+            pc.block_q = ta_rng_int(r, 0, 1) ? 0 : ta_rng_int(r, 8, 40); /* rows: any tiles */
+            memset(&fa, 0, sizeof fa);
+            fa.q = (const char *)c.q + (size_t)a * (size_t)dim * eb;
+            fa.q_strides.batch = (int64_t)p->heads_q * s_full * dim;
+            fa.q_strides.head = (int64_t)s_full * dim, fa.q_strides.seq = dim;
+            fa.k = c.k, fa.v = c.v; /* the cache: the first b keys of each head */
+            fa.k_strides.batch = (int64_t)p->heads_kv * s_full * dim;
+            fa.k_strides.head = (int64_t)s_full * dim, fa.k_strides.seq = dim;
+            fa.v_strides.batch = (int64_t)p->heads_kv * s_full * dv;
+            fa.v_strides.head = (int64_t)s_full * dv, fa.v_strides.seq = dv;
+            fa.o = (char *)o_chunks + (size_t)a * (size_t)dv * eb;
+            fa.o_strides.batch = (int64_t)p->heads_q * s_full * dv;
+            fa.o_strides.head = (int64_t)s_full * dv, fa.o_strides.seq = dv;
+            fa.lse = lse_part;
+            if (pc.q_history > 0) {
+                ++n_hist;
+                if (in_place) { /* the rows just above: q's own buffer and strides */
+                    fa.q_hist = (const char *)fa.q - (size_t)pc.q_history * (size_t)dim * eb;
+                    fa.q_hist_strides = fa.q_strides;
+                } else { /* a contiguous copy [B, H, n, L] */
+                    fa.q_hist = hist_copy;
+                }
+            }
+            TA_CHECK(ta_fwd_workspace_size(&pc, TA_BACKEND_REF, &bytes) == TA_OK, "size: %s", desc);
+            ws = ta_test_alloc(bytes ? bytes : 1);
+            /* rep 0, control (a copied history only): other history rows; rep 1: the call */
+            for (rep = pc.q_history > 0 && !in_place ? 0 : 1; rep < 2; ++rep) {
+                ta_status st;
+                if (fa.q_hist == hist_copy && rep == 0)
+                    ta_fill_uniform(r, hist_copy, p->dtype,
+                                    (size_t)p->batch * (size_t)p->heads_q * (size_t)pc.q_history *
+                                        (size_t)dim,
+                                    -1.0f, 1.0f);
+                if (fa.q_hist == hist_copy && rep == 1)
+                    copy_hist(hist_copy, c.q, p, a, pc.q_history, eb);
+                ta_poison(ws, bytes);
+                st = ta_fwd(&pc, TA_BACKEND_REF, &fa, ws, bytes, NULL);
+                TA_CHECK(st == TA_OK, "chunk [%d, %d): %s: %s", a, b, ta_status_string(st), desc);
+                for (bb = 0; bb < p->batch; ++bb)
+                    for (h = 0; h < p->heads_q; ++h) {
+                        const size_t row0 = ((size_t)bb * (size_t)p->heads_q + (size_t)h);
+                        const size_t full_at = row0 * (size_t)s_full + (size_t)a;
+                        float *dst = rep == 1 ? lse_chunks + full_at : lse_control + full_at;
+                        memcpy(dst, lse_part + row0 * (size_t)len, (size_t)len * sizeof(float));
+                    }
+                if (rep == 1) continue;
+                ++n_control;
+                n_control_differ += !rows_equal(lse_full, lse_control, p, a, len);
+            }
+            ta_test_free(ws);
+            ++n_chunks;
+            a = b;
+        }
+        TA_CHECK(memcmp(o_full, o_chunks, n_o * eb) == 0, "chunks' o differ from the full forward: %s",
+                 desc);
+        TA_CHECK(memcmp(lse_full, lse_chunks, n_l * sizeof(float)) == 0,
+                 "chunks' lse differ from the full forward: %s", desc);
+        ta_test_free(o_full), ta_test_free(o_chunks), ta_test_free(lse_full);
+        ta_test_free(lse_chunks), ta_test_free(lse_part), ta_test_free(hist_copy);
+        ta_test_free(lse_control);
+        rb_free(&c);
+    }
+    TA_CHECK(n_hist > 0, "no chunk with history rows");
+    TA_CHECK(n_control == 0 || n_control_differ > 0,
+             "control: %ld chunks with other history rows, none differs", n_control);
+    printf("decode: %d sequences, %ld chunks (%ld with history rows) == the full forward; control "
+           "%ld of %ld differ\n",
+           n_seqs, n_chunks, n_hist, n_control_differ, n_control);
+}
+
 int main(int argc, char **argv) {
     ta_rng r;
     const uint64_t seed = ta_test_seed("test_rband");
@@ -667,5 +813,6 @@ int main(int argc, char **argv) {
     test_oracle_fd(&r);
     test_ref_fwd(&r);
     test_ref_bwd(&r);
+    test_decode(&r);
     return ta_test_finish("test_rband");
 }
