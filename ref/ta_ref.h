@@ -160,6 +160,14 @@ void ta_ref_load_rows(float *dst, const void *src, ta_dtype dt, int64_t slice, i
 void ta_ref_load_q(const ta_plan *plan, const void *q, const void *q_hist, const ta_tiling *t,
                    float *dst, const ta_ref_step *st);
 
+/* The Q tile of step st through the load stage of the fused projections
+ * (latent_dim L > 0): ta_ref_load_q into raw [rows_load, D], then each row
+ * projected by W_qlat[h] (w_qlat [H, D, L], h = st->ctx.head) into dst
+ * [rows_load, L]: q~[l] = sum_d fmaf(q[d], W[d][l], acc) from +0, d
+ * ascending. Without the projections ta_ref_load_q into dst (raw unused). */
+void ta_ref_load_q_lat(const ta_plan *plan, const void *q, const void *q_hist, const float *w_qlat,
+                       const ta_tiling *t, float *dst, float *raw, const ta_ref_step *st);
+
 /* The rotary load stage (src/ta_rope_load.h) on a [count, D] tile whose rows
  * are tokens [first, first + count) of side TA_ROPE_SIDE_Q or _K of step st's
  * batch entry and kv head: each row inside its sequence rotated in place;
@@ -217,11 +225,12 @@ void ta_ref_rband_load_kt(const ta_plan *plan, const void *k, const ta_ref_step 
 
 /* The band on the score tile s of step st (effective region; S already
  * there): qt [cols, L] loaded with the q rows row(j) = j - (S_k - S_q) of the
- * step's columns (q_hist for rows < 0), then for every visible (r, j) with
+ * step's columns (q_hist for rows < 0; projected by w_qlat with the fused
+ * projections, raw [cols, D] their scratch), then for every visible (r, j) with
  * p_r - j <= W: T = scale * dot(qt_j, kt_r), s[r][j] = fmaf(alpha, T, s[r][j]),
  * and tt[r][j] = T when tt is not NULL (other entries untouched). */
 void ta_ref_rband_scores(const ta_plan *plan, const void *q, const void *q_hist,
-                         const ta_tiling *t, const ta_ref_step *st, const float *kt, float *qt,
-                         const ta_ref_tile *s, const ta_ref_tile *tt);
+                         const float *w_qlat, float *raw, const ta_tiling *t, const ta_ref_step *st,
+                         const float *kt, float *qt, const ta_ref_tile *s, const ta_ref_tile *tt);
 
 #endif /* TA_REF_H */

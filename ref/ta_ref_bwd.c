@@ -272,7 +272,8 @@ static void ta_ref_bwd_recompute(const ta_plan *plan, const ta_bwd_args *a,
     const ta_tiling *t = &plan->bwd;
     ta_ref_scores(&pr->s, ws->q, ws->k, plan->p.head_dim, plan->p.scale, t, st);
     if (ws->kt && ta_ref_rband_meets(plan, st))
-        ta_ref_rband_scores(plan, a->q, NULL, t, st, ws->kt, ws->qt, &pr->s, &pr->tt);
+        ta_ref_rband_scores(plan, a->q, NULL, a->w_qlat, NULL, t, st, ws->kt, ws->qt, &pr->s,
+                            &pr->tt);
     if (plan->has_conv) ta_ref_conv_scores(&pr->p, &pr->s, cv, t, st, &pr->grad);
     ta_ref_bwd_probs(plan, ws, st, pr);
     if (plan->has_conv) ta_ref_conv_grad(&pr->ds, &pr->dc, cv, t, st, &pr->eff);

@@ -36,20 +36,20 @@ int ta_ref_rband_meets(const ta_plan *plan, const ta_ref_step *st) {
 void ta_ref_rband_load_kt(const ta_plan *plan, const void *k, const ta_ref_step *st, float *kt) {
     const ta_problem *p = &plan->p;
     ta_ref_load_rows(kt, k, p->dtype, st->ctx.k, plan->layout.k.seq, p->seq_k,
-                     st->row_begin + p->seq_k - p->seq_q, st->rows, p->head_dim);
+                     st->row_begin + p->seq_k - p->seq_q, st->rows, plan->dim_k);
 }
 
 void ta_ref_rband_scores(const ta_plan *plan, const void *q, const void *q_hist,
-                         const ta_tiling *t, const ta_ref_step *st, const float *kt, float *qt,
-                         const ta_ref_tile *s, const ta_ref_tile *tt) {
+                         const float *w_qlat, float *raw, const ta_tiling *t, const ta_ref_step *st,
+                         const float *kt, float *qt, const ta_ref_tile *s, const ta_ref_tile *tt) {
     const ta_problem *p = &plan->p;
-    const int32_t off = p->seq_k - p->seq_q, w = p->rband_width, dim = p->head_dim;
+    const int32_t off = p->seq_k - p->seq_q, w = p->rband_width, dim = plan->dim_k;
     const float alpha = p->rband_alpha;
     ta_ref_step qs = *st; /* the query rows at the columns' positions */
     int32_t r, j;
     qs.row_begin = qs.row_load_begin = st->col_begin - off;
     qs.rows = qs.rows_load = st->cols;
-    ta_ref_load_q(plan, q, q_hist, t, qt, &qs); /* history rows too; above them zero */
+    ta_ref_load_q_lat(plan, q, q_hist, w_qlat, t, qt, raw, &qs); /* history rows too */
     for (r = st->row_begin; r < st->row_begin + st->rows; ++r) {
         const int32_t pr = r + off;
         const float *k_row = kt + ta_ref_off(st->row_begin, r, dim); /* [L] k_(p_r) */

@@ -18,19 +18,99 @@ typedef struct ta_rb_slice {
     unsigned char *vis, *band;         /* [n, m] */
 } ta_rb_slice;
 
+double ta_rb_scale_lat(const ta_problem *p) {
+    const float s = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)p->latent_dim);
+    return (double)s;
+}
+
+/* y [n, L] = rows of x [n, D] times w [D, L] (one head's), and y_mag = |x| |w|. */
+static void ta_rb_project(const double *x, const double *w, size_t n, int32_t dim, int32_t lat,
+                          double *y, double *y_mag) {
+    size_t r;
+    int32_t l, d;
+    for (r = 0; r < n; ++r)
+        for (l = 0; l < lat; ++l) {
+            double acc = 0.0, mag = 0.0;
+            for (d = 0; d < dim; ++d) {
+                acc += x[r * (size_t)dim + (size_t)d] * w[(size_t)d * (size_t)lat + (size_t)l];
+                mag += fabs(x[r * (size_t)dim + (size_t)d] * w[(size_t)d * (size_t)lat + (size_t)l]);
+            }
+            y[r * (size_t)lat + (size_t)l] = acc;
+            y_mag[r * (size_t)lat + (size_t)l] = mag;
+        }
+}
+
+int ta_rb_oracle_lat(const ta_rb_in *in, const double *w_qlat, const double *w_vup,
+                     const ta_rb_out *out) {
+    const ta_problem *p = in->p;
+    const int32_t lat = p->latent_dim, dim = p->head_dim, dv = p->head_dim_v;
+    const size_t n_bh = (size_t)p->batch * (size_t)p->heads_q;
+    const size_t nq = n_bh * (size_t)p->seq_q, nh = n_bh * (size_t)p->q_history;
+    ta_problem pl = *p;
+    ta_rb_in li = *in;
+    ta_rb_out lo;
+    double *qt = (double *)malloc((2 * (nq + nh) * (size_t)lat + 2 * nq * (size_t)lat + 1) *
+                                  sizeof(double));
+    double *qt_mag, *ht, *ht_mag, *ctx, *ctx_mag;
+    size_t bh, i;
+    int32_t l, e, rc;
+    if (!qt) return -1;
+    qt_mag = qt + nq * (size_t)lat, ht = qt_mag + nq * (size_t)lat;
+    ht_mag = ht + nh * (size_t)lat, ctx = ht_mag + nh * (size_t)lat;
+    ctx_mag = ctx + nq * (size_t)lat;
+    for (bh = 0; bh < n_bh; ++bh) {
+        const double *w = w_qlat + (bh % (size_t)p->heads_q) * (size_t)dim * (size_t)lat;
+        const size_t sq = (size_t)p->seq_q, sh = (size_t)p->q_history;
+        ta_rb_project(in->q + bh * sq * (size_t)dim, w, sq, dim, lat, qt + bh * sq * (size_t)lat,
+                      qt_mag + bh * sq * (size_t)lat);
+        if (sh)
+            ta_rb_project(in->q_hist + bh * sh * (size_t)dim, w, sh, dim, lat,
+                          ht + bh * sh * (size_t)lat, ht_mag + bh * sh * (size_t)lat);
+    }
+    pl.head_dim = pl.head_dim_v = lat;
+    pl.latent_dim = 0;
+    li.p = &pl, li.q = qt, li.q_mag = qt_mag;
+    li.q_hist = nh ? ht : NULL, li.q_hist_mag = nh ? ht_mag : NULL;
+    memset(&lo, 0, sizeof lo);
+    lo.o = ctx, lo.o_mag = ctx_mag, lo.lse = out->lse, lo.lse_mag = out->lse_mag;
+    rc = ta_rb_oracle(&li, &lo);
+    for (i = 0; rc == 0 && i < nq; ++i) {
+        const double *w = w_vup + (i / (size_t)p->seq_q % (size_t)p->heads_q) * (size_t)lat *
+                                      (size_t)dv;
+        for (e = 0; e < dv; ++e) {
+            double acc = 0.0, mag = 0.0;
+            for (l = 0; l < lat; ++l) {
+                const double w_le = w[(size_t)l * (size_t)dv + (size_t)e];
+                acc += ctx[i * (size_t)lat + (size_t)l] * w_le;
+                mag += (ctx_mag[i * (size_t)lat + (size_t)l] +
+                        fabs(ctx[i * (size_t)lat + (size_t)l])) * fabs(w_le);
+            }
+            if (out->o) out->o[i * (size_t)dv + (size_t)e] = acc;
+            if (out->o_mag) out->o_mag[i * (size_t)dv + (size_t)e] = mag;
+        }
+    }
+    free(qt);
+    return rc;
+}
+
 double ta_rb_scale(const ta_problem *p) {
     const float s = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)p->head_dim);
     return (double)s;
 }
 
-/* Latent query of row r of the slice, r in [-q_history, S_q). */
-static const double *ta_rb_q(const ta_rb_slice *sl, int32_t r) {
+/* Latent query of row r of the slice, r in [-q_history, S_q) (mag: its
+ * magnitude stand-in, or NULL when there is none). */
+static const double *ta_rb_q_of(const ta_rb_slice *sl, int32_t r, int mag) {
     const ta_problem *p = sl->in->p;
     const size_t bh = (size_t)sl->b * (size_t)p->heads_q + (size_t)sl->h;
-    if (r >= 0) return sl->in->q + (bh * (size_t)p->seq_q + (size_t)r) * (size_t)sl->dim;
-    return sl->in->q_hist +
-           (bh * (size_t)p->q_history + (size_t)(r + p->q_history)) * (size_t)sl->dim;
+    const double *q = mag ? sl->in->q_mag : sl->in->q;
+    const double *hist = mag ? sl->in->q_hist_mag : sl->in->q_hist;
+    if (!q) return NULL;
+    if (r >= 0) return q + (bh * (size_t)p->seq_q + (size_t)r) * (size_t)sl->dim;
+    return hist + (bh * (size_t)p->q_history + (size_t)(r + p->q_history)) * (size_t)sl->dim;
 }
+
+static const double *ta_rb_q(const ta_rb_slice *sl, int32_t r) { return ta_rb_q_of(sl, r, 0); }
 
 static const double *ta_rb_k(const ta_rb_slice *sl, int32_t j) {
     const size_t bh = (size_t)sl->b * (size_t)sl->in->p->heads_kv + (size_t)sl->hk;
@@ -53,14 +133,14 @@ static size_t ta_rb_krow(const ta_rb_slice *sl, int32_t j, int32_t w) {
     return (bh * (size_t)sl->m + (size_t)j) * (size_t)w;
 }
 
-/* scale <a, b> and |scale| sum |a b| */
-static void ta_rb_dot(const ta_rb_slice *sl, const double *a, const double *b, double *x,
-                      double *x_mag) {
+/* scale <a, b> and |scale| sum |a_mag b| (a_mag NULL: |a|) */
+static void ta_rb_dot(const ta_rb_slice *sl, const double *a, const double *a_mag, const double *b,
+                      double *x, double *x_mag) {
     double acc = 0.0, mag = 0.0;
     int32_t d;
     for (d = 0; d < sl->dim; ++d) {
         acc += a[d] * b[d];
-        mag += fabs(a[d] * b[d]);
+        mag += (a_mag ? a_mag[d] : fabs(a[d])) * fabs(b[d]);
     }
     *x = sl->in->scale * acc;
     *x_mag = fabs(sl->in->scale) * mag;
@@ -70,6 +150,7 @@ static void ta_rb_dot(const ta_rb_slice *sl, const double *a, const double *b, d
 static void ta_rb_forward(ta_rb_slice *sl, const ta_rb_out *out) {
     const ta_rb_in *in = sl->in;
     const int32_t w = in->p->rband_width;
+    const int causal = (in->p->flags & TA_CAUSAL) != 0, band = (in->p->flags & TA_RBAND) != 0;
     int32_t i, j, d;
     for (i = 0; i < sl->n; ++i) {
         const int32_t pi = i + sl->off;
@@ -78,20 +159,22 @@ static void ta_rb_forward(ta_rb_slice *sl, const ta_rb_out *out) {
         for (j = 0; j < sl->m; ++j) {
             const size_t ij = (size_t)i * (size_t)sl->m + (size_t)j;
             double s, s_mag;
-            sl->vis[ij] = (unsigned char)(j <= pi);
-            sl->band[ij] = (unsigned char)(j <= pi && pi - j <= w);
-            sl->t[ij] = sl->tm[ij] = 0.0;
+            sl->vis[ij] = (unsigned char)(!causal || j <= pi);
+            sl->band[ij] = (unsigned char)(band && j <= pi && pi - j <= w);
+            sl->t[ij] = sl->tm[ij] = sl->l[ij] = sl->lm[ij] = 0.0;
             if (!sl->vis[ij]) continue;
-            ta_rb_dot(sl, ta_rb_q(sl, i), ta_rb_k(sl, j), &s, &s_mag);
+            ta_rb_dot(sl, ta_rb_q(sl, i), ta_rb_q_of(sl, i, 1), ta_rb_k(sl, j), &s, &s_mag);
             if (sl->band[ij])
-                ta_rb_dot(sl, ta_rb_q(sl, j - sl->off), ta_rb_k(sl, pi), &sl->t[ij], &sl->tm[ij]);
+                ta_rb_dot(sl, ta_rb_q(sl, j - sl->off), ta_rb_q_of(sl, j - sl->off, 1),
+                          ta_rb_k(sl, pi), &sl->t[ij], &sl->tm[ij]);
             sl->l[ij] = s + in->alpha * sl->t[ij];
             sl->lm[ij] = s_mag + fabs(in->alpha) * sl->tm[ij];
             if (sl->l[ij] > mx) mx = sl->l[ij];
             if (sl->lm[ij] > mx_mag) mx_mag = sl->lm[ij];
         }
-        for (j = 0; j <= pi; ++j)
-            sum += exp(sl->l[(size_t)i * (size_t)sl->m + (size_t)j] - mx);
+        for (j = 0; j < sl->m; ++j)
+            if (sl->vis[(size_t)i * (size_t)sl->m + (size_t)j])
+                sum += exp(sl->l[(size_t)i * (size_t)sl->m + (size_t)j] - mx);
         sl->lse[i] = mx + log(sum);
         sl->lse_mag[i] = mx_mag + log(sum);
         for (j = 0; j < sl->m; ++j) {
@@ -104,11 +187,11 @@ static void ta_rb_forward(ta_rb_slice *sl, const ta_rb_out *out) {
         if (out->o_mag) o_mag_row = out->o_mag + ta_rb_qrow(sl, i, sl->dv);
         for (d = 0; d < sl->dv; ++d) {
             double acc = 0.0, mag = 0.0;
-            for (j = 0; j <= pi; ++j) {
+            for (j = 0; j < sl->m; ++j) { /* P = 0 where masked */
                 const double pij = sl->pr[(size_t)i * (size_t)sl->m + (size_t)j];
                 acc += pij * ta_rb_v(sl, j)[d];
             }
-            for (j = 0; j <= pi; ++j) {
+            for (j = 0; j < sl->m; ++j) {
                 const size_t ij = (size_t)i * (size_t)sl->m + (size_t)j;
                 const double av = fabs(ta_rb_v(sl, j)[d]);
                 mag += sl->pr[ij] * (av + sl->lm[ij] * (av + fabs(acc)));

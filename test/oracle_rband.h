@@ -8,7 +8,8 @@
  *   T_ij  = scale <q_row(j), k_(p_i)>
  *   l_ij  = S_ij + alpha T_ij     0 <= p_i - j <= W
  *         = S_ij                  j < p_i - W
- *         = -inf                  j > p_i
+ *         = -inf                  j > p_i   (TA_CAUSAL; without it every key is seen,
+ *                                           and the band needs TA_RBAND in flags)
  *   P     = softmax_j(l),  o_i = sum_j P_ij v_j,  lse_i = log sum_j exp(l_ij)
  *
  * Backward (S_q = S_k, no history rows) of L = sum <dO, o>:
@@ -40,6 +41,8 @@ typedef struct ta_rb_in {
     const double *v;     /* [B, H_kv, S_k, D_v] */
     const double *d_o;   /* [B, H, S_q, D_v]: backward only */
     const double *o;     /* [B, H, S_q, D_v] or NULL: D_i from this stored output */
+    const double *q_mag, *q_hist_mag; /* NULL, or |q|'s stand-in in the magnitudes (the
+                                         projection's magnitude sum_d |q_d W_dl|) */
 } ta_rb_in;
 
 /* Outputs; any pointer may be NULL (not wanted). The backward ones need
@@ -53,7 +56,17 @@ typedef struct ta_rb_out {
  * with S_q != S_k. */
 int ta_rb_oracle(const ta_rb_in *in, const ta_rb_out *out);
 
+/* With the fused projections (p->latent_dim = L > 0): q [B, H, S_q, D] and
+ * q_hist [B, H, n, D] are projected, q~_i = W_qlat[h]^T q_i (w_qlat [H, D, L]),
+ * the band attention runs on q~, k, v [B, H_kv, S_k, L], and o_i = W_vup[h]^T
+ * ctx~_i (w_vup [H, L, D_v]); magnitudes carry the projections' |q| |W| sums.
+ * Forward outputs only (o, lse and their magnitudes). Returns as ta_rb_oracle. */
+int ta_rb_oracle_lat(const ta_rb_in *in, const double *w_qlat, const double *w_vup,
+                     const ta_rb_out *out);
+
 /* The scale the library uses: p->scale, or 1/sqrt(head_dim) in f32. */
 double ta_rb_scale(const ta_problem *p);
+/* ... with the fused projections: 1/sqrt(latent_dim) in f32 for scale 0. */
+double ta_rb_scale_lat(const ta_problem *p);
 
 #endif /* TA_ORACLE_RBAND_H */

@@ -5,8 +5,8 @@
  *   1. bad input: every new field of ta_problem, ta_fwd_args and ta_bwd_args
  *      out of range or in a combination not built yet gives its documented
  *      status, ta_explain_fwd / _bwd name the field, the outputs stay
- *      untouched; the CPU and CUDA backends refuse the band (and every
- *      backend the fused projections) with TA_ERR_UNSUPPORTED.
+ *      untouched; the CPU and CUDA backends refuse the band and the fused
+ *      projections, the backward the projections, with TA_ERR_UNSUPPORTED.
  *   2. the float64 oracle of the definition (test/oracle_rband.c): its
  *      gradients dq, dk, dv and d_alpha against central finite differences of
  *      L = sum <dO, o> on small random problems (GQA, every band width from 0
@@ -33,6 +33,10 @@
  *      block_q per chunk: o and lse equal the full forward's bit for bit.
  *      Outputs poisoned first. Control: a chunk whose (copied) history rows
  *      are replaced by other values gives other lse bits (some must).
+ *   6. the fused projections (latent_dim): REF forward against the oracle
+ *      (q projected by W_qlat on load, the output up-projected by W_vup),
+ *      with and without the band, causal or not, every dtype, GQA-like
+ *      heads; the projections' argument checks are in section 1.
  * Usage: test_rband [--quick]
  */
 #include <math.h>
@@ -156,8 +160,6 @@ static void bi_mutate(ta_problem *p, int which) {
     case 14: p->num_splits = TA_SPLITS_AUTO; break;
     case 15: p->latent_dim = -1; break;
     case 16: p->latent_dim = TA_HEAD_DIM_MAX + 1; break;
-    case 17: p->flags = TA_CAUSAL, p->rband_alpha = 0.0f, p->rband_width = 0, p->latent_dim = 8;
-        break; /* the projections alone: no backend yet */
     case 18: p->flags = TA_CAUSAL, p->rband_alpha = -0.0f, p->rband_width = 1; break;
     default: break;
     }
@@ -181,7 +183,6 @@ static const bi_case bi_cases[] = {
     {"band with split-K auto", 14, TA_ERR_UNSUPPORTED, "num_splits"},
     {"latent_dim -1", 15, TA_ERR_BAD_ARG, "latent_dim"},
     {"latent_dim 257", 16, TA_ERR_UNSUPPORTED, "latent_dim"},
-    {"fused projections (no backend yet)", 17, TA_ERR_UNSUPPORTED, "backend"},
     {"rband_width with -0 alpha, no flag", 18, TA_ERR_BAD_ARG, "rband_width"},
 };
 
@@ -265,6 +266,44 @@ static void test_bad_input(ta_rng *r) {
         bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_OK, "ok", "bwd without the band");
         ba.d_alpha = b.dq; /* ignored: may even overlap */
         bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_OK, "ok", "bwd: d_alpha ignored");
+    }
+    /* the fused projections: REF runs the forward; its checks */
+    {
+        ta_problem p = bi_problem();
+        ta_fwd_args fa = b.fa;
+        float *w = bi_alloc(r, (size_t)BI_H * BI_L * 8 * 2);
+        p.latent_dim = 8; /* q, o [., 16]; k, v [., 8]: fit the buffers */
+        fa.w_qlat = w, fa.w_vup = w + BI_H * BI_L * 8;
+        ta_test_expect_fwd(&p, TA_BACKEND_REF, &fa, b.ws, b.ws_bytes, TA_OK, "ok",
+                           "projections on REF");
+        ta_test_expect_fwd(&p, TA_BACKEND_CPU, &fa, b.ws, b.ws_bytes, TA_ERR_UNSUPPORTED, "backend",
+                           "projections on CPU");
+        ta_test_expect_fwd(&p, TA_BACKEND_CUDA, &fa, b.ws, b.ws_bytes, TA_ERR_UNSUPPORTED,
+                           "backend", "projections on CUDA");
+        fa.w_qlat = NULL;
+        ta_test_expect_fwd(&p, TA_BACKEND_REF, &fa, b.ws, b.ws_bytes, TA_ERR_NULL_ARG,
+                           "args.w_qlat", "w_qlat NULL");
+        fa.w_qlat = w, fa.w_vup = NULL;
+        ta_test_expect_fwd(&p, TA_BACKEND_REF, &fa, b.ws, b.ws_bytes, TA_ERR_NULL_ARG,
+                           "args.w_vup", "w_vup NULL");
+        fa.w_vup = b.o + 5; /* an input inside the output */
+        ta_test_expect_fwd(&p, TA_BACKEND_REF, &fa, b.ws, b.ws_bytes, TA_ERR_BAD_ARG, "args.w_vup",
+                           "w_vup overlapping o");
+        fa.w_vup = (const float *)((const char *)(w + BI_H * BI_L * 8) + 2);
+        ta_test_expect_fwd(&p, TA_BACKEND_REF, &fa, b.ws, b.ws_bytes, TA_ERR_BAD_ARG, "args.w_vup",
+                           "w_vup misaligned");
+        fa.w_vup = w + BI_H * BI_L * 8;
+        p.num_splits = 2;
+        ta_test_expect_fwd(&p, TA_BACKEND_REF, &fa, b.ws, b.ws_bytes, TA_ERR_UNSUPPORTED,
+                           "num_splits", "projections with split-K");
+        p.num_splits = 0, p.flags = TA_CAUSAL, p.rband_alpha = 0.0f, p.rband_width = 0;
+        p.conv_q = 2, p.conv_k = 3;
+        ta_test_expect_fwd(&p, TA_BACKEND_REF, &fa, b.ws, b.ws_bytes, TA_ERR_UNSUPPORTED, "conv_q",
+                           "projections with the MTA conv");
+        p.conv_q = p.conv_k = 0;
+        bi_expect_bwd(&p, TA_BACKEND_REF, &b, &b.ba, TA_ERR_UNSUPPORTED, "latent_dim",
+                      "bwd with projections (not yet)");
+        ta_test_free(w);
     }
     bi_free(&b);
 }
@@ -385,6 +424,8 @@ typedef struct rb_case {
     size_t nq, nh, nk, nv, no, nl;
     void *q, *hist, *k, *v, *d_o;
     double *oq, *ohist, *ok, *ov, *odo;
+    float *wq, *wv;     /* fused projections: [H, D, L], [H, L, D_v]; else NULL */
+    double *owq, *owv;
 } rb_case;
 
 static const char *dtype_name(ta_dtype dt) {
@@ -403,8 +444,9 @@ static void *rb_tensor(ta_rng *r, ta_dtype dt, size_t n, double **wide) {
     return x;
 }
 
-/* bwd: S_q = S_k (the backward's domain); else a quarter are decode-like. */
-static void rb_random(ta_rng *r, rb_case *c, int bwd) {
+/* bwd: S_q = S_k (the backward's domain); else a quarter are decode-like.
+ * lat: with the fused projections (and a third without the band). */
+static void rb_random(ta_rng *r, rb_case *c, int bwd, int lat) {
     ta_problem *p = &c->p;
     const int32_t prefix = !bwd && ta_rng_int(r, 0, 3) == 0 ? ta_rng_int(r, 1, 60) : 0;
     memset(c, 0, sizeof *c);
@@ -423,10 +465,36 @@ static void rb_random(ta_rng *r, rb_case *c, int bwd) {
     p->block_q = ta_rng_int(r, 0, 3) == 0 ? 0 : ta_rng_int(r, 8, 50);
     p->block_k = ta_rng_int(r, 0, 3) == 0 ? 0 : ta_rng_int(r, 8, 50);
     if (ta_rng_int(r, 0, 2) == 0) p->scale = ta_rng_uniform(r, 0.05f, 0.6f);
+    if (lat) {
+        p->latent_dim = ta_rng_int(r, 0, 3) ? ta_rng_int(r, 1, 40) : 64;
+        p->head_dim_v = ta_rng_int(r, 1, 48);
+        if (ta_rng_int(r, 0, 2) == 0) { /* latent attention without the band */
+            p->flags = ta_rng_int(r, 0, 1) ? TA_CAUSAL : 0u;
+            p->rband_alpha = 0.0f, p->rband_width = 0, p->q_history = 0;
+            p->seq_k = p->seq_q = ta_rng_int(r, 1, 90);
+        }
+    }
+    {
+        const int32_t wk = lat ? p->latent_dim : p->head_dim, wv = lat ? p->latent_dim : p->head_dim_v;
+        c->nk = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k * (size_t)wk;
+        c->nv = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k * (size_t)wv;
+    }
+    if (lat) {
+        const size_t n_wq = (size_t)p->heads_q * (size_t)p->head_dim * (size_t)p->latent_dim;
+        const size_t n_wv = (size_t)p->heads_q * (size_t)p->latent_dim * (size_t)p->head_dim_v;
+        const float aq = 1.5f / sqrtf((float)p->head_dim), av = 1.0f / sqrtf((float)p->latent_dim);
+        size_t i;
+        c->wq = (float *)ta_test_alloc(n_wq * sizeof(float));
+        c->wv = (float *)ta_test_alloc(n_wv * sizeof(float));
+        for (i = 0; i < n_wq; ++i)
+            c->wq[i] = ta_rng_uniform(r, -aq, aq);
+        for (i = 0; i < n_wv; ++i)
+            c->wv[i] = ta_rng_uniform(r, -av, av);
+        c->owq = ta_oracle_widen(c->wq, TA_F32, n_wq);
+        c->owv = ta_oracle_widen(c->wv, TA_F32, n_wv);
+    }
     c->nq = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q * (size_t)p->head_dim;
     c->nh = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->q_history * (size_t)p->head_dim;
-    c->nk = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k * (size_t)p->head_dim;
-    c->nv = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k * (size_t)p->head_dim_v;
     c->no = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q * (size_t)p->head_dim_v;
     c->nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
     c->q = rb_tensor(r, p->dtype, c->nq, &c->oq);
@@ -440,14 +508,16 @@ static void rb_free(rb_case *c) {
     ta_test_free(c->q), ta_test_free(c->hist), ta_test_free(c->k), ta_test_free(c->v);
     ta_test_free(c->d_o);
     free(c->oq), free(c->ohist), free(c->ok), free(c->ov), free(c->odo);
+    ta_test_free(c->wq), ta_test_free(c->wv), free(c->owq), free(c->owv);
 }
 
 static void rb_describe(const rb_case *c, char *buf, size_t n) {
     const ta_problem *p = &c->p;
-    snprintf(buf, n, "%s B %d H %d/%d S %d/%d L %d Dv %d W %d alpha %g hist %d tiles %d x %d",
+    snprintf(buf, n,
+             "%s B %d H %d/%d S %d/%d D %d Dv %d lat %d flags %u W %d alpha %g hist %d tiles %d x %d",
              dtype_name(p->dtype), p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_k,
-             p->head_dim, p->head_dim_v, p->rband_width, (double)p->rband_alpha, p->q_history,
-             p->block_q, p->block_k);
+             p->head_dim, p->head_dim_v, p->latent_dim, p->flags, p->rband_width,
+             (double)p->rband_alpha, p->q_history, p->block_q, p->block_k);
 }
 
 /* The forward of c on backend be into o (dtype) and lse. */
@@ -459,6 +529,7 @@ static ta_status rb_fwd(const ta_problem *p, const rb_case *c, ta_backend be, vo
     memset(&fa, 0, sizeof fa);
     fa.q = c->q, fa.k = c->k, fa.v = c->v, fa.o = o, fa.lse = lse;
     fa.q_hist = c->hist;
+    fa.w_qlat = c->wq, fa.w_vup = c->wv;
     if ((st = ta_fwd_workspace_size(p, be, &bytes)) != TA_OK) return st;
     ws = ta_test_alloc(bytes ? bytes : 1);
     ta_poison(ws, bytes);
@@ -493,49 +564,63 @@ static ta_rb_in rb_oracle_in(const rb_case *c) {
     return in;
 }
 
+/* The REF forward of c into ro, rlse (poisoned first) against the oracle
+ * (with the projections: ta_rb_oracle_lat); the worst errors, in units of the
+ * magnitude, kept in worst[0] (o) and worst[1] (lse). Returns the status. */
+static ta_status rb_fwd_vs_oracle(const rb_case *c, const char *desc, void *ro, float *rlse,
+                                  double *worst) {
+    double *o = (double *)malloc(c->no * sizeof(double)), *lse = (double *)malloc(c->nl * 8);
+    double *o_mag = (double *)malloc(c->no * sizeof(double)), *lse_mag = (double *)malloc(c->nl * 8);
+    ta_rb_in in = rb_oracle_in(c);
+    ta_rb_out out;
+    size_t at = 0;
+    double e;
+    ta_status st;
+    memset(&out, 0, sizeof out);
+    out.o = o, out.lse = lse, out.o_mag = o_mag, out.lse_mag = lse_mag;
+    if (c->p.latent_dim > 0) {
+        in.scale = ta_rb_scale_lat(&c->p);
+        TA_CHECK(ta_rb_oracle_lat(&in, c->owq, c->owv, &out) == 0, "oracle failed: %s", desc);
+    } else {
+        TA_CHECK(ta_rb_oracle(&in, &out) == 0, "oracle failed: %s", desc);
+    }
+    ta_poison(ro, c->no * ta_dtype_size(c->p.dtype));
+    ta_poison(rlse, c->nl * sizeof(float));
+    st = rb_fwd(&c->p, c, TA_BACKEND_REF, ro, rlse);
+    TA_CHECK(st == TA_OK, "REF forward: %s: %s", ta_status_string(st), desc);
+    if (st == TA_OK) {
+        e = rb_err(ro, c->p.dtype, o, o_mag, c->no, &at);
+        TA_CHECK(e <= 1e-6, "o[%zu]: error %.3g of the magnitude: %s", at, e, desc);
+        if (e > worst[0]) worst[0] = e;
+        e = rb_err(rlse, TA_F32, lse, lse_mag, c->nl, &at);
+        TA_CHECK(e <= 1e-6, "lse[%zu]: error %.3g of the magnitude: %s", at, e, desc);
+        if (e > worst[1]) worst[1] = e;
+    }
+    free(o), free(o_mag), free(lse), free(lse_mag);
+    return st;
+}
+
 static void test_ref_fwd(ta_rng *r) {
     const int n_problems = quick ? 40 : 200;
-    double worst_o = 0.0, worst_lse = 0.0;
+    double worst[2] = {0.0, 0.0};
     int t, n_differ = 0, n_control = 0, n_hist = 0;
     for (t = 0; t < n_problems; ++t) {
         rb_case c;
-        ta_rb_in in;
-        ta_rb_out out;
-        double *o, *lse, *o_mag, *lse_mag, e;
         void *ro, *ro2;
         float *rlse, *rlse2;
-        size_t at = 0;
-        char desc[200];
+        char desc[220];
         ta_status st;
         ta_problem plain;
-        rb_random(r, &c, 0);
+        rb_random(r, &c, 0, 0);
         rb_describe(&c, desc, sizeof desc);
         n_hist += c.p.q_history > 0;
-        o = (double *)malloc(c.no * sizeof(double)), o_mag = (double *)malloc(c.no * sizeof(double));
-        lse = (double *)malloc(c.nl * sizeof(double));
-        lse_mag = (double *)malloc(c.nl * sizeof(double));
-        in = rb_oracle_in(&c);
-        memset(&out, 0, sizeof out);
-        out.o = o, out.lse = lse, out.o_mag = o_mag, out.lse_mag = lse_mag;
-        TA_CHECK(ta_rb_oracle(&in, &out) == 0, "oracle failed: %s", desc);
         ro = ta_test_alloc(c.no * ta_dtype_size(c.p.dtype));
         ro2 = ta_test_alloc(c.no * ta_dtype_size(c.p.dtype));
         rlse = (float *)ta_test_alloc(c.nl * sizeof(float));
         rlse2 = (float *)ta_test_alloc(c.nl * sizeof(float));
-        ta_poison(ro, c.no * ta_dtype_size(c.p.dtype));
-        ta_poison(rlse, c.nl * sizeof(float));
-        st = rb_fwd(&c.p, &c, TA_BACKEND_REF, ro, rlse);
-        TA_CHECK(st == TA_OK, "REF forward: %s: %s", ta_status_string(st), desc);
-        if (st == TA_OK) {
-            e = rb_err(ro, c.p.dtype, o, o_mag, c.no, &at);
-            TA_CHECK(e <= 1e-6, "o[%zu]: error %.3g of the magnitude: %s", at, e, desc);
-            if (e > worst_o) worst_o = e;
-            e = rb_err(rlse, TA_F32, lse, lse_mag, c.nl, &at);
-            TA_CHECK(e <= 1e-6, "lse[%zu]: error %.3g of the magnitude: %s", at, e, desc);
-            if (e > worst_lse) worst_lse = e;
-        }
+        st = rb_fwd_vs_oracle(&c, desc, ro, rlse, worst);
         /* control: without the band (history rows dropped) the output differs */
-        if (c.p.rband_alpha != 0.0f && c.p.q_history == 0) {
+        if (st == TA_OK && c.p.rband_alpha != 0.0f && c.p.q_history == 0) {
             plain = c.p;
             plain.flags = TA_CAUSAL, plain.rband_alpha = 0.0f, plain.rband_width = 0;
             ta_poison(ro2, c.no * ta_dtype_size(c.p.dtype));
@@ -543,7 +628,6 @@ static void test_ref_fwd(ta_rng *r) {
             ++n_control;
             n_differ += memcmp(rlse, rlse2, c.nl * sizeof(float)) != 0;
         }
-        free(o), free(o_mag), free(lse), free(lse_mag);
         ta_test_free(ro), ta_test_free(ro2), ta_test_free(rlse), ta_test_free(rlse2);
         rb_free(&c);
     }
@@ -551,7 +635,7 @@ static void test_ref_fwd(ta_rng *r) {
              n_control - n_differ, n_control);
     TA_CHECK(n_hist > 0, "no decode-like problem drawn");
     printf("REF forward vs oracle: %d problems (%d with history rows), worst o %.3g, lse %.3g "
-           "(of the magnitude)\n", n_problems, n_hist, worst_o, worst_lse);
+           "(of the magnitude)\n", n_problems, n_hist, worst[0], worst[1]);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -609,7 +693,7 @@ static void test_ref_bwd(ta_rng *r) {
         char desc[200];
         ta_status st;
         ta_problem p2;
-        rb_random(r, &c, 1);
+        rb_random(r, &c, 1, 0);
         rb_describe(&c, desc, sizeof desc);
         n[0] = c.nq, n[1] = c.nk, n[2] = c.nv, n[3] = 1;
         ro = ta_test_alloc(c.no * ta_dtype_size(c.p.dtype));
@@ -707,7 +791,7 @@ static void test_decode(ta_rng *r) {
         float *lse_full, *lse_chunks, *lse_part, *lse_control;
         char desc[200];
         int32_t a = 0, b, h, bb;
-        rb_random(r, &c, 1); /* S_q = S_k = S: the whole sequence */
+        rb_random(r, &c, 1, 0); /* S_q = S_k = S: the whole sequence */
         eb = ta_dtype_size(p->dtype);
         rb_describe(&c, desc, sizeof desc);
         n_o = c.no, n_l = c.nl;
@@ -804,6 +888,35 @@ static void test_decode(ta_rng *r) {
            n_seqs, n_chunks, n_hist, n_control_differ, n_control);
 }
 
+/* ---------------------------------------------------------------------- */
+/* 6. The fused projections: REF forward against the oracle                 */
+/* ---------------------------------------------------------------------- */
+
+static void test_ref_fwd_lat(ta_rng *r) {
+    const int n_problems = quick ? 30 : 150;
+    double worst[2] = {0.0, 0.0};
+    int t, n_band = 0, n_noncausal = 0;
+    for (t = 0; t < n_problems; ++t) {
+        rb_case c;
+        void *ro;
+        float *rlse;
+        char desc[220];
+        rb_random(r, &c, 0, 1);
+        rb_describe(&c, desc, sizeof desc);
+        n_band += (c.p.flags & TA_RBAND) != 0;
+        n_noncausal += c.p.flags == 0;
+        ro = ta_test_alloc(c.no * ta_dtype_size(c.p.dtype));
+        rlse = (float *)ta_test_alloc(c.nl * sizeof(float));
+        rb_fwd_vs_oracle(&c, desc, ro, rlse, worst);
+        ta_test_free(ro), ta_test_free(rlse);
+        rb_free(&c);
+    }
+    TA_CHECK(n_band > 0, "no band problem drawn");
+    printf("REF forward with the fused projections vs oracle: %d problems (%d with the band, %d "
+           "not causal), worst o %.3g, lse %.3g (of the magnitude)\n",
+           n_problems, n_band, n_noncausal, worst[0], worst[1]);
+}
+
 int main(int argc, char **argv) {
     ta_rng r;
     const uint64_t seed = ta_test_seed("test_rband");
@@ -814,5 +927,6 @@ int main(int argc, char **argv) {
     test_ref_fwd(&r);
     test_ref_bwd(&r);
     test_decode(&r);
+    test_ref_fwd_lat(&r);
     return ta_test_finish("test_rband");
 }
