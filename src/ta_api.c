@@ -85,9 +85,6 @@ static ta_status ta_check_bwd_problem(const ta_plan *pl, ta_diag *d) {
         return ta_fail_value(d, TA_ERR_UNSUPPORTED, "kv_page_size", pl->p.kv_page_size,
                              "the backward has no paged KV cache yet (forward only; "
                              "must be 0 for ta_bwd)");
-    if (pl->p.latent_dim > 0) /* REF's projection backward: to come */
-        return ta_fail_value(d, TA_ERR_UNSUPPORTED, "latent_dim", pl->p.latent_dim,
-                             "the backward has no fused projections yet (forward only)");
     if (pl->stages.score == TA_SCORE_RBAND && pl->p.seq_q != pl->p.seq_k) {
         ta_fail_pair(d, TA_ERR_UNSUPPORTED, "seq_q", "with TA_RBAND: the backward needs it equal to",
                      "seq_k");

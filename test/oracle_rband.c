@@ -40,6 +40,87 @@ static void ta_rb_project(const double *x, const double *w, size_t n, int32_t di
         }
 }
 
+/* The backward of ta_rb_oracle_lat: li is the latent problem's input (q~),
+ * ctx~ and its magnitudes from the forward. */
+static int ta_rb_lat_backward(const ta_rb_in *in, ta_rb_in *li, const double *w_qlat,
+                              const double *w_vup, const double *qt, const double *qt_mag,
+                              const double *ctx, const double *ctx_mag, const ta_rb_out *out) {
+    const ta_problem *p = in->p;
+    const int32_t lat = p->latent_dim, dim = p->head_dim, dv = p->head_dim_v;
+    const size_t nq = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    double *buf = (double *)malloc((4 * nq * (size_t)lat + 2 * nq + 1) * sizeof(double));
+    double *dctx, *dctx_mag, *g, *g_mag, *delta, *delta_mag;
+    ta_rb_out lo;
+    size_t i;
+    int32_t l, e, d, rc;
+    (void)qt_mag;
+    if (!buf) return -1;
+    dctx = buf, dctx_mag = dctx + nq * (size_t)lat, g = dctx_mag + nq * (size_t)lat;
+    g_mag = g + nq * (size_t)lat, delta = g_mag + nq * (size_t)lat, delta_mag = delta + nq;
+    for (i = 0; i < nq; ++i) { /* dctx~ = W_vup dO; D_i from the stored o */
+        const size_t h = i / (size_t)p->seq_q % (size_t)p->heads_q;
+        const double *w = w_vup + h * (size_t)lat * (size_t)dv, *dout = in->d_o + i * (size_t)dv;
+        double acc = 0.0, mag = 0.0;
+        for (l = 0; l < lat; ++l) {
+            double x = 0.0, xm = 0.0;
+            for (e = 0; e < dv; ++e) {
+                x += w[(size_t)l * (size_t)dv + (size_t)e] * dout[e];
+                xm += fabs(w[(size_t)l * (size_t)dv + (size_t)e] * dout[e]);
+            }
+            dctx[i * (size_t)lat + (size_t)l] = x;
+            dctx_mag[i * (size_t)lat + (size_t)l] = xm;
+        }
+        for (e = 0; in->o && e < dv; ++e) {
+            acc += dout[e] * in->o[i * (size_t)dv + (size_t)e];
+            mag += fabs(dout[e] * in->o[i * (size_t)dv + (size_t)e]);
+        }
+        delta[i] = acc, delta_mag[i] = mag;
+    }
+    li->d_o = dctx, li->d_o_mag = dctx_mag;
+    li->delta = in->o ? delta : NULL, li->delta_mag = in->o ? delta_mag : NULL;
+    memset(&lo, 0, sizeof lo);
+    lo.dq = g, lo.dq_mag = g_mag, lo.dk = out->dk, lo.dk_mag = out->dk_mag;
+    lo.dv = out->dv, lo.dv_mag = out->dv_mag, lo.d_alpha = out->d_alpha;
+    lo.d_alpha_mag = out->d_alpha_mag;
+    rc = ta_rb_oracle(li, &lo);
+    if (out->dw_qlat) memset(out->dw_qlat, 0, (size_t)p->heads_q * (size_t)dim * (size_t)lat * 8);
+    if (out->dw_qlat_mag)
+        memset(out->dw_qlat_mag, 0, (size_t)p->heads_q * (size_t)dim * (size_t)lat * 8);
+    if (out->dw_vup) memset(out->dw_vup, 0, (size_t)p->heads_q * (size_t)lat * (size_t)dv * 8);
+    if (out->dw_vup_mag) memset(out->dw_vup_mag, 0, (size_t)p->heads_q * (size_t)lat * (size_t)dv * 8);
+    for (i = 0; rc == 0 && i < nq; ++i) {
+        const size_t h = i / (size_t)p->seq_q % (size_t)p->heads_q;
+        const double *wq = w_qlat + h * (size_t)dim * (size_t)lat;
+        const double *gi = g + i * (size_t)lat, *gm = g_mag + i * (size_t)lat;
+        const double *x = in->q + i * (size_t)dim, *dout = in->d_o + i * (size_t)dv;
+        for (d = 0; d < dim; ++d) {
+            double acc = 0.0, mag = 0.0;
+            for (l = 0; l < lat; ++l) {
+                const double w_dl = wq[(size_t)d * (size_t)lat + (size_t)l];
+                const size_t at = (h * (size_t)dim + (size_t)d) * (size_t)lat + (size_t)l;
+                acc += w_dl * gi[l];
+                mag += fabs(w_dl) * (gm[l] + fabs(gi[l]));
+                if (out->dw_qlat) out->dw_qlat[at] += x[d] * gi[l];
+                if (out->dw_qlat_mag) out->dw_qlat_mag[at] += fabs(x[d]) * (gm[l] + fabs(gi[l]));
+            }
+            if (out->dq) out->dq[i * (size_t)dim + (size_t)d] = acc;
+            if (out->dq_mag) out->dq_mag[i * (size_t)dim + (size_t)d] = mag;
+        }
+        for (l = 0; l < lat; ++l)
+            for (e = 0; e < dv; ++e) {
+                const size_t at = (h * (size_t)lat + (size_t)l) * (size_t)dv + (size_t)e;
+                const double c = ctx[i * (size_t)lat + (size_t)l];
+                if (out->dw_vup) out->dw_vup[at] += c * dout[e];
+                if (out->dw_vup_mag)
+                    out->dw_vup_mag[at] +=
+                        (ctx_mag[i * (size_t)lat + (size_t)l] + fabs(c)) * fabs(dout[e]);
+            }
+    }
+    (void)qt;
+    free(buf);
+    return rc;
+}
+
 int ta_rb_oracle_lat(const ta_rb_in *in, const double *w_qlat, const double *w_vup,
                      const ta_rb_out *out) {
     const ta_problem *p = in->p;
@@ -71,9 +152,12 @@ int ta_rb_oracle_lat(const ta_rb_in *in, const double *w_qlat, const double *w_v
     pl.latent_dim = 0;
     li.p = &pl, li.q = qt, li.q_mag = qt_mag;
     li.q_hist = nh ? ht : NULL, li.q_hist_mag = nh ? ht_mag : NULL;
+    li.o = NULL;
     memset(&lo, 0, sizeof lo);
     lo.o = ctx, lo.o_mag = ctx_mag, lo.lse = out->lse, lo.lse_mag = out->lse_mag;
     rc = ta_rb_oracle(&li, &lo);
+    if (rc == 0 && (out->dq || out->dw_qlat || out->dw_vup || out->dk || out->dv || out->d_alpha))
+        rc = ta_rb_lat_backward(in, &li, w_qlat, w_vup, qt, qt_mag, ctx, ctx_mag, out);
     for (i = 0; rc == 0 && i < nq; ++i) {
         const double *w = w_vup + (i / (size_t)p->seq_q % (size_t)p->heads_q) * (size_t)lat *
                                       (size_t)dv;
@@ -210,7 +294,10 @@ static void ta_rb_backward(ta_rb_slice *sl, const ta_rb_out *out) {
     for (i = 0; i < sl->n; ++i) { /* D_i and |D|_i */
         const double *do_row = in->d_o + ta_rb_qrow(sl, i, sl->dv);
         double acc = 0.0, mag = 0.0;
-        if (in->o) {
+        if (in->delta) {
+            acc = in->delta[ta_rb_qrow(sl, i, 1)];
+            mag = in->delta_mag[ta_rb_qrow(sl, i, 1)];
+        } else if (in->o) {
             const double *o_row = in->o + ta_rb_qrow(sl, i, sl->dv);
             for (d = 0; d < sl->dv; ++d) {
                 acc += do_row[d] * o_row[d];
@@ -233,6 +320,7 @@ static void ta_rb_backward(ta_rb_slice *sl, const ta_rb_out *out) {
     }
     for (i = 0; i < sl->n; ++i) {
         const double *do_row = in->d_o + ta_rb_qrow(sl, i, sl->dv);
+        const double *dom = in->d_o_mag ? in->d_o_mag + ta_rb_qrow(sl, i, sl->dv) : NULL;
         for (j = 0; j < sl->m; ++j) {
             const size_t ij = (size_t)i * (size_t)sl->m + (size_t)j;
             const double pij = sl->pr[ij];
@@ -241,10 +329,10 @@ static void ta_rb_backward(ta_rb_slice *sl, const ta_rb_out *out) {
             if (!sl->vis[ij]) continue;
             for (d = 0; d < sl->dv; ++d) {
                 dp += do_row[d] * ta_rb_v(sl, j)[d];
-                dp_mag += fabs(do_row[d] * ta_rb_v(sl, j)[d]);
+                const double ado = dom ? dom[d] : fabs(do_row[d]);
+                dp_mag += ado * fabs(ta_rb_v(sl, j)[d]);
                 if (out->dv) out->dv[ta_rb_krow(sl, j, sl->dv) + (size_t)d] += pij * do_row[d];
-                if (out->dv_mag)
-                    out->dv_mag[ta_rb_krow(sl, j, sl->dv) + (size_t)d] += wij * fabs(do_row[d]);
+                if (out->dv_mag) out->dv_mag[ta_rb_krow(sl, j, sl->dv) + (size_t)d] += wij * ado;
             }
             dl = pij * (dp - sl->d[i]);
             dl_mag = wij * (dp_mag + sl->d_mag[i]);

@@ -43,6 +43,8 @@ typedef struct ta_rb_in {
     const double *o;     /* [B, H, S_q, D_v] or NULL: D_i from this stored output */
     const double *q_mag, *q_hist_mag; /* NULL, or |q|'s stand-in in the magnitudes (the
                                          projection's magnitude sum_d |q_d W_dl|) */
+    const double *d_o_mag;            /* NULL, or |dO|'s stand-in (backward) */
+    const double *delta, *delta_mag;  /* NULL, or D_i [B, H, S_q] given (and |D|_i) */
 } ta_rb_in;
 
 /* Outputs; any pointer may be NULL (not wanted). The backward ones need
@@ -50,6 +52,7 @@ typedef struct ta_rb_in {
 typedef struct ta_rb_out {
     double *o, *lse, *dq, *dk, *dv, *d_alpha;
     double *o_mag, *lse_mag, *dq_mag, *dk_mag, *dv_mag, *d_alpha_mag;
+    double *dw_qlat, *dw_vup, *dw_qlat_mag, *dw_vup_mag; /* ta_rb_oracle_lat only */
 } ta_rb_out;
 
 /* Returns 0, or -1 when memory runs out or a backward output is asked for
@@ -60,7 +63,10 @@ int ta_rb_oracle(const ta_rb_in *in, const ta_rb_out *out);
  * q_hist [B, H, n, D] are projected, q~_i = W_qlat[h]^T q_i (w_qlat [H, D, L]),
  * the band attention runs on q~, k, v [B, H_kv, S_k, L], and o_i = W_vup[h]^T
  * ctx~_i (w_vup [H, L, D_v]); magnitudes carry the projections' |q| |W| sums.
- * Forward outputs only (o, lse and their magnitudes). Returns as ta_rb_oracle. */
+ * The backward (S_q = S_k): dctx~_i = W_vup[h] dO_i, the band backward on q~
+ * with dctx~ as dO (D_i = <dO_i, o_i> from in->o when given), then
+ *   dq_i = W_qlat[h] dq~_i,  dW_qlat[h] = sum_(b, i) q_i dq~_i^T,
+ *   dW_vup[h] = sum_(b, i) ctx~_i dO_i^T.  Returns as ta_rb_oracle. */
 int ta_rb_oracle_lat(const ta_rb_in *in, const double *w_qlat, const double *w_vup,
                      const ta_rb_out *out);
 

@@ -30,13 +30,18 @@
  *      pieces, then one to three tokens at a time) against a KV cache that
  *      grows, each chunk reading q, k, v, o in place through strides and its
  *      history rows in place (q_hist = q - n rows) or from a copy, a random
- *      block_q per chunk: o and lse equal the full forward's bit for bit.
+ *      block_q per chunk, a third with the fused projections (the history
+ *      rows projected on load too): o and lse equal the full forward's bit
+ *      for bit.
  *      Outputs poisoned first. Control: a chunk whose (copied) history rows
  *      are replaced by other values gives other lse bits (some must).
  *   6. the fused projections (latent_dim): REF forward against the oracle
  *      (q projected by W_qlat on load, the output up-projected by W_vup),
  *      with and without the band, causal or not, every dtype, GQA-like
- *      heads; the projections' argument checks are in section 1.
+ *      heads; the projections' argument checks are in section 1. The
+ *      backward: the oracle's dq, dk, dv, dw_qlat, dw_vup and d_alpha by
+ *      finite differences (section 2), then REF's against the oracle and a
+ *      second tiling's bits (section 4 with the projections).
  * Usage: test_rband [--quick]
  */
 #include <math.h>
@@ -301,8 +306,28 @@ static void test_bad_input(ta_rng *r) {
         ta_test_expect_fwd(&p, TA_BACKEND_REF, &fa, b.ws, b.ws_bytes, TA_ERR_UNSUPPORTED, "conv_q",
                            "projections with the MTA conv");
         p.conv_q = p.conv_k = 0;
-        bi_expect_bwd(&p, TA_BACKEND_REF, &b, &b.ba, TA_ERR_UNSUPPORTED, "latent_dim",
-                      "bwd with projections (not yet)");
+        { /* the backward's weights and weight gradients */
+            ta_bwd_args ba = b.ba;
+            float *dw = bi_alloc(r, (size_t)BI_H * BI_L * 8 * 2);
+            ba.w_qlat = w, ba.w_vup = w + BI_H * BI_L * 8;
+            ba.dw_qlat = dw, ba.dw_vup = dw + BI_H * BI_L * 8;
+            bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_OK, "ok", "bwd with projections");
+            bi_expect_bwd(&p, TA_BACKEND_CPU, &b, &ba, TA_ERR_UNSUPPORTED, "backend",
+                          "bwd with projections on CPU");
+            ba.dw_qlat = NULL;
+            bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_ERR_NULL_ARG, "args.dw_qlat",
+                          "bwd: dw_qlat NULL");
+            ba.dw_qlat = dw, ba.w_vup = NULL;
+            bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_ERR_NULL_ARG, "args.w_vup",
+                          "bwd: w_vup NULL");
+            ba.w_vup = w + BI_H * BI_L * 8, ba.dw_vup = b.dq + 1;
+            bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_ERR_BAD_ARG, "args.dw_vup",
+                          "bwd: dw_vup overlapping dq");
+            ba.dw_vup = dw + BI_H * BI_L * 8, ba.dw_qlat = w + 3; /* over an input weight */
+            bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_ERR_BAD_ARG, "args.dw_qlat",
+                          "bwd: dw_qlat overlapping w_qlat");
+            ta_test_free(dw);
+        }
         ta_test_free(w);
     }
     bi_free(&b);
@@ -312,14 +337,18 @@ static void test_bad_input(ta_rng *r) {
 /* 2. The oracle's gradients by finite differences                         */
 /* ---------------------------------------------------------------------- */
 
-/* L = sum <dO, o> of the oracle's forward. */
+/* The fused projections' weights of the finite-difference problem, or NULL. */
+static const double *fd_wq, *fd_wv;
+
+/* L = sum <dO, o> of the oracle's forward (with fd_wq, fd_wv: the projections'). */
 static double fd_loss(const ta_rb_in *in, double *o, size_t n_o) {
     ta_rb_out out;
     double l = 0.0;
     size_t i;
     memset(&out, 0, sizeof out);
     out.o = o;
-    if (ta_rb_oracle(in, &out) != 0) return (double)NAN;
+    if ((fd_wq ? ta_rb_oracle_lat(in, fd_wq, fd_wv, &out) : ta_rb_oracle(in, &out)) != 0)
+        return (double)NAN;
     for (i = 0; i < n_o; ++i)
         l += in->d_o[i] * o[i];
     return l;
@@ -412,6 +441,65 @@ static void test_oracle_fd(ta_rng *r) {
     TA_CHECK(moved > 1e-3, "d_alpha never above 1e-3 (max %g): the band is not exercised", moved);
     printf("oracle finite differences: %d problems, worst relative error %.3g, max |d_alpha| %.3g\n",
            n_problems, worst, moved);
+}
+
+/* The same for the oracle with the fused projections: dq (width D), dk, dv
+ * (width L), dw_qlat, dw_vup and d_alpha against central differences. */
+static void test_oracle_fd_lat(ta_rng *r) {
+    const int n_problems = quick ? 4 : 20;
+    double worst = 0.0;
+    int t;
+    for (t = 0; t < n_problems; ++t) {
+        ta_problem p;
+        ta_rb_in in;
+        ta_rb_out out;
+        size_t nq, nk, nv, no, nwq, nwv, i;
+        double *q, *k, *v, *d_o, *o, *dq, *dk, *dv, *wq, *wv, *dwq, *dwv, d_alpha = 0.0;
+        memset(&p, 0, sizeof p);
+        p.batch = ta_rng_int(r, 1, 2);
+        p.heads_kv = 1;
+        p.heads_q = ta_rng_int(r, 1, 3);
+        p.seq_q = p.seq_k = ta_rng_int(r, 1, 7);
+        p.head_dim = ta_rng_int(r, 1, 4), p.latent_dim = ta_rng_int(r, 1, 3);
+        p.head_dim_v = ta_rng_int(r, 1, 3);
+        p.flags = TA_CAUSAL | TA_RBAND;
+        p.rband_width = ta_rng_int(r, 0, p.seq_q);
+        p.rband_alpha = ta_rng_uniform(r, -1.5f, 1.5f);
+        nq = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q * (size_t)p.head_dim;
+        nk = nv = (size_t)p.batch * (size_t)p.seq_k * (size_t)p.latent_dim;
+        no = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q * (size_t)p.head_dim_v;
+        nwq = (size_t)p.heads_q * (size_t)p.head_dim * (size_t)p.latent_dim;
+        nwv = (size_t)p.heads_q * (size_t)p.latent_dim * (size_t)p.head_dim_v;
+        q = fd_random(r, nq), k = fd_random(r, nk), v = fd_random(r, nv), d_o = fd_random(r, no);
+        wq = fd_random(r, nwq), wv = fd_random(r, nwv);
+        o = (double *)malloc(no * sizeof(double)), dq = (double *)malloc(nq * sizeof(double));
+        dk = (double *)malloc(nk * sizeof(double)), dv = (double *)malloc(nv * sizeof(double));
+        dwq = (double *)malloc(nwq * sizeof(double)), dwv = (double *)malloc(nwv * sizeof(double));
+        memset(&in, 0, sizeof in);
+        in.p = &p, in.scale = 0.9, in.alpha = (double)p.rband_alpha;
+        in.q = q, in.k = k, in.v = v, in.d_o = d_o;
+        memset(&out, 0, sizeof out);
+        out.dq = dq, out.dk = dk, out.dv = dv, out.d_alpha = &d_alpha;
+        out.dw_qlat = dwq, out.dw_vup = dwv;
+        TA_CHECK(ta_rb_oracle_lat(&in, wq, wv, &out) == 0, "oracle backward failed");
+        fd_wq = wq, fd_wv = wv;
+        for (i = 0; i < nq; ++i)
+            fd_check(&in, q, i, dq[i], o, no, "lat dq", &worst);
+        for (i = 0; i < nk; ++i)
+            fd_check(&in, k, i, dk[i], o, no, "lat dk", &worst);
+        for (i = 0; i < nv; ++i)
+            fd_check(&in, v, i, dv[i], o, no, "lat dv", &worst);
+        for (i = 0; i < nwq; ++i)
+            fd_check(&in, wq, i, dwq[i], o, no, "dw_qlat", &worst);
+        for (i = 0; i < nwv; ++i)
+            fd_check(&in, wv, i, dwv[i], o, no, "dw_vup", &worst);
+        fd_check(&in, &in.alpha, 0, d_alpha, o, no, "lat d_alpha", &worst);
+        fd_wq = fd_wv = NULL;
+        free(q), free(k), free(v), free(d_o), free(o), free(dq), free(dk), free(dv);
+        free(wq), free(wv), free(dwq), free(dwv);
+    }
+    printf("oracle finite differences with the fused projections: %d problems, worst relative "
+           "error %.3g\n", n_problems, worst);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -644,18 +732,30 @@ static void test_ref_fwd(ta_rng *r) {
 
 typedef struct rb_grads {
     void *dq, *dk, *dv;
+    float *dwq, *dwv;  /* the projections' weight gradients, or NULL */
     float d_alpha[2]; /* [1] is a guard: never written */
 } rb_grads;
 
 static void rb_grads_alloc(const rb_case *c, rb_grads *g) {
     const size_t eb = ta_dtype_size(c->p.dtype);
+    const size_t n_wq = c->wq ? (size_t)c->p.heads_q * (size_t)c->p.head_dim * (size_t)c->p.latent_dim : 0;
+    const size_t n_wv = c->wq ? (size_t)c->p.heads_q * (size_t)c->p.latent_dim * (size_t)c->p.head_dim_v : 0;
     g->dq = ta_test_alloc(c->nq * eb), g->dk = ta_test_alloc(c->nk * eb);
     g->dv = ta_test_alloc(c->nv * eb);
     ta_poison(g->dq, c->nq * eb), ta_poison(g->dk, c->nk * eb), ta_poison(g->dv, c->nv * eb);
     ta_poison(g->d_alpha, sizeof g->d_alpha);
+    g->dwq = g->dwv = NULL;
+    if (c->wq) {
+        g->dwq = (float *)ta_test_alloc(n_wq * sizeof(float));
+        g->dwv = (float *)ta_test_alloc(n_wv * sizeof(float));
+        ta_poison(g->dwq, n_wq * sizeof(float)), ta_poison(g->dwv, n_wv * sizeof(float));
+    }
 }
 
-static void rb_grads_free(rb_grads *g) { ta_test_free(g->dq), ta_test_free(g->dk), ta_test_free(g->dv); }
+static void rb_grads_free(rb_grads *g) {
+    ta_test_free(g->dq), ta_test_free(g->dk), ta_test_free(g->dv);
+    ta_test_free(g->dwq), ta_test_free(g->dwv);
+}
 
 static ta_status rb_bwd(const ta_problem *p, const rb_case *c, const void *o, const float *lse,
                         rb_grads *g) {
@@ -666,6 +766,7 @@ static ta_status rb_bwd(const ta_problem *p, const rb_case *c, const void *o, co
     memset(&ba, 0, sizeof ba);
     ba.q = c->q, ba.k = c->k, ba.v = c->v, ba.o = o, ba.d_o = c->d_o, ba.lse = lse;
     ba.dq = g->dq, ba.dk = g->dk, ba.dv = g->dv, ba.d_alpha = g->d_alpha;
+    ba.w_qlat = c->wq, ba.w_vup = c->wv, ba.dw_qlat = g->dwq, ba.dw_vup = g->dwv;
     if ((st = ta_bwd_workspace_size(p, TA_BACKEND_REF, &bytes)) != TA_OK) return st;
     ws = ta_test_alloc(bytes ? bytes : 1);
     ta_poison(ws, bytes);
@@ -676,33 +777,42 @@ static ta_status rb_bwd(const ta_problem *p, const rb_case *c, const void *o, co
 
 static int rb_same_bits(const void *a, const void *b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
 
-static void test_ref_bwd(ta_rng *r) {
+/* lat: with the fused projections (then dw_qlat and dw_vup too). */
+static void test_ref_bwd(ta_rng *r, int lat) {
+    enum { N_OUT = 6 };
     const int n_problems = quick ? 30 : 150;
-    double worst[4] = {0.0, 0.0, 0.0, 0.0};
-    static const char *const names[4] = {"dq", "dk", "dv", "d_alpha"};
+    double worst[N_OUT] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    static const char *const names[N_OUT] = {"dq", "dk", "dv", "d_alpha", "dw_qlat", "dw_vup"};
+    /* of the magnitude; measured about 20x below (dw_qlat's magnitude is the
+     * loosest: dq~'s exponent factors times |q|) */
+    static const double tol[N_OUT] = {1e-6, 1e-6, 1e-6, 2e-7, 1e-7, 1e-6};
     int t, k, n_retiled = 0;
     for (t = 0; t < n_problems; ++t) {
         rb_case c;
         ta_rb_in in;
         ta_rb_out out;
         rb_grads g, g2;
-        double *x[4], *mag[4], *o_wide, da = 0.0, da_mag = 0.0;
-        size_t n[4], at = 0;
+        double *x[N_OUT], *mag[N_OUT], *o_wide, da = 0.0, da_mag = 0.0;
+        size_t n[N_OUT], at = 0;
+        const int n_out = lat ? 6 : 4;
         void *ro;
         float *rlse;
-        char desc[200];
+        char desc[220];
         ta_status st;
         ta_problem p2;
-        rb_random(r, &c, 1, 0);
+        rb_random(r, &c, 1, lat);
         rb_describe(&c, desc, sizeof desc);
         n[0] = c.nq, n[1] = c.nk, n[2] = c.nv, n[3] = 1;
+        n[4] = lat ? (size_t)c.p.heads_q * (size_t)c.p.head_dim * (size_t)c.p.latent_dim : 0;
+        n[5] = lat ? (size_t)c.p.heads_q * (size_t)c.p.latent_dim * (size_t)c.p.head_dim_v : 0;
         ro = ta_test_alloc(c.no * ta_dtype_size(c.p.dtype));
         rlse = (float *)ta_test_alloc(c.nl * sizeof(float));
         st = rb_fwd(&c.p, &c, TA_BACKEND_REF, ro, rlse);
         TA_CHECK(st == TA_OK, "REF forward: %s: %s", ta_status_string(st), desc);
-        for (k = 0; k < 3; ++k) {
-            x[k] = (double *)malloc(n[k] * sizeof(double));
-            mag[k] = (double *)malloc(n[k] * sizeof(double));
+        for (k = 0; k < N_OUT; ++k) {
+            if (k == 3) continue;
+            x[k] = (double *)malloc((n[k] + 1) * sizeof(double));
+            mag[k] = (double *)malloc((n[k] + 1) * sizeof(double));
         }
         x[3] = &da, mag[3] = &da_mag;
         in = rb_oracle_in(&c);
@@ -710,20 +820,31 @@ static void test_ref_bwd(ta_rng *r) {
         memset(&out, 0, sizeof out);
         out.dq = x[0], out.dk = x[1], out.dv = x[2], out.d_alpha = &da;
         out.dq_mag = mag[0], out.dk_mag = mag[1], out.dv_mag = mag[2], out.d_alpha_mag = &da_mag;
-        TA_CHECK(ta_rb_oracle(&in, &out) == 0, "oracle failed: %s", desc);
+        if (lat) {
+            out.dw_qlat = x[4], out.dw_vup = x[5], out.dw_qlat_mag = mag[4], out.dw_vup_mag = mag[5];
+            in.scale = ta_rb_scale_lat(&c.p);
+            TA_CHECK(ta_rb_oracle_lat(&in, c.owq, c.owv, &out) == 0, "oracle failed: %s", desc);
+        } else {
+            TA_CHECK(ta_rb_oracle(&in, &out) == 0, "oracle failed: %s", desc);
+        }
         rb_grads_alloc(&c, &g);
         st = rb_bwd(&c.p, &c, ro, rlse, &g);
         TA_CHECK(st == TA_OK, "REF backward: %s: %s", ta_status_string(st), desc);
         if (st == TA_OK) {
-            const void *got[4] = {g.dq, g.dk, g.dv, g.d_alpha};
-            for (k = 0; k < 4; ++k) {
-                const double e = rb_err(got[k], k == 3 ? TA_F32 : c.p.dtype, x[k], mag[k], n[k], &at);
-                TA_CHECK(e <= (k == 3 ? 2e-7 : 1e-6), "%s[%zu]: error %.3g of the magnitude (got %g, oracle %g): %s",
-                         names[k], at, e, ta_get(got[k], k == 3 ? TA_F32 : c.p.dtype, at), x[k][at],
-                         desc);
+            const void *got[N_OUT] = {g.dq, g.dk, g.dv, g.d_alpha, g.dwq, g.dwv};
+            const int band = (c.p.flags & TA_RBAND) != 0;
+            for (k = 0; k < n_out; ++k) {
+                const ta_dtype dt = k >= 3 ? TA_F32 : c.p.dtype;
+                double e;
+                if (k == 3 && !band) continue; /* d_alpha: only with the band */
+                e = rb_err(got[k], dt, x[k], mag[k], n[k], &at);
+                TA_CHECK(e <= tol[k],
+                         "%s[%zu]: error %.3g of the magnitude (got %g, oracle %g): %s", names[k], at,
+                         e, ta_get(got[k], dt, at), x[k][at], desc);
                 if (e > worst[k]) worst[k] = e;
             }
-            TA_CHECK(isnan(g.d_alpha[1]), "d_alpha: the guard past it written: %s", desc);
+            TA_CHECK(isnan(g.d_alpha[1]) && (band || isnan(g.d_alpha[0])),
+                     "d_alpha: written past it, or without the band: %s", desc);
         }
         /* another tiling of the same (o, lse): the same bits */
         p2 = c.p;
@@ -734,21 +855,25 @@ static void test_ref_bwd(ta_rng *r) {
             ++n_retiled;
             TA_CHECK(rb_same_bits(g.dq, g2.dq, c.nq * eb) && rb_same_bits(g.dk, g2.dk, c.nk * eb) &&
                          rb_same_bits(g.dv, g2.dv, c.nv * eb) &&
-                         rb_same_bits(g.d_alpha, g2.d_alpha, sizeof(float)),
+                         rb_same_bits(g.d_alpha, g2.d_alpha, sizeof g.d_alpha) &&
+                         (!lat || (rb_same_bits(g.dwq, g2.dwq, n[4] * sizeof(float)) &&
+                                   rb_same_bits(g.dwv, g2.dwv, n[5] * sizeof(float)))),
                      "tiles %d x %d: other bits than %d x %d: %s", p2.block_q, p2.block_k,
                      c.p.block_q, c.p.block_k, desc);
         }
         rb_grads_free(&g), rb_grads_free(&g2);
-        for (k = 0; k < 3; ++k)
-            free(x[k]), free(mag[k]);
+        for (k = 0; k < N_OUT; ++k)
+            if (k != 3) free(x[k]), free(mag[k]);
         free(o_wide);
         ta_test_free(ro), ta_test_free(rlse);
         rb_free(&c);
     }
     TA_CHECK(n_retiled > 0, "no retiled backward ran");
-    printf("REF backward vs oracle: %d problems, worst dq %.3g, dk %.3g, dv %.3g, d_alpha %.3g "
-           "(of the magnitude); %d retiled, same bits\n",
-           n_problems, worst[0], worst[1], worst[2], worst[3], n_retiled);
+    printf("REF backward%s vs oracle: %d problems, worst dq %.3g, dk %.3g, dv %.3g, d_alpha %.3g",
+           lat ? " with the fused projections" : "", n_problems, worst[0], worst[1], worst[2],
+           worst[3]);
+    if (lat) printf(", dw_qlat %.3g, dw_vup %.3g", worst[4], worst[5]);
+    printf(" (of the magnitude); %d retiled, same bits\n", n_retiled);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -781,7 +906,7 @@ static int rows_equal(const float *x, const float *y, const ta_problem *p, int32
 
 static void test_decode(ta_rng *r) {
     const int n_seqs = quick ? 12 : 50;
-    long n_chunks = 0, n_hist = 0, n_control = 0, n_control_differ = 0;
+    long n_chunks = 0, n_hist = 0, n_control = 0, n_control_differ = 0, n_lat = 0;
     int t;
     for (t = 0; t < n_seqs; ++t) {
         rb_case c;
@@ -791,7 +916,9 @@ static void test_decode(ta_rng *r) {
         float *lse_full, *lse_chunks, *lse_part, *lse_control;
         char desc[200];
         int32_t a = 0, b, h, bb;
-        rb_random(r, &c, 1, 0); /* S_q = S_k = S: the whole sequence */
+        rb_random(r, &c, 1, t % 3 == 2); /* S_q = S_k = S: the whole sequence */
+        c.p.flags |= TA_CAUSAL; /* a decode is causal (projected problems may draw none) */
+        n_lat += c.p.latent_dim > 0;
         eb = ta_dtype_size(p->dtype);
         rb_describe(&c, desc, sizeof desc);
         n_o = c.no, n_l = c.nl;
@@ -809,6 +936,8 @@ static void test_decode(ta_rng *r) {
                                     ? ta_rng_int(r, 1, p->seq_q - a)
                                     : ta_rng_int(r, 1, ta_tiling_min_i32(3, p->seq_q - a));
             const int32_t s_full = p->seq_q, dim = p->head_dim, dv = p->head_dim_v;
+            const int32_t kdim = p->latent_dim ? p->latent_dim : dim;  /* k, v widths */
+            const int32_t vdim = p->latent_dim ? p->latent_dim : dv;
             const int in_place = ta_rng_int(r, 0, 1);
             ta_problem pc = *p;
             ta_fwd_args fa;
@@ -824,10 +953,11 @@ static void test_decode(ta_rng *r) {
             fa.q_strides.batch = (int64_t)p->heads_q * s_full * dim;
             fa.q_strides.head = (int64_t)s_full * dim, fa.q_strides.seq = dim;
             fa.k = c.k, fa.v = c.v; /* the cache: the first b keys of each head */
-            fa.k_strides.batch = (int64_t)p->heads_kv * s_full * dim;
-            fa.k_strides.head = (int64_t)s_full * dim, fa.k_strides.seq = dim;
-            fa.v_strides.batch = (int64_t)p->heads_kv * s_full * dv;
-            fa.v_strides.head = (int64_t)s_full * dv, fa.v_strides.seq = dv;
+            fa.k_strides.batch = (int64_t)p->heads_kv * s_full * kdim;
+            fa.k_strides.head = (int64_t)s_full * kdim, fa.k_strides.seq = kdim;
+            fa.v_strides.batch = (int64_t)p->heads_kv * s_full * vdim;
+            fa.v_strides.head = (int64_t)s_full * vdim, fa.v_strides.seq = vdim;
+            fa.w_qlat = c.wq, fa.w_vup = c.wv;
             fa.o = (char *)o_chunks + (size_t)a * (size_t)dv * eb;
             fa.o_strides.batch = (int64_t)p->heads_q * s_full * dv;
             fa.o_strides.head = (int64_t)s_full * dv, fa.o_strides.seq = dv;
@@ -883,9 +1013,9 @@ static void test_decode(ta_rng *r) {
     TA_CHECK(n_hist > 0, "no chunk with history rows");
     TA_CHECK(n_control == 0 || n_control_differ > 0,
              "control: %ld chunks with other history rows, none differs", n_control);
-    printf("decode: %d sequences, %ld chunks (%ld with history rows) == the full forward; control "
-           "%ld of %ld differ\n",
-           n_seqs, n_chunks, n_hist, n_control_differ, n_control);
+    printf("decode: %d sequences (%ld with the fused projections), %ld chunks (%ld with history "
+           "rows) == the full forward; control %ld of %ld differ\n",
+           n_seqs, n_lat, n_chunks, n_hist, n_control_differ, n_control);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -924,9 +1054,11 @@ int main(int argc, char **argv) {
     ta_rng_seed(&r, seed);
     test_bad_input(&r);
     test_oracle_fd(&r);
+    test_oracle_fd_lat(&r);
     test_ref_fwd(&r);
-    test_ref_bwd(&r);
+    test_ref_bwd(&r, 0);
     test_decode(&r);
     test_ref_fwd_lat(&r);
+    test_ref_bwd(&r, 1);
     return ta_test_finish("test_rband");
 }
