@@ -201,7 +201,10 @@ typedef struct ta_problem {
                                    run in chunks equals one full forward bit for bit.
                                    0 = rows above row 0 are zero padding (as before).
                                    Forward only: ta_bwd (and its size query) refuse
-                                   n > 0 with TA_ERR_UNSUPPORTED; rope with n > 0 too. */
+                                   n > 0 with TA_ERR_UNSUPPORTED; rope with n > 0 too.
+                                   With TA_RBAND: exactly min(seq_k - seq_q,
+                                   rband_width), the rows of the band's key
+                                   positions above row 0 (their latent queries). */
     /* ---- Paged KV cache (docs/api.md, "Paged KV cache"); all zero = k and v are
      * [B, H_kv, S_k, D] tensors as before. ---- */
     int32_t kv_page_size;     /**< keys per page, >= 1: k is a pool of pages
