@@ -5,8 +5,8 @@
  *   1. bad input: every new field of ta_problem, ta_fwd_args and ta_bwd_args
  *      out of range or in a combination not built yet gives its documented
  *      status, ta_explain_fwd / _bwd name the field, the outputs stay
- *      untouched; the CPU and CUDA backends refuse the band and the fused
- *      projections, the backward the projections, with TA_ERR_UNSUPPORTED.
+ *      untouched; CUDA refuses the band and the fused projections, CPU the
+ *      projections and the band's backward, with TA_ERR_UNSUPPORTED.
  *   2. the float64 oracle of the definition (test/oracle_rband.c): its
  *      gradients dq, dk, dv and d_alpha against central finite differences of
  *      L = sum <dO, o> on small random problems (GQA, every band width from 0
@@ -42,8 +42,12 @@
  *      backward: the oracle's dq, dk, dv, dw_qlat, dw_vup and d_alpha by
  *      finite differences (section 2), then REF's against the oracle and a
  *      second tiling's bits (section 4 with the projections).
+ *   7. the CPU backend's forward with the band == REF bit for bit (o, lse):
+ *      every ISA path this machine has (TA_CPU_ISA), one to three threads,
+ *      and through the caller-run tasks; decode-like calls included.
  * Usage: test_rband [--quick]
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,17 +217,18 @@ static void test_bad_input(ta_rng *r) {
                          strstr(why, c->field),
                      "%s: bwd size query: %s", what, why);
         }
-    /* the valid band: CPU and CUDA refuse it (not implemented there yet) */
+    /* the valid band: CPU runs its forward; its backward, and CUDA, refuse it */
     {
         const ta_problem p = bi_problem();
-        ta_test_expect_fwd(&p, TA_BACKEND_CPU, &b.fa, b.ws, b.ws_bytes, TA_ERR_UNSUPPORTED,
-                           "backend", "band on CPU");
+        ta_task_plan tp;
+        ta_test_expect_fwd(&p, TA_BACKEND_CPU, &b.fa, b.ws, b.ws_bytes, TA_OK, "ok", "band on CPU");
         ta_test_expect_fwd(&p, TA_BACKEND_CUDA, &b.fa, b.ws, b.ws_bytes, TA_ERR_UNSUPPORTED,
                            "backend", "band on CUDA");
         bi_expect_bwd(&p, TA_BACKEND_CPU, &b, &b.ba, TA_ERR_UNSUPPORTED, "backend", "bwd on CPU");
         bi_expect_bwd(&p, TA_BACKEND_CUDA, &b, &b.ba, TA_ERR_UNSUPPORTED, "backend", "bwd on CUDA");
-        TA_CHECK(ta_fwd_task_plan(&p, TA_BACKEND_CPU, &(ta_task_plan){0}) == TA_ERR_UNSUPPORTED,
-                 "band: CPU task plan");
+        TA_CHECK(ta_fwd_task_plan(&p, TA_BACKEND_CPU, &tp) == TA_OK, "band: CPU forward task plan");
+        TA_CHECK(ta_bwd_task_plan(&p, TA_BACKEND_CPU, &tp) == TA_ERR_UNSUPPORTED,
+                 "band: CPU backward task plan");
     }
     { /* REF runs the band's forward; not with key lengths */
         const ta_problem p = bi_problem();
@@ -1047,6 +1052,61 @@ static void test_ref_fwd_lat(ta_rng *r) {
            n_problems, n_band, n_noncausal, worst[0], worst[1]);
 }
 
+/* ---------------------------------------------------------------------- */
+/* 7. CPU forward == REF                                                    */
+/* ---------------------------------------------------------------------- */
+
+static void test_cpu_fwd(ta_rng *r) {
+    static const char *const isas[3] = {"scalar", "avx2", "avx512"};
+    const int n_problems = quick ? 20 : 80;
+    long n_calls = 0, n_tasks = 0;
+    int t, i;
+    for (t = 0; t < n_problems; ++t) {
+        rb_case c;
+        size_t bo;
+        void *ro, *co;
+        float *rlse, *clse;
+        char desc[220];
+        rb_random(r, &c, 0, 0);
+        rb_describe(&c, desc, sizeof desc);
+        bo = c.no * ta_dtype_size(c.p.dtype);
+        ro = ta_test_alloc(bo), co = ta_test_alloc(bo);
+        rlse = (float *)ta_test_alloc(c.nl * sizeof(float));
+        clse = (float *)ta_test_alloc(c.nl * sizeof(float));
+        ta_poison(ro, bo), ta_poison(rlse, c.nl * sizeof(float));
+        TA_CHECK(rb_fwd(&c.p, &c, TA_BACKEND_REF, ro, rlse) == TA_OK, "REF: %s", desc);
+        for (i = 0; i < 3; ++i) {
+            ta_problem p = c.p;
+            ta_status st;
+            setenv("TA_CPU_ISA", isas[i], 1);
+            p.num_threads = ta_rng_int(r, 1, 3);
+            ta_poison(co, bo), ta_poison(clse, c.nl * sizeof(float));
+            st = rb_fwd(&p, &c, TA_BACKEND_CPU, co, clse);
+            TA_CHECK(st == TA_OK, "CPU %s: %s: %s", isas[i], ta_status_string(st), desc);
+            TA_CHECK(memcmp(ro, co, bo) == 0 && memcmp(rlse, clse, c.nl * sizeof(float)) == 0,
+                     "CPU %s (%d threads) != REF: %s", isas[i], p.num_threads, desc);
+            ++n_calls;
+        }
+        unsetenv("TA_CPU_ISA");
+        { /* the caller-run tasks */
+            ta_fwd_args fa;
+            ta_problem p = c.p;
+            memset(&fa, 0, sizeof fa);
+            fa.q = c.q, fa.k = c.k, fa.v = c.v, fa.o = co, fa.lse = clse, fa.q_hist = c.hist;
+            p.num_threads = ta_rng_int(r, 1, 4);
+            ta_poison(co, bo), ta_poison(clse, c.nl * sizeof(float));
+            TA_CHECK(ta_test_fwd_tasks(&p, &fa) == TA_OK, "CPU tasks: %s", desc);
+            TA_CHECK(memcmp(ro, co, bo) == 0 && memcmp(rlse, clse, c.nl * sizeof(float)) == 0,
+                     "CPU tasks != REF: %s", desc);
+            ++n_tasks;
+        }
+        ta_test_free(ro), ta_test_free(co), ta_test_free(rlse), ta_test_free(clse);
+        rb_free(&c);
+    }
+    printf("CPU forward == REF bit for bit: %d problems, %ld calls over the ISA paths, %ld through "
+           "caller-run tasks\n", n_problems, n_calls, n_tasks);
+}
+
 int main(int argc, char **argv) {
     ta_rng r;
     const uint64_t seed = ta_test_seed("test_rband");
@@ -1060,5 +1120,6 @@ int main(int argc, char **argv) {
     test_decode(&r);
     test_ref_fwd_lat(&r);
     test_ref_bwd(&r, 1);
+    test_cpu_fwd(&r);
     return ta_test_finish("test_rband");
 }
