@@ -9,10 +9,12 @@ achieved HBM bandwidth against a device-to-device copy measured in the same run:
         [--seqs 8192,...] [--reps N] [--warmup N] [--csv FILE]
 
 tileattn runs two ways: `split` = TA_PRECISION_FAST with num_splits =
-TA_SPLITS_AUTO (a split-K forward: today the exact kernels on the bf16 inputs,
-docs/cuda.md; the parts merged by the merge kernel), and `fast` = the fast
+TA_SPLITS_AUTO (a split-K forward: the tensor-core mma.sync kernels since
+2026-11-23, the exact kernels before; the parts merged by the merge kernel,
+docs/cuda.md section 7, "Split-K in fast mode"), and `fast` = the fast
 tensor-core forward unsplit (one block per query head and Q tile: built for
-prefill, not decode). No mask (a decode row sees the whole cache; with 16 new
+prefill, not decode). --explore also times num_splits in {8, 16, 32, 64} x
+tile_config in {0, 2} of the split path (printed, not in the CSV). No mask (a decode row sees the whole cache; with 16 new
 rows the bottom-right causal mask would hide 120 of 16 x S_k scores, and
 PyTorch's is_causal aligns top-left, so both sides run unmasked). PyTorch gets
 enable_gqa=True for GQA.
@@ -59,11 +61,15 @@ class Decode:
                          scale=1.0 / math.sqrt(d), num_splits=splits)
         self.fa = FwdArgs(q=self.q.data_ptr(), k=self.k.data_ptr(), v=self.v.data_ptr(),
                           o=self.o.data_ptr(), lse=self.lse.data_ptr())
-        n = ctypes.c_size_t()
-        check(lib, lib.ta_fwd_workspace_size(ctypes.byref(self.p), TA_BACKEND_CUDA,
-                                             ctypes.byref(n)), "fwd size")
-        self.ws = torch.empty(max(n.value, 1), device=dev, dtype=torch.uint8)
+        self.sized()
         self.stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+
+    def sized(self):
+        """(Re)allocate the workspace for the problem as it is now."""
+        n = ctypes.c_size_t()
+        check(self.lib, self.lib.ta_fwd_workspace_size(ctypes.byref(self.p), TA_BACKEND_CUDA,
+                                                       ctypes.byref(n)), "fwd size")
+        self.ws = torch.empty(max(n.value, 1), device="cuda", dtype=torch.uint8)
 
     def __call__(self):
         check(self.lib, self.lib.ta_fwd(ctypes.byref(self.p), TA_BACKEND_CUDA,
@@ -78,6 +84,8 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--csv", default="")
+    ap.add_argument("--explore", action="store_true",
+                    help="also time other split counts and candidates (printed)")
     a = ap.parse_args()
     lib = load(a.lib)
     d, h = 128, 32
@@ -101,6 +109,17 @@ def main():
                 fast.fa.k, fast.fa.v = split.k.data_ptr(), split.v.data_ptr()
                 t = {"split": median_ms(split, a.warmup, a.reps),
                      "fast": median_ms(fast, a.warmup, max(3, a.reps // 4))}
+                if a.explore:
+                    seen = []
+                    for n_split in (8, 16, 32, 64):
+                        for cfg in (0, 2):
+                            split.p.num_splits, split.p.tile_config = n_split, cfg
+                            split.sized()
+                            seen.append("%d/%d %.3f" % (n_split, cfg,
+                                                        median_ms(split, a.warmup, a.reps)))
+                    split.p.num_splits, split.p.tile_config = TA_SPLITS_AUTO, 0
+                    split.sized()
+                    print("    splits/tile_config ms: " + ", ".join(seen), flush=True)
                 ref = None
                 for name, be in BASELINES:
                     try:

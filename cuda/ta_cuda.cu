@@ -70,6 +70,13 @@ ta_status ta_cuda_check_pointers(const void *const *ptrs, int n) {
     return TA_OK;
 }
 
+extern "C" ta_status ta_cuda_check_index_ptrs(const ta_plan *plan, const int32_t *seqlens_k,
+                                              const int32_t *block_table) {
+    const void *ptrs[2] = {(plan->p.flags & TA_SEQLENS_DEVICE) ? seqlens_k : NULL,
+                           plan->p.kv_page_size > 0 ? block_table : NULL};
+    return ta_cuda_check_pointers(ptrs, 2);
+}
+
 ta_status ta_cuda_smem_opt_in(const void *kernel, size_t need, size_t most) {
     const size_t dflt = 48u * 1024u; /* every device's default, under every opt-in limit */
     int device = 0, limit_attr = 0;
@@ -114,6 +121,9 @@ ta_status ta_cuda_launch_threads(const void *kernel, int64_t n_blocks, int threa
 ta_status ta_cuda_launch_batches(const ta_cuda_launch_desc *l, int n, const int32_t *seqlens_k,
                                  int32_t batch, void *stream) {
     int32_t b0, count;
+    /* device-memory lengths (TA_SEQLENS_DEVICE): the kernels read them, one
+     * launch of every batch entry */
+    if (n > 0 && l[0].base->has_seqlens == 2) seqlens_k = NULL;
     for (b0 = 0; b0 < batch; b0 += count) {
         int i;
         count = seqlens_k ? ta_tiling_min_i32(TA_CUDA_BATCH_CHUNK, batch - b0) : batch;
@@ -163,7 +173,8 @@ static void ta_cuda_params_dims(ta_cuda_params *p, const ta_plan *plan, const ta
     p->conv_q = pr->conv_q;
     p->conv_k = pr->conv_k;
     p->scale = pr->scale;
-    p->has_seqlens = seqlens_k != NULL;
+    p->has_seqlens = !seqlens_k ? 0 : pr->flags & TA_SEQLENS_DEVICE ? 2 : 1;
+    p->seqlens_dev = p->has_seqlens == 2 ? seqlens_k : NULL;
     if (pr->rope != TA_ROPE_NONE) { /* the load stage's, or the fast backward's epilogue */
         p->rope_args = plan->rope;
         p->rope = pr->rope;
@@ -184,6 +195,12 @@ void ta_cuda_params_fwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling 
     p->lse = a->lse;
     p->conv_w = a->conv_w;
     p->q_hist = t->q_history > 0 ? a->q_hist : NULL;
+    if (plan->p.kv_page_size > 0) {
+        p->block_table = a->block_table;
+        p->kv_page_size = plan->p.kv_page_size;
+        p->kv_num_pages = plan->p.kv_num_pages;
+        p->kv_max_blocks = plan->p.kv_max_blocks;
+    }
     ta_cuda_params_dims(p, plan, t, a->seqlens_k);
 }
 

@@ -47,14 +47,18 @@ typedef struct ta_cuda_fwd_ws {
  *   +--------------------------------------+  kernel, read by the dk/dv and dq kernels
  *   | dw_rows [B, H, n_q, c_q, c_k] f32     |  MTA only (NULL otherwise): R(b, qt) of
  *   +--------------------------------------+  docs/mta.md backward step 5, one per
- *                                              (batch, head, bwd Q tile), n_q =
- *                                              plan->bwd.num_q_tiles; written by the
+ *   | dw_lo   [H, c_q, c_k] f32             |  (batch, head, bwd Q tile), n_q =
+ *   +--------------------------------------+  plan->bwd.num_q_tiles; written by the
  *                                              dq kernel, merged into dconv_w in
- *                                              (batch, Q tile) ascending order
+ *                                              (batch, Q tile) ascending order as
+ *                                              pairs (dconv_w, dw_lo) (src/ta_sum2.h;
+ *                                              dw_lo: MTA only, carried across the
+ *                                              merge's batch chunks)
  */
 typedef struct ta_cuda_bwd_ws {
     float *delta;   /* [B, H, S_q] */
     float *dw_rows; /* [B, H, plan->bwd.num_q_tiles, c_q, c_k]; MTA only, else NULL */
+    float *dw_lo;   /* [H, c_q, c_k]: lo words of dconv_w's pairs; MTA only, else NULL */
     void *rot_q;    /* as in ta_cuda_fwd_ws: the rotary stage's turned q and k */
     void *rot_k;
 } ta_cuda_bwd_ws;
@@ -116,8 +120,39 @@ ta_status ta_cuda_merge_parts(const ta_plan *plan, const void *o_parts, ta_dtype
  * ta_cuda_merge_parts on the caller's parts (dtype plan->p.dtype). */
 ta_status ta_cuda_merge(const ta_plan *plan, const ta_merge_args *a, void *stream);
 
-/* Candidates of one head dim in the fast configuration table, at most. */
-#define TA_CUDA_FAST_CFG_MAX 6
+/* The index arrays the kernels read: seqlens_k with TA_SEQLENS_DEVICE, the
+ * paged KV block table (device memory on CUDA): TA_ERR_BAD_ARG unless the
+ * device can read them (pageable host memory, another device's memory), as
+ * every tensor pointer (cuda/ta_cuda.cu); else TA_OK. Nothing launched. */
+ta_status ta_cuda_check_index_ptrs(const ta_plan *plan, const int32_t *seqlens_k,
+                                   const int32_t *block_table);
+
+/* Candidates of one head dim in the fast configuration table, at most
+ * (<= TA_TUNE_MAX_CANDIDATES). */
+#define TA_CUDA_FAST_CFG_MAX 8
+
+/* The fast configuration table in numbers (cuda/ta_cuda_layout.c, plain C:
+ * the size queries need no CUDA): how many candidates tile_config names for
+ * head dim d (0: d is not in the table), and tile_config 0's pick (k >= 1)
+ * for (d, causal, sm90: 1 on a compute capability 9.0 device with sm_90a
+ * code, split: 1 with split-K or paged KV, which only the mma.sync kernels
+ * run). The
+ * kernels behind each k: cuda/ta_cuda_fast_fwd.cu. */
+int32_t ta_cuda_fast_cfg_count(int32_t d);
+int32_t ta_cuda_fast_cfg_default(int32_t d, int causal, int sm90, int split);
+
+/* Fast-mode GQA decode packing (cuda/ta_cuda_layout.c; docs/cuda.md section
+ * 7, "Split-K in fast mode"): G = H / H_kv if the forward runs a kv head's G
+ * query heads as one head of G S_q rows (split-K asked for: num_splits > 1
+ * or TA_SPLITS_AUTO; G > 1; no window; no load stage; S_q == 1 or no causal
+ * mask, so that the mask does not tell a group's rows apart), else 1. Each
+ * row's arithmetic is unchanged: for a given split count packing changes the
+ * grid, never the bits.
+ * ta_cuda_fast_splits: the fast forward's split count, the plan's except
+ * TA_SPLITS_AUTO with packing: ta_tiling_splits_auto(B, H_kv, G S_q, S_k),
+ * clamped to the plan's K tiles (the workspace's parts follow it). */
+int32_t ta_cuda_fast_pack(const ta_plan *plan);
+int32_t ta_cuda_fast_splits(const ta_plan *plan);
 
 /* Fast mode (cuda/ta_cuda_fast_fwd.cu, with the wgmma kernel of
  * cuda/ta_cuda_fast_fwd_sm90.cu): the tensor-core SDPA forward for f16 / bf16

@@ -34,6 +34,7 @@ extern "C" {
 /* A kernel of the fast configuration table and what its launch needs. */
 typedef struct ta_fast_launch {
     const void *kernel;
+    const void *kernel_paged; /* the same with a paged k / v (NULL: none) */
     size_t smem;             /* dynamic shared memory, bytes */
     int threads;             /* per block */
     int32_t block_m, block_n; /* Q tile rows, keys per K tile */
@@ -82,8 +83,7 @@ int ta_cuda_fast_rows_aligned(const ta_problem *pr, const void *ptr, const ta_st
 typedef struct ta_fast_table {
     ta_fast_launch cand[TA_CUDA_FAST_CFG_MAX];
     int n;         /* candidates: tile_config in [1, n] */
-    int first_mma;  /* index of the first mma.sync candidate: tile_config 0 off sm_90 */
-    int first_sm90; /* index of tile_config 0 on an sm_90 device */
+    int pick0;      /* index of tile_config 0's pick (ta_cuda_fast_cfg_default) */
     int sm90;       /* 1 if the wgmma candidates run here (sm_90 device, sm_90a code) */
 } ta_fast_table;
 
@@ -112,9 +112,12 @@ ta_status ta_cuda_fast_turn(const ta_plan *plan, const ta_fwd_args *a, const ta_
                             void *stream);
 
 /* The second half: one forward of configuration fl on stream (shared-memory
- * opt-in: TA_ERR_UNSUPPORTED beyond the device's limit, nothing launched). */
-ta_status ta_cuda_fast_run(const ta_plan *plan, const ta_fwd_args *a, const ta_fast_launch *fl,
-                           void *stream);
+ * opt-in: TA_ERR_UNSUPPORTED beyond the device's limit, nothing launched).
+ * Split-K (plan->fwd.num_splits > 1): the mma.sync candidates only (the wgmma
+ * and warp-specialised ones: TA_ERR_UNSUPPORTED, nothing launched), each
+ * part into ws's parts, then the merge kernel into a->o and a->lse. */
+ta_status ta_cuda_fast_run(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                           const ta_fast_launch *fl, void *stream);
 
 /* ---- device ---- */
 
@@ -280,6 +283,53 @@ TA_FAST_FN void ta_fast_store_rows(const ta_cuda_params &p, const ta_tile_ctx &c
         if (p.lse && tq == 0)
             p.lse[c.lse + row] = l[r] > 0.0f ? (m[r] + __log2f(l[r])) * 0.6931471805599453f
                                              : ta_fast_neg_inf();
+    }
+}
+
+/* Split-K (p.t.num_splits > 1): the context of Q tile `at` with its K tiles
+ * cut to part `split` (ta_tile_split_visit, the exact kernels' cut); with one
+ * split, ta_cuda_context's. The K loops visit [k_begin, k_end). */
+TA_FAST_FN ta_tile_ctx ta_cuda_fast_context(const ta_cuda_params &p, const ta_cuda_q_tile &at,
+                                            int32_t split) {
+    ta_tile_ctx c = ta_cuda_context(p, at.b_local, at.h, at.qt);
+    int32_t first, last;
+    ta_tile_split_visit(&p.t, c.key_len, split, c.k_begin, c.k_end, &first, &last);
+    c.k_begin = first;
+    c.k_end = last;
+    return c;
+}
+
+/* The store of a K-split part: with one split ta_fast_store_rows; else part
+ * `split` of the rows, f32, into the workspace (o / l and lse, as the exact
+ * kernels' parts: ta_cuda_params.part_o, part_lse), which the merge kernel
+ * combines in ascending part order. */
+template <bool BF16, int NO>
+TA_FAST_FN void ta_fast_store_part(const ta_cuda_params &p, const ta_tile_ctx &c, int32_t split,
+                                   int32_t ra, int tq, const float (&o)[4 * NO], const float m[2],
+                                   float l[2]) {
+    if (p.t.num_splits == 1) {
+        ta_fast_store_rows<BF16, NO>(p, c, ra, tq, o, m, l);
+        return;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int32_t row = ra + 8 * r;
+        float inv;
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        if (row >= p.t.seq_q) continue;
+        inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        {
+            const int64_t part = (int64_t)split * p.n_rows + c.lse + row;
+            float *orow = p.part_o + part * p.head_dim_v;
+#pragma unroll
+            for (int d = 0; d < NO; ++d)
+                *reinterpret_cast<float2 *>(orow + 8 * d + 2 * tq) =
+                    make_float2(o[4 * d + 2 * r] * inv, o[4 * d + 2 * r + 1] * inv);
+            if (tq == 0)
+                p.part_lse[part] = l[r] > 0.0f ? (m[r] + __log2f(l[r])) * 0.6931471805599453f
+                                               : ta_fast_neg_inf();
+        }
     }
 }
 

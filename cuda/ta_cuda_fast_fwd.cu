@@ -41,7 +41,12 @@
  *
  * Loads are cp.async (16 bytes, rows past the key length or S_q zero-filled).
  * Pipeline (as FlashAttention-2): v of tile j loads while s = q k_j^T runs,
- * k of tile j+1 loads while o += p v_j runs.
+ * k of tile j+1 loads while o += p v_j runs. The multi-stage schedule
+ * (ST >= 2 buffers of k and v, tile j + ST - 1 loading while tile j
+ * computes) gives the same bits; on an H100 it wins
+ * with 8 warps (one block per SM either way: 10-16 %) and loses with 4,
+ * where the one-buffer kernel fits more blocks per SM (docs/cuda.md
+ * section 7, "Configurations").
  *
  * Layout: any strides whose rows are 16-byte aligned (ta_cuda_fast_fwd checks,
  * else TA_ERR_UNSUPPORTED); row r of a slice is at the context's offset + r *
@@ -94,35 +99,114 @@ __device__ __forceinline__ void ta_fast_mma(float *c, const uint32_t a[4], uint3
 
 /* ---- the kernel ---- */
 
-template <int D, int NW, int BN, bool BF16> struct ta_fast_fwd_traits {
+/* ST: buffers of k and v (1: ta_cuda_fast_fwd_kernel's schedule). */
+template <int D, int NW, int BN, int ST, bool BF16> struct ta_fast_fwd_traits {
     static constexpr int LD = D + 8;       /* shared row, elements */
     static constexpr int BM = 16 * NW;     /* Q tile rows */
     static constexpr int THREADS = 32 * NW;
     static constexpr int NT = BN / 8;      /* 8-key column blocks of s */
     static constexpr int DT = D / 8;       /* 8-feature column blocks of o */
-    static constexpr size_t SMEM = (size_t)(BM + 2 * BN) * LD * 2;
+    static constexpr size_t SMEM = (size_t)(BM + 2 * ST * BN) * LD * 2;
     static_assert(D % 16 == 0 && BN % 16 == 0, "mma k-steps of 16");
 };
 
-/* rows [row0, row0 + R) of a slice (element offset `off`, row stride `seq`) ->
- * shared [R][LD]; rows at or past n_valid read zeros. */
+/* A paged k / v (ta_problem.kv_page_size > 0): this batch entry's block
+ * table row (device memory; NULL without pages), its page size and the pool's
+ * page count (entries are clamped into [0, num_pages): the host never read
+ * them). */
+struct ta_fast_pages {
+    const int32_t *pages;
+    int32_t page_size, num_pages;
+};
+
+__device__ __forceinline__ ta_fast_pages ta_fast_pages_of(const ta_cuda_params &p,
+                                                          int32_t b_local) {
+    ta_fast_pages pg;
+    pg.pages = p.block_table ? p.block_table + (int64_t)(p.batch_begin + b_local) * p.kv_max_blocks
+                             : nullptr;
+    pg.page_size = p.kv_page_size;
+    pg.num_pages = p.kv_num_pages;
+    return pg;
+}
+
+/* rows [row0, row0 + R) of a slice (element offset `off`, row stride `seq`;
+ * with pages, row j at its pool row ta_tile_kv_row) -> shared [R][LD]; rows
+ * at or past n_valid read zeros. */
 template <int D, int R, int THREADS>
 __device__ __forceinline__ void ta_fast_load_rows(uint16_t *dst, const uint16_t *base, int64_t off,
-                                                  int64_t seq, int32_t row0, int32_t n_valid) {
+                                                  int64_t seq, int32_t row0, int32_t n_valid,
+                                                  const ta_fast_pages &pg = ta_fast_pages{}) {
     constexpr int LD = D + 8, CH = D / 8;
     for (int i = (int)threadIdx.x; i < R * CH; i += THREADS) {
         const int r = i / CH, c = i % CH;
         const int32_t row = row0 + r;
         const bool ok = row < n_valid;
-        const uint16_t *src = ok ? base + off + (int64_t)row * seq + 8 * c : base;
+        int64_t at = row;
+        if (pg.pages && ok) {
+            const int32_t page = pg.pages[row / pg.page_size];
+            at = (int64_t)(page < 0 ? 0 : page >= pg.num_pages ? pg.num_pages - 1 : page) *
+                     pg.page_size +
+                 row % pg.page_size;
+        }
+        const uint16_t *src = ok ? base + off + at * seq + 8 * c : base;
         ta_fast_cp16(ta_fast_smem_addr(dst + r * LD + 8 * c), src, ok ? 16 : 0);
     }
 }
 
+/* step 1 of a K tile: s = q k^T over D in k-steps of 16 (this warp's 16
+ * rows; q [BM][LD] and k [BN][LD] in shared memory). */
+template <class T, int D, int BN, bool BF16>
+__device__ __forceinline__ void ta_fast_qk(float (&s)[4 * T::NT], const uint16_t *sq,
+                                           const uint16_t *sk, int lane, int warp) {
+#pragma unroll
+    for (int i = 0; i < 4 * T::NT; ++i) s[i] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t a[4];
+        ta_fast_ldm_x4(a, ta_fast_smem_addr(sq + (16 * warp + (lane & 15)) * T::LD + 16 * kk +
+                                            (lane >> 4) * 8));
+#pragma unroll
+        for (int nn = 0; nn < BN / 16; ++nn) {
+            uint32_t b[4];
+            ta_fast_ldm_x4(b, ta_fast_smem_addr(sk + (16 * nn + (lane & 7) + ((lane >> 4) << 3)) *
+                                                         T::LD +
+                                                16 * kk + ((lane >> 3) & 1) * 8));
+            ta_fast_mma<BF16>(&s[8 * nn], a, b[0], b[1]);
+            ta_fast_mma<BF16>(&s[8 * nn + 4], a, b[2], b[3]);
+        }
+    }
+}
+
+/* step 4 of a K tile: o += p v, p (the softmax's s, this warp's rows) as the
+ * A operand (the accumulator layout is the A layout), v [BN][LD] in shared
+ * memory by ldmatrix.trans. */
+template <class T, int D, int BN, bool BF16>
+__device__ __forceinline__ void ta_fast_pv(float (&o)[4 * T::DT], const float (&s)[4 * T::NT],
+                                           const uint16_t *sv, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+        uint32_t a[4];
+        ta_fast_p_fragment<BF16, T::NT>(a, s, kk);
+#pragma unroll
+        for (int dn = 0; dn < D / 16; ++dn) {
+            uint32_t b[4];
+            ta_fast_ldm_x4_t(b, ta_fast_smem_addr(sv + (16 * kk + (lane & 15)) * T::LD + 16 * dn +
+                                                  (lane >> 4) * 8));
+            ta_fast_mma<BF16>(&o[8 * dn], a, b[0], b[1]);
+            ta_fast_mma<BF16>(&o[8 * dn + 4], a, b[2], b[3]);
+        }
+    }
+}
+
+/* ST = 1, as FlashAttention-2: one buffer of k and v; v of tile j loads while
+ * s = q k_j^T runs, k of tile j+1 while o += p v_j runs; two block barriers
+ * per K tile. (ta_cuda_fast_fwd_pipe_kernel shares its preamble: one kernel
+ * with both loops behind `if constexpr` moved ptxas to 4-32 bytes of spills
+ * in three of these instantiations.) */
 template <int D, int NW, int BN, bool BF16>
 __global__ void __launch_bounds__(32 * NW)
     ta_cuda_fast_fwd_kernel(const __grid_constant__ ta_cuda_params p) {
-    typedef ta_fast_fwd_traits<D, NW, BN, BF16> T;
+    typedef ta_fast_fwd_traits<D, NW, BN, 1, BF16> T;
     extern __shared__ float4 ta_fast_dyn_smem[];
     uint16_t *sq = reinterpret_cast<uint16_t *>(ta_fast_dyn_smem);
     uint16_t *sk = sq + T::BM * T::LD;
@@ -131,15 +215,17 @@ __global__ void __launch_bounds__(32 * NW)
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
     const int tq = lane & 3;
     const int32_t n_qt = t.num_q_tiles;
-    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
+    const int32_t n_split = t.num_splits; /* split-K: parts per Q tile (1: none) */
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt * n_split;
     const float scale_log2 = p.scale * 1.4426950408889634f;
     const uint16_t *q = static_cast<const uint16_t *>(p.q);
     const uint16_t *k = static_cast<const uint16_t *>(p.k);
     const uint16_t *v = static_cast<const uint16_t *>(p.v);
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt);
-        const ta_tile_ctx c = ta_cuda_context(p, at.b_local, at.h, at.qt);
+        const int32_t split = (int32_t)(tile % n_split);
+        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile / n_split, n_qt);
+        const ta_tile_ctx c = ta_cuda_fast_context(p, at, split);
         const int32_t row0 = at.qt * T::BM;
         const int32_t ra = row0 + 16 * warp + (lane >> 2); /* this lane's rows: ra, ra + 8 */
         int32_t lo[2], hi[2];
@@ -163,24 +249,7 @@ __global__ void __launch_bounds__(32 * NW)
             __syncthreads();
             ta_fast_load_rows<D, BN, T::THREADS>(sv, v, c.v, p.lay.v.seq, col0, c.key_len);
             ta_fast_cp_commit();
-            /* step 1: s = q k^T over D in k-steps of 16 */
-#pragma unroll
-            for (int i = 0; i < 4 * T::NT; ++i) s[i] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) {
-                uint32_t a[4];
-                ta_fast_ldm_x4(a, ta_fast_smem_addr(sq + (16 * warp + (lane & 15)) * T::LD +
-                                                    16 * kk + (lane >> 4) * 8));
-#pragma unroll
-                for (int nn = 0; nn < BN / 16; ++nn) {
-                    uint32_t b[4];
-                    ta_fast_ldm_x4(b, ta_fast_smem_addr(
-                                          sk + (16 * nn + (lane & 7) + ((lane >> 4) << 3)) * T::LD +
-                                          16 * kk + ((lane >> 3) & 1) * 8));
-                    ta_fast_mma<BF16>(&s[8 * nn], a, b[0], b[1]);
-                    ta_fast_mma<BF16>(&s[8 * nn + 4], a, b[2], b[3]);
-                }
-            }
+            ta_fast_qk<T, D, BN, BF16>(s, sq, sk, lane, warp); /* step 1 */
             /* steps 2-3: mask, scale to base 2, online softmax per row */
             {
                 float corr[2];
@@ -195,23 +264,105 @@ __global__ void __launch_bounds__(32 * NW)
                                                      c.key_len);
                 ta_fast_cp_commit();
             }
-            /* step 4: o += p v, p as the A operand (accumulator layout = A layout) */
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk) {
-                uint32_t a[4];
-                ta_fast_p_fragment<BF16, T::NT>(a, s, kk);
-#pragma unroll
-                for (int dn = 0; dn < D / 16; ++dn) {
-                    uint32_t b[4];
-                    ta_fast_ldm_x4_t(b, ta_fast_smem_addr(sv + (16 * kk + (lane & 15)) * T::LD +
-                                                          16 * dn + (lane >> 4) * 8));
-                    ta_fast_mma<BF16>(&o[8 * dn], a, b[0], b[1]);
-                    ta_fast_mma<BF16>(&o[8 * dn + 4], a, b[2], b[3]);
-                }
-            }
+            ta_fast_pv<T, D, BN, BF16>(o, s, sv, lane); /* step 4 */
         }
         /* step 5: o / l and lse */
-        ta_fast_store_rows<BF16, T::DT>(p, c, ra, tq, o, m, l);
+        ta_fast_store_part<BF16, T::DT>(p, c, split, ra, tq, o, m, l);
+    }
+}
+
+/* ST >= 2 buffers of k and v (sk, sv: [ST][BN][LD]): K tile j + ST - 1's k
+ * and v load (one cp.async group per K tile) while tile j computes, so a
+ * warp waits on memory only when ST - 1 tiles of loads take longer than one
+ * tile's products; one block barrier per K tile instead of two. The products,
+ * softmax and store are the one-buffer kernel's, in the same order: equal
+ * (NW, BN), equal bits (test_cuda_fast checks). */
+template <int D, int NW, int BN, int ST, bool BF16, bool PAGED>
+__global__ void __launch_bounds__(32 * NW)
+    ta_cuda_fast_fwd_pipe_kernel(const __grid_constant__ ta_cuda_params p) {
+    typedef ta_fast_fwd_traits<D, NW, BN, ST, BF16> T;
+    static_assert(ST >= 2, "the one-buffer schedule is ta_cuda_fast_fwd_kernel");
+    extern __shared__ float4 ta_fast_dyn_smem[];
+    uint16_t *sq = reinterpret_cast<uint16_t *>(ta_fast_dyn_smem);
+    uint16_t *sk = sq + T::BM * T::LD;   /* [ST][BN][LD] */
+    uint16_t *sv = sk + ST * BN * T::LD; /* [ST][BN][LD] */
+    const ta_tiling t = p.t;
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+    const int tq = lane & 3;
+    const int32_t n_qt = t.num_q_tiles;
+    const int32_t n_split = t.num_splits; /* split-K: parts per Q tile (1: none) */
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt * n_split;
+    const float scale_log2 = p.scale * 1.4426950408889634f;
+    const uint16_t *q = static_cast<const uint16_t *>(p.q);
+    const uint16_t *k = static_cast<const uint16_t *>(p.k);
+    const uint16_t *v = static_cast<const uint16_t *>(p.v);
+
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const int32_t split = (int32_t)(tile % n_split);
+        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile / n_split, n_qt);
+        const ta_tile_ctx c = ta_cuda_fast_context(p, at, split);
+        const int32_t row0 = at.qt * T::BM;
+        const int32_t ra = row0 + 16 * warp + (lane >> 2); /* this lane's rows: ra, ra + 8 */
+        /* paged KV (PAGED: a kernel of its own, so the others carry no cost) */
+        const ta_fast_pages pg = PAGED ? ta_fast_pages_of(p, at.b_local) : ta_fast_pages{};
+        int32_t lo[2], hi[2];
+        float o[4 * T::DT], m[2] = {ta_fast_neg_inf(), ta_fast_neg_inf()}, l[2] = {0.0f, 0.0f};
+        ta_fast_row_keys(t, ra, c.key_len, lo, hi);
+#pragma unroll
+        for (int i = 0; i < 4 * T::DT; ++i) o[i] = 0.0f;
+
+        /* the previous tile is done with shared memory (its loads all waited
+         * for: only empty groups can still be pending) */
+        __syncthreads();
+        if (c.k_begin >= c.k_end) {
+            ta_fast_store_part<BF16, T::DT>(p, c, split, ra, tq, o, m, l);
+            continue;
+        }
+        /* prologue: q with K tile k_begin (group 0), then tiles k_begin + 1 ..
+         * k_begin + ST - 2, one group each (empty past k_end) */
+        ta_fast_load_rows<D, T::BM, T::THREADS>(sq, q, c.q, p.lay.q.seq, row0, t.seq_q);
+#pragma unroll
+        for (int st = 0; st < ST - 1; ++st) {
+            const int32_t kt = c.k_begin + st;
+            if (kt < c.k_end) {
+                ta_fast_load_rows<D, BN, T::THREADS>(sk + st * BN * T::LD, k, c.k, p.lay.k.seq,
+                                                     kt * BN, c.key_len, pg);
+                ta_fast_load_rows<D, BN, T::THREADS>(sv + st * BN * T::LD, v, c.v, p.lay.v.seq,
+                                                     kt * BN, c.key_len, pg);
+            }
+            ta_fast_cp_commit();
+        }
+        for (int32_t kt = c.k_begin; kt < c.k_end; ++kt) {
+            const int32_t j = kt - c.k_begin, col0 = kt * BN;
+            const uint16_t *skj = sk + (j % ST) * BN * T::LD;
+            const uint16_t *svj = sv + (j % ST) * BN * T::LD;
+            float s[4 * T::NT];
+            /* tile j's group has landed (at most ST - 2 younger ones pending);
+             * every warp is done with tile j - 1, whose buffer tile j + ST - 1
+             * takes */
+            ta_fast_cp_wait<ST - 2>();
+            __syncthreads();
+            {
+                const int32_t kn = kt + ST - 1;
+                const int bn = (j + ST - 1) % ST;
+                if (kn < c.k_end) {
+                    ta_fast_load_rows<D, BN, T::THREADS>(sk + bn * BN * T::LD, k, c.k,
+                                                         p.lay.k.seq, kn * BN, c.key_len, pg);
+                    ta_fast_load_rows<D, BN, T::THREADS>(sv + bn * BN * T::LD, v, c.v,
+                                                         p.lay.v.seq, kn * BN, c.key_len, pg);
+                }
+                ta_fast_cp_commit(); /* empty past k_end: the count stays per tile */
+            }
+            ta_fast_qk<T, D, BN, BF16>(s, sq, skj, lane, warp); /* step 1 */
+            {                                                   /* steps 2-3 */
+                float corr[2];
+                ta_fast_softmax_tile<T::NT>(s, m, l, lo, hi, col0, tq, scale_log2, corr);
+                ta_fast_rescale<T::DT>(o, corr);
+            }
+            ta_fast_pv<T, D, BN, BF16>(o, s, svj, lane); /* step 4 */
+        }
+        /* step 5: o / l and lse */
+        ta_fast_store_part<BF16, T::DT>(p, c, split, ra, tq, o, m, l);
     }
 }
 
@@ -222,10 +373,18 @@ __global__ void __launch_bounds__(32 * NW)
  * as (NW warps: a Q tile of 16 NW rows; BN keys per K tile). tile_config = 0:
  * candidate 1 on an sm_90 device, else the first mma.sync candidate.
  * Measured choices: docs/benchmarks.md. */
-template <int D, int NW, int BN, bool BF16> static ta_fast_launch ta_fast_launch_of() {
-    typedef ta_fast_fwd_traits<D, NW, BN, BF16> T;
+template <int D, int NW, int BN, int ST, bool BF16> static ta_fast_launch ta_fast_launch_of() {
+    typedef ta_fast_fwd_traits<D, NW, BN, ST, BF16> T;
     ta_fast_launch l;
-    l.kernel = reinterpret_cast<const void *>(&ta_cuda_fast_fwd_kernel<D, NW, BN, BF16>);
+    if constexpr (ST == 1) {
+        l.kernel = reinterpret_cast<const void *>(&ta_cuda_fast_fwd_kernel<D, NW, BN, BF16>);
+        l.kernel_paged = nullptr; /* paged KV: the multi-stage kernels only */
+    } else {
+        l.kernel = reinterpret_cast<const void *>(
+            &ta_cuda_fast_fwd_pipe_kernel<D, NW, BN, ST, BF16, false>);
+        l.kernel_paged = reinterpret_cast<const void *>(
+            &ta_cuda_fast_fwd_pipe_kernel<D, NW, BN, ST, BF16, true>);
+    }
     l.smem = T::SMEM;
     l.threads = T::THREADS;
     l.block_m = T::BM;
@@ -235,51 +394,71 @@ template <int D, int NW, int BN, bool BF16> static ta_fast_launch ta_fast_launch
     return l;
 }
 
-/* The mma.sync candidates of head dim d into c[0 ..]: how many. */
+/* The one-buffer mma.sync candidates of head dim d into c[0 ..]: how many. */
 template <bool BF16> static int ta_fast_mma_candidates(int32_t d, ta_fast_launch *c) {
     switch (d) {
     case 64:
-        c[0] = ta_fast_launch_of<64, 4, 64, BF16>();
-        c[1] = ta_fast_launch_of<64, 8, 64, BF16>();
-        c[2] = ta_fast_launch_of<64, 4, 128, BF16>();
+        c[0] = ta_fast_launch_of<64, 4, 64, 1, BF16>();
+        c[1] = ta_fast_launch_of<64, 8, 64, 1, BF16>();
+        c[2] = ta_fast_launch_of<64, 4, 128, 1, BF16>();
         return 3;
     case 96:
-        c[0] = ta_fast_launch_of<96, 4, 64, BF16>();
-        c[1] = ta_fast_launch_of<96, 8, 64, BF16>();
+        c[0] = ta_fast_launch_of<96, 4, 64, 1, BF16>();
+        c[1] = ta_fast_launch_of<96, 8, 64, 1, BF16>();
         return 2;
     case 128:
-        c[0] = ta_fast_launch_of<128, 4, 64, BF16>();
-        c[1] = ta_fast_launch_of<128, 8, 64, BF16>();
-        c[2] = ta_fast_launch_of<128, 4, 128, BF16>();
+        c[0] = ta_fast_launch_of<128, 4, 64, 1, BF16>();
+        c[1] = ta_fast_launch_of<128, 8, 64, 1, BF16>();
+        c[2] = ta_fast_launch_of<128, 4, 128, 1, BF16>();
         return 3;
     case 256:
-        c[0] = ta_fast_launch_of<256, 4, 64, BF16>();
-        c[1] = ta_fast_launch_of<256, 4, 32, BF16>();
-        c[2] = ta_fast_launch_of<256, 8, 32, BF16>();
+        c[0] = ta_fast_launch_of<256, 4, 64, 1, BF16>();
+        c[1] = ta_fast_launch_of<256, 4, 32, 1, BF16>();
+        c[2] = ta_fast_launch_of<256, 8, 32, 1, BF16>();
         return 3;
     default: return 0;
     }
 }
 
+/* The multi-stage mma.sync candidates of head dim d into c[0 ..]: how many.
+ * Shared memory (BM + 2 ST BN) (D + 8) 2 bytes: the first of each head dim
+ * fits the 99 KB a block may take on sm_86 and sm_89 (D = 256: 101376 bytes,
+ * exactly that); the others want an A100's or an H100's 163 / 227 KB. */
+template <bool BF16> static int ta_fast_pipe_candidates(int32_t d, ta_fast_launch *c) {
+    switch (d) {
+    case 64:
+        c[0] = ta_fast_launch_of<64, 4, 64, 2, BF16>();
+        c[1] = ta_fast_launch_of<64, 4, 64, 3, BF16>();
+        return 2;
+    case 96:
+        c[0] = ta_fast_launch_of<96, 4, 64, 2, BF16>();
+        return 1;
+    case 128:
+        c[0] = ta_fast_launch_of<128, 4, 64, 2, BF16>();
+        c[1] = ta_fast_launch_of<128, 8, 64, 2, BF16>();
+        return 2;
+    case 256:
+        c[0] = ta_fast_launch_of<256, 4, 32, 2, BF16>();
+        c[1] = ta_fast_launch_of<256, 8, 32, 2, BF16>();
+        return 2;
+    default: return 0;
+    }
+}
+
 /* The candidates of head dim d, in tile_config order: the wgmma forward, the
- * mma.sync ones, then the warp-specialised TMA forwards (appended, so that
- * earlier tile_config values keep their kernels); how many (0: d not in the
- * table). *first_mma: the first mma.sync candidate; *first_sm90: tile_config
- * 0's pick on an sm_90 device. */
+ * one-buffer mma.sync ones, the warp-specialised TMA forwards, the
+ * multi-stage mma.sync ones (each group appended after the earlier ones, so
+ * that earlier tile_config values keep their kernels); how many (0: d not in
+ * the table; ta_cuda_fast_cfg_count in cuda/ta_cuda_layout.c says the same
+ * without CUDA, and ta_cuda_fast_cfg_default names tile_config 0's pick). */
 template <bool BF16>
-static int ta_fast_candidates(int32_t d, ta_fast_launch c[TA_CUDA_FAST_CFG_MAX], int *first_mma,
-                              int *first_sm90) {
+static int ta_fast_candidates(int32_t d, ta_fast_launch c[TA_CUDA_FAST_CFG_MAX]) {
     int n = ta_cuda_fast_sm90_launch(d, BF16, &c[0]);
     const int n_mma = ta_fast_mma_candidates<BF16>(d, &c[n]);
     if (n_mma == 0) return 0;
-    *first_mma = n;
     n += n_mma;
-    /* tile_config 0 on sm_90: the warp-specialised TMA forward (H100, bf16,
-     * 16k tokens: fastest in 23 of 24 shapes, 1.04-1.81x candidate 1,
-     * docs/benchmarks.md; it falls back to candidate 1 where the TMA maps
-     * cannot describe the layout) */
-    *first_sm90 = n;
-    return n + ta_cuda_fast_ws_launch(d, BF16, &c[n]);
+    n += ta_cuda_fast_ws_launch(d, BF16, &c[n]);
+    return n + ta_fast_pipe_candidates<BF16>(d, &c[n]);
 }
 
 } /* namespace */
@@ -333,34 +512,78 @@ ta_status ta_cuda_fast_table(const ta_plan *plan, const ta_fwd_args *a, ta_fast_
     if ((st = ta_cuda_check_pointers(ptrs, 5)) != TA_OK) return st;
     if ((st = ta_cuda_check_pointers(rope, 4)) != TA_OK) return st;
     if (pr->head_dim != pr->head_dim_v || !ta_cuda_fast_aligned(plan, a)) return TA_ERR_UNSUPPORTED;
-    tb->n = pr->dtype == TA_BF16
-                ? ta_fast_candidates<true>(pr->head_dim, tb->cand, &tb->first_mma, &tb->first_sm90)
-                : ta_fast_candidates<false>(pr->head_dim, tb->cand, &tb->first_mma,
-                                            &tb->first_sm90);
+    tb->n = pr->dtype == TA_BF16 ? ta_fast_candidates<true>(pr->head_dim, tb->cand)
+                                 : ta_fast_candidates<false>(pr->head_dim, tb->cand);
     if (tb->n == 0) return TA_ERR_UNSUPPORTED;
     if ((tb->sm90 = ta_cuda_fast_is_sm90()) < 0) return TA_ERR_DEVICE;
+    tb->pick0 = ta_cuda_fast_cfg_default(pr->head_dim, (pr->flags & TA_CAUSAL) != 0, tb->sm90,
+                                         plan->fwd.num_splits > 1 || pr->kv_page_size > 0) -
+                1;
     return TA_OK;
 }
 
-ta_status ta_cuda_fast_run(const ta_plan *plan, const ta_fwd_args *a, const ta_fast_launch *fl,
-                           void *stream) {
+ta_status ta_cuda_fast_run(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                           const ta_fast_launch *fl, void *stream) {
     ta_tiling t;
     ta_fast_tma_params prm; /* a kernel without TMA takes its base part alone */
+    const void *kernel = plan->p.kv_page_size > 0 ? fl->kernel_paged : fl->kernel;
     ta_cuda_params *const base = &prm;
     ta_cuda_launch_desc launch;
     ta_status st;
     /* the configuration's tiles, the plan's mask */
     st = ta_cuda_tiling(plan, fl->block_m, fl->block_n, TA_TILING_FWD, &t);
     if (st != TA_OK) return st;
-    if ((st = ta_cuda_smem_opt_in(fl->kernel, fl->smem, fl->smem)) != TA_OK) return st;
+    /* split-K: the mma.sync kernels only; paged KV: the multi-stage ones */
+    if (t.num_splits > 1 && (fl->sm90 || fl->tma)) return TA_ERR_UNSUPPORTED;
+    if (!kernel) return TA_ERR_UNSUPPORTED;
+    if ((st = ta_cuda_smem_opt_in(kernel, fl->smem, fl->smem)) != TA_OK) return st;
     ta_cuda_params_fwd(base, plan, &t, a);
+    base->part_o = ws->part_o; /* split-K's parts (NULL with one split) */
+    base->part_lse = ws->part_lse;
+    base->n_rows = (int64_t)plan->n_lse;
     if (fl->tma && (st = ta_cuda_fast_tma_maps(plan, a, fl, &prm)) != TA_OK) return st;
-    launch = fl->tma ? ta_cuda_launch_of(fl->kernel, &prm, (int64_t)plan->p.heads_q * t.num_q_tiles,
+    launch = fl->tma ? ta_cuda_launch_of(kernel, &prm, (int64_t)plan->p.heads_q * t.num_q_tiles,
                                          0, fl->smem)
-                     : ta_cuda_launch_of(fl->kernel, base,
-                                         (int64_t)plan->p.heads_q * t.num_q_tiles, 0, fl->smem);
+                     : ta_cuda_launch_of(kernel, base,
+                                         (int64_t)plan->p.heads_q * t.num_q_tiles * t.num_splits,
+                                         0, fl->smem);
     launch.threads = fl->threads;
-    return ta_cuda_launch_batches(&launch, 1, a->seqlens_k, plan->p.batch, stream);
+    if ((st = ta_cuda_launch_batches(&launch, 1, a->seqlens_k, plan->p.batch, stream)) != TA_OK)
+        return st;
+    if (t.num_splits == 1) return TA_OK;
+    return ta_cuda_merge_parts(plan, ws->part_o, TA_F32, ws->part_lse, t.num_splits, a->o, a->lse,
+                               stream);
+}
+
+/* 1 if q's (or o's) rows can be addressed as one head of G S_q rows per kv
+ * head: S_q == 1, or a head's rows evenly spaced (head stride = S_q x seq). */
+static int ta_cuda_fast_packs(const ta_strides *st, int32_t seq_q) {
+    return seq_q == 1 || st->head == (int64_t)seq_q * st->seq;
+}
+
+/* Split-K's plan (no rotary stage): the fast split count, and with GQA decode
+ * packing (ta_cuda_fast_pack) the packed shape: H_kv heads of G S_q rows,
+ * head h_kv's row g S_q + r being query head h_kv G + g's row r (q and o
+ * strides: head G x head, seq the head stride when S_q == 1), no causal mask
+ * (with S_q == 1 it hides nothing). lse [B, H, S_q] reads the same as
+ * [B, H_kv, G S_q]. Where the strides do not allow it, only the count. */
+static void ta_cuda_fast_pack_plan(const ta_plan *plan, ta_plan *sub) {
+    const ta_problem *pr = &plan->p;
+    const int32_t g = ta_cuda_fast_pack(plan);
+    *sub = *plan;
+    sub->fwd.num_splits = sub->stages.num_splits = ta_cuda_fast_splits(plan);
+    if (g == 1 || !ta_cuda_fast_packs(&plan->layout.q, pr->seq_q) ||
+        !ta_cuda_fast_packs(&plan->layout.o, pr->seq_q))
+        return;
+    sub->p.heads_q = pr->heads_kv;
+    sub->p.seq_q = g * pr->seq_q;
+    sub->p.flags &= ~(uint32_t)TA_CAUSAL;
+    sub->fwd.causal = 0;
+    sub->group = 1;
+    sub->layout.q.seq = pr->seq_q == 1 ? plan->layout.q.head : plan->layout.q.seq;
+    sub->layout.q.head = (int64_t)g * plan->layout.q.head;
+    sub->layout.o.seq = pr->seq_q == 1 ? plan->layout.o.head : plan->layout.o.seq;
+    sub->layout.o.head = (int64_t)g * plan->layout.o.head;
 }
 
 ta_status ta_cuda_fast_view(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
@@ -370,7 +593,14 @@ ta_status ta_cuda_fast_view(const ta_plan *plan, const ta_fwd_args *a, const ta_
     ta_status st;
     *pl = plan;
     *aa = a;
-    if (plan->stages.load != TA_LOAD_ROPE) return TA_OK;
+    if (plan->stages.load != TA_LOAD_ROPE) {
+        /* split-K: the fast count, and GQA decode packing where it applies */
+        if (ta_cuda_fast_splits(plan) > 1) {
+            ta_cuda_fast_pack_plan(plan, sub);
+            *pl = sub;
+        }
+        return TA_OK;
+    }
     if ((st = ta_cuda_check_pointers(ptrs, 2)) != TA_OK) return st;
     if (!ta_cuda_fast_rows_aligned(&plan->p, a->q, &plan->layout.q, 0) ||
         !ta_cuda_fast_rows_aligned(&plan->p, a->k, &plan->layout.k, 1))
@@ -404,15 +634,15 @@ extern "C" ta_status ta_cuda_fast_fwd(const ta_plan *plan, const ta_fwd_args *a,
     if ((st = ta_cuda_fast_view(plan, a, ws, &sub, &a2, &pl, &aa)) != TA_OK) return st;
     if ((st = ta_cuda_fast_table(pl, aa, &tb)) != TA_OK) return st;
     if (cfg < 0 || cfg > tb.n) return TA_ERR_UNSUPPORTED;
-    /* 0: first_sm90 on sm_90, else the first mma.sync one */
-    pick = cfg > 0 ? cfg - 1 : tb.sm90 ? tb.first_sm90 : tb.first_mma;
+    /* 0: the default of (head dim, causal, device class) */
+    pick = cfg > 0 ? cfg - 1 : tb.pick0;
     if (!ta_fast_table_runs(&tb, pick)) return TA_ERR_UNSUPPORTED; /* wgmma: sm_90 only */
     if ((st = ta_cuda_fast_turn(plan, a, ws, stream)) != TA_OK) return st;
-    st = ta_cuda_fast_run(pl, aa, &tb.cand[pick], stream);
+    st = ta_cuda_fast_run(pl, aa, ws, &tb.cand[pick], stream);
     /* the default does not refuse what the cp.async wgmma kernel runs: a
      * layout the TMA maps cannot describe falls back to it (nothing was
      * launched: ta_cuda_fast_run refuses before any launch) */
     if (st == TA_ERR_UNSUPPORTED && cfg == 0 && tb.cand[pick].tma)
-        st = ta_cuda_fast_run(pl, aa, &tb.cand[0], stream);
+        st = ta_cuda_fast_run(pl, aa, ws, &tb.cand[0], stream);
     return st;
 }

@@ -216,6 +216,7 @@ __global__ void __launch_bounds__(TA_WG_THREADS, (D == 64 && BN == 64) ? 2 : 1)
 template <int D, int BN, bool BF16> static ta_fast_launch ta_wg_launch_of() {
     ta_fast_launch l;
     l.kernel = reinterpret_cast<const void *>(&ta_cuda_fast_fwd_sm90_kernel<D, BN, BF16>);
+    l.kernel_paged = nullptr; /* paged KV: the multi-stage mma.sync kernels only */
     l.smem = ta_wg_traits<D, BN>::SMEM;
     l.threads = TA_WG_THREADS;
     l.block_m = TA_WG_BM;

@@ -260,6 +260,7 @@ __global__ void __launch_bounds__(TA_WS_THREADS, 1)
 template <int D, int BN, bool BF16, bool PP> static ta_fast_launch ta_ws_launch_of() {
     ta_fast_launch l;
     l.kernel = reinterpret_cast<const void *>(&ta_cuda_fast_fwd_ws_kernel<D, BN, BF16, PP>);
+    l.kernel_paged = nullptr; /* paged KV: the multi-stage mma.sync kernels only */
     l.smem = ta_ws_traits<D, BN>::SMEM;
     l.threads = TA_WS_THREADS;
     l.block_m = TA_WS_BM;

@@ -67,16 +67,17 @@ float ta_tune_median(float *t, int32_t n) {
 }
 
 /* Steps 1-3 for configuration fl with events ev[0 .. reps]. */
-ta_status ta_tune_time(const ta_plan *plan, const ta_fwd_args *a, const ta_fast_launch *fl,
-                       cudaEvent_t *ev, int32_t reps, void *stream, float *ms) {
+ta_status ta_tune_time(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                       const ta_fast_launch *fl, cudaEvent_t *ev, int32_t reps, void *stream,
+                       float *ms) {
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
     float t[TA_TUNE_REPS_MAX];
     int32_t r;
     ta_status st;
-    if ((st = ta_cuda_fast_run(plan, a, fl, stream)) != TA_OK) return st; /* 1. warm-up */
+    if ((st = ta_cuda_fast_run(plan, a, ws, fl, stream)) != TA_OK) return st; /* 1. warm-up */
     if (cudaEventRecord(ev[0], s) != cudaSuccess) return ta_tune_fail();
     for (r = 0; r < reps; ++r) { /* 2. */
-        if ((st = ta_cuda_fast_run(plan, a, fl, stream)) != TA_OK) return st;
+        if ((st = ta_cuda_fast_run(plan, a, ws, fl, stream)) != TA_OK) return st;
         if (cudaEventRecord(ev[r + 1], s) != cudaSuccess) return ta_tune_fail();
     }
     if (cudaEventSynchronize(ev[reps]) != cudaSuccess) return ta_tune_fail(); /* 3. */
@@ -89,8 +90,9 @@ ta_status ta_tune_time(const ta_plan *plan, const ta_fwd_args *a, const ta_fast_
 /* Every candidate of tb into out (events ev[0 .. reps] created). A candidate
  * this device cannot run (the wgmma one off sm_90, shared memory beyond the
  * device's limit) gets ms < 0; TA_ERR_UNSUPPORTED if none ran. */
-ta_status ta_tune_table(const ta_plan *plan, const ta_fwd_args *a, const ta_fast_table *tb,
-                        cudaEvent_t *ev, int32_t reps, void *stream, ta_tune_result *out) {
+ta_status ta_tune_table(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                        const ta_fast_table *tb, cudaEvent_t *ev, int32_t reps, void *stream,
+                        ta_tune_result *out) {
     int i;
     out->tile_config = 0;
     out->num_candidates = tb->n;
@@ -99,8 +101,9 @@ ta_status ta_tune_table(const ta_plan *plan, const ta_fwd_args *a, const ta_fast
     for (i = 0; i < tb->n; ++i) {
         ta_status st;
         if (!ta_fast_table_runs(tb, i)) continue;
-        st = ta_tune_time(plan, a, &tb->cand[i], ev, reps, stream, &out->ms[i]);
-        if (st == TA_ERR_UNSUPPORTED) continue; /* the warm-up's opt-in refused: none ran */
+        st = ta_tune_time(plan, a, ws, &tb->cand[i], ev, reps, stream, &out->ms[i]);
+        /* the warm-up's opt-in or a wgmma kernel with split-K refused: none ran */
+        if (st == TA_ERR_UNSUPPORTED) continue;
         if (st != TA_OK) return st;
         if (out->tile_config == 0 || out->ms[i] < out->ms[out->tile_config - 1])
             out->tile_config = i + 1;
@@ -129,7 +132,7 @@ extern "C" ta_status ta_cuda_fast_tune(const ta_plan *plan, const ta_fwd_args *a
     if ((st = ta_cuda_fast_turn(plan, a, ws, stream)) != TA_OK) return st;
     for (n_ev = 0; n_ev <= reps; ++n_ev)
         if (cudaEventCreate(&ev[n_ev]) != cudaSuccess) break;
-    st = n_ev <= reps ? ta_tune_fail() : ta_tune_table(pl, aa, &tb, ev, reps, stream, out);
+    st = n_ev <= reps ? ta_tune_fail() : ta_tune_table(pl, aa, ws, &tb, ev, reps, stream, out);
     for (i = 0; i < n_ev; ++i)
         if (cudaEventDestroy(ev[i]) != cudaSuccess && st == TA_OK) st = ta_tune_fail();
     return st;

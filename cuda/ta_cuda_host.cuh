@@ -149,8 +149,9 @@ template <class F, int LO> static inline const void *ta_cuda_pick(ta_dtype dt, i
  * The one batch-chunk loop: seqlens_k (host memory, or NULL) travels by value
  * in the parameters, TA_CUDA_BATCH_CHUNK entries per launch; for each chunk of
  * the batch entries [0, batch), in order, the n kernels of l in order, each
- * with the chunk written into its base. Without seqlens_k, one chunk of all
- * entries. Not cudaMemcpyAsync: a copy from pageable host memory waits for
+ * with the chunk written into its base. Without seqlens_k, or with lengths
+ * in device memory (has_seqlens == 2 in l[0]'s base: TA_SEQLENS_DEVICE), one
+ * chunk of all entries. Not cudaMemcpyAsync: a copy from pageable host memory waits for
  * the stream's earlier work. TA_ERR_DEVICE if a launch fails (the kernels
  * launched before it stay enqueued).
  */

@@ -24,30 +24,72 @@
 #include "ta_cuda.h"
 #include "ta_internal.h"
 
-/* A split-K forward (num_splits > 1) in fast mode runs the exact kernels
- * (ta_cuda_ops.c); the fast backward ignores num_splits, as every backward. */
+/* A split-K forward (num_splits > 1) in fast mode runs the mma.sync kernels
+ * with the merge kernel (cuda/ta_cuda_fast_fwd.cu); the fast backward
+ * ignores num_splits, as every backward. */
 int ta_cuda_fast_path(const ta_plan *plan) {
     return plan->p.precision == TA_PRECISION_FAST && plan->p.dtype != TA_F32 && !plan->has_conv;
 }
 
-/* The head dims of the fast configuration table and their candidate counts
- * (cuda/ta_cuda_fast_fwd.cu: the wgmma candidate, the mma.sync ones and the
- * warp-specialised TMA ones (cuda/ta_cuda_fast_fwd_ws.cu); it
- * returns TA_ERR_UNSUPPORTED for any other, and for the wgmma candidate on a
- * device that is not sm_90):
- * here in plain C so the workspace query answers the same without CUDA. */
+/* The fast forward's configuration table (docs/cuda.md section 7,
+ * "Configurations"): per head dim, the candidates tile_config = k names
+ * (cuda/ta_cuda_fast_fwd.cu holds their kernels, in this order: 1 the wgmma
+ * forward, then the one-buffer mma.sync ones, the warp-specialised TMA ones,
+ * the multi-stage mma.sync ones), and tile_config 0's pick per (causal,
+ * device class), chosen by measurement (docs/benchmarks.md). */
+typedef struct ta_cuda_fast_cfgs {
+    int32_t head_dim;
+    int32_t count;      /* candidates: tile_config in [1, count] */
+    int32_t pick[2][2]; /* [causal][sm90]: tile_config 0's candidate */
+    int32_t split;      /* tile_config 0's candidate with split-K or paged KV (mma.sync) */
+} ta_cuda_fast_cfgs;
+
+/* H100, bf16, 16k tokens, S = 1k, 4k, 16k (bench/results/
+ * fast_sweep_pipe_h100_2026-11-23.csv): on sm_90 the warp-specialised
+ * forward is fastest or within noise everywhere; the column "other" is the
+ * fastest mma.sync candidate timed on the same H100 (no sm_80/86/89 device
+ * has run them): the one-buffer (4 warps, 64 keys) kernel, except D = 96,
+ * where its multi-stage twin won 5 of 6 shapes by 2-7 %. ta_tune_fwd picks
+ * per device where this table's guess is not good enough. */
+static const ta_cuda_fast_cfgs k_fast_cfgs[4] = {
+    /* D   n    non-causal: other, sm90   causal: other, sm90   split-K */
+    {64, 7, {{2, 5}, {2, 5}}, 6},
+    {96, 5, {{5, 4}, {5, 4}}, 5},
+    {128, 8, {{2, 5}, {2, 5}}, 7},
+    {256, 7, {{2, 5}, {2, 5}}, 6},
+};
+
+static const ta_cuda_fast_cfgs *ta_cuda_fast_cfgs_of(int32_t d) {
+    for (int i = 0; i < 4; ++i)
+        if (k_fast_cfgs[i].head_dim == d) return &k_fast_cfgs[i];
+    return NULL;
+}
+
+int32_t ta_cuda_fast_cfg_count(int32_t d) {
+    const ta_cuda_fast_cfgs *c = ta_cuda_fast_cfgs_of(d);
+    return c ? c->count : 0;
+}
+
+int32_t ta_cuda_fast_cfg_default(int32_t d, int causal, int sm90, int split) {
+    const ta_cuda_fast_cfgs *c = ta_cuda_fast_cfgs_of(d);
+    return !c ? 0 : split ? c->split : c->pick[causal != 0][sm90 != 0];
+}
+
+/* The head dims of the fast table (TA_ERR_UNSUPPORTED for any other, and for
+ * a tile_config past the head dim's candidates; the launcher also refuses the
+ * wgmma candidates on a device that is not sm_90). */
 static int ta_cuda_fast_table_has(const ta_plan *plan) {
     const int32_t d = plan->p.head_dim;
-    return d == plan->p.head_dim_v && (d == 64 || d == 96 || d == 128 || d == 256) &&
-           plan->p.tile_config <= (d == 64 ? 5 : d == 96 ? 4 : d == 128 ? 6 : 5);
+    return d == plan->p.head_dim_v && plan->p.tile_config <= ta_cuda_fast_cfg_count(d) &&
+           ta_cuda_fast_cfg_count(d) > 0;
 }
 
 /* The rotary load stage on the fast path (docs/rope.md): pairs in whole
  * 16-byte chunks, rope_pairs a multiple of 4 (interleaved) or 8 (half-split),
  * and one split. */
 static int ta_cuda_fast_rope_ok(const ta_plan *plan) {
-    /* a split-K forward runs the exact kernels (ta_cuda_ops.c): not with the
-     * stage, in either pass (the plan is one) */
+    /* split-K with the stage: not yet (the turned copies and the parts have
+     * not been made to share a workspace), in either pass (the plan is one) */
     return plan->p.rope_pairs % (plan->p.rope == TA_ROPE_HALF ? 8 : 4) == 0 &&
            plan->fwd.num_splits == 1;
 }
@@ -61,11 +103,37 @@ static int ta_cuda_fast_rope_ok(const ta_plan *plan) {
 int ta_cuda_supports(const ta_plan *plan) {
     if (plan->stages.load != TA_LOAD_NONE && !(ta_cuda_fast_path(plan) && ta_cuda_fast_rope_ok(plan)))
         return 0;
-    if (plan->p.kv_page_size > 0) return 0; /* paged KV: REF and CPU for now */
-    /* latent attention's band and fused projections: REF only for now */
+    /* paged KV: the fast forward (mma.sync kernels) without the rotary stage;
+     * the exact kernels not yet */
+    if (plan->p.kv_page_size > 0 &&
+        (!ta_cuda_fast_path(plan) || plan->stages.load != TA_LOAD_NONE))
+        return 0;
+    /* latent attention's band and fused projections: not on CUDA yet */
     if (plan->stages.score == TA_SCORE_RBAND || plan->p.latent_dim > 0) return 0;
     if (ta_cuda_fast_path(plan)) return ta_cuda_fast_table_has(plan);
     return 1;
+}
+
+int32_t ta_cuda_fast_pack(const ta_plan *plan) {
+    const ta_problem *p = &plan->p;
+    if (!ta_cuda_fast_path(plan) || plan->group < 2 || plan->has_window ||
+        plan->stages.load != TA_LOAD_NONE)
+        return 1;
+    if (p->num_splits != TA_SPLITS_AUTO && p->num_splits < 2) return 1; /* not split-K */
+    if (p->seq_q > 1 && (p->flags & TA_CAUSAL)) return 1; /* rows of a head differ */
+    return plan->group;
+}
+
+int32_t ta_cuda_fast_splits(const ta_plan *plan) {
+    const ta_problem *p = &plan->p;
+    const int32_t g = ta_cuda_fast_pack(plan);
+    int64_t rows;
+    int32_t n;
+    if (g == 1 || p->num_splits != TA_SPLITS_AUTO) return plan->fwd.num_splits;
+    rows = (int64_t)g * p->seq_q; /* a group's rows, one head of the packed grid */
+    n = ta_tiling_splits_auto(p->batch, p->heads_kv, rows < TA_SEQ_MAX ? (int32_t)rows : TA_SEQ_MAX,
+                              p->seq_k);
+    return n < plan->fwd.num_k_tiles ? n : plan->fwd.num_k_tiles; /* the plan's clamp */
 }
 
 /* The fast path's rotary stage: q and k turned once, in the storage type
@@ -79,15 +147,18 @@ static void ta_cuda_rope_take(const ta_plan *plan, ta_ws_cursor *c, void **rot_q
 /* The one forward layout routine: sizes (base NULL) and carves (base set);
  * split-K's parts only (ta_cuda.h draws them). */
 ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws, size_t *bytes) {
+    /* the fast path's split count (GQA decode packing may count more parts) */
+    const int32_t n_split =
+        ta_cuda_fast_path(plan) ? ta_cuda_fast_splits(plan) : plan->fwd.num_splits;
     ta_ws_cursor c;
     ta_ws_begin(&c, base);
     ws->part_o = ws->part_lse = NULL;
     ws->rot_q = ws->rot_k = NULL;
     ta_cuda_rope_take(plan, &c, &ws->rot_q, &ws->rot_k);
-    if (plan->fwd.num_splits > 1) {
+    if (n_split > 1) {
         size_t n_o = 0, n_lse = 0;
-        if (!ta_mul_size(plan->n_o, (size_t)plan->fwd.num_splits, &n_o) ||
-            !ta_mul_size(plan->n_lse, (size_t)plan->fwd.num_splits, &n_lse))
+        if (!ta_mul_size(plan->n_o, (size_t)n_split, &n_o) ||
+            !ta_mul_size(plan->n_lse, (size_t)n_split, &n_lse))
             return TA_ERR_OVERFLOW;
         ws->part_o = TA_WS_TAKE(&c, float, n_o);
         ws->part_lse = TA_WS_TAKE(&c, float, n_lse);
@@ -106,14 +177,17 @@ ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws
  *   +------------------------------------+
  *   | dw_rows [B, H, n_q, c_q, c_k] f32  |  MTA only (n_q = plan->bwd.num_q_tiles)
  *   +------------------------------------+
+ *   | dw_lo   [H, c_q, c_k] f32          |  MTA only: lo words of dconv_w's pairs
+ *   +------------------------------------+
  *
- *   bytes = round_up(4 * B * H * S_q, 64) [+ round_up(4 * B * H * n_q * c_q * c_k, 64)]
+ *   bytes = round_up(4 * B * H * S_q, 64) [+ round_up(4 * B * H * n_q * c_q * c_k, 64)
+ *           + round_up(4 * H * c_q * c_k, 64)]
  */
 ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws, size_t *bytes) {
     ta_ws_cursor c;
     ta_ws_begin(&c, base);
     ws->delta = TA_WS_TAKE(&c, float, plan->n_lse);
-    ws->dw_rows = NULL;
+    ws->dw_rows = ws->dw_lo = NULL;
     ws->rot_q = ws->rot_k = NULL;
     ta_cuda_rope_take(plan, &c, &ws->rot_q, &ws->rot_k);
     if (plan->has_conv) {
@@ -123,6 +197,7 @@ ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws
             !ta_mul_size(n, plan->n_conv / (size_t)plan->p.heads_q, &n))
             return TA_ERR_OVERFLOW;
         ws->dw_rows = TA_WS_TAKE(&c, float, n);
+        ws->dw_lo = TA_WS_TAKE(&c, float, plan->n_conv);
     }
     if (c.overflow) return TA_ERR_OVERFLOW;
     *bytes = c.used;

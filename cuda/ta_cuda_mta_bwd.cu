@@ -14,12 +14,14 @@
  *          the context's k tiles [k_begin, k_end) of plan->bwd ascending; dq in registers
  *          (threads over (row, feature)), the dconv_w partial part(b, qt, kt)
  *          one register per (a, b') (thread n owns entries n and n + 256), and
- *          R(b, qt) = 0 + part(kt = 0) + part(kt = 1) + ... written to
+ *          R(b, qt) = 0 + part(kt = 0) + part(kt = 1) + ..., a (hi, lo) pair of
+ *          registers (ta_sum2_add, alpha = 1), its hi word written to
  *          ws->dw_rows. The plan's tile pairs are the contractual dconv_w cuts.
  *          With one band per tile and c_q c_k <= 128, D <= 128, two pairs'
  *          chains run at once (threads 0..127 and 128..255; "paired").
  *   merge  one thread per (h, a, b'): dconv_w = 0 + R(0, 0) + R(0, 1) + ...
- *          (batch, then Q tile ascending; Q tiles with no k tile skipped).
+ *          (batch, then Q tile ascending; Q tiles with no k tile skipped), a
+ *          pair (dconv_w, ws->dw_lo) carried across the batch chunks.
  *
  * Both gradient kernels run the same recomputation on a *band*: effective rows
  * [row0, row0 + rows) x effective columns [col0, col0 + cols) of one tile pair
@@ -94,6 +96,8 @@ extern "C" {
  *   | dc [rows+P_q][cols+2P] | ds [rows][cols] | w [c_q c_k] | lse, delta, key_lo, key_hi,     |
  *   |                        |                 |             | live_hi [rows+2P_q]             |
  *   +------------------------+-----------------+-------------+---------------------------------+
+ *   | dq, paired: xfer, wdc, ws (ta_cuda_mta_dq_kernel) | dq: r_hi, r_lo [c_q c_k] each      |
+ *   +---------------------------------------------------+-------------------------------------+
  *
  * The row arrays hold the band's loaded rows [row0 - P_q, row0 + rows + P_q):
  * loaded row x is gradient row x - P_q and effective row x - P_q.
@@ -104,13 +108,14 @@ typedef struct ta_cuda_mta_bwd_smem {
         off_live_hi;
     int32_t ldw_dc, ldw_s;             /* row strides of the stashed dC and S (dq, paired) */
     int32_t off_xfer, off_wdc, off_ws; /* dq, paired dconv_w partials: see ta_cuda_mta_dq_kernel */
+    int32_t off_r_hi, off_r_lo;        /* dq: the pairs R(b, qt), entry n at n */
     int32_t floats;                    /* total */
 } ta_cuda_mta_bwd_smem;
 
 static inline __host__ __device__ void ta_cuda_mta_bwd_smem_make(ta_cuda_mta_bwd_smem *m,
                                                                  int32_t rows_eff, int32_t cols_eff,
                                                                  int32_t conv_q, int32_t conv_k,
-                                                                 int32_t paired) {
+                                                                 int32_t dq, int32_t paired) {
     const int32_t pq = conv_q - 1, pk = (conv_k - 1) / 2;
     const int32_t g_rows = rows_eff + pq, l_rows = rows_eff + 2 * pq;
     int32_t off = TA_CUDA_STAGE_BUF;
@@ -149,6 +154,13 @@ static inline __host__ __device__ void ta_cuda_mta_bwd_smem_make(ta_cuda_mta_bwd
     off += paired ? rows_eff * m->ldw_dc : 0;
     m->off_ws = off;
     off += paired ? g_rows * m->ldw_s : 0;
+    /* dq: the pairs R(b, qt) in shared memory rather than registers (the dq
+     * kernel is at its register cap; each is touched once per K tile, by the
+     * thread that owns its entry) */
+    m->off_r_hi = off;
+    off += dq ? conv_q * conv_k : 0;
+    m->off_r_lo = off;
+    off += dq ? conv_q * conv_k : 0;
     m->floats = off;
 }
 
@@ -165,6 +177,7 @@ struct ta_cuda_mta_bwd_params : ta_cuda_params {
     int32_t n_slots;         /* dq: slots of D, ceil(D / 64) */
     int32_t acc_blocks;      /* dq: ceil(rows_eff / 64) x n_slots accumulator blocks in all */
     int32_t dw_paired; /* dq: dconv_w partials of two tile pairs at once (one band per tile) */
+    float *dw_lo;      /* merge: [H, c_q, c_k] lo words of dconv_w's pairs (ws->dw_lo) */
 };
 
 /* A band: effective rows [row0, row0 + rows), columns [col0, col0 + cols). */
@@ -177,6 +190,7 @@ typedef struct ta_cuda_mta_bwd_bufs {
     float *stage, *s, *p, *dc, *ds, *w, *lse, *delta; /* row arrays: [loaded row] */
     int32_t *key_lo, *key_hi, *live_hi;               /* [loaded row] */
     float *xfer, *wdc, *ws; /* dq, paired partials */
+    float *r_hi, *r_lo;     /* dq: [c_q c_k] each, the pairs R(b, qt) */
 } ta_cuda_mta_bwd_bufs;
 
 TA_CUDA_DEV ta_cuda_mta_bwd_bufs ta_cuda_mta_bwd_carve(float *base, const ta_cuda_mta_bwd_smem &m) {
@@ -195,6 +209,8 @@ TA_CUDA_DEV ta_cuda_mta_bwd_bufs ta_cuda_mta_bwd_carve(float *base, const ta_cud
     b.xfer = base + m.off_xfer;
     b.wdc = base + m.off_wdc;
     b.ws = base + m.off_ws;
+    b.r_hi = base + m.off_r_hi;
+    b.r_lo = base + m.off_r_lo;
     return b;
 }
 
@@ -523,7 +539,11 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         const bool do_dw = fg == 0;
         float acc[NB][4][4];             /* the key chunk's partials */
         float hi[NB][4][4], lo[NB][4][4]; /* the running pairs (src/ta_sum2.h) */
-        float r_sum0 = 0.0f, r_sum1 = 0.0f; /* R(b, qt) of entries n0, n1 */
+        /* R(b, qt) of entries n0, n1: pairs (src/ta_sum2.h) in shared memory,
+         * (r_hi[n], r_lo[n]) touched only by the thread that owns entry n (no
+         * barrier) */
+        if (n0 < n_w) bf.r_hi[n0] = bf.r_lo[n0] = 0.0f;
+        if (n1 < n_w) bf.r_hi[n1] = bf.r_lo[n1] = 0.0f;
 #pragma unroll
         for (int u = 0; u < NB; ++u)
 #pragma unroll
@@ -635,7 +655,8 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                  * even) stashes its dC on E and the S it reads; the odd pair after it runs
                  * both pairs' chains at
                  * once (threads [0, 128): the stashed pair, [128, 256): its own), then
-                 * R = R + part(kt-1) + part(kt) in order; a last even pair runs alone. */
+                 * R += part(kt-1), R += part(kt) in order (ta_sum2_add); a last even
+                 * pair runs alone. */
                 if (do_dw && paired) {
                     const bool odd = ((kt - c.k_begin) & 1) != 0;
                     if (!odd && kt + 1 < c.k_end) {
@@ -663,22 +684,22 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                         if (odd) {
                             __syncthreads(); /* xfer written */
                             if (tid < n_w) {
-                                r_sum0 = r_sum0 + prev;
-                                r_sum0 = r_sum0 + bf.xfer[tid];
+                                ta_sum2_add(bf.r_hi + tid, bf.r_lo + tid, 1.0f, prev);
+                                ta_sum2_add(bf.r_hi + tid, bf.r_lo + tid, 1.0f, bf.xfer[tid]);
                             }
                         } else if (tid < n_w) {
-                            r_sum0 = r_sum0 + cur;
+                            ta_sum2_add(bf.r_hi + tid, bf.r_lo + tid, 1.0f, cur);
                         }
                     }
                 }
             }
-            if (!paired) {
-                r_sum0 = r_sum0 + part0; /* R(b, qt) = 0 + part(kt=0) + part(kt=1) + ... */
-                r_sum1 = r_sum1 + part1;
+            if (!paired) { /* R(b, qt) = 0 + part(kt=0) + part(kt=1) + ..., pairs */
+                if (n0 < n_w) ta_sum2_add(bf.r_hi + n0, bf.r_lo + n0, 1.0f, part0);
+                if (n1 < n_w) ta_sum2_add(bf.r_hi + n1, bf.r_lo + n1, 1.0f, part1);
             }
         }
         /* step 3: the last key chunk's partials into the pairs; dq = store(scale *
-         * hi); R(b, qt) to the workspace */
+         * hi); R(b, qt)'s hi word to the workspace */
 #pragma unroll
         for (int u = 0; u < NB; ++u) {
             const int32_t blk = fg * NB + u;
@@ -709,8 +730,8 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 p.dw_rows + (((size_t)c.batch * (size_t)p.heads_q + (size_t)c.head) * (size_t)n_qt +
                              (size_t)qt) *
                                 (size_t)n_w;
-            if (n0 < n_w) r_out[n0] = r_sum0;
-            if (n1 < n_w) r_out[n1] = r_sum1;
+            if (n0 < n_w) r_out[n0] = bf.r_hi[n0];
+            if (n1 < n_w) r_out[n1] = bf.r_hi[n1];
         }
     }
 }
@@ -865,10 +886,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 /* ---------------------------------------------------------------------------- */
 
 /*
- * One thread per (h, a, b'): dconv_w = (first chunk ? 0 : dconv_w) + R(b, 0) +
- * R(b, 1) + ... for the chunk's batch entries ascending, skipping Q tiles with
- * no k tile (the reference adds nothing for them). Loads go ahead in groups of
- * 8; the adds stay in order.
+ * One thread per (h, a, b'): the pair (dconv_w, dw_lo) = (first chunk ? (0, 0)
+ * : the previous chunk's pair) + R(b, 0) + R(b, 1) + ... (ta_sum2_add, alpha =
+ * 1; src/ta_sum2.h) for the chunk's batch entries ascending, skipping Q tiles
+ * with no k tile (the reference adds nothing for them); dconv_w holds the hi
+ * words, ws->dw_lo the lo words. Loads go ahead in groups of 8; the adds stay
+ * in order.
  */
 __global__ void __launch_bounds__(TA_CUDA_THREADS)
     ta_cuda_mta_dw_merge_kernel(const __grid_constant__ ta_cuda_mta_bwd_params p) {
@@ -879,6 +902,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS)
          idx += (int64_t)gridDim.x * TA_CUDA_THREADS) {
         const int32_t h = (int32_t)(idx / n_w), n = (int32_t)(idx % n_w);
         float acc = p.batch_begin == 0 ? 0.0f : p.dconv_w[idx]; /* later chunks continue */
+        float acc_lo = p.batch_begin == 0 ? 0.0f : p.dw_lo[idx];
         for (int32_t b_local = 0; b_local < p.batch_count; ++b_local) {
             const int32_t b = p.batch_begin + b_local;
             const int32_t key_len = ta_cuda_key_len(p, b_local);
@@ -897,10 +921,11 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS)
                 }
 #pragma unroll
                 for (int u = 0; u < 8; ++u)
-                    if (used[u]) acc = acc + r_val[u];
+                    if (used[u]) ta_sum2_add(&acc, &acc_lo, 1.0f, r_val[u]);
             }
         }
         p.dconv_w[idx] = acc;
+        p.dw_lo[idx] = acc_lo;
     }
 }
 
@@ -935,7 +960,8 @@ static ta_status ta_cuda_mta_dq_geometry(const ta_plan *plan, ta_cuda_mta_bwd_pa
     /* one band per tile and a small kernel: the paired dconv_w partials, if they fit */
     if (t->rows_eff <= TA_CUDA_TILE && pr->conv_q * pr->conv_k <= TA_CUDA_MTA_PAIR_THREADS &&
         pr->head_dim <= 2 * TA_CUDA_SLOT) {
-        ta_cuda_mta_bwd_smem_make(&prm->sm, t->rows_eff, t->cols_eff, pr->conv_q, pr->conv_k, 1);
+        ta_cuda_mta_bwd_smem_make(&prm->sm, t->rows_eff, t->cols_eff, pr->conv_q, pr->conv_k, 1,
+                                  1);
         if ((size_t)prm->sm.floats * sizeof(float) <= TA_CUDA_MTA_BWD_SMEM_MAX) {
             prm->band_rows = t->rows_eff;
             prm->dw_paired = 1;
@@ -945,7 +971,7 @@ static ta_status ta_cuda_mta_dq_geometry(const ta_plan *plan, ta_cuda_mta_bwd_pa
     prm->dw_paired = 0;
     for (band = TA_CUDA_TILE; band >= 4; band /= 2) {
         const int32_t rows = ta_tiling_min_i32(band, t->rows_eff);
-        ta_cuda_mta_bwd_smem_make(&prm->sm, rows, t->cols_eff, pr->conv_q, pr->conv_k, 0);
+        ta_cuda_mta_bwd_smem_make(&prm->sm, rows, t->cols_eff, pr->conv_q, pr->conv_k, 1, 0);
         if ((size_t)prm->sm.floats * sizeof(float) <= TA_CUDA_MTA_BWD_SMEM_MAX) {
             prm->band_rows = rows;
             return TA_OK;
@@ -969,7 +995,7 @@ static ta_status ta_cuda_mta_dkdv_geometry(const ta_plan *plan, ta_cuda_mta_bwd_
         const ta_status st = ta_cuda_tiling(plan, block_q, block_k, TA_TILING_BWD, &prm->t);
         if (st != TA_OK) return st;
         ta_cuda_mta_bwd_smem_make(&prm->sm, prm->t.rows_eff, prm->t.cols_eff, pr->conv_q,
-                                  pr->conv_k, 0);
+                                  pr->conv_k, 0, 0);
         if ((size_t)prm->sm.floats * sizeof(float) <= TA_CUDA_MTA_BWD_SMEM_MAX) return TA_OK;
     }
     return TA_ERR_UNSUPPORTED;
@@ -987,8 +1013,9 @@ extern "C" ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
     const int acc_blocks = units * nk;
     const int n_groups_dq = (acc_blocks + TA_CUDA_MTA_ACC_BLOCKS - 1) / TA_CUDA_MTA_ACC_BLOCKS;
     const int nb_dq = (acc_blocks + n_groups_dq - 1) / n_groups_dq;
-    const void *ptrs[13] = {a->q,  a->k,  a->v,      a->o,      a->d_o,     a->lse,     a->dq,
-                            a->dk, a->dv, ws->delta, a->conv_w, a->dconv_w, ws->dw_rows};
+    const void *ptrs[14] = {a->q,      a->k,        a->v,      a->o,       a->d_o,
+                            a->lse,    a->dq,       a->dk,     a->dv,      ws->delta,
+                            a->conv_w, a->dconv_w, ws->dw_rows, ws->dw_lo};
     const bool wl = ta_cuda_left_bounded(plan);
     const void *k_dq = wl ? ta_cuda_pick<ta_cuda_mta_dq_family<true>, 1>(pr->dtype, nb_dq)
                           : ta_cuda_pick<ta_cuda_mta_dq_family<false>, 1>(pr->dtype, nb_dq);
@@ -1000,7 +1027,7 @@ extern "C" ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
     size_t smem_dq, smem_kv;
     int64_t merge_blocks;
     ta_status st;
-    if ((st = ta_cuda_check_pointers(ptrs, 13)) != TA_OK) return st;
+    if ((st = ta_cuda_check_pointers(ptrs, 14)) != TA_OK) return st;
     memset(&prm_dq, 0, sizeof prm_dq);
     memset(&prm_kv, 0, sizeof prm_kv);
     /* dq + dw and merge: the plan's backward tiles (the contractual dconv_w cuts) */
@@ -1008,6 +1035,7 @@ extern "C" ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
     prm_dq.n_groups = n_groups_dq;
     prm_dq.n_slots = nk;
     prm_dq.acc_blocks = acc_blocks;
+    prm_dq.dw_lo = ws->dw_lo;
     if ((st = ta_cuda_mta_dq_geometry(plan, &prm_dq)) != TA_OK) return st;
     /* dk/dv: the kernel's own tiles (the geometry replaces t) */
     ta_cuda_params_bwd(&prm_kv, plan, tb, a, ws);

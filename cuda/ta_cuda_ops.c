@@ -24,11 +24,12 @@ static ta_status ta_cuda_fwd(const ta_plan *plan, const ta_fwd_args *a, void *wo
                              void *stream) {
     ta_cuda_fwd_ws ws;
     size_t bytes;
-    const ta_status st = ta_cuda_fwd_layout(plan, workspace, &ws, &bytes);
-    if (st != TA_OK) return st;
-    /* split-K runs the exact kernels, also in fast mode (docs/cuda.md) */
-    if (ta_cuda_fast_path(plan) && plan->fwd.num_splits == 1)
-        return ta_cuda_fast_fwd(plan, a, &ws, stream);
+    ta_status st = ta_cuda_fwd_layout(plan, workspace, &ws, &bytes);
+    if (st != TA_OK ||
+        (st = ta_cuda_check_index_ptrs(plan, a->seqlens_k, a->block_table)) != TA_OK)
+        return st;
+    /* fast mode, split-K included: the tensor-core kernels (docs/cuda.md) */
+    if (ta_cuda_fast_path(plan)) return ta_cuda_fast_fwd(plan, a, &ws, stream);
     return plan->has_conv ? ta_cuda_mta_fwd(plan, a, &ws, stream)
                           : ta_cuda_sdpa_fwd(plan, a, &ws, stream);
 }
@@ -37,8 +38,9 @@ static ta_status ta_cuda_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wo
                              void *stream) {
     ta_cuda_bwd_ws ws;
     size_t bytes;
-    const ta_status st = ta_cuda_bwd_layout(plan, workspace, &ws, &bytes);
-    if (st != TA_OK) return st;
+    ta_status st = ta_cuda_bwd_layout(plan, workspace, &ws, &bytes);
+    if (st != TA_OK || (st = ta_cuda_check_index_ptrs(plan, a->seqlens_k, NULL)) != TA_OK)
+        return st;
     if (ta_cuda_fast_path(plan)) return ta_cuda_fast_bwd(plan, a, &ws, stream);
     return plan->has_conv ? ta_cuda_mta_bwd(plan, a, &ws, stream)
                           : ta_cuda_sdpa_bwd(plan, a, &ws, stream);
@@ -50,9 +52,9 @@ static ta_status ta_cuda_tune_fwd(const ta_plan *plan, const ta_fwd_args *a, voi
     ta_cuda_fwd_ws ws;
     size_t bytes;
     ta_status st;
-    /* split-K's forward has no configurations: it runs the exact kernels */
-    if (!ta_cuda_fast_path(plan) || plan->fwd.num_splits > 1) return TA_ERR_UNSUPPORTED;
+    if (!ta_cuda_fast_path(plan)) return TA_ERR_UNSUPPORTED;
     if ((st = ta_cuda_fwd_layout(plan, workspace, &ws, &bytes)) != TA_OK) return st;
+    if ((st = ta_cuda_check_index_ptrs(plan, a->seqlens_k, a->block_table)) != TA_OK) return st;
     return ta_cuda_fast_tune(plan, a, &ws, stream, reps, out);
 }
 

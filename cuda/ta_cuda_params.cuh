@@ -75,14 +75,28 @@ struct ta_cuda_params {
      * (rope = 0: none), pairs, rows and strides (floats) */
     ta_rope_args rope_args;
     int32_t rope, rope_pairs, rope_rows, rope_row_stride, rope_head_stride;
+    /* 0: no seqlens_k; 1: seqlens_k (host memory) by value in seqlens_k
+     * below, [batch_count]; 2: TA_SEQLENS_DEVICE, seqlens_dev [B] in device
+     * memory, read (and clamped) when the kernel runs */
+    /* paged KV (kv_page_size > 0; the fast forward only): block_table [B,
+     * kv_max_blocks] int32 in device memory, entries clamped into
+     * [0, kv_num_pages) when read; k and v are pools (plan->layout) */
+    const int32_t *block_table;
+    int32_t kv_page_size, kv_num_pages, kv_max_blocks;
     int32_t has_seqlens;
-    int32_t seqlens_k[TA_CUDA_BATCH_CHUNK]; /* [batch_count] when has_seqlens */
+    const int32_t *seqlens_dev;
+    int32_t seqlens_k[TA_CUDA_BATCH_CHUNK];
 };
 
 #define TA_CUDA_PARAMS_FN static __device__ __forceinline__
 
-/* Keys of batch entry batch_begin + b_local: seqlens_k or S_k. */
+/* Keys of batch entry batch_begin + b_local: seqlens_k (by value, or read
+ * from device memory and clamped into [0, S_k]) or S_k. */
 TA_CUDA_PARAMS_FN int32_t ta_cuda_key_len(const ta_cuda_params &p, int32_t b_local) {
+    if (p.has_seqlens == 2) {
+        const int32_t n = p.seqlens_dev[p.batch_begin + b_local];
+        return n < 0 ? 0 : n > p.t.seq_k ? p.t.seq_k : n;
+    }
     return p.has_seqlens ? p.seqlens_k[b_local] : p.t.seq_k;
 }
 

@@ -101,10 +101,18 @@ typedef enum ta_precision {
                                  keys j <= r + seq_k - seq_q */
 #define TA_WINDOW (1u << 1) /**< sliding window: ta_problem.window_left/window_right apply
                                  (without this flag both must be 0) */
-#define TA_RBAND (1u << 2)  /**< the reciprocal band of latent attention: ta_problem.rband_alpha
+#define TA_SEQLENS_DEVICE (1u << 2) /**< args.seqlens_k is DEVICE memory (CUDA only; a host
+                                         backend refuses it with TA_ERR_BAD_ARG): the
+                                         kernels read it when they run, so a captured
+                                         CUDA graph replays with the lengths the caller
+                                         wrote since; the host never reads it, each value
+                                         is clamped into [0, S_k] instead of validated.
+                                         Without args.seqlens_k it changes nothing. */
+#define TA_RBAND (1u << 3)  /**< the reciprocal band of latent attention: ta_problem.rband_alpha
                                  and rband_width apply (without this flag both must be 0;
                                  docs/api.md, "Latent attention and the reciprocal band") */
-#define TA_FLAGS_ALL (TA_CAUSAL | TA_WINDOW | TA_RBAND) /**< every bit this version accepts */
+#define TA_FLAGS_ALL (TA_CAUSAL | TA_WINDOW | TA_SEQLENS_DEVICE | TA_RBAND) /**< every bit this
+                                                                               version accepts */
 
 /** Limits of the supported domain (validated). */
 #define TA_HEAD_DIM_MAX 256       /**< head_dim and head_dim_v in [1, 256] */
@@ -322,7 +330,8 @@ typedef struct ta_trace {
 } ta_trace;
 
 /** Forward arguments. Tensors are host memory for REF/CPU, device memory for
- *  CUDA; seqlens_k and trace are always host memory. */
+ *  CUDA; seqlens_k and trace are host memory (seqlens_k: device memory with
+ *  TA_SEQLENS_DEVICE on CUDA); block_table follows the tensors. */
 typedef struct ta_fwd_args {
     const void *q;            /**< [B, H, S_q, D]    dtype; required */
     const void *k;            /**< [B, H_kv, S_k, D] dtype; required */
@@ -330,7 +339,9 @@ typedef struct ta_fwd_args {
     const float *conv_w;      /**< [H, c_q, c_k] f32; required iff conv is set, else ignored */
     const int32_t *seqlens_k; /**< [B] keys at or past seqlens_k[b] are masked; each in
                                    [0, S_k]; NULL = all S_k keys. HOST memory on
-                                   every backend (validated before any launch). */
+                                   every backend (validated before any launch),
+                                   unless flags has TA_SEQLENS_DEVICE (CUDA: device
+                                   memory, read by the kernels, clamped). */
     void *o;                  /**< [B, H, S_q, D_v] dtype; required; written */
     float *lse;               /**< [B, H, S_q] f32; NULL = not wanted; written;
                                    always contiguous */
@@ -348,12 +359,14 @@ typedef struct ta_fwd_args {
                                     [B, H, q_history, D]. A caller whose earlier rows sit
                                     just above q in one buffer passes
                                     q_hist = q - q_history rows and q_strides. */
-    const int32_t *block_table; /**< [B, kv_max_blocks] int32, HOST memory: the pages
-                                     of each sequence (ta_problem.kv_page_size > 0):
-                                     entries [0, ceil(S_k / kv_page_size)) of every row
-                                     in [0, kv_num_pages) (validated before any write;
-                                     later entries are not read). Required with pages,
-                                     else ignored. */
+    const int32_t *block_table; /**< [B, kv_max_blocks] int32: the pages of each
+                                     sequence (ta_problem.kv_page_size > 0): entries
+                                     [0, ceil(S_k / kv_page_size)) of every row in
+                                     [0, kv_num_pages); later entries are not read.
+                                     HOST memory on REF and CPU (validated before any
+                                     write); DEVICE memory on CUDA (read by the
+                                     kernels, each entry clamped into the pool).
+                                     Required with pages, else ignored. */
     const float *w_qlat;      /**< [H, head_dim, latent_dim] f32: the latent query
                                    projection, q~_i = W_qlat[h]^T q_i. Required iff
                                    ta_problem.latent_dim > 0, else ignored. */
@@ -371,7 +384,8 @@ typedef struct ta_bwd_args {
     const void *d_o;          /**< [B, H, S_q, D_v] dtype; required */
     const float *lse;         /**< [B, H, S_q] f32; required */
     const float *conv_w;      /**< [H, c_q, c_k] f32; required iff conv is set */
-    const int32_t *seqlens_k; /**< as in ta_fwd_args (host memory) */
+    const int32_t *seqlens_k; /**< as in ta_fwd_args (host memory, or device memory
+                                   with TA_SEQLENS_DEVICE on CUDA) */
     void *dq;                 /**< [B, H, S_q, D]      dtype; required; written */
     void *dk;                 /**< [B, H_kv, S_k, D]   dtype; required; written */
     void *dv;                 /**< [B, H_kv, S_k, D_v] dtype; required; written */

@@ -29,6 +29,10 @@
  * (TA_SUM2_CHUNK): dq's the keys [64c, 64c + 64), dk's and dv's the rows
  * [64c, 64c + 64) of one query head; a chunk may span tiles, so the partials
  * persist across them and the backward's bits still depend on no tile size.
+ * dconv_w[h] sums every (b, row, key) of head h in three levels: each tile
+ * pair's partial (from +0), R(b, qt) over the Q tile's K tiles, and the head's
+ * sum over (b, qt); the two upper levels are pairs too (ta_sum2_add, alpha =
+ * 1): R in (dw_qtile, dw_qtile_lo), read as hi; the head's in (dconv_w, dw_lo).
  * Both passes recompute P, dC and dS with the same function, so they agree bitwise.
  *
  * Latent attention (docs/exactness.md section 13): the reciprocal band adds
@@ -70,12 +74,12 @@
  *   | dk_acc  | dv_acc    | dq_acc  | p (conv)  | dc (conv) | dw_tile   | dw_qtile  |
  *   | B_c x D | B_c x D_v | B_r x D | G_r x G_c | G_r x G_c | c_q x c_k | c_q x c_k |
  *   +---------+-----------+---------+-----------+-----------+-----------+-----------+
- *   | dk_lo   | dv_lo     | dq_lo   | dk_part | dv_part   | dq_part |
- *   | B_c x D | B_c x D_v | B_r x D | B_c x D | B_c x D_v | B_r x D |
- *   +---------+-----------+---------+---------+-----------+---------+
- *   p, dc, dw_tile, dw_qtile only with a conv (without: p is s, dc is ds)
+ *   | dk_lo   | dv_lo     | dq_lo   | dk_part | dv_part   | dq_part | dw_qtile_lo | dw_lo         |
+ *   | B_c x D | B_c x D_v | B_r x D | B_c x D | B_c x D_v | B_r x D | c_q x c_k   | H x c_q x c_k |
+ *   +---------+-----------+---------+---------+-----------+---------+-------------+---------------+
+ *   p, dc, dw_tile, dw_qtile, dw_qtile_lo, dw_lo only with a conv (without: p is s, dc is ds)
  *
- *   bytes = sum over regions of round_up(4 * elements, 64): O(tile), never O(S).
+ *   bytes = sum over regions of round_up(4 * elements, 64): O(tile + H), never O(S).
  */
 typedef struct ta_ref_bwd_ws {
     float *q;        /* [B_q, D]    Q tile: loaded rows, widened, zero outside [0, S_q) */
@@ -98,7 +102,9 @@ typedef struct ta_ref_bwd_ws {
     float *p;        /* [G_r, G_c]  conv: C, overwritten by P, on the gradient region; else s */
     float *dc;       /* [G_r, G_c]  conv: dC on the gradient region; else ds */
     float *dw_tile;  /* [c_q, c_k]  conv: dconv_w partial of one tile pair */
-    float *dw_qtile; /* [c_q, c_k]  conv: sum of the partials of one Q tile's pairs */
+    float *dw_qtile; /* [c_q, c_k]  conv: R(b, qt), the Q tile's sum of its pairs' partials (hi) */
+    float *dw_qtile_lo; /* [c_q, c_k]     conv: its lo word (src/ta_sum2.h) */
+    float *dw_lo;       /* [H, c_q, c_k]  conv: the lo words of dconv_w's pairs (hi: dconv_w) */
     /* the reciprocal band (TA_SCORE_RBAND; every tile buffer above then has
      * B_m = max(B_q, B_k) rows and columns: a transposed block's rows are a K
      * tile's positions, its columns a Q tile's) */
@@ -180,6 +186,8 @@ static ta_status ta_ref_bwd_layout(const ta_plan *plan, void *base, ta_ref_bwd_w
     ws->dk_part = TA_WS_TAKE(&c, float, (bc * d));
     ws->dv_part = TA_WS_TAKE(&c, float, (bc * dv));
     ws->dq_part = TA_WS_TAKE(&c, float, (br * d));
+    ws->dw_qtile_lo = plan->has_conv ? TA_WS_TAKE(&c, float, n_w) : NULL;
+    ws->dw_lo = plan->has_conv ? TA_WS_TAKE(&c, float, plan->n_conv) : NULL;
     if (c.overflow) return TA_ERR_OVERFLOW;
     *bytes = c.used;
     return TA_OK;
@@ -699,7 +707,7 @@ static void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a,
     for (n = 0; n < n_dq; ++n)
         ws->dq_acc[n] = ws->dq_lo[n] = ws->dq_part[n] = 0.0f;
     for (n = 0; plan->has_conv && n < n_w; ++n)
-        ws->dw_qtile[n] = 0.0f;
+        ws->dw_qtile[n] = ws->dw_qtile_lo[n] = 0.0f;
     for (r = 0; ws->da_hi && r < st->rows; ++r)
         ws->da_hi[r] = ws->da_lo[r] = ws->da_part[r] = 0.0f;
     for (n = 0; ws->ctx_hi && n < n_dq; ++n) /* projections: L = D here */
@@ -716,8 +724,8 @@ static void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a,
         if (ws->ctx_hi) ta_ref_bwd_accum_ctx(plan, ws, st, &pr);
         if (!plan->has_conv) continue;
         ta_ref_conv_dw_tile(ws->dw_tile, &pr.dc, &pr.s, &cv, &pr.eff);
-        for (n = 0; n < n_w; ++n) /* R(b, qt) = 0 + part(kt=0) + part(kt=1) + ... */
-            ws->dw_qtile[n] = ws->dw_qtile[n] + ws->dw_tile[n];
+        for (n = 0; n < n_w; ++n) /* R(b, qt) = 0 + part(kt=0) + part(kt=1) + ..., a pair */
+            ta_sum2_add(ws->dw_qtile + n, ws->dw_qtile_lo + n, 1.0f, ws->dw_tile[n]);
     }
     /* step 3: the last key chunk's partials into the pairs (band: then its
      * transposed term, its last row chunk, and the rows' d_alpha pairs into the
@@ -749,7 +757,8 @@ static void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a,
     }
 }
 
-/* Pass 2 for one (b, h, Q tile): dq, then dconv_w[h] += R(b, qt). */
+/* Pass 2 for one (b, h, Q tile): dq, then the pair (dconv_w[h], dw_lo[h]) +=
+ * R(b, qt) (its hi word). */
 static void ta_ref_bwd_q_tile(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
                               ta_ref_step *st) {
     const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
@@ -757,14 +766,16 @@ static void ta_ref_bwd_q_tile(const ta_plan *plan, const ta_bwd_args *a, const t
     ta_ref_bwd_q_tile_dq(plan, a, ws, st);
     if (plan->has_conv && st->ctx.k_begin < st->ctx.k_end) {
         float *dw = a->dconv_w + (size_t)st->ctx.head * n_w; /* [c_q, c_k] of head h */
+        float *dw_lo = ws->dw_lo + (size_t)st->ctx.head * n_w;
         for (n = 0; n < n_w; ++n)
-            dw[n] = dw[n] + ws->dw_qtile[n];
+            ta_sum2_add(dw + n, dw_lo + n, 1.0f, ws->dw_qtile[n]);
     }
 }
 
 /* Pass 1 over every (b, kv head, K tile), then pass 2 over every (b, h, Q tile).
- * dconv_w is overwritten: zeroed here, then the Q tiles' sums are added in
- * ascending (b, Q tile) order per head. */
+ * dconv_w is overwritten: its pairs (dconv_w, dw_lo) zeroed here, then the Q
+ * tiles' sums added in ascending (b, Q tile) order per head; dconv_w is the
+ * pairs' hi words. */
 ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace, void *stream) {
     const ta_problem *p = &plan->p;
     const ta_tiling *t = &plan->bwd;
@@ -777,7 +788,7 @@ ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
     if (status != TA_OK) return status;
     if (a->trace) a->trace->count = 0;
     for (n = 0; plan->has_conv && n < plan->n_conv; ++n)
-        a->dconv_w[n] = 0.0f;
+        a->dconv_w[n] = ws.dw_lo[n] = 0.0f;
     if (ws.da_g) ws.da_g[0] = ws.da_g[1] = 0.0f;
     for (n = 0; ws.dwq_lo && n < plan->n_wq; ++n) /* the weight gradients' pairs */
         a->dw_qlat[n] = ws.dwq_lo[n] = 0.0f;

@@ -274,8 +274,10 @@ static ta_status ta_fwd_validate_mode(const ta_problem *p, ta_backend be, const 
     if ((st = ta_plan_set_fwd_layout(pl, a, ex, d)) != TA_OK) return st;
     if ((st = ta_call_need(be, *ops, pl, 0, tasks, &need, d)) != TA_OK) return st;
     if ((st = ta_fwd_check_ptrs(pl, ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
-    if ((st = ta_check_seqlens_host(pl, a->seqlens_k, d)) != TA_OK) return st;
-    if ((st = ta_check_block_table(pl, d)) != TA_OK) return st;
+    if ((st = ta_check_seqlens_host(pl, a->seqlens_k, (*ops)->host_memory, d)) != TA_OK) return st;
+    /* a block table in device memory (CUDA): not readable here; the kernels
+     * clamp its entries into the pool (docs/api.md, "Paged KV cache") */
+    if ((*ops)->host_memory && (st = ta_check_block_table(pl, d)) != TA_OK) return st;
     /* positions in device memory (CUDA): not readable here; the kernels clamp
      * them into the table (docs/rope.md) */
     return (*ops)->host_memory ? ta_check_rope_pos(pl, d) : TA_OK;
@@ -400,7 +402,7 @@ static ta_status ta_bwd_validate_mode(const ta_problem *p, ta_backend be, const 
     if ((st = ta_plan_set_bwd_layout(pl, a, ex, d)) != TA_OK) return st;
     if ((st = ta_call_need(be, *ops, pl, 1, tasks, &need, d)) != TA_OK) return st;
     if ((st = ta_bwd_check_ptrs(pl, ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
-    if ((st = ta_check_seqlens_host(pl, a->seqlens_k, d)) != TA_OK) return st;
+    if ((st = ta_check_seqlens_host(pl, a->seqlens_k, (*ops)->host_memory, d)) != TA_OK) return st;
     /* positions in device memory (CUDA): not readable here; the kernels clamp
      * them into the table (docs/rope.md) */
     return (*ops)->host_memory ? ta_check_rope_pos(pl, d) : TA_OK;

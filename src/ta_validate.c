@@ -52,7 +52,8 @@ static ta_status ta_check_enums(const ta_problem *p, ta_diag *d) {
                              "not TA_PRECISION_EXACT (0) or TA_PRECISION_FAST (1)");
     if ((p->flags & ~(uint32_t)TA_FLAGS_ALL) != 0)
         return ta_fail_value(d, TA_ERR_BAD_ARG, "flags", (int64_t)p->flags,
-                             "unknown bits (known: TA_CAUSAL | TA_WINDOW | TA_RBAND = 7)");
+                             "unknown bits (known: TA_CAUSAL | TA_WINDOW | "
+                             "TA_SEQLENS_DEVICE | TA_RBAND = 15)");
     if (isnan(p->scale)) return ta_fail(d, TA_ERR_BAD_ARG, "scale", "is NaN; must be finite");
     if (isinf(p->scale)) return ta_fail(d, TA_ERR_BAD_ARG, "scale", "is infinite; must be finite");
     /* window sizes without the flag: a caller mistake */
@@ -682,9 +683,14 @@ ta_status ta_check_workspace(const void *ws, size_t ws_bytes, size_t needed, ta_
     return TA_OK;
 }
 
-ta_status ta_check_seqlens_host(const ta_plan *pl, const int32_t *seqlens_k, ta_diag *d) {
+ta_status ta_check_seqlens_host(const ta_plan *pl, const int32_t *seqlens_k, int host_memory,
+                                ta_diag *d) {
     int32_t b;
     if (!seqlens_k) return TA_OK;
+    if (pl->p.flags & TA_SEQLENS_DEVICE) /* the kernels clamp them (CUDA) */
+        return host_memory ? ta_fail(d, TA_ERR_BAD_ARG, "flags",
+                                     "TA_SEQLENS_DEVICE on a host-memory backend (CUDA only)")
+                           : TA_OK;
     for (b = 0; b < pl->p.batch; ++b)
         if (seqlens_k[b] < 0 || seqlens_k[b] > pl->p.seq_k) {
             ta_fail_bounds(d, TA_ERR_BAD_ARG, "args.seqlens_k", seqlens_k[b],

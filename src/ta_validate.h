@@ -67,8 +67,11 @@ int ta_ranges_overlap(const void *a, size_t na, const void *b, size_t nb);
 /* Every buffer aligned to its element; no output overlaps an input or another output. */
 ta_status ta_check_buffers(const ta_buf *in, int n_in, const ta_buf *out, int n_out, ta_diag *d);
 ta_status ta_check_workspace(const void *ws, size_t ws_bytes, size_t needed, ta_diag *d);
-/* Reads seqlens_k (host memory): each value in [0, seq_k]. */
-ta_status ta_check_seqlens_host(const ta_plan *pl, const int32_t *seqlens_k, ta_diag *d);
+/* Reads seqlens_k (host memory): each value in [0, seq_k]. With
+ * TA_SEQLENS_DEVICE nothing is read: TA_ERR_BAD_ARG on a host_memory backend,
+ * else TA_OK (the CUDA kernels clamp the values). */
+ta_status ta_check_seqlens_host(const ta_plan *pl, const int32_t *seqlens_k, int host_memory,
+                                ta_diag *d);
 /* Reads the paged KV block table (host memory; nothing without pages): the
  * entries [0, ceil(seq_k / kv_page_size)) of every row in [0, kv_num_pages). */
 ta_status ta_check_block_table(const ta_plan *pl, ta_diag *d);

@@ -1058,8 +1058,9 @@ static void bad_input_cases(ta_rng *r) {
     if (bytes != 0) FAIL("conv fwd workspace %zu bytes, expected 0", bytes);
     EXPECT("conv bwd size query", TA_OK, ta_bwd_workspace_size(&pc, TA_BACKEND_CUDA, &bytes));
     { /* delta, then one 2x3 dconv_w row sum per (batch, head, bwd Q tile): S_q = 19 is one
-         tile of the default 64 rows */
-        const size_t want = (c.z.lse * 4 + 63) / 64 * 64 + (2 * 4 * 1 * 6 * 4 + 63) / 64 * 64;
+         tile of the default 64 rows; then dconv_w's lo words, one 2x3 per head */
+        const size_t want = (c.z.lse * 4 + 63) / 64 * 64 + (2 * 4 * 1 * 6 * 4 + 63) / 64 * 64 +
+                            (4 * 6 * 4 + 63) / 64 * 64;
         if (bytes != want) FAIL("conv bwd workspace %zu bytes, expected %zu", bytes, want);
     }
     pc.flags = 0u;

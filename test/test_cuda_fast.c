@@ -35,8 +35,10 @@
  *  4. unsupported in fast mode: D = 80 and a tile_config past each head dim's
  *     candidates (both passes' size queries say TA_ERR_UNSUPPORTED, also
  *     without a GPU; -1 is TA_ERR_BAD_ARG), a q row stride that is not a
- *     multiple of 8 elements, a q base off 16 bytes: TA_ERR_UNSUPPORTED with
- *     o and lse untouched.
+ *     multiple of 8 elements, a q base off 16 bytes, split-K on a
+ *     warp-specialised candidate: TA_ERR_UNSUPPORTED with o and lse untouched.
+ *  Part 1's problems include split-K ones (a fifth: 2..6 parts or
+ *  TA_SPLITS_AUTO, on the mma.sync candidates, merged by the merge kernel).
  *
  *   test_cuda_fast [--count N] [--problem N]     TA_SEED replays a run.
  * Without a CUDA device: prints "no CUDA device: skipped" (after part 4's size
@@ -93,13 +95,22 @@
 
 
 static const int32_t k_dims[4] = {64, 96, 128, 256};
-/* Candidates per head dim in the configuration table (cuda/ta_cuda_fast_fwd.cu,
- * cuda/ta_cuda_layout.c): tile_config in [0, k_candidates]. */
-static const int32_t k_candidates[4] = {5, 4, 6, 5};
-/* The first warp-specialised TMA candidate per head dim (cuda/ta_cuda_fast_fwd_ws.cu;
- * sm_90 only, as candidate 1), the last being k_candidates. Where its K tile
- * matches candidate 1's (D = 96, 128, 256) it must give candidate 1's bytes. */
+/* The warp-specialised TMA candidates per head dim, k_first_ws .. k_last_ws
+ * (cuda/ta_cuda_fast_fwd_ws.cu; sm_90 only, as candidate 1); the multi-stage
+ * mma.sync ones follow, up to ta_test_fast_candidates. */
 static const int32_t k_first_ws[4] = {5, 4, 5, 5};
+static const int32_t k_last_ws[4] = {5, 4, 6, 5};
+/* Twins: k_twin[di][cfg] = the tile_config whose bytes candidate cfg must give
+ * (0: none): a warp-specialised kernel whose K tile matches candidate 1's (D =
+ * 96, 128, 256) computes candidate 1's products and softmax in its order; a
+ * multi-stage mma.sync kernel computes those of the one-buffer candidate with
+ * its (warps, K tile). */
+static const int32_t k_twin[4][9] = {
+    {0, 0, 0, 0, 0, 0, 2, 2, 0}, /* D = 64: 6, 7 -> 2 */
+    {0, 0, 0, 0, 1, 2, 0, 0, 0}, /* D = 96: 4 -> 1, 5 -> 2 */
+    {0, 0, 0, 0, 0, 1, 1, 2, 3}, /* D = 128: 5, 6 -> 1, 7 -> 2, 8 -> 3 */
+    {0, 0, 0, 0, 0, 1, 3, 4, 0}, /* D = 256: 5 -> 1, 6 -> 3, 7 -> 4 */
+};
 
 /* The index of head dim d in k_dims (3 if d is none of the first three). */
 static int dim_index(int32_t d) {
@@ -162,31 +173,49 @@ static void random_fspec(uint64_t seed, int idx, fspec *s) {
     ta_test_random_window(&r, p, 30);
     s->bshd = ta_rng_int(&r, 0, 3) == 0;
     /* every candidate of the table (cuda/ta_cuda_fast_fwd.cu): 0 = default;
-     * 1 and the warp-specialised ones from k_first_ws on run on an sm_90
-     * device only (elsewhere this test takes candidate 2 instead); a third of
-     * the problems take a warp-specialised one */
+     * 1 and the warp-specialised ones run on an sm_90 device only (elsewhere
+     * this test takes candidate 2 instead); a third of the problems take one
+     * of the appended ones (warp-specialised or multi-stage) */
     {
         const int di = dim_index(p->head_dim);
         p->tile_config = ta_rng_int(&r, 0, 2) == 0
-                             ? ta_rng_int(&r, k_first_ws[di], k_candidates[di])
-                             : ta_rng_int(&r, 0, k_candidates[di]);
-        if ((p->tile_config == 1 || p->tile_config >= k_first_ws[di]) && !g_sm90)
+                             ? ta_rng_int(&r, k_first_ws[di], ta_test_fast_candidates(k_dims[di]))
+                             : ta_rng_int(&r, 0, ta_test_fast_candidates(k_dims[di]));
+        if ((p->tile_config == 1 ||
+             (p->tile_config >= k_first_ws[di] && p->tile_config <= k_last_ws[di])) &&
+            !g_sm90)
             p->tile_config = 2;
+        /* a fifth of the problems split the keys (2..6 parts, or the library's
+         * count), on an mma.sync candidate (the others refuse split-K: part 4) */
+        if (ta_rng_int(&r, 0, 4) == 0) {
+            p->num_splits = ta_rng_int(&r, 0, 3) == 0 ? TA_SPLITS_AUTO : ta_rng_int(&r, 2, 6);
+            if (p->tile_config == 1 ||
+                (p->tile_config >= k_first_ws[di] && p->tile_config <= k_last_ws[di]))
+                p->tile_config = 2;
+        }
     }
 }
 
-/* The warp-specialised candidate cfg of head dim index di gives candidate 1's
- * bytes (same K tiles, products and softmax order). */
-static int twin_of_first(int di, int32_t cfg) {
-    return di != 0 && (cfg == 0 || cfg >= k_first_ws[di]); /* 0: the sm_90 default */
+/* The tile_config whose bytes candidate cfg of head dim index di must give
+ * (k_twin; cfg 0 is the warp-specialised default on an sm_90 device), 0 if
+ * none or if the twin cannot run here. */
+static int32_t twin_of(int di, int32_t cfg, int split) {
+    /* cfg 0 with split-K: the plan may clamp the split count to 1, which
+     * changes the default: no twin */
+    const int32_t t = cfg != 0 ? k_twin[di][cfg]
+                      : split  ? 0
+                      : g_sm90 ? di != 0
+                               : (di == 1) * 2;
+    return t == 1 && !g_sm90 ? 0 : t;
 }
 
 static void describe(const fspec *s, char *buf, size_t n) {
     const ta_problem *p = &s->p;
     snprintf(buf, n,
-             "%s B=%d H=%d/%d S=%d/%d D=%d cfg=%d %s%s%swin=%d/%d scale=%g",
+             "%s B=%d H=%d/%d S=%d/%d D=%d cfg=%d splits=%d %s%s%swin=%d/%d scale=%g",
              p->dtype == TA_BF16 ? "bf16" : "f16", p->batch, p->heads_q, p->heads_kv, p->seq_q,
-             p->seq_k, p->head_dim, p->tile_config, p->flags & TA_CAUSAL ? "causal " : "",
+             p->seq_k, p->head_dim, p->tile_config, p->num_splits,
+             p->flags & TA_CAUSAL ? "causal " : "",
              s->has_seqlens ? "seqlens " : "", s->bshd ? "bshd " : "",
              p->flags & TA_WINDOW ? p->window_left : 0, p->flags & TA_WINDOW ? p->window_right : 0,
              (double)p->scale);
@@ -657,19 +686,19 @@ static int check_problem(uint64_t seed, int idx) {
         if (worst_o > g_err_o[ti][di]) g_err_o[ti][di] = worst_o;
         if (worst_lse > g_err_lse[ti][di]) g_err_lse[ti][di] = worst_lse;
     }
-    if (st == TA_OK && g_sm90 && twin_of_first(di, p->tile_config)) {
-        /* the warp-specialised kernel against the cp.async wgmma one: bitwise */
+    if (st == TA_OK && twin_of(di, p->tile_config, p->num_splits != 0) > 0) {
+        /* a warp-specialised or multi-stage kernel against its twin: bitwise */
         ta_problem p1 = *p;
         void *o_twin = malloc(c.no * c.eb);
         float *lse_twin = (float *)malloc(c.nlse * sizeof(float));
         ta_status st1;
         if (!o_twin || !lse_twin) exit(1);
-        p1.tile_config = 1;
+        p1.tile_config = twin_of(di, p->tile_config, p->num_splits != 0);
         st1 = call_run(&c, &p1, 0x7F, NULL, o_twin, lse_twin);
         TA_CHECK(st1 == TA_OK && memcmp(o_twin, o_stage, c.no * c.eb) == 0 &&
                      memcmp(lse_twin, lse_got, c.nlse * sizeof(float)) == 0,
-                 "problem %d (%s): tile_config %d differs from tile_config 1 (%s)", idx, desc,
-                 (int)p->tile_config, ta_status_string(st1));
+                 "problem %d (%s): tile_config %d differs from its twin %d (%s)", idx, desc,
+                 (int)p->tile_config, (int)p1.tile_config, ta_status_string(st1));
         if (st1 != TA_OK || memcmp(o_twin, o_stage, c.no * c.eb) != 0 ||
             memcmp(lse_twin, lse_got, c.nlse * sizeof(float)) != 0)
             ++bad;
@@ -806,6 +835,90 @@ static void big_spec(fspec *s) {
     s->p.head_dim = s->p.head_dim_v = 128;
 }
 
+/* Part 5: GQA decode packing (ta_cuda_fast_pack: a kv head's query heads run
+ * as one head of G S_q rows) changes the grid, not the bits: a GQA split-K
+ * forward equals, bit for bit, the MHA forward on K and V with every kv head
+ * repeated G times (never packed), for the same split count and candidate;
+ * S_q = 1 causal and S_q = 5 unmasked (packed), S_q = 5 as [B, S, H, D]
+ * (not packed: its head stride is not S_q rows), seqlens_k. */
+static void check_gqa_pack(uint64_t seed) {
+    static const int32_t seq_q[3] = {1, 5, 5}, cfgs[3] = {0, 2, 7};
+    const int32_t b_n = 2, h = 8, h_kv = 2, g = 4, s_k = 3000, d = 128;
+    ta_rng r;
+    int i, ok = 0;
+    ta_rng_seed(&r, seed ^ UINT64_C(0x5eed9ac4));
+    for (i = 0; i < 3; ++i) {
+        fspec sg, sm;
+        fcall cg, cm;
+        const size_t eb = 2, row = count4(1, 1, s_k, d) * eb;
+        const size_t nq = count4(b_n, h, seq_q[i], d), nk = count4(b_n, h_kv, s_k, d);
+        unsigned char *q = (unsigned char *)malloc(nq * eb), *k = (unsigned char *)malloc(nk * eb);
+        unsigned char *v = (unsigned char *)malloc(nk * eb);
+        unsigned char *ke = (unsigned char *)malloc(nk * (size_t)g * eb);
+        unsigned char *ve = (unsigned char *)malloc(nk * (size_t)g * eb);
+        unsigned char *og = (unsigned char *)malloc(nq * eb), *om = (unsigned char *)malloc(nq * eb);
+        float *lg = (float *)malloc(count4(b_n, h, seq_q[i], 1) * sizeof(float));
+        float *lm = (float *)malloc(count4(b_n, h, seq_q[i], 1) * sizeof(float));
+        size_t b, hh;
+        ta_status st_g, st_m;
+        if (!q || !k || !v || !ke || !ve || !og || !om || !lg || !lm) exit(1);
+        ta_fill_uniform(&r, q, TA_BF16, nq, -2.0f, 2.0f);
+        ta_fill_uniform(&r, k, TA_BF16, nk, -2.0f, 2.0f);
+        ta_fill_uniform(&r, v, TA_BF16, nk, -1.0f, 1.0f);
+        for (b = 0; b < (size_t)b_n; ++b) /* kv head hh / g's rows under query head hh */
+            for (hh = 0; hh < (size_t)h; ++hh) {
+                const size_t dst = (b * (size_t)h + hh) * row;
+                const size_t src = (b * (size_t)h_kv + hh / (size_t)g) * row;
+                memcpy(ke + dst, k + src, row);
+                memcpy(ve + dst, v + src, row);
+            }
+        memset(&sg, 0, sizeof sg);
+        sg.p.dtype = TA_BF16;
+        sg.p.precision = TA_PRECISION_FAST;
+        sg.p.flags = seq_q[i] == 1 ? TA_CAUSAL : 0u;
+        sg.p.batch = b_n;
+        sg.p.heads_q = h;
+        sg.p.heads_kv = h_kv;
+        sg.p.seq_q = seq_q[i];
+        sg.p.seq_k = s_k;
+        sg.p.head_dim = sg.p.head_dim_v = d;
+        sg.p.num_splits = 6;
+        sg.p.tile_config = cfgs[i];
+        sg.has_seqlens = 1;
+        sg.seqlens[0] = s_k;
+        sg.seqlens[1] = ta_rng_int(&r, 1, s_k - 1);
+        sg.bshd = i == 2;
+        sm = sg;
+        sm.p.heads_kv = h;
+        call_make(&cg, &sg, q, k, v);
+        call_make(&cm, &sm, q, ke, ve);
+        st_g = call_run(&cg, &sg.p, 0xA5, NULL, og, lg);
+        st_m = call_run(&cm, &sm.p, 0x5A, NULL, om, lm);
+        TA_CHECK(st_g == TA_OK && st_m == TA_OK, "GQA packing %d: %s / %s", i,
+                 ta_status_string(st_g), ta_status_string(st_m));
+        if (st_g == TA_OK && st_m == TA_OK) {
+            const int same = memcmp(og, om, cg.no * eb) == 0 &&
+                             memcmp(lg, lm, cg.nlse * sizeof(float)) == 0;
+            TA_CHECK(same, "GQA packing %d (S_q %d, %s): o/lse differ from MHA on repeated K, V",
+                     i, (int)seq_q[i], sg.bshd ? "bshd" : "bhsd");
+            ok += same;
+        }
+        call_free(&cg);
+        call_free(&cm);
+        free(q);
+        free(k);
+        free(v);
+        free(ke);
+        free(ve);
+        free(og);
+        free(om);
+        free(lg);
+        free(lm);
+    }
+    printf("GQA decode packing: %d of 3 split-K forwards bit-identical to MHA on repeated K, V\n",
+           ok);
+}
+
 /* Parts 2 and 3. */
 static void check_determinism_and_graph(uint64_t seed) {
     fspec s;
@@ -924,6 +1037,17 @@ static void check_unsupported_device(void) {
     c.no = count4(2, 4, 50, 128);
     check_refused("q base off 16 bytes", &c, &s.p);
     call_free(&c);
+    /* split-K on a warp-specialised candidate (sm_90): refused before any
+     * launch (S_k = 100: two K tiles, so the two splits stay two) */
+    if (g_sm90) {
+        big_spec(&s);
+        s.p.seq_q = s.p.seq_k = 100;
+        s.p.num_splits = 2;
+        s.p.tile_config = k_first_ws[dim_index(s.p.head_dim)];
+        call_make(&c, &s, buf, buf, buf);
+        check_refused("split-K on a warp-specialised candidate", &c, &s.p);
+        call_free(&c);
+    }
     free(buf);
 }
 
@@ -957,14 +1081,14 @@ static void check_size_queries(void) {
         p.precision = TA_PRECISION_FAST;
         for (di = 0; di < 4; ++di) {
             p.head_dim = p.head_dim_v = k_dims[di];
-            p.tile_config = k_candidates[di];
+            p.tile_config = ta_test_fast_candidates(k_dims[di]);
             TA_CHECK(query(&p, TA_BACKEND_CUDA, &bytes) == TA_OK,
                      "%s: fast D = %d: tile_config %d is in the table", names[pass], k_dims[di],
-                     k_candidates[di]);
-            p.tile_config = k_candidates[di] + 1;
+                     ta_test_fast_candidates(k_dims[di]));
+            p.tile_config = ta_test_fast_candidates(k_dims[di]) + 1;
             TA_CHECK(query(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
                      "%s: fast D = %d: tile_config %d is past the table", names[pass], k_dims[di],
-                     k_candidates[di] + 1);
+                     ta_test_fast_candidates(k_dims[di]) + 1);
         }
         p.tile_config = -1;
         TA_CHECK(query(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_BAD_ARG,
@@ -1066,11 +1190,14 @@ int main(int argc, char **argv) {
         for (di = 0; di < 4; ++di)
             printf("  %-5s %3d  %.3e  %.3e\n", ti ? "bf16" : "f16", k_dims[di], g_err_o[ti][di],
                    g_err_lse[ti][di]);
-    printf("warp-specialised forward: %d problems bit-identical to tile_config 1\n", g_twins);
+    printf("twins: %d problems bit-identical to their twin candidate (warp-specialised = 1, "
+           "multi-stage = its one-buffer one)\n",
+           g_twins);
     print_bwd_table();
     if (only < 0) {
         check_determinism_and_graph(seed);
         check_unsupported_device();
+        check_gqa_pack(seed);
         printf("determinism (10 runs), CUDA graph replay, unsupported cases: checked\n");
     }
     return ta_test_finish("test_cuda_fast");

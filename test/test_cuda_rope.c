@@ -42,20 +42,13 @@
 #include "test_util.h"
 #include "tileattn.h"
 
-/* tile_config candidates per head dim (cuda/ta_cuda_fast_fwd.cu) */
+
+/* the head dims of the fast table (test_cuda_util.h: their candidates) */
 static const int32_t k_dims[4] = {64, 96, 128, 256};
-static const int32_t k_candidates[4] = {5, 4, 6, 5};
 
 static int g_sm90;
 static double g_worst_dq, g_worst_dk; /* worst error / allowance */
 static int g_configs, g_problems;
-
-static int dim_index(int32_t d) {
-    int i;
-    for (i = 0; i < 4; ++i)
-        if (k_dims[i] == d) return i;
-    return 0;
-}
 
 /* One problem and its host tensors (contiguous [B, heads, S, D]). */
 typedef struct rspec {
@@ -413,7 +406,7 @@ static void check_problem(uint64_t seed, int idx, int identity) {
     hout a, b;
     int32_t cfg, n_cand;
     random_spec(seed, idx, identity, &s);
-    n_cand = k_candidates[dim_index(s.p.head_dim)];
+    n_cand = ta_test_fast_candidates(s.p.head_dim);
     if (idx < 4 || identity) describe(&s, idx);
     dbufs_make(&d, &s);
     hout_make(&a, &s);
@@ -476,7 +469,7 @@ static void check_size_refusals(void) {
     TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
              "fast, interleaved, 62 pairs: refused");
     p.rope_pairs = 64;
-    p.num_splits = 2; /* split-K runs the exact kernels (16 key tiles: not clamped to 1) */
+    p.num_splits = 2; /* split-K with the stage: not yet (16 key tiles: not clamped to 1) */
     p.seq_q = p.seq_k = p.rope_rows = 1024;
     TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED &&
                  ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,

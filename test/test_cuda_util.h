@@ -1,8 +1,10 @@
 /* What the GPU tests share (test_cuda_*.c): a CUDA runtime call that must
- * succeed, or the test exits with status 1 naming the call. */
+ * succeed, or the test exits with status 1 naming the call; the fast
+ * configuration table's candidate counts. */
 #ifndef TA_TEST_CUDA_UTIL_H
 #define TA_TEST_CUDA_UTIL_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -16,5 +18,13 @@
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
+
+/* Candidates of head dim d in the fast configuration table: tile_config in
+ * [0, this] (docs/cuda.md section 7, "Configurations"; written out here,
+ * apart from cuda/ta_cuda_layout.c, so that a change to the table must be
+ * made twice and the tests see it). 0 for a head dim not in the table. */
+static inline int32_t ta_test_fast_candidates(int32_t d) {
+    return d == 64 ? 7 : d == 96 ? 5 : d == 128 ? 8 : d == 256 ? 7 : 0;
+}
 
 #endif /* TA_TEST_CUDA_UTIL_H */

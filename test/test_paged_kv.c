@@ -15,7 +15,7 @@
  *      caller-run tasks. Outputs poisoned first.
  *   2. bad input: a table entry outside [0, num_pages), too few blocks for
  *      seq_k, a NULL table, strides given for a paged k, the backward and
- *      CUDA with pages: the documented status, the explanation naming the
+ *      CUDA exact mode with pages: the documented status, the explanation naming the
  *      field, the output untouched.
  * Usage: test_paged_kv [--quick]
  */

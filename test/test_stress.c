@@ -44,11 +44,19 @@
  *               (docs/exactness.md section 11); REF == CPU. One f32 running sum
  *               stops at 2^24 such terms: dq = 0.125 for 0.25, dk = 2^22 for 2^23,
  *               dv = 2^23 for 2^24 before the chunked sums.
+ *   long_dw     MTA's dconv_w sums (issue 15 item 3): 1x1 conv (w = 1), D = 1, f32,
+ *               8 x 8 tiles, every term of one sign: 2^18 K tiles of one Q tile
+ *               (S_q = 1, S_k = 2^21: the R(b, qt) level, equal partials), and
+ *               2^18 (b, Q tile) sums of one head (B = 2^17, S_q = S_k = 16: the
+ *               merge, two alternating values), each against the exact sum of the
+ *               library's own f32 terms within the stated bound (docs/exactness.md
+ *               section 11); REF == CPU. One f32 running sum per level (the code
+ *               before) is off by about 1e-3 relative at 2^18 such partials.
  *   nan_first_tile  issue 15 item 1's repro: a row whose first visited K tile
  *               overflows to -inf (scale 3e38, k = -2 in keys 0..7, 0 in 8..15,
  *               block_k 8): o = mean of v[8..15], lse = ln 8 (was NaN before the fix).
  *
- * Usage: test_stress [--case NAME]   (no --case: every case but the last three,
+ * Usage: test_stress [--case NAME]   (no --case: every case but the by-name ones,
  * which CTest runs one by one). Random values come from TA_SEED (printed).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -534,6 +542,78 @@ static void case_long_bwd(ta_rng *r) {
     printf("  long_bwd: REF == CPU (fwd and bwd); %.1f s\n", now_s() - t0);
 }
 
+/*
+ * MTA's dconv_w (docs/exactness.md section 11): n terms x_i in partials of at
+ * most B_r B_c (one tile pair's, from +0), R(b, qt) a pair over T_k K tiles,
+ * dconv_w a pair over the head's N_q (b, Q tile) sums, R read as hi once:
+ *   |dw - dw*| <= (B_r B_c + 3 + 3 (T_k + N_q) u) u sum |x_i|
+ */
+static void check_dw_sum(const char *what, double got, double exact, double sum_abs,
+                         double pair_terms, double t_k, double n_q) {
+    const double eps = (pair_terms + 3.0 + 3.0 * (t_k + n_q) * U_F32) * U_F32;
+    const double bound = eps * sum_abs, err = fabs(got - exact);
+    printf("  long_dw %s = %.9g (exact %.9g, error %.3g = %.3g relative, bound %.3g)\n", what,
+           got, exact, err, err / fabs(exact), bound);
+    TA_CHECK(err <= bound, "long_dw: %s = %.9g, exact %.9g, error %.3g > bound %.3g", what, got,
+             exact, err, bound);
+}
+
+/*
+ * MTA's dconv_w over many partials of one sign. A 1x1 conv, w = 1 (C = S), D
+ * = D_v = 1, q = dO = 1, k_j = v_j = j % 2, scale 1 (causal, as MTA is): S_ij
+ * = j % 2, so dC_ij = P_ij (v_j - D_i) and the term dC_ij S_ij is 0 for an
+ * even key and P_i1 (1 - D_i) > 0 for an odd one, P_i1 = ta_exp(1 - lse_i),
+ * D_i = fmaf(1, o_i, +0) (recomputed from the library's lse and o, as the
+ * reference does). Part 1: S_q = 1, S_k = 2^21, 8-key tiles: 2^18 equal
+ * partials in R(0, 0). Part 2: B = 2^17, S_q = S_k = 16, 8 x 8 tiles: 2^18
+ * sums R(b, qt) (two values, one per Q tile) merged into dconv_w.
+ */
+static void case_long_dw(ta_rng *r) {
+    const double t0 = now_s();
+    int part;
+    for (part = 0; part < 2; ++part) {
+        const int32_t batch = part == 0 ? 1 : 1 << 17, s_q = part == 0 ? 1 : 16;
+        const int32_t s_k = part == 0 ? 1 << 21 : 16, tile = 8;
+        tcase tc;
+        run_out ref;
+        size_t i, j;
+        memset(&tc, 0, sizeof tc);
+        tc.p = shape(s_q, s_k, 1, 1, TA_F32);
+        tc.p.batch = batch;
+        tc.p.scale = 1.0f;
+        tc.p.flags = TA_CAUSAL;
+        tc.p.conv_q = tc.p.conv_k = 1;
+        tc.p.block_q = tc.p.block_k = tile;
+        ta_oc_make_buffers(r, &tc);
+        tc.conv_w[0] = 1.0f;
+        for (i = 0; i < tc.n_q; ++i) {
+            ta_store(tc.q, TA_F32, i, 1.0f);
+            ta_store(tc.d_o, TA_F32, i, 1.0f);
+        }
+        for (j = 0; j < tc.n_k; ++j) {
+            ta_store(tc.k, TA_F32, j, (float)(j % 2));
+            ta_store(tc.v, TA_F32, j, (float)(j % 2));
+        }
+        rewiden(&tc);
+        if (run_ref_cpu(r, &tc, &ref, 1) == 0) {
+            double sum = 0.0;
+            const double t_k = (double)((s_k + tile - 1) / tile);
+            const double n_qt = (double)batch * (double)((s_q + tile - 1) / tile);
+            for (i = 0; i < tc.n_lse; ++i) { /* row r sees keys [0, r + S_k - S_q] */
+                const int32_t row = (int32_t)(i % (size_t)s_q), odd = (row + s_k - s_q + 1) / 2;
+                const float p = ta_exp(1.0f - ref.lse[i]);
+                const float dd = fmaf(1.0f, (float)ta_get(ref.o, TA_F32, i), 0.0f);
+                if (odd > 0) sum += (double)odd * (double)(p * (1.0f - dd));
+            }
+            check_dw_sum(part == 0 ? "dconv_w (2^18 K tiles)" : "dconv_w (2^18 (b, Q tile))",
+                         (double)ref.dw[0], sum, sum, (double)(tile * tile), t_k, n_qt);
+            ta_oc_free_out(&ref);
+        }
+        ta_oc_free_case(&tc);
+    }
+    printf("  long_dw: REF == CPU (fwd and bwd); %.1f s\n", now_s() - t0);
+}
+
 /* One row's exact softmax over n keys of D = 1, in double, from the f32
  * scores the library computes (s_j = scale * fmaf(q, k_j, +0)): o*[d], lse*,
  * sum_j P_j |v_jd|, kappa and R (tiles of b_c keys where the running max
@@ -715,6 +795,7 @@ static const named_case cases[] = {
     {"long_2p25", case_long_2p25, 1},
     {"long_2p26", case_long_2p26, 1},
     {"long_bwd", case_long_bwd, 1},
+    {"long_dw", case_long_dw, 1},
     {"nan_first_tile", case_nan_first_tile, 1},
 };
 

@@ -21,6 +21,7 @@ BACKENDS = {"ref": 0, "cpu": 1, "cuda": 2}   # ta_backend
 PRECISIONS = {"exact": 0, "fast": 1}         # ta_precision
 TA_CAUSAL = 1 << 0
 TA_WINDOW = 1 << 1
+TA_SEQLENS_DEVICE = 1 << 2  # args.seqlens_k in device memory (CUDA)
 TA_WORKSPACE_ALIGN = 64
 TA_THREADS_MAX = 256
 

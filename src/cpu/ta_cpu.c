@@ -80,6 +80,7 @@ static void ta_cpu_turn_store(int64_t *c, int64_t v) {
 
 #include "ta_cpu.h"
 #include "ta_internal.h"
+#include "ta_sum2.h"
 
 /* ---------------------------------------------------------------------- */
 /* Workspace                                                                */
@@ -203,6 +204,7 @@ void ta_cpu_carve_mta_bwd(const ta_cpu_dims *dm, int32_t c_q, int32_t c_k, int32
     ws->dq_acc = TA_WS_TAKE(c, float, bq * dm->d_pad);
     ws->dw_part = TA_WS_TAKE(c, float, (size_t)c_q *(size_t)c_k);
     ws->dw_sum = TA_WS_TAKE(c, float, (size_t)c_q *(size_t)c_k);
+    ws->dw_sum_lo = TA_WS_TAKE(c, float, (size_t)c_q *(size_t)c_k);
     for (g = 0; g < TA_CPU_DKDV_GROUP_MAX; ++g) {
         const int mine = g < group;
         ws->dk_acc[g] = mine ? TA_WS_TAKE(c, float, bk * dm->d_pad) : NULL;
@@ -297,6 +299,7 @@ typedef struct ta_cpu_slab {
     ta_cpu_dq_ws dq;
     ta_cpu_mta_bwd_ws mta;        /* MTA backward, both passes */
     TA_CPU_TASK_COUNTER *dw_turn; /* MTA backward: [H] next (b, Q tile) to merge per head */
+    float *dw_lo; /* MTA backward: [H, c_q c_k] lo words of dconv_w's pairs (src/ta_sum2.h) */
 } ta_cpu_slab;
 
 /* One thread's slab at base (NULL: size only); its bytes (a multiple of 64),
@@ -333,13 +336,14 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
  * The one layout routine, for the size query (base NULL) and the call:
  *
  *   workspace = n_threads x slab, slab = one thread's tiles (64-byte multiple)
- *   +-----------------+-----------------+-- ... --+-----------------+----------------------+
- *   | slab, thread 0  | slab, thread 1  |         | slab, thread n-1| dw_turn (conv, bwd)  |
- *   +-----------------+-----------------+-- ... --+-----------------+----------------------+
+ *   +-----------------+-----------------+-- ... --+-----------------+---------------------------+
+ *   | slab, thread 0  | slab, thread 1  |         | slab, thread n-1| dw_turn, dw_lo (conv, bwd)|
+ *   +-----------------+-----------------+-- ... --+-----------------+---------------------------+
  *
  * With a conv the backward adds dw_turn: H integer counters shared by all
- * threads, the in-order dconv_w merge (ta_cpu_dw_merge). Nothing grows with
- * B or S: every region is O(tile).
+ * threads, the in-order dconv_w merge (ta_cpu_dw_merge), and dw_lo: the lo
+ * words of the merge's pairs, H c_q c_k floats (dconv_w holds the hi words).
+ * Nothing grows with B or S: every region is O(tile), or O(H) for these two.
  * With a base, carves thread tid's slab into *slab. Returns the total size.
  */
 static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_threads, void *base,
@@ -348,18 +352,22 @@ static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_thre
     size_t slabs_bytes;
     ta_ws_cursor c;
     TA_CPU_TASK_COUNTER *turn = NULL;
+    float *dw_lo = NULL;
     if (slab_bytes == 0 || !ta_mul_size(slab_bytes, (size_t)n_threads, &slabs_bytes))
         return TA_ERR_OVERFLOW;
     ta_ws_begin(&c, base);
     (void)TA_WS_TAKE(&c, unsigned char, slabs_bytes);
-    if (backward && plan->has_conv)
+    if (backward && plan->has_conv) {
         turn = TA_WS_TAKE(&c, TA_CPU_TASK_COUNTER, (size_t)plan->p.heads_q);
+        dw_lo = TA_WS_TAKE(&c, float, plan->n_conv);
+    }
     if (c.overflow) return TA_ERR_OVERFLOW;
     *total = c.used;
     if (base) {
         (void)ta_cpu_carve_slab(plan, backward, n_threads,
                                 (unsigned char *)base + (size_t)tid * slab_bytes, slab);
         slab->dw_turn = turn;
+        slab->dw_lo = dw_lo;
     }
     return TA_OK;
 }
@@ -456,7 +464,7 @@ typedef struct ta_cpu_run {
 
 /*
  * dconv_w[h] += R(b, qt), in the reference's order (ta_ref_bwd; docs/mta.md
- * backward step 5): per head, b ascending, Q tiles ascending, for the tiles
+ * backward step 5), into the pairs (dconv_w[h], lo) (src/ta_sum2.h): per head, b ascending, Q tiles ascending, for the tiles
  * that see a K tile (add = 1; the others are skipped but keep their turn).
  * `turn` is the (b, Q tile) ordinal b n_q + qt: the task waits until every
  * earlier (b, Q tile) of head h has been added. Per element that is the
@@ -466,9 +474,10 @@ typedef struct ta_cpu_run {
  * thread has already taken, and the earliest unfinished one never waits.
  */
 static void ta_cpu_dw_merge(const ta_plan *plan, const ta_bwd_args *a, TA_CPU_TASK_COUNTER *next,
-                            int32_t h, int64_t turn, const float *r, int add) {
+                            float *lo, int32_t h, int64_t turn, const float *r, int add) {
     const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
-    float *dw = a->dconv_w + (size_t)h * n_w; /* [c_q, c_k] of head h */
+    float *dw = a->dconv_w + (size_t)h * n_w; /* [c_q, c_k] of head h: the hi words */
+    float *dw_lo = lo + (size_t)h * n_w;
     size_t n;
     int spins = 0;
     while (TA_CPU_TURN_LOAD(next) != turn) {
@@ -476,7 +485,7 @@ static void ta_cpu_dw_merge(const ta_plan *plan, const ta_bwd_args *a, TA_CPU_TA
         if (++spins % 256 == 0) TA_CPU_YIELD(); /* more threads than cores */
     }
     for (n = 0; add && n < n_w; ++n)
-        dw[n] = dw[n] + r[n];
+        ta_sum2_add(dw + n, dw_lo + n, 1.0f, r[n]);
     TA_CPU_TURN_STORE(next, turn + 1);
 }
 
@@ -499,7 +508,8 @@ static void ta_cpu_do_mta_bwd_task(const ta_cpu_run *run, const ta_cpu_slab *sla
         const int32_t b = (int32_t)(turn / plan->bwd.num_q_tiles);
         const int32_t qt = (int32_t)(turn % plan->bwd.num_q_tiles);
         const int add = run->kern->dq.mta(plan, run->ba, &slab->mta, b, h, qt);
-        ta_cpu_dw_merge(plan, run->ba, slab->dw_turn + h, h, turn, slab->mta.dw_sum, add);
+        ta_cpu_dw_merge(plan, run->ba, slab->dw_turn + h, slab->dw_lo, h, turn, slab->mta.dw_sum,
+                        add);
     }
 }
 
@@ -619,13 +629,13 @@ static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wor
     if (st != TA_OK) return st;
     run.fa = NULL;
     run.ba = a;
-    if (plan->has_conv) { /* dconv_w = 0, then the in-order merge (ta_cpu_dw_merge) */
+    if (plan->has_conv) { /* the pairs (dconv_w, dw_lo) = 0, then the in-order merge */
         ta_cpu_slab slab;
         size_t total, n;
         int32_t h;
         (void)ta_cpu_layout(plan, 1, run.n_threads, workspace, 0, &slab, &total);
         for (n = 0; n < plan->n_conv; ++n)
-            a->dconv_w[n] = 0.0f;
+            a->dconv_w[n] = slab.dw_lo[n] = 0.0f;
         for (h = 0; h < plan->p.heads_q; ++h)
             TA_CPU_TASK_INIT(slab.dw_turn + h);
     }
@@ -785,8 +795,10 @@ void ta_cpu_tasks_prepare(const ta_plan *plan, const ta_fwd_args *fa, const ta_b
     h->magic = TA_CPU_TASKS_MAGIC;
 }
 
-/* Phase 1 of the MTA backward, head h: dconv_w[h] = 0, then + R(b, qt) for
- * every (b, Q tile) that sees a K tile, ascending: ta_cpu_dw_merge's order. */
+/* Phase 1 of the MTA backward, head h: per weight the pair (dconv_w[h], lo) =
+ * 0, then + R(b, qt) for every (b, Q tile) that sees a K tile, ascending:
+ * ta_cpu_dw_merge's sequence per element (the weights are independent, so
+ * the lo word is a local here, no workspace). */
 static void ta_cpu_task_dw_merge(const ta_cpu_tasks_hdr *h, int32_t head) {
     const ta_plan *plan = &h->plan;
     const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
@@ -794,13 +806,13 @@ static void ta_cpu_task_dw_merge(const ta_cpu_tasks_hdr *h, int32_t head) {
     float *dw = h->ba.dconv_w + (size_t)head * n_w; /* [c_q, c_k] of head h */
     int64_t turn;
     size_t n;
-    for (n = 0; n < n_w; ++n)
-        dw[n] = 0.0f;
-    for (turn = 0; turn < turns; ++turn) {
-        const size_t slot = (size_t)turn * (size_t)plan->p.heads_q + (size_t)head;
-        const float *r = h->dw_sum + slot * n_w;
-        for (n = 0; h->dw_add[slot] && n < n_w; ++n)
-            dw[n] = dw[n] + r[n];
+    for (n = 0; n < n_w; ++n) {
+        float hi = 0.0f, lo = 0.0f;
+        for (turn = 0; turn < turns; ++turn) {
+            const size_t slot = (size_t)turn * (size_t)plan->p.heads_q + (size_t)head;
+            if (h->dw_add[slot]) ta_sum2_add(&hi, &lo, 1.0f, h->dw_sum[slot * n_w + n]);
+        }
+        dw[n] = hi;
     }
 }
 

@@ -176,7 +176,7 @@ typedef struct ta_cpu_dq_ws {
  *   | qt D x ld | dot D_v x ld | q B_q x d_pad | d_o, o B_q x dv_pad |
  *   | k B_k x d_pad | v B_k x dv_pad | st, ct, dct, dst  B_k x ld each |
  *   | lse, delta, nlo, nvis, row_lo, row_hi  ld each | dq_acc B_q x d_pad |
- *   | dw_part, dw_sum c_q c_k | then per K tile of a pass-1 group: dk_acc B_k x d_pad | dv_acc B_k
+ *   | dw_part, dw_sum, dw_sum_lo c_q c_k | then per K tile of a pass-1 group: dk_acc B_k x d_pad | dv_acc B_k
  * x dv_pad |
  *   | dq_lo, dq_part B_q x d_pad | seg_lo, seg_n ld | per slot dk_lo, dk_part, dv_lo, dv_part (the sums' pairs) |
  */
@@ -199,7 +199,8 @@ typedef struct ta_cpu_mta_bwd_ws {
     int32_t *nlo, *nvis, *row_lo, *row_hi;
     float *dq_acc;  /* [B_q, d_pad] pass 2 */
     float *dw_part; /* [c_q c_k] pass 2: one pair's dconv_w partial */
-    float *dw_sum;  /* [c_q c_k] pass 2: R(b, qt), the Q tile's sum of partials */
+    float *dw_sum;    /* [c_q c_k] pass 2: R(b, qt), the Q tile's sum of partials (hi) */
+    float *dw_sum_lo; /* [c_q c_k] pass 2: its lo word (src/ta_sum2.h) */
     float *dk_acc[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, d_pad] pass 1, per K tile of the group */
     float *dv_acc[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, dv_pad] */
     /* the pairs of src/ta_sum2.h: dq_acc, dk_acc, dv_acc are the hi words */
@@ -264,8 +265,8 @@ typedef struct ta_cpu_kernels {
     } dkdv;
     /* Backward pass 2 (dq). SDPA: Q tiles [qt_begin, qt_end) of (b, h). MTA:
      * Q tile qt of (b, h), which also leaves ws->dw_sum [c_q, c_k] = R(b, qt),
-     * the tile's dconv_w sum over its K tiles, and returns 1 if the tile sees a
-     * K tile (the merge adds R(b, qt) only then). */
+     * the tile's dconv_w sum over its K tiles (a pair's hi word), and returns
+     * 1 if the tile sees a K tile (the merge adds R(b, qt) only then). */
     struct {
         void (*sdpa)(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_dq_ws *ws, int32_t b,
                      int32_t h, int32_t qt_begin, int32_t qt_end);
