@@ -109,6 +109,8 @@ int ta_cuda_supports(const ta_plan *plan) {
     if (plan->p.kv_page_size > 0 &&
         (!ta_cuda_fast_path(plan) || plan->stages.load != TA_LOAD_NONE))
         return 0;
+    /* latent attention's band and fused projections: not on CUDA yet */
+    if (plan->stages.score == TA_SCORE_RBAND || plan->p.latent_dim > 0) return 0;
     if (ta_cuda_fast_path(plan)) return ta_cuda_fast_table_has(plan);
     return 1;
 }

@@ -108,8 +108,11 @@ typedef enum ta_precision {
                                          wrote since; the host never reads it, each value
                                          is clamped into [0, S_k] instead of validated.
                                          Without args.seqlens_k it changes nothing. */
-#define TA_FLAGS_ALL (TA_CAUSAL | TA_WINDOW | TA_SEQLENS_DEVICE) /**< every bit this version
-                                                                    accepts */
+#define TA_RBAND (1u << 3)  /**< the reciprocal band of latent attention: ta_problem.rband_alpha
+                                 and rband_width apply (without this flag both must be 0;
+                                 docs/api.md, "Latent attention and the reciprocal band") */
+#define TA_FLAGS_ALL (TA_CAUSAL | TA_WINDOW | TA_SEQLENS_DEVICE | TA_RBAND) /**< every bit this
+                                                                               version accepts */
 
 /** Limits of the supported domain (validated). */
 #define TA_HEAD_DIM_MAX 256       /**< head_dim and head_dim_v in [1, 256] */
@@ -206,7 +209,10 @@ typedef struct ta_problem {
                                    run in chunks equals one full forward bit for bit.
                                    0 = rows above row 0 are zero padding (as before).
                                    Forward only: ta_bwd (and its size query) refuse
-                                   n > 0 with TA_ERR_UNSUPPORTED; rope with n > 0 too. */
+                                   n > 0 with TA_ERR_UNSUPPORTED; rope with n > 0 too.
+                                   With TA_RBAND: exactly min(seq_k - seq_q,
+                                   rband_width), the rows of the band's key
+                                   positions above row 0 (their latent queries). */
     /* ---- Paged KV cache (docs/api.md, "Paged KV cache"); all zero = k and v are
      * [B, H_kv, S_k, D] tensors as before. ---- */
     int32_t kv_page_size;     /**< keys per page, >= 1: k is a pool of pages
@@ -221,6 +227,31 @@ typedef struct ta_problem {
     int32_t kv_num_pages;     /**< pages in the pool, >= 1 with kv_page_size */
     int32_t kv_max_blocks;    /**< entries per batch entry of args.block_table, with
                                    kv_max_blocks * kv_page_size >= seq_k */
+    /* ---- Latent attention with a reciprocal band (docs/api.md, "Latent attention
+     * and the reciprocal band"); all zero = no band, no projections, as before.
+     * Latent attention itself is grouped attention with one shared kv head of
+     * width L: heads_kv = 1, head_dim = head_dim_v = L, q = the latent queries. ---- */
+    float rband_alpha;        /**< with TA_RBAND: alpha, finite (0 included: the band
+                                   is still computed, so d_alpha is its gradient);
+                                   the logit of query row i (position p_i) and key j
+                                   with 0 <= p_i - j <= rband_width is
+                                   fmaf(alpha, S_ji, S_ij). 0 without TA_RBAND. */
+    int32_t rband_width;      /**< with TA_RBAND: W >= 0, keys p_i - W .. p_i are in the
+                                   band (W = 0: the diagonal only). Needs TA_CAUSAL,
+                                   seq_q <= seq_k, q_history = min(seq_k - seq_q, W)
+                                   (the query rows at the band's key positions). 0
+                                   without TA_RBAND. */
+    int32_t latent_dim;       /**< L of the fused projections, in [0, TA_HEAD_DIM_MAX]:
+                                   0 = none (q is the latent query, k and v have
+                                   head_dim and head_dim_v columns). L >= 1: q is
+                                   [B, H, S_q, head_dim], projected on load by
+                                   args.w_qlat [H, head_dim, L]; k and v are
+                                   [B, H_kv, S_k, L]; o is [B, H, S_q, head_dim_v],
+                                   the latent output up-projected by args.w_vup
+                                   [H, L, head_dim_v]; scale 0 -> 1/sqrt(L). REF,
+                                   forward and backward (CPU and CUDA:
+                                   TA_ERR_UNSUPPORTED); not with the conv, rope,
+                                   pages or split-K (TA_ERR_UNSUPPORTED). */
 } ta_problem;
 
 /** ta_problem.rope: the pair convention of the rotary load stage. Pair i in
@@ -336,6 +367,12 @@ typedef struct ta_fwd_args {
                                      write); DEVICE memory on CUDA (read by the
                                      kernels, each entry clamped into the pool).
                                      Required with pages, else ignored. */
+    const float *w_qlat;      /**< [H, head_dim, latent_dim] f32: the latent query
+                                   projection, q~_i = W_qlat[h]^T q_i. Required iff
+                                   ta_problem.latent_dim > 0, else ignored. */
+    const float *w_vup;       /**< [H, latent_dim, head_dim_v] f32: the value
+                                   up-projection, o_i = W_vup[h]^T ctx~_i. Required iff
+                                   latent_dim > 0, else ignored. */
 } ta_fwd_args;
 
 /** Backward arguments. o and lse are the forward's outputs for the same inputs. */
@@ -361,6 +398,17 @@ typedef struct ta_bwd_args {
     ta_rope_args rope; /**< as in ta_fwd_args: the forward's tables and positions;
                             dq and dk are the gradients with respect to the
                             stored (unrotated) q and k */
+    float *d_alpha;           /**< [1] f32: d L / d rband_alpha, summed over the batch,
+                                   heads, rows and band keys in a fixed order
+                                   (docs/exactness.md section 13); overwritten.
+                                   Required iff TA_RBAND, else ignored. */
+    /** As in ta_fwd_args (latent_dim > 0 only; else ignored). @{ */
+    const float *w_qlat, *w_vup;
+    /** @} */
+    float *dw_qlat;           /**< [H, head_dim, latent_dim] f32, summed over batch and
+                                   tokens in a fixed order; overwritten. Required iff
+                                   latent_dim > 0 */
+    float *dw_vup;            /**< [H, latent_dim, head_dim_v] f32, as dw_qlat */
 } ta_bwd_args;
 
 /**

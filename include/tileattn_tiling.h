@@ -529,13 +529,16 @@ TA_TILING_FN int32_t ta_tiling_splits_auto(int32_t batch, int32_t heads_q, int32
  *
  * and the backward mirrors it (recompute S, C, P; dC; dS = transform^T(dC)).
  * An operation is a choice of stages, never a new pipeline. Today: the rotary
- * load transform (or none), the MTA conv as the one score transform, and ta_problem.num_splits
+ * load transform (or none), the MTA conv or the reciprocal band (TA_RBAND) as the
+ * score transform, and ta_problem.num_splits
  * key splits (ta_tile_split_visit) merged by the ta_merge arithmetic.
  */
 #define TA_LOAD_NONE 0       /**< q, k rows as stored (widened to f32) */
 #define TA_LOAD_ROPE 1       /**< q, k rows widened, then rotated (ta_problem.rope) */
 #define TA_SCORE_NONE 0      /**< C = S */
 #define TA_SCORE_MTA_CONV 1  /**< C = the MTA key-query conv of S (docs/mta.md) */
+#define TA_SCORE_RBAND 2     /**< C_ij = fmaf(alpha, S_ji, S_ij) on the reciprocal band
+                                  0 <= p_i - j <= W, C = S elsewhere (TA_RBAND) */
 
 /** The stages an operation picks in the one pipeline of each pass (TA_LOAD_*,
  *  TA_SCORE_*); the pipeline is drawn in the comment above this struct. */

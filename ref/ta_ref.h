@@ -8,6 +8,7 @@
  *   ref/ta_ref_conv.c   the MTA conv: forward, transposed (gradient), dconv_w partial
  *   ref/ta_ref_fwd.c    forward pass (SDPA, and MTA when plan->has_conv)
  *   ref/ta_ref_bwd.c    backward passes (dk/dv, then dq and dconv_w)
+ *   ref/ta_ref_rband.c  the reciprocal band's score stage (TA_SCORE_RBAND)
  *   ref/ta_ref_ops.c    the backend's entry-point table
  *
  * Plain SDPA is the special case with no halos: loaded region = effective
@@ -159,6 +160,14 @@ void ta_ref_load_rows(float *dst, const void *src, ta_dtype dt, int64_t slice, i
 void ta_ref_load_q(const ta_plan *plan, const void *q, const void *q_hist, const ta_tiling *t,
                    float *dst, const ta_ref_step *st);
 
+/* The Q tile of step st through the load stage of the fused projections
+ * (latent_dim L > 0): ta_ref_load_q into raw [rows_load, D], then each row
+ * projected by W_qlat[h] (w_qlat [H, D, L], h = st->ctx.head) into dst
+ * [rows_load, L]: q~[l] = sum_d fmaf(q[d], W[d][l], acc) from +0, d
+ * ascending. Without the projections ta_ref_load_q into dst (raw unused). */
+void ta_ref_load_q_lat(const ta_plan *plan, const void *q, const void *q_hist, const float *w_qlat,
+                       const ta_tiling *t, float *dst, float *raw, const ta_ref_step *st);
+
 /* The rotary load stage (src/ta_rope_load.h) on a [count, D] tile whose rows
  * are tokens [first, first + count) of side TA_ROPE_SIDE_Q or _K of step st's
  * batch entry and kv head: each row inside its sequence rotated in place;
@@ -204,5 +213,24 @@ void ta_ref_conv_grad(const ta_ref_tile *ds, const ta_ref_tile *dc, const ta_ref
  *   part[a][b] = sum_{i asc, then j asc} fmaf(dC[i][j], S[i-(c_q-1-a)][j+b-P], .) from +0 */
 void ta_ref_conv_dw_tile(float *part, const ta_ref_tile *dc, const ta_ref_tile *s,
                          const ta_ref_conv *cv, const ta_ref_region *g);
+
+/* ---- ref/ta_ref_rband.c (docs/exactness.md section 13) ---- */
+
+/* 1 if some effective (r, j) of step st lies in the band 0 <= p_r - j <= W. */
+int ta_ref_rband_meets(const ta_plan *plan, const ta_ref_step *st);
+
+/* kt [rows, L] = the k rows at the positions p_r = r + S_k - S_q of the
+ * step's effective rows (kv head st->ctx.head_kv), widened. */
+void ta_ref_rband_load_kt(const ta_plan *plan, const void *k, const ta_ref_step *st, float *kt);
+
+/* The band on the score tile s of step st (effective region; S already
+ * there): qt [cols, L] loaded with the q rows row(j) = j - (S_k - S_q) of the
+ * step's columns (q_hist for rows < 0; projected by w_qlat with the fused
+ * projections, raw [cols, D] their scratch), then for every visible (r, j) with
+ * p_r - j <= W: T = scale * dot(qt_j, kt_r), s[r][j] = fmaf(alpha, T, s[r][j]),
+ * and tt[r][j] = T when tt is not NULL (other entries untouched). */
+void ta_ref_rband_scores(const ta_plan *plan, const void *q, const void *q_hist,
+                         const float *w_qlat, float *raw, const ta_tiling *t, const ta_ref_step *st,
+                         const float *kt, float *qt, const ta_ref_tile *s, const ta_ref_tile *tt);
 
 #endif /* TA_REF_H */

@@ -35,6 +35,14 @@
  * 1): R in (dw_qtile, dw_qtile_lo), read as hi; the head's in (dconv_w, dw_lo).
  * Both passes recompute P, dC and dS with the same function, so they agree bitwise.
  *
+ * Latent attention (docs/exactness.md section 13): the reciprocal band adds
+ * its transposed term to dk (pass 1, after each head's Q tiles: the blocks
+ * whose rows are the K tile's positions) and to dq (pass 2, after the K
+ * tiles: the blocks whose columns are the Q tile's positions), and pass 2
+ * sums d_alpha; the fused projections turn each loaded dO row into dctx~
+ * (W_vup), dq~ back into dq (W_qlat) at the store, and pass 2 sums dW_qlat
+ * and dW_vup (ctx~ recomputed) per 64-row chunk.
+ *
  * Regions of one (Q tile, K tile) pair (absolute rows x columns); P_q = c_q-1,
  * P = (c_k-1)/2 (all 0 without a conv, where the three regions coincide):
  *   loaded   [eff_row_begin - P_q, eff_row_end + P_q) x [eff_col_begin - 2P, eff_col_end + 2P)
@@ -97,19 +105,66 @@ typedef struct ta_ref_bwd_ws {
     float *dw_qtile; /* [c_q, c_k]  conv: R(b, qt), the Q tile's sum of its pairs' partials (hi) */
     float *dw_qtile_lo; /* [c_q, c_k]     conv: its lo word (src/ta_sum2.h) */
     float *dw_lo;       /* [H, c_q, c_k]  conv: the lo words of dconv_w's pairs (hi: dconv_w) */
+    /* the reciprocal band (TA_SCORE_RBAND; every tile buffer above then has
+     * B_m = max(B_q, B_k) rows and columns: a transposed block's rows are a K
+     * tile's positions, its columns a Q tile's) */
+    float *kt;       /* [B_m, D]    k rows at the step's row positions */
+    float *qt;       /* [B_m, D]    q rows at the step's column positions */
+    float *tt;       /* [B_m, B_m]  T of the band's entries (ld B_m) */
+    float *da_hi, *da_lo, *da_part; /* [B_m] pass 2: each row's d_alpha pair and chunk partial */
+    float *da_g;     /* [2]         the call's d_alpha pair (hi, lo) */
+    int32_t ld_s, ld_ds; /* row strides of s and ds: B_k and B_c, or B_m with the band */
+    /* the fused projections (latent_dim L > 0; D above is then L, D_v is L; D_q =
+     * head_dim, D_o = head_dim_v the widths of q and o in memory; B_x = max(B_q, B_k)) */
+    float *qraw;     /* [B_x, D_q]  raw q rows (the load stage's scratch) */
+    float *doraw;    /* [B_x, D_o]  raw dO rows (D_i and dW_vup read them) */
+    float *ctx_hi, *ctx_lo, *ctx_part; /* [B_r, L] pass 2: ctx~ = sum_j P v, chunked */
+    float *dwq_part; /* [D_q, L]    the current row chunk's dW_qlat partial */
+    float *dwv_part; /* [L, D_o]    the current row chunk's dW_vup partial */
+    float *dwq_lo;   /* [H, D_q, L] lo words of dW_qlat's pairs (hi: args.dw_qlat) */
+    float *dwv_lo;   /* [H, L, D_o] lo words of dW_vup's pairs (hi: args.dw_vup) */
 } ta_ref_bwd_ws;
 
 /* The one layout routine: sizes (base NULL) and carves (base set) the workspace. */
 static ta_status ta_ref_bwd_layout(const ta_plan *plan, void *base, ta_ref_bwd_ws *ws,
                                    size_t *bytes) {
     const ta_tiling *t = &plan->bwd;
-    const size_t bq = (size_t)t->block_q, bk = (size_t)t->block_k;
-    const size_t br = (size_t)t->rows_eff, bc = (size_t)t->cols_eff;
+    const int band = plan->stages.score == TA_SCORE_RBAND; /* no conv: no halos */
+    const size_t bm = (size_t)ta_tiling_max_i32(t->block_q, t->block_k);
+    const size_t bq = band ? bm : (size_t)t->block_q, bk = band ? bm : (size_t)t->block_k;
+    const size_t br = band ? bm : (size_t)t->rows_eff, bc = band ? bm : (size_t)t->cols_eff;
     const size_t gr = bq - (size_t)t->halo_q_bottom, gc = bk - (size_t)t->halo_k;
-    const size_t d = (size_t)plan->p.head_dim, dv = (size_t)plan->p.head_dim_v;
+    const size_t d = (size_t)plan->dim_k, dv = (size_t)plan->dim_v;
     const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
     ta_ws_cursor c;
     ta_ws_begin(&c, base);
+    ws->ld_s = (int32_t)bk;
+    ws->ld_ds = (int32_t)bc;
+    ws->kt = ws->qt = ws->tt = ws->da_hi = ws->da_lo = ws->da_part = ws->da_g = NULL;
+    ws->qraw = ws->doraw = ws->ctx_hi = ws->ctx_lo = ws->ctx_part = NULL;
+    ws->dwq_part = ws->dwv_part = ws->dwq_lo = ws->dwv_lo = NULL;
+    if (plan->p.latent_dim > 0) {
+        const size_t bx = bq > bk ? bq : bk, dq_w = (size_t)plan->p.head_dim;
+        const size_t do_w = (size_t)plan->p.head_dim_v;
+        ws->qraw = TA_WS_TAKE(&c, float, (bx * dq_w));
+        ws->doraw = TA_WS_TAKE(&c, float, (bx * do_w));
+        ws->ctx_hi = TA_WS_TAKE(&c, float, (br * dv));
+        ws->ctx_lo = TA_WS_TAKE(&c, float, (br * dv));
+        ws->ctx_part = TA_WS_TAKE(&c, float, (br * dv));
+        ws->dwq_part = TA_WS_TAKE(&c, float, (dq_w * d));
+        ws->dwv_part = TA_WS_TAKE(&c, float, (dv * do_w));
+        ws->dwq_lo = TA_WS_TAKE(&c, float, plan->n_wq);
+        ws->dwv_lo = TA_WS_TAKE(&c, float, plan->n_wv);
+    }
+    if (band) {
+        ws->kt = TA_WS_TAKE(&c, float, (bm * d));
+        ws->qt = TA_WS_TAKE(&c, float, (bm * d));
+        ws->tt = TA_WS_TAKE(&c, float, (bm * bm));
+        ws->da_hi = TA_WS_TAKE(&c, float, bm);
+        ws->da_lo = TA_WS_TAKE(&c, float, bm);
+        ws->da_part = TA_WS_TAKE(&c, float, bm);
+        ws->da_g = TA_WS_TAKE(&c, float, 2);
+    }
     ws->q = TA_WS_TAKE(&c, float, (bq * d));
     ws->d_o = TA_WS_TAKE(&c, float, (bq * dv));
     ws->k = TA_WS_TAKE(&c, float, (bk * d));
@@ -147,6 +202,7 @@ ta_status ta_ref_bwd_workspace_size(const ta_plan *plan, size_t *bytes) {
  * (row, column), and its gradient and effective regions (see the top). */
 typedef struct ta_ref_bwd_pair {
     ta_ref_tile s, p, dc, ds;
+    ta_ref_tile tt; /* the band's T (ld B_m), addressed as s */
     ta_ref_region grad, eff;
 } ta_ref_bwd_pair;
 
@@ -159,9 +215,11 @@ static void ta_ref_bwd_pair_make(const ta_plan *plan, const ta_ref_bwd_ws *ws,
     pr->grad.col_begin = pr->eff.col_begin - pk;
     pr->grad.col_end = pr->eff.col_end + pk;
     pr->s.data = ws->s, pr->s.row0 = st->row_load_begin, pr->s.col0 = st->col_load_begin;
-    pr->s.ld = plan->bwd.block_k;
+    pr->s.ld = ws->ld_s;
     pr->ds.data = ws->ds, pr->ds.row0 = pr->eff.row_begin, pr->ds.col0 = pr->eff.col_begin;
-    pr->ds.ld = plan->bwd.cols_eff;
+    pr->ds.ld = ws->ld_ds;
+    pr->tt = pr->s;
+    pr->tt.data = ws->tt; /* NULL without the band */
     if (plan->has_conv) {
         pr->p.data = ws->p, pr->p.row0 = pr->grad.row_begin, pr->p.col0 = pr->grad.col_begin;
         pr->p.ld = plan->bwd.cols_eff + 2 * pk;
@@ -181,6 +239,25 @@ static int ta_ref_bwd_live(const ta_plan *plan, const ta_ref_bwd_ws *ws, const t
     return ws->lse[r - st->row_load_begin] != -INFINITY && ta_ref_visible(&plan->bwd, st, r, j);
 }
 
+/* The fused projections' load stage of dO: the latent output's gradient
+ *   dctx~_l = sum_e fmaf(dO_e, W_vup[h][l][e], acc) from +0, e ascending
+ * of every loaded row (raw rows in ws->doraw) into ws->d_o [rows_load, L]. */
+static void ta_ref_bwd_dctx(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
+                            const ta_ref_step *st) {
+    const int32_t lat = plan->p.latent_dim, dv = plan->p.head_dim_v;
+    const float *w = a->w_vup + (size_t)st->ctx.head * (size_t)lat * (size_t)dv; /* [L, D_v] */
+    int32_t i, l, e;
+    for (i = 0; i < st->rows_load; ++i) {
+        const float *x = ws->doraw + (size_t)i * (size_t)dv; /* [D_v] */
+        for (l = 0; l < lat; ++l) {
+            float acc = 0.0f;
+            for (e = 0; e < dv; ++e)
+                acc = TA_FMAF(x[e], w[(size_t)l * (size_t)dv + (size_t)e], acc);
+            ws->d_o[(size_t)i * (size_t)lat + (size_t)l] = acc;
+        }
+    }
+}
+
 /* Q-side tiles of step st, loaded rows [row_load_begin, + rows_load): q [., D],
  * d_o [., D_v] widened, lse, and D_i = sum_d fmaf(dO_id, o_id, acc) from +0,
  * d ascending, o read from the stored (rounded) forward output and widened.
@@ -189,15 +266,17 @@ static void ta_ref_bwd_load_q(const ta_plan *plan, const ta_bwd_args *a, const t
                               const ta_ref_step *st) {
     const ta_problem *p = &plan->p;
     const ta_layout *lay = &plan->layout;
-    const int32_t d_qk = p->head_dim, dv = p->head_dim_v;
+    const int32_t dv = p->head_dim_v; /* dO's and o's width in memory */
+    float *d_o = ws->doraw ? ws->doraw : ws->d_o; /* projections: raw rows, then dctx~ */
     int32_t i, d;
-    ta_ref_load_rows(ws->q, a->q, p->dtype, st->ctx.q, lay->q.seq, p->seq_q, st->row_load_begin,
-                     st->rows_load, d_qk);
+    ta_ref_load_q_lat(plan, a->q, NULL, a->w_qlat, &plan->bwd, ws->q, ws->qraw, st);
     ta_ref_rope_rows(plan, ws->q, TA_ROPE_SIDE_Q, st, st->row_load_begin, st->rows_load);
-    ta_ref_load_rows(ws->d_o, a->d_o, p->dtype, st->ctx.d_o, lay->d_o.seq, p->seq_q,
+    if (ws->kt) ta_ref_rband_load_kt(plan, a->k, st, ws->kt); /* band: k at the rows' positions */
+    ta_ref_load_rows(d_o, a->d_o, p->dtype, st->ctx.d_o, lay->d_o.seq, p->seq_q,
                      st->row_load_begin, st->rows_load, dv);
+    if (ws->doraw) ta_ref_bwd_dctx(plan, a, ws, st);
     for (i = 0; i < st->rows_load; ++i) {
-        const float *do_row = ws->d_o + (size_t)i * (size_t)dv; /* [D_v] */
+        const float *do_row = d_o + (size_t)i * (size_t)dv; /* [D_v] */
         const int32_t r = st->row_load_begin + i;               /* absolute row */
         size_t o_first;
         float acc = 0.0f;
@@ -221,7 +300,7 @@ static void ta_ref_bwd_load_q(const ta_plan *plan, const ta_bwd_args *a, const t
  * and dC = 0 elsewhere (masked, dead row, or outside the sequence). */
 static void ta_ref_bwd_probs(const ta_plan *plan, const ta_ref_bwd_ws *ws, const ta_ref_step *st,
                              const ta_ref_bwd_pair *pr) {
-    const int32_t dv = plan->p.head_dim_v;
+    const int32_t dv = plan->dim_v;
     int32_t r, j;
     for (r = pr->grad.row_begin; r < pr->grad.row_end; ++r) {
         const int32_t rl = r - st->row_load_begin;               /* loaded row */
@@ -241,19 +320,33 @@ static void ta_ref_bwd_probs(const ta_plan *plan, const ta_ref_bwd_ws *ws, const
 
 /*
  * The recomputation shared by both passes (docs/mta.md, backward steps 2-3):
- *   1. S on the loaded region         (ta_ref_scores, as in the forward)
+ *   1. S on the loaded region         (ta_ref_scores, as in the forward; with the
+ *                                      band its stage too, T kept in pr->tt)
  *   2. C on the gradient region       (conv only; ta_ref_conv_scores, as in the forward)
  *   3. P, dC on the gradient region   (ta_ref_bwd_probs)
  *   4. dS on the effective region     (conv only: the transposed conv; else dS is dC)
  */
-static void ta_ref_bwd_recompute(const ta_plan *plan, const ta_ref_bwd_ws *ws,
-                                 const ta_ref_conv *cv, const ta_ref_step *st,
-                                 const ta_ref_bwd_pair *pr) {
+static void ta_ref_bwd_recompute(const ta_plan *plan, const ta_bwd_args *a,
+                                 const ta_ref_bwd_ws *ws, const ta_ref_conv *cv,
+                                 const ta_ref_step *st, const ta_ref_bwd_pair *pr) {
     const ta_tiling *t = &plan->bwd;
-    ta_ref_scores(&pr->s, ws->q, ws->k, plan->p.head_dim, plan->p.scale, t, st);
+    ta_ref_scores(&pr->s, ws->q, ws->k, plan->dim_k, plan->p.scale, t, st);
+    if (ws->kt && ta_ref_rband_meets(plan, st))
+        ta_ref_rband_scores(plan, a->q, NULL, a->w_qlat, ws->qraw, t, st, ws->kt, ws->qt, &pr->s,
+                            &pr->tt);
     if (plan->has_conv) ta_ref_conv_scores(&pr->p, &pr->s, cv, t, st, &pr->grad);
     ta_ref_bwd_probs(plan, ws, st, pr);
     if (plan->has_conv) ta_ref_conv_grad(&pr->ds, &pr->dc, cv, t, st, &pr->eff);
+}
+
+/* n chunk partials into their pairs, (hi, lo) += part (ta_sum2_add, alpha =
+ * 1, element by element), and the partials back to +0. */
+static void ta_ref_bwd_flush(float *hi, float *lo, float *part, size_t n) {
+    size_t i;
+    for (i = 0; i < n; ++i) {
+        ta_sum2_add(hi + i, lo + i, 1.0f, part[i]);
+        part[i] = 0.0f;
+    }
 }
 
 /* Pass 1: key j's (column jl of the K tile) partials of the current row
@@ -261,17 +354,10 @@ static void ta_ref_bwd_recompute(const ta_plan *plan, const ta_ref_bwd_ws *ws,
  * dv_part (ta_sum2_add, alpha = 1), and the partials back to +0. A partial
  * of +0 leaves hi unchanged, so flushing a chunk with no live entry is free. */
 static void ta_ref_bwd_flush_dkdv(const ta_plan *plan, const ta_ref_bwd_ws *ws, int32_t jl) {
-    const int32_t d_qk = plan->p.head_dim, dv = plan->p.head_dim_v;
+    const int32_t d_qk = plan->dim_k, dv = plan->dim_v;
     const size_t k_off = (size_t)jl * (size_t)d_qk, v_off = (size_t)jl * (size_t)dv;
-    size_t d;
-    for (d = 0; d < (size_t)d_qk; ++d) {
-        ta_sum2_add(ws->dk_acc + k_off + d, ws->dk_lo + k_off + d, 1.0f, ws->dk_part[k_off + d]);
-        ws->dk_part[k_off + d] = 0.0f;
-    }
-    for (d = 0; d < (size_t)dv; ++d) {
-        ta_sum2_add(ws->dv_acc + v_off + d, ws->dv_lo + v_off + d, 1.0f, ws->dv_part[v_off + d]);
-        ws->dv_part[v_off + d] = 0.0f;
-    }
+    ta_ref_bwd_flush(ws->dk_acc + k_off, ws->dk_lo + k_off, ws->dk_part + k_off, (size_t)d_qk);
+    ta_ref_bwd_flush(ws->dv_acc + v_off, ws->dv_lo + v_off, ws->dv_part + v_off, (size_t)dv);
 }
 
 /* Pass 1 accumulation for one (h, Q tile): for each effective key j of the
@@ -281,7 +367,7 @@ static void ta_ref_bwd_flush_dkdv(const ta_plan *plan, const ta_ref_bwd_ws *ws, 
  * first flushes the previous chunk's partials into the pairs. */
 static void ta_ref_bwd_accum_dkdv(const ta_plan *plan, const ta_ref_bwd_ws *ws,
                                   const ta_ref_step *st, const ta_ref_bwd_pair *pr) {
-    const int32_t d_qk = plan->p.head_dim, dv = plan->p.head_dim_v;
+    const int32_t d_qk = plan->dim_k, dv = plan->dim_v;
     int32_t r, j, d;
     for (j = pr->eff.col_begin; j < pr->eff.col_end; ++j) {
         float *dk_part = ws->dk_part + ta_ref_off(st->col_begin, j, d_qk); /* [D] */
@@ -308,7 +394,7 @@ static void ta_ref_bwd_store_dkdv(const ta_plan *plan, const ta_bwd_args *a,
                                   const ta_ref_bwd_ws *ws, const ta_ref_step *st) {
     const ta_problem *p = &plan->p;
     const ta_layout *lay = &plan->layout;
-    const int32_t d_qk = p->head_dim, dv = p->head_dim_v;
+    const int32_t d_qk = plan->dim_k, dv = plan->dim_v;
     int32_t j, d;
     for (j = st->col_begin; j < st->col_begin + st->cols; ++j) {
         float *dk_row = ws->dk_acc + ta_ref_off(st->col_begin, j, d_qk); /* [D] */
@@ -323,13 +409,64 @@ static void ta_ref_bwd_store_dkdv(const ta_plan *plan, const ta_bwd_args *a,
     }
 }
 
+/* 1 if (r, j) is a live entry of the band (S_q = S_k in the backward: p_r = r). */
+static int ta_ref_bwd_in_band(const ta_plan *plan, const ta_ref_bwd_ws *ws, const ta_ref_step *st,
+                              int32_t r, int32_t j) {
+    return r - j <= plan->p.rband_width && ta_ref_bwd_live(plan, ws, st, r, j);
+}
+
+/*
+ * Pass 1, the band's term of dk for query head h (after the head's Q tiles):
+ * key n of K tile st is the key at the position of query row n, so
+ *   dk_n += sum_(j in [n - W, n] ascending) (alpha * dl_nj) q~_j
+ * over the transposed blocks whose rows are the K tile's positions [c0, c1)
+ * and whose columns are the K tiles from the one holding max(0, c0 - W) to
+ * st's own, ascending; a key j that starts a key chunk (j % TA_SUM2_CHUNK = 0)
+ * first flushes n's partial. The caller flushes after. ws->k, ws->v are
+ * reloaded with st's K tile at the end (the next head's blocks read them).
+ */
+static void ta_ref_bwd_rband_dk(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
+                                const ta_ref_step *st, int32_t h, const ta_ref_conv *cv) {
+    const ta_tiling *t = &plan->bwd;
+    const int32_t d_qk = plan->dim_k, c0 = st->col_begin, c1 = st->col_begin + st->cols;
+    const int32_t first = ta_tiling_max_i32(0, c0 - plan->p.rband_width);
+    ta_ref_step bs = *st; /* rows: the K tile's positions; columns: the band's K tiles */
+    ta_ref_bwd_pair pr;
+    int32_t kt, n, j, d;
+    ta_plan_context(plan, t, a->seqlens_k, st->ctx.batch, h, 0, &bs.ctx);
+    bs.row_begin = bs.row_load_begin = c0;
+    bs.rows = bs.rows_load = st->cols;
+    bs.q_tile = -1;
+    ta_ref_bwd_load_q(plan, a, ws, &bs);
+    for (kt = first / t->block_k; kt <= st->k_tile; ++kt) {
+        ta_ref_step_cols(t, &bs, kt);
+        ta_ref_load_kv(plan, a->k, a->v, ws->k, ws->v, &bs);
+        ta_ref_bwd_pair_make(plan, ws, &bs, &pr);
+        ta_ref_bwd_recompute(plan, a, ws, cv, &bs, &pr);
+        if (!ta_ref_rband_meets(plan, &bs)) continue; /* qt not loaded: no band entry */
+        for (n = c0; n < c1; ++n) {
+            float *dk_part = ws->dk_part + ta_ref_off(c0, n, d_qk); /* [D] */
+            for (j = bs.col_begin; j < bs.col_begin + bs.cols; ++j) {
+                const float *q_row = ws->qt + ta_ref_off(bs.col_begin, j, d_qk); /* [D] q~_j */
+                float a_dl;
+                if (j % TA_SUM2_CHUNK == 0) ta_ref_bwd_flush_dkdv(plan, ws, n - c0);
+                if (!ta_ref_bwd_in_band(plan, ws, &bs, n, j)) continue;
+                a_dl = plan->p.rband_alpha * *ta_ref_at(&pr.ds, n, j);
+                for (d = 0; d < d_qk; ++d)
+                    dk_part[d] = TA_FMAF(a_dl, q_row[d], dk_part[d]);
+            }
+        }
+    }
+    ta_ref_load_kv(plan, a->k, a->v, ws->k, ws->v, st);
+}
+
 /* Pass 1 for one (b, kv head, K tile): the kv group's query heads ascending,
  * then the Q tiles that see this K tile, ascending. */
 static void ta_ref_bwd_k_tile(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
                               ta_ref_step *st) {
     const ta_tiling *t = &plan->bwd;
-    const size_t n_dk = (size_t)st->cols * (size_t)plan->p.head_dim;
-    const size_t n_dv = (size_t)st->cols * (size_t)plan->p.head_dim_v;
+    const size_t n_dk = (size_t)st->cols * (size_t)plan->dim_k;
+    const size_t n_dv = (size_t)st->cols * (size_t)plan->dim_v;
     ta_ref_bwd_pair pr;
     int32_t g, qt, j, q_begin, q_end;
     size_t n;
@@ -352,10 +489,15 @@ static void ta_ref_bwd_k_tile(const ta_plan *plan, const ta_bwd_args *a, const t
             ta_trace_add(a->trace, TA_PASS_BWD_DKDV, st->ctx.batch, h, qt, st->k_tile);
             ta_ref_bwd_load_q(plan, a, ws, st);
             ta_ref_bwd_pair_make(plan, ws, st, &pr);
-            ta_ref_bwd_recompute(plan, ws, &cv, st, &pr);
+            ta_ref_bwd_recompute(plan, a, ws, &cv, st, &pr);
             ta_ref_bwd_accum_dkdv(plan, ws, st, &pr);
         }
         /* the head's last row chunk (a chunk never spans two heads) */
+        for (j = 0; j < st->cols; ++j)
+            ta_ref_bwd_flush_dkdv(plan, ws, j);
+        if (!ws->kt) continue;
+        /* band: the head's transposed term, then its last key chunk */
+        ta_ref_bwd_rband_dk(plan, a, ws, st, h, &cv);
         for (j = 0; j < st->cols; ++j)
             ta_ref_bwd_flush_dkdv(plan, ws, j);
     }
@@ -367,33 +509,182 @@ static void ta_ref_bwd_k_tile(const ta_plan *plan, const ta_bwd_args *a, const t
  * into its pair, (dq_acc, dq_lo) += dq_part (ta_sum2_add, alpha = 1), and
  * the partial back to +0. */
 static void ta_ref_bwd_flush_dq(const ta_plan *plan, const ta_ref_bwd_ws *ws, int32_t rl) {
-    const size_t d_qk = (size_t)plan->p.head_dim, off = (size_t)rl * d_qk;
-    size_t d;
-    for (d = 0; d < d_qk; ++d) {
-        ta_sum2_add(ws->dq_acc + off + d, ws->dq_lo + off + d, 1.0f, ws->dq_part[off + d]);
-        ws->dq_part[off + d] = 0.0f;
+    const size_t d_qk = (size_t)plan->dim_k, off = (size_t)rl * d_qk;
+    ta_ref_bwd_flush(ws->dq_acc + off, ws->dq_lo + off, ws->dq_part + off, d_qk);
+}
+
+/* Pass 2's sums over keys for one tile pair: for each effective row r (row
+ * rl of the Q tile), keys j ascending, live entries only:
+ *   part_r = fmaf(x_rj, y_j, part_r)     (y_j: row j of the K-side tile y, width w)
+ * a key j that starts a key chunk (j % TA_SUM2_CHUNK = 0) first flushes r's
+ * partial into its pair (hi, lo). dq: x = dS, y = K; ctx~: x = P, y = V. */
+static void ta_ref_bwd_accum_keys(const ta_plan *plan, const ta_ref_bwd_ws *ws,
+                                  const ta_ref_step *st, const ta_ref_bwd_pair *pr,
+                                  const ta_ref_tile *x, const float *y, int32_t w, float *hi,
+                                  float *lo, float *part) {
+    int32_t r, j, d;
+    for (r = pr->eff.row_begin; r < pr->eff.row_end; ++r) {
+        const size_t off = ta_ref_off(st->row_begin, r, w);
+        float *part_r = part + off; /* [w] */
+        for (j = pr->eff.col_begin; j < pr->eff.col_end; ++j) {
+            const float *y_row = y + ta_ref_off(st->col_load_begin, j, w); /* [w] */
+            float x_rj;
+            if (j % TA_SUM2_CHUNK == 0) ta_ref_bwd_flush(hi + off, lo + off, part_r, (size_t)w);
+            if (!ta_ref_bwd_live(plan, ws, st, r, j)) continue;
+            x_rj = *ta_ref_at(x, r, j);
+            for (d = 0; d < w; ++d)
+                part_r[d] = TA_FMAF(x_rj, y_row[d], part_r[d]);
+        }
     }
 }
 
-/* Pass 2 accumulation for one tile pair: for each effective row r, keys j
- * ascending, live entries only: dq_part_r = fmaf(dS_rj, k_j, dq_part_r); a
- * key j that starts a key chunk (j % TA_SUM2_CHUNK = 0) first flushes the
- * previous chunk's partial into the pair. */
+/* Pass 2 accumulation of dq for one tile pair: dq_part_r = fmaf(dS_rj, k_j, .). */
 static void ta_ref_bwd_accum_dq(const ta_plan *plan, const ta_ref_bwd_ws *ws, const ta_ref_step *st,
                                 const ta_ref_bwd_pair *pr) {
-    const int32_t d_qk = plan->p.head_dim;
-    int32_t r, j, d;
+    ta_ref_bwd_accum_keys(plan, ws, st, pr, &pr->ds, ws->k, plan->dim_k, ws->dq_acc, ws->dq_lo,
+                          ws->dq_part);
+}
+
+/* Pass 2, the band: row r's (row rl of the Q tile) d_alpha partial of the
+ * current key chunk into its pair, and the partial back to +0. */
+static void ta_ref_bwd_flush_da(const ta_ref_bwd_ws *ws, int32_t rl) {
+    ta_ref_bwd_flush(ws->da_hi + rl, ws->da_lo + rl, ws->da_part + rl, 1);
+}
+
+/* Pass 2, the band's d_alpha terms of one tile pair: for each effective row r,
+ * keys j ascending, the live band entries: da_part_r = fmaf(dl_rj, T_rj,
+ * da_part_r); a key j that starts a key chunk first flushes r's partial. */
+static void ta_ref_bwd_accum_da(const ta_plan *plan, const ta_ref_bwd_ws *ws,
+                                const ta_ref_step *st, const ta_ref_bwd_pair *pr) {
+    int32_t r, j;
+    if (!ta_ref_rband_meets(plan, st)) return; /* no band entry (T not computed) */
     for (r = pr->eff.row_begin; r < pr->eff.row_end; ++r) {
-        float *part = ws->dq_part + ta_ref_off(st->row_begin, r, d_qk); /* [D] */
+        const int32_t rl = r - st->row_begin;
         for (j = pr->eff.col_begin; j < pr->eff.col_end; ++j) {
-            const float *k_row = ws->k + ta_ref_off(st->col_load_begin, j, d_qk); /* [D] */
-            float ds_rj;
-            if (j % TA_SUM2_CHUNK == 0) ta_ref_bwd_flush_dq(plan, ws, r - st->row_begin);
-            if (!ta_ref_bwd_live(plan, ws, st, r, j)) continue;
-            ds_rj = *ta_ref_at(&pr->ds, r, j);
-            for (d = 0; d < d_qk; ++d)
-                part[d] = TA_FMAF(ds_rj, k_row[d], part[d]);
+            if (j % TA_SUM2_CHUNK == 0) ta_ref_bwd_flush_da(ws, rl);
+            if (!ta_ref_bwd_in_band(plan, ws, st, r, j)) continue;
+            ws->da_part[rl] = TA_FMAF(*ta_ref_at(&pr->ds, r, j), *ta_ref_at(&pr->tt, r, j),
+                                      ws->da_part[rl]);
         }
+    }
+}
+
+/*
+ * Pass 2, the band's term of dq (after the K tiles): row m of Q tile st is
+ * the query at the position of key m, so
+ *   dq_m += sum_(i in [m, m + W] ascending) (alpha * dl_im) k_i
+ * over the transposed blocks whose columns are the Q tile's positions [r0, r1)
+ * and whose rows are the Q tiles from st's own to the one holding
+ * min(r1 - 1 + W, S_q - 1), ascending; a row i that starts a row chunk
+ * (i % TA_SUM2_CHUNK = 0) first flushes m's partial. The caller flushes after.
+ */
+static void ta_ref_bwd_rband_dq(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
+                                const ta_ref_step *st, const ta_ref_conv *cv) {
+    const ta_tiling *t = &plan->bwd;
+    const int32_t d_qk = plan->dim_k, r0 = st->row_begin, r1 = st->row_begin + st->rows;
+    const int64_t last = ta_tiling_min_i32(plan->p.seq_q - 1, r1 - 1) + (int64_t)plan->p.rband_width;
+    ta_ref_step bs = *st; /* columns: the Q tile's positions; rows: the band's Q tiles */
+    ta_ref_bwd_pair pr;
+    int32_t qt, m, i, d;
+    bs.col_begin = bs.col_load_begin = r0;
+    bs.cols = bs.cols_load = st->rows;
+    bs.k_tile = -1;
+    for (qt = st->q_tile; qt < t->num_q_tiles && ta_tile_row_eff_begin(t, qt) <= last; ++qt) {
+        ta_ref_step_rows(t, &bs, qt);
+        ta_ref_bwd_load_q(plan, a, ws, &bs); /* q, dO, lse, D and kt of the rows */
+        ta_ref_load_kv(plan, a->k, a->v, ws->k, ws->v, &bs);
+        ta_ref_bwd_pair_make(plan, ws, &bs, &pr);
+        ta_ref_bwd_recompute(plan, a, ws, cv, &bs, &pr);
+        for (m = r0; m < r1; ++m) {
+            float *part = ws->dq_part + ta_ref_off(r0, m, d_qk); /* [D] */
+            for (i = bs.row_begin; i < bs.row_begin + bs.rows; ++i) {
+                const float *k_row = ws->kt + ta_ref_off(bs.row_begin, i, d_qk); /* [D] k_i */
+                float a_dl;
+                if (i % TA_SUM2_CHUNK == 0) ta_ref_bwd_flush_dq(plan, ws, m - r0);
+                if (i < m || !ta_ref_bwd_in_band(plan, ws, &bs, i, m)) continue;
+                a_dl = plan->p.rband_alpha * *ta_ref_at(&pr.ds, i, m);
+                for (d = 0; d < d_qk; ++d)
+                    part[d] = TA_FMAF(a_dl, k_row[d], part[d]);
+            }
+        }
+    }
+}
+
+/* Pass 2, the projections: row rl's ctx~ partial of the current key chunk
+ * into its pair, and the partial back to +0. */
+static void ta_ref_bwd_flush_ctx(const ta_plan *plan, const ta_ref_bwd_ws *ws, int32_t rl) {
+    const size_t lat = (size_t)plan->dim_v, off = (size_t)rl * lat;
+    ta_ref_bwd_flush(ws->ctx_hi + off, ws->ctx_lo + off, ws->ctx_part + off, lat);
+}
+
+/* Pass 2, the projections: the latent output ctx~_r = sum_j P_rj v_j
+ * recomputed for dW_vup, as dq's sum (keys ascending, live entries, 64-key
+ * chunks into the row's pairs). */
+static void ta_ref_bwd_accum_ctx(const ta_plan *plan, const ta_ref_bwd_ws *ws,
+                                 const ta_ref_step *st, const ta_ref_bwd_pair *pr) {
+    ta_ref_bwd_accum_keys(plan, ws, st, pr, &pr->p, ws->v, plan->dim_v, ws->ctx_hi, ws->ctx_lo,
+                          ws->ctx_part);
+}
+
+/* Pass 2, the projections: the current row chunk's weight-gradient partials
+ * into head h's pairs (hi in args.dw_qlat / dw_vup, lo in the workspace), and
+ * the partials back to +0. */
+static void ta_ref_bwd_flush_dw(const ta_plan *plan, const ta_bwd_args *a,
+                                const ta_ref_bwd_ws *ws, int32_t h) {
+    const size_t n_q = plan->n_wq / (size_t)plan->p.heads_q;
+    const size_t n_v = plan->n_wv / (size_t)plan->p.heads_q;
+    const size_t oq = (size_t)h * n_q, ov = (size_t)h * n_v;
+    ta_ref_bwd_flush(a->dw_qlat + oq, ws->dwq_lo + oq, ws->dwq_part, n_q);
+    ta_ref_bwd_flush(a->dw_vup + ov, ws->dwv_lo + ov, ws->dwv_part, n_v);
+}
+
+/*
+ * Pass 2's end of one Q tile with the projections: the rows' dq~ (scale *
+ * the dq pair's hi word, f32, left in ws->dq_acc) is projected back,
+ *   dq_d = sum_l fmaf(W_qlat[h][d][l], dq~_l, acc) from +0, l ascending,
+ * and stored once; then the raw q and dO rows are loaded again and each row r
+ * ascending adds (a row starting a row chunk first flushes the partials)
+ *   dwq_part[d][l] = fmaf(q_rd, dq~_rl, .)     dwv_part[l][e] = fmaf(ctx~_rl, dO_re, .)
+ * with ctx~_r the hi words of the row's ctx pairs.
+ */
+static void ta_ref_bwd_store_dq_lat(const ta_plan *plan, const ta_bwd_args *a,
+                                    const ta_ref_bwd_ws *ws, const ta_ref_step *st) {
+    const ta_problem *p = &plan->p;
+    const int32_t lat = p->latent_dim, dq_w = p->head_dim, do_w = p->head_dim_v;
+    const float *w = a->w_qlat + (size_t)st->ctx.head * (size_t)dq_w * (size_t)lat; /* [D, L] */
+    int32_t r, d, l, e;
+    for (r = st->row_begin; r < st->row_begin + st->rows; ++r) {
+        float *g = ws->dq_acc + ta_ref_off(st->row_begin, r, lat); /* [L]: dq~ */
+        const size_t first = ta_ref_row(st->ctx.dq, plan->layout.dq.seq, r);
+        for (l = 0; l < lat; ++l)
+            g[l] = p->scale * g[l];
+        for (d = 0; d < dq_w; ++d) {
+            float acc = 0.0f;
+            for (l = 0; l < lat; ++l)
+                acc = TA_FMAF(w[(size_t)d * (size_t)lat + (size_t)l], g[l], acc);
+            ta_store(a->dq, p->dtype, first + (size_t)d, acc);
+        }
+    }
+    ta_ref_load_rows(ws->qraw, a->q, p->dtype, st->ctx.q, plan->layout.q.seq, p->seq_q,
+                     st->row_begin, st->rows, dq_w);
+    ta_ref_load_rows(ws->doraw, a->d_o, p->dtype, st->ctx.d_o, plan->layout.d_o.seq, p->seq_q,
+                     st->row_begin, st->rows, do_w);
+    for (r = st->row_begin; r < st->row_begin + st->rows; ++r) {
+        const float *g = ws->dq_acc + ta_ref_off(st->row_begin, r, lat);   /* [L] */
+        const float *x = ws->qraw + ta_ref_off(st->row_begin, r, dq_w);    /* [D] */
+        const float *ctx = ws->ctx_hi + ta_ref_off(st->row_begin, r, lat); /* [L] */
+        const float *dout = ws->doraw + ta_ref_off(st->row_begin, r, do_w); /* [D_v] */
+        if (r % TA_SUM2_CHUNK == 0) ta_ref_bwd_flush_dw(plan, a, ws, st->ctx.head);
+        for (d = 0; d < dq_w; ++d)
+            for (l = 0; l < lat; ++l) {
+                float *t = ws->dwq_part + (size_t)d * (size_t)lat + (size_t)l;
+                *t = TA_FMAF(x[d], g[l], *t);
+            }
+        for (l = 0; l < lat; ++l)
+            for (e = 0; e < do_w; ++e) {
+                float *t = ws->dwv_part + (size_t)l * (size_t)do_w + (size_t)e;
+                *t = TA_FMAF(ctx[l], dout[e], *t);
+            }
     }
 }
 
@@ -404,7 +695,7 @@ static void ta_ref_bwd_accum_dq(const ta_plan *plan, const ta_ref_bwd_ws *ws, co
 static void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a,
                                  const ta_ref_bwd_ws *ws, ta_ref_step *st) {
     const ta_problem *p = &plan->p;
-    const int32_t d_qk = p->head_dim;
+    const int32_t d_qk = plan->dim_k;
     const size_t n_dq = (size_t)st->rows * (size_t)d_qk;
     const size_t n_w = (size_t)p->conv_q * (size_t)p->conv_k;
     const ta_ref_conv cv = ta_ref_conv_of(plan, a->conv_w, st->ctx.head);
@@ -417,24 +708,48 @@ static void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a,
         ws->dq_acc[n] = ws->dq_lo[n] = ws->dq_part[n] = 0.0f;
     for (n = 0; plan->has_conv && n < n_w; ++n)
         ws->dw_qtile[n] = ws->dw_qtile_lo[n] = 0.0f;
+    for (r = 0; ws->da_hi && r < st->rows; ++r)
+        ws->da_hi[r] = ws->da_lo[r] = ws->da_part[r] = 0.0f;
+    for (n = 0; ws->ctx_hi && n < n_dq; ++n) /* projections: L = D here */
+        ws->ctx_hi[n] = ws->ctx_lo[n] = ws->ctx_part[n] = 0.0f;
     /* step 2: K tiles ascending: recompute, accumulate dS k; dw partial of the pair */
     for (kt = st->ctx.k_begin; kt < st->ctx.k_end; ++kt) {
         ta_ref_step_cols(&plan->bwd, st, kt);
         ta_trace_add(a->trace, TA_PASS_BWD_DQ, st->ctx.batch, st->ctx.head, st->q_tile, kt);
         ta_ref_load_kv(plan, a->k, a->v, ws->k, ws->v, st);
         ta_ref_bwd_pair_make(plan, ws, st, &pr);
-        ta_ref_bwd_recompute(plan, ws, &cv, st, &pr);
+        ta_ref_bwd_recompute(plan, a, ws, &cv, st, &pr);
         ta_ref_bwd_accum_dq(plan, ws, st, &pr);
+        if (ws->da_hi) ta_ref_bwd_accum_da(plan, ws, st, &pr);
+        if (ws->ctx_hi) ta_ref_bwd_accum_ctx(plan, ws, st, &pr);
         if (!plan->has_conv) continue;
         ta_ref_conv_dw_tile(ws->dw_tile, &pr.dc, &pr.s, &cv, &pr.eff);
         for (n = 0; n < n_w; ++n) /* R(b, qt) = 0 + part(kt=0) + part(kt=1) + ..., a pair */
             ta_sum2_add(ws->dw_qtile + n, ws->dw_qtile_lo + n, 1.0f, ws->dw_tile[n]);
     }
-    /* step 3: the last key chunk's partials into the pairs; dq = scale *
-     * dq_acc (the pair's hi word), rounded once (the caller adds R(b, qt) to dconv_w[h]) */
+    /* step 3: the last key chunk's partials into the pairs (band: then its
+     * transposed term, its last row chunk, and the rows' d_alpha pairs into the
+     * call's in row order); dq = scale * dq_acc (the pair's hi word), rounded
+     * once (the caller adds R(b, qt) to dconv_w[h]) */
+    for (r = 0; r < st->rows; ++r)
+        ta_ref_bwd_flush_dq(plan, ws, r);
+    if (ws->da_hi) {
+        for (r = 0; r < st->rows; ++r) {
+            ta_ref_bwd_flush_da(ws, r);
+            ta_sum2_add(ws->da_g, ws->da_g + 1, 1.0f, ws->da_hi[r]);
+        }
+        ta_ref_bwd_rband_dq(plan, a, ws, st, &cv);
+        for (r = 0; r < st->rows; ++r)
+            ta_ref_bwd_flush_dq(plan, ws, r);
+    }
+    if (ws->ctx_hi) { /* the projections: ctx~'s last key chunk; dq, dW */
+        for (r = 0; r < st->rows; ++r)
+            ta_ref_bwd_flush_ctx(plan, ws, r);
+        ta_ref_bwd_store_dq_lat(plan, a, ws, st);
+        return;
+    }
     for (r = st->row_begin; r < st->row_begin + st->rows; ++r) {
         float *dq_row = ws->dq_acc + ta_ref_off(st->row_begin, r, d_qk); /* [D] */
-        ta_ref_bwd_flush_dq(plan, ws, r - st->row_begin);
         const size_t first = ta_ref_row(st->ctx.dq, plan->layout.dq.seq, r);
         ta_ref_rope_grad(plan, dq_row, TA_ROPE_SIDE_Q, st, r); /* w.r.t. the stored q */
         for (d = 0; d < d_qk; ++d)
@@ -474,6 +789,15 @@ ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
     if (a->trace) a->trace->count = 0;
     for (n = 0; plan->has_conv && n < plan->n_conv; ++n)
         a->dconv_w[n] = ws.dw_lo[n] = 0.0f;
+    if (ws.da_g) ws.da_g[0] = ws.da_g[1] = 0.0f;
+    for (n = 0; ws.dwq_lo && n < plan->n_wq; ++n) /* the weight gradients' pairs */
+        a->dw_qlat[n] = ws.dwq_lo[n] = 0.0f;
+    for (n = 0; ws.dwv_lo && n < plan->n_wv; ++n)
+        a->dw_vup[n] = ws.dwv_lo[n] = 0.0f;
+    for (n = 0; ws.dwq_lo && n < plan->n_wq / (size_t)p->heads_q; ++n)
+        ws.dwq_part[n] = 0.0f;
+    for (n = 0; ws.dwv_lo && n < plan->n_wv / (size_t)p->heads_q; ++n)
+        ws.dwv_part[n] = 0.0f;
     /* pass 1: dk, dv; K tiles outer */
     for (b = 0; b < p->batch; ++b)
         for (h = 0; h < p->heads_kv; ++h)
@@ -483,10 +807,13 @@ ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
             }
     /* pass 2: dq (and dconv_w); Q tiles outer */
     for (b = 0; b < p->batch; ++b)
-        for (h = 0; h < p->heads_q; ++h)
+        for (h = 0; h < p->heads_q; ++h) {
             for (qt = 0; qt < t->num_q_tiles; ++qt) {
                 ta_ref_step_q(plan, t, a->seqlens_k, b, h, qt, &st);
                 ta_ref_bwd_q_tile(plan, a, &ws, &st);
             }
+            if (ws.dwq_lo) ta_ref_bwd_flush_dw(plan, a, &ws, h); /* (b, h)'s last chunk */
+        }
+    if (ws.da_g) *a->d_alpha = ws.da_g[0]; /* the pair's hi word */
     return TA_OK;
 }

@@ -74,6 +74,11 @@ typedef struct ta_ref_fwd_ws {
     float *part;    /* [D_v]       one row's K-tile partial of acc (step d) */
     float *part_o;  /* [n, B_r, D_v] split-K: part s's o_s (f32, normalised); else NULL */
     float *part_lse; /* [n, B_r]     split-K: part s's lse_s; else NULL */
+    float *kt;      /* [B_q, D]    band: k rows at the Q tile's positions; else NULL */
+    float *qt;      /* [B_k, D]    band: q rows at the K tile's positions; else NULL */
+    float *qraw;    /* [max(B_q, B_k), D_q] fused projections: the raw q rows before
+                       the projection; else NULL. With them D above is L and D_v
+                       is L (the attention core's widths, plan->dim_k, dim_v). */
 } ta_ref_fwd_ws;
 
 /* The one layout routine: sizes (base NULL) and carves (base set) the workspace. */
@@ -82,9 +87,12 @@ static ta_status ta_ref_fwd_layout(const ta_plan *plan, void *base, ta_ref_fwd_w
     const ta_tiling *t = &plan->fwd;
     const size_t bq = (size_t)t->block_q, bk = (size_t)t->block_k;
     const size_t br = (size_t)t->rows_eff, bc = (size_t)t->cols_eff;
-    const size_t d = (size_t)plan->p.head_dim, dv = (size_t)plan->p.head_dim_v;
+    const size_t d = (size_t)plan->dim_k, dv = (size_t)plan->dim_v;
     ta_ws_cursor c;
     ta_ws_begin(&c, base);
+    ws->qraw = plan->p.latent_dim > 0
+                   ? TA_WS_TAKE(&c, float, ((bq > bk ? bq : bk) * (size_t)plan->p.head_dim))
+                   : NULL;
     ws->q = TA_WS_TAKE(&c, float, (bq * d));
     ws->k = TA_WS_TAKE(&c, float, (bk * d));
     ws->v = TA_WS_TAKE(&c, float, (bk * dv));
@@ -96,7 +104,11 @@ static ta_status ta_ref_fwd_layout(const ta_plan *plan, void *base, ta_ref_fwd_w
     ws->row_sum = TA_WS_TAKE(&c, float, br);
     ws->row_sum_lo = TA_WS_TAKE(&c, float, br);
     ws->part = TA_WS_TAKE(&c, float, dv);
-    ws->part_o = ws->part_lse = NULL;
+    ws->part_o = ws->part_lse = ws->kt = ws->qt = NULL;
+    if (plan->stages.score == TA_SCORE_RBAND) {
+        ws->kt = TA_WS_TAKE(&c, float, (bq * d));
+        ws->qt = TA_WS_TAKE(&c, float, (bk * d));
+    }
     if (t->num_splits > 1) {
         const size_t n = (size_t)t->num_splits;
         size_t n_rows = 0, n_o = 0;
@@ -134,7 +146,7 @@ ta_status ta_ref_fwd_workspace_size(const ta_plan *plan, size_t *bytes) {
 static void ta_ref_fwd_softmax_tile(const ta_plan *plan, const ta_ref_fwd_ws *ws,
                                     const ta_ref_tile *c, const ta_ref_step *st) {
     const ta_tiling *t = &plan->fwd;
-    const int32_t dv = plan->p.head_dim_v;
+    const int32_t dv = plan->dim_v;
     /* i, j: effective row and column of the tile (absolute row_begin + i, col_begin + j) */
     int32_t i, j, d;
     for (i = 0; i < st->rows; ++i) {
@@ -181,6 +193,35 @@ static void ta_ref_fwd_softmax_tile(const ta_plan *plan, const ta_ref_fwd_ws *ws
     }
 }
 
+/* Step 3 with the fused projections: per row the latent output ctx~_l =
+ * acc_l / l (a true division, into ws->part), then
+ *   o_e = sum_l fmaf(ctx~_l, W_vup[h][l][e], acc) from +0, l ascending
+ * rounded once by ta_store; lse as without them. A row that saw no key stores
+ * o = 0 and lse = -inf. */
+static void ta_ref_fwd_store_vup(const ta_plan *plan, const ta_fwd_args *a,
+                                 const ta_ref_fwd_ws *ws, const ta_ref_step *st) {
+    const ta_problem *p = &plan->p;
+    const int32_t lat = p->latent_dim, dv = p->head_dim_v;
+    const float *w = a->w_vup + (size_t)st->ctx.head * (size_t)lat * (size_t)dv; /* [L, D_v] */
+    int32_t i, l, e;
+    for (i = 0; i < st->rows; ++i) {
+        const int32_t r = st->row_begin + i; /* absolute row */
+        const float *acc_row = ws->acc + (size_t)i * (size_t)lat; /* [L] */
+        const float m = ws->row_max[i], sum = ws->row_sum[i];
+        const int seen = m != -INFINITY;
+        const size_t o_first = ta_ref_row(st->ctx.o, plan->layout.o.seq, r);
+        for (l = 0; l < lat; ++l)
+            ws->part[l] = seen ? acc_row[l] / sum : 0.0f;
+        for (e = 0; e < dv; ++e) {
+            float acc = 0.0f;
+            for (l = 0; l < lat && seen; ++l)
+                acc = TA_FMAF(ws->part[l], w[(size_t)l * (size_t)dv + (size_t)e], acc);
+            ta_store(a->o, p->dtype, o_first + (size_t)e, acc);
+        }
+        if (a->lse) a->lse[ta_ref_row(st->ctx.lse, 1, r)] = seen ? m + ta_log(sum) : -INFINITY;
+    }
+}
+
 /* Step 3: o_i = acc_i / l_i (a true division), lse_i = m_i + ta_log(l_i), each
  * rounded once to the storage type by ta_store. A row that saw no key
  * (m still -inf) stores o = 0 and lse = -inf. With split = -1 into the call's
@@ -189,9 +230,13 @@ static void ta_ref_fwd_softmax_tile(const ta_plan *plan, const ta_ref_fwd_ws *ws
 static void ta_ref_fwd_store(const ta_plan *plan, const ta_fwd_args *a, const ta_ref_fwd_ws *ws,
                              const ta_ref_step *st, int32_t split) {
     const ta_problem *p = &plan->p;
-    const int32_t dv = p->head_dim_v;
+    const int32_t dv = plan->dim_v;
     const size_t br = (size_t)plan->fwd.rows_eff;
     int32_t i, d;
+    if (p->latent_dim > 0) { /* the fused up-projection (never split: validated) */
+        ta_ref_fwd_store_vup(plan, a, ws, st);
+        return;
+    }
     for (i = 0; i < st->rows; ++i) {
         const int32_t r = st->row_begin + i; /* absolute row */
         const float *acc_row = ws->acc + (size_t)i * (size_t)dv; /* [D_v] */
@@ -237,7 +282,7 @@ static void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const t
                               ta_ref_step *st, int32_t split) {
     const ta_problem *p = &plan->p;
     const ta_tiling *t = &plan->fwd;
-    const int32_t d_qk = p->head_dim, dv = p->head_dim_v;
+    const int32_t d_qk = plan->dim_k, dv = plan->dim_v;
     const ta_ref_conv cv = ta_ref_conv_of(plan, a->conv_w, st->ctx.head);
     ta_ref_tile s, c;
     ta_ref_region eff;
@@ -246,8 +291,9 @@ static void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const t
     ta_tile_split_visit(t, st->ctx.key_len, split < 0 ? 0 : split, st->ctx.k_begin, st->ctx.k_end,
                         &k_begin, &k_end);
     /* step 1: Q tile [rows_load, D] widened; m = -inf, l = 0, acc = 0 */
-    ta_ref_load_q(plan, a->q, a->q_hist, t, ws->q, st); /* history rows too */
+    ta_ref_load_q_lat(plan, a->q, a->q_hist, a->w_qlat, t, ws->q, ws->qraw, st); /* history too */
     ta_ref_rope_rows(plan, ws->q, TA_ROPE_SIDE_Q, st, st->row_load_begin, st->rows_load);
+    if (ws->kt) ta_ref_rband_load_kt(plan, a->k, st, ws->kt); /* band: k at the rows' positions */
     for (i = 0; i < st->rows; ++i) {
         ws->row_max[i] = -INFINITY;
         ws->row_sum[i] = ws->row_sum_lo[i] = 0.0f;
@@ -264,6 +310,10 @@ static void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const t
         s.data = ws->s, s.row0 = st->row_load_begin, s.col0 = st->col_load_begin;
         s.ld = t->block_k;
         ta_ref_scores(&s, ws->q, ws->k, d_qk, p->scale, t, st);
+        /* band: fmaf(alpha, T, S) where the pair meets it (else S as it is) */
+        if (ws->kt && ta_ref_rband_meets(plan, st))
+            ta_ref_rband_scores(plan, a->q, a->q_hist, a->w_qlat, ws->qraw, t, st, ws->kt, ws->qt,
+                                &s, NULL);
         /* C [rows, cols] on the effective region: conv(S), or S itself */
         c = s;
         if (plan->has_conv) {

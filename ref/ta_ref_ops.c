@@ -3,8 +3,9 @@
 
 static int ta_ref_available(void) { return 1; }
 
-/* Plain SDPA and the MTA key-query conv (causal only: a non-causal conv
- * problem is refused earlier, by ta_plan_make, with TA_ERR_UNSUPPORTED). */
+/* Plain SDPA, the MTA key-query conv (causal only: a non-causal conv
+ * problem is refused earlier, by ta_plan_make, with TA_ERR_UNSUPPORTED) and
+ * the reciprocal band and latent attention's fused projections. */
 static int ta_ref_supports(const ta_plan *plan) {
     (void)plan;
     return 1;

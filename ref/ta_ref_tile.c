@@ -49,6 +49,29 @@ void ta_ref_load_q(const ta_plan *plan, const void *q, const void *q_hist, const
     }
 }
 
+void ta_ref_load_q_lat(const ta_plan *plan, const void *q, const void *q_hist, const float *w_qlat,
+                       const ta_tiling *t, float *dst, float *raw, const ta_ref_step *st) {
+    const int32_t dim = plan->p.head_dim, lat = plan->p.latent_dim;
+    const float *w; /* [D, L] of query head st->ctx.head */
+    int32_t r, l, d;
+    if (lat == 0) {
+        ta_ref_load_q(plan, q, q_hist, t, dst, st);
+        return;
+    }
+    w = w_qlat + (size_t)st->ctx.head * (size_t)dim * (size_t)lat;
+    ta_ref_load_q(plan, q, q_hist, t, raw, st);
+    for (r = 0; r < st->rows_load; ++r) {
+        const float *x = raw + (size_t)r * (size_t)dim; /* [D] */
+        float *y = dst + (size_t)r * (size_t)lat;       /* [L] */
+        for (l = 0; l < lat; ++l) {
+            float acc = 0.0f;
+            for (d = 0; d < dim; ++d)
+                acc = TA_FMAF(x[d], w[(size_t)d * (size_t)lat + (size_t)l], acc);
+            y[l] = acc;
+        }
+    }
+}
+
 void ta_ref_rope_rows(const ta_plan *plan, float *tile, int side, const ta_ref_step *st,
                       int32_t first, int32_t count) {
     const int32_t seq = side == TA_ROPE_SIDE_Q ? plan->p.seq_q : plan->p.seq_k;
@@ -72,10 +95,10 @@ void ta_ref_load_kv(const ta_plan *plan, const void *k, const void *v, float *k_
     const ta_layout *lay = &plan->layout;
     const int32_t *pages = ta_plan_pages(plan, st->ctx.batch); /* paged KV, or NULL */
     ta_ref_load_rows_paged(k_tile, k, p->dtype, st->ctx.k, lay->k.seq, pages, p->kv_page_size,
-                           p->seq_k, st->col_load_begin, st->cols_load, p->head_dim);
+                           p->seq_k, st->col_load_begin, st->cols_load, plan->dim_k);
     ta_ref_rope_rows(plan, k_tile, TA_ROPE_SIDE_K, st, st->col_load_begin, st->cols_load);
     ta_ref_load_rows_paged(v_tile, v, p->dtype, st->ctx.v, lay->v.seq, pages, p->kv_page_size,
-                           p->seq_k, st->col_load_begin, st->cols_load, p->head_dim_v);
+                           p->seq_k, st->col_load_begin, st->cols_load, plan->dim_v);
 }
 
 void ta_ref_scores(const ta_ref_tile *s, const float *q_tile, const float *k_tile, int32_t dim,

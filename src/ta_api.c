@@ -76,7 +76,7 @@ static ta_status ta_plan_for(const ta_problem *p, ta_backend be, int for_call, t
  * query history rows (ta_problem.q_history) are forward only: their scores
  * enter the conv, so dk, dv and dconv_w would need their terms and their own
  * gradient would be another output (docs/mta.md section 2a). */
-static ta_status ta_check_bwd_problem(const ta_plan *pl, ta_diag *d) {
+static ta_status ta_check_bwd_problem(const ta_plan *pl, ta_backend be, ta_diag *d) {
     if (pl->p.q_history > 0)
         return ta_fail_value(d, TA_ERR_UNSUPPORTED, "q_history", pl->p.q_history,
                              "the backward has no query history rows yet (forward only; "
@@ -85,6 +85,26 @@ static ta_status ta_check_bwd_problem(const ta_plan *pl, ta_diag *d) {
         return ta_fail_value(d, TA_ERR_UNSUPPORTED, "kv_page_size", pl->p.kv_page_size,
                              "the backward has no paged KV cache yet (forward only; "
                              "must be 0 for ta_bwd)");
+    if (pl->stages.score == TA_SCORE_RBAND && be != TA_BACKEND_REF) /* CPU: forward only */
+        return ta_fail_backend(d, TA_ERR_UNSUPPORTED, be,
+                               "has no backward of the reciprocal band yet (REF only)");
+    if (pl->stages.score == TA_SCORE_RBAND && pl->p.seq_q != pl->p.seq_k) {
+        ta_fail_pair(d, TA_ERR_UNSUPPORTED, "seq_q", "with TA_RBAND: the backward needs it equal to",
+                     "seq_k");
+        d->value = pl->p.seq_q;
+        d->other_value = pl->p.seq_k;
+        d->flags = TA_DIAG_VALUE | TA_DIAG_OTHER_VALUE;
+        return TA_ERR_UNSUPPORTED;
+    }
+    return TA_OK;
+}
+
+/* The band has no key lengths yet: the transposed score S_ji reads the key at
+ * the query's position, which seqlens_k could mask (docs/api.md). */
+static ta_status ta_check_rband_seqlens(const ta_plan *pl, const int32_t *seqlens_k, ta_diag *d) {
+    if (pl->stages.score == TA_SCORE_RBAND && seqlens_k)
+        return ta_fail(d, TA_ERR_UNSUPPORTED, "args.seqlens_k",
+                       "must be NULL with TA_RBAND (no key lengths with the band yet)");
     return TA_OK;
 }
 
@@ -95,7 +115,7 @@ static ta_status ta_size_validate(const ta_problem *p, ta_backend be, int bwd, s
     ta_plan pl;
     ta_status st;
     if ((st = ta_plan_for(p, be, 0, &pl, &ops, d)) != TA_OK) return st;
-    if (bwd && (st = ta_check_bwd_problem(&pl, d)) != TA_OK) return st;
+    if (bwd && (st = ta_check_bwd_problem(&pl, be, d)) != TA_OK) return st;
     if ((st = (bwd ? ops->bwd_size : ops->fwd_size)(&pl, n)) != TA_OK)
         return ta_fail(d, st, "workspace size", "the backend's workspace layout overflows size_t");
     return TA_OK;
@@ -160,7 +180,8 @@ static ta_status ta_fwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend
                                    size_t ws_needed, ta_diag *d) {
     static const char *const names[] = {"args.q",      "args.k",      "args.v",
                                         "args.o",      "args.conv_w", "args.q_hist",
-                                        "args.block_table"};
+                                        "args.block_table", "args.w_qlat", "args.w_vup"};
+    const int lat = pl->p.latent_dim > 0;
     const void *const req[] = {a->q,
                                a->k,
                                a->v,
@@ -168,12 +189,15 @@ static ta_status ta_fwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend
                                pl->has_conv ? (const void *)a->conv_w : (const void *)a,
                                pl->p.q_history > 0 ? a->q_hist : (const void *)a,
                                pl->p.kv_page_size > 0 ? (const void *)a->block_table
-                                                      : (const void *)a};
+                                                      : (const void *)a,
+                               lat ? (const void *)a->w_qlat : (const void *)a,
+                               lat ? (const void *)a->w_vup : (const void *)a};
     const size_t eb = pl->elem_bytes;
     const size_t n_seql = (size_t)pl->p.batch;
     size_t tr_bytes;
     ta_status st;
-    if ((st = ta_check_required(req, names, 7, d)) != TA_OK) return st;
+    if ((st = ta_check_required(req, names, 9, d)) != TA_OK) return st;
+    if ((st = ta_check_rband_seqlens(pl, a->seqlens_k, d)) != TA_OK) return st;
     pl->block_table = pl->p.kv_page_size > 0 ? a->block_table : NULL;
     if ((st = ta_plan_set_rope(pl, &a->rope, d)) != TA_OK) return st;
     if ((st = ta_check_trace(be, a->trace, &tr_bytes, d)) != TA_OK) return st;
@@ -187,12 +211,14 @@ static ta_status ta_fwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend
             {a->v, ex->v, eb, "args.v"},
             TA_BUF(pl->has_conv ? a->conv_w : NULL, pl->n_conv, sizeof(float), "args.conv_w"),
             TA_BUF(a->seqlens_k, n_seql, sizeof(int32_t), "args.seqlens_k"),
-            TA_ROPE_BUFS(pl)};
+            TA_ROPE_BUFS(pl),
+            TA_BUF(lat ? a->w_qlat : NULL, pl->n_wq, sizeof(float), "args.w_qlat"),
+            TA_BUF(lat ? a->w_vup : NULL, pl->n_wv, sizeof(float), "args.w_vup")};
         const ta_buf out[] = {{a->o, ex->o, eb, "args.o"},
                               TA_BUF(a->lse, pl->n_lse, sizeof(float), "args.lse"),
                               TA_TRACE_BUFS(a->trace, tr_bytes),
                               {ws, ws_needed, 1, "workspace"}};
-        if ((st = ta_check_buffers(in, 11, out, 5, d)) != TA_OK) return st;
+        if ((st = ta_check_buffers(in, 13, out, 5, d)) != TA_OK) return st;
     }
     return ta_check_workspace(ws, ws_bytes, ws_needed, d);
 }
@@ -309,7 +335,10 @@ static ta_status ta_bwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend
                                    size_t ws_needed, ta_diag *d) {
     static const char *const names[] = {"args.q",   "args.k",      "args.v",      "args.o",
                                         "args.d_o", "args.lse",    "args.dq",     "args.dk",
-                                        "args.dv",  "args.conv_w", "args.dconv_w"};
+                                        "args.dv",  "args.conv_w", "args.dconv_w",
+                                        "args.d_alpha", "args.w_qlat", "args.w_vup",
+                                        "args.dw_qlat", "args.dw_vup"};
+    const int rband = pl->stages.score == TA_SCORE_RBAND, lat = pl->p.latent_dim > 0;
     const void *const req[] = {a->q,
                                a->k,
                                a->v,
@@ -320,11 +349,17 @@ static ta_status ta_bwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend
                                a->dk,
                                a->dv,
                                pl->has_conv ? (const void *)a->conv_w : (const void *)a,
-                               pl->has_conv ? (const void *)a->dconv_w : (const void *)a};
+                               pl->has_conv ? (const void *)a->dconv_w : (const void *)a,
+                               rband ? (const void *)a->d_alpha : (const void *)a,
+                               lat ? (const void *)a->w_qlat : (const void *)a,
+                               lat ? (const void *)a->w_vup : (const void *)a,
+                               lat ? (const void *)a->dw_qlat : (const void *)a,
+                               lat ? (const void *)a->dw_vup : (const void *)a};
     const size_t eb = pl->elem_bytes;
     size_t tr_bytes;
     ta_status st;
-    if ((st = ta_check_required(req, names, 11, d)) != TA_OK) return st;
+    if ((st = ta_check_required(req, names, 16, d)) != TA_OK) return st;
+    if ((st = ta_check_rband_seqlens(pl, a->seqlens_k, d)) != TA_OK) return st;
     if ((st = ta_plan_set_rope(pl, &a->rope, d)) != TA_OK) return st;
     if ((st = ta_check_trace(be, a->trace, &tr_bytes, d)) != TA_OK) return st;
     {
@@ -337,15 +372,20 @@ static ta_status ta_bwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend
             TA_BUF(a->lse, pl->n_lse, sizeof(float), "args.lse"),
             TA_BUF(pl->has_conv ? a->conv_w : NULL, pl->n_conv, sizeof(float), "args.conv_w"),
             TA_BUF(a->seqlens_k, (size_t)pl->p.batch, sizeof(int32_t), "args.seqlens_k"),
-            TA_ROPE_BUFS(pl)};
+            TA_ROPE_BUFS(pl),
+            TA_BUF(lat ? a->w_qlat : NULL, pl->n_wq, sizeof(float), "args.w_qlat"),
+            TA_BUF(lat ? a->w_vup : NULL, pl->n_wv, sizeof(float), "args.w_vup")};
         const ta_buf out[] = {
             {a->dq, ex->dq, eb, "args.dq"},
             {a->dk, ex->dk, eb, "args.dk"},
             {a->dv, ex->dv, eb, "args.dv"},
             TA_BUF(pl->has_conv ? a->dconv_w : NULL, pl->n_conv, sizeof(float), "args.dconv_w"),
+            TA_BUF(rband ? a->d_alpha : NULL, 1, sizeof(float), "args.d_alpha"),
+            TA_BUF(lat ? a->dw_qlat : NULL, pl->n_wq, sizeof(float), "args.dw_qlat"),
+            TA_BUF(lat ? a->dw_vup : NULL, pl->n_wv, sizeof(float), "args.dw_vup"),
             TA_TRACE_BUFS(a->trace, tr_bytes),
             {ws, ws_needed, 1, "workspace"}};
-        if ((st = ta_check_buffers(in, 12, out, 7, d)) != TA_OK) return st;
+        if ((st = ta_check_buffers(in, 14, out, 10, d)) != TA_OK) return st;
     }
     return ta_check_workspace(ws, ws_bytes, ws_needed, d);
 }
@@ -358,7 +398,7 @@ static ta_status ta_bwd_validate_mode(const ta_problem *p, ta_backend be, const 
     size_t need = 0;
     ta_status st;
     if ((st = ta_call_begin(p, be, a, stream, tasks, pl, ops, d)) != TA_OK) return st;
-    if ((st = ta_check_bwd_problem(pl, d)) != TA_OK) return st;
+    if ((st = ta_check_bwd_problem(pl, be, d)) != TA_OK) return st;
     if ((st = ta_plan_set_bwd_layout(pl, a, ex, d)) != TA_OK) return st;
     if ((st = ta_call_need(be, *ops, pl, 1, tasks, &need, d)) != TA_OK) return st;
     if ((st = ta_bwd_check_ptrs(pl, ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
@@ -448,7 +488,7 @@ static ta_status ta_task_plan_query(const ta_problem *p, ta_backend be, int bwd,
     if (!p || !out) return TA_ERR_NULL_ARG;
     if ((st = ta_plan_for(p, be, 0, &pl, &ops, &d)) != TA_OK) return st;
     if ((st = ta_tasks_backend(be, &d)) != TA_OK) return st;
-    if (bwd && (st = ta_check_bwd_problem(&pl, &d)) != TA_OK) return st;
+    if (bwd && (st = ta_check_bwd_problem(&pl, be, &d)) != TA_OK) return st;
     if ((st = ta_cpu_tasks_plan(&pl, bwd, &tp)) != TA_OK) return st;
     *out = tp;
     return TA_OK;

@@ -31,6 +31,12 @@ typedef struct ta_plan {
                             head_stride + (rows - 1) row_stride + pairs */
     const int32_t *block_table; /* paged KV (p.kv_page_size > 0): the call's
                                    [B, kv_max_blocks] table; NULL otherwise */
+    int32_t dim_k, dim_v; /* widths of the k and v rows the attention core runs on:
+                             head_dim, head_dim_v; latent_dim L (both) with the
+                             fused projections (q [., head_dim] projected to L on
+                             load, the output [., L] up-projected to head_dim_v) */
+    size_t n_wq, n_wv;    /* fused projections: elements of w_qlat [H, D, L] and
+                             w_vup [H, L, D_v]; 0 without */
 } ta_plan;
 
 /* The block table row of batch entry b (paged KV), or NULL: ta_tile_kv_row's

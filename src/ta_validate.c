@@ -53,7 +53,7 @@ static ta_status ta_check_enums(const ta_problem *p, ta_diag *d) {
     if ((p->flags & ~(uint32_t)TA_FLAGS_ALL) != 0)
         return ta_fail_value(d, TA_ERR_BAD_ARG, "flags", (int64_t)p->flags,
                              "unknown bits (known: TA_CAUSAL | TA_WINDOW | "
-                             "TA_SEQLENS_DEVICE = 7)");
+                             "TA_SEQLENS_DEVICE | TA_RBAND = 15)");
     if (isnan(p->scale)) return ta_fail(d, TA_ERR_BAD_ARG, "scale", "is NaN; must be finite");
     if (isinf(p->scale)) return ta_fail(d, TA_ERR_BAD_ARG, "scale", "is infinite; must be finite");
     /* window sizes without the flag: a caller mistake */
@@ -99,6 +99,73 @@ static ta_status ta_check_rope(const ta_problem *p, ta_diag *d) {
         return ta_fail_bounds(d, TA_ERR_BAD_ARG, "rope_head_stride", p->rope_head_stride,
                               TA_DIAG_LO, 0, 0);
     return TA_OK;
+}
+
+/* The operations latent attention's band (band = 1) or fused projections
+ * (band = 0) do not combine with yet (TA_ERR_UNSUPPORTED). */
+static ta_status ta_check_latent_combo(const ta_problem *p, int band, ta_diag *d) {
+    const char *const rule = band ? "not with TA_RBAND yet (must be 0 with the band)"
+                                  : "not with latent_dim yet (must be 0 with the projections)";
+    if (p->conv_q != 0) return ta_fail_value(d, TA_ERR_UNSUPPORTED, "conv_q", p->conv_q, rule);
+    if (band && (p->flags & TA_WINDOW))
+        return ta_fail_value(d, TA_ERR_UNSUPPORTED, "flags", (int64_t)p->flags,
+                             "TA_WINDOW not with TA_RBAND yet");
+    if (p->rope != TA_ROPE_NONE) return ta_fail_value(d, TA_ERR_UNSUPPORTED, "rope", p->rope, rule);
+    if (p->kv_page_size != 0)
+        return ta_fail_value(d, TA_ERR_UNSUPPORTED, "kv_page_size", p->kv_page_size, rule);
+    if (p->num_splits > 1 || p->num_splits == TA_SPLITS_AUTO)
+        return ta_fail_value(d, TA_ERR_UNSUPPORTED, "num_splits", p->num_splits,
+                             band ? "split-K not with TA_RBAND yet (0 or 1)"
+                                  : "split-K not with latent_dim yet (0 or 1)");
+    return TA_OK;
+}
+
+/* Latent attention's fields (docs/api.md, "Latent attention and the reciprocal
+ * band"): latent_dim in range; rband_alpha and rband_width zero without
+ * TA_RBAND; with it a finite alpha, W >= 0, the causal mask, seq_q <= seq_k and
+ * exactly the history rows the band reads, min(seq_k - seq_q, W). */
+static ta_status ta_check_rband(const ta_problem *p, ta_diag *d) {
+    int64_t need;
+    ta_status st;
+    if (p->latent_dim < 0)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "latent_dim", p->latent_dim, TA_DIAG_LO, 0, 0);
+    if (p->latent_dim > TA_HEAD_DIM_MAX)
+        return ta_fail_bounds(d, TA_ERR_UNSUPPORTED, "latent_dim", p->latent_dim,
+                              TA_DIAG_LO | TA_DIAG_HI, 0, TA_HEAD_DIM_MAX);
+    if (p->latent_dim > 0 && (st = ta_check_latent_combo(p, 0, d)) != TA_OK) return st;
+    if (!(p->flags & TA_RBAND)) {
+        if (p->rband_alpha != 0.0f) /* NaN too */
+            return ta_fail(d, TA_ERR_BAD_ARG, "rband_alpha",
+                           "set without TA_RBAND in flags (must then be 0)");
+        if (p->rband_width != 0)
+            return ta_fail_value(d, TA_ERR_BAD_ARG, "rband_width", p->rband_width,
+                                 "set without TA_RBAND in flags (must then be 0)");
+        return TA_OK;
+    }
+    if (isnan(p->rband_alpha))
+        return ta_fail(d, TA_ERR_BAD_ARG, "rband_alpha", "is NaN; must be finite");
+    if (isinf(p->rband_alpha))
+        return ta_fail(d, TA_ERR_BAD_ARG, "rband_alpha", "is infinite; must be finite");
+    if (p->rband_width < 0)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "rband_width", p->rband_width, TA_DIAG_LO, 0, 0);
+    if (!(p->flags & TA_CAUSAL))
+        return ta_fail_value(d, TA_ERR_BAD_ARG, "flags", (int64_t)p->flags,
+                             "TA_RBAND needs TA_CAUSAL (the band is the causal side)");
+    if (p->seq_q > p->seq_k) {
+        ta_fail_bounds(d, TA_ERR_BAD_ARG, "seq_q", p->seq_q, TA_DIAG_HI, 0, p->seq_k);
+        d->rule = "above seq_k: the band's query rows are the last seq_q of seq_k positions";
+        return TA_ERR_BAD_ARG;
+    }
+    need = (int64_t)p->seq_k - p->seq_q;
+    if (need > p->rband_width) need = p->rband_width;
+    if (p->q_history != need) {
+        ta_fail_bounds(d, TA_ERR_BAD_ARG, "q_history", p->q_history, TA_DIAG_LO | TA_DIAG_HI,
+                       need, need);
+        d->rule = "with TA_RBAND must be min(seq_k - seq_q, rband_width): the query rows "
+                  "of the band's key positions above row 0";
+        return TA_ERR_BAD_ARG;
+    }
+    return ta_check_latent_combo(p, 1, d);
 }
 
 /* Floats one table spans (cos, sin each), overflow-checked: (tables - 1)
@@ -182,8 +249,10 @@ static ta_status ta_check_sizes(const ta_problem *p, ta_diag *d) {
     if (p->num_splits < TA_SPLITS_AUTO)
         return ta_fail_bounds(d, TA_ERR_BAD_ARG, "num_splits", p->num_splits, TA_DIAG_LO,
                               TA_SPLITS_AUTO, 0);
-    /* history rows feed the conv's query window only: at most c_q - 1 of them */
-    if (p->q_history < 0 || p->q_history > (p->conv_q > 0 ? p->conv_q - 1 : 0)) {
+    /* history rows feed the conv's query window: at most c_q - 1 of them (the
+     * band's are checked with the band, ta_check_rband) */
+    if (!(p->flags & TA_RBAND) &&
+        (p->q_history < 0 || p->q_history > (p->conv_q > 0 ? p->conv_q - 1 : 0))) {
         ta_fail_bounds(d, TA_ERR_BAD_ARG, "q_history", p->q_history, TA_DIAG_LO | TA_DIAG_HI, 0,
                        p->conv_q > 0 ? p->conv_q - 1 : 0);
         d->rule = p->conv_q > 0 ? "more rows than the conv's query window reads (conv_q - 1)"
@@ -217,10 +286,15 @@ static ta_status ta_count_elems(ta_plan *pl, ta_diag *d) {
         !ta_mul_count(pl->n_lse, (size_t)p->head_dim, &pl->n_q, "q", d) ||
         !ta_mul_count(pl->n_lse, (size_t)p->head_dim_v, &pl->n_o, "o", d) ||
         !ta_mul_count(bhkv, (size_t)p->seq_k, &t, "k (batch * heads_kv * seq_k)", d) ||
-        !ta_mul_count(t, (size_t)p->head_dim, &pl->n_k, "k", d) ||
-        !ta_mul_count(t, (size_t)p->head_dim_v, &pl->n_v, "v", d) ||
+        !ta_mul_count(t, (size_t)pl->dim_k, &pl->n_k, "k", d) ||
+        !ta_mul_count(t, (size_t)pl->dim_v, &pl->n_v, "v", d) ||
         !ta_mul_count((size_t)p->heads_q, (size_t)p->conv_q, &t, "conv_w", d) ||
-        !ta_mul_count(t, (size_t)p->conv_k, &pl->n_conv, "conv_w", d))
+        !ta_mul_count(t, (size_t)p->conv_k, &pl->n_conv, "conv_w", d) ||
+        !ta_mul_count((size_t)p->heads_q * (size_t)p->head_dim, (size_t)p->latent_dim, &pl->n_wq,
+                      "w_qlat", d) ||
+        !ta_mul_count((size_t)p->heads_q * (size_t)p->latent_dim, (size_t)p->head_dim_v,
+                      &pl->n_wv, "w_vup", d) ||
+        !ta_mul_count(pl->n_wq + pl->n_wv, sizeof(float), &bytes, "w_qlat", d))
         return d->status;
     /* byte sizes of the largest tensors must fit too */
     if (!ta_mul_count(pl->n_q, pl->elem_bytes, &bytes, "q", d) ||
@@ -279,6 +353,7 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl, ta_diag 
     if ((st = ta_check_enums(p, d)) != TA_OK) return st;
     if ((st = ta_check_sizes(p, d)) != TA_OK) return st;
     if ((st = ta_check_rope(p, d)) != TA_OK) return st;
+    if ((st = ta_check_rband(p, d)) != TA_OK) return st;
     memset(pl, 0, sizeof *pl);
     pl->p = *p;
     pl->has_conv = p->conv_q > 0;
@@ -287,10 +362,14 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl, ta_diag 
         if (p->rope_row_stride == 0) pl->p.rope_row_stride = p->rope_pairs;
         if ((st = ta_rope_span(pl, d)) != TA_OK) return st;
     }
-    pl->stages.score = pl->has_conv ? TA_SCORE_MTA_CONV : TA_SCORE_NONE;
+    pl->stages.score = pl->has_conv               ? TA_SCORE_MTA_CONV
+                       : (p->flags & TA_RBAND) != 0 ? TA_SCORE_RBAND
+                                                    : TA_SCORE_NONE;
     pl->stages.num_splits = 1;
     pl->group = p->heads_q / p->heads_kv;
     pl->elem_bytes = p->dtype == TA_F32 ? 4u : 2u;
+    pl->dim_k = p->latent_dim > 0 ? p->latent_dim : p->head_dim;
+    pl->dim_v = p->latent_dim > 0 ? p->latent_dim : p->head_dim_v;
     if ((st = ta_count_elems(pl, d)) != TA_OK) return st;
     if (pl->has_conv && !(p->flags & TA_CAUSAL)) /* MTA is causal */
         return ta_fail_value(d, TA_ERR_UNSUPPORTED, "flags", (int64_t)p->flags,
@@ -299,7 +378,7 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl, ta_diag 
         return ta_fail_value(d, TA_ERR_UNSUPPORTED, "q_history", p->q_history,
                              "with rope: history rows have no rotary positions yet (pass "
                              "rotated q and q_hist with rope = 0)");
-    if (p->scale == 0.0f) pl->p.scale = 1.0f / sqrtf((float)p->head_dim);
+    if (p->scale == 0.0f) pl->p.scale = 1.0f / sqrtf((float)pl->dim_k);
     ta_tiling_default_blocks(p->conv_q, p->conv_k, &bq, &bk);
     if (p->block_q != 0) bq = p->block_q;
     if (p->block_k != 0) bk = p->block_k;
@@ -331,8 +410,8 @@ static void ta_plan_contiguous_layout(ta_plan *pl) {
     ta_layout *l = &pl->layout;
     l->q = l->dq = ta_strides_contiguous(p->heads_q, p->seq_q, p->head_dim);
     l->o = l->d_o = ta_strides_contiguous(p->heads_q, p->seq_q, p->head_dim_v);
-    l->k = l->dk = ta_strides_contiguous(p->heads_kv, p->seq_k, p->head_dim);
-    l->v = l->dv = ta_strides_contiguous(p->heads_kv, p->seq_k, p->head_dim_v);
+    l->k = l->dk = ta_strides_contiguous(p->heads_kv, p->seq_k, pl->dim_k);
+    l->v = l->dv = ta_strides_contiguous(p->heads_kv, p->seq_k, pl->dim_v);
     l->q_hist = ta_strides_contiguous(p->heads_q, p->q_history, p->head_dim);
     pl->strided = 0;
     if (p->kv_page_size > 0) { /* pool rows [page, slot] of H_kv heads: row j's element of
@@ -453,8 +532,8 @@ static ta_status ta_set_qkvo_layout(ta_plan *pl, const ta_strides *q, const ta_s
     if (p->kv_page_size > 0) {
         if ((st = ta_paged_extents(pl, k, v, ext, d)) != TA_OK) return st;
     } else {
-        TA_CHECK_STRIDES(k, *k, p->heads_kv, p->seq_k, p->head_dim, ext->k);
-        TA_CHECK_STRIDES(v, *v, p->heads_kv, p->seq_k, p->head_dim_v, ext->v);
+        TA_CHECK_STRIDES(k, *k, p->heads_kv, p->seq_k, pl->dim_k, ext->k);
+        TA_CHECK_STRIDES(v, *v, p->heads_kv, p->seq_k, pl->dim_v, ext->v);
     }
     TA_CHECK_STRIDES(o, *o, p->heads_q, p->seq_q, p->head_dim_v, ext->o);
     return TA_OK;
@@ -477,8 +556,8 @@ ta_status ta_plan_set_bwd_layout(ta_plan *pl, const ta_bwd_args *a, ta_extents *
     if (st != TA_OK) return st;
     TA_CHECK_STRIDES(d_o, a->d_o_strides, p->heads_q, p->seq_q, p->head_dim_v, ext->d_o);
     TA_CHECK_STRIDES(dq, a->dq_strides, p->heads_q, p->seq_q, p->head_dim, ext->dq);
-    TA_CHECK_STRIDES(dk, a->dk_strides, p->heads_kv, p->seq_k, p->head_dim, ext->dk);
-    TA_CHECK_STRIDES(dv, a->dv_strides, p->heads_kv, p->seq_k, p->head_dim_v, ext->dv);
+    TA_CHECK_STRIDES(dk, a->dk_strides, p->heads_kv, p->seq_k, pl->dim_k, ext->dk);
+    TA_CHECK_STRIDES(dv, a->dv_strides, p->heads_kv, p->seq_k, pl->dim_v, ext->dv);
     return TA_OK;
 }
 #undef TA_CHECK_STRIDES

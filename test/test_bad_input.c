@@ -268,7 +268,7 @@ SET(m_dtype_neg, c->p.dtype = (ta_dtype)-1)
 SET(m_precision_2, c->p.precision = (ta_precision)2)
 SET(m_backend_3, c->be = (ta_backend)3)
 SET(m_backend_neg, c->be = (ta_backend)-1)
-SET(m_flag_bit3, c->p.flags = TA_CAUSAL | (1u << 3))
+SET(m_flag_bit4, c->p.flags = TA_CAUSAL | (1u << 4))
 SET(m_flag_bit31, c->p.flags = 1u << 31)
 SET(m_window_left_no_flag, c->p.window_left = 3)
 SET(m_window_right_no_flag, c->p.window_right = -1)
@@ -597,7 +597,7 @@ static const bad_case k_cases[] = {
     {"precision 2", E_ALL, TA_ERR_BAD_ARG, m_precision_2, "precision"},
     {"backend 3", E_ALL, TA_ERR_BAD_ARG, m_backend_3, "backend"},
     {"backend -1", E_ALL, TA_ERR_BAD_ARG, m_backend_neg, "backend"},
-    {"unknown flag bit 3", E_ALL, TA_ERR_BAD_ARG, m_flag_bit3, "flags"},
+    {"unknown flag bit 4", E_ALL, TA_ERR_BAD_ARG, m_flag_bit4, "flags"},
     {"window_left without TA_WINDOW", E_ALL, TA_ERR_BAD_ARG, m_window_left_no_flag, "window_left"},
     {"window_right without TA_WINDOW", E_ALL, TA_ERR_BAD_ARG, m_window_right_no_flag,
      "window_right"},

@@ -7,7 +7,7 @@
  *  1. refusals, without a GPU: the flag with seqlens_k on TA_BACKEND_REF and
  *     TA_BACKEND_CPU -> TA_ERR_BAD_ARG with o untouched (canaries); the flag
  *     without seqlens_k on REF gives the bytes of the call without it; an
- *     unknown flag bit (1 << 3) -> TA_ERR_BAD_ARG.
+ *     unknown flag bit (1 << 4) -> TA_ERR_BAD_ARG.
  *  2. on a device, per random problem (SDPA exact, f32/f16/bf16; SDPA fast
  *     bf16, D = 64 or 128; MTA exact f32; causal or not, GQA, S_q != S_k):
  *     ta_fwd then ta_bwd with the flag captured once into a graph; then
@@ -383,9 +383,9 @@ static void check_host_refusals(ta_rng *r) {
     st = ta_fwd(&p, TA_BACKEND_REF, &a, ws, ws_bytes, NULL);
     TA_CHECK(st == TA_OK && memcmp(o, o2, sizeof o) == 0,
              "flag without seqlens_k: bytes differ from the call without the flag");
-    p.flags |= 1u << 3;
+    p.flags |= 1u << 4;
     ta_test_expect_fwd(&p, TA_BACKEND_REF, &a, ws, ws_bytes, TA_ERR_BAD_ARG, "flags",
-                       "unknown flag bit 1 << 3");
+                       "unknown flag bit 1 << 4");
     ta_test_free(ws);
 }
 

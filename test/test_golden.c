@@ -3,7 +3,9 @@
  *
  * A fixed list of problems (SDPA and MTA, every dtype, GQA, seqlens_k (also with
  * seqlens_k[0] < S_k), S_q != S_k both ways, odd sizes, default and
- * non-power-of-two tiles) runs a forward and a
+ * non-power-of-two tiles; latent attention with the reciprocal band and the
+ * fused projections, whose extra outputs d_alpha, dw_qlat, dw_vup are hashed
+ * after the others) runs a forward and a
  * backward on TA_BACKEND_REF; the raw bytes of every output (o, lse, dq, dk, dv,
  * dconv_w) are hashed with FNV-1a 64. The expected hashes are checked in under
  * test/golden/hashes.txt, so equal hashes under gcc and clang, -O0 and -O3, and
@@ -72,8 +74,31 @@ static const golden k_problems[] = {
  {"mta_f16_seqlens0_1",       3, 2, 1,  45,  45,   8,   8, TA_F16,  C,    3, 5,  0,   0,  0.0f,  1, {1, 45, 0}},
 };
 /* clang-format on */
+
+/* Latent attention (issue 14): a golden problem with the band's alpha and
+ * width (TA_RBAND in flags) and the projections' latent_dim. Inputs seeded by
+ * the name as above; alpha a short binary fraction. */
+typedef struct golden_lat {
+    golden g;
+    float alpha;
+    int32_t width, latent_dim;
+} golden_lat;
+#define R TA_RBAND
+/* clang-format off */
+static const golden_lat k_latent[] = {
+ /* name                       B  H Hkv  Sq  Sk   D  Dv  dtype    flags cq ck bq  bk  scale seqlens   alpha  W  L */
+ {{"rband_f32_w5",             1, 4, 1,  48, 48, 16, 16, TA_F32,  C|R,  0, 0, 0,  0, 0.0f,  0, {0}},  0.75f,  5, 0},
+ {{"rband_bf16_w0_blocks",     2, 3, 1,  37, 37, 24, 24, TA_BF16, C|R,  0, 0, 13, 21, 0.0f, 0, {0}}, -0.5f,   0, 0},
+ {{"rband_f16_gqa_wide",       1, 4, 2,  40, 40,  8, 12, TA_F16,  C|R,  0, 0, 0,  0, 0.0f,  0, {0}},  1.25f, 100, 0},
+ {{"rband_f32_alpha0_w9",      1, 2, 1,  70, 70, 12, 12, TA_F32,  C|R,  0, 0, 0, 24, 0.0f,  0, {0}},  0.0f,   9, 0},
+ {{"mla_f32_proj_band",        1, 2, 1,  33, 33, 24, 20, TA_F32,  C|R,  0, 0, 0,  0, 0.0f,  0, {0}},  0.5f,   7, 16},
+ {{"mla_bf16_proj_noband",     2, 3, 1,  29, 29, 16, 12, TA_BF16, 0,    0, 0, 0,  0, 0.0f,  0, {0}},  0.0f,   0, 8},
+};
+/* clang-format on */
+#undef R
 #undef C
 #define N_PROBLEMS ((int)(sizeof k_problems / sizeof k_problems[0]))
+#define N_LATENT ((int)(sizeof k_latent / sizeof k_latent[0]))
 
 /* ---- Inputs: small integers times a power of two (exact in every dtype) ---- */
 
@@ -119,17 +144,41 @@ static ta_problem to_problem(const golden *g) {
     return p;
 }
 
+/* The problem of golden index i: k_problems first, then k_latent. */
+static ta_problem golden_problem(int i, const char **name) {
+    ta_problem p;
+    if (i < N_PROBLEMS) {
+        *name = k_problems[i].name;
+        return to_problem(&k_problems[i]);
+    }
+    *name = k_latent[i - N_PROBLEMS].g.name;
+    p = to_problem(&k_latent[i - N_PROBLEMS].g);
+    p.rband_alpha = k_latent[i - N_PROBLEMS].alpha;
+    p.rband_width = k_latent[i - N_PROBLEMS].width;
+    p.latent_dim = k_latent[i - N_PROBLEMS].latent_dim;
+    return p;
+}
+
 /* Runs problem `index` (inputs seeded by the hash of its name, so the list can
  * grow without moving the others); *hash over o, lse, dq, dk, dv, dconv_w in
- * that order. Returns TA_OK or the first failing status. */
+ * that order, then d_alpha (with the band), dw_qlat and dw_vup (with the
+ * projections). Returns TA_OK or the first failing status. */
 static ta_status run_golden(int index, uint64_t *hash) {
-    const golden *g = &k_problems[index];
-    const ta_problem p = to_problem(g);
+    const char *name;
+    const ta_problem p = golden_problem(index, &name);
+    const int band = (p.flags & TA_RBAND) != 0;
+    const int32_t wk = p.latent_dim ? p.latent_dim : p.head_dim;
+    const int32_t wv = p.latent_dim ? p.latent_dim : p.head_dim_v;
     const size_t eb = ta_dtype_size(p.dtype);
     const size_t n_lse = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q;
     const size_t n_kv = (size_t)p.batch * (size_t)p.heads_kv * (size_t)p.seq_k;
     const size_t n_q = n_lse * (size_t)p.head_dim, n_o = n_lse * (size_t)p.head_dim_v;
-    const size_t n_k = n_kv * (size_t)p.head_dim, n_v = n_kv * (size_t)p.head_dim_v;
+    const size_t n_k = n_kv * (size_t)wk, n_v = n_kv * (size_t)wv;
+    const size_t n_wq = (size_t)p.heads_q * (size_t)p.head_dim * (size_t)p.latent_dim;
+    const size_t n_wv = (size_t)p.heads_q * (size_t)p.latent_dim * (size_t)p.head_dim_v;
+    float *wq = (float *)ta_test_alloc((n_wq + n_wv + 1) * sizeof(float));
+    float *dwq = (float *)ta_test_alloc((n_wq + n_wv + 1) * sizeof(float));
+    float d_alpha = 0.0f;
     const size_t n_w = (size_t)p.heads_q * (size_t)p.conv_q * (size_t)p.conv_k;
     void *q = ta_test_alloc(n_q * eb), *k = ta_test_alloc(n_k * eb), *v = ta_test_alloc(n_v * eb);
     void *d_o = ta_test_alloc(n_o * eb), *o = ta_test_alloc(n_o * eb);
@@ -144,12 +193,15 @@ static ta_status run_golden(int index, uint64_t *hash) {
     ta_bwd_args ba;
     ta_status st;
     ta_rng rng;
-    ta_rng_seed(&rng, fnv1a(0xcbf29ce484222325ull, g->name, strlen(g->name)));
+    ta_rng_seed(&rng, fnv1a(0xcbf29ce484222325ull, name, strlen(name)));
     fill_exact(&rng, q, p.dtype, n_q, 1.0f / 64.0f); /* |q|, |k| < 2 */
     fill_exact(&rng, k, p.dtype, n_k, 1.0f / 64.0f);
     fill_exact(&rng, v, p.dtype, n_v, 1.0f / 128.0f); /* |v|, |dO| < 1 */
     fill_exact(&rng, d_o, p.dtype, n_o, 1.0f / 128.0f);
     fill_exact(&rng, w, TA_F32, n_w, 1.0f / 512.0f); /* |w| < 1/4, mixed signs */
+    fill_exact(&rng, wq, TA_F32, n_wq + n_wv, 1.0f / 256.0f); /* projections: |w| < 1/2 */
+    ta_poison(dwq, (n_wq + n_wv + 1) * sizeof(float));
+    ta_poison(&d_alpha, sizeof d_alpha);
     ta_poison(o, n_o * eb);
     ta_poison(lse, n_lse * sizeof(float));
     ta_poison(dq, n_q * eb);
@@ -160,7 +212,10 @@ static ta_status run_golden(int index, uint64_t *hash) {
     memset(&ba, 0, sizeof ba);
     fa.q = ba.q = q, fa.k = ba.k = k, fa.v = ba.v = v;
     fa.conv_w = ba.conv_w = n_w ? w : NULL;
-    fa.seqlens_k = ba.seqlens_k = g->has_seqlens ? g->seqlens : NULL;
+    fa.seqlens_k = ba.seqlens_k =
+        index < N_PROBLEMS && k_problems[index].has_seqlens ? k_problems[index].seqlens : NULL;
+    fa.w_qlat = ba.w_qlat = wq, fa.w_vup = ba.w_vup = wq + n_wq;
+    ba.dw_qlat = dwq, ba.dw_vup = dwq + n_wq, ba.d_alpha = &d_alpha;
     fa.o = o, fa.lse = lse;
     ba.o = o, ba.lse = lse, ba.d_o = d_o;
     ba.dq = dq, ba.dk = dk, ba.dv = dv, ba.dconv_w = n_w ? dw : NULL;
@@ -181,12 +236,14 @@ static ta_status run_golden(int index, uint64_t *hash) {
         h = fnv1a(h, dk, n_k * eb);
         h = fnv1a(h, dv, n_v * eb);
         h = fnv1a(h, dw, n_w * sizeof(float));
+        if (band) h = fnv1a(h, &d_alpha, sizeof d_alpha);
+        h = fnv1a(h, dwq, (n_wq + n_wv) * sizeof(float));
         *hash = h;
     }
     ta_test_free(ws);
     ta_test_free(q), ta_test_free(k), ta_test_free(v), ta_test_free(d_o), ta_test_free(o);
     ta_test_free(dq), ta_test_free(dk), ta_test_free(dv), ta_test_free(lse), ta_test_free(w);
-    ta_test_free(dw);
+    ta_test_free(dw), ta_test_free(wq), ta_test_free(dwq);
     return st;
 }
 
@@ -228,13 +285,15 @@ static void print_hashes(void) {
     printf("# Golden hashes of TA_BACKEND_REF outputs (FNV-1a 64 over o, lse, dq, dk, dv,\n"
            "# dconv_w). Generated by `test_golden --print`; the problems are in test_golden.c.\n"
            "# A change here is a change of the library's bits: say why in the commit.\n");
-    for (i = 0; i < N_PROBLEMS; ++i) {
+    for (i = 0; i < N_PROBLEMS + N_LATENT; ++i) {
         uint64_t h = 0;
+        const char *name;
         const ta_status st = run_golden(i, &h);
+        (void)golden_problem(i, &name);
         if (st != TA_OK)
-            printf("# %s: %s\n", k_problems[i].name, ta_status_string(st));
+            printf("# %s: %s\n", name, ta_status_string(st));
         else
-            printf("%s %016llx\n", k_problems[i].name, (unsigned long long)h);
+            printf("%s %016llx\n", name, (unsigned long long)h);
     }
 }
 
@@ -250,11 +309,12 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (read_hashes(argv[1], e, &n_e) != 0) return 1;
-    for (i = 0; i < N_PROBLEMS; ++i) {
-        const char *name = k_problems[i].name;
+    for (i = 0; i < N_PROBLEMS + N_LATENT; ++i) {
+        const char *name;
         uint64_t h = 0;
         const ta_status st = run_golden(i, &h);
         expected *x = NULL;
+        (void)golden_problem(i, &name);
         for (j = 0; j < n_e; ++j)
             if (strcmp(e[j].name, name) == 0) x = &e[j];
         TA_CHECK(st == TA_OK, "%s: %s", name, ta_status_string(st));
@@ -271,6 +331,6 @@ int main(int argc, char **argv) {
     }
     for (j = 0; j < n_e; ++j)
         TA_CHECK(e[j].used, "%s: in %s but not a problem of this test", e[j].name, argv[1]);
-    printf("test_golden: %d of %d problems equal to %s\n", equal, N_PROBLEMS, argv[1]);
+    printf("test_golden: %d of %d problems equal to %s\n", equal, N_PROBLEMS + N_LATENT, argv[1]);
     return ta_test_finish("test_golden");
 }

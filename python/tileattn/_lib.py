@@ -22,6 +22,7 @@ PRECISIONS = {"exact": 0, "fast": 1}         # ta_precision
 TA_CAUSAL = 1 << 0
 TA_WINDOW = 1 << 1
 TA_SEQLENS_DEVICE = 1 << 2  # args.seqlens_k in device memory (CUDA)
+TA_RBAND = 1 << 3  # the reciprocal band of latent attention (REF; CPU forward)
 TA_WORKSPACE_ALIGN = 64
 TA_THREADS_MAX = 256
 
@@ -35,7 +36,9 @@ class Problem(ctypes.Structure):  # ta_problem
                                       "window_left", "window_right", "tile_config", "num_splits",
                                       "rope", "rope_pairs", "rope_rows", "rope_row_stride",
                                       "rope_head_stride", "q_history", "kv_page_size",
-                                      "kv_num_pages", "kv_max_blocks")]
+                                      "kv_num_pages", "kv_max_blocks")] + [
+        ("rband_alpha", ctypes.c_float), ("rband_width", ctypes.c_int32),  # reciprocal band
+        ("latent_dim", ctypes.c_int32)]  # fused latent projections
 
 
 class RopeArgs(ctypes.Structure):  # ta_rope_args; all NULL with rope = 0 (no rotation)
@@ -51,7 +54,8 @@ class FwdArgs(ctypes.Structure):  # ta_fwd_args
                 ("q", "k", "v", "conv_w", "seqlens_k", "o", "lse", "trace")] + [
         (n + "_strides", Strides) for n in ("q", "k", "v", "o")] + [("rope", RopeArgs)] + [
         ("q_hist", ctypes.c_void_p), ("q_hist_strides", Strides)] + [  # MTA query history rows
-        ("block_table", ctypes.c_void_p)]  # paged KV cache
+        ("block_table", ctypes.c_void_p)] + [  # paged KV cache
+        (n, ctypes.c_void_p) for n in ("w_qlat", "w_vup")]  # fused latent projections
 
 
 class BwdArgs(ctypes.Structure):  # ta_bwd_args
@@ -59,7 +63,8 @@ class BwdArgs(ctypes.Structure):  # ta_bwd_args
                 ("q", "k", "v", "o", "d_o", "lse", "conv_w", "seqlens_k", "dq", "dk", "dv",
                  "dconv_w", "trace")] + [
         (n + "_strides", Strides) for n in ("q", "k", "v", "o", "d_o", "dq", "dk", "dv")] + [
-        ("rope", RopeArgs)]
+        ("rope", RopeArgs)] + [  # the reciprocal band's d_alpha, the latent projections
+        (n, ctypes.c_void_p) for n in ("d_alpha", "w_qlat", "w_vup", "dw_qlat", "dw_vup")]
 
 
 def _declare(lib):

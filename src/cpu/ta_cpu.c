@@ -436,8 +436,9 @@ static int ta_cpu_available(void) { return 1; }
 /* SDPA and MTA, every plan: any mask (causal, key lengths, sliding windows)
  * and any strides; the tasks read the per-tile context (docs/cpu.md). */
 static int ta_cpu_supports(const ta_plan *plan) {
-    (void)plan;
-    return 1;
+    /* latent attention: the band's forward (its backward is refused by the
+     * core, ta_check_bwd_problem); the fused projections REF only for now */
+    return plan->p.latent_dim == 0;
 }
 
 /*
