@@ -191,7 +191,7 @@ static void ta_cuda_params_dims(ta_cuda_params *p, const ta_plan *plan, const ta
 }
 
 void ta_cuda_params_fwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling *t,
-                        const ta_fwd_args *a) {
+                        const ta_fwd_args *a, const ta_cuda_fwd_ws *ws) {
     memset(p, 0, sizeof *p);
     p->q = a->q;
     p->k = a->k;
@@ -206,7 +206,16 @@ void ta_cuda_params_fwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling 
         p->kv_num_pages = plan->p.kv_num_pages;
         p->kv_max_blocks = plan->p.kv_max_blocks;
     }
+    p->part_o = ws->part_o; /* split-K's parts (NULL with one split) */
+    p->part_lse = ws->part_lse;
+    p->n_rows = (int64_t)plan->n_lse;
     ta_cuda_params_dims(p, plan, t, a->seqlens_k);
+}
+
+ta_status ta_cuda_merge_splits(const ta_plan *plan, int32_t n, const ta_fwd_args *a,
+                               const ta_cuda_fwd_ws *ws, void *stream) {
+    if (n == 1) return TA_OK;
+    return ta_cuda_merge_parts(plan, ws->part_o, TA_F32, ws->part_lse, n, a->o, a->lse, stream);
 }
 
 ta_status ta_cuda_fwd_launch(const void *kernel, size_t smem, const ta_plan *plan,
@@ -215,17 +224,12 @@ ta_status ta_cuda_fwd_launch(const void *kernel, size_t smem, const ta_plan *pla
     ta_cuda_params prm;
     ta_cuda_launch_desc launch;
     ta_status st;
-    ta_cuda_params_fwd(&prm, plan, t, a);
-    prm.part_o = ws->part_o; /* split-K's parts (NULL with one split) */
-    prm.part_lse = ws->part_lse;
-    prm.n_rows = (int64_t)plan->n_lse;
+    ta_cuda_params_fwd(&prm, plan, t, a, ws);
     launch = ta_cuda_launch_of(kernel, &prm,
                                (int64_t)plan->p.heads_q * t->num_q_tiles * t->num_splits, 0, smem);
     if ((st = ta_cuda_launch_batches(&launch, 1, a->seqlens_k, plan->p.batch, stream)) != TA_OK)
         return st;
-    if (plan->fwd.num_splits == 1) return TA_OK;
-    return ta_cuda_merge_parts(plan, ws->part_o, TA_F32, ws->part_lse, plan->fwd.num_splits, a->o,
-                               a->lse, stream);
+    return ta_cuda_merge_splits(plan, plan->fwd.num_splits, a, ws, stream);
 }
 
 void ta_cuda_params_bwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling *t,

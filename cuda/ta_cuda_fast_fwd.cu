@@ -537,10 +537,7 @@ ta_status ta_cuda_fast_run(const ta_plan *plan, const ta_fwd_args *a, const ta_c
     if (t.num_splits > 1 && (fl->sm90 || fl->tma)) return TA_ERR_UNSUPPORTED;
     if (!kernel) return TA_ERR_UNSUPPORTED;
     if ((st = ta_cuda_smem_opt_in(kernel, fl->smem, fl->smem)) != TA_OK) return st;
-    ta_cuda_params_fwd(base, plan, &t, a);
-    base->part_o = ws->part_o; /* split-K's parts (NULL with one split) */
-    base->part_lse = ws->part_lse;
-    base->n_rows = (int64_t)plan->n_lse;
+    ta_cuda_params_fwd(base, plan, &t, a, ws);
     if (fl->tma && (st = ta_cuda_fast_tma_maps(plan, a, fl, &prm)) != TA_OK) return st;
     launch = fl->tma ? ta_cuda_launch_of(kernel, &prm, (int64_t)plan->p.heads_q * t.num_q_tiles,
                                          0, fl->smem)
@@ -550,9 +547,7 @@ ta_status ta_cuda_fast_run(const ta_plan *plan, const ta_fwd_args *a, const ta_c
     launch.threads = fl->threads;
     if ((st = ta_cuda_launch_batches(&launch, 1, a->seqlens_k, plan->p.batch, stream)) != TA_OK)
         return st;
-    if (t.num_splits == 1) return TA_OK;
-    return ta_cuda_merge_parts(plan, ws->part_o, TA_F32, ws->part_lse, t.num_splits, a->o, a->lse,
-                               stream);
+    return ta_cuda_merge_splits(plan, t.num_splits, a, ws, stream);
 }
 
 /* 1 if q's (or o's) rows can be addressed as one head of G S_q rows per kv

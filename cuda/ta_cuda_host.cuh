@@ -28,7 +28,12 @@ extern "C" {
  * sets its own fields after.
  */
 void ta_cuda_params_fwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling *t,
-                        const ta_fwd_args *a);
+                        const ta_fwd_args *a, const ta_cuda_fwd_ws *ws);
+/* Split-K's end (n = the tiling's num_splits): nothing with one split, else
+ * the merge kernel of ws's f32 parts into a->o, a->lse (cuda/ta_cuda_merge.cu);
+ * the exact and the fast forward alike. */
+ta_status ta_cuda_merge_splits(const ta_plan *plan, int32_t n, const ta_fwd_args *a,
+                               const ta_cuda_fwd_ws *ws, void *stream);
 void ta_cuda_params_bwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling *t,
                         const ta_bwd_args *a, const ta_cuda_bwd_ws *ws);
 /* An exact forward's launch (SDPA and MTA): the parameters (ta_cuda_params_fwd

@@ -60,7 +60,7 @@ static const ta_cuda_fast_cfgs k_fast_cfgs[4] = {
 };
 
 static const ta_cuda_fast_cfgs *ta_cuda_fast_cfgs_of(int32_t d) {
-    for (int i = 0; i < 4; ++i)
+    for (size_t i = 0; i < sizeof k_fast_cfgs / sizeof k_fast_cfgs[0]; ++i)
         if (k_fast_cfgs[i].head_dim == d) return &k_fast_cfgs[i];
     return NULL;
 }
