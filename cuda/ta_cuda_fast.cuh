@@ -333,24 +333,32 @@ TA_FAST_FN void ta_fast_p_fragment(uint32_t (&a)[4], const float (&p)[4 * NT], i
 /* Step 1 of a K tile, accumulating: s += q k^T over D in k-steps of 16 for
  * this warp's 16 rows; q [.][LD] and k [BN][LD] in shared memory, the warp's
  * first row at sq + 16 warp LD (the MTA forward passes sq shifted by whole
- * rows: cuda/ta_cuda_fast_mta.cu). */
+ * rows: cuda/ta_cuda_fast_mta.cu). The (k-step, 16-key block) pairs run in
+ * order, each pair's fragments loaded one pair ahead (two register sets), so
+ * an mma does not wait for the ldmatrix just before it (the asm statements
+ * keep their written order); the products and their order are those of the
+ * plain loop. */
 template <class T, int D, int BN, bool BF16>
 TA_FAST_FN void ta_fast_qk_add(float (&s)[4 * T::NT], const uint16_t *sq, const uint16_t *sk,
                                int lane, int warp) {
+    constexpr int KK = D / 16, NN = BN / 16;
+    const uint32_t a0 =
+        ta_fast_smem_addr(sq + (16 * warp + (lane & 15)) * T::LD + (lane >> 4) * 8);
+    const uint32_t b0 = ta_fast_smem_addr(sk + ((lane & 7) + ((lane >> 4) << 3)) * T::LD +
+                                          ((lane >> 3) & 1) * 8);
+    uint32_t a[2][4], b[2][4];
+    ta_fast_ldm_x4(a[0], a0);
+    ta_fast_ldm_x4(b[0], b0);
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t a[4];
-        ta_fast_ldm_x4(a, ta_fast_smem_addr(sq + (16 * warp + (lane & 15)) * T::LD + 16 * kk +
-                                            (lane >> 4) * 8));
-#pragma unroll
-        for (int nn = 0; nn < BN / 16; ++nn) {
-            uint32_t b[4];
-            ta_fast_ldm_x4(b, ta_fast_smem_addr(sk + (16 * nn + (lane & 7) + ((lane >> 4) << 3)) *
-                                                         T::LD +
-                                                16 * kk + ((lane >> 3) & 1) * 8));
-            ta_fast_mma<BF16>(&s[8 * nn], a, b[0], b[1]);
-            ta_fast_mma<BF16>(&s[8 * nn + 4], a, b[2], b[3]);
+    for (int i = 0; i < KK * NN; ++i) {
+        const int kk = i / NN, nn = i % NN;
+        if (i + 1 < KK * NN) { /* the next pair's fragments (element offsets x 2 bytes) */
+            const int kn = (i + 1) / NN, nnn = (i + 1) % NN;
+            if (nnn == 0) ta_fast_ldm_x4(a[kn & 1], a0 + 32u * (uint32_t)kn);
+            ta_fast_ldm_x4(b[(i + 1) & 1], b0 + 2u * (uint32_t)(16 * nnn * T::LD + 16 * kn));
         }
+        ta_fast_mma<BF16>(&s[8 * nn], a[kk & 1], b[i & 1][0], b[i & 1][1]);
+        ta_fast_mma<BF16>(&s[8 * nn + 4], a[kk & 1], b[i & 1][2], b[i & 1][3]);
     }
 }
 
@@ -365,22 +373,25 @@ TA_FAST_FN void ta_fast_qk(float (&s)[4 * T::NT], const uint16_t *sq, const uint
 
 /* Step 4 of a K tile: o += p v, p (the softmax's s, this warp's rows) as the
  * A operand (the accumulator layout is the A layout), v [BN][LD] in shared
- * memory by ldmatrix.trans. */
+ * memory by ldmatrix.trans, each (key step, 16-feature block)'s fragment
+ * loaded one pair ahead as in ta_fast_qk_add. */
 template <class T, int D, int BN, bool BF16>
 TA_FAST_FN void ta_fast_pv(float (&o)[4 * T::DT], const float (&s)[4 * T::NT], const uint16_t *sv,
                            int lane) {
+    constexpr int KK = BN / 16, NN = D / 16;
+    const uint32_t b0 = ta_fast_smem_addr(sv + (lane & 15) * T::LD + (lane >> 4) * 8);
+    uint32_t a[4], b[2][4];
+    ta_fast_ldm_x4_t(b[0], b0);
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-        uint32_t a[4];
-        ta_fast_p_fragment<BF16, T::NT>(a, s, kk);
-#pragma unroll
-        for (int dn = 0; dn < D / 16; ++dn) {
-            uint32_t b[4];
-            ta_fast_ldm_x4_t(b, ta_fast_smem_addr(sv + (16 * kk + (lane & 15)) * T::LD + 16 * dn +
-                                                  (lane >> 4) * 8));
-            ta_fast_mma<BF16>(&o[8 * dn], a, b[0], b[1]);
-            ta_fast_mma<BF16>(&o[8 * dn + 4], a, b[2], b[3]);
+    for (int i = 0; i < KK * NN; ++i) {
+        const int kk = i / NN, dn = i % NN;
+        if (dn == 0) ta_fast_p_fragment<BF16, T::NT>(a, s, kk);
+        if (i + 1 < KK * NN) {
+            const int kn = (i + 1) / NN, dnn = (i + 1) % NN;
+            ta_fast_ldm_x4_t(b[(i + 1) & 1], b0 + 2u * (uint32_t)(16 * kn * T::LD + 16 * dnn));
         }
+        ta_fast_mma<BF16>(&o[8 * dn], a, b[i & 1][0], b[i & 1][1]);
+        ta_fast_mma<BF16>(&o[8 * dn + 4], a, b[i & 1][2], b[i & 1][3]);
     }
 }
 
@@ -407,8 +418,8 @@ TA_FAST_FN void ta_fast_store_rows(const ta_cuda_params &p, const ta_tile_ctx &c
                     ta_fast_pack<BF16>(o[4 * d + 2 * r] * inv, o[4 * d + 2 * r + 1] * inv);
         }
         if (p.lse && tq == 0)
-            p.lse[c.lse + row] = l[r] > 0.0f ? (m[r] + __log2f(l[r])) * 0.6931471805599453f
-                                             : ta_fast_neg_inf();
+            p.lse[c.lse + row] =
+                l[r] > 0.0f ? (m[r] + __log2f(l[r])) * 0.6931471805599453f : ta_fast_neg_inf();
     }
 }
 
@@ -453,8 +464,8 @@ TA_FAST_FN void ta_fast_store_part(const ta_cuda_params &p, const ta_tile_ctx &c
                 *reinterpret_cast<float2 *>(orow + 8 * d + 2 * tq) =
                     make_float2(o[4 * d + 2 * r] * inv, o[4 * d + 2 * r + 1] * inv);
             if (tq == 0)
-                p.part_lse[part] = l[r] > 0.0f ? (m[r] + __log2f(l[r])) * 0.6931471805599453f
-                                               : ta_fast_neg_inf();
+                p.part_lse[part] =
+                    l[r] > 0.0f ? (m[r] + __log2f(l[r])) * 0.6931471805599453f : ta_fast_neg_inf();
         }
     }
 }

@@ -68,75 +68,26 @@ struct ta_fast_mta_params : ta_cuda_params {
     int32_t band; /* E = P + c_q - 1 */
 };
 
-/* ---- 1. kf ---- */
+/* ---- the prep kernels' pieces ---- */
 
-constexpr int KF_ROWS = 32; /* keys per block */
 constexpr int PREP_THREADS = 256;
+constexpr int KF_ROWS = 64;   /* keys per block of the kf kernel */
+constexpr int DIAG_ROWS = 32; /* query rows per block of the diag kernel */
 
-/* kf[b, h, j, a, :] = sum_{b' ascending} w[h][a][b'] k[j + b' - P] (keys outside
- * [0, L) are zeros), f32 fmaf from 0, rounded once to the storage type; 8
- * features (16 bytes) per item. Grid: [batch_count][heads_q][ceil(S_k / KF_ROWS)]. */
-template <bool BF16>
-__global__ void __launch_bounds__(PREP_THREADS)
-    ta_fast_mta_kf_kernel(const __grid_constant__ ta_fast_mta_params p) {
-    const int32_t D = p.head_dim, cq = p.conv_q, ck = p.conv_k, half = (ck - 1) / 2;
-    const int32_t n_jb = (p.t.seq_k + KF_ROWS - 1) / KF_ROWS, ch_n = D / 8;
-    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_jb;
-    const uint16_t *k = static_cast<const uint16_t *>(p.k);
-    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        const int32_t jb = (int32_t)(tile % n_jb), h = (int32_t)((tile / n_jb) % p.heads_q);
-        const int32_t b_local = (int32_t)(tile / n_jb / p.heads_q);
-        const ta_tile_ctx c = ta_cuda_context(p, b_local, h, 0);
-        const float *w = p.conv_w + (int64_t)h * cq * ck;
-        const int64_t kf_head = ((int64_t)(p.batch_begin + b_local) * p.heads_q + h) * p.t.seq_k;
-        for (int i = (int)threadIdx.x; i < KF_ROWS * ch_n; i += PREP_THREADS) {
-            const int32_t j = jb * KF_ROWS + i / ch_n, ch = i % ch_n;
-            if (j >= p.t.seq_k) continue;
-            for (int32_t a = 0; a < cq; ++a) {
-                float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-                uint32_t out[4];
-                for (int32_t bb = 0; bb < ck; ++bb) {
-                    const int32_t jr = j + bb - half;
-                    if (jr < 0 || jr >= c.key_len) continue;
-                    const float wv = w[a * ck + bb];
-                    const uint4 raw = *reinterpret_cast<const uint4 *>(
-                        k + c.k + (int64_t)jr * p.lay.k.seq + 8 * ch);
-                    const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        float lo, hi;
-                        ta_fast_unpack<BF16>(u[e], &lo, &hi);
-                        acc[2 * e] = __fmaf_rn(wv, lo, acc[2 * e]);
-                        acc[2 * e + 1] = __fmaf_rn(wv, hi, acc[2 * e + 1]);
-                    }
-                }
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    out[e] = ta_fast_pack<BF16>(acc[2 * e], acc[2 * e + 1]);
-                *reinterpret_cast<uint4 *>(p.kf + ((kf_head + j) * cq + a) * D + 8 * ch) =
-                    make_uint4(out[0], out[1], out[2], out[3]);
-            }
-        }
-    }
-}
+/* A block's (batch entry, query head, row block) of a prep grid
+ * [batch_count][heads_q][n_blocks]. */
+struct ta_fast_mta_prep_tile {
+    int32_t b_local, h, blk;
+};
 
-/* ---- 2. diag ---- */
-
-constexpr int DIAG_ROWS = 64; /* query rows per block */
-
-/* acc + <x, y> over 8 storage elements (16 bytes each), one fmaf per
- * element in order. */
-template <bool BF16> __device__ __forceinline__ float ta_fast_dot8(uint4 x, uint4 y, float acc) {
-    const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-        float x0, x1, y0, y1;
-        ta_fast_unpack<BF16>(xs[e], &x0, &x1);
-        ta_fast_unpack<BF16>(ys[e], &y0, &y1);
-        acc = __fmaf_rn(x0, y0, acc);
-        acc = __fmaf_rn(x1, y1, acc);
-    }
-    return acc;
+__device__ __forceinline__ ta_fast_mta_prep_tile ta_fast_mta_prep_at(const ta_fast_mta_params &p,
+                                                                     int64_t tile,
+                                                                     int32_t n_blocks) {
+    ta_fast_mta_prep_tile x;
+    x.blk = (int32_t)(tile % n_blocks);
+    x.h = (int32_t)((tile / n_blocks) % p.heads_q);
+    x.b_local = (int32_t)(tile / n_blocks / p.heads_q);
+    return x;
 }
 
 /* Query row r of the (batch, head) slice, -q_history <= r < S_q (the history
@@ -150,43 +101,150 @@ __device__ __forceinline__ const uint16_t *ta_fast_mta_q_row(const ta_fast_mta_p
     return static_cast<const uint16_t *>(in_hist ? p.q_hist : p.q) + at;
 }
 
+/* Key row j of the kv slice, 0 <= j < L, or NULL outside. */
+__device__ __forceinline__ const uint16_t *ta_fast_mta_k_row(const ta_fast_mta_params &p,
+                                                             const ta_tile_ctx &c, int32_t j) {
+    if (j < 0 || j >= c.key_len) return nullptr;
+    return static_cast<const uint16_t *>(p.k) + c.k + (int64_t)j * p.lay.k.seq;
+}
+
+/* rows [first, first + n) -> shared [n][D + 8] storage elements, 16 bytes per
+ * step; a row whose source is NULL (q: ta_fast_mta_q_row; else k) reads zeros. */
+template <bool Q_SIDE>
+__device__ __forceinline__ void ta_fast_mta_stage(uint16_t *dst, const ta_fast_mta_params &p,
+                                                  const ta_tile_ctx &c, int32_t first, int32_t n) {
+    const int32_t ch_n = p.head_dim / 8, ld = p.head_dim + 8;
+    for (int i = (int)threadIdx.x; i < n * ch_n; i += PREP_THREADS) {
+        const int32_t r = i / ch_n, ch = i % ch_n;
+        const uint16_t *src =
+            Q_SIDE ? ta_fast_mta_q_row(p, c, first + r) : ta_fast_mta_k_row(p, c, first + r);
+        *reinterpret_cast<uint4 *>(dst + r * ld + 8 * ch) =
+            src ? *reinterpret_cast<const uint4 *>(src + 8 * ch) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* 8 storage elements (16 bytes) -> f32 (exact). */
+template <bool BF16> __device__ __forceinline__ void ta_fast_mta_widen8(uint4 x, float (&f)[8]) {
+    ta_fast_unpack<BF16>(x.x, &f[0], &f[1]);
+    ta_fast_unpack<BF16>(x.y, &f[2], &f[3]);
+    ta_fast_unpack<BF16>(x.z, &f[4], &f[5]);
+    ta_fast_unpack<BF16>(x.w, &f[6], &f[7]);
+}
+
+/* ---- 1. kf ---- */
+
+/* kf[b, h, j, a, :] = sum_{b' ascending} w[h][a][b'] k[j + b' - P] (keys outside
+ * [0, L) are zeros: fmaf(w, 0, acc), as the exact kernels visit masked terms),
+ * f32 fmaf from 0, rounded once to the storage type. A block stages its
+ * KF_ROWS keys with their halos, k rows [j0 - P, j0 + KF_ROWS + P), and w[h]
+ * in shared memory; a thread makes 4 consecutive keys x 8 features for each
+ * a, reading each staged row once for the 4 (row r feeds key jj with b' = r -
+ * jj, so each key's terms still come b' ascending). Dynamic shared memory:
+ * ta_fast_mta_kf_smem. Grid: [batch_count][heads_q][ceil(S_k / KF_ROWS)]. */
+template <bool BF16>
+__global__ void __launch_bounds__(PREP_THREADS)
+    ta_fast_mta_kf_kernel(const __grid_constant__ ta_fast_mta_params p) {
+    extern __shared__ float4 ta_fast_mta_prep_smem[];
+    const int32_t D = p.head_dim, cq = p.conv_q, ck = p.conv_k, half = (ck - 1) / 2;
+    const int32_t n_jb = (p.t.seq_k + KF_ROWS - 1) / KF_ROWS, ch_n = D / 8, ld = D + 8;
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_jb;
+    uint16_t *rows = reinterpret_cast<uint16_t *>(ta_fast_mta_prep_smem);
+    float *w = reinterpret_cast<float *>(rows + (KF_ROWS + ck - 1) * ld);
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const ta_fast_mta_prep_tile x = ta_fast_mta_prep_at(p, tile, n_jb);
+        const ta_tile_ctx c = ta_cuda_context(p, x.b_local, x.h, 0);
+        const int32_t j0 = x.blk * KF_ROWS;
+        const int64_t kf_head =
+            ((int64_t)(p.batch_begin + x.b_local) * p.heads_q + x.h) * p.t.seq_k;
+        __syncthreads(); /* the previous tile is done with the staged rows */
+        ta_fast_mta_stage<false>(rows, p, c, j0 - half, KF_ROWS + ck - 1);
+        for (int i = (int)threadIdx.x; i < cq * ck; i += PREP_THREADS)
+            w[i] = p.conv_w[(int64_t)x.h * cq * ck + i];
+        __syncthreads();
+        for (int i = (int)threadIdx.x; i < KF_ROWS / 4 * ch_n; i += PREP_THREADS) {
+            const int32_t jl = 4 * (i / ch_n), ch = i % ch_n; /* keys j0 + jl .. + 3 */
+            for (int32_t a = 0; a < cq; ++a) {
+                float acc[4][8];
+#pragma unroll
+                for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+                    for (int e = 0; e < 8; ++e)
+                        acc[jj][e] = 0.0f;
+                for (int32_t r = 0; r < ck + 3; ++r) { /* staged row jl + r */
+                    float f[8];
+                    ta_fast_mta_widen8<BF16>(
+                        *reinterpret_cast<const uint4 *>(rows + (jl + r) * ld + 8 * ch), f);
+#pragma unroll
+                    for (int jj = 0; jj < 4; ++jj) {
+                        const int32_t bb = r - jj;
+                        if (bb < 0 || bb >= ck) continue;
+                        const float wv = w[a * ck + bb];
+#pragma unroll
+                        for (int e = 0; e < 8; ++e)
+                            acc[jj][e] = __fmaf_rn(wv, f[e], acc[jj][e]);
+                    }
+                }
+#pragma unroll
+                for (int jj = 0; jj < 4; ++jj) {
+                    const int32_t j = j0 + jl + jj;
+                    if (j < p.t.seq_k)
+                        *reinterpret_cast<uint4 *>(p.kf + ((kf_head + j) * cq + a) * D + 8 * ch) =
+                            make_uint4(ta_fast_pack<BF16>(acc[jj][0], acc[jj][1]),
+                                       ta_fast_pack<BF16>(acc[jj][2], acc[jj][3]),
+                                       ta_fast_pack<BF16>(acc[jj][4], acc[jj][5]),
+                                       ta_fast_pack<BF16>(acc[jj][6], acc[jj][7]));
+                }
+            }
+        }
+    }
+}
+
+/* ---- 2. diag ---- */
+
 /* diag[b, h, i, delta] for the rows [r0, r0 + DIAG_ROWS) of a block (the
- * header's formula): band[r][e] (e = 1 - 2E .. 0, the visible pairs' reach)
- * for rows [r0 - (c_q-1), r0 + DIAG_ROWS) into shared memory (f32 fmaf over d
- * ascending from 0; 0 where the row or the key is outside the sequence), then
+ * header's formula). Staged in shared memory: q rows [r0 - (c_q-1), r0 +
+ * DIAG_ROWS) and the keys they reach, [r0 - (c_q-1) + off + 1 - 2E, r0 +
+ * DIAG_ROWS + off) (zeros outside the sequence), then band[r][e] for e = 1 -
+ * 2E .. 0 (the visible pairs' reach; f32 fmaf over d ascending from 0), then
  * each (i, delta) sums its visible terms, a ascending, b ascending, fmaf from
- * 0. Dynamic shared memory: (DIAG_ROWS + c_q - 1) 2E floats. Grid:
+ * 0. Dynamic shared memory: ta_fast_mta_diag_smem. Grid:
  * [batch_count][heads_q][ceil(S_q / DIAG_ROWS)]. */
 template <bool BF16>
 __global__ void __launch_bounds__(PREP_THREADS)
     ta_fast_mta_diag_kernel(const __grid_constant__ ta_fast_mta_params p) {
-    extern __shared__ float ta_fast_mta_band[];
+    extern __shared__ float4 ta_fast_mta_prep_smem[];
     const int32_t D = p.head_dim, cq = p.conv_q, ck = p.conv_k, half = (ck - 1) / 2;
-    const int32_t E = p.band, NE = 2 * E, off = p.t.diag_offset, halo = cq - 1;
-    const int32_t n_rb = (p.t.seq_q + DIAG_ROWS - 1) / DIAG_ROWS;
+    const int32_t E = p.band, NE = 2 * E, off = p.t.diag_offset, halo = cq - 1, ld = D + 8;
+    const int32_t n_rb = (p.t.seq_q + DIAG_ROWS - 1) / DIAG_ROWS, n_q = DIAG_ROWS + halo;
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_rb;
-    const uint16_t *k = static_cast<const uint16_t *>(p.k);
+    float *band = reinterpret_cast<float *>(ta_fast_mta_prep_smem); /* [n_q][NE] */
+    /* the band rounded up to 16 bytes: the staged rows are read 16 bytes at a time */
+    uint16_t *sq = reinterpret_cast<uint16_t *>(band + (n_q * NE + 3) / 4 * 4); /* [n_q][ld] */
+    uint16_t *sk = sq + n_q * ld; /* [n_q + NE - 1][ld] */
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        const int32_t rb = (int32_t)(tile % n_rb), h = (int32_t)((tile / n_rb) % p.heads_q);
-        const int32_t b_local = (int32_t)(tile / n_rb / p.heads_q);
-        const ta_tile_ctx c = ta_cuda_context(p, b_local, h, 0);
-        const float *w = p.conv_w + (int64_t)h * cq * ck;
-        const int32_t r0 = rb * DIAG_ROWS;
-        float *diag = p.diag + ((int64_t)(p.batch_begin + b_local) * p.heads_q + h) * p.t.seq_q * E;
-        __syncthreads(); /* the previous tile is done with the band rows */
-        for (int i = (int)threadIdx.x; i < (DIAG_ROWS + halo) * NE; i += PREP_THREADS) {
-            /* slot i % NE holds e = i % NE + 1 - 2E */
-            const int32_t r = r0 - halo + i / NE, j = r + off + i % NE + 1 - NE;
-            const uint16_t *qr = ta_fast_mta_q_row(p, c, r);
+        const ta_fast_mta_prep_tile x = ta_fast_mta_prep_at(p, tile, n_rb);
+        const ta_tile_ctx c = ta_cuda_context(p, x.b_local, x.h, 0);
+        const float *w = p.conv_w + (int64_t)x.h * cq * ck;
+        const int32_t r0 = x.blk * DIAG_ROWS;
+        float *diag =
+            p.diag + ((int64_t)(p.batch_begin + x.b_local) * p.heads_q + x.h) * p.t.seq_q * E;
+        __syncthreads(); /* the previous tile is done with shared memory */
+        ta_fast_mta_stage<true>(sq, p, c, r0 - halo, n_q);
+        ta_fast_mta_stage<false>(sk, p, c, r0 - halo + off + 1 - NE, n_q + NE - 1);
+        __syncthreads();
+        for (int i = (int)threadIdx.x; i < n_q * NE; i += PREP_THREADS) {
+            /* q row rho = i / NE with key row rho + i % NE: e = i % NE + 1 - 2E */
+            const uint16_t *qr = sq + (i / NE) * ld, *kr = sk + (i / NE + i % NE) * ld;
             float acc = 0.0f;
-            if (qr && j >= 0 && j < c.key_len) {
-                const uint4 *q8 = reinterpret_cast<const uint4 *>(qr);
-                const uint4 *k8 =
-                    reinterpret_cast<const uint4 *>(k + c.k + (int64_t)j * p.lay.k.seq);
-                for (int32_t d8 = 0; d8 < D / 8; ++d8) /* 16-byte loads, d ascending */
-                    acc = ta_fast_dot8<BF16>(q8[d8], k8[d8], acc);
+            for (int32_t d8 = 0; d8 < D / 8; ++d8) { /* d ascending */
+                float fq[8], fk[8];
+                ta_fast_mta_widen8<BF16>(*reinterpret_cast<const uint4 *>(qr + 8 * d8), fq);
+                ta_fast_mta_widen8<BF16>(*reinterpret_cast<const uint4 *>(kr + 8 * d8), fk);
+#pragma unroll
+                for (int e = 0; e < 8; ++e)
+                    acc = __fmaf_rn(fq[e], fk[e], acc);
             }
-            ta_fast_mta_band[i] = acc;
+            band[i] = acc;
         }
         __syncthreads();
         for (int i = (int)threadIdx.x; i < DIAG_ROWS * E; i += PREP_THREADS) {
@@ -198,13 +256,22 @@ __global__ void __launch_bounds__(PREP_THREADS)
                 const int32_t b_last = delta + half + a - (cq - 1);
                 for (int32_t bb = 0; bb < ck && bb <= b_last; ++bb) {
                     const int32_t e = bb - half + cq - 1 - a - delta;
-                    acc = __fmaf_rn(w[a * ck + bb], ta_fast_mta_band[(ri + a) * NE + e + NE - 1],
-                                    acc);
+                    acc = __fmaf_rn(w[a * ck + bb], band[(ri + a) * NE + e + NE - 1], acc);
                 }
             }
             diag[(int64_t)row * E + delta] = acc;
         }
     }
+}
+
+/* Dynamic shared memory of the prep kernels (bytes). */
+static size_t ta_fast_mta_kf_smem(const ta_problem *pr) {
+    return (size_t)(KF_ROWS + pr->conv_k - 1) * (size_t)(pr->head_dim + 8) * 2u +
+           4u * (size_t)pr->conv_q * (size_t)pr->conv_k;
+}
+static size_t ta_fast_mta_diag_smem(const ta_problem *pr, int32_t band) {
+    const size_t n_q = (size_t)(DIAG_ROWS + pr->conv_q - 1), ne = 2u * (size_t)band;
+    return (n_q * ne + 3u) / 4u * 16u + (2u * n_q + ne - 1u) * (size_t)(pr->head_dim + 8) * 2u;
 }
 
 /* ---- 3. the attention ---- */
@@ -388,16 +455,22 @@ static ta_fast_mta_cfg ta_fast_mta_cfg_of() {
 
 /* The candidates (tile_config k = 1 .. TA_CUDA_FAST_MTA_CFGS names c[k - 1]),
  * as (NW warps: Q tiles of 16 NW rows; BN keys; NB buffers; G chunks per
- * stage; MINB blocks per SM):
- * 1, the default: (8, 64, 4, 1, 1); 2: (4, 64, 4, 1, 1); 3: (8, 64, 8, 2, 1);
- * 4: (4, 64, 8, 2, 1); 5: (8, 64, 4, 2, 2). */
+ * stage; MINB blocks per SM). Measured on an H100 (bf16, B = 1, H = 16, S =
+ * 1k .. 8k, 6 x 11 and 7 x 7; docs/benchmarks.md), every candidate gives the
+ * same bits:
+ *   1 (4, 64, 3, 1, 3), the default: fastest or within 6 % of it on 11 of 12
+ *     shapes (three blocks of 4 warps per SM, registers held to 168);
+ *   2 (8, 64, 4, 2, 2): fastest at D = 64, S = 8k (6 %), 3-10 % slower
+ *     elsewhere (100 bytes of spills at D = 128);
+ *   3 (4, 64, 4, 1, 1): two blocks per SM, one barrier per chunk.
+ * Measured and dropped: 8 warps with one block per SM (G = 1 or 2, NB = 4 or
+ * 8: 8-25 % slower than 1 at S >= 2k); 4 warps with NB = 8, G = 2 (10-50 %
+ * slower at D = 128); 8 warps with 32-key tiles (15-45 % slower). */
 template <int D, bool BF16> static int ta_fast_mta_fill(ta_fast_mta_cfg *c) {
-    c[0] = ta_fast_mta_cfg_of<D, 8, 64, 4, 1, 1, BF16>();
-    c[1] = ta_fast_mta_cfg_of<D, 4, 64, 4, 1, 1, BF16>();
-    c[2] = ta_fast_mta_cfg_of<D, 8, 64, 8, 2, 1, BF16>();
-    c[3] = ta_fast_mta_cfg_of<D, 4, 64, 8, 2, 1, BF16>();
-    c[4] = ta_fast_mta_cfg_of<D, 8, 64, 4, 2, 2, BF16>();
-    return 5;
+    c[0] = ta_fast_mta_cfg_of<D, 4, 64, 3, 1, 3, BF16>();
+    c[1] = ta_fast_mta_cfg_of<D, 8, 64, 4, 2, 2, BF16>();
+    c[2] = ta_fast_mta_cfg_of<D, 4, 64, 4, 1, 1, BF16>();
+    return 3;
 }
 
 template <bool BF16> static int ta_fast_mta_candidates(int32_t d, ta_fast_mta_cfg *c) {
@@ -455,12 +528,16 @@ extern "C" ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan, const ta_fwd_args
     prm.kf = static_cast<uint16_t *>(ws->mta_kf);
     prm.diag = ws->mta_diag;
     prm.band = ta_cuda_fast_mta_band(plan);
-    launch[nl++] =
-        ta_cuda_launch_of(bf16 ? reinterpret_cast<const void *>(&ta_fast_mta_kf_kernel<true>)
-                               : reinterpret_cast<const void *>(&ta_fast_mta_kf_kernel<false>),
-                          &prm, (int64_t)pr->heads_q * ((pr->seq_k + KF_ROWS - 1) / KF_ROWS), 0, 0);
+    {
+        const size_t kf_smem = ta_fast_mta_kf_smem(pr);
+        const void *kk = bf16 ? reinterpret_cast<const void *>(&ta_fast_mta_kf_kernel<true>)
+                              : reinterpret_cast<const void *>(&ta_fast_mta_kf_kernel<false>);
+        if ((st = ta_cuda_smem_opt_in(kk, kf_smem, kf_smem)) != TA_OK) return st;
+        launch[nl++] = ta_cuda_launch_of(
+            kk, &prm, (int64_t)pr->heads_q * ((pr->seq_k + KF_ROWS - 1) / KF_ROWS), 0, kf_smem);
+    }
     if (prm.band > 0) {
-        const size_t band_smem = (size_t)(DIAG_ROWS + pr->conv_q - 1) * 2u * (size_t)prm.band * 4u;
+        const size_t band_smem = ta_fast_mta_diag_smem(pr, prm.band);
         const void *kc = bf16 ? reinterpret_cast<const void *>(&ta_fast_mta_diag_kernel<true>)
                               : reinterpret_cast<const void *>(&ta_fast_mta_diag_kernel<false>);
         if ((st = ta_cuda_smem_opt_in(kc, band_smem, band_smem)) != TA_OK) return st;

@@ -30,6 +30,6 @@ static inline int32_t ta_test_fast_candidates(int32_t d) {
 /* Candidates of the fast MTA forward's table (cuda/ta_cuda_fast_mta.cu,
  * TA_CUDA_FAST_MTA_CFGS): tile_config in [0, this], the same for every head
  * dim it takes. */
-#define TA_TEST_FAST_MTA_CFGS 5
+#define TA_TEST_FAST_MTA_CFGS 3
 
 #endif /* TA_TEST_CUDA_UTIL_H */
