@@ -49,7 +49,8 @@ typedef struct ta_cuda_fwd_ws {
     void *mta_kf;    /* fast MTA (ta_cuda_fast_mta_path): [B, H, S_k, c_q, D] storage
                         type, the filtered keys; else NULL */
     float *mta_diag; /* fast MTA: [B, H, S_q, E] f32, E = ta_cuda_fast_mta_band (NULL
-                        when E = 0): the hidden terms near the diagonal */
+                        when E = 0): the convolved scores of the E keys left of
+                        each row's diagonal, computed directly */
 } ta_cuda_fwd_ws;
 
 /*
@@ -173,7 +174,7 @@ int32_t ta_cuda_fast_splits(const ta_plan *plan);
  * {64, 96, 128}, no window, no load stage, one split, no paged KV (other MTA
  * problems in fast mode run the exact kernels). ta_cuda_fast_mta_band: E =
  * (c_k - 1) / 2 + c_q - 1, the keys left of the diagonal whose convolved
- * score has hidden terms. ta_cuda_fast_mta_fwd: as ta_cuda_mta_fwd (whose
+ * score has terms the causal mask hides (computed directly, not folded). ta_cuda_fast_mta_fwd: as ta_cuda_mta_fwd (whose
  * kernels it runs instead when a row of q, k, v, o or q_hist is not on 16
  * bytes), and TA_ERR_UNSUPPORTED (nothing launched) for a tile_config past
  * TA_CUDA_FAST_MTA_CFGS. */

@@ -458,14 +458,15 @@ static ta_fast_mta_cfg ta_fast_mta_cfg_of() {
  * stage; MINB blocks per SM). Measured on an H100 (bf16, B = 1, H = 16, S =
  * 1k .. 8k, 6 x 11 and 7 x 7; docs/benchmarks.md), every candidate gives the
  * same bits:
- *   1 (4, 64, 3, 1, 3), the default: fastest or within 6 % of it on 11 of 12
- *     shapes (three blocks of 4 warps per SM, registers held to 168);
- *   2 (8, 64, 4, 2, 2): fastest at D = 64, S = 8k (6 %), 3-10 % slower
+ *   1 (4, 64, 3, 1, 3), the default: fastest or within 6 % of the fastest on
+ *     10 of 12 shapes (three blocks of 4 warps per SM, registers held to 168);
+ *   2 (8, 64, 4, 2, 2): fastest at D = 64, S = 8k (7-9 %), up to 18 % slower
  *     elsewhere (100 bytes of spills at D = 128);
  *   3 (4, 64, 4, 1, 1): two blocks per SM, one barrier per chunk.
- * Measured and dropped: 8 warps with one block per SM (G = 1 or 2, NB = 4 or
- * 8: 8-25 % slower than 1 at S >= 2k); 4 warps with NB = 8, G = 2 (10-50 %
- * slower at D = 128); 8 warps with 32-key tiles (15-45 % slower). */
+ * Measured and dropped (at S = 4k and 8k, D = 128 and D = 64 8k): 8 warps
+ * with one block per SM (G = 1 or 2, NB = 4 or 8: 16-26 % slower than 1);
+ * 4 warps with NB = 8, G = 2 (15-59 % slower); 8 warps with 32-key tiles
+ * (26-44 % slower). docs/cuda.md section 7, "Fast MTA", has the table. */
 template <int D, bool BF16> static int ta_fast_mta_fill(ta_fast_mta_cfg *c) {
     c[0] = ta_fast_mta_cfg_of<D, 4, 64, 3, 1, 3, BF16>();
     c[1] = ta_fast_mta_cfg_of<D, 8, 64, 4, 2, 2, BF16>();
