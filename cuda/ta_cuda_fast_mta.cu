@@ -456,22 +456,26 @@ static ta_fast_mta_cfg ta_fast_mta_cfg_of() {
 /* The candidates (tile_config k = 1 .. TA_CUDA_FAST_MTA_CFGS names c[k - 1]),
  * as (NW warps: Q tiles of 16 NW rows; BN keys; NB buffers; G chunks per
  * stage; MINB blocks per SM). Measured on an H100 (bf16, B = 1, H = 16, S =
- * 1k .. 8k, 6 x 11 and 7 x 7; docs/benchmarks.md), every candidate gives the
- * same bits:
- *   1 (4, 64, 3, 1, 3), the default: fastest or within 6 % of the fastest on
- *     10 of 12 shapes (three blocks of 4 warps per SM, registers held to 168);
- *   2 (8, 64, 4, 2, 2): fastest at D = 64, S = 8k (7-9 %), up to 18 % slower
- *     elsewhere (100 bytes of spills at D = 128);
- *   3 (4, 64, 4, 1, 1): two blocks per SM, one barrier per chunk.
- * Measured and dropped (at S = 4k and 8k, D = 128 and D = 64 8k): 8 warps
- * with one block per SM (G = 1 or 2, NB = 4 or 8: 16-26 % slower than 1);
- * 4 warps with NB = 8, G = 2 (15-59 % slower); 8 warps with 32-key tiles
- * (26-44 % slower). docs/cuda.md section 7, "Fast MTA", has the table. */
+ * 1k .. 8k, 6 x 11 and 7 x 7; docs/cuda.md section 7, "Fast MTA"):
+ *   1 (4, 128, 2, 1, 2), the default: fastest on all 12 shapes, by 2-18 %
+ *     over the next (two blocks of 4 warps per SM, 238 registers; 128-key
+ *     tiles halve the barriers per product);
+ *   2 (4, 64, 3, 1, 3): three blocks per SM, registers held to 168;
+ *   3 (8, 64, 4, 2, 2): 128-row tiles, half the kf traffic of 2 (100 bytes of
+ *     spills at D = 128);
+ *   4 (4, 64, 4, 1, 1): two blocks per SM, one barrier per chunk.
+ * 2, 3 and 4 give the same bits (64-key tiles: the online softmax rescales at
+ * the same keys); 1 rescales every 128 keys. Measured and dropped (at S = 4k
+ * and 8k): 8 warps with one block per SM (G = 1 or 2, NB = 4 or 8: 16-26 %
+ * slower than 2); 4 warps with NB = 8, G = 2 (15-59 % slower than 2) and with
+ * NB = 4, G = 2, two blocks (11-17 % slower than 2); 4 warps, NB = 2, three
+ * blocks (within 2 % of 2); 8 warps with 32-key tiles (26-44 % slower than 2). */
 template <int D, bool BF16> static int ta_fast_mta_fill(ta_fast_mta_cfg *c) {
-    c[0] = ta_fast_mta_cfg_of<D, 4, 64, 3, 1, 3, BF16>();
-    c[1] = ta_fast_mta_cfg_of<D, 8, 64, 4, 2, 2, BF16>();
-    c[2] = ta_fast_mta_cfg_of<D, 4, 64, 4, 1, 1, BF16>();
-    return 3;
+    c[0] = ta_fast_mta_cfg_of<D, 4, 128, 2, 1, 2, BF16>();
+    c[1] = ta_fast_mta_cfg_of<D, 4, 64, 3, 1, 3, BF16>();
+    c[2] = ta_fast_mta_cfg_of<D, 8, 64, 4, 2, 2, BF16>();
+    c[3] = ta_fast_mta_cfg_of<D, 4, 64, 4, 1, 1, BF16>();
+    return 4;
 }
 
 template <bool BF16> static int ta_fast_mta_candidates(int32_t d, ta_fast_mta_cfg *c) {

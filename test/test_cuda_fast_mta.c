@@ -10,8 +10,9 @@
  *     TA_FAST_MTA_O_BOUND(dtype), lse's over lse_mag under
  *     TA_FAST_MTA_LSE_BOUND; a row that sees no key gives o = 0 and lse = -inf.
  *     The largest errors are printed per dtype (docs/exactness.md quotes them).
- *     Each problem also runs with another tile_config: the same bytes (every
- *     configuration computes a row's products, chunks and softmax alike).
+ *     Each problem also runs with its twin tile_config
+ *     (ta_test_fast_mta_twin): the same bytes (configurations with the same
+ *     K tile compute a row's products, chunks and softmax alike).
  *  2. query history: the last rows of a sequence as one call with q_history
  *     = c_q - 1 rows passed in q_hist, against the oracle's rows of the full
  *     sequence.
@@ -314,13 +315,13 @@ static int check_problem(uint64_t seed, int idx) {
     ww = widen_f32(m.w, m.nw);
     snprintf(desc + strlen(desc), sizeof desc - strlen(desc), " #%d", idx);
     bad = st == TA_OK ? compare_oracle(&m, &m.p, wq, wk, wv, ww, 0, o, lse, desc) : 1;
-    if (st == TA_OK) { /* every configuration computes each row alike: the same bytes */
+    if (st == TA_OK) { /* twins compute each row alike: the same bytes */
         ta_problem p2 = m.p;
         void *o2 = malloc(m.no * m.eb);
         float *lse2 = (float *)malloc(m.nlse * sizeof(float));
         ta_status st2;
         if (!o2 || !lse2) exit(1);
-        p2.tile_config = 1 + m.p.tile_config % TA_TEST_FAST_MTA_CFGS;
+        p2.tile_config = ta_test_fast_mta_twin(m.p.tile_config);
         st2 = mdev_run(&d, &m, &p2, 0x7F, o2, lse2);
         TA_CHECK(st2 == TA_OK && memcmp(o, o2, m.no * m.eb) == 0 &&
                      memcmp(lse, lse2, m.nlse * sizeof(float)) == 0,

@@ -29,7 +29,12 @@ static inline int32_t ta_test_fast_candidates(int32_t d) {
 
 /* Candidates of the fast MTA forward's table (cuda/ta_cuda_fast_mta.cu,
  * TA_CUDA_FAST_MTA_CFGS): tile_config in [0, this], the same for every head
- * dim it takes. */
-#define TA_TEST_FAST_MTA_CFGS 3
+ * dim it takes. ta_test_fast_mta_twin: a tile_config whose bits must equal
+ * cfg's: the 64-key candidates 2, 3, 4 among themselves (the online softmax
+ * rescales at the same keys), and 0 and 1 (the default is candidate 1). */
+#define TA_TEST_FAST_MTA_CFGS 4
+static inline int32_t ta_test_fast_mta_twin(int32_t cfg) {
+    return cfg <= 1 ? 1 - cfg : 2 + (cfg - 1) % 3;
+}
 
 #endif /* TA_TEST_CUDA_UTIL_H */
