@@ -80,6 +80,7 @@ static void ta_cpu_turn_store(int64_t *c, int64_t v) {
 
 #include "ta_cpu.h"
 #include "ta_internal.h"
+#include "ta_ref.h"
 #include "ta_sum2.h"
 
 /* ---------------------------------------------------------------------- */
@@ -300,7 +301,23 @@ typedef struct ta_cpu_slab {
     ta_cpu_mta_bwd_ws mta;        /* MTA backward, both passes */
     TA_CPU_TASK_COUNTER *dw_turn; /* MTA backward: [H] next (b, Q tile) to merge per head */
     float *dw_lo; /* MTA backward: [H, c_q c_k] lo words of dconv_w's pairs (src/ta_sum2.h) */
+    /* latent path backward (ta_cpu_lat_path): one REF step's buffers, their
+     * shared fields pointing at the call's sums after the slabs */
+    ta_ref_bwd_ws lat_bwd;
+    TA_CPU_TASK_COUNTER *lat_turn; /* [1] the next (b, h, Q tile) to merge its sums */
 } ta_cpu_slab;
+
+/*
+ * The latent path (docs/cpu.md section 3c): the reciprocal band's backward
+ * runs REF's own steps (ref/ta_ref_bwd.c) on the CPU's threads, one task per
+ * (b, kv head, K tile) for dk, dv and one per (b, h, Q tile) for dq, each in
+ * its thread's buffers; so its bits are REF's by construction. The call's
+ * sums (d_alpha) are added by the dq tasks taking turns in REF's (b, h, Q
+ * tile) order (ta_cpu_do_lat_bwd_task). Scalar arithmetic: no vector kernels yet.
+ */
+static int ta_cpu_lat_path(const ta_plan *plan, int backward) {
+    return backward && plan->stages.score == TA_SCORE_RBAND;
+}
 
 /* One thread's slab at base (NULL: size only); its bytes (a multiple of 64),
  * or 0 if a size overflows. */
@@ -310,6 +327,10 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
     ta_ws_cursor c;
     size_t bytes;
     ta_ws_begin(&c, base);
+    if (ta_cpu_lat_path(plan, backward)) {
+        ta_ref_bwd_carve_tiles(plan, &c, &slab->lat_bwd);
+        return c.overflow ? 0 : c.used;
+    }
     if (!backward) {
         ta_cpu_dims_of(plan, &plan->fwd, ta_cpu_q_group(plan, &plan->fwd, n_threads), &dm);
         ta_cpu_carve_fwd(&dm, plan->has_conv, plan->fwd.num_splits, &c, &slab->fwd);
@@ -343,7 +364,9 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
  * With a conv the backward adds dw_turn: H integer counters shared by all
  * threads, the in-order dconv_w merge (ta_cpu_dw_merge), and dw_lo: the lo
  * words of the merge's pairs, H c_q c_k floats (dconv_w holds the hi words).
- * Nothing grows with B or S: every region is O(tile), or O(H) for these two.
+ * The latent path's backward adds one turn counter and REF's shared sums
+ * (ta_ref_bwd_carve_shared: d_alpha's pair).
+ * Nothing grows with B or S: every region is O(tile), or O(H) for these.
  * With a base, carves thread tid's slab into *slab. Returns the total size.
  */
 static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_threads, void *base,
@@ -351,8 +374,9 @@ static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_thre
     const size_t slab_bytes = ta_cpu_carve_slab(plan, backward, n_threads, NULL, slab);
     size_t slabs_bytes;
     ta_ws_cursor c;
-    TA_CPU_TASK_COUNTER *turn = NULL;
+    TA_CPU_TASK_COUNTER *turn = NULL, *lat_turn = NULL;
     float *dw_lo = NULL;
+    ta_ref_bwd_ws shared;
     if (slab_bytes == 0 || !ta_mul_size(slab_bytes, (size_t)n_threads, &slabs_bytes))
         return TA_ERR_OVERFLOW;
     ta_ws_begin(&c, base);
@@ -361,6 +385,10 @@ static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_thre
         turn = TA_WS_TAKE(&c, TA_CPU_TASK_COUNTER, (size_t)plan->p.heads_q);
         dw_lo = TA_WS_TAKE(&c, float, plan->n_conv);
     }
+    if (ta_cpu_lat_path(plan, backward)) {
+        lat_turn = TA_WS_TAKE(&c, TA_CPU_TASK_COUNTER, 1);
+        ta_ref_bwd_carve_shared(plan, &c, &shared);
+    }
     if (c.overflow) return TA_ERR_OVERFLOW;
     *total = c.used;
     if (base) {
@@ -368,6 +396,12 @@ static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_thre
                                 (unsigned char *)base + (size_t)tid * slab_bytes, slab);
         slab->dw_turn = turn;
         slab->dw_lo = dw_lo;
+        slab->lat_turn = lat_turn;
+        if (lat_turn) { /* the call's sums, shared by every thread's steps */
+            slab->lat_bwd.dw_lo = shared.dw_lo, slab->lat_bwd.da_g = shared.da_g;
+            slab->lat_bwd.dwq_part = shared.dwq_part, slab->lat_bwd.dwv_part = shared.dwv_part;
+            slab->lat_bwd.dwq_lo = shared.dwq_lo, slab->lat_bwd.dwv_lo = shared.dwv_lo;
+        }
     }
     return TA_OK;
 }
@@ -462,6 +496,15 @@ typedef struct ta_cpu_run {
     TA_CPU_TASK_COUNTER next; /* the next task to hand out */
 } ta_cpu_run;
 
+/* Spins until the turn counter *next reaches turn (the in-order merges). */
+static void ta_cpu_turn_wait(TA_CPU_TASK_COUNTER *next, int64_t turn) {
+    int spins = 0;
+    while (TA_CPU_TURN_LOAD(next) != turn) {
+        TA_CPU_SPIN_PAUSE();
+        if (++spins % 256 == 0) TA_CPU_YIELD(); /* more threads than cores */
+    }
+}
+
 /*
  * dconv_w[h] += R(b, qt), in the reference's order (ta_ref_bwd; docs/mta.md
  * backward step 5), into the pairs (dconv_w[h], lo) (src/ta_sum2.h): per head, b ascending, Q tiles ascending, for the tiles
@@ -479,11 +522,7 @@ static void ta_cpu_dw_merge(const ta_plan *plan, const ta_bwd_args *a, TA_CPU_TA
     float *dw = a->dconv_w + (size_t)h * n_w; /* [c_q, c_k] of head h: the hi words */
     float *dw_lo = lo + (size_t)h * n_w;
     size_t n;
-    int spins = 0;
-    while (TA_CPU_TURN_LOAD(next) != turn) {
-        TA_CPU_SPIN_PAUSE();
-        if (++spins % 256 == 0) TA_CPU_YIELD(); /* more threads than cores */
-    }
+    ta_cpu_turn_wait(next, turn);
     for (n = 0; add && n < n_w; ++n)
         ta_sum2_add(dw + n, dw_lo + n, 1.0f, r[n]);
     TA_CPU_TURN_STORE(next, turn + 1);
@@ -513,6 +552,36 @@ static void ta_cpu_do_mta_bwd_task(const ta_cpu_run *run, const ta_cpu_slab *sla
     }
 }
 
+/*
+ * A latent-path backward task: pass 1 (b, kv head, K tile), numbered K tiles
+ * outer (under the causal mask the first ones see the most rows); or pass 2
+ * (b, h, Q tile), numbered in REF's order: REF's step computes dq and the
+ * tile's shares of the call's sums in the thread's buffers, then waits for
+ * its turn (every earlier (b, h, Q tile) merged; as ta_cpu_dw_merge, no
+ * deadlock: tasks are handed out in ascending order) and merges them.
+ */
+static void ta_cpu_do_lat_bwd_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64_t task) {
+    const ta_plan *plan = run->plan;
+    const ta_tiling *t = &plan->bwd;
+    ta_ref_step st;
+    if (task < run->n_dkdv) {
+        const int64_t n_bhkv = (int64_t)plan->p.batch * plan->p.heads_kv;
+        const int64_t bh = task % n_bhkv;
+        ta_ref_step_k(plan, t, run->ba->seqlens_k, (int32_t)(bh / plan->p.heads_kv),
+                      (int32_t)(bh % plan->p.heads_kv), (int32_t)(task / n_bhkv), &st);
+        ta_ref_bwd_k_tile(plan, run->ba, &slab->lat_bwd, &st);
+    } else {
+        const int64_t turn = task - run->n_dkdv, n_q = t->num_q_tiles;
+        const int64_t bh = turn / n_q;
+        ta_ref_step_q(plan, t, run->ba->seqlens_k, (int32_t)(bh / plan->p.heads_q),
+                      (int32_t)(bh % plan->p.heads_q), (int32_t)(turn % n_q), &st);
+        ta_ref_bwd_q_tile_dq(plan, run->ba, &slab->lat_bwd, &st);
+        ta_cpu_turn_wait(slab->lat_turn, turn);
+        ta_ref_bwd_q_tile_merge(plan, run->ba, &slab->lat_bwd, &st);
+        TA_CPU_TURN_STORE(slab->lat_turn, turn + 1);
+    }
+}
+
 /* Runs task number `task` of the call. */
 static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64_t task) {
     const ta_plan *plan = run->plan;
@@ -522,6 +591,10 @@ static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64
     const int32_t n_q_groups = (n_q + run->q_group - 1) / run->q_group;
     if (plan->has_conv && !run->fa) {
         ta_cpu_do_mta_bwd_task(run, slab, task);
+        return;
+    }
+    if (ta_cpu_lat_path(plan, run->fa == NULL)) {
+        ta_cpu_do_lat_bwd_task(run, slab, task);
         return;
     }
     if (task < run->n_dkdv) { /* backward, dk/dv */
@@ -596,8 +669,11 @@ static ta_status ta_cpu_start(ta_cpu_run *run, const ta_plan *plan, int backward
     run->workspace = workspace;
     run->kern = ta_cpu_kernels_for(ta_cpu_isa_resolve()); /* reads TA_CPU_ISA once */
     run->n_threads = n_threads;
-    run->q_group = plan->has_conv && backward ? 1 : ta_cpu_q_group(plan, t, run->n_threads);
-    run->k_group = backward ? ta_cpu_dkdv_group(plan, run->n_threads) : 1;
+    run->q_group = (plan->has_conv && backward) || ta_cpu_lat_path(plan, backward)
+                       ? 1
+                       : ta_cpu_q_group(plan, t, run->n_threads);
+    run->k_group =
+        backward && !ta_cpu_lat_path(plan, backward) ? ta_cpu_dkdv_group(plan, run->n_threads) : 1;
     run->n_dkdv = backward ? (int64_t)plan->p.batch * plan->p.heads_kv *
                                  ((t->num_k_tiles + run->k_group - 1) / run->k_group)
                            : 0;
@@ -638,6 +714,16 @@ static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wor
             a->dconv_w[n] = slab.dw_lo[n] = 0.0f;
         for (h = 0; h < plan->p.heads_q; ++h)
             TA_CPU_TASK_INIT(slab.dw_turn + h);
+    }
+    if (ta_cpu_lat_path(plan, 1)) { /* REF's sums to zero, the turn to (b, h, Q tile) 0 */
+        ta_cpu_slab slab;
+        size_t total;
+        (void)ta_cpu_layout(plan, 1, run.n_threads, workspace, 0, &slab, &total);
+        ta_ref_bwd_begin(plan, a, &slab.lat_bwd);
+        TA_CPU_TASK_INIT(slab.lat_turn);
+        ta_cpu_parallel(&run);
+        ta_ref_bwd_end(a, &slab.lat_bwd);
+        return TA_OK;
     }
     ta_cpu_parallel(&run);
     return TA_OK;
@@ -725,6 +811,7 @@ ta_status ta_cpu_tasks_plan(const ta_plan *plan, int backward, ta_task_plan *out
     ta_status st;
     memset(out, 0, sizeof *out);
     if (!backward && plan->fwd.num_splits > 1) return TA_ERR_UNSUPPORTED; /* not yet as tasks */
+    if (ta_cpu_lat_path(plan, backward)) return TA_ERR_UNSUPPORTED; /* its merge waits: not yet */
     out->scratch_bytes = ta_cpu_carve_slab(plan, backward, n, NULL, &slab);
     if (out->scratch_bytes == 0) return TA_ERR_OVERFLOW;
     if ((st = ta_cpu_tasks_layout(plan, backward, NULL, &hdr, &out->shared_bytes)) != TA_OK)
