@@ -6,8 +6,7 @@
  *      out of range or in a combination not built yet gives its documented
  *      status, ta_explain_fwd / _bwd name the field, the outputs stay
  *      untouched; CUDA refuses the band and the fused projections, CPU the
- *      projections and the band's backward as caller-run tasks, with
- *      TA_ERR_UNSUPPORTED.
+ *      backward of either as caller-run tasks, with TA_ERR_UNSUPPORTED.
  *   2. the float64 oracle of the definition (test/oracle_rband.c): its
  *      gradients dq, dk, dv and d_alpha against central finite differences of
  *      L = sum <dO, o> on small random problems (GQA, every band width from 0
@@ -45,13 +44,17 @@
  *      second tiling's bits (section 4 with the projections).
  *   7. the CPU backend's forward with the band == REF bit for bit (o, lse):
  *      every ISA path this machine has (TA_CPU_ISA), one to three threads,
- *      and through the caller-run tasks; decode-like calls included.
+ *      and through the caller-run tasks; decode-like calls included. Then
+ *      the same with the fused projections (with and without the band,
+ *      causal or not; decode-like calls through projected history rows).
  *   8. the CPU backend's backward with the band == REF bit for bit (dq, dk,
  *      dv, d_alpha) from the same (o, lse): the random problems of section 4
  *      (f32 / f16 / bf16, GQA-like heads, alpha 0 and negative, W from 0 to
  *      past S) and forced edges (S = 1, W = 0, W >= S, alpha = 0, alpha < 0),
  *      one to four threads; gradients poisoned first (patterns that differ
- *      between the two calls, so an unwritten element fails).
+ *      between the two calls, so an unwritten element fails). Then the same
+ *      with the fused projections (dw_qlat, dw_vup too; a third without the
+ *      band, causal or not).
  * Usage: test_rband [--quick]
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
@@ -294,7 +297,7 @@ static void test_bad_input(ta_rng *r) {
         fa.w_qlat = w, fa.w_vup = w + BI_H * BI_L * 8;
         ta_test_expect_fwd(&p, TA_BACKEND_REF, &fa, b.ws, b.ws_bytes, TA_OK, "ok",
                            "projections on REF");
-        ta_test_expect_fwd(&p, TA_BACKEND_CPU, &fa, b.ws, b.ws_bytes, TA_ERR_UNSUPPORTED, "backend",
+        ta_test_expect_fwd(&p, TA_BACKEND_CPU, &fa, b.ws, b.ws_bytes, TA_OK, "ok",
                            "projections on CPU");
         ta_test_expect_fwd(&p, TA_BACKEND_CUDA, &fa, b.ws, b.ws_bytes, TA_ERR_UNSUPPORTED,
                            "backend", "projections on CUDA");
@@ -325,8 +328,14 @@ static void test_bad_input(ta_rng *r) {
             ba.w_qlat = w, ba.w_vup = w + BI_H * BI_L * 8;
             ba.dw_qlat = dw, ba.dw_vup = dw + BI_H * BI_L * 8;
             bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_OK, "ok", "bwd with projections");
-            bi_expect_bwd(&p, TA_BACKEND_CPU, &b, &ba, TA_ERR_UNSUPPORTED, "backend",
-                          "bwd with projections on CPU");
+            bi_expect_bwd(&p, TA_BACKEND_CPU, &b, &ba, TA_OK, "ok", "bwd with projections on CPU");
+            {
+                ta_task_plan tp;
+                TA_CHECK(ta_fwd_task_plan(&p, TA_BACKEND_CPU, &tp) == TA_OK,
+                         "projections: CPU forward task plan");
+                TA_CHECK(ta_bwd_task_plan(&p, TA_BACKEND_CPU, &tp) == TA_ERR_UNSUPPORTED,
+                         "projections: CPU backward task plan");
+            }
             ba.dw_qlat = NULL;
             bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_ERR_NULL_ARG, "args.dw_qlat",
                           "bwd: dw_qlat NULL");
@@ -1072,7 +1081,8 @@ static void test_ref_fwd_lat(ta_rng *r) {
 /* 7. CPU forward == REF                                                    */
 /* ---------------------------------------------------------------------- */
 
-static void test_cpu_fwd(ta_rng *r) {
+/* lat: with the fused projections. */
+static void test_cpu_fwd(ta_rng *r, int lat) {
     static const char *const isas[3] = {"scalar", "avx2", "avx512"};
     const int n_problems = quick ? 20 : 80;
     long n_calls = 0, n_tasks = 0;
@@ -1083,7 +1093,7 @@ static void test_cpu_fwd(ta_rng *r) {
         void *ro, *co;
         float *rlse, *clse;
         char desc[220];
-        rb_random(r, &c, 0, 0);
+        rb_random(r, &c, 0, lat);
         rb_describe(&c, desc, sizeof desc);
         bo = c.no * ta_dtype_size(c.p.dtype);
         ro = ta_test_alloc(bo), co = ta_test_alloc(bo);
@@ -1109,6 +1119,7 @@ static void test_cpu_fwd(ta_rng *r) {
             ta_problem p = c.p;
             memset(&fa, 0, sizeof fa);
             fa.q = c.q, fa.k = c.k, fa.v = c.v, fa.o = co, fa.lse = clse, fa.q_hist = c.hist;
+            fa.w_qlat = c.wq, fa.w_vup = c.wv;
             p.num_threads = ta_rng_int(r, 1, 4);
             ta_poison(co, bo), ta_poison(clse, c.nl * sizeof(float));
             TA_CHECK(ta_test_fwd_tasks(&p, &fa) == TA_OK, "CPU tasks: %s", desc);
@@ -1119,8 +1130,9 @@ static void test_cpu_fwd(ta_rng *r) {
         ta_test_free(ro), ta_test_free(co), ta_test_free(rlse), ta_test_free(clse);
         rb_free(&c);
     }
-    printf("CPU forward == REF bit for bit: %d problems, %ld calls over the ISA paths, %ld through "
-           "caller-run tasks\n", n_problems, n_calls, n_tasks);
+    printf("CPU forward%s == REF bit for bit: %d problems, %ld calls over the ISA paths, %ld "
+           "through caller-run tasks\n",
+           lat ? " with the fused projections" : "", n_problems, n_calls, n_tasks);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1210,8 +1222,8 @@ static void test_cpu_bwd(ta_rng *r, int lat) {
         ta_test_free(ro), ta_test_free(rlse);
         rb_free(&c);
     }
-    printf("CPU backward%s == REF bit for bit: %d problems (S = 1, W = 0, W >= S, alpha = 0 and "
-           "alpha < 0 forced in 5 of 8), %ld calls, 1-4 threads\n",
+    printf("CPU backward%s == REF bit for bit: %d problems (S = 1 forced in 1 of 8; with the band "
+           "W = 0, W >= S, alpha = 0, alpha < 0 in 4 more), %ld calls, 1-4 threads\n",
            lat ? " with the fused projections" : "", n_problems, n_calls);
 }
 
@@ -1228,7 +1240,9 @@ int main(int argc, char **argv) {
     test_decode(&r);
     test_ref_fwd_lat(&r);
     test_ref_bwd(&r, 1);
-    test_cpu_fwd(&r);
+    test_cpu_fwd(&r, 0);
+    test_cpu_fwd(&r, 1);
     test_cpu_bwd(&r, 0);
+    test_cpu_bwd(&r, 1);
     return ta_test_finish("test_rband");
 }

@@ -301,22 +301,26 @@ typedef struct ta_cpu_slab {
     ta_cpu_mta_bwd_ws mta;        /* MTA backward, both passes */
     TA_CPU_TASK_COUNTER *dw_turn; /* MTA backward: [H] next (b, Q tile) to merge per head */
     float *dw_lo; /* MTA backward: [H, c_q c_k] lo words of dconv_w's pairs (src/ta_sum2.h) */
-    /* latent path backward (ta_cpu_lat_path): one REF step's buffers, their
-     * shared fields pointing at the call's sums after the slabs */
+    /* latent path (ta_cpu_lat_path): one REF step's buffers; the backward's
+     * shared fields point at the call's sums after the slabs */
+    ta_ref_fwd_ws lat_fwd;
     ta_ref_bwd_ws lat_bwd;
     TA_CPU_TASK_COUNTER *lat_turn; /* [1] the next (b, h, Q tile) to merge its sums */
 } ta_cpu_slab;
 
 /*
- * The latent path (docs/cpu.md section 3c): the reciprocal band's backward
- * runs REF's own steps (ref/ta_ref_bwd.c) on the CPU's threads, one task per
- * (b, kv head, K tile) for dk, dv and one per (b, h, Q tile) for dq, each in
- * its thread's buffers; so its bits are REF's by construction. The call's
- * sums (d_alpha) are added by the dq tasks taking turns in REF's (b, h, Q
- * tile) order (ta_cpu_do_lat_bwd_task). Scalar arithmetic: no vector kernels yet.
+ * The latent path (docs/cpu.md section 3c): the fused latent projections
+ * (forward and backward) and the reciprocal band's backward run REF's own
+ * steps (ref/ta_ref_fwd.c, ref/ta_ref_bwd.c) on the CPU's threads: one task
+ * per (b, h, Q tile) for o, lse or dq, one per (b, kv head, K tile) for dk,
+ * dv, each in its thread's buffers; so their bits are REF's by construction.
+ * The backward's call sums (d_alpha, dw_qlat, dw_vup) are added by the dq
+ * tasks taking turns in REF's (b, h, Q tile) order (ta_cpu_do_lat_bwd_task).
+ * Scalar arithmetic: no vector kernels yet (the band's forward without the
+ * projections keeps the vector path).
  */
 static int ta_cpu_lat_path(const ta_plan *plan, int backward) {
-    return backward && plan->stages.score == TA_SCORE_RBAND;
+    return plan->p.latent_dim > 0 || (backward && plan->stages.score == TA_SCORE_RBAND);
 }
 
 /* One thread's slab at base (NULL: size only); its bytes (a multiple of 64),
@@ -328,7 +332,10 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
     size_t bytes;
     ta_ws_begin(&c, base);
     if (ta_cpu_lat_path(plan, backward)) {
-        ta_ref_bwd_carve_tiles(plan, &c, &slab->lat_bwd);
+        if (backward)
+            ta_ref_bwd_carve_tiles(plan, &c, &slab->lat_bwd);
+        else
+            ta_ref_fwd_carve(plan, &c, &slab->lat_fwd);
         return c.overflow ? 0 : c.used;
     }
     if (!backward) {
@@ -365,7 +372,8 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
  * threads, the in-order dconv_w merge (ta_cpu_dw_merge), and dw_lo: the lo
  * words of the merge's pairs, H c_q c_k floats (dconv_w holds the hi words).
  * The latent path's backward adds one turn counter and REF's shared sums
- * (ta_ref_bwd_carve_shared: d_alpha's pair).
+ * (ta_ref_bwd_carve_shared: d_alpha's pair; dw_qlat's and dw_vup's lo words
+ * and row-chunk partials, O(H D L)).
  * Nothing grows with B or S: every region is O(tile), or O(H) for these.
  * With a base, carves thread tid's slab into *slab. Returns the total size.
  */
@@ -385,7 +393,7 @@ static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_thre
         turn = TA_WS_TAKE(&c, TA_CPU_TASK_COUNTER, (size_t)plan->p.heads_q);
         dw_lo = TA_WS_TAKE(&c, float, plan->n_conv);
     }
-    if (ta_cpu_lat_path(plan, backward)) {
+    if (backward && ta_cpu_lat_path(plan, backward)) {
         lat_turn = TA_WS_TAKE(&c, TA_CPU_TASK_COUNTER, 1);
         ta_ref_bwd_carve_shared(plan, &c, &shared);
     }
@@ -467,12 +475,12 @@ static const ta_cpu_kernels *ta_cpu_kernels_for(ta_cpu_isa isa) {
 
 static int ta_cpu_available(void) { return 1; }
 
-/* SDPA and MTA, every plan: any mask (causal, key lengths, sliding windows)
- * and any strides; the tasks read the per-tile context (docs/cpu.md). */
+/* SDPA, MTA and latent attention, every plan: any mask (causal, key lengths,
+ * sliding windows) and any strides; the tasks read the per-tile context
+ * (docs/cpu.md). */
 static int ta_cpu_supports(const ta_plan *plan) {
-    /* latent attention: the band's forward (its backward is refused by the
-     * core, ta_check_bwd_problem); the fused projections REF only for now */
-    return plan->p.latent_dim == 0;
+    (void)plan;
+    return 1;
 }
 
 /*
@@ -582,6 +590,18 @@ static void ta_cpu_do_lat_bwd_task(const ta_cpu_run *run, const ta_cpu_slab *sla
     }
 }
 
+/* A latent-path forward task (b, h, Q tile), numbered last Q tiles first
+ * across all (b, h) (the longest under the causal mask first). */
+static void ta_cpu_do_lat_fwd_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64_t task) {
+    const ta_plan *plan = run->plan;
+    const int64_t n_bh = (int64_t)plan->p.batch * plan->p.heads_q, bh = task % n_bh;
+    ta_ref_step st;
+    ta_ref_step_q(plan, &plan->fwd, run->fa->seqlens_k, (int32_t)(bh / plan->p.heads_q),
+                  (int32_t)(bh % plan->p.heads_q),
+                  plan->fwd.num_q_tiles - 1 - (int32_t)(task / n_bh), &st);
+    ta_ref_fwd_q_tile(plan, run->fa, &slab->lat_fwd, &st, -1); /* no split-K (validated) */
+}
+
 /* Runs task number `task` of the call. */
 static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64_t task) {
     const ta_plan *plan = run->plan;
@@ -594,7 +614,10 @@ static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64
         return;
     }
     if (ta_cpu_lat_path(plan, run->fa == NULL)) {
-        ta_cpu_do_lat_bwd_task(run, slab, task);
+        if (run->fa)
+            ta_cpu_do_lat_fwd_task(run, slab, task);
+        else
+            ta_cpu_do_lat_bwd_task(run, slab, task);
         return;
     }
     if (task < run->n_dkdv) { /* backward, dk/dv */
@@ -735,7 +758,8 @@ static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wor
 
 /* "tileattn tasks", version 1: a shared workspace that a prepare call filled. */
 #define TA_CPU_TASKS_MAGIC UINT64_C(0x7461736b73000001)
-/* tensors of a backward (12), the rotary tables and positions (4), the shared workspace */
+/* tensors of a backward (12; a forward has 11), the rotary tables and positions (4),
+ * the shared workspace */
 #define TA_CPU_TASKS_SPANS 18
 
 /* A byte range the scratch of a task must not overlap. */
@@ -811,7 +835,8 @@ ta_status ta_cpu_tasks_plan(const ta_plan *plan, int backward, ta_task_plan *out
     ta_status st;
     memset(out, 0, sizeof *out);
     if (!backward && plan->fwd.num_splits > 1) return TA_ERR_UNSUPPORTED; /* not yet as tasks */
-    if (ta_cpu_lat_path(plan, backward)) return TA_ERR_UNSUPPORTED; /* its merge waits: not yet */
+    if (backward && ta_cpu_lat_path(plan, backward)) /* its merge waits: not yet */
+        return TA_ERR_UNSUPPORTED;
     out->scratch_bytes = ta_cpu_carve_slab(plan, backward, n, NULL, &slab);
     if (out->scratch_bytes == 0) return TA_ERR_OVERFLOW;
     if ((st = ta_cpu_tasks_layout(plan, backward, NULL, &hdr, &out->shared_bytes)) != TA_OK)
@@ -828,6 +853,7 @@ void ta_cpu_tasks_prepare(const ta_plan *plan, const ta_fwd_args *fa, const ta_b
     const int backward = fa == NULL;
     const size_t n_w = plan->n_conv * sizeof(float);
     const size_t n_lse = plan->n_lse * sizeof(float), n_sl = (size_t)plan->p.batch * 4;
+    const int lat = plan->p.latent_dim > 0;
     ta_cpu_tasks_hdr *h;
     ta_task_plan tp;
     size_t bytes;
@@ -851,12 +877,17 @@ void ta_cpu_tasks_prepare(const ta_plan *plan, const ta_fwd_args *fa, const ta_b
         TA_CPU_TASK_INIT(&h->done[ph]);
     }
     {
-        const ta_cpu_span fwd[] = {{fa ? fa->q : NULL, ex->q},     {fa ? fa->k : NULL, ex->k},
-                                   {fa ? fa->v : NULL, ex->v},     {fa ? fa->o : NULL, ex->o},
-                                   {fa ? fa->lse : NULL, n_lse},   {fa ? fa->conv_w : NULL, n_w},
+        const ta_cpu_span fwd[] = {{fa ? fa->q : NULL, ex->q},
+                                   {fa ? fa->k : NULL, ex->k},
+                                   {fa ? fa->v : NULL, ex->v},
+                                   {fa ? fa->o : NULL, ex->o},
+                                   {fa ? fa->lse : NULL, n_lse},
+                                   {fa ? fa->conv_w : NULL, n_w},
                                    {fa ? fa->seqlens_k : NULL, n_sl},
                                    {fa && plan->p.q_history > 0 ? fa->q_hist : NULL, ex->q_hist},
-                                   {plan->block_table, n_sl * (size_t)plan->p.kv_max_blocks}};
+                                   {plan->block_table, n_sl * (size_t)plan->p.kv_max_blocks},
+                                   {fa && lat ? fa->w_qlat : NULL, plan->n_wq * sizeof(float)},
+                                   {fa && lat ? fa->w_vup : NULL, plan->n_wv * sizeof(float)}};
         const ta_cpu_span bwd[] = {
             {ba ? ba->q : NULL, ex->q},       {ba ? ba->k : NULL, ex->k},
             {ba ? ba->v : NULL, ex->v},       {ba ? ba->o : NULL, ex->o},
@@ -865,7 +896,7 @@ void ta_cpu_tasks_prepare(const ta_plan *plan, const ta_fwd_args *fa, const ta_b
             {ba ? ba->dq : NULL, ex->dq},     {ba ? ba->dk : NULL, ex->dk},
             {ba ? ba->dv : NULL, ex->dv},     {ba ? ba->dconv_w : NULL, n_w}};
         const ta_cpu_span *src = backward ? bwd : fwd;
-        const int n = backward ? 12 : 9;
+        const int n = backward ? 12 : 11;
         const ta_cpu_span rope[] = {
             {plan->rope.cos, plan->n_rope * sizeof(float)},
             {plan->rope.sin, plan->n_rope * sizeof(float)},
