@@ -51,10 +51,11 @@
  *      dv, d_alpha) from the same (o, lse): the random problems of section 4
  *      (f32 / f16 / bf16, GQA-like heads, alpha 0 and negative, W from 0 to
  *      past S) and forced edges (S = 1, W = 0, W >= S, alpha = 0, alpha < 0),
- *      one to four threads; gradients poisoned first (patterns that differ
- *      between the two calls, so an unwritten element fails). Then the same
- *      with the fused projections (dw_qlat, dw_vup too; a third without the
- *      band, causal or not).
+ *      every ISA path this machine has (TA_CPU_ISA), one to four threads;
+ *      gradients poisoned first (patterns that differ between the two calls,
+ *      so an unwritten element fails). Then the same with the fused
+ *      projections (dw_qlat, dw_vup too; a third without the band, causal or
+ *      not).
  * Usage: test_rband [--quick]
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
@@ -1187,6 +1188,7 @@ static int cb_same(const rb_case *c, const ta_problem *p, const void *ro, const 
 
 /* lat: with the fused projections (dw_qlat, dw_vup compared too). */
 static void test_cpu_bwd(ta_rng *r, int lat) {
+    static const char *const isas[3] = {"scalar", "avx2", "avx512"};
     const int n_problems = quick ? 24 : 96;
     long n_calls = 0;
     int t, k;
@@ -1212,18 +1214,21 @@ static void test_cpu_bwd(ta_rng *r, int lat) {
         rb_grads_alloc(&c, &g);
         st = rb_bwd(&c.p, &c, ro, rlse, &g);
         TA_CHECK(st == TA_OK, "REF backward: %s: %s", ta_status_string(st), desc);
-        for (k = 0; st == TA_OK && k < 2; ++k) {
+        for (k = 0; st == TA_OK && k < 3; ++k) { /* every ISA path this machine has */
             ta_problem p = c.p;
+            setenv("TA_CPU_ISA", isas[k], 1);
             p.num_threads = k == 0 ? 1 : ta_rng_int(r, 2, 4);
             (void)cb_same(&c, &p, ro, rlse, &g, lat, desc);
             ++n_calls;
         }
+        unsetenv("TA_CPU_ISA");
         rb_grads_free(&g);
         ta_test_free(ro), ta_test_free(rlse);
         rb_free(&c);
     }
     printf("CPU backward%s == REF bit for bit: %d problems (S = 1 forced in 1 of 8; with the band "
-           "W = 0, W >= S, alpha = 0, alpha < 0 in 4 more), %ld calls, 1-4 threads\n",
+           "W = 0, W >= S, alpha = 0, alpha < 0 in 4 more), %ld calls over the ISA paths, 1-4 "
+           "threads\n",
            lat ? " with the fused projections" : "", n_problems, n_calls);
 }
 

@@ -12,6 +12,9 @@
  * threads). MTA (a conv) runs the same way with the conv kernels
  * (ta_cpu_mta.inc); its one cross-task sum, dconv_w, is merged from per-Q-tile
  * sums in the reference's order by tasks taking turns (ta_cpu_dw_merge).
+ * The reciprocal band's backward adds its d_alpha the same way
+ * (ta_cpu_band_dq_task); the fused latent projections run REF's own steps
+ * as tasks (the latent path, ta_cpu_lat_path).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -76,6 +79,14 @@ static void ta_cpu_turn_store(int64_t *c, int64_t v) {
 #define TA_CPU_YIELD() ((void)sched_yield())
 #else
 #define TA_CPU_YIELD() ((void)0)
+#endif
+
+/* Keeps a task's locals out of ta_cpu_do_task's frame, which lies on the
+ * deepest stack path (test/stack_usage.py, docs/safety.md section 2). */
+#if defined(__GNUC__)
+#define TA_CPU_NOINLINE __attribute__((noinline))
+#else
+#define TA_CPU_NOINLINE
 #endif
 
 #include "ta_cpu.h"
@@ -253,7 +264,7 @@ int32_t ta_cpu_dkdv_group(const ta_plan *plan, int32_t n_threads) {
     return g;
 }
 
-void ta_cpu_carve_dq(const ta_cpu_dims *dm, ta_ws_cursor *c, ta_cpu_dq_ws *ws) {
+void ta_cpu_carve_dq(const ta_cpu_dims *dm, int band, ta_ws_cursor *c, ta_cpu_dq_ws *ws) {
     const size_t bq = (size_t)dm->rows_max, bk = (size_t)dm->block_k;
     ws->dm = *dm;
     ws->ld = ta_cpu_lane_ld(dm->bq_pad);
@@ -275,6 +286,10 @@ void ta_cpu_carve_dq(const ta_cpu_dims *dm, ta_ws_cursor *c, ta_cpu_dq_ws *ws) {
     ws->dq_part = TA_WS_TAKE(c, float, bq * dm->d_pad);
     ws->seg_lo = TA_WS_TAKE(c, int32_t, dm->bq_pad);
     ws->seg_n = TA_WS_TAKE(c, int32_t, dm->bq_pad);
+    ws->tt = band ? TA_WS_TAKE(c, float, bk * ws->ld) : NULL;
+    ws->da_hi = band ? TA_WS_TAKE(c, float, dm->bq_pad) : NULL;
+    ws->da_lo = band ? TA_WS_TAKE(c, float, dm->bq_pad) : NULL;
+    ws->da_part = band ? TA_WS_TAKE(c, float, dm->bq_pad) : NULL;
 }
 
 /* Threads a call uses (and its workspace is sized for). */
@@ -295,32 +310,48 @@ static int32_t ta_cpu_threads(const ta_plan *plan) {
  * docs/cpu.md) the forward adds the raw-score tile and the backward has its
  * own layout, plus H turn counters shared by all threads after the slabs. */
 typedef struct ta_cpu_slab {
-    ta_cpu_fwd_ws fwd;   /* forward (SDPA; MTA with sraw) */
-    ta_cpu_dkdv_ws dkdv; /* SDPA backward */
-    ta_cpu_dq_ws dq;
-    ta_cpu_mta_bwd_ws mta;        /* MTA backward, both passes */
+    union { /* a call takes the vector tasks' buffers or the latent path's (C11 anonymous) */
+        struct {
+            ta_cpu_fwd_ws fwd;   /* forward (SDPA; MTA with sraw) */
+            ta_cpu_dkdv_ws dkdv; /* SDPA backward */
+            ta_cpu_dq_ws dq;
+            ta_cpu_mta_bwd_ws mta; /* MTA backward, both passes */
+        };
+        struct {
+            /* latent path (ta_cpu_lat_path): one REF step's buffers; the
+             * backward's shared fields point at the call's sums after the slabs */
+            ta_ref_fwd_ws lat_fwd;
+            ta_ref_bwd_ws lat_bwd;
+        };
+    };
     TA_CPU_TASK_COUNTER *dw_turn; /* MTA backward: [H] next (b, Q tile) to merge per head */
     float *dw_lo; /* MTA backward: [H, c_q c_k] lo words of dconv_w's pairs (src/ta_sum2.h) */
-    /* latent path (ta_cpu_lat_path): one REF step's buffers; the backward's
-     * shared fields point at the call's sums after the slabs */
-    ta_ref_fwd_ws lat_fwd;
-    ta_ref_bwd_ws lat_bwd;
-    TA_CPU_TASK_COUNTER *lat_turn; /* [1] the next (b, h, Q tile) to merge its sums */
+    /* the backward's call sums (latent path; the band's d_alpha): [1] the next
+     * (b, h, Q tile or Q-tile group) to add its share */
+    TA_CPU_TASK_COUNTER *sum_turn;
+    float *da_g; /* the band on the vector path: [2] d_alpha's pair (hi, lo) */
 } ta_cpu_slab;
 
 /*
  * The latent path (docs/cpu.md section 3c): the fused latent projections
- * (forward and backward) and the reciprocal band's backward run REF's own
- * steps (ref/ta_ref_fwd.c, ref/ta_ref_bwd.c) on the CPU's threads: one task
- * per (b, h, Q tile) for o, lse or dq, one per (b, kv head, K tile) for dk,
- * dv, each in its thread's buffers; so their bits are REF's by construction.
- * The backward's call sums (d_alpha, dw_qlat, dw_vup) are added by the dq
- * tasks taking turns in REF's (b, h, Q tile) order (ta_cpu_do_lat_bwd_task).
- * Scalar arithmetic: no vector kernels yet (the band's forward without the
- * projections keeps the vector path).
+ * (forward and backward, with or without the band) run REF's own steps
+ * (ref/ta_ref_fwd.c, ref/ta_ref_bwd.c) on the CPU's threads: one task per
+ * (b, h, Q tile) for o, lse or dq, one per (b, kv head, K tile) for dk, dv,
+ * each in its thread's buffers; so their bits are REF's by construction. The
+ * backward's call sums (d_alpha, dw_qlat, dw_vup) are added by the dq tasks
+ * taking turns in REF's (b, h, Q tile) order (ta_cpu_do_lat_bwd_task).
+ * Scalar arithmetic: no vector kernels yet. The band without the projections
+ * runs the vector tasks (ta_cpu_sdpa.inc), its d_alpha merged the same way.
  */
 static int ta_cpu_lat_path(const ta_plan *plan, int backward) {
-    return plan->p.latent_dim > 0 || (backward && plan->stages.score == TA_SCORE_RBAND);
+    (void)backward;
+    return plan->p.latent_dim > 0;
+}
+
+/* The band's backward on the vector path: the dq tasks' d_alpha shares are
+ * added in REF's order (ta_cpu_band_da_merge). */
+static int ta_cpu_band_sums(const ta_plan *plan, int backward) {
+    return backward && plan->stages.score == TA_SCORE_RBAND && !ta_cpu_lat_path(plan, backward);
 }
 
 /* One thread's slab at base (NULL: size only); its bytes (a multiple of 64),
@@ -355,7 +386,7 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
     bytes = c.used;
     ta_ws_begin(&c, base); /* the dq layout overlays the dk/dv one */
     ta_cpu_dims_of(plan, &plan->bwd, ta_cpu_q_group(plan, &plan->bwd, n_threads), &dm);
-    ta_cpu_carve_dq(&dm, &c, &slab->dq);
+    ta_cpu_carve_dq(&dm, plan->stages.score == TA_SCORE_RBAND, &c, &slab->dq);
     if (c.overflow) return 0;
     return c.used > bytes ? c.used : bytes;
 }
@@ -373,7 +404,8 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
  * words of the merge's pairs, H c_q c_k floats (dconv_w holds the hi words).
  * The latent path's backward adds one turn counter and REF's shared sums
  * (ta_ref_bwd_carve_shared: d_alpha's pair; dw_qlat's and dw_vup's lo words
- * and row-chunk partials, O(H D L)).
+ * and row-chunk partials, O(H D L)); the band's backward on the vector path
+ * one turn counter and d_alpha's pair.
  * Nothing grows with B or S: every region is O(tile), or O(H) for these.
  * With a base, carves thread tid's slab into *slab. Returns the total size.
  */
@@ -382,9 +414,8 @@ static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_thre
     const size_t slab_bytes = ta_cpu_carve_slab(plan, backward, n_threads, NULL, slab);
     size_t slabs_bytes;
     ta_ws_cursor c;
-    TA_CPU_TASK_COUNTER *turn = NULL, *lat_turn = NULL;
-    float *dw_lo = NULL;
-    ta_ref_bwd_ws shared;
+    TA_CPU_TASK_COUNTER *turn = NULL, *sum_turn = NULL;
+    float *dw_lo = NULL, *da_g = NULL;
     if (slab_bytes == 0 || !ta_mul_size(slab_bytes, (size_t)n_threads, &slabs_bytes))
         return TA_ERR_OVERFLOW;
     ta_ws_begin(&c, base);
@@ -394,8 +425,12 @@ static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_thre
         dw_lo = TA_WS_TAKE(&c, float, plan->n_conv);
     }
     if (backward && ta_cpu_lat_path(plan, backward)) {
-        lat_turn = TA_WS_TAKE(&c, TA_CPU_TASK_COUNTER, 1);
-        ta_ref_bwd_carve_shared(plan, &c, &shared);
+        sum_turn = TA_WS_TAKE(&c, TA_CPU_TASK_COUNTER, 1);
+        ta_ref_bwd_carve_shared(plan, &c, &slab->lat_bwd); /* the carve below keeps them */
+    }
+    if (ta_cpu_band_sums(plan, backward)) {
+        sum_turn = TA_WS_TAKE(&c, TA_CPU_TASK_COUNTER, 1);
+        da_g = TA_WS_TAKE(&c, float, 2);
     }
     if (c.overflow) return TA_ERR_OVERFLOW;
     *total = c.used;
@@ -404,12 +439,8 @@ static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_thre
                                 (unsigned char *)base + (size_t)tid * slab_bytes, slab);
         slab->dw_turn = turn;
         slab->dw_lo = dw_lo;
-        slab->lat_turn = lat_turn;
-        if (lat_turn) { /* the call's sums, shared by every thread's steps */
-            slab->lat_bwd.dw_lo = shared.dw_lo, slab->lat_bwd.da_g = shared.da_g;
-            slab->lat_bwd.dwq_part = shared.dwq_part, slab->lat_bwd.dwv_part = shared.dwv_part;
-            slab->lat_bwd.dwq_lo = shared.dwq_lo, slab->lat_bwd.dwv_lo = shared.dwv_lo;
-        }
+        slab->sum_turn = sum_turn;
+        slab->da_g = da_g;
     }
     return TA_OK;
 }
@@ -568,7 +599,8 @@ static void ta_cpu_do_mta_bwd_task(const ta_cpu_run *run, const ta_cpu_slab *sla
  * its turn (every earlier (b, h, Q tile) merged; as ta_cpu_dw_merge, no
  * deadlock: tasks are handed out in ascending order) and merges them.
  */
-static void ta_cpu_do_lat_bwd_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64_t task) {
+TA_CPU_NOINLINE static void ta_cpu_do_lat_bwd_task(const ta_cpu_run *run, const ta_cpu_slab *slab,
+                                                   int64_t task) {
     const ta_plan *plan = run->plan;
     const ta_tiling *t = &plan->bwd;
     ta_ref_step st;
@@ -584,15 +616,16 @@ static void ta_cpu_do_lat_bwd_task(const ta_cpu_run *run, const ta_cpu_slab *sla
         ta_ref_step_q(plan, t, run->ba->seqlens_k, (int32_t)(bh / plan->p.heads_q),
                       (int32_t)(bh % plan->p.heads_q), (int32_t)(turn % n_q), &st);
         ta_ref_bwd_q_tile_dq(plan, run->ba, &slab->lat_bwd, &st);
-        ta_cpu_turn_wait(slab->lat_turn, turn);
+        ta_cpu_turn_wait(slab->sum_turn, turn);
         ta_ref_bwd_q_tile_merge(plan, run->ba, &slab->lat_bwd, &st);
-        TA_CPU_TURN_STORE(slab->lat_turn, turn + 1);
+        TA_CPU_TURN_STORE(slab->sum_turn, turn + 1);
     }
 }
 
 /* A latent-path forward task (b, h, Q tile), numbered last Q tiles first
  * across all (b, h) (the longest under the causal mask first). */
-static void ta_cpu_do_lat_fwd_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64_t task) {
+TA_CPU_NOINLINE static void ta_cpu_do_lat_fwd_task(const ta_cpu_run *run, const ta_cpu_slab *slab,
+                                                   int64_t task) {
     const ta_plan *plan = run->plan;
     const int64_t n_bh = (int64_t)plan->p.batch * plan->p.heads_q, bh = task % n_bh;
     ta_ref_step st;
@@ -600,6 +633,32 @@ static void ta_cpu_do_lat_fwd_task(const ta_cpu_run *run, const ta_cpu_slab *sla
                   (int32_t)(bh % plan->p.heads_q),
                   plan->fwd.num_q_tiles - 1 - (int32_t)(task / n_bh), &st);
     ta_ref_fwd_q_tile(plan, run->fa, &slab->lat_fwd, &st, -1); /* no split-K (validated) */
+}
+
+/*
+ * A dq task of the band's backward on the vector path, numbered in REF's
+ * order: (b, h) outer, Q-tile groups ascending (turn = the number). The task
+ * computes dq and its rows' d_alpha pairs (cpu_sdpa_dq_task), waits for its
+ * turn (as ta_cpu_dw_merge: tasks are handed out in ascending order, so no
+ * deadlock) and adds its rows' hi words to the call's pair, rows ascending:
+ * REF's sequence (ta_ref_bwd_q_tile_merge).
+ */
+TA_CPU_NOINLINE static void ta_cpu_band_dq_task(const ta_cpu_run *run, const ta_cpu_slab *slab,
+                                                int64_t turn) {
+    const ta_plan *plan = run->plan;
+    const ta_tiling *t = &plan->bwd;
+    const int32_t n_q = t->num_q_tiles, n_groups = (n_q + run->q_group - 1) / run->q_group;
+    const int64_t bh = turn / n_groups;
+    const int32_t qt = (int32_t)(turn % n_groups) * run->q_group;
+    const int32_t qt_end = qt + run->q_group < n_q ? qt + run->q_group : n_q;
+    const int32_t rows = ta_tile_row_eff_end(t, qt_end - 1) - ta_tile_row_eff_begin(t, qt);
+    int32_t r;
+    run->kern->dq.sdpa(plan, run->ba, &slab->dq, (int32_t)(bh / plan->p.heads_q),
+                       (int32_t)(bh % plan->p.heads_q), qt, qt_end);
+    ta_cpu_turn_wait(slab->sum_turn, turn);
+    for (r = 0; r < rows; ++r)
+        ta_sum2_add(slab->da_g, slab->da_g + 1, 1.0f, slab->dq.da_hi[r]);
+    TA_CPU_TURN_STORE(slab->sum_turn, turn + 1);
 }
 
 /* Runs task number `task` of the call. */
@@ -628,6 +687,8 @@ static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64
             kt + run->k_group < t->num_k_tiles ? kt + run->k_group : t->num_k_tiles;
         run->kern->dkdv.sdpa(plan, run->ba, &slab->dkdv, (int32_t)(bh / plan->p.heads_kv),
                              (int32_t)(bh % plan->p.heads_kv), kt, kt_end);
+    } else if (ta_cpu_band_sums(plan, run->fa == NULL)) { /* band: dq, then d_alpha in turn */
+        ta_cpu_band_dq_task(run, slab, task - run->n_dkdv);
     } else { /* forward, or backward dq: q_group Q tiles of one (b, h) */
         /* several threads: last Q groups first across all (b, h) (the longest
          * under a causal mask first, for balance); one thread: (b, h) outer,
@@ -719,6 +780,32 @@ static ta_status ta_cpu_fwd(const ta_plan *plan, const ta_fwd_args *a, void *wor
     return TA_OK;
 }
 
+/* The backward's call sums in the regions after the slabs: before the tasks
+ * (begin = 1) to zero with their turn counters at 0 (the MTA conv's dconv_w
+ * pairs; the band's d_alpha pair; the latent path's REF sums), after them
+ * (begin = 0) the results out. */
+TA_CPU_NOINLINE static void ta_cpu_bwd_sums(const ta_plan *plan, const ta_bwd_args *a,
+                                            void *workspace, int32_t n_threads, int begin) {
+    ta_cpu_slab slab; /* thread 0's: the shared regions' pointers */
+    size_t total, n;
+    int32_t h;
+    (void)ta_cpu_layout(plan, 1, n_threads, workspace, 0, &slab, &total);
+    if (!begin) {
+        if (slab.da_g) *a->d_alpha = slab.da_g[0]; /* the pair's hi word */
+        if (ta_cpu_lat_path(plan, 1)) ta_ref_bwd_end(a, &slab.lat_bwd);
+        return;
+    }
+    if (plan->has_conv) { /* the pairs (dconv_w, dw_lo) = 0, then the in-order merge */
+        for (n = 0; n < plan->n_conv; ++n)
+            a->dconv_w[n] = slab.dw_lo[n] = 0.0f;
+        for (h = 0; h < plan->p.heads_q; ++h)
+            TA_CPU_TASK_INIT(slab.dw_turn + h);
+    }
+    if (slab.da_g) slab.da_g[0] = slab.da_g[1] = 0.0f;                      /* the band */
+    if (ta_cpu_lat_path(plan, 1)) ta_ref_bwd_begin(plan, a, &slab.lat_bwd); /* REF's sums */
+    if (slab.sum_turn) TA_CPU_TASK_INIT(slab.sum_turn);                     /* turn: task 0 */
+}
+
 /* Backward: the dk/dv tasks, then the dq tasks (see ta_cpu_run). */
 static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
                             void *stream) {
@@ -728,27 +815,9 @@ static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wor
     if (st != TA_OK) return st;
     run.fa = NULL;
     run.ba = a;
-    if (plan->has_conv) { /* the pairs (dconv_w, dw_lo) = 0, then the in-order merge */
-        ta_cpu_slab slab;
-        size_t total, n;
-        int32_t h;
-        (void)ta_cpu_layout(plan, 1, run.n_threads, workspace, 0, &slab, &total);
-        for (n = 0; n < plan->n_conv; ++n)
-            a->dconv_w[n] = slab.dw_lo[n] = 0.0f;
-        for (h = 0; h < plan->p.heads_q; ++h)
-            TA_CPU_TASK_INIT(slab.dw_turn + h);
-    }
-    if (ta_cpu_lat_path(plan, 1)) { /* REF's sums to zero, the turn to (b, h, Q tile) 0 */
-        ta_cpu_slab slab;
-        size_t total;
-        (void)ta_cpu_layout(plan, 1, run.n_threads, workspace, 0, &slab, &total);
-        ta_ref_bwd_begin(plan, a, &slab.lat_bwd);
-        TA_CPU_TASK_INIT(slab.lat_turn);
-        ta_cpu_parallel(&run);
-        ta_ref_bwd_end(a, &slab.lat_bwd);
-        return TA_OK;
-    }
+    ta_cpu_bwd_sums(plan, a, workspace, run.n_threads, 1);
     ta_cpu_parallel(&run);
+    ta_cpu_bwd_sums(plan, a, workspace, run.n_threads, 0);
     return TA_OK;
 }
 
@@ -835,8 +904,8 @@ ta_status ta_cpu_tasks_plan(const ta_plan *plan, int backward, ta_task_plan *out
     ta_status st;
     memset(out, 0, sizeof *out);
     if (!backward && plan->fwd.num_splits > 1) return TA_ERR_UNSUPPORTED; /* not yet as tasks */
-    if (backward && ta_cpu_lat_path(plan, backward)) /* its merge waits: not yet */
-        return TA_ERR_UNSUPPORTED;
+    if (backward && (ta_cpu_lat_path(plan, backward) || ta_cpu_band_sums(plan, backward)))
+        return TA_ERR_UNSUPPORTED; /* their merge waits for its turn: not yet as tasks */
     out->scratch_bytes = ta_cpu_carve_slab(plan, backward, n, NULL, &slab);
     if (out->scratch_bytes == 0) return TA_ERR_OVERFLOW;
     if ((st = ta_cpu_tasks_layout(plan, backward, NULL, &hdr, &out->shared_bytes)) != TA_OK)

@@ -147,6 +147,7 @@ typedef struct ta_cpu_dkdv_ws {
  *   | qt D x ld | dot D_v x ld | ot D_v x ld | k B_k x d_pad | v B_k x dv_pad |
  *   | st B_k x ld | dpt B_k x ld | lse | delta | nlo | nvis | row_lo | row_hi (bq_pad each) |
  *   | dq_acc B_q x d_pad | dq_lo B_q x d_pad | dq_part B_q x d_pad | seg_lo, seg_n bq_pad |
+ *   with the reciprocal band, last: | tt B_k x ld | da_hi, da_lo, da_part bq_pad |
  */
 typedef struct ta_cpu_dq_ws {
     ta_cpu_dims dm;
@@ -162,6 +163,11 @@ typedef struct ta_cpu_dq_ws {
     float *dq_part; /* [B_q, d_pad] the current key chunk's partials */
     int32_t *seg_lo, *seg_n; /* [bq_pad] the rows' live keys clipped to a key chunk */
     size_t ld;      /* lane stride of qt, dot, ot, st, dpt: as ta_cpu_fwd_ws.ld */
+    /* the reciprocal band (NULL without): T of the band's entries of a K tile,
+     * and each row's d_alpha pair and key-chunk partial (the task's rows'
+     * shares of the call's d_alpha, which ta_cpu.c adds in REF's order) */
+    float *tt;                      /* [B_k, ld] */
+    float *da_hi, *da_lo, *da_part; /* [bq_pad] */
 } ta_cpu_dq_ws;
 
 /*
@@ -237,7 +243,8 @@ void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, ta_ws_cursor *c, ta
  * the workspace layout (query and call compute the same value); never part of
  * the result (each K tile's sums keep the reference's order). */
 int32_t ta_cpu_dkdv_group(const ta_plan *plan, int32_t n_threads);
-void ta_cpu_carve_dq(const ta_cpu_dims *dm, ta_ws_cursor *c, ta_cpu_dq_ws *ws);
+/* band: 1 carves the reciprocal band's tt and d_alpha rows too. */
+void ta_cpu_carve_dq(const ta_cpu_dims *dm, int band, ta_ws_cursor *c, ta_cpu_dq_ws *ws);
 
 /* The tile tasks of one instruction set, one group per stage of a call, each
  * with its SDPA and its MTA (plan->has_conv) variant; ta_cpu.c picks the
