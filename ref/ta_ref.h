@@ -146,40 +146,6 @@ static inline float ta_ref_dot(const float *a, const float *b, int32_t n) {
     return acc;
 }
 
-/* ---- ref/ta_ref_fwd.c: the forward's step (also the CPU backend's latent path) ---- */
-
-/* The forward's buffers (the diagram in ref/ta_ref_fwd.c), all one step's. */
-typedef struct ta_ref_fwd_ws {
-    float *q;       /* [B_q, D]    Q tile: loaded rows, widened, zero outside [0, S_q) */
-    float *k;       /* [B_k, D]    K tile: loaded columns, zero outside [0, S_k) */
-    float *v;       /* [B_k, D_v]  V tile: loaded columns */
-    float *s;       /* [B_q, B_k]  raw scores S on the loaded region (ld B_k) */
-    float *c;       /* [B_r, B_c]  conv: C on the effective region (ld B_c); else = s */
-    float *acc;     /* [B_r, D_v]  unnormalised output sum_j p_j v_j: the pair's hi word */
-    float *acc_lo;  /* [B_r, D_v]  its lo word (src/ta_sum2.h) */
-    float *row_max; /* [B_r]       running max m; -inf until a visible key is seen */
-    float *row_sum; /* [B_r]       running sum l: the pair's hi word */
-    float *row_sum_lo; /* [B_r]    its lo word */
-    float *part;    /* [D_v]       one row's K-tile partial of acc (step d) */
-    float *part_o;  /* [n, B_r, D_v] split-K: part s's o_s (f32, normalised); else NULL */
-    float *part_lse; /* [n, B_r]     split-K: part s's lse_s; else NULL */
-    float *kt;      /* [B_q, D]    band: k rows at the Q tile's positions; else NULL */
-    float *qt;      /* [B_k, D]    band: q rows at the K tile's positions; else NULL */
-    float *qraw;    /* [max(B_q, B_k), D_q] fused projections: the raw q rows before
-                       the projection; else NULL. With them D above is L and D_v
-                       is L (the attention core's widths, plan->dim_k, dim_v). */
-} ta_ref_fwd_ws;
-
-/* ws's buffers from a cursor (size mode when it has no base; an overflow
- * sets the cursor's flag). */
-void ta_ref_fwd_carve(const ta_plan *plan, ta_ws_cursor *c, ta_ref_fwd_ws *ws);
-
-/* Steps 1-3 of the forward for one (b, h, Q tile) (st from ta_ref_step_q) and
- * part `split` of its K tiles: -1 = all of them, o and lse rows written;
- * else the part's (o, lse) into ws->part_o, part_lse. Step buffers only. */
-void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const ta_ref_fwd_ws *ws,
-                       ta_ref_step *st, int32_t split);
-
 /* ---- ref/ta_ref_bwd.c: the backward's steps (also the CPU backend's latent path) ---- */
 
 /* The buffers of the backward (the diagram in ref/ta_ref_bwd.c). The shared

@@ -60,51 +60,62 @@
  *
  *   bytes = sum over regions of round_up(4 * elements, 64): O(n tile), never O(S).
  */
-
-/* The buffers of one (b, h, Q tile) step: the whole forward workspace (REF
- * carves it once; the CPU backend once per thread). */
-void ta_ref_fwd_carve(const ta_plan *plan, ta_ws_cursor *c, ta_ref_fwd_ws *ws) {
-    const ta_tiling *t = &plan->fwd;
-    const size_t bq = (size_t)t->block_q, bk = (size_t)t->block_k;
-    const size_t br = (size_t)t->rows_eff, bc = (size_t)t->cols_eff;
-    const size_t d = (size_t)plan->dim_k, dv = (size_t)plan->dim_v;
-    ws->qraw = plan->p.latent_dim > 0
-                   ? TA_WS_TAKE(c, float, ((bq > bk ? bq : bk) * (size_t)plan->p.head_dim))
-                   : NULL;
-    ws->q = TA_WS_TAKE(c, float, (bq * d));
-    ws->k = TA_WS_TAKE(c, float, (bk * d));
-    ws->v = TA_WS_TAKE(c, float, (bk * dv));
-    ws->s = TA_WS_TAKE(c, float, (bq * bk));
-    ws->c = plan->has_conv ? TA_WS_TAKE(c, float, (br * bc)) : ws->s;
-    ws->acc = TA_WS_TAKE(c, float, (br * dv));
-    ws->acc_lo = TA_WS_TAKE(c, float, (br * dv));
-    ws->row_max = TA_WS_TAKE(c, float, br);
-    ws->row_sum = TA_WS_TAKE(c, float, br);
-    ws->row_sum_lo = TA_WS_TAKE(c, float, br);
-    ws->part = TA_WS_TAKE(c, float, dv);
-    ws->part_o = ws->part_lse = ws->kt = ws->qt = NULL;
-    if (plan->stages.score == TA_SCORE_RBAND) {
-        ws->kt = TA_WS_TAKE(c, float, (bq * d));
-        ws->qt = TA_WS_TAKE(c, float, (bk * d));
-    }
-    if (t->num_splits > 1) {
-        const size_t n = (size_t)t->num_splits;
-        size_t n_rows = 0, n_o = 0;
-        if (!ta_mul_size(n, br, &n_rows) || !ta_mul_size(n_rows, dv, &n_o)) {
-            c->overflow = 1;
-            return;
-        }
-        ws->part_o = TA_WS_TAKE(c, float, n_o);
-        ws->part_lse = TA_WS_TAKE(c, float, n_rows);
-    }
-}
+typedef struct ta_ref_fwd_ws {
+    float *q;       /* [B_q, D]    Q tile: loaded rows, widened, zero outside [0, S_q) */
+    float *k;       /* [B_k, D]    K tile: loaded columns, zero outside [0, S_k) */
+    float *v;       /* [B_k, D_v]  V tile: loaded columns */
+    float *s;       /* [B_q, B_k]  raw scores S on the loaded region (ld B_k) */
+    float *c;       /* [B_r, B_c]  conv: C on the effective region (ld B_c); else = s */
+    float *acc;     /* [B_r, D_v]  unnormalised output sum_j p_j v_j: the pair's hi word */
+    float *acc_lo;  /* [B_r, D_v]  its lo word (src/ta_sum2.h) */
+    float *row_max; /* [B_r]       running max m; -inf until a visible key is seen */
+    float *row_sum; /* [B_r]       running sum l: the pair's hi word */
+    float *row_sum_lo; /* [B_r]    its lo word */
+    float *part;    /* [D_v]       one row's K-tile partial of acc (step d) */
+    float *part_o;  /* [n, B_r, D_v] split-K: part s's o_s (f32, normalised); else NULL */
+    float *part_lse; /* [n, B_r]     split-K: part s's lse_s; else NULL */
+    float *kt;      /* [B_q, D]    band: k rows at the Q tile's positions; else NULL */
+    float *qt;      /* [B_k, D]    band: q rows at the K tile's positions; else NULL */
+    float *qraw;    /* [max(B_q, B_k), D_q] fused projections: the raw q rows before
+                       the projection; else NULL. With them D above is L and D_v
+                       is L (the attention core's widths, plan->dim_k, dim_v). */
+} ta_ref_fwd_ws;
 
 /* The one layout routine: sizes (base NULL) and carves (base set) the workspace. */
 static ta_status ta_ref_fwd_layout(const ta_plan *plan, void *base, ta_ref_fwd_ws *ws,
                                    size_t *bytes) {
+    const ta_tiling *t = &plan->fwd;
+    const size_t bq = (size_t)t->block_q, bk = (size_t)t->block_k;
+    const size_t br = (size_t)t->rows_eff, bc = (size_t)t->cols_eff;
+    const size_t d = (size_t)plan->dim_k, dv = (size_t)plan->dim_v;
     ta_ws_cursor c;
     ta_ws_begin(&c, base);
-    ta_ref_fwd_carve(plan, &c, ws);
+    ws->qraw = plan->p.latent_dim > 0
+                   ? TA_WS_TAKE(&c, float, ((bq > bk ? bq : bk) * (size_t)plan->p.head_dim))
+                   : NULL;
+    ws->q = TA_WS_TAKE(&c, float, (bq * d));
+    ws->k = TA_WS_TAKE(&c, float, (bk * d));
+    ws->v = TA_WS_TAKE(&c, float, (bk * dv));
+    ws->s = TA_WS_TAKE(&c, float, (bq * bk));
+    ws->c = plan->has_conv ? TA_WS_TAKE(&c, float, (br * bc)) : ws->s;
+    ws->acc = TA_WS_TAKE(&c, float, (br * dv));
+    ws->acc_lo = TA_WS_TAKE(&c, float, (br * dv));
+    ws->row_max = TA_WS_TAKE(&c, float, br);
+    ws->row_sum = TA_WS_TAKE(&c, float, br);
+    ws->row_sum_lo = TA_WS_TAKE(&c, float, br);
+    ws->part = TA_WS_TAKE(&c, float, dv);
+    ws->part_o = ws->part_lse = ws->kt = ws->qt = NULL;
+    if (plan->stages.score == TA_SCORE_RBAND) {
+        ws->kt = TA_WS_TAKE(&c, float, (bq * d));
+        ws->qt = TA_WS_TAKE(&c, float, (bk * d));
+    }
+    if (t->num_splits > 1) {
+        const size_t n = (size_t)t->num_splits;
+        size_t n_rows = 0, n_o = 0;
+        if (!ta_mul_size(n, br, &n_rows) || !ta_mul_size(n_rows, dv, &n_o)) return TA_ERR_OVERFLOW;
+        ws->part_o = TA_WS_TAKE(&c, float, n_o);
+        ws->part_lse = TA_WS_TAKE(&c, float, n_rows);
+    }
     if (c.overflow) return TA_ERR_OVERFLOW;
     *bytes = c.used;
     return TA_OK;
@@ -267,8 +278,8 @@ static void ta_ref_fwd_merge_store(const ta_plan *plan, const ta_fwd_args *a,
 
 /* Steps 1-3 for one (b, h, Q tile) and part `split` of its K tiles (-1: all
  * of them, stored into the call's o and lse). */
-void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const ta_ref_fwd_ws *ws,
-                       ta_ref_step *st, int32_t split) {
+static void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const ta_ref_fwd_ws *ws,
+                              ta_ref_step *st, int32_t split) {
     const ta_problem *p = &plan->p;
     const ta_tiling *t = &plan->fwd;
     const int32_t d_qk = plan->dim_k, dv = plan->dim_v;

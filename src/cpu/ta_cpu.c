@@ -13,7 +13,8 @@
  * (ta_cpu_mta.inc); its one cross-task sum, dconv_w, is merged from per-Q-tile
  * sums in the reference's order by tasks taking turns (ta_cpu_dw_merge).
  * The reciprocal band's backward adds its d_alpha the same way
- * (ta_cpu_band_dq_task); the fused latent projections run REF's own steps
+ * (ta_cpu_band_dq_task). The fused latent projections' forward is the SDPA
+ * forward task with projection stages; their backward runs REF's own steps
  * as tasks (the latent path, ta_cpu_lat_path).
  */
 #include <stddef.h>
@@ -103,8 +104,12 @@ static size_t ta_cpu_round_pad(int32_t n) {
 }
 
 void ta_cpu_dims_of(const ta_plan *plan, const ta_tiling *t, int32_t q_group, ta_cpu_dims *dm) {
-    dm->d = plan->p.head_dim;
-    dm->dv = plan->p.head_dim_v;
+    dm->d = plan->dim_k; /* head_dim, head_dim_v; L with the fused projections */
+    dm->dv = plan->dim_v;
+    dm->lat_w = plan->p.latent_dim > 0
+                    ? ta_tiling_max_i32(plan->p.latent_dim,
+                                        ta_tiling_max_i32(plan->p.head_dim, plan->p.head_dim_v))
+                    : 0;
     dm->d_pad = ta_cpu_round_pad(dm->d);
     dm->dv_pad = ta_cpu_round_pad(dm->dv);
     dm->rows_max = q_group * t->block_q;
@@ -135,7 +140,7 @@ static size_t ta_cpu_lane_ld(size_t bq_pad) {
 
 /* The three per-thread layouts (ta_cpu.h draws them). Each region is a
  * multiple of 64 bytes and starts on a 64-byte boundary (ta_ws_take). */
-void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int32_t n_splits, ta_ws_cursor *c,
+void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int band, int32_t n_splits, ta_ws_cursor *c,
                       ta_cpu_fwd_ws *ws) {
     const size_t bq = (size_t)dm->rows_max, bk = (size_t)dm->block_k;
     ws->dm = *dm;
@@ -170,6 +175,9 @@ void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int32_t n_splits, ta_ws_c
         ws->part_o = TA_WS_TAKE(c, float, n_o);
         ws->part_lse = TA_WS_TAKE(c, float, n_lse);
     }
+    ws->lat_in = dm->lat_w ? TA_WS_TAKE(c, float, ta_cpu_round_pad(dm->lat_w)) : NULL;
+    ws->lat_out = dm->lat_w ? TA_WS_TAKE(c, float, ta_cpu_round_pad(dm->lat_w)) : NULL;
+    ws->qlat = dm->lat_w && band ? TA_WS_TAKE(c, float, bk * dm->d_pad) : NULL;
 }
 
 /* The dk/dv pairs' lo words and row-chunk partials of `group` slots (after
@@ -317,12 +325,9 @@ typedef struct ta_cpu_slab {
             ta_cpu_dq_ws dq;
             ta_cpu_mta_bwd_ws mta; /* MTA backward, both passes */
         };
-        struct {
-            /* latent path (ta_cpu_lat_path): one REF step's buffers; the
-             * backward's shared fields point at the call's sums after the slabs */
-            ta_ref_fwd_ws lat_fwd;
-            ta_ref_bwd_ws lat_bwd;
-        };
+        /* latent path (ta_cpu_lat_path): one REF step's buffers; the shared
+         * fields point at the call's sums after the slabs */
+        ta_ref_bwd_ws lat_bwd;
     };
     TA_CPU_TASK_COUNTER *dw_turn; /* MTA backward: [H] next (b, Q tile) to merge per head */
     float *dw_lo; /* MTA backward: [H, c_q c_k] lo words of dconv_w's pairs (src/ta_sum2.h) */
@@ -333,19 +338,18 @@ typedef struct ta_cpu_slab {
 } ta_cpu_slab;
 
 /*
- * The latent path (docs/cpu.md section 3c): the fused latent projections
- * (forward and backward, with or without the band) run REF's own steps
- * (ref/ta_ref_fwd.c, ref/ta_ref_bwd.c) on the CPU's threads: one task per
- * (b, h, Q tile) for o, lse or dq, one per (b, kv head, K tile) for dk, dv,
- * each in its thread's buffers; so their bits are REF's by construction. The
- * backward's call sums (d_alpha, dw_qlat, dw_vup) are added by the dq tasks
- * taking turns in REF's (b, h, Q tile) order (ta_cpu_do_lat_bwd_task).
- * Scalar arithmetic: no vector kernels yet. The band without the projections
- * runs the vector tasks (ta_cpu_sdpa.inc), its d_alpha merged the same way.
+ * The latent path (docs/cpu.md section 3c): the fused latent projections'
+ * backward (with or without the band) runs REF's own steps
+ * (ref/ta_ref_bwd.c) on the CPU's threads: one task per (b, h, Q tile) for
+ * dq, one per (b, kv head, K tile) for dk, dv, each in its thread's buffers;
+ * so its bits are REF's by construction. The call sums (d_alpha, dw_qlat,
+ * dw_vup) are added by the dq tasks taking turns in REF's (b, h, Q tile)
+ * order (ta_cpu_do_lat_bwd_task). Scalar arithmetic: no vector kernels yet.
+ * Their forward, and the band without them, run the vector tasks
+ * (ta_cpu_sdpa.inc); the band's d_alpha is merged the same way.
  */
 static int ta_cpu_lat_path(const ta_plan *plan, int backward) {
-    (void)backward;
-    return plan->p.latent_dim > 0;
+    return backward && plan->p.latent_dim > 0;
 }
 
 /* The band's backward on the vector path: the dq tasks' d_alpha shares are
@@ -363,15 +367,13 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
     size_t bytes;
     ta_ws_begin(&c, base);
     if (ta_cpu_lat_path(plan, backward)) {
-        if (backward)
-            ta_ref_bwd_carve_tiles(plan, &c, &slab->lat_bwd);
-        else
-            ta_ref_fwd_carve(plan, &c, &slab->lat_fwd);
+        ta_ref_bwd_carve_tiles(plan, &c, &slab->lat_bwd);
         return c.overflow ? 0 : c.used;
     }
     if (!backward) {
         ta_cpu_dims_of(plan, &plan->fwd, ta_cpu_q_group(plan, &plan->fwd, n_threads), &dm);
-        ta_cpu_carve_fwd(&dm, plan->has_conv, plan->fwd.num_splits, &c, &slab->fwd);
+        ta_cpu_carve_fwd(&dm, plan->has_conv, plan->stages.score == TA_SCORE_RBAND,
+                         plan->fwd.num_splits, &c, &slab->fwd);
         return c.overflow ? 0 : c.used;
     }
     if (plan->has_conv) { /* MTA: one Q tile x one K tile per step */
@@ -424,7 +426,7 @@ static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_thre
         turn = TA_WS_TAKE(&c, TA_CPU_TASK_COUNTER, (size_t)plan->p.heads_q);
         dw_lo = TA_WS_TAKE(&c, float, plan->n_conv);
     }
-    if (backward && ta_cpu_lat_path(plan, backward)) {
+    if (ta_cpu_lat_path(plan, backward)) {
         sum_turn = TA_WS_TAKE(&c, TA_CPU_TASK_COUNTER, 1);
         ta_ref_bwd_carve_shared(plan, &c, &slab->lat_bwd); /* the carve below keeps them */
     }
@@ -622,19 +624,6 @@ TA_CPU_NOINLINE static void ta_cpu_do_lat_bwd_task(const ta_cpu_run *run, const 
     }
 }
 
-/* A latent-path forward task (b, h, Q tile), numbered last Q tiles first
- * across all (b, h) (the longest under the causal mask first). */
-TA_CPU_NOINLINE static void ta_cpu_do_lat_fwd_task(const ta_cpu_run *run, const ta_cpu_slab *slab,
-                                                   int64_t task) {
-    const ta_plan *plan = run->plan;
-    const int64_t n_bh = (int64_t)plan->p.batch * plan->p.heads_q, bh = task % n_bh;
-    ta_ref_step st;
-    ta_ref_step_q(plan, &plan->fwd, run->fa->seqlens_k, (int32_t)(bh / plan->p.heads_q),
-                  (int32_t)(bh % plan->p.heads_q),
-                  plan->fwd.num_q_tiles - 1 - (int32_t)(task / n_bh), &st);
-    ta_ref_fwd_q_tile(plan, run->fa, &slab->lat_fwd, &st, -1); /* no split-K (validated) */
-}
-
 /*
  * A dq task of the band's backward on the vector path, numbered in REF's
  * order: (b, h) outer, Q-tile groups ascending (turn = the number). The task
@@ -673,10 +662,7 @@ static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64
         return;
     }
     if (ta_cpu_lat_path(plan, run->fa == NULL)) {
-        if (run->fa)
-            ta_cpu_do_lat_fwd_task(run, slab, task);
-        else
-            ta_cpu_do_lat_bwd_task(run, slab, task);
+        ta_cpu_do_lat_bwd_task(run, slab, task);
         return;
     }
     if (task < run->n_dkdv) { /* backward, dk/dv */
@@ -904,7 +890,7 @@ ta_status ta_cpu_tasks_plan(const ta_plan *plan, int backward, ta_task_plan *out
     ta_status st;
     memset(out, 0, sizeof *out);
     if (!backward && plan->fwd.num_splits > 1) return TA_ERR_UNSUPPORTED; /* not yet as tasks */
-    if (backward && (ta_cpu_lat_path(plan, backward) || ta_cpu_band_sums(plan, backward)))
+    if (ta_cpu_lat_path(plan, backward) || ta_cpu_band_sums(plan, backward))
         return TA_ERR_UNSUPPORTED; /* their merge waits for its turn: not yet as tasks */
     out->scratch_bytes = ta_cpu_carve_slab(plan, backward, n, NULL, &slab);
     if (out->scratch_bytes == 0) return TA_ERR_OVERFLOW;
