@@ -21,22 +21,36 @@ extern "C" {
 /*
  * Device workspace of a forward call. The forward keeps every tile in shared
  * memory and takes seqlens_k by value in the kernel parameters (see
- * ta_cuda_sdpa_fwd.cu); only split-K (n = plan->fwd.num_splits > 1) has
- * regions, the parts the forward kernels write and the merge kernel reads:
+ * ta_cuda_sdpa_fwd.cu); split-K (n = plan->fwd.num_splits > 1) has the parts
+ * the forward kernels write and the merge kernel reads, the fast path's
+ * rotary stage its turned q and k (ta_cuda_fwd_layout), the fast MTA forward
+ * its filtered keys and the convolved scores next to the diagonal:
  *
+ *   +--------------------------------------+
+ *   | rot_q, rot_k (fast, rotary stage)     |
  *   +--------------------------------------+
  *   | part_o   [n, B, H, S_q, D_v] f32      |  part s's normalised o_s
  *   +--------------------------------------+
  *   | part_lse [n, B, H, S_q] f32           |  part s's lse_s (-inf: no key)
  *   +--------------------------------------+
+ *   | mta_kf   [B, H, S_k, c_q, D] dtype    |  fast MTA only
+ *   +--------------------------------------+
+ *   | mta_diag [B, H, S_q, E] f32           |  fast MTA only, E > 0
+ *   +--------------------------------------+
  *
- *   bytes = round_up(4 n B H S_q D_v, 64) + round_up(4 n B H S_q, 64); 0 with one split
+ *   split-K: bytes = round_up(4 n B H S_q D_v, 64) + round_up(4 n B H S_q, 64);
+ *   fast MTA: round_up(elem c_q B H S_k D, 64) + round_up(4 B H S_q E, 64)
  */
 typedef struct ta_cuda_fwd_ws {
     float *part_o;   /* [n, B, H, S_q, D_v]; NULL with one split */
     float *part_lse; /* [n, B, H, S_q]; NULL with one split */
     void *rot_q;     /* fast path with the rotary stage: q and k turned once, */
     void *rot_k;     /* contiguous [B, H, S_q, D] / [B, H_kv, S_k, D]; else NULL */
+    void *mta_kf;    /* fast MTA (ta_cuda_fast_mta_path): [B, H, S_k, c_q, D] storage
+                        type, the filtered keys; else NULL */
+    float *mta_diag; /* fast MTA: [B, H, S_q, E] f32, E = ta_cuda_fast_mta_band (NULL
+                        when E = 0): the convolved scores of the E keys left of
+                        each row's diagonal, computed directly */
 } ta_cuda_fwd_ws;
 
 /*
@@ -153,6 +167,22 @@ int32_t ta_cuda_fast_cfg_default(int32_t d, int causal, int sm90, int split);
  * clamped to the plan's K tiles (the workspace's parts follow it). */
 int32_t ta_cuda_fast_pack(const ta_plan *plan);
 int32_t ta_cuda_fast_splits(const ta_plan *plan);
+
+/* Fast-mode MTA forward (cuda/ta_cuda_fast_mta.cu; docs/cuda.md section 7,
+ * "Fast MTA"). ta_cuda_fast_mta_path (cuda/ta_cuda_layout.c): 1 if the plan's
+ * forward runs it: TA_PRECISION_FAST, f16 / bf16, the MTA conv, D = D_v in
+ * {64, 96, 128}, no window, no load stage, one split, no paged KV (other MTA
+ * problems in fast mode run the exact kernels). ta_cuda_fast_mta_band: E =
+ * (c_k - 1) / 2 + c_q - 1, the keys left of the diagonal whose convolved
+ * score has terms the causal mask hides (computed directly, not folded). ta_cuda_fast_mta_fwd: as ta_cuda_mta_fwd (whose
+ * kernels it runs instead when a row of q, k, v, o or q_hist is not on 16
+ * bytes), and TA_ERR_UNSUPPORTED (nothing launched) for a tile_config past
+ * TA_CUDA_FAST_MTA_CFGS. */
+#define TA_CUDA_FAST_MTA_CFGS 3
+int ta_cuda_fast_mta_path(const ta_plan *plan);
+int32_t ta_cuda_fast_mta_band(const ta_plan *plan);
+ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                               void *stream);
 
 /* Fast mode (cuda/ta_cuda_fast_fwd.cu, with the wgmma kernel of
  * cuda/ta_cuda_fast_fwd_sm90.cu): the tensor-core SDPA forward for f16 / bf16

@@ -137,6 +137,78 @@ template <int N> TA_FAST_FN void ta_fast_cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+/* ---- mma.sync and ldmatrix (sm_80+) ---- */
+
+TA_FAST_FN void ta_fast_ldm_x4(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+TA_FAST_FN void ta_fast_ldm_x4_t(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* c += a b, a: 16 x 16 (row), b: 16 x 8 (col), f32 accumulate. */
+template <bool BF16>
+TA_FAST_FN void ta_fast_mma(float *c, const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    if (BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* A paged k / v (ta_problem.kv_page_size > 0): this batch entry's block
+ * table row (device memory; NULL without pages), its page size and the pool's
+ * page count (entries are clamped into [0, num_pages): the host never read
+ * them). */
+struct ta_fast_pages {
+    const int32_t *pages;
+    int32_t page_size, num_pages;
+};
+
+TA_FAST_FN ta_fast_pages ta_fast_pages_of(const ta_cuda_params &p, int32_t b_local) {
+    ta_fast_pages pg;
+    pg.pages = p.block_table ? p.block_table + (int64_t)(p.batch_begin + b_local) * p.kv_max_blocks
+                             : nullptr;
+    pg.page_size = p.kv_page_size;
+    pg.num_pages = p.kv_num_pages;
+    return pg;
+}
+
+/* rows [row0, row0 + R) of a slice (element offset `off`, row stride `seq`;
+ * with pages, row j at its pool row ta_tile_kv_row) -> shared [R][LD]; rows
+ * at or past n_valid read zeros. */
+template <int D, int R, int THREADS>
+TA_FAST_FN void ta_fast_load_rows(uint16_t *dst, const uint16_t *base, int64_t off, int64_t seq,
+                                  int32_t row0, int32_t n_valid,
+                                  const ta_fast_pages &pg = ta_fast_pages{}) {
+    constexpr int LD = D + 8, CH = D / 8;
+    for (int i = (int)threadIdx.x; i < R * CH; i += THREADS) {
+        const int r = i / CH, c = i % CH;
+        const int32_t row = row0 + r;
+        const bool ok = row < n_valid;
+        int64_t at = row;
+        if (pg.pages && ok) {
+            const int32_t page = pg.pages[row / pg.page_size];
+            at = (int64_t)(page < 0               ? 0
+                           : page >= pg.num_pages ? pg.num_pages - 1
+                                                  : page) *
+                     pg.page_size +
+                 row % pg.page_size;
+        }
+        const uint16_t *src = ok ? base + off + at * seq + 8 * c : base;
+        ta_fast_cp16(ta_fast_smem_addr(dst + r * LD + 8 * c), src, ok ? 16 : 0);
+    }
+}
+
 /* 2^x, flushing denormal results to zero (p below 2^-126 of the row max is
  * lost to any storage type anyway); one MUFU.EX2, where the non-ftz form
  * adds a range fix-up around it. */
@@ -258,6 +330,71 @@ TA_FAST_FN void ta_fast_p_fragment(uint32_t (&a)[4], const float (&p)[4 * NT], i
     a[3] = ta_fast_pack<BF16>(p[8 * kk + 6], p[8 * kk + 7]);
 }
 
+/* Step 1 of a K tile, accumulating: s += q k^T over D in k-steps of 16 for
+ * this warp's 16 rows; q [.][LD] and k [BN][LD] in shared memory, the warp's
+ * first row at sq + 16 warp LD (the MTA forward passes sq shifted by whole
+ * rows: cuda/ta_cuda_fast_mta.cu). The (k-step, 16-key block) pairs run in
+ * order, each pair's fragments loaded one pair ahead (two register sets), so
+ * an mma does not wait for the ldmatrix just before it (the asm statements
+ * keep their written order); the products and their order are those of the
+ * plain loop. */
+template <class T, int D, int BN, bool BF16>
+TA_FAST_FN void ta_fast_qk_add(float (&s)[4 * T::NT], const uint16_t *sq, const uint16_t *sk,
+                               int lane, int warp) {
+    constexpr int KK = D / 16, NN = BN / 16;
+    const uint32_t a0 =
+        ta_fast_smem_addr(sq + (16 * warp + (lane & 15)) * T::LD + (lane >> 4) * 8);
+    const uint32_t b0 = ta_fast_smem_addr(sk + ((lane & 7) + ((lane >> 4) << 3)) * T::LD +
+                                          ((lane >> 3) & 1) * 8);
+    uint32_t a[2][4], b[2][4];
+    ta_fast_ldm_x4(a[0], a0);
+    ta_fast_ldm_x4(b[0], b0);
+#pragma unroll
+    for (int i = 0; i < KK * NN; ++i) {
+        const int kk = i / NN, nn = i % NN;
+        if (i + 1 < KK * NN) { /* the next pair's fragments (element offsets x 2 bytes) */
+            const int kn = (i + 1) / NN, nnn = (i + 1) % NN;
+            if (nnn == 0) ta_fast_ldm_x4(a[kn & 1], a0 + 32u * (uint32_t)kn);
+            ta_fast_ldm_x4(b[(i + 1) & 1], b0 + 2u * (uint32_t)(16 * nnn * T::LD + 16 * kn));
+        }
+        ta_fast_mma<BF16>(&s[8 * nn], a[kk & 1], b[i & 1][0], b[i & 1][1]);
+        ta_fast_mma<BF16>(&s[8 * nn + 4], a[kk & 1], b[i & 1][2], b[i & 1][3]);
+    }
+}
+
+/* Step 1 of a K tile: s = q k^T (ta_fast_qk_add from zero). */
+template <class T, int D, int BN, bool BF16>
+TA_FAST_FN void ta_fast_qk(float (&s)[4 * T::NT], const uint16_t *sq, const uint16_t *sk, int lane,
+                           int warp) {
+#pragma unroll
+    for (int i = 0; i < 4 * T::NT; ++i) s[i] = 0.0f;
+    ta_fast_qk_add<T, D, BN, BF16>(s, sq, sk, lane, warp);
+}
+
+/* Step 4 of a K tile: o += p v, p (the softmax's s, this warp's rows) as the
+ * A operand (the accumulator layout is the A layout), v [BN][LD] in shared
+ * memory by ldmatrix.trans, each (key step, 16-feature block)'s fragment
+ * loaded one pair ahead as in ta_fast_qk_add. */
+template <class T, int D, int BN, bool BF16>
+TA_FAST_FN void ta_fast_pv(float (&o)[4 * T::DT], const float (&s)[4 * T::NT], const uint16_t *sv,
+                           int lane) {
+    constexpr int KK = BN / 16, NN = D / 16;
+    const uint32_t b0 = ta_fast_smem_addr(sv + (lane & 15) * T::LD + (lane >> 4) * 8);
+    uint32_t a[4], b[2][4];
+    ta_fast_ldm_x4_t(b[0], b0);
+#pragma unroll
+    for (int i = 0; i < KK * NN; ++i) {
+        const int kk = i / NN, dn = i % NN;
+        if (dn == 0) ta_fast_p_fragment<BF16, T::NT>(a, s, kk);
+        if (i + 1 < KK * NN) {
+            const int kn = (i + 1) / NN, dnn = (i + 1) % NN;
+            ta_fast_ldm_x4_t(b[(i + 1) & 1], b0 + 2u * (uint32_t)(16 * kn * T::LD + 16 * dnn));
+        }
+        ta_fast_mma<BF16>(&o[8 * dn], a, b[i & 1][0], b[i & 1][1]);
+        ta_fast_mma<BF16>(&o[8 * dn + 4], a, b[i & 1][2], b[i & 1][3]);
+    }
+}
+
 /* Step 5 for a lane's two rows: the row sums gather the 4 lanes of a row;
  * o / l stored in the storage type (rows past S_q skipped), lse = (m + log2 l)
  * ln 2 by lane tq = 0 (if lse is wanted); a row that saw nothing: o = 0,
@@ -281,8 +418,8 @@ TA_FAST_FN void ta_fast_store_rows(const ta_cuda_params &p, const ta_tile_ctx &c
                     ta_fast_pack<BF16>(o[4 * d + 2 * r] * inv, o[4 * d + 2 * r + 1] * inv);
         }
         if (p.lse && tq == 0)
-            p.lse[c.lse + row] = l[r] > 0.0f ? (m[r] + __log2f(l[r])) * 0.6931471805599453f
-                                             : ta_fast_neg_inf();
+            p.lse[c.lse + row] =
+                l[r] > 0.0f ? (m[r] + __log2f(l[r])) * 0.6931471805599453f : ta_fast_neg_inf();
     }
 }
 
@@ -327,8 +464,8 @@ TA_FAST_FN void ta_fast_store_part(const ta_cuda_params &p, const ta_tile_ctx &c
                 *reinterpret_cast<float2 *>(orow + 8 * d + 2 * tq) =
                     make_float2(o[4 * d + 2 * r] * inv, o[4 * d + 2 * r + 1] * inv);
             if (tq == 0)
-                p.part_lse[part] = l[r] > 0.0f ? (m[r] + __log2f(l[r])) * 0.6931471805599453f
-                                               : ta_fast_neg_inf();
+                p.part_lse[part] =
+                    l[r] > 0.0f ? (m[r] + __log2f(l[r])) * 0.6931471805599453f : ta_fast_neg_inf();
         }
     }
 }

@@ -68,35 +68,6 @@ extern "C" {
 
 namespace {
 
-/* ---- PTX wrappers (sm_80+) ---- */
-
-__device__ __forceinline__ void ta_fast_ldm_x4(uint32_t r[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-__device__ __forceinline__ void ta_fast_ldm_x4_t(uint32_t r[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-/* c += a b, a: 16 x 16 (row), b: 16 x 8 (col), f32 accumulate. */
-template <bool BF16>
-__device__ __forceinline__ void ta_fast_mma(float *c, const uint32_t a[4], uint32_t b0,
-                                            uint32_t b1) {
-    if (BF16)
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 /* ---- the kernel ---- */
 
 /* ST: buffers of k and v (1: ta_cuda_fast_fwd_kernel's schedule). */
@@ -109,94 +80,6 @@ template <int D, int NW, int BN, int ST, bool BF16> struct ta_fast_fwd_traits {
     static constexpr size_t SMEM = (size_t)(BM + 2 * ST * BN) * LD * 2;
     static_assert(D % 16 == 0 && BN % 16 == 0, "mma k-steps of 16");
 };
-
-/* A paged k / v (ta_problem.kv_page_size > 0): this batch entry's block
- * table row (device memory; NULL without pages), its page size and the pool's
- * page count (entries are clamped into [0, num_pages): the host never read
- * them). */
-struct ta_fast_pages {
-    const int32_t *pages;
-    int32_t page_size, num_pages;
-};
-
-__device__ __forceinline__ ta_fast_pages ta_fast_pages_of(const ta_cuda_params &p,
-                                                          int32_t b_local) {
-    ta_fast_pages pg;
-    pg.pages = p.block_table ? p.block_table + (int64_t)(p.batch_begin + b_local) * p.kv_max_blocks
-                             : nullptr;
-    pg.page_size = p.kv_page_size;
-    pg.num_pages = p.kv_num_pages;
-    return pg;
-}
-
-/* rows [row0, row0 + R) of a slice (element offset `off`, row stride `seq`;
- * with pages, row j at its pool row ta_tile_kv_row) -> shared [R][LD]; rows
- * at or past n_valid read zeros. */
-template <int D, int R, int THREADS>
-__device__ __forceinline__ void ta_fast_load_rows(uint16_t *dst, const uint16_t *base, int64_t off,
-                                                  int64_t seq, int32_t row0, int32_t n_valid,
-                                                  const ta_fast_pages &pg = ta_fast_pages{}) {
-    constexpr int LD = D + 8, CH = D / 8;
-    for (int i = (int)threadIdx.x; i < R * CH; i += THREADS) {
-        const int r = i / CH, c = i % CH;
-        const int32_t row = row0 + r;
-        const bool ok = row < n_valid;
-        int64_t at = row;
-        if (pg.pages && ok) {
-            const int32_t page = pg.pages[row / pg.page_size];
-            at = (int64_t)(page < 0 ? 0 : page >= pg.num_pages ? pg.num_pages - 1 : page) *
-                     pg.page_size +
-                 row % pg.page_size;
-        }
-        const uint16_t *src = ok ? base + off + at * seq + 8 * c : base;
-        ta_fast_cp16(ta_fast_smem_addr(dst + r * LD + 8 * c), src, ok ? 16 : 0);
-    }
-}
-
-/* step 1 of a K tile: s = q k^T over D in k-steps of 16 (this warp's 16
- * rows; q [BM][LD] and k [BN][LD] in shared memory). */
-template <class T, int D, int BN, bool BF16>
-__device__ __forceinline__ void ta_fast_qk(float (&s)[4 * T::NT], const uint16_t *sq,
-                                           const uint16_t *sk, int lane, int warp) {
-#pragma unroll
-    for (int i = 0; i < 4 * T::NT; ++i) s[i] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t a[4];
-        ta_fast_ldm_x4(a, ta_fast_smem_addr(sq + (16 * warp + (lane & 15)) * T::LD + 16 * kk +
-                                            (lane >> 4) * 8));
-#pragma unroll
-        for (int nn = 0; nn < BN / 16; ++nn) {
-            uint32_t b[4];
-            ta_fast_ldm_x4(b, ta_fast_smem_addr(sk + (16 * nn + (lane & 7) + ((lane >> 4) << 3)) *
-                                                         T::LD +
-                                                16 * kk + ((lane >> 3) & 1) * 8));
-            ta_fast_mma<BF16>(&s[8 * nn], a, b[0], b[1]);
-            ta_fast_mma<BF16>(&s[8 * nn + 4], a, b[2], b[3]);
-        }
-    }
-}
-
-/* step 4 of a K tile: o += p v, p (the softmax's s, this warp's rows) as the
- * A operand (the accumulator layout is the A layout), v [BN][LD] in shared
- * memory by ldmatrix.trans. */
-template <class T, int D, int BN, bool BF16>
-__device__ __forceinline__ void ta_fast_pv(float (&o)[4 * T::DT], const float (&s)[4 * T::NT],
-                                           const uint16_t *sv, int lane) {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-        uint32_t a[4];
-        ta_fast_p_fragment<BF16, T::NT>(a, s, kk);
-#pragma unroll
-        for (int dn = 0; dn < D / 16; ++dn) {
-            uint32_t b[4];
-            ta_fast_ldm_x4_t(b, ta_fast_smem_addr(sv + (16 * kk + (lane & 15)) * T::LD + 16 * dn +
-                                                  (lane >> 4) * 8));
-            ta_fast_mma<BF16>(&o[8 * dn], a, b[0], b[1]);
-            ta_fast_mma<BF16>(&o[8 * dn + 4], a, b[2], b[3]);
-        }
-    }
-}
 
 /* ST = 1, as FlashAttention-2: one buffer of k and v; v of tile j loads while
  * s = q k_j^T runs, k of tile j+1 while o += p v_j runs; two block barriers

@@ -15,9 +15,11 @@
  * TA_PRECISION_FAST: the SDPA forward and backward of f16 / bf16 problems run
  * on tensor cores (cuda/ta_cuda_fast_fwd.cu, cuda/ta_cuda_fast_bwd_sm90.cu;
  * D = D_v in {64, 96, 128, 256}, other head dims TA_ERR_UNSUPPORTED in fast
- * mode; the backward on sm_90 only, elsewhere the exact kernels); f32
- * problems and the MTA conv run the exact kernels (bit-identical results
- * satisfy any FAST bound) until their fast kernels land.
+ * mode; the backward on sm_90 only, elsewhere the exact kernels); the MTA
+ * forward of f16 / bf16 problems too (cuda/ta_cuda_fast_mta.cu:
+ * ta_cuda_fast_mta_path below); f32 problems, the other MTA problems and the
+ * MTA backward run the exact kernels (bit-identical results satisfy any
+ * FAST bound) until their fast kernels land.
  */
 #include <stddef.h>
 
@@ -29,6 +31,19 @@
  * ignores num_splits, as every backward. */
 int ta_cuda_fast_path(const ta_plan *plan) {
     return plan->p.precision == TA_PRECISION_FAST && plan->p.dtype != TA_F32 && !plan->has_conv;
+}
+
+int ta_cuda_fast_mta_path(const ta_plan *plan) {
+    const ta_problem *p = &plan->p;
+    const int32_t d = p->head_dim;
+    return p->precision == TA_PRECISION_FAST && p->dtype != TA_F32 && plan->has_conv &&
+           d == p->head_dim_v && (d == 64 || d == 96 || d == 128) && !plan->has_window &&
+           plan->stages.load == TA_LOAD_NONE && plan->fwd.num_splits == 1 &&
+           p->kv_page_size == 0;
+}
+
+int32_t ta_cuda_fast_mta_band(const ta_plan *plan) {
+    return (plan->p.conv_k - 1) / 2 + plan->p.conv_q - 1;
 }
 
 /* The fast forward's configuration table (docs/cuda.md section 7,
@@ -112,6 +127,7 @@ int ta_cuda_supports(const ta_plan *plan) {
     /* latent attention's band and fused projections: not on CUDA yet */
     if (plan->stages.score == TA_SCORE_RBAND || plan->p.latent_dim > 0) return 0;
     if (ta_cuda_fast_path(plan)) return ta_cuda_fast_table_has(plan);
+    if (ta_cuda_fast_mta_path(plan)) return plan->p.tile_config <= TA_CUDA_FAST_MTA_CFGS;
     return 1;
 }
 
@@ -145,16 +161,36 @@ static void ta_cuda_rope_take(const ta_plan *plan, ta_ws_cursor *c, void **rot_q
     *rot_k = ta_ws_take(c, plan->n_k, plan->elem_bytes);
 }
 
-/* The one forward layout routine: sizes (base NULL) and carves (base set);
- * split-K's parts only (ta_cuda.h draws them). */
+/* The fast MTA forward's regions (ta_cuda.h draws them): the filtered keys
+ * kf, c_q per key per query head, and the convolved scores next to the
+ * diagonal, E per query row. */
+static ta_status ta_cuda_fast_mta_take(const ta_plan *plan, ta_ws_cursor *c, ta_cuda_fwd_ws *ws) {
+    const ta_problem *p = &plan->p;
+    const size_t heads = (size_t)p->batch * (size_t)p->heads_q;
+    const int32_t band = ta_cuda_fast_mta_band(plan);
+    size_t n_kf = 0, n_diag = 0;
+    if (!ta_mul_size(heads, (size_t)p->seq_k, &n_kf) ||
+        !ta_mul_size(n_kf, (size_t)p->conv_q * (size_t)p->head_dim, &n_kf) ||
+        !ta_mul_size(heads, (size_t)p->seq_q, &n_diag) ||
+        !ta_mul_size(n_diag, (size_t)band, &n_diag))
+        return TA_ERR_OVERFLOW;
+    ws->mta_kf = ta_ws_take(c, n_kf, plan->elem_bytes);
+    if (band > 0) ws->mta_diag = TA_WS_TAKE(c, float, n_diag);
+    return TA_OK;
+}
+
+/* The one forward layout routine: sizes (base NULL) and carves (base set)
+ * (ta_cuda.h draws the regions). */
 ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws, size_t *bytes) {
     /* the fast path's split count (GQA decode packing may count more parts) */
     const int32_t n_split =
         ta_cuda_fast_path(plan) ? ta_cuda_fast_splits(plan) : plan->fwd.num_splits;
     ta_ws_cursor c;
+    ta_status st;
     ta_ws_begin(&c, base);
     ws->part_o = ws->part_lse = NULL;
-    ws->rot_q = ws->rot_k = NULL;
+    ws->rot_q = ws->rot_k = ws->mta_kf = NULL;
+    ws->mta_diag = NULL;
     ta_cuda_rope_take(plan, &c, &ws->rot_q, &ws->rot_k);
     if (n_split > 1) {
         size_t n_o = 0, n_lse = 0;
@@ -164,6 +200,8 @@ ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws
         ws->part_o = TA_WS_TAKE(&c, float, n_o);
         ws->part_lse = TA_WS_TAKE(&c, float, n_lse);
     }
+    if (ta_cuda_fast_mta_path(plan) && (st = ta_cuda_fast_mta_take(plan, &c, ws)) != TA_OK)
+        return st;
     if (c.overflow) return TA_ERR_OVERFLOW;
     *bytes = c.used;
     return TA_OK;

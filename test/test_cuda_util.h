@@ -1,6 +1,6 @@
 /* What the GPU tests share (test_cuda_*.c): a CUDA runtime call that must
  * succeed, or the test exits with status 1 naming the call; the fast
- * configuration table's candidate counts. */
+ * configuration tables' candidate counts. */
 #ifndef TA_TEST_CUDA_UTIL_H
 #define TA_TEST_CUDA_UTIL_H
 
@@ -26,5 +26,10 @@
 static inline int32_t ta_test_fast_candidates(int32_t d) {
     return d == 64 ? 7 : d == 96 ? 5 : d == 128 ? 8 : d == 256 ? 7 : 0;
 }
+
+/* Candidates of the fast MTA forward's table (cuda/ta_cuda_fast_mta.cu,
+ * TA_CUDA_FAST_MTA_CFGS): tile_config in [0, this], the same for every head
+ * dim it takes. */
+#define TA_TEST_FAST_MTA_CFGS 3
 
 #endif /* TA_TEST_CUDA_UTIL_H */

@@ -1,0 +1,554 @@
+/*
+ * CUDA MTA forward, TA_PRECISION_FAST, f16 / bf16 storage: the key-query
+ * convolution on tensor cores by folding its key direction into k (docs/cuda.md
+ * section 7, "Fast MTA"; docs/mta.md holds the operation).
+ *
+ * The convolved score of a visible (i, j) is (i'_a = i - (c_q-1-a), j'_b =
+ * j + b - P, S~ the raw score where (i', j') is visible, else 0)
+ *
+ *   C[i][j] = sum_a sum_b w[a][b] S~[i'_a][j'_b].
+ *
+ * Where every term's pair is visible this is sum_a q_{i'_a} . kf_a[j] scale
+ * with kf_a[j] = sum_b w[a][b] k_{j'_b}: c_q products of a shifted q tile
+ * with c_q filtered k tensors, on tensor cores, in place of the conv. Rows
+ * outside [-q_history, S_q) and keys outside [0, L) are zero in q and k, as
+ * S~ is there, so the fold is exact in the padding too; it differs from C
+ * only by the terms of pairs the causal mask hides (j'_b > i'_a + off), which
+ * exist only for outputs within E = P + c_q - 1 keys of the diagonal
+ * (0 <= delta = i + off - j < E). There, F minus those terms would cancel
+ * (F's rounding, relative to |kf|, is relative to the hidden terms too), so
+ * those E entries per row are computed directly instead:
+ *
+ *   C[i][j] = F[i][j] = sum_a q_{i'_a} . kf_a[j]           delta >= E   (raw, unscaled)
+ *   C[i][j] = diag[i][delta] = sum over (a, b) with e = b - P + c_q - 1 - a - delta <= 0
+ *             of w[a][b] band[i'_a][e],  band[r][e] = q_r . k_{r + off + e}   delta < E
+ *
+ * Three kernels per call, in this order on the stream:
+ *   1. ta_fast_mta_kf_kernel:   kf [B, H, S_k, c_q, D] (storage type, f32
+ *      sums b ascending, rounded once), one kf row per (query head, key):
+ *      the kernels are per query head, also under GQA;
+ *   2. ta_fast_mta_diag_kernel: diag [B, H, S_q, E] f32 (band rows in shared
+ *      memory, f32 dot products over d ascending; terms a, b ascending);
+ *   3. ta_fast_mta_fwd_kernel:  the attention, SDPA's mma.sync forward
+ *      (cuda/ta_cuda_fast_fwd.cu) with step 1 over c_q chunks: s += q(shifted
+ *      a rows) kf_a^T, then s = diag near the diagonal, then its steps 2-5.
+ *
+ * Cost (6 x 11, D = 128): c_q + 1 = 7 products of D per score where SDPA has
+ * 2 (3.5x its tensor-core work); kf is c_q times k's bytes, read by every Q
+ * tile (so Q tiles of 128 rows). Error: the fold rounds kf to the storage type
+ * (relative 2^-8 for bf16, 2^-11 for f16, of |kf|), on top of SDPA fast mode's
+ * p rounding; the bound and the measured errors: docs/exactness.md.
+ *
+ * Deterministic (no atomics, fixed orders), not bit-identical to REF.
+ * Problems it takes: ta_cuda_fast_mta_path (cuda/ta_cuda_layout.c): causal
+ * (MTA always is), seqlens_k (host or device), GQA, S_q != S_k, q_history,
+ * strides with 16-byte rows; the launcher gives the rest (rows not on 16
+ * bytes) to the exact kernels, whose bits satisfy any fast bound.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "ta_cuda_fast.cuh"
+#include "ta_cuda_host.cuh"
+
+extern "C" {
+#include "ta_cuda.h"
+#include "ta_internal.h"
+}
+
+namespace {
+
+/* The base, and the workspace regions the three kernels share. */
+struct ta_fast_mta_params : ta_cuda_params {
+    uint16_t *kf; /* [B, H, S_k, c_q, D] storage type */
+    float *diag;  /* [B, H, S_q, band] f32: C of the band; NULL when band == 0 */
+    int32_t band; /* E = P + c_q - 1 */
+};
+
+/* ---- the prep kernels' pieces ---- */
+
+constexpr int PREP_THREADS = 256;
+constexpr int KF_ROWS = 64;   /* keys per block of the kf kernel */
+constexpr int DIAG_ROWS = 32; /* query rows per block of the diag kernel */
+
+/* A block's (batch entry, query head, row block) of a prep grid
+ * [batch_count][heads_q][n_blocks]. */
+struct ta_fast_mta_prep_tile {
+    int32_t b_local, h, blk;
+};
+
+__device__ __forceinline__ ta_fast_mta_prep_tile ta_fast_mta_prep_at(const ta_fast_mta_params &p,
+                                                                     int64_t tile,
+                                                                     int32_t n_blocks) {
+    ta_fast_mta_prep_tile x;
+    x.blk = (int32_t)(tile % n_blocks);
+    x.h = (int32_t)((tile / n_blocks) % p.heads_q);
+    x.b_local = (int32_t)(tile / n_blocks / p.heads_q);
+    return x;
+}
+
+/* Query row r of the (batch, head) slice, -q_history <= r < S_q (the history
+ * rows from q_hist), or NULL for the zero padding. */
+__device__ __forceinline__ const uint16_t *ta_fast_mta_q_row(const ta_fast_mta_params &p,
+                                                             const ta_tile_ctx &c, int32_t r) {
+    int in_hist;
+    int64_t at;
+    if (r < -p.t.q_history || r >= p.t.seq_q) return nullptr;
+    at = ta_tile_q_row(&p.t, &p.lay, &c, r, &in_hist);
+    return static_cast<const uint16_t *>(in_hist ? p.q_hist : p.q) + at;
+}
+
+/* Key row j of the kv slice, 0 <= j < L, or NULL outside. */
+__device__ __forceinline__ const uint16_t *ta_fast_mta_k_row(const ta_fast_mta_params &p,
+                                                             const ta_tile_ctx &c, int32_t j) {
+    if (j < 0 || j >= c.key_len) return nullptr;
+    return static_cast<const uint16_t *>(p.k) + c.k + (int64_t)j * p.lay.k.seq;
+}
+
+/* rows [first, first + n) -> shared [n][D + 8] storage elements, 16 bytes per
+ * step; a row whose source is NULL (q: ta_fast_mta_q_row; else k) reads zeros. */
+template <bool Q_SIDE>
+__device__ __forceinline__ void ta_fast_mta_stage(uint16_t *dst, const ta_fast_mta_params &p,
+                                                  const ta_tile_ctx &c, int32_t first, int32_t n) {
+    const int32_t ch_n = p.head_dim / 8, ld = p.head_dim + 8;
+    for (int i = (int)threadIdx.x; i < n * ch_n; i += PREP_THREADS) {
+        const int32_t r = i / ch_n, ch = i % ch_n;
+        const uint16_t *src =
+            Q_SIDE ? ta_fast_mta_q_row(p, c, first + r) : ta_fast_mta_k_row(p, c, first + r);
+        *reinterpret_cast<uint4 *>(dst + r * ld + 8 * ch) =
+            src ? *reinterpret_cast<const uint4 *>(src + 8 * ch) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* 8 storage elements (16 bytes) -> f32 (exact). */
+template <bool BF16> __device__ __forceinline__ void ta_fast_mta_widen8(uint4 x, float (&f)[8]) {
+    ta_fast_unpack<BF16>(x.x, &f[0], &f[1]);
+    ta_fast_unpack<BF16>(x.y, &f[2], &f[3]);
+    ta_fast_unpack<BF16>(x.z, &f[4], &f[5]);
+    ta_fast_unpack<BF16>(x.w, &f[6], &f[7]);
+}
+
+/* ---- 1. kf ---- */
+
+/* kf[b, h, j, a, :] = sum_{b' ascending} w[h][a][b'] k[j + b' - P] (keys outside
+ * [0, L) are zeros: fmaf(w, 0, acc), as the exact kernels visit masked terms),
+ * f32 fmaf from 0, rounded once to the storage type. A block stages its
+ * KF_ROWS keys with their halos, k rows [j0 - P, j0 + KF_ROWS + P), and w[h]
+ * in shared memory; a thread makes 4 consecutive keys x 8 features for each
+ * a, reading each staged row once for the 4 (row r feeds key jj with b' = r -
+ * jj, so each key's terms still come b' ascending). Dynamic shared memory:
+ * ta_fast_mta_kf_smem. Grid: [batch_count][heads_q][ceil(S_k / KF_ROWS)]. */
+template <bool BF16>
+__global__ void __launch_bounds__(PREP_THREADS)
+    ta_fast_mta_kf_kernel(const __grid_constant__ ta_fast_mta_params p) {
+    extern __shared__ float4 ta_fast_mta_prep_smem[];
+    const int32_t D = p.head_dim, cq = p.conv_q, ck = p.conv_k, half = (ck - 1) / 2;
+    const int32_t n_jb = (p.t.seq_k + KF_ROWS - 1) / KF_ROWS, ch_n = D / 8, ld = D + 8;
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_jb;
+    uint16_t *rows = reinterpret_cast<uint16_t *>(ta_fast_mta_prep_smem);
+    float *w = reinterpret_cast<float *>(rows + (KF_ROWS + ck - 1) * ld);
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const ta_fast_mta_prep_tile x = ta_fast_mta_prep_at(p, tile, n_jb);
+        const ta_tile_ctx c = ta_cuda_context(p, x.b_local, x.h, 0);
+        const int32_t j0 = x.blk * KF_ROWS;
+        const int64_t kf_head =
+            ((int64_t)(p.batch_begin + x.b_local) * p.heads_q + x.h) * p.t.seq_k;
+        __syncthreads(); /* the previous tile is done with the staged rows */
+        ta_fast_mta_stage<false>(rows, p, c, j0 - half, KF_ROWS + ck - 1);
+        for (int i = (int)threadIdx.x; i < cq * ck; i += PREP_THREADS)
+            w[i] = p.conv_w[(int64_t)x.h * cq * ck + i];
+        __syncthreads();
+        for (int i = (int)threadIdx.x; i < KF_ROWS / 4 * ch_n; i += PREP_THREADS) {
+            const int32_t jl = 4 * (i / ch_n), ch = i % ch_n; /* keys j0 + jl .. + 3 */
+            for (int32_t a = 0; a < cq; ++a) {
+                float acc[4][8];
+#pragma unroll
+                for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+                    for (int e = 0; e < 8; ++e)
+                        acc[jj][e] = 0.0f;
+                for (int32_t r = 0; r < ck + 3; ++r) { /* staged row jl + r */
+                    float f[8];
+                    ta_fast_mta_widen8<BF16>(
+                        *reinterpret_cast<const uint4 *>(rows + (jl + r) * ld + 8 * ch), f);
+#pragma unroll
+                    for (int jj = 0; jj < 4; ++jj) {
+                        const int32_t bb = r - jj;
+                        if (bb < 0 || bb >= ck) continue;
+                        const float wv = w[a * ck + bb];
+#pragma unroll
+                        for (int e = 0; e < 8; ++e)
+                            acc[jj][e] = __fmaf_rn(wv, f[e], acc[jj][e]);
+                    }
+                }
+#pragma unroll
+                for (int jj = 0; jj < 4; ++jj) {
+                    const int32_t j = j0 + jl + jj;
+                    if (j < p.t.seq_k)
+                        *reinterpret_cast<uint4 *>(p.kf + ((kf_head + j) * cq + a) * D + 8 * ch) =
+                            make_uint4(ta_fast_pack<BF16>(acc[jj][0], acc[jj][1]),
+                                       ta_fast_pack<BF16>(acc[jj][2], acc[jj][3]),
+                                       ta_fast_pack<BF16>(acc[jj][4], acc[jj][5]),
+                                       ta_fast_pack<BF16>(acc[jj][6], acc[jj][7]));
+                }
+            }
+        }
+    }
+}
+
+/* ---- 2. diag ---- */
+
+/* diag[b, h, i, delta] for the rows [r0, r0 + DIAG_ROWS) of a block (the
+ * header's formula). Staged in shared memory: q rows [r0 - (c_q-1), r0 +
+ * DIAG_ROWS) and the keys they reach, [r0 - (c_q-1) + off + 1 - 2E, r0 +
+ * DIAG_ROWS + off) (zeros outside the sequence), then band[r][e] for e = 1 -
+ * 2E .. 0 (the visible pairs' reach; f32 fmaf over d ascending from 0), then
+ * each (i, delta) sums its visible terms, a ascending, b ascending, fmaf from
+ * 0. Dynamic shared memory: ta_fast_mta_diag_smem. Grid:
+ * [batch_count][heads_q][ceil(S_q / DIAG_ROWS)]. */
+template <bool BF16>
+__global__ void __launch_bounds__(PREP_THREADS)
+    ta_fast_mta_diag_kernel(const __grid_constant__ ta_fast_mta_params p) {
+    extern __shared__ float4 ta_fast_mta_prep_smem[];
+    const int32_t D = p.head_dim, cq = p.conv_q, ck = p.conv_k, half = (ck - 1) / 2;
+    const int32_t E = p.band, NE = 2 * E, off = p.t.diag_offset, halo = cq - 1, ld = D + 8;
+    const int32_t n_rb = (p.t.seq_q + DIAG_ROWS - 1) / DIAG_ROWS, n_q = DIAG_ROWS + halo;
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_rb;
+    float *band = reinterpret_cast<float *>(ta_fast_mta_prep_smem); /* [n_q][NE] */
+    /* the band rounded up to 16 bytes: the staged rows are read 16 bytes at a time */
+    uint16_t *sq = reinterpret_cast<uint16_t *>(band + (n_q * NE + 3) / 4 * 4); /* [n_q][ld] */
+    uint16_t *sk = sq + n_q * ld; /* [n_q + NE - 1][ld] */
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const ta_fast_mta_prep_tile x = ta_fast_mta_prep_at(p, tile, n_rb);
+        const ta_tile_ctx c = ta_cuda_context(p, x.b_local, x.h, 0);
+        const float *w = p.conv_w + (int64_t)x.h * cq * ck;
+        const int32_t r0 = x.blk * DIAG_ROWS;
+        float *diag =
+            p.diag + ((int64_t)(p.batch_begin + x.b_local) * p.heads_q + x.h) * p.t.seq_q * E;
+        __syncthreads(); /* the previous tile is done with shared memory */
+        ta_fast_mta_stage<true>(sq, p, c, r0 - halo, n_q);
+        ta_fast_mta_stage<false>(sk, p, c, r0 - halo + off + 1 - NE, n_q + NE - 1);
+        __syncthreads();
+        for (int i = (int)threadIdx.x; i < n_q * NE; i += PREP_THREADS) {
+            /* q row rho = i / NE with key row rho + i % NE: e = i % NE + 1 - 2E */
+            const uint16_t *qr = sq + (i / NE) * ld, *kr = sk + (i / NE + i % NE) * ld;
+            float acc = 0.0f;
+            for (int32_t d8 = 0; d8 < D / 8; ++d8) { /* d ascending */
+                float fq[8], fk[8];
+                ta_fast_mta_widen8<BF16>(*reinterpret_cast<const uint4 *>(qr + 8 * d8), fq);
+                ta_fast_mta_widen8<BF16>(*reinterpret_cast<const uint4 *>(kr + 8 * d8), fk);
+#pragma unroll
+                for (int e = 0; e < 8; ++e)
+                    acc = __fmaf_rn(fq[e], fk[e], acc);
+            }
+            band[i] = acc;
+        }
+        __syncthreads();
+        for (int i = (int)threadIdx.x; i < DIAG_ROWS * E; i += PREP_THREADS) {
+            const int32_t ri = i / E, delta = i % E, row = r0 + ri;
+            float acc = 0.0f;
+            if (row >= p.t.seq_q) continue;
+            for (int32_t a = 0; a < cq; ++a) {
+                /* e = b - P + c_q - 1 - a - delta <= 0: b <= b_last */
+                const int32_t b_last = delta + half + a - (cq - 1);
+                for (int32_t bb = 0; bb < ck && bb <= b_last; ++bb) {
+                    const int32_t e = bb - half + cq - 1 - a - delta;
+                    acc = __fmaf_rn(w[a * ck + bb], band[(ri + a) * NE + e + NE - 1], acc);
+                }
+            }
+            diag[(int64_t)row * E + delta] = acc;
+        }
+    }
+}
+
+/* Dynamic shared memory of the prep kernels (bytes). */
+static size_t ta_fast_mta_kf_smem(const ta_problem *pr) {
+    return (size_t)(KF_ROWS + pr->conv_k - 1) * (size_t)(pr->head_dim + 8) * 2u +
+           4u * (size_t)pr->conv_q * (size_t)pr->conv_k;
+}
+static size_t ta_fast_mta_diag_smem(const ta_problem *pr, int32_t band) {
+    const size_t n_q = (size_t)(DIAG_ROWS + pr->conv_q - 1), ne = 2u * (size_t)band;
+    return (n_q * ne + 3u) / 4u * 16u + (2u * n_q + ne - 1u) * (size_t)(pr->head_dim + 8) * 2u;
+}
+
+/* ---- 3. the attention ---- */
+
+/* NB: chunk buffers of [BN][LD] in the ring (a K tile's c_q kf chunks, then
+ * its v). Shared memory (storage type):
+ *
+ *   +-----------------------------+------------------------------+
+ *   | q [BM + c_q - 1][LD]        | ring [NB][BN][LD]            |
+ *   +-----------------------------+------------------------------+
+ *
+ * q row rho holds query row row0 - (c_q - 1) + rho (history rows from q_hist,
+ * zeros outside [-q_history, S_q)), so chunk a's A operand is q from row a on. */
+template <int D, int NW, int BN, int NB, int G> struct ta_fast_mta_traits {
+    static constexpr int LD = D + 8;
+    static constexpr int BM = 16 * NW;
+    static constexpr int THREADS = 32 * NW;
+    static constexpr int NT = BN / 8;
+    static constexpr int DT = D / 8;
+    static constexpr int NS = NB / G; /* stages of G chunks */
+    static_assert(D % 16 == 0 && BN % 16 == 0, "mma k-steps of 16");
+    static_assert(NB % G == 0 && NS >= 2, "a ring of at least two stages");
+    static size_t smem(int32_t conv_q) {
+        return ((size_t)(BM + conv_q - 1) + (size_t)NB * BN) * LD * 2;
+    }
+};
+
+/* The q rows of the tile with their halo (see the traits) -> shared. */
+template <int D, int THREADS>
+__device__ __forceinline__ void ta_fast_mta_load_q(uint16_t *dst, const ta_fast_mta_params &p,
+                                                   const ta_tile_ctx &c, int32_t first,
+                                                   int32_t rows) {
+    constexpr int LD = D + 8, CH = D / 8;
+    for (int i = (int)threadIdx.x; i < rows * CH; i += THREADS) {
+        const int rho = i / CH, ch = i % CH;
+        const uint16_t *src = ta_fast_mta_q_row(p, c, first + rho);
+        ta_fast_cp16(ta_fast_smem_addr(dst + rho * LD + 8 * ch), src ? src + 8 * ch : p.q,
+                     src ? 16 : 0);
+    }
+}
+
+/* s = diag[row][delta] at this lane's entries with 0 <= delta = row + off - j
+ * < E (the caller skips tiles where no row of the warp has one). */
+template <int NT>
+__device__ __forceinline__ void ta_fast_mta_near(float (&s)[4 * NT], const float *diag, int32_t E,
+                                                 int32_t off, int32_t seq_q, int32_t ra,
+                                                 int32_t col0, int tq) {
+#pragma unroll
+    for (int i = 0; i < 4 * NT; ++i) {
+        const int32_t row = ra + 8 * ((i >> 1) & 1);
+        const int32_t delta = row + off - (col0 + 8 * (i / 4) + 2 * tq + (i & 1));
+        if (row < seq_q && delta >= 0 && delta < E) s[i] = diag[(int64_t)row * E + delta];
+    }
+}
+
+/* One block of NW warps per (batch b, query head h, Q tile of BM = 16 NW
+ * rows), as the SDPA kernel; per K tile of BN keys (k_begin .. k_end - 1):
+ *   1. s = sum_a q(rows shifted by a - (c_q-1)) kf_a^T   c_q mma chunks
+ *   1b. s = diag near the diagonal                        (the header)
+ *   2-5. mask, online softmax, o += p v, o / l and lse    as SDPA
+ * The chunks (c_q of kf, one of v per K tile) stream through a ring of NB
+ * buffers in stages of G chunks: stage n + NS - 1 loads (one cp.async group)
+ * while stage n computes; one block barrier per stage. MINB: blocks per SM
+ * the registers are held to (__launch_bounds__). */
+template <int D, int NW, int BN, int NB, int G, int MINB, bool BF16>
+__global__ void __launch_bounds__(32 * NW, MINB)
+    ta_fast_mta_fwd_kernel(const __grid_constant__ ta_fast_mta_params p) {
+    typedef ta_fast_mta_traits<D, NW, BN, NB, G> T;
+    extern __shared__ float4 ta_fast_mta_smem[];
+    const int32_t cq = p.conv_q, n_ch = cq + 1;
+    uint16_t *sq = reinterpret_cast<uint16_t *>(ta_fast_mta_smem);
+    uint16_t *ring = sq + (T::BM + cq - 1) * T::LD;
+    const ta_tiling t = p.t;
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+    const int tq = lane & 3;
+    const int32_t n_qt = t.num_q_tiles;
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
+    const float scale_log2 = p.scale * 1.4426950408889634f;
+    const uint16_t *v = static_cast<const uint16_t *>(p.v);
+
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt);
+        const ta_tile_ctx c = ta_cuda_context(p, at.b_local, at.h, at.qt);
+        const int32_t row0 = at.qt * T::BM, wrow0 = row0 + 16 * warp;
+        const int32_t ra = wrow0 + (lane >> 2); /* this lane's rows: ra, ra + 8 */
+        const int64_t head = (int64_t)(p.batch_begin + at.b_local) * p.heads_q + at.h;
+        const int64_t kf_off = head * t.seq_k * cq * D;
+        const float *diag = p.diag ? p.diag + head * t.seq_q * p.band : nullptr;
+        const int32_t total = (c.k_end - c.k_begin) * n_ch;
+        int32_t lo[2], hi[2];
+        float o[4 * T::DT], m[2] = {ta_fast_neg_inf(), ta_fast_neg_inf()}, l[2] = {0.0f, 0.0f};
+        float s[4 * T::NT];
+        ta_fast_row_keys(t, ra, c.key_len, lo, hi);
+#pragma unroll
+        for (int i = 0; i < 4 * T::DT; ++i)
+            o[i] = 0.0f;
+
+        __syncthreads(); /* the previous tile is done with shared memory */
+        if (total <= 0) {
+            ta_fast_store_rows<BF16, T::DT>(p, c, ra, tq, o, m, l);
+            continue;
+        }
+        /* chunk g of this Q tile: K tile k_begin + g / n_ch, part g % n_ch
+         * (a < c_q: kf_a; c_q: v), into ring buffer g % NB */
+        auto load_chunk = [&](int32_t g) {
+            const int32_t part = g % n_ch, col0 = (c.k_begin + g / n_ch) * BN;
+            uint16_t *dst = ring + (g % NB) * BN * T::LD;
+            if (part < cq)
+                ta_fast_load_rows<D, BN, T::THREADS>(dst, p.kf, kf_off + part * D, (int64_t)cq * D,
+                                                     col0, c.key_len);
+            else
+                ta_fast_load_rows<D, BN, T::THREADS>(dst, v, c.v, p.lay.v.seq, col0, c.key_len);
+        };
+        /* prologue: q (with its halo) and stage 0 as group 0, stages 1 ..
+         * NS - 2 one group each (empty past the last chunk) */
+        ta_fast_mta_load_q<D, T::THREADS>(sq, p, c, row0 - (cq - 1), T::BM + cq - 1);
+        for (int32_t g = 0; g < (T::NS - 1) * G; ++g) {
+            if (g < total) load_chunk(g);
+            if (g % G == G - 1) ta_fast_cp_commit();
+        }
+        for (int32_t g0 = 0; g0 < total; g0 += G) {
+            /* stage g0 / G has landed; every warp is done with the previous
+             * stage, whose buffers stage g0 / G + NS - 1 takes */
+            ta_fast_cp_wait<T::NS - 2>();
+            __syncthreads();
+#pragma unroll
+            for (int cc = 0; cc < G; ++cc)
+                if (g0 + (T::NS - 1) * G + cc < total) load_chunk(g0 + (T::NS - 1) * G + cc);
+            ta_fast_cp_commit();
+#pragma unroll
+            for (int cc = 0; cc < G; ++cc) {
+                const int32_t g = g0 + cc, part = g % n_ch, col0 = (c.k_begin + g / n_ch) * BN;
+                const uint16_t *buf = ring + (g % NB) * BN * T::LD;
+                if (g >= total) break;
+                if (part < cq) { /* step 1 */
+                    if (part == 0) {
+#pragma unroll
+                        for (int i = 0; i < 4 * T::NT; ++i)
+                            s[i] = 0.0f;
+                    }
+                    ta_fast_qk_add<T, D, BN, BF16>(s, sq + part * T::LD, buf, lane, warp);
+                    continue;
+                }
+                /* step 1b: a warp whose rows reach within E of this tile's keys */
+                if (diag && wrow0 + t.diag_offset - (col0 + BN - 1) < p.band)
+                    ta_fast_mta_near<T::NT>(s, diag, p.band, t.diag_offset, t.seq_q, ra, col0, tq);
+                { /* steps 2-3 */
+                    float cr[2];
+                    ta_fast_softmax_tile<T::NT>(s, m, l, lo, hi, col0, tq, scale_log2, cr);
+                    ta_fast_rescale<T::DT>(o, cr);
+                }
+                ta_fast_pv<T, D, BN, BF16>(o, s, buf, lane); /* step 4 */
+            }
+        }
+        ta_fast_store_rows<BF16, T::DT>(p, c, ra, tq, o, m, l); /* step 5 */
+    }
+}
+
+/* ---- host ---- */
+
+/* A configuration: the attention kernel and its tile. */
+struct ta_fast_mta_cfg {
+    const void *kernel;
+    int threads, block_m, block_n, nb;
+    size_t (*smem)(int32_t conv_q);
+};
+
+template <int D, int NW, int BN, int NB, int G, int MINB, bool BF16>
+static ta_fast_mta_cfg ta_fast_mta_cfg_of() {
+    typedef ta_fast_mta_traits<D, NW, BN, NB, G> T;
+    ta_fast_mta_cfg c;
+    c.kernel =
+        reinterpret_cast<const void *>(&ta_fast_mta_fwd_kernel<D, NW, BN, NB, G, MINB, BF16>);
+    c.threads = T::THREADS;
+    c.block_m = T::BM;
+    c.block_n = BN;
+    c.nb = NB;
+    c.smem = &T::smem;
+    return c;
+}
+
+/* The candidates (tile_config k = 1 .. TA_CUDA_FAST_MTA_CFGS names c[k - 1]),
+ * as (NW warps: Q tiles of 16 NW rows; BN keys; NB buffers; G chunks per
+ * stage; MINB blocks per SM). Measured on an H100 (bf16, B = 1, H = 16, S =
+ * 1k .. 8k, 6 x 11 and 7 x 7; docs/benchmarks.md), every candidate gives the
+ * same bits:
+ *   1 (4, 64, 3, 1, 3), the default: fastest or within 6 % of the fastest on
+ *     10 of 12 shapes (three blocks of 4 warps per SM, registers held to 168);
+ *   2 (8, 64, 4, 2, 2): fastest at D = 64, S = 8k (7-9 %), up to 18 % slower
+ *     elsewhere (100 bytes of spills at D = 128);
+ *   3 (4, 64, 4, 1, 1): two blocks per SM, one barrier per chunk.
+ * Measured and dropped (at S = 4k and 8k, D = 128 and D = 64 8k): 8 warps
+ * with one block per SM (G = 1 or 2, NB = 4 or 8: 16-26 % slower than 1);
+ * 4 warps with NB = 8, G = 2 (15-59 % slower); 8 warps with 32-key tiles
+ * (26-44 % slower). docs/cuda.md section 7, "Fast MTA", has the table. */
+template <int D, bool BF16> static int ta_fast_mta_fill(ta_fast_mta_cfg *c) {
+    c[0] = ta_fast_mta_cfg_of<D, 4, 64, 3, 1, 3, BF16>();
+    c[1] = ta_fast_mta_cfg_of<D, 8, 64, 4, 2, 2, BF16>();
+    c[2] = ta_fast_mta_cfg_of<D, 4, 64, 4, 1, 1, BF16>();
+    return 3;
+}
+
+template <bool BF16> static int ta_fast_mta_candidates(int32_t d, ta_fast_mta_cfg *c) {
+    switch (d) {
+    case 64: return ta_fast_mta_fill<64, BF16>(c);
+    case 96: return ta_fast_mta_fill<96, BF16>(c);
+    case 128: return ta_fast_mta_fill<128, BF16>(c);
+    default: return 0;
+    }
+}
+
+/* 1 if every row of q, k, v, o and the history rows starts on 16 bytes. */
+static int ta_fast_mta_aligned(const ta_plan *plan, const ta_fwd_args *a) {
+    const ta_problem *pr = &plan->p;
+    ta_problem hist = *pr;
+    hist.seq_q = pr->q_history;
+    return ta_cuda_fast_rows_aligned(pr, a->q, &plan->layout.q, 0) &&
+           ta_cuda_fast_rows_aligned(pr, a->k, &plan->layout.k, 1) &&
+           ta_cuda_fast_rows_aligned(pr, a->v, &plan->layout.v, 1) &&
+           ta_cuda_fast_rows_aligned(pr, a->o, &plan->layout.o, 0) &&
+           (pr->q_history == 0 ||
+            ta_cuda_fast_rows_aligned(&hist, a->q_hist, &plan->layout.q_hist, 0));
+}
+
+} /* namespace */
+
+extern "C" ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan, const ta_fwd_args *a,
+                                          const ta_cuda_fwd_ws *ws, void *stream) {
+    const ta_problem *pr = &plan->p;
+    const void *ptrs[7] = {
+        a->q, a->k, a->v, a->o, a->lse, a->conv_w, pr->q_history > 0 ? a->q_hist : NULL};
+    const int bf16 = pr->dtype == TA_BF16;
+    ta_fast_mta_cfg cand[TA_CUDA_FAST_MTA_CFGS];
+    ta_fast_mta_params prm;
+    ta_cuda_launch_desc launch[3];
+    ta_tiling t;
+    size_t smem;
+    int n, nl = 0;
+    ta_status st;
+    if ((st = ta_cuda_check_pointers(ptrs, 7)) != TA_OK) return st;
+    /* rows off 16 bytes: the exact kernels (nothing launched yet) */
+    if (!ta_fast_mta_aligned(plan, a)) return ta_cuda_mta_fwd(plan, a, ws, stream);
+    n = bf16 ? ta_fast_mta_candidates<true>(pr->head_dim, cand)
+             : ta_fast_mta_candidates<false>(pr->head_dim, cand);
+    if (n == 0 || pr->tile_config > n) return TA_ERR_UNSUPPORTED;
+    const ta_fast_mta_cfg &cf = cand[pr->tile_config > 0 ? pr->tile_config - 1 : 0];
+    smem = cf.smem(pr->conv_q);
+    if ((st = ta_cuda_smem_opt_in(cf.kernel, smem, smem)) != TA_OK) return st;
+    /* SDPA's tiles (no halos: the fold needs none), the plan's mask and history */
+    st = (ta_status)ta_tiling_make(&t, pr->seq_q, pr->seq_k, cf.block_m, cf.block_n, 0, 0,
+                                   plan->fwd.causal, TA_TILING_FWD, 1);
+    if (st != TA_OK) return st;
+    ta_tiling_set_history(&t, plan->fwd.q_history);
+    ta_cuda_params_fwd(&prm, plan, &t, a, ws);
+    prm.kf = static_cast<uint16_t *>(ws->mta_kf);
+    prm.diag = ws->mta_diag;
+    prm.band = ta_cuda_fast_mta_band(plan);
+    {
+        const size_t kf_smem = ta_fast_mta_kf_smem(pr);
+        const void *kk = bf16 ? reinterpret_cast<const void *>(&ta_fast_mta_kf_kernel<true>)
+                              : reinterpret_cast<const void *>(&ta_fast_mta_kf_kernel<false>);
+        if ((st = ta_cuda_smem_opt_in(kk, kf_smem, kf_smem)) != TA_OK) return st;
+        launch[nl++] = ta_cuda_launch_of(
+            kk, &prm, (int64_t)pr->heads_q * ((pr->seq_k + KF_ROWS - 1) / KF_ROWS), 0, kf_smem);
+    }
+    if (prm.band > 0) {
+        const size_t band_smem = ta_fast_mta_diag_smem(pr, prm.band);
+        const void *kc = bf16 ? reinterpret_cast<const void *>(&ta_fast_mta_diag_kernel<true>)
+                              : reinterpret_cast<const void *>(&ta_fast_mta_diag_kernel<false>);
+        if ((st = ta_cuda_smem_opt_in(kc, band_smem, band_smem)) != TA_OK) return st;
+        launch[nl++] = ta_cuda_launch_of(
+            kc, &prm, (int64_t)pr->heads_q * ((pr->seq_q + DIAG_ROWS - 1) / DIAG_ROWS), 0,
+            band_smem);
+    }
+    launch[nl] = ta_cuda_launch_of(cf.kernel, &prm, (int64_t)pr->heads_q * t.num_q_tiles, 0, smem);
+    launch[nl].threads = cf.threads;
+    for (int i = 0; i < nl; ++i)
+        launch[i].threads = PREP_THREADS;
+    return ta_cuda_launch_batches(launch, nl + 1, a->seqlens_k, pr->batch, stream);
+}

@@ -1,0 +1,645 @@
+/*
+ * CUDA fast mode of the MTA forward (cuda/ta_cuda_fast_mta.cu: the conv's key
+ * direction folded into filtered keys on tensor cores), label cuda:
+ *
+ *  1. accuracy: random problems (f16 and bf16; D = D_v in {64, 96, 128};
+ *     c_q in [1, 16], odd c_k in [1, 31], the paper's 6 x 11 and the identity
+ *     kernel often; GQA; S_q != S_k, odd and prime lengths; seqlens_k (0,
+ *     partial, full); every tile_config) against the float64 oracle. Every o
+ *     element's error over the oracle's magnitude o_mag must stay under
+ *     TA_FAST_MTA_O_BOUND(dtype), lse's over lse_mag under
+ *     TA_FAST_MTA_LSE_BOUND; a row that sees no key gives o = 0 and lse = -inf.
+ *     The largest errors are printed per dtype (docs/exactness.md quotes them).
+ *     Each problem also runs with another tile_config: the same bytes (every
+ *     configuration computes a row's products, chunks and softmax alike).
+ *  2. query history: the last rows of a sequence as one call with q_history
+ *     = c_q - 1 rows passed in q_hist, against the oracle's rows of the full
+ *     sequence.
+ *  3. determinism: one problem run 5 times (outputs poisoned anew): identical
+ *     bytes; a CUDA graph of the call replayed twice: the same bytes.
+ *  4. what the fast kernels do not take runs the exact kernels: a sliding
+ *     window, and q rows that are not on 16 bytes, give exact mode's bytes;
+ *     a tile_config past the table: TA_ERR_UNSUPPORTED (size query and
+ *     call), o untouched.
+ *  5. the workspace query counts the filtered keys and the scores next to
+ *     the diagonal.
+ *
+ *   test_cuda_fast_mta [--count N]     TA_SEED replays a run.
+ * Without a CUDA device: prints "no CUDA device: skipped" (after part 5) and
+ * exits 77.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "oracle.h"
+#include "test_cuda_util.h"
+#include "test_util.h"
+#include "tileattn.h"
+
+/* Bounds (docs/exactness.md section 9, "Fast MTA"): SDPA fast mode's 2u of
+ * o_mag (p and o rounded to the storage type), plus the filtered keys'
+ * rounding: kf_a[j] errs by u |kf_a[j]| <= u sum_b |w_ab| |k_j'|, so a
+ * convolved score by u of its magnitude |C|, which o_mag weighs (a score's
+ * error moves its p by that much relatively) and which lse_mag holds. */
+#define TA_FAST_U(dt)             ((dt) == TA_BF16 ? 0x1p-8 : 0x1p-11)
+#define TA_FAST_MTA_O_BOUND(dt)   (4.0 * TA_FAST_U(dt))
+#define TA_FAST_MTA_LSE_BOUND(dt) (2.0 * TA_FAST_U(dt))
+
+static double g_err_o[2], g_err_lse[2]; /* [bf16] worst errors over the bounds' units */
+
+/* One problem and its host inputs. */
+typedef struct mcase {
+    ta_problem p;
+    void *q, *k, *v, *q_hist; /* q_hist: [B, H, q_history, D] or NULL */
+    float *w;
+    int32_t seqlens[4];
+    int use_seqlens;
+    size_t eb, nq, nk, nv, no, nlse, nw, nh;
+} mcase;
+
+static size_t count4(int32_t b, int32_t h, int32_t s, int32_t d) {
+    return (size_t)b * (size_t)h * (size_t)s * (size_t)d;
+}
+
+static void mcase_fill(mcase *m, ta_rng *r, int identity) {
+    const ta_problem *p = &m->p;
+    size_t i;
+    m->eb = ta_dtype_size(p->dtype);
+    m->nq = count4(p->batch, p->heads_q, p->seq_q, p->head_dim);
+    m->nk = count4(p->batch, p->heads_kv, p->seq_k, p->head_dim);
+    m->nv = count4(p->batch, p->heads_kv, p->seq_k, p->head_dim_v);
+    m->no = count4(p->batch, p->heads_q, p->seq_q, p->head_dim_v);
+    m->nlse = count4(p->batch, p->heads_q, p->seq_q, 1);
+    m->nw = (size_t)p->heads_q * (size_t)p->conv_q * (size_t)p->conv_k;
+    m->nh = count4(p->batch, p->heads_q, p->q_history, p->head_dim);
+    m->q = malloc(m->nq * m->eb);
+    m->k = malloc(m->nk * m->eb);
+    m->v = malloc(m->nv * m->eb);
+    m->w = (float *)malloc(m->nw * sizeof(float));
+    m->q_hist = m->nh ? malloc(m->nh * m->eb) : NULL;
+    if (!m->q || !m->k || !m->v || !m->w || (m->nh && !m->q_hist)) exit(1);
+    ta_fill_uniform(r, m->q, p->dtype, m->nq, -2.0f, 2.0f);
+    ta_fill_uniform(r, m->k, p->dtype, m->nk, -2.0f, 2.0f);
+    ta_fill_uniform(r, m->v, p->dtype, m->nv, -1.0f, 1.0f);
+    if (m->nh) ta_fill_uniform(r, m->q_hist, p->dtype, m->nh, -2.0f, 2.0f);
+    for (i = 0; i < m->nw; ++i) /* identity: w[h][c_q - 1][P] = 1, all else 0 */
+        m->w[i] = identity ? (float)((int32_t)(i % (size_t)(p->conv_q * p->conv_k)) ==
+                                     (p->conv_q - 1) * p->conv_k + (p->conv_k - 1) / 2)
+                           : ta_rng_uniform(r, -0.6f, 0.6f);
+}
+
+static void mcase_free(mcase *m) {
+    free(m->q);
+    free(m->k);
+    free(m->v);
+    free(m->w);
+    free(m->q_hist);
+}
+
+static void *dev_copy(const void *src, size_t bytes) {
+    void *d = NULL;
+    if (bytes == 0) return NULL;
+    CUDA_OK(cudaMalloc(&d, bytes));
+    if (src) CUDA_OK(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* Device copies of a case and an output pair. */
+typedef struct mdev {
+    ta_fwd_args a;
+    void *ws, *q, *k, *v, *w, *q_hist; /* the inputs' device copies (a's, writable) */
+    size_t ws_bytes;
+} mdev;
+
+static ta_status mdev_make(mdev *d, const mcase *m, const ta_problem *p) {
+    ta_status st;
+    memset(d, 0, sizeof *d);
+    st = ta_fwd_workspace_size(p, TA_BACKEND_CUDA, &d->ws_bytes);
+    if (st != TA_OK) return st;
+    d->ws = dev_copy(NULL, d->ws_bytes ? d->ws_bytes : 64);
+    d->a.q = d->q = dev_copy(m->q, m->nq * m->eb);
+    d->a.k = d->k = dev_copy(m->k, m->nk * m->eb);
+    d->a.v = d->v = dev_copy(m->v, m->nv * m->eb);
+    d->w = dev_copy(m->w, m->nw * sizeof(float));
+    d->a.conv_w = (const float *)d->w;
+    d->a.q_hist = d->q_hist = m->nh ? dev_copy(m->q_hist, m->nh * m->eb) : NULL;
+    d->a.o = dev_copy(NULL, m->no * m->eb);
+    d->a.lse = (float *)dev_copy(NULL, m->nlse * sizeof(float));
+    d->a.seqlens_k = m->use_seqlens ? m->seqlens : NULL;
+    return TA_OK;
+}
+
+static void mdev_free(mdev *d) {
+    cudaFree(d->ws);
+    cudaFree(d->q);
+    cudaFree(d->k);
+    cudaFree(d->v);
+    cudaFree(d->w);
+    cudaFree(d->q_hist);
+    cudaFree(d->a.o);
+    cudaFree(d->a.lse);
+}
+
+/* ta_fwd on CUDA with o, lse and the workspace poisoned (bytes `byte`, ~byte)
+ * first; the outputs copied back. */
+static ta_status mdev_run(mdev *d, const mcase *m, const ta_problem *p, int byte, void *o,
+                          float *lse) {
+    ta_status st;
+    CUDA_OK(cudaMemset(d->a.o, byte, m->no * m->eb));
+    CUDA_OK(cudaMemset(d->a.lse, byte, m->nlse * sizeof(float)));
+    CUDA_OK(cudaMemset(d->ws, ~byte & 0xFF, d->ws_bytes ? d->ws_bytes : 64));
+    st = ta_fwd(p, TA_BACKEND_CUDA, &d->a, d->ws, d->ws_bytes, NULL);
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(o, d->a.o, m->no * m->eb, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(lse, d->a.lse, m->nlse * sizeof(float), cudaMemcpyDeviceToHost));
+    return st;
+}
+
+static int32_t pick_len(ta_rng *r) {
+    static const int32_t lens[] = {1, 2, 7, 31, 64, 65, 97, 127, 128, 129, 191, 257};
+    return ta_rng_int(r, 0, 3) == 0
+               ? ta_rng_int(r, 1, 300)
+               : lens[ta_rng_int(r, 0, (int32_t)(sizeof lens / sizeof *lens) - 1)];
+}
+
+/* Problem idx of a seed: its shape, conv, dtype, tile_config, key lengths. */
+static int random_case(uint64_t seed, int idx, mcase *m, ta_rng *r) {
+    ta_problem *p = &m->p;
+    static const int32_t dims[3] = {64, 96, 128};
+    const int32_t conv = ta_rng_int(r, 0, 5);
+    int32_t b, g;
+    memset(m, 0, sizeof *m);
+    (void)seed;
+    (void)idx;
+    p->batch = ta_rng_int(r, 1, 2);
+    p->heads_kv = ta_rng_int(r, 1, 2);
+    g = ta_rng_int(r, 1, 3);
+    p->heads_q = p->heads_kv * g;
+    p->head_dim = p->head_dim_v = dims[ta_rng_int(r, 0, 2)];
+    p->seq_k = pick_len(r);
+    p->seq_q = ta_rng_int(r, 0, 2) == 0 ? pick_len(r) : p->seq_k;
+    p->dtype = ta_rng_int(r, 0, 1) ? TA_BF16 : TA_F16;
+    p->precision = TA_PRECISION_FAST;
+    p->flags = TA_CAUSAL;
+    p->tile_config = ta_rng_int(r, 0, TA_TEST_FAST_MTA_CFGS);
+    /* 6 x 11 (the paper's), 7 x 7, 1 x 1, 16 x 31 (the largest), or any */
+    p->conv_q = conv == 0   ? 6
+                : conv == 1 ? 7
+                : conv == 2 ? 1
+                : conv == 3 ? 16
+                            : ta_rng_int(r, 1, 16);
+    p->conv_k = conv == 0   ? 11
+                : conv == 1 ? 7
+                : conv == 2 ? 1
+                : conv == 3 ? 31
+                            : 2 * ta_rng_int(r, 0, 15) + 1;
+    if (ta_rng_int(r, 0, 2) == 0) p->scale = ta_rng_uniform(r, 0.02f, 0.3f);
+    m->use_seqlens = ta_rng_int(r, 0, 3) == 0;
+    for (b = 0; b < p->batch; ++b) {
+        const int32_t kind = ta_rng_int(r, 0, 2);
+        m->seqlens[b] = kind == 0 ? 0 : kind == 1 ? ta_rng_int(r, 0, p->seq_k) : p->seq_k;
+    }
+    return ta_rng_int(r, 0, 4) == 0; /* identity kernel */
+}
+
+static void describe(const mcase *m, char *buf, size_t n) {
+    const ta_problem *p = &m->p;
+    snprintf(buf, n, "%s B=%d H=%d/%d S_q=%d S_k=%d D=%d conv %dx%d cfg %d%s scale %g hist %d",
+             p->dtype == TA_BF16 ? "bf16" : "f16", (int)p->batch, (int)p->heads_q, (int)p->heads_kv,
+             (int)p->seq_q, (int)p->seq_k, (int)p->head_dim, (int)p->conv_q, (int)p->conv_k,
+             (int)p->tile_config, m->use_seqlens ? " seqlens" : "", (double)p->scale,
+             (int)p->q_history);
+}
+
+/* o, lse of rows [row0, row0 + p->seq_q) against the oracle's rows of `full`
+ * (the same problem over more rows: row r here is row row0 + r there). */
+static size_t compare_oracle(const mcase *m, const ta_problem *full, const double *wq,
+                             const double *wk, const double *wv, const double *ww, int32_t row0,
+                             const void *o, const float *lse, const char *desc) {
+    const ta_problem *p = &m->p;
+    const size_t dv = (size_t)p->head_dim_v,
+                 n_full = count4(full->batch, full->heads_q, full->seq_q, 1);
+    double *o_ref = (double *)malloc(n_full * dv * sizeof(double));
+    double *o_mag = (double *)malloc(n_full * dv * sizeof(double));
+    double *lse_ref = (double *)malloc(n_full * sizeof(double));
+    double *lse_mag = (double *)malloc(n_full * sizeof(double));
+    const int ti = p->dtype == TA_BF16;
+    const double u = TA_FAST_U(p->dtype);
+    ta_oracle_in in;
+    size_t i, bad = 0;
+    if (!o_ref || !o_mag || !lse_ref || !lse_mag) exit(1);
+    memset(&in, 0, sizeof in);
+    in.q = wq;
+    in.k = wk;
+    in.v = wv;
+    in.conv_w = ww;
+    in.seqlens_k = m->use_seqlens ? m->seqlens : NULL;
+    if (ta_oracle_fwd(full, &in, o_ref, lse_ref) != 0 ||
+        ta_oracle_fwd_mag(full, &in, o_mag, lse_mag) != 0)
+        exit(1);
+    for (i = 0; i < m->nlse; ++i) {
+        const size_t bh = i / (size_t)p->seq_q, r = i % (size_t)p->seq_q;
+        const size_t f = bh * (size_t)full->seq_q + (size_t)row0 + r;
+        size_t d;
+        if (isinf(lse_ref[f])) {
+            int zero = isinf(lse[i]) && lse[i] < 0;
+            for (d = 0; d < dv; ++d)
+                zero = zero && ta_get(o, p->dtype, i * dv + d) == 0.0;
+            if (!zero && bad++ < 3)
+                TA_CHECK(0, "%s: row %zu sees no key but o/lse = %g/%g", desc, i,
+                         ta_get(o, p->dtype, i * dv), (double)lse[i]);
+            continue;
+        }
+        for (d = 0; d < dv; ++d) {
+            const double got = ta_get(o, p->dtype, i * dv + d);
+            const double e = fabs(got - o_ref[f * dv + d]) / fmax(o_mag[f * dv + d], 1e-300);
+            if (!(e <= TA_FAST_MTA_O_BOUND(p->dtype)) && bad++ < 3)
+                TA_CHECK(0, "%s: o[%zu][%zu] = %.8g, oracle %.8g, error %.3g u of %g", desc, i, d,
+                         got, o_ref[f * dv + d], e / u, o_mag[f * dv + d]);
+            if (e / u > g_err_o[ti] || e != e) g_err_o[ti] = e / u;
+        }
+        {
+            const double e = fabs((double)lse[i] - lse_ref[f]) / fmax(lse_mag[f], 1e-300);
+            if (!(e <= TA_FAST_MTA_LSE_BOUND(p->dtype)) && bad++ < 3)
+                TA_CHECK(0, "%s: lse[%zu] = %.9g, oracle %.9g, error %.3g u", desc, i,
+                         (double)lse[i], lse_ref[f], e / u);
+            if (e / u > g_err_lse[ti] || e != e) g_err_lse[ti] = e / u;
+        }
+    }
+    free(o_ref);
+    free(o_mag);
+    free(lse_ref);
+    free(lse_mag);
+    return bad;
+}
+
+static double *widen_f32(const float *w, size_t n) {
+    double *x = (double *)malloc((n ? n : 1) * sizeof(double));
+    size_t i;
+    if (!x) exit(1);
+    for (i = 0; i < n; ++i)
+        x[i] = (double)w[i];
+    return x;
+}
+
+/* Part 1: one random problem against the oracle. */
+static int check_problem(uint64_t seed, int idx) {
+    mcase m;
+    mdev d;
+    ta_rng r;
+    char desc[256];
+    void *o;
+    float *lse;
+    double *wq, *wk, *wv, *ww;
+    size_t bad;
+    ta_status st;
+    ta_rng_seed(&r, seed + UINT64_C(0x9e3779b9) * (uint64_t)(idx + 1));
+    mcase_fill(&m, &r, random_case(seed, idx, &m, &r));
+    describe(&m, desc, sizeof desc);
+    o = malloc(m.no * m.eb);
+    lse = (float *)malloc(m.nlse * sizeof(float));
+    if (!o || !lse) exit(1);
+    st = mdev_make(&d, &m, &m.p);
+    TA_CHECK(st == TA_OK, "problem %d (%s): size query: %s", idx, desc, ta_status_string(st));
+    if (st == TA_OK) st = mdev_run(&d, &m, &m.p, 0xFF, o, lse);
+    TA_CHECK(st == TA_OK, "problem %d (%s): ta_fwd: %s", idx, desc, ta_status_string(st));
+    wq = ta_oracle_widen(m.q, m.p.dtype, m.nq);
+    wk = ta_oracle_widen(m.k, m.p.dtype, m.nk);
+    wv = ta_oracle_widen(m.v, m.p.dtype, m.nv);
+    ww = widen_f32(m.w, m.nw);
+    snprintf(desc + strlen(desc), sizeof desc - strlen(desc), " #%d", idx);
+    bad = st == TA_OK ? compare_oracle(&m, &m.p, wq, wk, wv, ww, 0, o, lse, desc) : 1;
+    if (st == TA_OK) { /* every configuration computes each row alike: the same bytes */
+        ta_problem p2 = m.p;
+        void *o2 = malloc(m.no * m.eb);
+        float *lse2 = (float *)malloc(m.nlse * sizeof(float));
+        ta_status st2;
+        if (!o2 || !lse2) exit(1);
+        p2.tile_config = 1 + m.p.tile_config % TA_TEST_FAST_MTA_CFGS;
+        st2 = mdev_run(&d, &m, &p2, 0x7F, o2, lse2);
+        TA_CHECK(st2 == TA_OK && memcmp(o, o2, m.no * m.eb) == 0 &&
+                     memcmp(lse, lse2, m.nlse * sizeof(float)) == 0,
+                 "problem %d (%s): tile_config %d differs from %d (%s)", idx, desc,
+                 (int)p2.tile_config, (int)m.p.tile_config, ta_status_string(st2));
+        free(o2);
+        free(lse2);
+    }
+    if (bad) fprintf(stderr, "problem %d (%s): %zu elements out of bound\n", idx, desc, bad);
+    if (st == TA_OK) mdev_free(&d);
+    free(o);
+    free(lse);
+    free(wq);
+    free(wk);
+    free(wv);
+    free(ww);
+    mcase_free(&m);
+    return bad == 0;
+}
+
+/* Part 2: the last n_rows rows of a sequence of S, one call with q_history
+ * = c_q - 1, against the oracle's rows of the whole. */
+static void check_history(uint64_t seed, ta_dtype dt, int32_t s_full, int32_t n_rows) {
+    mcase full, part;
+    mdev d;
+    ta_rng r;
+    char desc[256];
+    void *o;
+    float *lse;
+    double *wq, *wk, *wv, *ww;
+    size_t bh, t;
+    ta_status st;
+    memset(&full, 0, sizeof full);
+    ta_rng_seed(&r, seed ^ UINT64_C(0x5bd1e995));
+    full.p.batch = 2;
+    full.p.heads_q = 4;
+    full.p.heads_kv = 2;
+    full.p.seq_q = full.p.seq_k = s_full;
+    full.p.head_dim = full.p.head_dim_v = 64;
+    full.p.dtype = dt;
+    full.p.precision = TA_PRECISION_FAST;
+    full.p.flags = TA_CAUSAL;
+    full.p.conv_q = 6;
+    full.p.conv_k = 11;
+    mcase_fill(&full, &r, 0);
+    /* the chunk: rows [s_full - n_rows, s_full) of q, the c_q - 1 rows above
+     * them as history */
+    part = full;
+    part.p.seq_q = n_rows;
+    part.p.q_history = full.p.conv_q - 1;
+    part.eb = full.eb;
+    part.nq = count4(2, 4, n_rows, 64);
+    part.no = count4(2, 4, n_rows, 64);
+    part.nlse = count4(2, 4, n_rows, 1);
+    part.nh = count4(2, 4, part.p.q_history, 64);
+    part.q = malloc(part.nq * part.eb);
+    part.q_hist = malloc(part.nh * part.eb);
+    if (!part.q || !part.q_hist) exit(1);
+    for (bh = 0; bh < 8; ++bh) {
+        const char *src = (const char *)full.q + bh * (size_t)s_full * 64 * full.eb;
+        const size_t first = (size_t)(s_full - n_rows), nh = (size_t)part.p.q_history;
+        memcpy((char *)part.q + bh * (size_t)n_rows * 64 * part.eb, src + first * 64 * part.eb,
+               (size_t)n_rows * 64 * part.eb);
+        memcpy((char *)part.q_hist + bh * nh * 64 * part.eb, src + (first - nh) * 64 * part.eb,
+               nh * 64 * part.eb);
+    }
+    describe(&part, desc, sizeof desc);
+    o = malloc(part.no * part.eb);
+    lse = (float *)malloc(part.nlse * sizeof(float));
+    if (!o || !lse) exit(1);
+    st = mdev_make(&d, &part, &part.p);
+    if (st == TA_OK) st = mdev_run(&d, &part, &part.p, 0xEE, o, lse);
+    TA_CHECK(st == TA_OK, "history (%s): %s", desc, ta_status_string(st));
+    wq = ta_oracle_widen(full.q, dt, full.nq);
+    wk = ta_oracle_widen(full.k, dt, full.nk);
+    wv = ta_oracle_widen(full.v, dt, full.nv);
+    ww = widen_f32(full.w, full.nw);
+    t = st == TA_OK ? compare_oracle(&part, &full.p, wq, wk, wv, ww, s_full - n_rows, o, lse, desc)
+                    : 1;
+    TA_CHECK(t == 0, "history (%s): %zu elements out of bound", desc, t);
+    if (st == TA_OK) mdev_free(&d);
+    free(o);
+    free(lse);
+    free(wq);
+    free(wk);
+    free(wv);
+    free(ww);
+    free(part.q);
+    free(part.q_hist);
+    mcase_free(&full);
+}
+
+/* A fixed mid-size problem: bf16, B = 2, H = 4 / 2, S = 200, D = 128, 6 x 11. */
+static void mid_case(mcase *m, ta_rng *r) {
+    memset(m, 0, sizeof *m);
+    m->p.batch = 2;
+    m->p.heads_q = 4;
+    m->p.heads_kv = 2;
+    m->p.seq_q = m->p.seq_k = 200;
+    m->p.head_dim = m->p.head_dim_v = 128;
+    m->p.dtype = TA_BF16;
+    m->p.precision = TA_PRECISION_FAST;
+    m->p.flags = TA_CAUSAL;
+    m->p.conv_q = 6;
+    m->p.conv_k = 11;
+    mcase_fill(m, r, 0);
+}
+
+/* Part 3: determinism, and a graph of the call. */
+static void check_determinism(uint64_t seed) {
+    mcase m;
+    mdev d;
+    ta_rng r;
+    void *o0, *o1;
+    float *l0, *l1;
+    cudaStream_t s;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    int i;
+    ta_status st;
+    ta_rng_seed(&r, seed ^ UINT64_C(0xdeadbeef));
+    mid_case(&m, &r);
+    o0 = malloc(m.no * m.eb);
+    o1 = malloc(m.no * m.eb);
+    l0 = (float *)malloc(m.nlse * 4);
+    l1 = (float *)malloc(m.nlse * 4);
+    if (!o0 || !o1 || !l0 || !l1) exit(1);
+    st = mdev_make(&d, &m, &m.p);
+    TA_CHECK(st == TA_OK, "determinism: size query %s", ta_status_string(st));
+    if (st != TA_OK) exit(1);
+    st = mdev_run(&d, &m, &m.p, 0x11, o0, l0);
+    TA_CHECK(st == TA_OK, "determinism: %s", ta_status_string(st));
+    for (i = 0; i < 4; ++i) {
+        st = mdev_run(&d, &m, &m.p, 0x22 + 0x11 * i, o1, l1);
+        TA_CHECK(st == TA_OK && memcmp(o0, o1, m.no * m.eb) == 0 && memcmp(l0, l1, m.nlse * 4) == 0,
+                 "determinism: run %d differs (%s)", i + 2, ta_status_string(st));
+    }
+    /* graph: poison, capture, replay twice */
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_OK(cudaMemset(d.a.o, 0x77, m.no * m.eb));
+    CUDA_OK(cudaMemset(d.a.lse, 0x77, m.nlse * 4));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    st = ta_fwd(&m.p, TA_BACKEND_CUDA, &d.a, d.ws, d.ws_bytes, s);
+    CUDA_OK(cudaStreamEndCapture(s, &g));
+    TA_CHECK(st == TA_OK, "graph: capture %s", ta_status_string(st));
+    CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+    for (i = 0; i < 2; ++i) {
+        CUDA_OK(cudaGraphLaunch(ge, s));
+        CUDA_OK(cudaStreamSynchronize(s));
+        CUDA_OK(cudaMemcpy(o1, d.a.o, m.no * m.eb, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(l1, d.a.lse, m.nlse * 4, cudaMemcpyDeviceToHost));
+        TA_CHECK(memcmp(o0, o1, m.no * m.eb) == 0 && memcmp(l0, l1, m.nlse * 4) == 0,
+                 "graph: replay %d differs from the direct call", i + 1);
+    }
+    CUDA_OK(cudaGraphExecDestroy(ge));
+    CUDA_OK(cudaGraphDestroy(g));
+    CUDA_OK(cudaStreamDestroy(s));
+    mdev_free(&d);
+    free(o0);
+    free(o1);
+    free(l0);
+    free(l1);
+    mcase_free(&m);
+}
+
+/* Part 4: a problem the fast kernels do not take gives exact mode's bytes. */
+static void check_exact_fallback(const char *what, mcase *m, const ta_problem *p) {
+    ta_problem px = *p;
+    mdev d;
+    void *o0 = malloc(m->no * m->eb), *o1 = malloc(m->no * m->eb);
+    float *l0 = (float *)malloc(m->nlse * 4), *l1 = (float *)malloc(m->nlse * 4);
+    ta_status s0, s1;
+    if (!o0 || !o1 || !l0 || !l1) exit(1);
+    px.precision = TA_PRECISION_EXACT;
+    s0 = mdev_make(&d, m, p);
+    TA_CHECK(s0 == TA_OK, "%s: size query %s", what, ta_status_string(s0));
+    if (s0 != TA_OK) exit(1);
+    s0 = mdev_run(&d, m, p, 0x33, o0, l0);
+    s1 = mdev_run(&d, m, &px, 0x44, o1, l1);
+    TA_CHECK(s0 == TA_OK && s1 == TA_OK && memcmp(o0, o1, m->no * m->eb) == 0 &&
+                 memcmp(l0, l1, m->nlse * 4) == 0,
+             "%s: fast mode (%s) differs from exact mode (%s)", what, ta_status_string(s0),
+             ta_status_string(s1));
+    mdev_free(&d);
+    free(o0);
+    free(o1);
+    free(l0);
+    free(l1);
+}
+
+static void check_fallbacks_and_refusals(uint64_t seed) {
+    mcase m;
+    ta_rng r;
+    ta_problem p;
+    mdev d;
+    size_t bytes = 0;
+    ta_status st;
+    ta_rng_seed(&r, seed ^ UINT64_C(0xfeedface));
+    mid_case(&m, &r);
+    /* a sliding window */
+    p = m.p;
+    p.flags |= TA_WINDOW;
+    p.window_left = 37;
+    p.window_right = -1;
+    check_exact_fallback("window", &m, &p);
+    /* q rows 8 bytes apart from 16: the q buffer read with row stride D + 4 */
+    {
+        const size_t rows = count4(m.p.batch, m.p.heads_q, m.p.seq_q, 1), dq = 128, dp = 132;
+        char *wide = (char *)calloc(rows * dp, m.eb);
+        void *q0 = m.q;
+        size_t i;
+        if (!wide) exit(1);
+        for (i = 0; i < rows; ++i)
+            memcpy(wide + i * dp * m.eb, (char *)q0 + i * dq * m.eb, dq * m.eb);
+        m.q = wide;
+        m.nq = rows * dp; /* the device copy holds the padded rows */
+        p = m.p;
+        st = mdev_make(&d, &m, &p);
+        if (st != TA_OK) exit(1);
+        {
+            ta_problem px = p;
+            void *o0 = malloc(m.no * m.eb), *o1 = malloc(m.no * m.eb);
+            float *l0 = (float *)malloc(m.nlse * 4), *l1 = (float *)malloc(m.nlse * 4);
+            ta_status s0, s1;
+            if (!o0 || !o1 || !l0 || !l1) exit(1);
+            d.a.q_strides.seq = (int64_t)dp;
+            d.a.q_strides.head = (int64_t)dp * m.p.seq_q;
+            d.a.q_strides.batch = (int64_t)dp * m.p.seq_q * m.p.heads_q;
+            px.precision = TA_PRECISION_EXACT;
+            s0 = mdev_run(&d, &m, &p, 0x55, o0, l0);
+            s1 = mdev_run(&d, &m, &px, 0x66, o1, l1);
+            TA_CHECK(s0 == TA_OK && s1 == TA_OK && memcmp(o0, o1, m.no * m.eb) == 0 &&
+                         memcmp(l0, l1, m.nlse * 4) == 0,
+                     "q rows off 16 bytes: fast mode (%s) differs from exact mode (%s)",
+                     ta_status_string(s0), ta_status_string(s1));
+            free(o0);
+            free(o1);
+            free(l0);
+            free(l1);
+        }
+        mdev_free(&d);
+        m.q = q0;
+        m.nq = rows * dq;
+        free(wide);
+    }
+    /* tile_config past the fast MTA table */
+    p = m.p;
+    p.tile_config = TA_TEST_FAST_MTA_CFGS;
+    st = mdev_make(&d, &m, &p);
+    TA_CHECK(st == TA_OK, "last tile_config: size query %s", ta_status_string(st));
+    if (st == TA_OK) {
+        void *o = malloc(m.no * m.eb);
+        float *lse = (float *)malloc(m.nlse * 4);
+        unsigned char *back = (unsigned char *)malloc(m.no * m.eb);
+        size_t i, changed = 0;
+        if (!o || !lse || !back) exit(1);
+        p.tile_config = TA_TEST_FAST_MTA_CFGS + 1;
+        TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
+                 "tile_config past the table: the size query must refuse");
+        st = mdev_run(&d, &m, &p, 0x5A, o, lse);
+        TA_CHECK(st == TA_ERR_UNSUPPORTED, "tile_config past the table: ta_fwd gave %s",
+                 ta_status_string(st));
+        memcpy(back, o, m.no * m.eb);
+        for (i = 0; i < m.no * m.eb; ++i)
+            changed += back[i] != 0x5A;
+        TA_CHECK(changed == 0, "tile_config past the table: %zu bytes of o written", changed);
+        mdev_free(&d);
+        free(o);
+        free(lse);
+        free(back);
+    }
+    mcase_free(&m);
+}
+
+/* Part 5 (no GPU needed): the workspace holds kf and the corrections. */
+static void check_size_query(void) {
+    ta_problem p;
+    size_t fast = 0, exact = 0, kf, corr;
+    memset(&p, 0, sizeof p);
+    p.batch = 2;
+    p.heads_q = 8;
+    p.heads_kv = 2;
+    p.seq_q = p.seq_k = 1000;
+    p.head_dim = p.head_dim_v = 128;
+    p.dtype = TA_BF16;
+    p.flags = TA_CAUSAL;
+    p.conv_q = 6;
+    p.conv_k = 11;
+    TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &exact) == TA_OK, "exact size query");
+    p.precision = TA_PRECISION_FAST;
+    TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &fast) == TA_OK, "fast size query");
+    kf = (size_t)2 * 8 * 1000 * 6 * 128 * 2;
+    corr = (size_t)2 * 8 * 1000 * (5 + 5) * 4;
+    TA_CHECK(fast >= exact + kf + corr && fast <= exact + kf + corr + 256,
+             "fast MTA workspace %zu, want %zu + %zu + %zu (+ alignment)", fast, exact, kf, corr);
+    p.tile_config = TA_TEST_FAST_MTA_CFGS + 1;
+    TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &fast) == TA_ERR_UNSUPPORTED,
+             "a tile_config past the table must be refused by the size query");
+}
+
+int main(int argc, char **argv) {
+    const uint64_t seed = ta_test_seed("test_cuda_fast_mta");
+    int count = 60, i, failed = 0, n_dev = 0;
+    for (i = 1; i + 1 < argc; ++i)
+        if (strcmp(argv[i], "--count") == 0) count = atoi(argv[++i]);
+    check_size_query();
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+        printf("no CUDA device: skipped\n");
+        return ta_test_failures ? ta_test_finish("test_cuda_fast_mta") : TA_TEST_SKIP;
+    }
+    for (i = 0; i < count; ++i)
+        failed += !check_problem(seed, i);
+    check_history(seed, TA_BF16, 300, 77);
+    check_history(seed, TA_F16, 129, 1);
+    check_determinism(seed);
+    check_fallbacks_and_refusals(seed);
+    printf("%d problems, %d failed; worst errors (units of u): f16 o %.3g lse %.3g, bf16 o %.3g "
+           "lse %.3g (bounds: o %g, lse %g)\n",
+           count, failed, g_err_o[0], g_err_lse[0], g_err_o[1], g_err_lse[1], 4.0, 2.0);
+    return ta_test_finish("test_cuda_fast_mta");
+}
