@@ -146,6 +146,86 @@ static inline float ta_ref_dot(const float *a, const float *b, int32_t n) {
     return acc;
 }
 
+/* ---- ref/ta_ref_bwd.c: the backward's steps (also the CPU backend's latent path) ---- */
+
+/* The buffers of the backward (the diagram in ref/ta_ref_bwd.c). The shared
+ * ones (dw_lo, da_g, dwq_part, dwv_part, dwq_lo, dwv_lo: the call's sums) are
+ * touched only by ta_ref_bwd_begin, ta_ref_bwd_q_tile_merge and ta_ref_bwd_end;
+ * every other buffer belongs to one step at a time. */
+typedef struct ta_ref_bwd_ws {
+    float *q;        /* [B_q, D]    Q tile: loaded rows, widened, zero outside [0, S_q) */
+    float *d_o;      /* [B_q, D_v]  dO tile: loaded rows */
+    float *k;        /* [B_k, D]    K tile: loaded columns, zero outside [0, S_k) */
+    float *v;        /* [B_k, D_v]  V tile: loaded columns */
+    float *s;        /* [B_q, B_k]  raw scores S on the loaded region (ld B_k) */
+    float *ds;       /* [B_r, B_c]  dS on the effective region (ld B_c) */
+    float *lse;      /* [B_q]       lse of the loaded rows; -inf outside [0, S_q) */
+    float *delta;    /* [B_q]       D_i = <dO_i, o_i> of the loaded rows; 0 outside */
+    float *dk_acc;   /* [B_c, D]    pass 1: sum_(h, i) dS_ij q_i, the pair's hi word */
+    float *dv_acc;   /* [B_c, D_v]  pass 1: sum_(h, i) P_ij dO_i, the pair's hi word */
+    float *dq_acc;   /* [B_r, D]    pass 2: sum_j dS_ij k_j, the pair's hi word */
+    float *dk_lo;    /* [B_c, D]    their lo words (src/ta_sum2.h) */
+    float *dv_lo;    /* [B_c, D_v] */
+    float *dq_lo;    /* [B_r, D] */
+    float *dk_part;  /* [B_c, D]    pass 1: the current row chunk's partials */
+    float *dv_part;  /* [B_c, D_v] */
+    float *dq_part;  /* [B_r, D]    pass 2: the current key chunk's partials */
+    float *p;        /* [G_r, G_c]  conv: C, overwritten by P, on the gradient region; else s */
+    float *dc;       /* [G_r, G_c]  conv: dC on the gradient region; else ds */
+    float *dw_tile;  /* [c_q, c_k]  conv: dconv_w partial of one tile pair */
+    float *dw_qtile; /* [c_q, c_k]  conv: R(b, qt), the Q tile's sum of its pairs' partials (hi) */
+    float *dw_qtile_lo; /* [c_q, c_k]     conv: its lo word (src/ta_sum2.h) */
+    float *dw_lo;       /* [H, c_q, c_k]  conv: the lo words of dconv_w's pairs (hi: dconv_w) */
+    /* the reciprocal band (TA_SCORE_RBAND; every tile buffer above then has
+     * B_m = max(B_q, B_k) rows and columns: a transposed block's rows are a K
+     * tile's positions, its columns a Q tile's) */
+    float *kt;       /* [B_m, D]    k rows at the step's row positions */
+    float *qt;       /* [B_m, D]    q rows at the step's column positions */
+    float *tt;       /* [B_m, B_m]  T of the band's entries (ld B_m) */
+    float *da_hi, *da_lo, *da_part; /* [B_m] pass 2: each row's d_alpha pair and chunk partial */
+    float *da_g;     /* [2]         the call's d_alpha pair (hi, lo) */
+    int32_t ld_s, ld_ds; /* row strides of s and ds: B_k and B_c, or B_m with the band */
+    /* the fused projections (latent_dim L > 0; D above is then L, D_v is L; D_q =
+     * head_dim, D_o = head_dim_v the widths of q and o in memory; B_x = max(B_q, B_k)) */
+    float *qraw;     /* [B_x, D_q]  raw q rows (the load stage's scratch) */
+    float *doraw;    /* [B_x, D_o]  raw dO rows (D_i and dW_vup read them) */
+    float *ctx_hi, *ctx_lo, *ctx_part; /* [B_r, L] pass 2: ctx~ = sum_j P v, chunked */
+    float *dwq_part; /* [D_q, L]    the current row chunk's dW_qlat partial */
+    float *dwv_part; /* [L, D_o]    the current row chunk's dW_vup partial */
+    float *dwq_lo;   /* [H, D_q, L] lo words of dW_qlat's pairs (hi: args.dw_qlat) */
+    float *dwv_lo;   /* [H, L, D_o] lo words of dW_vup's pairs (hi: args.dw_vup) */
+} ta_ref_bwd_ws;
+
+/* One step's buffers (ws's tile fields) and the call's sums (ws's shared
+ * fields), from a cursor (size mode when it has no base). REF carves both
+ * once; the CPU backend carves the tiles once per thread. */
+void ta_ref_bwd_carve_tiles(const ta_plan *plan, ta_ws_cursor *c, ta_ref_bwd_ws *ws);
+void ta_ref_bwd_carve_shared(const ta_plan *plan, ta_ws_cursor *c, ta_ref_bwd_ws *ws);
+
+/* The call's sums to zero (dconv_w, d_alpha's pair, dw_qlat and dw_vup with
+ * their lo words and partials); before any step. */
+void ta_ref_bwd_begin(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws);
+
+/* Pass 1 for one (b, kv head, K tile) (st from ta_ref_step_k): dk and dv of
+ * its keys, written; reads and writes only step buffers. */
+void ta_ref_bwd_k_tile(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
+                       ta_ref_step *st);
+
+/* Pass 2 for one (b, h, Q tile) (st from ta_ref_step_q): dq of its rows,
+ * written, and its shares of the call's sums left in the step buffers
+ * (dw_qtile, da_hi, dq~ in dq_acc and ctx~ in ctx_hi). Step buffers only. */
+void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
+                          ta_ref_step *st);
+
+/* Those shares into the call's sums; the same step's buffers as the
+ * ta_ref_bwd_q_tile_dq just before, and the (b, h, Q tile) steps in ascending
+ * order (b, then h, then Q tile): that order is the sums' specification. */
+void ta_ref_bwd_q_tile_merge(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
+                             const ta_ref_step *st);
+
+/* After every step: d_alpha = its pair's hi word (band). */
+void ta_ref_bwd_end(const ta_bwd_args *a, const ta_ref_bwd_ws *ws);
+
 /* ---- ref/ta_ref_tile.c ---- */
 
 /* dst [count, dim] = rows [first, first + count) of the [seq, dim] slice of src

@@ -78,56 +78,18 @@
  *   | B_c x D | B_c x D_v | B_r x D | B_c x D | B_c x D_v | B_r x D | c_q x c_k   | H x c_q x c_k |
  *   +---------+-----------+---------+---------+-----------+---------+-------------+---------------+
  *   p, dc, dw_tile, dw_qtile, dw_qtile_lo, dw_lo only with a conv (without: p is s, dc is ds)
+ *   The band's and the projections' tile buffers come first (ta_ref_bwd_ws,
+ *   ref/ta_ref.h); everything up to dw_qtile_lo is one step's
+ *   (ta_ref_bwd_carve_tiles), the rest the call's sums (ta_ref_bwd_carve_shared:
+ *   dw_lo, then the band's d_alpha pair, the projections' dW partials and lo
+ *   words). The CPU backend carves the first part once per thread.
  *
  *   bytes = sum over regions of round_up(4 * elements, 64): O(tile + H), never O(S).
  */
-typedef struct ta_ref_bwd_ws {
-    float *q;        /* [B_q, D]    Q tile: loaded rows, widened, zero outside [0, S_q) */
-    float *d_o;      /* [B_q, D_v]  dO tile: loaded rows */
-    float *k;        /* [B_k, D]    K tile: loaded columns, zero outside [0, S_k) */
-    float *v;        /* [B_k, D_v]  V tile: loaded columns */
-    float *s;        /* [B_q, B_k]  raw scores S on the loaded region (ld B_k) */
-    float *ds;       /* [B_r, B_c]  dS on the effective region (ld B_c) */
-    float *lse;      /* [B_q]       lse of the loaded rows; -inf outside [0, S_q) */
-    float *delta;    /* [B_q]       D_i = <dO_i, o_i> of the loaded rows; 0 outside */
-    float *dk_acc;   /* [B_c, D]    pass 1: sum_(h, i) dS_ij q_i, the pair's hi word */
-    float *dv_acc;   /* [B_c, D_v]  pass 1: sum_(h, i) P_ij dO_i, the pair's hi word */
-    float *dq_acc;   /* [B_r, D]    pass 2: sum_j dS_ij k_j, the pair's hi word */
-    float *dk_lo;    /* [B_c, D]    their lo words (src/ta_sum2.h) */
-    float *dv_lo;    /* [B_c, D_v] */
-    float *dq_lo;    /* [B_r, D] */
-    float *dk_part;  /* [B_c, D]    pass 1: the current row chunk's partials */
-    float *dv_part;  /* [B_c, D_v] */
-    float *dq_part;  /* [B_r, D]    pass 2: the current key chunk's partials */
-    float *p;        /* [G_r, G_c]  conv: C, overwritten by P, on the gradient region; else s */
-    float *dc;       /* [G_r, G_c]  conv: dC on the gradient region; else ds */
-    float *dw_tile;  /* [c_q, c_k]  conv: dconv_w partial of one tile pair */
-    float *dw_qtile; /* [c_q, c_k]  conv: R(b, qt), the Q tile's sum of its pairs' partials (hi) */
-    float *dw_qtile_lo; /* [c_q, c_k]     conv: its lo word (src/ta_sum2.h) */
-    float *dw_lo;       /* [H, c_q, c_k]  conv: the lo words of dconv_w's pairs (hi: dconv_w) */
-    /* the reciprocal band (TA_SCORE_RBAND; every tile buffer above then has
-     * B_m = max(B_q, B_k) rows and columns: a transposed block's rows are a K
-     * tile's positions, its columns a Q tile's) */
-    float *kt;       /* [B_m, D]    k rows at the step's row positions */
-    float *qt;       /* [B_m, D]    q rows at the step's column positions */
-    float *tt;       /* [B_m, B_m]  T of the band's entries (ld B_m) */
-    float *da_hi, *da_lo, *da_part; /* [B_m] pass 2: each row's d_alpha pair and chunk partial */
-    float *da_g;     /* [2]         the call's d_alpha pair (hi, lo) */
-    int32_t ld_s, ld_ds; /* row strides of s and ds: B_k and B_c, or B_m with the band */
-    /* the fused projections (latent_dim L > 0; D above is then L, D_v is L; D_q =
-     * head_dim, D_o = head_dim_v the widths of q and o in memory; B_x = max(B_q, B_k)) */
-    float *qraw;     /* [B_x, D_q]  raw q rows (the load stage's scratch) */
-    float *doraw;    /* [B_x, D_o]  raw dO rows (D_i and dW_vup read them) */
-    float *ctx_hi, *ctx_lo, *ctx_part; /* [B_r, L] pass 2: ctx~ = sum_j P v, chunked */
-    float *dwq_part; /* [D_q, L]    the current row chunk's dW_qlat partial */
-    float *dwv_part; /* [L, D_o]    the current row chunk's dW_vup partial */
-    float *dwq_lo;   /* [H, D_q, L] lo words of dW_qlat's pairs (hi: args.dw_qlat) */
-    float *dwv_lo;   /* [H, L, D_o] lo words of dW_vup's pairs (hi: args.dw_vup) */
-} ta_ref_bwd_ws;
 
-/* The one layout routine: sizes (base NULL) and carves (base set) the workspace. */
-static ta_status ta_ref_bwd_layout(const ta_plan *plan, void *base, ta_ref_bwd_ws *ws,
-                                   size_t *bytes) {
+/* The buffers of one backward step (every region but the call's sums): the
+ * tiles above, and the band's and the projections' tile buffers. */
+void ta_ref_bwd_carve_tiles(const ta_plan *plan, ta_ws_cursor *c, ta_ref_bwd_ws *ws) {
     const ta_tiling *t = &plan->bwd;
     const int band = plan->stages.score == TA_SCORE_RBAND; /* no conv: no halos */
     const size_t bm = (size_t)ta_tiling_max_i32(t->block_q, t->block_k);
@@ -136,58 +98,72 @@ static ta_status ta_ref_bwd_layout(const ta_plan *plan, void *base, ta_ref_bwd_w
     const size_t gr = bq - (size_t)t->halo_q_bottom, gc = bk - (size_t)t->halo_k;
     const size_t d = (size_t)plan->dim_k, dv = (size_t)plan->dim_v;
     const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
-    ta_ws_cursor c;
-    ta_ws_begin(&c, base);
     ws->ld_s = (int32_t)bk;
     ws->ld_ds = (int32_t)bc;
-    ws->kt = ws->qt = ws->tt = ws->da_hi = ws->da_lo = ws->da_part = ws->da_g = NULL;
+    ws->kt = ws->qt = ws->tt = ws->da_hi = ws->da_lo = ws->da_part = NULL;
     ws->qraw = ws->doraw = ws->ctx_hi = ws->ctx_lo = ws->ctx_part = NULL;
-    ws->dwq_part = ws->dwv_part = ws->dwq_lo = ws->dwv_lo = NULL;
     if (plan->p.latent_dim > 0) {
         const size_t bx = bq > bk ? bq : bk, dq_w = (size_t)plan->p.head_dim;
         const size_t do_w = (size_t)plan->p.head_dim_v;
-        ws->qraw = TA_WS_TAKE(&c, float, (bx * dq_w));
-        ws->doraw = TA_WS_TAKE(&c, float, (bx * do_w));
-        ws->ctx_hi = TA_WS_TAKE(&c, float, (br * dv));
-        ws->ctx_lo = TA_WS_TAKE(&c, float, (br * dv));
-        ws->ctx_part = TA_WS_TAKE(&c, float, (br * dv));
-        ws->dwq_part = TA_WS_TAKE(&c, float, (dq_w * d));
-        ws->dwv_part = TA_WS_TAKE(&c, float, (dv * do_w));
-        ws->dwq_lo = TA_WS_TAKE(&c, float, plan->n_wq);
-        ws->dwv_lo = TA_WS_TAKE(&c, float, plan->n_wv);
+        ws->qraw = TA_WS_TAKE(c, float, (bx * dq_w));
+        ws->doraw = TA_WS_TAKE(c, float, (bx * do_w));
+        ws->ctx_hi = TA_WS_TAKE(c, float, (br * dv));
+        ws->ctx_lo = TA_WS_TAKE(c, float, (br * dv));
+        ws->ctx_part = TA_WS_TAKE(c, float, (br * dv));
     }
     if (band) {
-        ws->kt = TA_WS_TAKE(&c, float, (bm * d));
-        ws->qt = TA_WS_TAKE(&c, float, (bm * d));
-        ws->tt = TA_WS_TAKE(&c, float, (bm * bm));
-        ws->da_hi = TA_WS_TAKE(&c, float, bm);
-        ws->da_lo = TA_WS_TAKE(&c, float, bm);
-        ws->da_part = TA_WS_TAKE(&c, float, bm);
-        ws->da_g = TA_WS_TAKE(&c, float, 2);
+        ws->kt = TA_WS_TAKE(c, float, (bm * d));
+        ws->qt = TA_WS_TAKE(c, float, (bm * d));
+        ws->tt = TA_WS_TAKE(c, float, (bm * bm));
+        ws->da_hi = TA_WS_TAKE(c, float, bm);
+        ws->da_lo = TA_WS_TAKE(c, float, bm);
+        ws->da_part = TA_WS_TAKE(c, float, bm);
     }
-    ws->q = TA_WS_TAKE(&c, float, (bq * d));
-    ws->d_o = TA_WS_TAKE(&c, float, (bq * dv));
-    ws->k = TA_WS_TAKE(&c, float, (bk * d));
-    ws->v = TA_WS_TAKE(&c, float, (bk * dv));
-    ws->s = TA_WS_TAKE(&c, float, (bq * bk));
-    ws->ds = TA_WS_TAKE(&c, float, (br * bc));
-    ws->lse = TA_WS_TAKE(&c, float, bq);
-    ws->delta = TA_WS_TAKE(&c, float, bq);
-    ws->dk_acc = TA_WS_TAKE(&c, float, (bc * d));
-    ws->dv_acc = TA_WS_TAKE(&c, float, (bc * dv));
-    ws->dq_acc = TA_WS_TAKE(&c, float, (br * d));
-    ws->p = plan->has_conv ? TA_WS_TAKE(&c, float, (gr * gc)) : ws->s;
-    ws->dc = plan->has_conv ? TA_WS_TAKE(&c, float, (gr * gc)) : ws->ds;
-    ws->dw_tile = plan->has_conv ? TA_WS_TAKE(&c, float, n_w) : NULL;
-    ws->dw_qtile = plan->has_conv ? TA_WS_TAKE(&c, float, n_w) : NULL;
-    ws->dk_lo = TA_WS_TAKE(&c, float, (bc * d));
-    ws->dv_lo = TA_WS_TAKE(&c, float, (bc * dv));
-    ws->dq_lo = TA_WS_TAKE(&c, float, (br * d));
-    ws->dk_part = TA_WS_TAKE(&c, float, (bc * d));
-    ws->dv_part = TA_WS_TAKE(&c, float, (bc * dv));
-    ws->dq_part = TA_WS_TAKE(&c, float, (br * d));
-    ws->dw_qtile_lo = plan->has_conv ? TA_WS_TAKE(&c, float, n_w) : NULL;
-    ws->dw_lo = plan->has_conv ? TA_WS_TAKE(&c, float, plan->n_conv) : NULL;
+    ws->q = TA_WS_TAKE(c, float, (bq * d));
+    ws->d_o = TA_WS_TAKE(c, float, (bq * dv));
+    ws->k = TA_WS_TAKE(c, float, (bk * d));
+    ws->v = TA_WS_TAKE(c, float, (bk * dv));
+    ws->s = TA_WS_TAKE(c, float, (bq * bk));
+    ws->ds = TA_WS_TAKE(c, float, (br * bc));
+    ws->lse = TA_WS_TAKE(c, float, bq);
+    ws->delta = TA_WS_TAKE(c, float, bq);
+    ws->dk_acc = TA_WS_TAKE(c, float, (bc * d));
+    ws->dv_acc = TA_WS_TAKE(c, float, (bc * dv));
+    ws->dq_acc = TA_WS_TAKE(c, float, (br * d));
+    ws->p = plan->has_conv ? TA_WS_TAKE(c, float, (gr * gc)) : ws->s;
+    ws->dc = plan->has_conv ? TA_WS_TAKE(c, float, (gr * gc)) : ws->ds;
+    ws->dw_tile = plan->has_conv ? TA_WS_TAKE(c, float, n_w) : NULL;
+    ws->dw_qtile = plan->has_conv ? TA_WS_TAKE(c, float, n_w) : NULL;
+    ws->dk_lo = TA_WS_TAKE(c, float, (bc * d));
+    ws->dv_lo = TA_WS_TAKE(c, float, (bc * dv));
+    ws->dq_lo = TA_WS_TAKE(c, float, (br * d));
+    ws->dk_part = TA_WS_TAKE(c, float, (bc * d));
+    ws->dv_part = TA_WS_TAKE(c, float, (bc * dv));
+    ws->dq_part = TA_WS_TAKE(c, float, (br * d));
+    ws->dw_qtile_lo = plan->has_conv ? TA_WS_TAKE(c, float, n_w) : NULL;
+}
+
+/* The call's sums, which the steps of pass 2 add to in (b, h, Q tile) order
+ * (ta_ref_bwd_q_tile_merge): dconv_w's lo words (conv), the d_alpha pair
+ * (band), the weight gradients' lo words and row-chunk partials (projections). */
+void ta_ref_bwd_carve_shared(const ta_plan *plan, ta_ws_cursor *c, ta_ref_bwd_ws *ws) {
+    const int lat = plan->p.latent_dim > 0;
+    const size_t d = (size_t)plan->dim_k, dv = (size_t)plan->dim_v;
+    ws->dw_lo = plan->has_conv ? TA_WS_TAKE(c, float, plan->n_conv) : NULL;
+    ws->da_g = plan->stages.score == TA_SCORE_RBAND ? TA_WS_TAKE(c, float, 2) : NULL;
+    ws->dwq_part = lat ? TA_WS_TAKE(c, float, ((size_t)plan->p.head_dim * d)) : NULL;
+    ws->dwv_part = lat ? TA_WS_TAKE(c, float, (dv * (size_t)plan->p.head_dim_v)) : NULL;
+    ws->dwq_lo = lat ? TA_WS_TAKE(c, float, plan->n_wq) : NULL;
+    ws->dwv_lo = lat ? TA_WS_TAKE(c, float, plan->n_wv) : NULL;
+}
+
+/* The one layout routine: sizes (base NULL) and carves (base set) the workspace. */
+static ta_status ta_ref_bwd_layout(const ta_plan *plan, void *base, ta_ref_bwd_ws *ws,
+                                   size_t *bytes) {
+    ta_ws_cursor c;
+    ta_ws_begin(&c, base);
+    ta_ref_bwd_carve_tiles(plan, &c, ws);
+    ta_ref_bwd_carve_shared(plan, &c, ws);
     if (c.overflow) return TA_ERR_OVERFLOW;
     *bytes = c.used;
     return TA_OK;
@@ -462,8 +438,8 @@ static void ta_ref_bwd_rband_dk(const ta_plan *plan, const ta_bwd_args *a, const
 
 /* Pass 1 for one (b, kv head, K tile): the kv group's query heads ascending,
  * then the Q tiles that see this K tile, ascending. */
-static void ta_ref_bwd_k_tile(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
-                              ta_ref_step *st) {
+void ta_ref_bwd_k_tile(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
+                       ta_ref_step *st) {
     const ta_tiling *t = &plan->bwd;
     const size_t n_dk = (size_t)st->cols * (size_t)plan->dim_k;
     const size_t n_dv = (size_t)st->cols * (size_t)plan->dim_v;
@@ -642,17 +618,14 @@ static void ta_ref_bwd_flush_dw(const ta_plan *plan, const ta_bwd_args *a,
  * Pass 2's end of one Q tile with the projections: the rows' dq~ (scale *
  * the dq pair's hi word, f32, left in ws->dq_acc) is projected back,
  *   dq_d = sum_l fmaf(W_qlat[h][d][l], dq~_l, acc) from +0, l ascending,
- * and stored once; then the raw q and dO rows are loaded again and each row r
- * ascending adds (a row starting a row chunk first flushes the partials)
- *   dwq_part[d][l] = fmaf(q_rd, dq~_rl, .)     dwv_part[l][e] = fmaf(ctx~_rl, dO_re, .)
- * with ctx~_r the hi words of the row's ctx pairs.
+ * and stored once (ta_ref_bwd_dw_lat then reads dq~).
  */
 static void ta_ref_bwd_store_dq_lat(const ta_plan *plan, const ta_bwd_args *a,
                                     const ta_ref_bwd_ws *ws, const ta_ref_step *st) {
     const ta_problem *p = &plan->p;
-    const int32_t lat = p->latent_dim, dq_w = p->head_dim, do_w = p->head_dim_v;
+    const int32_t lat = p->latent_dim, dq_w = p->head_dim;
     const float *w = a->w_qlat + (size_t)st->ctx.head * (size_t)dq_w * (size_t)lat; /* [D, L] */
-    int32_t r, d, l, e;
+    int32_t r, d, l;
     for (r = st->row_begin; r < st->row_begin + st->rows; ++r) {
         float *g = ws->dq_acc + ta_ref_off(st->row_begin, r, lat); /* [L]: dq~ */
         const size_t first = ta_ref_row(st->ctx.dq, plan->layout.dq.seq, r);
@@ -665,6 +638,22 @@ static void ta_ref_bwd_store_dq_lat(const ta_plan *plan, const ta_bwd_args *a,
             ta_store(a->dq, p->dtype, first + (size_t)d, acc);
         }
     }
+}
+
+/*
+ * The projections' weight gradients of one Q tile (the call's sums, in
+ * (b, h, Q tile) order): the raw q and dO rows are loaded again and each row
+ * r ascending adds (a row starting a row chunk first flushes the partials
+ * into head h's pairs)
+ *   dwq_part[d][l] = fmaf(q_rd, dq~_rl, .)     dwv_part[l][e] = fmaf(ctx~_rl, dO_re, .)
+ * with dq~_r from ta_ref_bwd_store_dq_lat and ctx~_r the hi words of the
+ * row's ctx pairs. The last Q tile of (b, h) flushes (b, h)'s last chunk.
+ */
+static void ta_ref_bwd_dw_lat(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
+                              const ta_ref_step *st) {
+    const ta_problem *p = &plan->p;
+    const int32_t lat = p->latent_dim, dq_w = p->head_dim, do_w = p->head_dim_v;
+    int32_t r, d, l, e;
     ta_ref_load_rows(ws->qraw, a->q, p->dtype, st->ctx.q, plan->layout.q.seq, p->seq_q,
                      st->row_begin, st->rows, dq_w);
     ta_ref_load_rows(ws->doraw, a->d_o, p->dtype, st->ctx.d_o, plan->layout.d_o.seq, p->seq_q,
@@ -686,14 +675,13 @@ static void ta_ref_bwd_store_dq_lat(const ta_plan *plan, const ta_bwd_args *a,
                 *t = TA_FMAF(ctx[l], dout[e], *t);
             }
     }
+    if (st->q_tile == plan->bwd.num_q_tiles - 1) /* (b, h)'s last chunk */
+        ta_ref_bwd_flush_dw(plan, a, ws, st->ctx.head);
 }
 
-/* Pass 2 for one (b, h, Q tile), steps 1-3 but the dconv_w add: dq over the
- * context's K tiles [k_begin, k_end) ascending, and with a conv this Q tile's
- * share R(b, qt) of dconv_w[h] left in ws->dw_qtile (docs/mta.md, backward
- * step 5). */
-static void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a,
-                                 const ta_ref_bwd_ws *ws, ta_ref_step *st) {
+/* Pass 2 for one (b, h, Q tile), steps 1-3 but the call's sums (ref/ta_ref.h). */
+void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
+                          ta_ref_step *st) {
     const ta_problem *p = &plan->p;
     const int32_t d_qk = plan->dim_k;
     const size_t n_dq = (size_t)st->rows * (size_t)d_qk;
@@ -728,21 +716,18 @@ static void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a,
             ta_sum2_add(ws->dw_qtile + n, ws->dw_qtile_lo + n, 1.0f, ws->dw_tile[n]);
     }
     /* step 3: the last key chunk's partials into the pairs (band: then its
-     * transposed term, its last row chunk, and the rows' d_alpha pairs into the
-     * call's in row order); dq = scale * dq_acc (the pair's hi word), rounded
-     * once (the caller adds R(b, qt) to dconv_w[h]) */
+     * transposed term and its last row chunk; the rows' d_alpha pairs close);
+     * dq = scale * dq_acc (the pair's hi word), rounded once */
     for (r = 0; r < st->rows; ++r)
         ta_ref_bwd_flush_dq(plan, ws, r);
     if (ws->da_hi) {
-        for (r = 0; r < st->rows; ++r) {
+        for (r = 0; r < st->rows; ++r)
             ta_ref_bwd_flush_da(ws, r);
-            ta_sum2_add(ws->da_g, ws->da_g + 1, 1.0f, ws->da_hi[r]);
-        }
         ta_ref_bwd_rband_dq(plan, a, ws, st, &cv);
         for (r = 0; r < st->rows; ++r)
             ta_ref_bwd_flush_dq(plan, ws, r);
     }
-    if (ws->ctx_hi) { /* the projections: ctx~'s last key chunk; dq, dW */
+    if (ws->ctx_hi) { /* the projections: ctx~'s last key chunk; dq (dW: the merge) */
         for (r = 0; r < st->rows; ++r)
             ta_ref_bwd_flush_ctx(plan, ws, r);
         ta_ref_bwd_store_dq_lat(plan, a, ws, st);
@@ -757,19 +742,46 @@ static void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a,
     }
 }
 
-/* Pass 2 for one (b, h, Q tile): dq, then the pair (dconv_w[h], dw_lo[h]) +=
- * R(b, qt) (its hi word). */
-static void ta_ref_bwd_q_tile(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
-                              ta_ref_step *st) {
+/* Pass 2's sums for one (b, h, Q tile) after ta_ref_bwd_q_tile_dq, in (b, h,
+ * Q tile) order: the pair (dconv_w[h], dw_lo[h]) += R(b, qt) (its hi word);
+ * the band's d_alpha pair += each row's d_alpha (hi word), rows ascending; the
+ * projections' weight gradients (ta_ref_bwd_dw_lat). */
+void ta_ref_bwd_q_tile_merge(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
+                             const ta_ref_step *st) {
     const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
     size_t n;
-    ta_ref_bwd_q_tile_dq(plan, a, ws, st);
+    int32_t r;
     if (plan->has_conv && st->ctx.k_begin < st->ctx.k_end) {
         float *dw = a->dconv_w + (size_t)st->ctx.head * n_w; /* [c_q, c_k] of head h */
         float *dw_lo = ws->dw_lo + (size_t)st->ctx.head * n_w;
         for (n = 0; n < n_w; ++n)
             ta_sum2_add(dw + n, dw_lo + n, 1.0f, ws->dw_qtile[n]);
     }
+    for (r = 0; ws->da_g && r < st->rows; ++r)
+        ta_sum2_add(ws->da_g, ws->da_g + 1, 1.0f, ws->da_hi[r]);
+    if (ws->dwq_lo) ta_ref_bwd_dw_lat(plan, a, ws, st);
+}
+
+/* The call's sums to zero (their pairs, and the weight gradients' partials). */
+void ta_ref_bwd_begin(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws) {
+    const ta_problem *p = &plan->p;
+    size_t n;
+    for (n = 0; plan->has_conv && n < plan->n_conv; ++n)
+        a->dconv_w[n] = ws->dw_lo[n] = 0.0f;
+    if (ws->da_g) ws->da_g[0] = ws->da_g[1] = 0.0f;
+    for (n = 0; ws->dwq_lo && n < plan->n_wq; ++n) /* the weight gradients' pairs */
+        a->dw_qlat[n] = ws->dwq_lo[n] = 0.0f;
+    for (n = 0; ws->dwv_lo && n < plan->n_wv; ++n)
+        a->dw_vup[n] = ws->dwv_lo[n] = 0.0f;
+    for (n = 0; ws->dwq_lo && n < plan->n_wq / (size_t)p->heads_q; ++n)
+        ws->dwq_part[n] = 0.0f;
+    for (n = 0; ws->dwv_lo && n < plan->n_wv / (size_t)p->heads_q; ++n)
+        ws->dwv_part[n] = 0.0f;
+}
+
+/* The call's end: d_alpha = the pair's hi word (band). */
+void ta_ref_bwd_end(const ta_bwd_args *a, const ta_ref_bwd_ws *ws) {
+    if (ws->da_g) *a->d_alpha = ws->da_g[0];
 }
 
 /* Pass 1 over every (b, kv head, K tile), then pass 2 over every (b, h, Q tile).
@@ -781,23 +793,13 @@ ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
     const ta_tiling *t = &plan->bwd;
     ta_ref_bwd_ws ws;
     ta_ref_step st;
-    size_t bytes, n;
+    size_t bytes;
     int32_t b, h, kt, qt;
     const ta_status status = ta_ref_bwd_layout(plan, workspace, &ws, &bytes);
     (void)stream; /* host backend: NULL (validated) */
     if (status != TA_OK) return status;
     if (a->trace) a->trace->count = 0;
-    for (n = 0; plan->has_conv && n < plan->n_conv; ++n)
-        a->dconv_w[n] = ws.dw_lo[n] = 0.0f;
-    if (ws.da_g) ws.da_g[0] = ws.da_g[1] = 0.0f;
-    for (n = 0; ws.dwq_lo && n < plan->n_wq; ++n) /* the weight gradients' pairs */
-        a->dw_qlat[n] = ws.dwq_lo[n] = 0.0f;
-    for (n = 0; ws.dwv_lo && n < plan->n_wv; ++n)
-        a->dw_vup[n] = ws.dwv_lo[n] = 0.0f;
-    for (n = 0; ws.dwq_lo && n < plan->n_wq / (size_t)p->heads_q; ++n)
-        ws.dwq_part[n] = 0.0f;
-    for (n = 0; ws.dwv_lo && n < plan->n_wv / (size_t)p->heads_q; ++n)
-        ws.dwv_part[n] = 0.0f;
+    ta_ref_bwd_begin(plan, a, &ws);
     /* pass 1: dk, dv; K tiles outer */
     for (b = 0; b < p->batch; ++b)
         for (h = 0; h < p->heads_kv; ++h)
@@ -807,13 +809,12 @@ ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
             }
     /* pass 2: dq (and dconv_w); Q tiles outer */
     for (b = 0; b < p->batch; ++b)
-        for (h = 0; h < p->heads_q; ++h) {
+        for (h = 0; h < p->heads_q; ++h)
             for (qt = 0; qt < t->num_q_tiles; ++qt) {
                 ta_ref_step_q(plan, t, a->seqlens_k, b, h, qt, &st);
-                ta_ref_bwd_q_tile(plan, a, &ws, &st);
+                ta_ref_bwd_q_tile_dq(plan, a, &ws, &st);
+                ta_ref_bwd_q_tile_merge(plan, a, &ws, &st);
             }
-            if (ws.dwq_lo) ta_ref_bwd_flush_dw(plan, a, &ws, h); /* (b, h)'s last chunk */
-        }
-    if (ws.da_g) *a->d_alpha = ws.da_g[0]; /* the pair's hi word */
+    ta_ref_bwd_end(a, &ws);
     return TA_OK;
 }

@@ -85,9 +85,9 @@ static ta_status ta_check_bwd_problem(const ta_plan *pl, ta_backend be, ta_diag 
         return ta_fail_value(d, TA_ERR_UNSUPPORTED, "kv_page_size", pl->p.kv_page_size,
                              "the backward has no paged KV cache yet (forward only; "
                              "must be 0 for ta_bwd)");
-    if (pl->stages.score == TA_SCORE_RBAND && be != TA_BACKEND_REF) /* CPU: forward only */
+    if (pl->stages.score == TA_SCORE_RBAND && be == TA_BACKEND_CUDA)
         return ta_fail_backend(d, TA_ERR_UNSUPPORTED, be,
-                               "has no backward of the reciprocal band yet (REF only)");
+                               "has no backward of the reciprocal band yet (REF and CPU)");
     if (pl->stages.score == TA_SCORE_RBAND && pl->p.seq_q != pl->p.seq_k) {
         ta_fail_pair(d, TA_ERR_UNSUPPORTED, "seq_q", "with TA_RBAND: the backward needs it equal to",
                      "seq_k");

@@ -6,7 +6,7 @@
  *      out of range or in a combination not built yet gives its documented
  *      status, ta_explain_fwd / _bwd name the field, the outputs stay
  *      untouched; CUDA refuses the band and the fused projections, CPU the
- *      projections and the band's backward, with TA_ERR_UNSUPPORTED.
+ *      backward of either as caller-run tasks, with TA_ERR_UNSUPPORTED.
  *   2. the float64 oracle of the definition (test/oracle_rband.c): its
  *      gradients dq, dk, dv and d_alpha against central finite differences of
  *      L = sum <dO, o> on small random problems (GQA, every band width from 0
@@ -44,7 +44,18 @@
  *      second tiling's bits (section 4 with the projections).
  *   7. the CPU backend's forward with the band == REF bit for bit (o, lse):
  *      every ISA path this machine has (TA_CPU_ISA), one to three threads,
- *      and through the caller-run tasks; decode-like calls included.
+ *      and through the caller-run tasks; decode-like calls included. Then
+ *      the same with the fused projections (with and without the band,
+ *      causal or not; decode-like calls through projected history rows).
+ *   8. the CPU backend's backward with the band == REF bit for bit (dq, dk,
+ *      dv, d_alpha) from the same (o, lse): the random problems of section 4
+ *      (f32 / f16 / bf16, GQA-like heads, alpha 0 and negative, W from 0 to
+ *      past S) and forced edges (S = 1, W = 0, W >= S, alpha = 0, alpha < 0),
+ *      every ISA path this machine has (TA_CPU_ISA), one to four threads;
+ *      gradients poisoned first (patterns that differ between the two calls,
+ *      so an unwritten element fails). Then the same with the fused
+ *      projections (dw_qlat, dw_vup too; a third without the band, causal or
+ *      not).
  * Usage: test_rband [--quick]
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
@@ -217,14 +228,15 @@ static void test_bad_input(ta_rng *r) {
                          strstr(why, c->field),
                      "%s: bwd size query: %s", what, why);
         }
-    /* the valid band: CPU runs its forward; its backward, and CUDA, refuse it */
+    /* the valid band: CPU runs its forward and backward (not the backward as
+     * caller-run tasks); CUDA refuses it */
     {
         const ta_problem p = bi_problem();
         ta_task_plan tp;
         ta_test_expect_fwd(&p, TA_BACKEND_CPU, &b.fa, b.ws, b.ws_bytes, TA_OK, "ok", "band on CPU");
         ta_test_expect_fwd(&p, TA_BACKEND_CUDA, &b.fa, b.ws, b.ws_bytes, TA_ERR_UNSUPPORTED,
                            "backend", "band on CUDA");
-        bi_expect_bwd(&p, TA_BACKEND_CPU, &b, &b.ba, TA_ERR_UNSUPPORTED, "backend", "bwd on CPU");
+        bi_expect_bwd(&p, TA_BACKEND_CPU, &b, &b.ba, TA_OK, "ok", "bwd on CPU");
         bi_expect_bwd(&p, TA_BACKEND_CUDA, &b, &b.ba, TA_ERR_UNSUPPORTED, "backend", "bwd on CUDA");
         TA_CHECK(ta_fwd_task_plan(&p, TA_BACKEND_CPU, &tp) == TA_OK, "band: CPU forward task plan");
         TA_CHECK(ta_bwd_task_plan(&p, TA_BACKEND_CPU, &tp) == TA_ERR_UNSUPPORTED,
@@ -286,7 +298,7 @@ static void test_bad_input(ta_rng *r) {
         fa.w_qlat = w, fa.w_vup = w + BI_H * BI_L * 8;
         ta_test_expect_fwd(&p, TA_BACKEND_REF, &fa, b.ws, b.ws_bytes, TA_OK, "ok",
                            "projections on REF");
-        ta_test_expect_fwd(&p, TA_BACKEND_CPU, &fa, b.ws, b.ws_bytes, TA_ERR_UNSUPPORTED, "backend",
+        ta_test_expect_fwd(&p, TA_BACKEND_CPU, &fa, b.ws, b.ws_bytes, TA_OK, "ok",
                            "projections on CPU");
         ta_test_expect_fwd(&p, TA_BACKEND_CUDA, &fa, b.ws, b.ws_bytes, TA_ERR_UNSUPPORTED,
                            "backend", "projections on CUDA");
@@ -317,8 +329,14 @@ static void test_bad_input(ta_rng *r) {
             ba.w_qlat = w, ba.w_vup = w + BI_H * BI_L * 8;
             ba.dw_qlat = dw, ba.dw_vup = dw + BI_H * BI_L * 8;
             bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_OK, "ok", "bwd with projections");
-            bi_expect_bwd(&p, TA_BACKEND_CPU, &b, &ba, TA_ERR_UNSUPPORTED, "backend",
-                          "bwd with projections on CPU");
+            bi_expect_bwd(&p, TA_BACKEND_CPU, &b, &ba, TA_OK, "ok", "bwd with projections on CPU");
+            {
+                ta_task_plan tp;
+                TA_CHECK(ta_fwd_task_plan(&p, TA_BACKEND_CPU, &tp) == TA_OK,
+                         "projections: CPU forward task plan");
+                TA_CHECK(ta_bwd_task_plan(&p, TA_BACKEND_CPU, &tp) == TA_ERR_UNSUPPORTED,
+                         "projections: CPU backward task plan");
+            }
             ba.dw_qlat = NULL;
             bi_expect_bwd(&p, TA_BACKEND_REF, &b, &ba, TA_ERR_NULL_ARG, "args.dw_qlat",
                           "bwd: dw_qlat NULL");
@@ -539,6 +557,8 @@ static void *rb_tensor(ta_rng *r, ta_dtype dt, size_t n, double **wide) {
 
 /* bwd: S_q = S_k (the backward's domain); else a quarter are decode-like.
  * lat: with the fused projections (and a third without the band). */
+static int32_t rb_seq_override; /* > 0: the next rb_random's S_q (section 8's edges) */
+
 static void rb_random(ta_rng *r, rb_case *c, int bwd, int lat) {
     ta_problem *p = &c->p;
     const int32_t prefix = !bwd && ta_rng_int(r, 0, 3) == 0 ? ta_rng_int(r, 1, 60) : 0;
@@ -549,6 +569,7 @@ static void rb_random(ta_rng *r, rb_case *c, int bwd, int lat) {
     p->head_dim = ta_rng_int(r, 0, 3) ? ta_rng_int(r, 1, 40) : 64;
     p->head_dim_v = ta_rng_int(r, 0, 1) ? p->head_dim : ta_rng_int(r, 1, 40);
     p->seq_q = ta_rng_int(r, 0, 5) == 0 ? ta_rng_int(r, 1, 4) : ta_rng_int(r, 1, quick ? 60 : 130);
+    if (rb_seq_override > 0) p->seq_q = rb_seq_override;
     p->seq_k = p->seq_q + prefix;
     p->dtype = (ta_dtype)ta_rng_int(r, 0, 2);
     p->flags = TA_CAUSAL | TA_RBAND;
@@ -564,7 +585,7 @@ static void rb_random(ta_rng *r, rb_case *c, int bwd, int lat) {
         if (ta_rng_int(r, 0, 2) == 0) { /* latent attention without the band */
             p->flags = ta_rng_int(r, 0, 1) ? TA_CAUSAL : 0u;
             p->rband_alpha = 0.0f, p->rband_width = 0, p->q_history = 0;
-            p->seq_k = p->seq_q = ta_rng_int(r, 1, 90);
+            p->seq_k = p->seq_q = rb_seq_override > 0 ? rb_seq_override : ta_rng_int(r, 1, 90);
         }
     }
     {
@@ -762,8 +783,8 @@ static void rb_grads_free(rb_grads *g) {
     ta_test_free(g->dwq), ta_test_free(g->dwv);
 }
 
-static ta_status rb_bwd(const ta_problem *p, const rb_case *c, const void *o, const float *lse,
-                        rb_grads *g) {
+static ta_status rb_bwd_on(const ta_problem *p, ta_backend be, const rb_case *c, const void *o,
+                           const float *lse, rb_grads *g) {
     ta_bwd_args ba;
     size_t bytes = 0;
     void *ws;
@@ -772,12 +793,17 @@ static ta_status rb_bwd(const ta_problem *p, const rb_case *c, const void *o, co
     ba.q = c->q, ba.k = c->k, ba.v = c->v, ba.o = o, ba.d_o = c->d_o, ba.lse = lse;
     ba.dq = g->dq, ba.dk = g->dk, ba.dv = g->dv, ba.d_alpha = g->d_alpha;
     ba.w_qlat = c->wq, ba.w_vup = c->wv, ba.dw_qlat = g->dwq, ba.dw_vup = g->dwv;
-    if ((st = ta_bwd_workspace_size(p, TA_BACKEND_REF, &bytes)) != TA_OK) return st;
+    if ((st = ta_bwd_workspace_size(p, be, &bytes)) != TA_OK) return st;
     ws = ta_test_alloc(bytes ? bytes : 1);
     ta_poison(ws, bytes);
-    st = ta_bwd(p, TA_BACKEND_REF, &ba, ws, bytes, NULL);
+    st = ta_bwd(p, be, &ba, ws, bytes, NULL);
     ta_test_free(ws);
     return st;
+}
+
+static ta_status rb_bwd(const ta_problem *p, const rb_case *c, const void *o, const float *lse,
+                        rb_grads *g) {
+    return rb_bwd_on(p, TA_BACKEND_REF, c, o, lse, g);
 }
 
 static int rb_same_bits(const void *a, const void *b, size_t bytes) { return memcmp(a, b, bytes) == 0; }
@@ -1056,7 +1082,8 @@ static void test_ref_fwd_lat(ta_rng *r) {
 /* 7. CPU forward == REF                                                    */
 /* ---------------------------------------------------------------------- */
 
-static void test_cpu_fwd(ta_rng *r) {
+/* lat: with the fused projections. */
+static void test_cpu_fwd(ta_rng *r, int lat) {
     static const char *const isas[3] = {"scalar", "avx2", "avx512"};
     const int n_problems = quick ? 20 : 80;
     long n_calls = 0, n_tasks = 0;
@@ -1067,7 +1094,7 @@ static void test_cpu_fwd(ta_rng *r) {
         void *ro, *co;
         float *rlse, *clse;
         char desc[220];
-        rb_random(r, &c, 0, 0);
+        rb_random(r, &c, 0, lat);
         rb_describe(&c, desc, sizeof desc);
         bo = c.no * ta_dtype_size(c.p.dtype);
         ro = ta_test_alloc(bo), co = ta_test_alloc(bo);
@@ -1093,6 +1120,7 @@ static void test_cpu_fwd(ta_rng *r) {
             ta_problem p = c.p;
             memset(&fa, 0, sizeof fa);
             fa.q = c.q, fa.k = c.k, fa.v = c.v, fa.o = co, fa.lse = clse, fa.q_hist = c.hist;
+            fa.w_qlat = c.wq, fa.w_vup = c.wv;
             p.num_threads = ta_rng_int(r, 1, 4);
             ta_poison(co, bo), ta_poison(clse, c.nl * sizeof(float));
             TA_CHECK(ta_test_fwd_tasks(&p, &fa) == TA_OK, "CPU tasks: %s", desc);
@@ -1103,8 +1131,105 @@ static void test_cpu_fwd(ta_rng *r) {
         ta_test_free(ro), ta_test_free(co), ta_test_free(rlse), ta_test_free(clse);
         rb_free(&c);
     }
-    printf("CPU forward == REF bit for bit: %d problems, %ld calls over the ISA paths, %ld through "
-           "caller-run tasks\n", n_problems, n_calls, n_tasks);
+    printf("CPU forward%s == REF bit for bit: %d problems, %ld calls over the ISA paths, %ld "
+           "through caller-run tasks\n",
+           lat ? " with the fused projections" : "", n_problems, n_calls, n_tasks);
+}
+
+/* ---------------------------------------------------------------------- */
+/* 8. CPU backward == REF                                                   */
+/* ---------------------------------------------------------------------- */
+
+/* Problem t's forced edge (t % 8 < 5), else the random problem as drawn. */
+static void cb_edge(ta_problem *p, int t, const char **edge) {
+    switch (t % 8) {
+    case 0: *edge = "S = 1"; break; /* rb_seq_override */
+    case 1: p->rband_width = 0, *edge = "W = 0"; break;
+    case 2: p->rband_width = p->seq_k + (t % 3), *edge = "W >= S"; break;
+    case 3: p->rband_alpha = 0.0f, *edge = "alpha = 0"; break;
+    case 4: p->rband_alpha = -fabsf(p->rband_alpha) - 0.25f, *edge = "alpha < 0"; break;
+    default: *edge = "random"; break;
+    }
+}
+
+/* The backward of c on CPU (n_threads) against REF's g bit for bit: CPU's
+ * gradients poisoned with another pattern (0x7b bytes) than REF's
+ * (ta_poison), so an element neither writes still differs. Returns 1 on a
+ * match. */
+static int cb_same(const rb_case *c, const ta_problem *p, const void *ro, const float *rlse,
+                   const rb_grads *g, int lat, const char *desc) {
+    const size_t eb = ta_dtype_size(c->p.dtype);
+    const size_t n_wq = lat ? (size_t)p->heads_q * (size_t)p->head_dim * (size_t)p->latent_dim : 0;
+    const size_t n_wv =
+        lat ? (size_t)p->heads_q * (size_t)p->latent_dim * (size_t)p->head_dim_v : 0;
+    rb_grads h;
+    ta_status st;
+    int same;
+    rb_grads_alloc(c, &h);
+    memset(h.dq, 0x7b, c->nq * eb), memset(h.dk, 0x7b, c->nk * eb), memset(h.dv, 0x7b, c->nv * eb);
+    memset(h.d_alpha, 0x7b, sizeof h.d_alpha);
+    if (lat) memset(h.dwq, 0x7b, n_wq * sizeof(float)), memset(h.dwv, 0x7b, n_wv * sizeof(float));
+    st = rb_bwd_on(p, TA_BACKEND_CPU, c, ro, rlse, &h);
+    TA_CHECK(st == TA_OK, "CPU backward: %s: %s", ta_status_string(st), desc);
+    same = st == TA_OK && rb_same_bits(g->dq, h.dq, c->nq * eb) &&
+           rb_same_bits(g->dk, h.dk, c->nk * eb) && rb_same_bits(g->dv, h.dv, c->nv * eb) &&
+           (!(p->flags & TA_RBAND) || rb_same_bits(g->d_alpha, h.d_alpha, sizeof(float))) &&
+           (!lat || (rb_same_bits(g->dwq, h.dwq, n_wq * sizeof(float)) &&
+                     rb_same_bits(g->dwv, h.dwv, n_wv * sizeof(float))));
+    TA_CHECK(st != TA_OK || same, "CPU backward (%d threads) != REF: %s", p->num_threads, desc);
+    {
+        uint32_t guard; /* d_alpha[1]: never written */
+        memcpy(&guard, &h.d_alpha[1], sizeof guard);
+        TA_CHECK(guard == 0x7b7b7b7bu, "CPU backward wrote past d_alpha: %s", desc);
+    }
+    rb_grads_free(&h);
+    return same;
+}
+
+/* lat: with the fused projections (dw_qlat, dw_vup compared too). */
+static void test_cpu_bwd(ta_rng *r, int lat) {
+    static const char *const isas[3] = {"scalar", "avx2", "avx512"};
+    const int n_problems = quick ? 24 : 96;
+    long n_calls = 0;
+    int t, k;
+    for (t = 0; t < n_problems; ++t) {
+        rb_case c;
+        rb_grads g;
+        const char *edge = "random";
+        void *ro;
+        float *rlse;
+        char desc[260];
+        ta_status st;
+        rb_seq_override = t % 8 == 0 ? 1 : 0;
+        rb_random(r, &c, 1, lat);
+        rb_seq_override = 0;
+        if (c.p.flags & TA_RBAND) cb_edge(&c.p, t, &edge);
+        rb_describe(&c, desc, sizeof desc);
+        strncat(desc, " edge: ", sizeof desc - strlen(desc) - 1);
+        strncat(desc, edge, sizeof desc - strlen(desc) - 1);
+        ro = ta_test_alloc(c.no * ta_dtype_size(c.p.dtype));
+        rlse = (float *)ta_test_alloc(c.nl * sizeof(float));
+        st = rb_fwd(&c.p, &c, TA_BACKEND_REF, ro, rlse);
+        TA_CHECK(st == TA_OK, "REF forward: %s: %s", ta_status_string(st), desc);
+        rb_grads_alloc(&c, &g);
+        st = rb_bwd(&c.p, &c, ro, rlse, &g);
+        TA_CHECK(st == TA_OK, "REF backward: %s: %s", ta_status_string(st), desc);
+        for (k = 0; st == TA_OK && k < 3; ++k) { /* every ISA path this machine has */
+            ta_problem p = c.p;
+            setenv("TA_CPU_ISA", isas[k], 1);
+            p.num_threads = k == 0 ? 1 : ta_rng_int(r, 2, 4);
+            (void)cb_same(&c, &p, ro, rlse, &g, lat, desc);
+            ++n_calls;
+        }
+        unsetenv("TA_CPU_ISA");
+        rb_grads_free(&g);
+        ta_test_free(ro), ta_test_free(rlse);
+        rb_free(&c);
+    }
+    printf("CPU backward%s == REF bit for bit: %d problems (S = 1 forced in 1 of 8; with the band "
+           "W = 0, W >= S, alpha = 0, alpha < 0 in 4 more), %ld calls over the ISA paths, 1-4 "
+           "threads\n",
+           lat ? " with the fused projections" : "", n_problems, n_calls);
 }
 
 int main(int argc, char **argv) {
@@ -1120,6 +1245,9 @@ int main(int argc, char **argv) {
     test_decode(&r);
     test_ref_fwd_lat(&r);
     test_ref_bwd(&r, 1);
-    test_cpu_fwd(&r);
+    test_cpu_fwd(&r, 0);
+    test_cpu_fwd(&r, 1);
+    test_cpu_bwd(&r, 0);
+    test_cpu_bwd(&r, 1);
     return ta_test_finish("test_rband");
 }

@@ -12,6 +12,10 @@
  * threads). MTA (a conv) runs the same way with the conv kernels
  * (ta_cpu_mta.inc); its one cross-task sum, dconv_w, is merged from per-Q-tile
  * sums in the reference's order by tasks taking turns (ta_cpu_dw_merge).
+ * The reciprocal band's backward adds its d_alpha the same way
+ * (ta_cpu_band_dq_task). The fused latent projections' forward is the SDPA
+ * forward task with projection stages; their backward runs REF's own steps
+ * as tasks (the latent path, ta_cpu_lat_path).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -78,8 +82,17 @@ static void ta_cpu_turn_store(int64_t *c, int64_t v) {
 #define TA_CPU_YIELD() ((void)0)
 #endif
 
+/* Keeps a task's locals out of ta_cpu_do_task's frame, which lies on the
+ * deepest stack path (test/stack_usage.py, docs/safety.md section 2). */
+#if defined(__GNUC__)
+#define TA_CPU_NOINLINE __attribute__((noinline))
+#else
+#define TA_CPU_NOINLINE
+#endif
+
 #include "ta_cpu.h"
 #include "ta_internal.h"
+#include "ta_ref.h"
 #include "ta_sum2.h"
 
 /* ---------------------------------------------------------------------- */
@@ -91,8 +104,12 @@ static size_t ta_cpu_round_pad(int32_t n) {
 }
 
 void ta_cpu_dims_of(const ta_plan *plan, const ta_tiling *t, int32_t q_group, ta_cpu_dims *dm) {
-    dm->d = plan->p.head_dim;
-    dm->dv = plan->p.head_dim_v;
+    dm->d = plan->dim_k; /* head_dim, head_dim_v; L with the fused projections */
+    dm->dv = plan->dim_v;
+    dm->lat_w = plan->p.latent_dim > 0
+                    ? ta_tiling_max_i32(plan->p.latent_dim,
+                                        ta_tiling_max_i32(plan->p.head_dim, plan->p.head_dim_v))
+                    : 0;
     dm->d_pad = ta_cpu_round_pad(dm->d);
     dm->dv_pad = ta_cpu_round_pad(dm->dv);
     dm->rows_max = q_group * t->block_q;
@@ -123,7 +140,7 @@ static size_t ta_cpu_lane_ld(size_t bq_pad) {
 
 /* The three per-thread layouts (ta_cpu.h draws them). Each region is a
  * multiple of 64 bytes and starts on a 64-byte boundary (ta_ws_take). */
-void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int32_t n_splits, ta_ws_cursor *c,
+void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int band, int32_t n_splits, ta_ws_cursor *c,
                       ta_cpu_fwd_ws *ws) {
     const size_t bq = (size_t)dm->rows_max, bk = (size_t)dm->block_k;
     ws->dm = *dm;
@@ -158,6 +175,9 @@ void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int32_t n_splits, ta_ws_c
         ws->part_o = TA_WS_TAKE(c, float, n_o);
         ws->part_lse = TA_WS_TAKE(c, float, n_lse);
     }
+    ws->lat_in = dm->lat_w ? TA_WS_TAKE(c, float, ta_cpu_round_pad(dm->lat_w)) : NULL;
+    ws->lat_out = dm->lat_w ? TA_WS_TAKE(c, float, ta_cpu_round_pad(dm->lat_w)) : NULL;
+    ws->qlat = dm->lat_w && band ? TA_WS_TAKE(c, float, bk * dm->d_pad) : NULL;
 }
 
 /* The dk/dv pairs' lo words and row-chunk partials of `group` slots (after
@@ -252,7 +272,7 @@ int32_t ta_cpu_dkdv_group(const ta_plan *plan, int32_t n_threads) {
     return g;
 }
 
-void ta_cpu_carve_dq(const ta_cpu_dims *dm, ta_ws_cursor *c, ta_cpu_dq_ws *ws) {
+void ta_cpu_carve_dq(const ta_cpu_dims *dm, int band, ta_ws_cursor *c, ta_cpu_dq_ws *ws) {
     const size_t bq = (size_t)dm->rows_max, bk = (size_t)dm->block_k;
     ws->dm = *dm;
     ws->ld = ta_cpu_lane_ld(dm->bq_pad);
@@ -274,6 +294,10 @@ void ta_cpu_carve_dq(const ta_cpu_dims *dm, ta_ws_cursor *c, ta_cpu_dq_ws *ws) {
     ws->dq_part = TA_WS_TAKE(c, float, bq * dm->d_pad);
     ws->seg_lo = TA_WS_TAKE(c, int32_t, dm->bq_pad);
     ws->seg_n = TA_WS_TAKE(c, int32_t, dm->bq_pad);
+    ws->tt = band ? TA_WS_TAKE(c, float, bk * ws->ld) : NULL;
+    ws->da_hi = band ? TA_WS_TAKE(c, float, dm->bq_pad) : NULL;
+    ws->da_lo = band ? TA_WS_TAKE(c, float, dm->bq_pad) : NULL;
+    ws->da_part = band ? TA_WS_TAKE(c, float, dm->bq_pad) : NULL;
 }
 
 /* Threads a call uses (and its workspace is sized for). */
@@ -294,13 +318,45 @@ static int32_t ta_cpu_threads(const ta_plan *plan) {
  * docs/cpu.md) the forward adds the raw-score tile and the backward has its
  * own layout, plus H turn counters shared by all threads after the slabs. */
 typedef struct ta_cpu_slab {
-    ta_cpu_fwd_ws fwd;   /* forward (SDPA; MTA with sraw) */
-    ta_cpu_dkdv_ws dkdv; /* SDPA backward */
-    ta_cpu_dq_ws dq;
-    ta_cpu_mta_bwd_ws mta;        /* MTA backward, both passes */
+    union { /* a call takes the vector tasks' buffers or the latent path's (C11 anonymous) */
+        struct {
+            ta_cpu_fwd_ws fwd;   /* forward (SDPA; MTA with sraw) */
+            ta_cpu_dkdv_ws dkdv; /* SDPA backward */
+            ta_cpu_dq_ws dq;
+            ta_cpu_mta_bwd_ws mta; /* MTA backward, both passes */
+        };
+        /* latent path (ta_cpu_lat_path): one REF step's buffers; the shared
+         * fields point at the call's sums after the slabs */
+        ta_ref_bwd_ws lat_bwd;
+    };
     TA_CPU_TASK_COUNTER *dw_turn; /* MTA backward: [H] next (b, Q tile) to merge per head */
     float *dw_lo; /* MTA backward: [H, c_q c_k] lo words of dconv_w's pairs (src/ta_sum2.h) */
+    /* the backward's call sums (latent path; the band's d_alpha): [1] the next
+     * (b, h, Q tile or Q-tile group) to add its share */
+    TA_CPU_TASK_COUNTER *sum_turn;
+    float *da_g; /* the band on the vector path: [2] d_alpha's pair (hi, lo) */
 } ta_cpu_slab;
+
+/*
+ * The latent path (docs/cpu.md section 3c): the fused latent projections'
+ * backward (with or without the band) runs REF's own steps
+ * (ref/ta_ref_bwd.c) on the CPU's threads: one task per (b, h, Q tile) for
+ * dq, one per (b, kv head, K tile) for dk, dv, each in its thread's buffers;
+ * so its bits are REF's by construction. The call sums (d_alpha, dw_qlat,
+ * dw_vup) are added by the dq tasks taking turns in REF's (b, h, Q tile)
+ * order (ta_cpu_do_lat_bwd_task). Scalar arithmetic: no vector kernels yet.
+ * Their forward, and the band without them, run the vector tasks
+ * (ta_cpu_sdpa.inc); the band's d_alpha is merged the same way.
+ */
+static int ta_cpu_lat_path(const ta_plan *plan, int backward) {
+    return backward && plan->p.latent_dim > 0;
+}
+
+/* The band's backward on the vector path: the dq tasks' d_alpha shares are
+ * added in REF's order (ta_cpu_band_da_merge). */
+static int ta_cpu_band_sums(const ta_plan *plan, int backward) {
+    return backward && plan->stages.score == TA_SCORE_RBAND && !ta_cpu_lat_path(plan, backward);
+}
 
 /* One thread's slab at base (NULL: size only); its bytes (a multiple of 64),
  * or 0 if a size overflows. */
@@ -310,9 +366,14 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
     ta_ws_cursor c;
     size_t bytes;
     ta_ws_begin(&c, base);
+    if (ta_cpu_lat_path(plan, backward)) {
+        ta_ref_bwd_carve_tiles(plan, &c, &slab->lat_bwd);
+        return c.overflow ? 0 : c.used;
+    }
     if (!backward) {
         ta_cpu_dims_of(plan, &plan->fwd, ta_cpu_q_group(plan, &plan->fwd, n_threads), &dm);
-        ta_cpu_carve_fwd(&dm, plan->has_conv, plan->fwd.num_splits, &c, &slab->fwd);
+        ta_cpu_carve_fwd(&dm, plan->has_conv, plan->stages.score == TA_SCORE_RBAND,
+                         plan->fwd.num_splits, &c, &slab->fwd);
         return c.overflow ? 0 : c.used;
     }
     if (plan->has_conv) { /* MTA: one Q tile x one K tile per step */
@@ -327,7 +388,7 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
     bytes = c.used;
     ta_ws_begin(&c, base); /* the dq layout overlays the dk/dv one */
     ta_cpu_dims_of(plan, &plan->bwd, ta_cpu_q_group(plan, &plan->bwd, n_threads), &dm);
-    ta_cpu_carve_dq(&dm, &c, &slab->dq);
+    ta_cpu_carve_dq(&dm, plan->stages.score == TA_SCORE_RBAND, &c, &slab->dq);
     if (c.overflow) return 0;
     return c.used > bytes ? c.used : bytes;
 }
@@ -343,7 +404,11 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
  * With a conv the backward adds dw_turn: H integer counters shared by all
  * threads, the in-order dconv_w merge (ta_cpu_dw_merge), and dw_lo: the lo
  * words of the merge's pairs, H c_q c_k floats (dconv_w holds the hi words).
- * Nothing grows with B or S: every region is O(tile), or O(H) for these two.
+ * The latent path's backward adds one turn counter and REF's shared sums
+ * (ta_ref_bwd_carve_shared: d_alpha's pair; dw_qlat's and dw_vup's lo words
+ * and row-chunk partials, O(H D L)); the band's backward on the vector path
+ * one turn counter and d_alpha's pair.
+ * Nothing grows with B or S: every region is O(tile), or O(H) for these.
  * With a base, carves thread tid's slab into *slab. Returns the total size.
  */
 static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_threads, void *base,
@@ -351,8 +416,8 @@ static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_thre
     const size_t slab_bytes = ta_cpu_carve_slab(plan, backward, n_threads, NULL, slab);
     size_t slabs_bytes;
     ta_ws_cursor c;
-    TA_CPU_TASK_COUNTER *turn = NULL;
-    float *dw_lo = NULL;
+    TA_CPU_TASK_COUNTER *turn = NULL, *sum_turn = NULL;
+    float *dw_lo = NULL, *da_g = NULL;
     if (slab_bytes == 0 || !ta_mul_size(slab_bytes, (size_t)n_threads, &slabs_bytes))
         return TA_ERR_OVERFLOW;
     ta_ws_begin(&c, base);
@@ -361,6 +426,14 @@ static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_thre
         turn = TA_WS_TAKE(&c, TA_CPU_TASK_COUNTER, (size_t)plan->p.heads_q);
         dw_lo = TA_WS_TAKE(&c, float, plan->n_conv);
     }
+    if (ta_cpu_lat_path(plan, backward)) {
+        sum_turn = TA_WS_TAKE(&c, TA_CPU_TASK_COUNTER, 1);
+        ta_ref_bwd_carve_shared(plan, &c, &slab->lat_bwd); /* the carve below keeps them */
+    }
+    if (ta_cpu_band_sums(plan, backward)) {
+        sum_turn = TA_WS_TAKE(&c, TA_CPU_TASK_COUNTER, 1);
+        da_g = TA_WS_TAKE(&c, float, 2);
+    }
     if (c.overflow) return TA_ERR_OVERFLOW;
     *total = c.used;
     if (base) {
@@ -368,6 +441,8 @@ static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_thre
                                 (unsigned char *)base + (size_t)tid * slab_bytes, slab);
         slab->dw_turn = turn;
         slab->dw_lo = dw_lo;
+        slab->sum_turn = sum_turn;
+        slab->da_g = da_g;
     }
     return TA_OK;
 }
@@ -433,12 +508,12 @@ static const ta_cpu_kernels *ta_cpu_kernels_for(ta_cpu_isa isa) {
 
 static int ta_cpu_available(void) { return 1; }
 
-/* SDPA and MTA, every plan: any mask (causal, key lengths, sliding windows)
- * and any strides; the tasks read the per-tile context (docs/cpu.md). */
+/* SDPA, MTA and latent attention, every plan: any mask (causal, key lengths,
+ * sliding windows) and any strides; the tasks read the per-tile context
+ * (docs/cpu.md). */
 static int ta_cpu_supports(const ta_plan *plan) {
-    /* latent attention: the band's forward (its backward is refused by the
-     * core, ta_check_bwd_problem); the fused projections REF only for now */
-    return plan->p.latent_dim == 0;
+    (void)plan;
+    return 1;
 }
 
 /*
@@ -462,6 +537,15 @@ typedef struct ta_cpu_run {
     TA_CPU_TASK_COUNTER next; /* the next task to hand out */
 } ta_cpu_run;
 
+/* Spins until the turn counter *next reaches turn (the in-order merges). */
+static void ta_cpu_turn_wait(TA_CPU_TASK_COUNTER *next, int64_t turn) {
+    int spins = 0;
+    while (TA_CPU_TURN_LOAD(next) != turn) {
+        TA_CPU_SPIN_PAUSE();
+        if (++spins % 256 == 0) TA_CPU_YIELD(); /* more threads than cores */
+    }
+}
+
 /*
  * dconv_w[h] += R(b, qt), in the reference's order (ta_ref_bwd; docs/mta.md
  * backward step 5), into the pairs (dconv_w[h], lo) (src/ta_sum2.h): per head, b ascending, Q tiles ascending, for the tiles
@@ -479,11 +563,7 @@ static void ta_cpu_dw_merge(const ta_plan *plan, const ta_bwd_args *a, TA_CPU_TA
     float *dw = a->dconv_w + (size_t)h * n_w; /* [c_q, c_k] of head h: the hi words */
     float *dw_lo = lo + (size_t)h * n_w;
     size_t n;
-    int spins = 0;
-    while (TA_CPU_TURN_LOAD(next) != turn) {
-        TA_CPU_SPIN_PAUSE();
-        if (++spins % 256 == 0) TA_CPU_YIELD(); /* more threads than cores */
-    }
+    ta_cpu_turn_wait(next, turn);
     for (n = 0; add && n < n_w; ++n)
         ta_sum2_add(dw + n, dw_lo + n, 1.0f, r[n]);
     TA_CPU_TURN_STORE(next, turn + 1);
@@ -513,6 +593,63 @@ static void ta_cpu_do_mta_bwd_task(const ta_cpu_run *run, const ta_cpu_slab *sla
     }
 }
 
+/*
+ * A latent-path backward task: pass 1 (b, kv head, K tile), numbered K tiles
+ * outer (under the causal mask the first ones see the most rows); or pass 2
+ * (b, h, Q tile), numbered in REF's order: REF's step computes dq and the
+ * tile's shares of the call's sums in the thread's buffers, then waits for
+ * its turn (every earlier (b, h, Q tile) merged; as ta_cpu_dw_merge, no
+ * deadlock: tasks are handed out in ascending order) and merges them.
+ */
+TA_CPU_NOINLINE static void ta_cpu_do_lat_bwd_task(const ta_cpu_run *run, const ta_cpu_slab *slab,
+                                                   int64_t task) {
+    const ta_plan *plan = run->plan;
+    const ta_tiling *t = &plan->bwd;
+    ta_ref_step st;
+    if (task < run->n_dkdv) {
+        const int64_t n_bhkv = (int64_t)plan->p.batch * plan->p.heads_kv;
+        const int64_t bh = task % n_bhkv;
+        ta_ref_step_k(plan, t, run->ba->seqlens_k, (int32_t)(bh / plan->p.heads_kv),
+                      (int32_t)(bh % plan->p.heads_kv), (int32_t)(task / n_bhkv), &st);
+        ta_ref_bwd_k_tile(plan, run->ba, &slab->lat_bwd, &st);
+    } else {
+        const int64_t turn = task - run->n_dkdv, n_q = t->num_q_tiles;
+        const int64_t bh = turn / n_q;
+        ta_ref_step_q(plan, t, run->ba->seqlens_k, (int32_t)(bh / plan->p.heads_q),
+                      (int32_t)(bh % plan->p.heads_q), (int32_t)(turn % n_q), &st);
+        ta_ref_bwd_q_tile_dq(plan, run->ba, &slab->lat_bwd, &st);
+        ta_cpu_turn_wait(slab->sum_turn, turn);
+        ta_ref_bwd_q_tile_merge(plan, run->ba, &slab->lat_bwd, &st);
+        TA_CPU_TURN_STORE(slab->sum_turn, turn + 1);
+    }
+}
+
+/*
+ * A dq task of the band's backward on the vector path, numbered in REF's
+ * order: (b, h) outer, Q-tile groups ascending (turn = the number). The task
+ * computes dq and its rows' d_alpha pairs (cpu_sdpa_dq_task), waits for its
+ * turn (as ta_cpu_dw_merge: tasks are handed out in ascending order, so no
+ * deadlock) and adds its rows' hi words to the call's pair, rows ascending:
+ * REF's sequence (ta_ref_bwd_q_tile_merge).
+ */
+TA_CPU_NOINLINE static void ta_cpu_band_dq_task(const ta_cpu_run *run, const ta_cpu_slab *slab,
+                                                int64_t turn) {
+    const ta_plan *plan = run->plan;
+    const ta_tiling *t = &plan->bwd;
+    const int32_t n_q = t->num_q_tiles, n_groups = (n_q + run->q_group - 1) / run->q_group;
+    const int64_t bh = turn / n_groups;
+    const int32_t qt = (int32_t)(turn % n_groups) * run->q_group;
+    const int32_t qt_end = qt + run->q_group < n_q ? qt + run->q_group : n_q;
+    const int32_t rows = ta_tile_row_eff_end(t, qt_end - 1) - ta_tile_row_eff_begin(t, qt);
+    int32_t r;
+    run->kern->dq.sdpa(plan, run->ba, &slab->dq, (int32_t)(bh / plan->p.heads_q),
+                       (int32_t)(bh % plan->p.heads_q), qt, qt_end);
+    ta_cpu_turn_wait(slab->sum_turn, turn);
+    for (r = 0; r < rows; ++r)
+        ta_sum2_add(slab->da_g, slab->da_g + 1, 1.0f, slab->dq.da_hi[r]);
+    TA_CPU_TURN_STORE(slab->sum_turn, turn + 1);
+}
+
 /* Runs task number `task` of the call. */
 static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64_t task) {
     const ta_plan *plan = run->plan;
@@ -524,6 +661,10 @@ static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64
         ta_cpu_do_mta_bwd_task(run, slab, task);
         return;
     }
+    if (ta_cpu_lat_path(plan, run->fa == NULL)) {
+        ta_cpu_do_lat_bwd_task(run, slab, task);
+        return;
+    }
     if (task < run->n_dkdv) { /* backward, dk/dv */
         const int64_t n_bhkv = (int64_t)plan->p.batch * plan->p.heads_kv;
         const int64_t bh = task % n_bhkv;
@@ -532,6 +673,8 @@ static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64
             kt + run->k_group < t->num_k_tiles ? kt + run->k_group : t->num_k_tiles;
         run->kern->dkdv.sdpa(plan, run->ba, &slab->dkdv, (int32_t)(bh / plan->p.heads_kv),
                              (int32_t)(bh % plan->p.heads_kv), kt, kt_end);
+    } else if (ta_cpu_band_sums(plan, run->fa == NULL)) { /* band: dq, then d_alpha in turn */
+        ta_cpu_band_dq_task(run, slab, task - run->n_dkdv);
     } else { /* forward, or backward dq: q_group Q tiles of one (b, h) */
         /* several threads: last Q groups first across all (b, h) (the longest
          * under a causal mask first, for balance); one thread: (b, h) outer,
@@ -596,8 +739,11 @@ static ta_status ta_cpu_start(ta_cpu_run *run, const ta_plan *plan, int backward
     run->workspace = workspace;
     run->kern = ta_cpu_kernels_for(ta_cpu_isa_resolve()); /* reads TA_CPU_ISA once */
     run->n_threads = n_threads;
-    run->q_group = plan->has_conv && backward ? 1 : ta_cpu_q_group(plan, t, run->n_threads);
-    run->k_group = backward ? ta_cpu_dkdv_group(plan, run->n_threads) : 1;
+    run->q_group = (plan->has_conv && backward) || ta_cpu_lat_path(plan, backward)
+                       ? 1
+                       : ta_cpu_q_group(plan, t, run->n_threads);
+    run->k_group =
+        backward && !ta_cpu_lat_path(plan, backward) ? ta_cpu_dkdv_group(plan, run->n_threads) : 1;
     run->n_dkdv = backward ? (int64_t)plan->p.batch * plan->p.heads_kv *
                                  ((t->num_k_tiles + run->k_group - 1) / run->k_group)
                            : 0;
@@ -620,6 +766,32 @@ static ta_status ta_cpu_fwd(const ta_plan *plan, const ta_fwd_args *a, void *wor
     return TA_OK;
 }
 
+/* The backward's call sums in the regions after the slabs: before the tasks
+ * (begin = 1) to zero with their turn counters at 0 (the MTA conv's dconv_w
+ * pairs; the band's d_alpha pair; the latent path's REF sums), after them
+ * (begin = 0) the results out. */
+TA_CPU_NOINLINE static void ta_cpu_bwd_sums(const ta_plan *plan, const ta_bwd_args *a,
+                                            void *workspace, int32_t n_threads, int begin) {
+    ta_cpu_slab slab; /* thread 0's: the shared regions' pointers */
+    size_t total, n;
+    int32_t h;
+    (void)ta_cpu_layout(plan, 1, n_threads, workspace, 0, &slab, &total);
+    if (!begin) {
+        if (slab.da_g) *a->d_alpha = slab.da_g[0]; /* the pair's hi word */
+        if (ta_cpu_lat_path(plan, 1)) ta_ref_bwd_end(a, &slab.lat_bwd);
+        return;
+    }
+    if (plan->has_conv) { /* the pairs (dconv_w, dw_lo) = 0, then the in-order merge */
+        for (n = 0; n < plan->n_conv; ++n)
+            a->dconv_w[n] = slab.dw_lo[n] = 0.0f;
+        for (h = 0; h < plan->p.heads_q; ++h)
+            TA_CPU_TASK_INIT(slab.dw_turn + h);
+    }
+    if (slab.da_g) slab.da_g[0] = slab.da_g[1] = 0.0f;                      /* the band */
+    if (ta_cpu_lat_path(plan, 1)) ta_ref_bwd_begin(plan, a, &slab.lat_bwd); /* REF's sums */
+    if (slab.sum_turn) TA_CPU_TASK_INIT(slab.sum_turn);                     /* turn: task 0 */
+}
+
 /* Backward: the dk/dv tasks, then the dq tasks (see ta_cpu_run). */
 static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
                             void *stream) {
@@ -629,17 +801,9 @@ static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wor
     if (st != TA_OK) return st;
     run.fa = NULL;
     run.ba = a;
-    if (plan->has_conv) { /* the pairs (dconv_w, dw_lo) = 0, then the in-order merge */
-        ta_cpu_slab slab;
-        size_t total, n;
-        int32_t h;
-        (void)ta_cpu_layout(plan, 1, run.n_threads, workspace, 0, &slab, &total);
-        for (n = 0; n < plan->n_conv; ++n)
-            a->dconv_w[n] = slab.dw_lo[n] = 0.0f;
-        for (h = 0; h < plan->p.heads_q; ++h)
-            TA_CPU_TASK_INIT(slab.dw_turn + h);
-    }
+    ta_cpu_bwd_sums(plan, a, workspace, run.n_threads, 1);
     ta_cpu_parallel(&run);
+    ta_cpu_bwd_sums(plan, a, workspace, run.n_threads, 0);
     return TA_OK;
 }
 
@@ -649,7 +813,8 @@ static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wor
 
 /* "tileattn tasks", version 1: a shared workspace that a prepare call filled. */
 #define TA_CPU_TASKS_MAGIC UINT64_C(0x7461736b73000001)
-/* tensors of a backward (12), the rotary tables and positions (4), the shared workspace */
+/* tensors of a backward (12; a forward has 11), the rotary tables and positions (4),
+ * the shared workspace */
 #define TA_CPU_TASKS_SPANS 18
 
 /* A byte range the scratch of a task must not overlap. */
@@ -725,6 +890,8 @@ ta_status ta_cpu_tasks_plan(const ta_plan *plan, int backward, ta_task_plan *out
     ta_status st;
     memset(out, 0, sizeof *out);
     if (!backward && plan->fwd.num_splits > 1) return TA_ERR_UNSUPPORTED; /* not yet as tasks */
+    if (ta_cpu_lat_path(plan, backward) || ta_cpu_band_sums(plan, backward))
+        return TA_ERR_UNSUPPORTED; /* their merge waits for its turn: not yet as tasks */
     out->scratch_bytes = ta_cpu_carve_slab(plan, backward, n, NULL, &slab);
     if (out->scratch_bytes == 0) return TA_ERR_OVERFLOW;
     if ((st = ta_cpu_tasks_layout(plan, backward, NULL, &hdr, &out->shared_bytes)) != TA_OK)
@@ -741,6 +908,7 @@ void ta_cpu_tasks_prepare(const ta_plan *plan, const ta_fwd_args *fa, const ta_b
     const int backward = fa == NULL;
     const size_t n_w = plan->n_conv * sizeof(float);
     const size_t n_lse = plan->n_lse * sizeof(float), n_sl = (size_t)plan->p.batch * 4;
+    const int lat = plan->p.latent_dim > 0;
     ta_cpu_tasks_hdr *h;
     ta_task_plan tp;
     size_t bytes;
@@ -764,12 +932,17 @@ void ta_cpu_tasks_prepare(const ta_plan *plan, const ta_fwd_args *fa, const ta_b
         TA_CPU_TASK_INIT(&h->done[ph]);
     }
     {
-        const ta_cpu_span fwd[] = {{fa ? fa->q : NULL, ex->q},     {fa ? fa->k : NULL, ex->k},
-                                   {fa ? fa->v : NULL, ex->v},     {fa ? fa->o : NULL, ex->o},
-                                   {fa ? fa->lse : NULL, n_lse},   {fa ? fa->conv_w : NULL, n_w},
+        const ta_cpu_span fwd[] = {{fa ? fa->q : NULL, ex->q},
+                                   {fa ? fa->k : NULL, ex->k},
+                                   {fa ? fa->v : NULL, ex->v},
+                                   {fa ? fa->o : NULL, ex->o},
+                                   {fa ? fa->lse : NULL, n_lse},
+                                   {fa ? fa->conv_w : NULL, n_w},
                                    {fa ? fa->seqlens_k : NULL, n_sl},
                                    {fa && plan->p.q_history > 0 ? fa->q_hist : NULL, ex->q_hist},
-                                   {plan->block_table, n_sl * (size_t)plan->p.kv_max_blocks}};
+                                   {plan->block_table, n_sl * (size_t)plan->p.kv_max_blocks},
+                                   {fa && lat ? fa->w_qlat : NULL, plan->n_wq * sizeof(float)},
+                                   {fa && lat ? fa->w_vup : NULL, plan->n_wv * sizeof(float)}};
         const ta_cpu_span bwd[] = {
             {ba ? ba->q : NULL, ex->q},       {ba ? ba->k : NULL, ex->k},
             {ba ? ba->v : NULL, ex->v},       {ba ? ba->o : NULL, ex->o},
@@ -778,7 +951,7 @@ void ta_cpu_tasks_prepare(const ta_plan *plan, const ta_fwd_args *fa, const ta_b
             {ba ? ba->dq : NULL, ex->dq},     {ba ? ba->dk : NULL, ex->dk},
             {ba ? ba->dv : NULL, ex->dv},     {ba ? ba->dconv_w : NULL, n_w}};
         const ta_cpu_span *src = backward ? bwd : fwd;
-        const int n = backward ? 12 : 9;
+        const int n = backward ? 12 : 11;
         const ta_cpu_span rope[] = {
             {plan->rope.cos, plan->n_rope * sizeof(float)},
             {plan->rope.sin, plan->n_rope * sizeof(float)},

@@ -45,7 +45,8 @@ typedef enum ta_cpu_isa {
 
 /* Padded dims of one task's tiles (from the plan; ISA-independent). */
 typedef struct ta_cpu_dims {
-    int32_t d, dv;         /* D, D_v */
+    int32_t d, dv;         /* D, D_v of the attention core (L, L with the fused projections) */
+    int32_t lat_w;         /* the projections: max(head_dim, head_dim_v, L); 0 without */
     size_t d_pad, dv_pad;  /* D, D_v rounded up to TA_CPU_PAD */
     int32_t rows_max;      /* query rows one task holds: q_group x block_q */
     int32_t block_k;       /* key columns of one K tile */
@@ -66,6 +67,7 @@ typedef struct ta_cpu_dims {
  *   | nlo (bq_pad) | row_lo | row_hi (bq_pad each; ld_sraw each with a conv) |
  *   | acc_lo B_q x dv_pad | part B_q x dv_pad | l_lo bq_pad |
  *   | part_o n x B_q x dv_pad | part_lse n x bq_pad |  (split-K, n > 1 parts only)
+ *   | lat_in, lat_out pad(lat_w) | qlat B_k x d_pad (band) |  (the fused projections only)
  *   (the interval arrays, then the pairs' lo words and the P V partial, come
  *   last, so the other regions keep the offsets they had before windows and
  *   the compensated sums: no change of L1 set placement to measure)
@@ -96,6 +98,10 @@ typedef struct ta_cpu_fwd_ws {
      * conv reads lane x + a (a < c_q <= 16) for every lane x of a vector. */
     float *sraw; /* [B_k, ld_sraw]  S^T, lane 0 = loaded row row_eff_begin - (c_q-1) */
     size_t ld_sraw;
+    /* the fused projections (NULL without): a raw q row or ctx~ [lat_w], a q~
+     * or o row [lat_w] (cpu_lat_gemv's input and output), and the band's q~
+     * rows of a K tile [B_k, d_pad] */
+    float *lat_in, *lat_out, *qlat;
     /* split-K (n = plan->fwd.num_splits > 1; NULL, 1 otherwise): the task's
      * parts, part s of row i at part_o + (s B_q + i) dv_pad (f32, normalised)
      * and part_lse + s bq_pad + i; merged by src/ta_merge.h */
@@ -147,6 +153,7 @@ typedef struct ta_cpu_dkdv_ws {
  *   | qt D x ld | dot D_v x ld | ot D_v x ld | k B_k x d_pad | v B_k x dv_pad |
  *   | st B_k x ld | dpt B_k x ld | lse | delta | nlo | nvis | row_lo | row_hi (bq_pad each) |
  *   | dq_acc B_q x d_pad | dq_lo B_q x d_pad | dq_part B_q x d_pad | seg_lo, seg_n bq_pad |
+ *   with the reciprocal band, last: | tt B_k x ld | da_hi, da_lo, da_part bq_pad |
  */
 typedef struct ta_cpu_dq_ws {
     ta_cpu_dims dm;
@@ -162,6 +169,11 @@ typedef struct ta_cpu_dq_ws {
     float *dq_part; /* [B_q, d_pad] the current key chunk's partials */
     int32_t *seg_lo, *seg_n; /* [bq_pad] the rows' live keys clipped to a key chunk */
     size_t ld;      /* lane stride of qt, dot, ot, st, dpt: as ta_cpu_fwd_ws.ld */
+    /* the reciprocal band (NULL without): T of the band's entries of a K tile,
+     * and each row's d_alpha pair and key-chunk partial (the task's rows'
+     * shares of the call's d_alpha, which ta_cpu.c adds in REF's order) */
+    float *tt;                      /* [B_k, ld] */
+    float *da_hi, *da_lo, *da_part; /* [bq_pad] */
 } ta_cpu_dq_ws;
 
 /*
@@ -223,9 +235,10 @@ void ta_cpu_dims_of(const ta_plan *plan, const ta_tiling *t, int32_t q_group, ta
  * per task (its parts are cut per row, the same for every Q tile, but a task's
  * parts are held per Q tile). */
 int32_t ta_cpu_q_group(const ta_plan *plan, const ta_tiling *t, int32_t n_threads);
-/* conv: 1 carves the MTA raw-score tile (sraw) too; n_splits > 1 the split-K
- * parts (part_o, part_lse). */
-void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int32_t n_splits, ta_ws_cursor *c,
+/* conv: 1 carves the MTA raw-score tile (sraw) too; band: 1 and dm->lat_w >
+ * 0 the projected q~ rows (qlat); n_splits > 1 the split-K parts (part_o,
+ * part_lse). */
+void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int band, int32_t n_splits, ta_ws_cursor *c,
                       ta_cpu_fwd_ws *ws);
 /* MTA backward tiles for a c_q x c_k conv (dims of plan->bwd, q_group 1) and
  * `group` K tiles per pass-1 task (ta_cpu_dkdv_group). */
@@ -237,7 +250,8 @@ void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, ta_ws_cursor *c, ta
  * the workspace layout (query and call compute the same value); never part of
  * the result (each K tile's sums keep the reference's order). */
 int32_t ta_cpu_dkdv_group(const ta_plan *plan, int32_t n_threads);
-void ta_cpu_carve_dq(const ta_cpu_dims *dm, ta_ws_cursor *c, ta_cpu_dq_ws *ws);
+/* band: 1 carves the reciprocal band's tt and d_alpha rows too. */
+void ta_cpu_carve_dq(const ta_cpu_dims *dm, int band, ta_ws_cursor *c, ta_cpu_dq_ws *ws);
 
 /* The tile tasks of one instruction set, one group per stage of a call, each
  * with its SDPA and its MTA (plan->has_conv) variant; ta_cpu.c picks the
