@@ -457,7 +457,7 @@ static ta_fast_mta_cfg ta_fast_mta_cfg_of() {
  * as (NW warps: Q tiles of 16 NW rows; BN keys; NB buffers; G chunks per
  * stage; MINB blocks per SM). Measured on an H100 (bf16, B = 1, H = 16, S =
  * 1k .. 8k, 6 x 11 and 7 x 7; docs/cuda.md section 7, "Fast MTA"):
- *   1 (4, 128, 2, 1, 2), the default: fastest on all 12 shapes, by 2-18 %
+ *   1 (4, 128, 2, 1, 2), the default: fastest on all 12 shapes, by 2-16 %
  *     over the next (two blocks of 4 warps per SM, 238 registers; 128-key
  *     tiles halve the barriers per product);
  *   2 (4, 64, 3, 1, 3): three blocks per SM, registers held to 168;

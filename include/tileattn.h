@@ -166,7 +166,7 @@ typedef struct ta_problem {
     int32_t tile_config;    /**< TA_PRECISION_FAST on CUDA: 0 = the default tile
                                  configuration of the problem's head dim; k >= 1 =
                                  candidate k of the backend's table (docs/cuda.md
-                                 section 7; the fast MTA forward has its own of 3);
+                                 section 7; the fast MTA forward has its own of 4);
                                  a k past the table: TA_ERR_UNSUPPORTED.
                                  Equal tile_config, equal bits. Ignored elsewhere
                                  (exact mode's tiles are block_q, block_k). >= 0. */
