@@ -196,6 +196,14 @@ static const double *ta_rb_q_of(const ta_rb_slice *sl, int32_t r, int mag) {
 
 static const double *ta_rb_q(const ta_rb_slice *sl, int32_t r) { return ta_rb_q_of(sl, r, 0); }
 
+/* |q_r[d]| as a gradient's magnitude takes it: the query's own magnitude where
+ * it has one (a latent query q~ = W^T q rounds with an error relative to sum
+ * |W| |q|, not to |q~|), else |q_r[d]|. */
+static double ta_rb_q_abs(const ta_rb_slice *sl, int32_t r, int32_t d) {
+    const double *m = ta_rb_q_of(sl, r, 1);
+    return m ? m[d] : fabs(ta_rb_q(sl, r)[d]);
+}
+
 static const double *ta_rb_k(const ta_rb_slice *sl, int32_t j) {
     const size_t bh = (size_t)sl->b * (size_t)sl->in->p->heads_kv + (size_t)sl->hk;
     return sl->in->k + (bh * (size_t)sl->m + (size_t)j) * (size_t)sl->dim;
@@ -342,7 +350,7 @@ static void ta_rb_backward(ta_rb_slice *sl, const ta_rb_out *out) {
                 if (out->dq) out->dq[qi] += sc * dl * ta_rb_k(sl, j)[d];
                 if (out->dk) out->dk[kj] += sc * dl * ta_rb_q(sl, i)[d];
                 if (out->dq_mag) out->dq_mag[qi] += asc * dl_mag * fabs(ta_rb_k(sl, j)[d]);
-                if (out->dk_mag) out->dk_mag[kj] += asc * dl_mag * fabs(ta_rb_q(sl, i)[d]);
+                if (out->dk_mag) out->dk_mag[kj] += asc * dl_mag * ta_rb_q_abs(sl, i, d);
             }
             if (!sl->band[ij]) continue;
             /* T_ij = scale <q_j, k_i> (S_q = S_k: row(j) = j, p_i = i) */
@@ -354,7 +362,7 @@ static void ta_rb_backward(ta_rb_slice *sl, const ta_rb_out *out) {
                 if (out->dq_mag)
                     out->dq_mag[qj] += fabs(al) * asc * dl_mag * fabs(ta_rb_k(sl, i)[d]);
                 if (out->dk_mag)
-                    out->dk_mag[ki] += fabs(al) * asc * dl_mag * fabs(ta_rb_q(sl, j)[d]);
+                    out->dk_mag[ki] += fabs(al) * asc * dl_mag * ta_rb_q_abs(sl, j, d);
             }
             if (out->d_alpha) *out->d_alpha += dl * sl->t[ij];
             if (out->d_alpha_mag) *out->d_alpha_mag += dl_mag * sl->tm[ij] + fabs(dl * sl->t[ij]);
