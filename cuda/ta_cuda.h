@@ -37,9 +37,12 @@ extern "C" {
  *   +--------------------------------------+
  *   | mta_diag [B, H, S_q, E] f32           |  fast MTA only, E > 0
  *   +--------------------------------------+
+ *   | mta_edge [B, H, S_q, P] f32           |  fast MTA, window_left >= 0, P > 0
+ *   +--------------------------------------+
  *
  *   split-K: bytes = round_up(4 n B H S_q D_v, 64) + round_up(4 n B H S_q, 64);
  *   fast MTA: round_up(elem c_q B H S_k D, 64) + round_up(4 B H S_q E, 64)
+ *             [+ round_up(4 B H S_q P, 64)]
  */
 typedef struct ta_cuda_fwd_ws {
     float *part_o;   /* [n, B, H, S_q, D_v]; NULL with one split */
@@ -51,6 +54,9 @@ typedef struct ta_cuda_fwd_ws {
     float *mta_diag; /* fast MTA: [B, H, S_q, E] f32, E = ta_cuda_fast_mta_band (NULL
                         when E = 0): the convolved scores of the E keys left of
                         each row's diagonal, computed directly */
+    float *mta_edge; /* fast MTA with a left window bound: [B, H, S_q, P] f32, the
+                        convolved scores of the P keys from each row's window
+                        start on, computed directly; else NULL */
 } ta_cuda_fwd_ws;
 
 /*
@@ -171,8 +177,10 @@ int32_t ta_cuda_fast_splits(const ta_plan *plan);
 /* Fast-mode MTA forward (cuda/ta_cuda_fast_mta.cu; docs/cuda.md section 7,
  * "Fast MTA"). ta_cuda_fast_mta_path (cuda/ta_cuda_layout.c): 1 if the plan's
  * forward runs it: TA_PRECISION_FAST, f16 / bf16, the MTA conv, D = D_v in
- * {64, 96, 128}, no window, no load stage, one split, no paged KV (other MTA
- * problems in fast mode run the exact kernels). ta_cuda_fast_mta_band: E =
+ * {64, 96, 128}, no load stage, one split, no paged KV (other MTA problems
+ * in fast mode run the exact kernels). ta_cuda_fast_mta_edge: P = (c_k - 1)
+ * / 2 with a left window bound below S_k (the keys from a row's window start
+ * on whose convolved score has terms the window hides), else 0. ta_cuda_fast_mta_band: E =
  * (c_k - 1) / 2 + c_q - 1, the keys left of the diagonal whose convolved
  * score has terms the causal mask hides (computed directly, not folded). ta_cuda_fast_mta_fwd: as ta_cuda_mta_fwd (whose
  * kernels it runs instead when a row of q, k, v, o or q_hist is not on 16
@@ -181,6 +189,7 @@ int32_t ta_cuda_fast_splits(const ta_plan *plan);
 #define TA_CUDA_FAST_MTA_CFGS 4
 int ta_cuda_fast_mta_path(const ta_plan *plan);
 int32_t ta_cuda_fast_mta_band(const ta_plan *plan);
+int32_t ta_cuda_fast_mta_edge(const ta_plan *plan);
 ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
                                void *stream);
 

@@ -27,11 +27,13 @@
  *   1. ta_fast_mta_kf_kernel:   kf [B, H, S_k, c_q, D] (storage type, f32
  *      sums b ascending, rounded once), one kf row per (query head, key):
  *      the kernels are per query head, also under GQA;
- *   2. ta_fast_mta_diag_kernel: diag [B, H, S_q, E] f32 (band rows in shared
- *      memory, f32 dot products over d ascending; terms a, b ascending);
+ *   2. ta_fast_mta_diag_kernel: diag [B, H, S_q, E] f32 and, with a window's
+ *      left bound, edge [B, H, S_q, P] (band rows in shared memory, f32 dot
+ *      products over d ascending; terms a, b ascending);
  *   3. ta_fast_mta_fwd_kernel:  the attention, SDPA's mma.sync forward
  *      (cuda/ta_cuda_fast_fwd.cu) with step 1 over c_q chunks: s += q(shifted
- *      a rows) kf_a^T, then s = diag near the diagonal, then its steps 2-5.
+ *      a rows) kf_a^T, then s = diag near the diagonal (and edge next to the
+ *      window's start), then its steps 2-5.
  *
  * Cost (6 x 11, D = 128): c_q + 1 = 7 products of D per score where SDPA has
  * 2 (3.5x its tensor-core work); kf is c_q times k's bytes, read by every Q
@@ -39,10 +41,15 @@
  * (relative 2^-8 for bf16, 2^-11 for f16, of |kf|), on top of SDPA fast mode's
  * p rounding; the bound and the measured errors: docs/exactness.md.
  *
+ * A sliding window's left bound wl hides the pairs left of their own row's
+ * window start too: they exist only for the P = (c_k - 1)/2 keys from each
+ * row's start lo(i) = i + off - wl on (0 <= g = j - lo(i) < P), whose scores
+ * are computed directly as well (edge[i][g], kernel 2).
+ *
  * Deterministic (no atomics, fixed orders), not bit-identical to REF.
  * Problems it takes: ta_cuda_fast_mta_path (cuda/ta_cuda_layout.c): causal
- * (MTA always is), seqlens_k (host or device), GQA, S_q != S_k, q_history,
- * strides with 16-byte rows; the launcher gives the rest (rows not on 16
+ * (MTA always is), sliding windows, seqlens_k (host or device), GQA, S_q !=
+ * S_k, q_history, strides with 16-byte rows; the launcher gives the rest (rows not on 16
  * bytes) to the exact kernels, whose bits satisfy any fast bound.
  */
 #include <stddef.h>
@@ -63,9 +70,11 @@ namespace {
 
 /* The base, and the workspace regions the three kernels share. */
 struct ta_fast_mta_params : ta_cuda_params {
-    uint16_t *kf; /* [B, H, S_k, c_q, D] storage type */
-    float *diag;  /* [B, H, S_q, band] f32: C of the band; NULL when band == 0 */
-    int32_t band; /* E = P + c_q - 1 */
+    uint16_t *kf;   /* [B, H, S_k, c_q, D] storage type */
+    float *diag;    /* [B, H, S_q, band] f32: C next to the diagonal; NULL when band == 0 */
+    float *edge;    /* [B, H, S_q, edge_n] f32: C from the window's start; NULL without */
+    int32_t band;   /* E = P + c_q - 1 */
+    int32_t edge_n; /* P with a left window bound, else 0 */
 };
 
 /* ---- the prep kernels' pieces ---- */
@@ -199,54 +208,93 @@ __global__ void __launch_bounds__(PREP_THREADS)
     }
 }
 
-/* ---- 2. diag ---- */
+/* ---- 2. diag (and edge) ---- */
 
-/* diag[b, h, i, delta] for the rows [r0, r0 + DIAG_ROWS) of a block (the
- * header's formula). Staged in shared memory: q rows [r0 - (c_q-1), r0 +
- * DIAG_ROWS) and the keys they reach, [r0 - (c_q-1) + off + 1 - 2E, r0 +
- * DIAG_ROWS + off) (zeros outside the sequence), then band[r][e] for e = 1 -
- * 2E .. 0 (the visible pairs' reach; f32 fmaf over d ascending from 0), then
- * each (i, delta) sums its visible terms, a ascending, b ascending, fmaf from
- * 0. Dynamic shared memory: ta_fast_mta_diag_smem. Grid:
- * [batch_count][heads_q][ceil(S_q / DIAG_ROWS)]. */
+/* band[rho][s] = the raw score S~ of q row rfirst + rho (staged in sq) with
+ * key kbase + rho + s, for rho < n_q, s < ns: 0 where the pair is not
+ * visible (ta_tiling_visible: the sequence, causal, the window); else the dot
+ * product, f32 fmaf over d ascending from 0. The keys [kbase, kbase + n_q + ns
+ * - 1) are staged into sk here. Ends with a block barrier. */
+template <bool BF16>
+__device__ __forceinline__ void ta_fast_mta_band(float *band, int32_t ns, const uint16_t *sq,
+                                                 uint16_t *sk, const ta_fast_mta_params &p,
+                                                 const ta_tile_ctx &c, int32_t rfirst, int32_t n_q,
+                                                 int32_t kbase) {
+    const int32_t D = p.head_dim, ld = D + 8;
+    ta_fast_mta_stage<false>(sk, p, c, kbase, n_q + ns - 1);
+    __syncthreads();
+    for (int i = (int)threadIdx.x; i < n_q * ns; i += PREP_THREADS) {
+        const int32_t rho = i / ns, s = i % ns;
+        const uint16_t *qr = sq + rho * ld, *kr = sk + (rho + s) * ld;
+        float acc = 0.0f;
+        for (int32_t d8 = 0; d8 < D / 8; ++d8) { /* d ascending */
+            float fq[8], fk[8];
+            ta_fast_mta_widen8<BF16>(*reinterpret_cast<const uint4 *>(qr + 8 * d8), fq);
+            ta_fast_mta_widen8<BF16>(*reinterpret_cast<const uint4 *>(kr + 8 * d8), fk);
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                acc = __fmaf_rn(fq[e], fk[e], acc);
+        }
+        band[i] = ta_tiling_visible(&p.t, rfirst + rho, kbase + rho + s, c.key_len) ? acc : 0.0f;
+    }
+    __syncthreads();
+}
+
+/* Shared memory of the diag kernel, in floats from its base: the two bands,
+ * each rounded up to 16 bytes (the staged rows after them are read 16 bytes
+ * at a time), then q [n_q][D + 8] and k [n_q + max(NE, NF) - 1][D + 8]. */
+struct ta_fast_mta_diag_layout {
+    int32_t n_q, ne, nf, band2, rows; /* float offsets: band 0, band2; q at rows */
+};
+
+__host__ __device__ __forceinline__ ta_fast_mta_diag_layout ta_fast_mta_diag_at(int32_t cq,
+                                                                                int32_t ck,
+                                                                                int32_t band,
+                                                                                int32_t edge) {
+    ta_fast_mta_diag_layout l;
+    l.n_q = DIAG_ROWS + cq - 1;
+    l.ne = 2 * band;
+    l.nf = edge > 0 ? 3 * ((ck - 1) / 2) + cq - 1 : 0;
+    l.band2 = (l.n_q * l.ne + 3) / 4 * 4;
+    l.rows = l.band2 + (l.n_q * l.nf + 3) / 4 * 4;
+    return l;
+}
+
+/* For the rows [r0, r0 + DIAG_ROWS) of a block (the header's formulas):
+ * diag[b, h, i, delta], delta < E, from band[r][e] = S~[r][r + off + e] for e
+ * = 1 - 2E .. 0 (every term of these entries: e <= 0); with a left window
+ * bound (window_left = wl >= 0) also edge[b, h, i, g], g < P (key j = lo(i) +
+ * g, lo(i) = i + off - wl), from band2[r][f] = S~[r][r + off - wl + f], f =
+ * -P .. 2P + c_q - 2. Each entry sums its terms a ascending, b ascending,
+ * fmaf from 0 (the hidden ones are 0 in the bands). Grid:
+ * [batch_count][heads_q][ceil(S_q / DIAG_ROWS)]; dynamic shared memory:
+ * ta_fast_mta_diag_smem. */
 template <bool BF16>
 __global__ void __launch_bounds__(PREP_THREADS)
     ta_fast_mta_diag_kernel(const __grid_constant__ ta_fast_mta_params p) {
     extern __shared__ float4 ta_fast_mta_prep_smem[];
-    const int32_t D = p.head_dim, cq = p.conv_q, ck = p.conv_k, half = (ck - 1) / 2;
-    const int32_t E = p.band, NE = 2 * E, off = p.t.diag_offset, halo = cq - 1, ld = D + 8;
-    const int32_t n_rb = (p.t.seq_q + DIAG_ROWS - 1) / DIAG_ROWS, n_q = DIAG_ROWS + halo;
+    const int32_t cq = p.conv_q, ck = p.conv_k, half = (ck - 1) / 2, ld = p.head_dim + 8;
+    const int32_t E = p.band, P = p.edge_n, off = p.t.diag_offset, halo = cq - 1;
+    const ta_fast_mta_diag_layout L = ta_fast_mta_diag_at(cq, ck, E, P);
+    const int32_t n_rb = (p.t.seq_q + DIAG_ROWS - 1) / DIAG_ROWS;
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_rb;
     float *band = reinterpret_cast<float *>(ta_fast_mta_prep_smem); /* [n_q][NE] */
-    /* the band rounded up to 16 bytes: the staged rows are read 16 bytes at a time */
-    uint16_t *sq = reinterpret_cast<uint16_t *>(band + (n_q * NE + 3) / 4 * 4); /* [n_q][ld] */
-    uint16_t *sk = sq + n_q * ld; /* [n_q + NE - 1][ld] */
+    float *band2 = band + L.band2;                                  /* [n_q][NF] */
+    uint16_t *sq = reinterpret_cast<uint16_t *>(band + L.rows);     /* [n_q][ld] */
+    uint16_t *sk = sq + L.n_q * ld;
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         const ta_fast_mta_prep_tile x = ta_fast_mta_prep_at(p, tile, n_rb);
         const ta_tile_ctx c = ta_cuda_context(p, x.b_local, x.h, 0);
         const float *w = p.conv_w + (int64_t)x.h * cq * ck;
         const int32_t r0 = x.blk * DIAG_ROWS;
-        float *diag =
-            p.diag + ((int64_t)(p.batch_begin + x.b_local) * p.heads_q + x.h) * p.t.seq_q * E;
+        const int64_t rows0 = ((int64_t)(p.batch_begin + x.b_local) * p.heads_q + x.h) * p.t.seq_q;
         __syncthreads(); /* the previous tile is done with shared memory */
-        ta_fast_mta_stage<true>(sq, p, c, r0 - halo, n_q);
-        ta_fast_mta_stage<false>(sk, p, c, r0 - halo + off + 1 - NE, n_q + NE - 1);
-        __syncthreads();
-        for (int i = (int)threadIdx.x; i < n_q * NE; i += PREP_THREADS) {
-            /* q row rho = i / NE with key row rho + i % NE: e = i % NE + 1 - 2E */
-            const uint16_t *qr = sq + (i / NE) * ld, *kr = sk + (i / NE + i % NE) * ld;
-            float acc = 0.0f;
-            for (int32_t d8 = 0; d8 < D / 8; ++d8) { /* d ascending */
-                float fq[8], fk[8];
-                ta_fast_mta_widen8<BF16>(*reinterpret_cast<const uint4 *>(qr + 8 * d8), fq);
-                ta_fast_mta_widen8<BF16>(*reinterpret_cast<const uint4 *>(kr + 8 * d8), fk);
-#pragma unroll
-                for (int e = 0; e < 8; ++e)
-                    acc = __fmaf_rn(fq[e], fk[e], acc);
-            }
-            band[i] = acc;
-        }
-        __syncthreads();
+        ta_fast_mta_stage<true>(sq, p, c, r0 - halo, L.n_q);
+        ta_fast_mta_band<BF16>(band, L.ne, sq, sk, p, c, r0 - halo, L.n_q,
+                               r0 - halo + off + 1 - L.ne);
+        if (P > 0)
+            ta_fast_mta_band<BF16>(band2, L.nf, sq, sk, p, c, r0 - halo, L.n_q,
+                                   r0 - halo + off - p.t.window_left - P);
         for (int i = (int)threadIdx.x; i < DIAG_ROWS * E; i += PREP_THREADS) {
             const int32_t ri = i / E, delta = i % E, row = r0 + ri;
             float acc = 0.0f;
@@ -256,10 +304,20 @@ __global__ void __launch_bounds__(PREP_THREADS)
                 const int32_t b_last = delta + half + a - (cq - 1);
                 for (int32_t bb = 0; bb < ck && bb <= b_last; ++bb) {
                     const int32_t e = bb - half + cq - 1 - a - delta;
-                    acc = __fmaf_rn(w[a * ck + bb], band[(ri + a) * NE + e + NE - 1], acc);
+                    acc = __fmaf_rn(w[a * ck + bb], band[(ri + a) * L.ne + e + L.ne - 1], acc);
                 }
             }
-            diag[(int64_t)row * E + delta] = acc;
+            p.diag[(rows0 + row) * E + delta] = acc;
+        }
+        for (int i = (int)threadIdx.x; i < DIAG_ROWS * P; i += PREP_THREADS) {
+            const int32_t ri = i / P, g = i % P, row = r0 + ri;
+            float acc = 0.0f;
+            if (row >= p.t.seq_q) continue;
+            for (int32_t a = 0; a < cq; ++a)
+                for (int32_t bb = 0; bb < ck; ++bb) /* f + P = g + b + c_q - 1 - a */
+                    acc = __fmaf_rn(w[a * ck + bb], band2[(ri + a) * L.nf + g + bb + cq - 1 - a],
+                                    acc);
+            p.edge[(rows0 + row) * P + g] = acc;
         }
     }
 }
@@ -269,9 +327,10 @@ static size_t ta_fast_mta_kf_smem(const ta_problem *pr) {
     return (size_t)(KF_ROWS + pr->conv_k - 1) * (size_t)(pr->head_dim + 8) * 2u +
            4u * (size_t)pr->conv_q * (size_t)pr->conv_k;
 }
-static size_t ta_fast_mta_diag_smem(const ta_problem *pr, int32_t band) {
-    const size_t n_q = (size_t)(DIAG_ROWS + pr->conv_q - 1), ne = 2u * (size_t)band;
-    return (n_q * ne + 3u) / 4u * 16u + (2u * n_q + ne - 1u) * (size_t)(pr->head_dim + 8) * 2u;
+static size_t ta_fast_mta_diag_smem(const ta_problem *pr, int32_t band, int32_t edge) {
+    const ta_fast_mta_diag_layout l = ta_fast_mta_diag_at(pr->conv_q, pr->conv_k, band, edge);
+    const int32_t nk = l.n_q + (l.ne > l.nf ? l.ne : l.nf) - 1;
+    return (size_t)l.rows * 4u + (size_t)(l.n_q + nk) * (size_t)(pr->head_dim + 8) * 2u;
 }
 
 /* ---- 3. the attention ---- */
@@ -313,17 +372,20 @@ __device__ __forceinline__ void ta_fast_mta_load_q(uint16_t *dst, const ta_fast_
     }
 }
 
-/* s = diag[row][delta] at this lane's entries with 0 <= delta = row + off - j
- * < E (the caller skips tiles where no row of the warp has one). */
-template <int NT>
-__device__ __forceinline__ void ta_fast_mta_near(float (&s)[4 * NT], const float *diag, int32_t E,
-                                                 int32_t off, int32_t seq_q, int32_t ra,
-                                                 int32_t col0, int tq) {
+/* s = vals[row][idx] at this lane's entries with 0 <= idx < n: idx = row + off
+ * - j (EDGE false: the E keys left of the diagonal, from diag) or j - (row +
+ * off - window_left) (EDGE true: the P keys from the window's start on, from
+ * edge). The caller skips tiles where no row of the warp has one. */
+template <int NT, bool EDGE>
+__device__ __forceinline__ void ta_fast_mta_direct(float (&s)[4 * NT], const float *vals, int32_t n,
+                                                   int32_t anchor, int32_t seq_q, int32_t ra,
+                                                   int32_t col0, int tq) {
 #pragma unroll
     for (int i = 0; i < 4 * NT; ++i) {
         const int32_t row = ra + 8 * ((i >> 1) & 1);
-        const int32_t delta = row + off - (col0 + 8 * (i / 4) + 2 * tq + (i & 1));
-        if (row < seq_q && delta >= 0 && delta < E) s[i] = diag[(int64_t)row * E + delta];
+        const int32_t j = col0 + 8 * (i / 4) + 2 * tq + (i & 1);
+        const int32_t idx = EDGE ? j - (row + anchor) : row + anchor - j;
+        if (row < seq_q && idx >= 0 && idx < n) s[i] = vals[(int64_t)row * n + idx];
     }
 }
 
@@ -360,6 +422,9 @@ __global__ void __launch_bounds__(32 * NW, MINB)
         const int64_t head = (int64_t)(p.batch_begin + at.b_local) * p.heads_q + at.h;
         const int64_t kf_off = head * t.seq_k * cq * D;
         const float *diag = p.diag ? p.diag + head * t.seq_q * p.band : nullptr;
+        const float *edge = p.edge ? p.edge + head * t.seq_q * p.edge_n : nullptr;
+        /* lo(r) = r + lo_off, the window's start (edge_n > 0: window_left < S_k) */
+        const int32_t lo_off = p.edge_n > 0 ? t.diag_offset - t.window_left : 0;
         const int32_t total = (c.k_end - c.k_begin) * n_ch;
         int32_t lo[2], hi[2];
         float o[4 * T::DT], m[2] = {ta_fast_neg_inf(), ta_fast_neg_inf()}, l[2] = {0.0f, 0.0f};
@@ -415,9 +480,15 @@ __global__ void __launch_bounds__(32 * NW, MINB)
                     ta_fast_qk_add<T, D, BN, BF16>(s, sq + part * T::LD, buf, lane, warp);
                     continue;
                 }
-                /* step 1b: a warp whose rows reach within E of this tile's keys */
+                /* step 1b: a warp whose rows reach within E of this tile's keys, or
+                 * (a left window bound) whose window starts within P of them */
                 if (diag && wrow0 + t.diag_offset - (col0 + BN - 1) < p.band)
-                    ta_fast_mta_near<T::NT>(s, diag, p.band, t.diag_offset, t.seq_q, ra, col0, tq);
+                    ta_fast_mta_direct<T::NT, false>(s, diag, p.band, t.diag_offset, t.seq_q, ra,
+                                                     col0, tq);
+                if (edge && col0 < wrow0 + 15 + lo_off + p.edge_n &&
+                    col0 + BN - 1 >= wrow0 + lo_off)
+                    ta_fast_mta_direct<T::NT, true>(s, edge, p.edge_n, lo_off, t.seq_q, ra, col0,
+                                                    tq);
                 { /* steps 2-3 */
                     float cr[2];
                     ta_fast_softmax_tile<T::NT>(s, m, l, lo, hi, col0, tq, scale_log2, cr);
@@ -529,10 +600,13 @@ extern "C" ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan, const ta_fwd_args
                                    plan->fwd.causal, TA_TILING_FWD, 1);
     if (st != TA_OK) return st;
     ta_tiling_set_history(&t, plan->fwd.q_history);
+    ta_tiling_set_window(&t, plan->fwd.window_left, plan->fwd.window_right);
     ta_cuda_params_fwd(&prm, plan, &t, a, ws);
     prm.kf = static_cast<uint16_t *>(ws->mta_kf);
     prm.diag = ws->mta_diag;
     prm.band = ta_cuda_fast_mta_band(plan);
+    prm.edge = ws->mta_edge;
+    prm.edge_n = ta_cuda_fast_mta_edge(plan);
     {
         const size_t kf_smem = ta_fast_mta_kf_smem(pr);
         const void *kk = bf16 ? reinterpret_cast<const void *>(&ta_fast_mta_kf_kernel<true>)
@@ -542,7 +616,7 @@ extern "C" ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan, const ta_fwd_args
             kk, &prm, (int64_t)pr->heads_q * ((pr->seq_k + KF_ROWS - 1) / KF_ROWS), 0, kf_smem);
     }
     if (prm.band > 0) {
-        const size_t band_smem = ta_fast_mta_diag_smem(pr, prm.band);
+        const size_t band_smem = ta_fast_mta_diag_smem(pr, prm.band, prm.edge_n);
         const void *kc = bf16 ? reinterpret_cast<const void *>(&ta_fast_mta_diag_kernel<true>)
                               : reinterpret_cast<const void *>(&ta_fast_mta_diag_kernel<false>);
         if ((st = ta_cuda_smem_opt_in(kc, band_smem, band_smem)) != TA_OK) return st;

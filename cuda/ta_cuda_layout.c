@@ -37,13 +37,20 @@ int ta_cuda_fast_mta_path(const ta_plan *plan) {
     const ta_problem *p = &plan->p;
     const int32_t d = p->head_dim;
     return p->precision == TA_PRECISION_FAST && p->dtype != TA_F32 && plan->has_conv &&
-           d == p->head_dim_v && (d == 64 || d == 96 || d == 128) && !plan->has_window &&
+           d == p->head_dim_v && (d == 64 || d == 96 || d == 128) &&
            plan->stages.load == TA_LOAD_NONE && plan->fwd.num_splits == 1 &&
            p->kv_page_size == 0;
 }
 
 int32_t ta_cuda_fast_mta_band(const ta_plan *plan) {
     return (plan->p.conv_k - 1) / 2 + plan->p.conv_q - 1;
+}
+
+int32_t ta_cuda_fast_mta_edge(const ta_plan *plan) {
+    /* a window start hides a term only if some row's start is past key 0:
+     * i' + S_k - S_q - window_left > 0 for a row i' < S_q */
+    const int32_t wl = plan->fwd.window_left;
+    return wl >= 0 && wl < plan->p.seq_k ? (plan->p.conv_k - 1) / 2 : 0;
 }
 
 /* The fast forward's configuration table (docs/cuda.md section 7,
@@ -162,20 +169,22 @@ static void ta_cuda_rope_take(const ta_plan *plan, ta_ws_cursor *c, void **rot_q
 }
 
 /* The fast MTA forward's regions (ta_cuda.h draws them): the filtered keys
- * kf, c_q per key per query head, and the convolved scores next to the
- * diagonal, E per query row. */
+ * kf, c_q per key per query head, the convolved scores next to the diagonal,
+ * E per query row, and with a left window bound those next to it, P per row. */
 static ta_status ta_cuda_fast_mta_take(const ta_plan *plan, ta_ws_cursor *c, ta_cuda_fwd_ws *ws) {
     const ta_problem *p = &plan->p;
     const size_t heads = (size_t)p->batch * (size_t)p->heads_q;
-    const int32_t band = ta_cuda_fast_mta_band(plan);
-    size_t n_kf = 0, n_diag = 0;
+    const int32_t band = ta_cuda_fast_mta_band(plan), edge = ta_cuda_fast_mta_edge(plan);
+    size_t n_kf = 0, n_diag = 0, n_edge = 0;
     if (!ta_mul_size(heads, (size_t)p->seq_k, &n_kf) ||
         !ta_mul_size(n_kf, (size_t)p->conv_q * (size_t)p->head_dim, &n_kf) ||
         !ta_mul_size(heads, (size_t)p->seq_q, &n_diag) ||
-        !ta_mul_size(n_diag, (size_t)band, &n_diag))
+        !ta_mul_size(n_diag, (size_t)band, &n_diag) ||
+        !ta_mul_size(heads * (size_t)p->seq_q, (size_t)edge, &n_edge))
         return TA_ERR_OVERFLOW;
     ws->mta_kf = ta_ws_take(c, n_kf, plan->elem_bytes);
     if (band > 0) ws->mta_diag = TA_WS_TAKE(c, float, n_diag);
+    if (edge > 0) ws->mta_edge = TA_WS_TAKE(c, float, n_edge);
     return TA_OK;
 }
 
@@ -190,7 +199,7 @@ ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws
     ta_ws_begin(&c, base);
     ws->part_o = ws->part_lse = NULL;
     ws->rot_q = ws->rot_k = ws->mta_kf = NULL;
-    ws->mta_diag = NULL;
+    ws->mta_diag = ws->mta_edge = NULL;
     ta_cuda_rope_take(plan, &c, &ws->rot_q, &ws->rot_k);
     if (n_split > 1) {
         size_t n_o = 0, n_lse = 0;

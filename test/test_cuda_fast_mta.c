@@ -5,7 +5,8 @@
  *  1. accuracy: random problems (f16 and bf16; D = D_v in {64, 96, 128};
  *     c_q in [1, 16], odd c_k in [1, 31], the paper's 6 x 11 and the identity
  *     kernel often; GQA; S_q != S_k, odd and prime lengths; seqlens_k (0,
- *     partial, full); every tile_config) against the float64 oracle. Every o
+ *     partial, full); sliding windows (three in ten); every tile_config)
+ *     against the float64 oracle. Every o
  *     element's error over the oracle's magnitude o_mag must stay under
  *     TA_FAST_MTA_O_BOUND(dtype), lse's over lse_mag under
  *     TA_FAST_MTA_LSE_BOUND; a row that sees no key gives o = 0 and lse = -inf.
@@ -18,8 +19,8 @@
  *     sequence.
  *  3. determinism: one problem run 5 times (outputs poisoned anew): identical
  *     bytes; a CUDA graph of the call replayed twice: the same bytes.
- *  4. what the fast kernels do not take runs the exact kernels: a sliding
- *     window, and q rows that are not on 16 bytes, give exact mode's bytes;
+ *  4. what the fast kernels do not take runs the exact kernels: D = 32, and
+ *     q rows that are not on 16 bytes, give exact mode's bytes;
  *     a tile_config past the table: TA_ERR_UNSUPPORTED (size query and
  *     call), o untouched.
  *  5. the workspace query counts the filtered keys and the scores next to
@@ -200,6 +201,7 @@ static int random_case(uint64_t seed, int idx, mcase *m, ta_rng *r) {
                 : conv == 3 ? 31
                             : 2 * ta_rng_int(r, 0, 15) + 1;
     if (ta_rng_int(r, 0, 2) == 0) p->scale = ta_rng_uniform(r, 0.02f, 0.3f);
+    ta_test_random_window(r, p, 30);
     m->use_seqlens = ta_rng_int(r, 0, 3) == 0;
     for (b = 0; b < p->batch; ++b) {
         const int32_t kind = ta_rng_int(r, 0, 2);
@@ -210,11 +212,12 @@ static int random_case(uint64_t seed, int idx, mcase *m, ta_rng *r) {
 
 static void describe(const mcase *m, char *buf, size_t n) {
     const ta_problem *p = &m->p;
-    snprintf(buf, n, "%s B=%d H=%d/%d S_q=%d S_k=%d D=%d conv %dx%d cfg %d%s scale %g hist %d",
+    snprintf(buf, n,
+             "%s B=%d H=%d/%d S_q=%d S_k=%d D=%d conv %dx%d cfg %d%s scale %g hist %d window %d/%d",
              p->dtype == TA_BF16 ? "bf16" : "f16", (int)p->batch, (int)p->heads_q, (int)p->heads_kv,
              (int)p->seq_q, (int)p->seq_k, (int)p->head_dim, (int)p->conv_q, (int)p->conv_k,
              (int)p->tile_config, m->use_seqlens ? " seqlens" : "", (double)p->scale,
-             (int)p->q_history);
+             (int)p->q_history, (int)p->window_left, (int)p->window_right);
 }
 
 /* o, lse of rows [row0, row0 + p->seq_q) against the oracle's rows of `full`
@@ -522,12 +525,18 @@ static void check_fallbacks_and_refusals(uint64_t seed) {
     ta_status st;
     ta_rng_seed(&r, seed ^ UINT64_C(0xfeedface));
     mid_case(&m, &r);
-    /* a sliding window */
-    p = m.p;
-    p.flags |= TA_WINDOW;
-    p.window_left = 37;
-    p.window_right = -1;
-    check_exact_fallback("window", &m, &p);
+    /* a head dim the fast MTA path does not take (D = 32) */
+    {
+        mcase m32;
+        ta_rng r32;
+        ta_rng_seed(&r32, seed ^ UINT64_C(0x32));
+        memset(&m32, 0, sizeof m32);
+        m32.p = m.p;
+        m32.p.head_dim = m32.p.head_dim_v = 32;
+        mcase_fill(&m32, &r32, 0);
+        check_exact_fallback("D = 32", &m32, &m32.p);
+        mcase_free(&m32);
+    }
     /* q rows 8 bytes apart from 16: the q buffer read with row stride D + 4 */
     {
         const size_t rows = count4(m.p.batch, m.p.heads_q, m.p.seq_q, 1), dq = 128, dp = 132;
