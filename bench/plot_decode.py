@@ -9,13 +9,11 @@ bandwidth dashed; one panel per (H_kv, new queries).
 
 Needs matplotlib (not a dependency of the library or its tests).
 """
-import argparse
-import csv
+import os
+import sys
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display needed
-import matplotlib.pyplot as plt  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plot_util import finish, panels, read_args  # noqa: E402
 
 SERIES = (  # CSV column, legend label, line style
     ("split_gbs", "tileattn split-K (TA_SPLITS_AUTO)", dict(color="tab:blue", marker="o")),
@@ -27,17 +25,10 @@ SERIES = (  # CSV column, legend label, line style
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("csv")
-    ap.add_argument("--out", default="docs/img/decode_gbs.png")
-    ap.add_argument("--title", default="")
-    ap.add_argument("--dpi", type=int, default=110)
-    a = ap.parse_args()
-    with open(a.csv, newline="") as f:
-        rows = list(csv.DictReader(f))
-    panels = sorted({(int(r["H_kv"]), int(r["S_q"])) for r in rows}, key=lambda x: (-x[0], x[1]))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
-    for ax, (h_kv, s_q) in zip(axes[0], panels):
+    a, rows = read_args(__doc__, "docs/img/decode_gbs.png")
+    keys = sorted({(int(r["H_kv"]), int(r["S_q"])) for r in rows}, key=lambda x: (-x[0], x[1]))
+    fig, axes = panels(len(keys))
+    for ax, (h_kv, s_q) in zip(axes, keys):
         sel = sorted((r for r in rows if int(r["H_kv"]) == h_kv and int(r["S_q"]) == s_q),
                      key=lambda r: int(r["S_k"]))
         xs = [int(r["S_k"]) for r in sel]
@@ -49,12 +40,8 @@ def main():
         ax.set_title("H = %s, H_kv = %d, %d new quer%s" % (sel[0]["H"], h_kv, s_q,
                                                            "y" if s_q == 1 else "ies"))
         ax.grid(True, alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    if a.title:
-        fig.suptitle(a.title)
-    fig.tight_layout()
-    fig.savefig(a.out, dpi=a.dpi)
-    print("wrote", a.out)
+    axes[0].legend(fontsize=7)
+    finish(fig, a)
 
 
 if __name__ == "__main__":
