@@ -212,8 +212,9 @@ def attention(q, k, v, conv_w=None, causal=False, backend="cpu", precision="exac
     causal      bottom-right causal mask: query row r sees keys j <= r + S_k - S_q.
     backend     "ref" (scalar reference), "cpu" (AVX2/AVX-512 + OpenMP): CPU
                 tensors; "cuda": CUDA tensors, on torch's current stream.
-    precision   "exact" (bit-identical on every backend) or "fast" (CUDA f16/bf16
-                SDPA on tensor cores, within documented bounds; docs/api.md).
+    precision   "exact" (bit-identical on every backend) or "fast" (CUDA f16/bf16:
+                the SDPA forward and backward and the MTA forward on tensor
+                cores, within documented bounds; docs/api.md).
     scale       score scale; None = 1/sqrt(D).
     seqlens_k   None, or B ints (list or tensor): keys at or past seqlens_k[b] are masked.
     window      None, or (left, right): row r at position p = r + S_k - S_q sees keys
