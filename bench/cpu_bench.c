@@ -75,6 +75,8 @@ typedef struct opts {
     int window;           /* --window: TA_WINDOW with win_l, win_r (negative: unbounded) */
     int32_t win_l, win_r;
     int32_t rope; /* --rope: ta_rope_pairing (0: none) */
+    int32_t decode[MAX_LIST], n_decode; /* --decode: new query rows per step (decode mode) */
+    int32_t heads_kv;                   /* --heads-kv (decode mode; 0: = heads) */
     ta_dtype dtype;
     int do_fwd, do_bwd, check, csv;
 } opts;
@@ -321,6 +323,7 @@ typedef struct bufs {
     const float *conv_w; /* MTA: [H, c_q, c_k]; NULL for SDPA */
     float *dconv_w;      /* MTA backward output */
     float *rope_cos, *rope_sin; /* --rope: [S, D/2] tables; NULL without */
+    void *q_hist;               /* q_history > 0: [B, H, q_history, D]; else NULL */
     size_t n_q, n_o, n_lse, eb, ws_bytes;
 } bufs;
 
@@ -349,6 +352,7 @@ static ta_status call(const ta_problem *p, ta_backend be, int bwd, bufs *x, void
         a.conv_w = x->conv_w;
         a.rope.cos = x->rope_cos;
         a.rope.sin = x->rope_sin;
+        a.q_hist = x->q_hist;
         return ta_fwd(p, be, &a, ws, ws_bytes, NULL);
     } else {
         ta_bwd_args a;
@@ -452,6 +456,13 @@ static void setup(const ta_problem *p, bufs *x) {
     fill(x->k, p->dtype, n_k, &state);
     fill(x->v, p->dtype, n_k, &state);
     fill(x->d_o, p->dtype, x->n_o, &state);
+    x->q_hist = NULL;
+    if (p->q_history > 0) {
+        const size_t n_h = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->q_history *
+                           (size_t)p->head_dim;
+        x->q_hist = xalloc(n_h * x->eb);
+        fill(x->q_hist, p->dtype, n_h, &state);
+    }
     x->rope_cos = x->rope_sin = NULL;
     if (p->rope) { /* the original RoPE, base 10000, one row per position */
         ta_rope_1d cfg;
@@ -463,7 +474,7 @@ static void setup(const ta_problem *p, bufs *x) {
         (void)ta_rope_table_1d(&cfg, x->rope_cos, x->rope_sin);
     }
     ta_fwd_workspace_size(p, TA_BACKEND_CPU, &fb);
-    ta_bwd_workspace_size(p, TA_BACKEND_CPU, &bb);
+    if (p->q_history == 0) ta_bwd_workspace_size(p, TA_BACKEND_CPU, &bb); /* fwd only */
     x->ws_bytes = fb > bb ? fb : bb;
     x->ws = xalloc(x->ws_bytes);
 }
@@ -478,6 +489,7 @@ static void teardown(bufs *x) {
     free(x->dk);
     free(x->dv);
     free(x->lse);
+    free(x->q_hist);
     free(x->ws);
     free(x->rope_cos);
     free(x->rope_sin);
@@ -598,6 +610,125 @@ static int run_problem(const opts *op, ta_problem *p, double peak, ta_cpu_isa is
     return ok;
 }
 
+/* ---- Decode mode (--decode): GB/s of K and V per step ---- */
+
+/* Median seconds of reps parallel copies of n bytes (threads threads, one
+ * contiguous chunk each): the bandwidth a step that reads K and V once
+ * could reach, measured in this process. */
+static double copy_secs(size_t n, int32_t threads, int reps) {
+    unsigned char *src = (unsigned char *)xalloc(n), *dst = (unsigned char *)xalloc(n);
+    double t[64] = {0};
+    int i;
+    memset(src, 1, n);
+    memset(dst, 2, n);
+    if (reps > 64) reps = 64;
+    for (i = -1; i < reps; ++i) {
+        const double t0 = now_s();
+        int32_t c;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads) schedule(static)
+#endif
+        for (c = 0; c < threads; ++c) {
+            const size_t lo = n / (size_t)threads * (size_t)c;
+            const size_t hi = c + 1 == threads ? n : n / (size_t)threads * (size_t)(c + 1);
+            memcpy(dst + lo, src + lo, hi - lo);
+        }
+        if (i >= 0) t[i] = now_s() - t0;
+    }
+    g_sink = (float)dst[n / 2];
+    free(src);
+    free(dst);
+    return median(t, reps);
+}
+
+/* One decode step of p (forward), timed; its GB/s against copy_gbs printed.
+ * Returns the step's seconds (-1 on an error). */
+static double decode_row(const opts *op, ta_problem *p, ta_cpu_isa isa, double copy_gbs,
+                         double sdpa_s) {
+    bufs x;
+    const size_t kv_bytes = 2u * (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k *
+                            (size_t)p->head_dim * (p->dtype == TA_F32 ? 4u : 2u);
+    float *w = NULL;
+    double secs;
+    char kind[32];
+    if (p->conv_q > 0) {
+        const size_t n_w = (size_t)p->heads_q * (size_t)p->conv_q * (size_t)p->conv_k;
+        size_t i;
+        w = (float *)xalloc(n_w * sizeof(float));
+        for (i = 0; i < n_w; ++i) w[i] = 0.05f + 0.01f * (float)(i % 7);
+        snprintf(kind, sizeof kind, "mta%dx%d", (int)p->conv_q, (int)p->conv_k);
+    } else {
+        snprintf(kind, sizeof kind, "sdpa");
+    }
+    setup(p, &x);
+    x.conv_w = w;
+    x.dconv_w = NULL;
+    secs = time_pass(p, 0, &x, op->reps);
+    if (secs >= 0) {
+        const double gbs = (double)kv_bytes / secs * 1e-9;
+        printf("%-8s %-7s %3d  %7d %4d %4d/%-3d %3d %-4s %10.3f %9.1f %9.1f %6.1f%%", kind,
+               ta_cpu_isa_name(isa), p->num_threads, p->seq_k, p->seq_q, p->heads_q, p->heads_kv,
+               p->head_dim, dtype_str(p->dtype), secs * 1e3, gbs, copy_gbs,
+               100.0 * gbs / copy_gbs);
+        if (sdpa_s > 0) printf("  %6.2fx", secs / sdpa_s);
+        if (op->check) printf("  %s", check_vs_ref(p, 0, &x) ? "bit-identical" : "MISMATCH");
+        printf("\n");
+        if (op->csv)
+            fprintf(stderr, "decode,%s,%s,%d,%d,%d,%d,%d,%d,%s,%.6f,%.3f,%.3f,%.4f,%.4f\n", kind,
+                    ta_cpu_isa_name(isa), p->num_threads, p->batch, p->heads_q, p->heads_kv,
+                    p->seq_k, p->seq_q, dtype_str(p->dtype), secs * 1e3, gbs, copy_gbs,
+                    gbs / copy_gbs, sdpa_s > 0 ? secs / sdpa_s : 0.0);
+        fflush(stdout);
+    }
+    teardown(&x);
+    free(w);
+    return secs;
+}
+
+/* The decode table of one thread count: every (S_k, new rows, D), SDPA and
+ * (--mta) the MTA step with its c_q - 1 history rows. Returns 0 on an error. */
+static int decode_table(const opts *op, int32_t threads, ta_cpu_isa isa) {
+    int is, iq, id, ok = 1;
+    printf("%-8s %-7s %3s  %7s %4s %8s %3s %-4s %10s %9s %9s %7s  %s\n", "kind", "isa", "thr",
+           "S_k", "S_q", "H/H_kv", "D", "type", "ms", "GB/s", "copy", "of copy", "MTA/SDPA time");
+    for (is = 0; is < op->n_seqs; ++is)
+        for (id = 0; id < op->n_dims; ++id) {
+            ta_problem p;
+            double copy_gbs;
+            memset(&p, 0, sizeof p);
+            p.batch = op->batch;
+            p.heads_q = op->heads;
+            p.heads_kv = op->heads_kv > 0 ? op->heads_kv : op->heads;
+            p.seq_k = op->seqs[is];
+            p.head_dim = p.head_dim_v = op->dims[id];
+            p.dtype = op->dtype;
+            p.flags = TA_CAUSAL;
+            p.num_splits = TA_SPLITS_AUTO;
+            p.num_threads = threads;
+            {
+                const size_t kv = 2u * (size_t)p.batch * (size_t)p.heads_kv * (size_t)p.seq_k *
+                                  (size_t)p.head_dim * (p.dtype == TA_F32 ? 4u : 2u);
+                copy_gbs = (double)kv / copy_secs(kv, threads, op->reps) * 1e-9;
+            }
+            for (iq = 0; iq < op->n_decode; ++iq) {
+                double sdpa_s;
+                p.seq_q = op->decode[iq] < p.seq_k ? op->decode[iq] : p.seq_k;
+                p.conv_q = p.conv_k = 0;
+                p.q_history = 0;
+                sdpa_s = decode_row(op, &p, isa, copy_gbs, 0.0);
+                if (sdpa_s < 0) ok = 0;
+                if (op->mta_q > 0) {
+                    p.conv_q = op->mta_q;
+                    p.conv_k = op->mta_k;
+                    p.q_history = p.seq_k - p.seq_q < op->mta_q - 1 ? p.seq_k - p.seq_q
+                                                                    : op->mta_q - 1;
+                    if (decode_row(op, &p, isa, copy_gbs, sdpa_s) < 0) ok = 0;
+                }
+            }
+        }
+    return ok;
+}
+
 static int parse_list(const char *s, int32_t *out, int *n) {
     char *end;
     *n = 0;
@@ -629,6 +760,11 @@ static void usage(void) {
         "  --window L,R   sliding window (TA_WINDOW) of L keys left, R right of the\n"
         "                 diagonal on every problem; negative = unbounded  [none]\n"
         "  --rope P       rotary load stage on every problem: interleaved or half  [none]\n"
+        "  --decode L     decode mode: L new query rows per step (comma list) against\n"
+        "                 S_k = each --seq, causal, TA_SPLITS_AUTO, forward only; GB/s\n"
+        "                 of K and V against a parallel copy of as many bytes, and the\n"
+        "                 MTA step (--mta, q_history = c_q - 1) against it\n"
+        "  --heads-kv N   kv heads in decode mode (GQA)                [--heads]\n"
         "  --check        compare each result with the reference (slow)\n"
         "  --peak-only    measure the FMA peak and stop\n"
         "  --csv          also write CSV rows to stderr\n"
@@ -699,7 +835,11 @@ static int parse_args(int argc, char **argv, opts *op, int *peak_only) {
                        : strcmp(v, "half") == 0      ? TA_ROPE_HALF
                                                      : -1;
             if (op->rope < 0) used = -1;
-        } else if (strcmp(a, "--check") == 0)
+        } else if (strcmp(a, "--decode") == 0 && v)
+            used = parse_list(v, op->decode, &op->n_decode) ? 2 : -1;
+        else if (strcmp(a, "--heads-kv") == 0 && v)
+            op->heads_kv = atoi(v), used = 2;
+        else if (strcmp(a, "--check") == 0)
             op->check = 1;
         else if (strcmp(a, "--csv") == 0)
             op->csv = 1;
@@ -747,6 +887,10 @@ int main(int argc, char **argv) {
             fprintf(stderr, "peak,%s,%d,,,,,,,,,%.3f,%.3f,1\n", ta_cpu_isa_name(isa), threads, peak,
                     peak);
         if (peak_only) continue;
+        if (op.n_decode > 0) {
+            ok &= decode_table(&op, threads, isa);
+            continue;
+        }
         printf("%-8s %-7s %3s  %5s %5s %4s %-6s %-4s %-3s %10s %9s %9s %7s  %s\n", "kind", "isa",
                "thr", "S", "D", "H", "mask", "type", "pas", "ms", "GFLOP/s", "peak", "of peak",
                "MTA/SDPA time");
