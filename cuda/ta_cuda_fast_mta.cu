@@ -595,12 +595,14 @@ extern "C" ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan, const ta_fwd_args
     const ta_fast_mta_cfg &cf = cand[pr->tile_config > 0 ? pr->tile_config - 1 : 0];
     smem = cf.smem(pr->conv_q);
     if ((st = ta_cuda_smem_opt_in(cf.kernel, smem, smem)) != TA_OK) return st;
-    /* SDPA's tiles (no halos: the fold needs none), the plan's mask and history */
-    st = (ta_status)ta_tiling_make(&t, pr->seq_q, pr->seq_k, cf.block_m, cf.block_n, 0, 0,
-                                   plan->fwd.causal, TA_TILING_FWD, 1);
-    if (st != TA_OK) return st;
-    ta_tiling_set_history(&t, plan->fwd.q_history);
-    ta_tiling_set_window(&t, plan->fwd.window_left, plan->fwd.window_right);
+    /* SDPA's tiles (the fold needs no conv halos) with the plan's mask, history
+     * and one split, as every CUDA launcher makes its tiling */
+    {
+        ta_plan no_halo = *plan;
+        no_halo.p.conv_q = no_halo.p.conv_k = 0;
+        if ((st = ta_cuda_tiling(&no_halo, cf.block_m, cf.block_n, TA_TILING_FWD, &t)) != TA_OK)
+            return st;
+    }
     ta_cuda_params_fwd(&prm, plan, &t, a, ws);
     prm.kf = static_cast<uint16_t *>(ws->mta_kf);
     prm.diag = ws->mta_diag;

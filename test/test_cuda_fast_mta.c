@@ -220,12 +220,25 @@ static void describe(const mcase *m, char *buf, size_t n) {
              (int)p->q_history, (int)p->window_left, (int)p->window_right);
 }
 
-/* o, lse of rows [row0, row0 + p->seq_q) against the oracle's rows of `full`
- * (the same problem over more rows: row r here is row row0 + r there). */
-static size_t compare_oracle(const mcase *m, const ta_problem *full, const double *wq,
-                             const double *wk, const double *wv, const double *ww, int32_t row0,
-                             const void *o, const float *lse, const char *desc) {
-    const ta_problem *p = &m->p;
+static double *widen_f32(const float *w, size_t n) {
+    double *x = (double *)malloc((n ? n : 1) * sizeof(double));
+    size_t i;
+    if (!x) exit(1);
+    for (i = 0; i < n; ++i)
+        x[i] = (double)w[i];
+    return x;
+}
+
+/* o, lse of the run m, rows [row0, row0 + S_q), against the oracle's rows of
+ * the case fc (m itself, or the same problem over more rows: row r of m is row
+ * row0 + r of fc), whose inputs it widens. */
+static size_t compare_oracle(const mcase *m, const mcase *fc, int32_t row0, const void *o,
+                             const float *lse, const char *desc) {
+    const ta_problem *p = &m->p, *full = &fc->p;
+    double *wq = ta_oracle_widen(fc->q, full->dtype, fc->nq);
+    double *wk = ta_oracle_widen(fc->k, full->dtype, fc->nk);
+    double *wv = ta_oracle_widen(fc->v, full->dtype, fc->nv);
+    double *ww = widen_f32(fc->w, fc->nw);
     const size_t dv = (size_t)p->head_dim_v,
                  n_full = count4(full->batch, full->heads_q, full->seq_q, 1);
     double *o_ref = (double *)malloc(n_full * dv * sizeof(double));
@@ -279,16 +292,11 @@ static size_t compare_oracle(const mcase *m, const ta_problem *full, const doubl
     free(o_mag);
     free(lse_ref);
     free(lse_mag);
+    free(wq);
+    free(wk);
+    free(wv);
+    free(ww);
     return bad;
-}
-
-static double *widen_f32(const float *w, size_t n) {
-    double *x = (double *)malloc((n ? n : 1) * sizeof(double));
-    size_t i;
-    if (!x) exit(1);
-    for (i = 0; i < n; ++i)
-        x[i] = (double)w[i];
-    return x;
 }
 
 /* Part 1: one random problem against the oracle. */
@@ -299,7 +307,6 @@ static int check_problem(uint64_t seed, int idx) {
     char desc[256];
     void *o;
     float *lse;
-    double *wq, *wk, *wv, *ww;
     size_t bad;
     ta_status st;
     ta_rng_seed(&r, seed + UINT64_C(0x9e3779b9) * (uint64_t)(idx + 1));
@@ -312,12 +319,8 @@ static int check_problem(uint64_t seed, int idx) {
     TA_CHECK(st == TA_OK, "problem %d (%s): size query: %s", idx, desc, ta_status_string(st));
     if (st == TA_OK) st = mdev_run(&d, &m, &m.p, 0xFF, o, lse);
     TA_CHECK(st == TA_OK, "problem %d (%s): ta_fwd: %s", idx, desc, ta_status_string(st));
-    wq = ta_oracle_widen(m.q, m.p.dtype, m.nq);
-    wk = ta_oracle_widen(m.k, m.p.dtype, m.nk);
-    wv = ta_oracle_widen(m.v, m.p.dtype, m.nv);
-    ww = widen_f32(m.w, m.nw);
     snprintf(desc + strlen(desc), sizeof desc - strlen(desc), " #%d", idx);
-    bad = st == TA_OK ? compare_oracle(&m, &m.p, wq, wk, wv, ww, 0, o, lse, desc) : 1;
+    bad = st == TA_OK ? compare_oracle(&m, &m, 0, o, lse, desc) : 1;
     if (st == TA_OK) { /* twins compute each row alike: the same bytes */
         ta_problem p2 = m.p;
         void *o2 = malloc(m.no * m.eb);
@@ -337,10 +340,6 @@ static int check_problem(uint64_t seed, int idx) {
     if (st == TA_OK) mdev_free(&d);
     free(o);
     free(lse);
-    free(wq);
-    free(wk);
-    free(wv);
-    free(ww);
     mcase_free(&m);
     return bad == 0;
 }
@@ -354,7 +353,6 @@ static void check_history(uint64_t seed, ta_dtype dt, int32_t s_full, int32_t n_
     char desc[256];
     void *o;
     float *lse;
-    double *wq, *wk, *wv, *ww;
     size_t bh, t;
     ta_status st;
     memset(&full, 0, sizeof full);
@@ -398,20 +396,11 @@ static void check_history(uint64_t seed, ta_dtype dt, int32_t s_full, int32_t n_
     st = mdev_make(&d, &part, &part.p);
     if (st == TA_OK) st = mdev_run(&d, &part, &part.p, 0xEE, o, lse);
     TA_CHECK(st == TA_OK, "history (%s): %s", desc, ta_status_string(st));
-    wq = ta_oracle_widen(full.q, dt, full.nq);
-    wk = ta_oracle_widen(full.k, dt, full.nk);
-    wv = ta_oracle_widen(full.v, dt, full.nv);
-    ww = widen_f32(full.w, full.nw);
-    t = st == TA_OK ? compare_oracle(&part, &full.p, wq, wk, wv, ww, s_full - n_rows, o, lse, desc)
-                    : 1;
+    t = st == TA_OK ? compare_oracle(&part, &full, s_full - n_rows, o, lse, desc) : 1;
     TA_CHECK(t == 0, "history (%s): %zu elements out of bound", desc, t);
     if (st == TA_OK) mdev_free(&d);
     free(o);
     free(lse);
-    free(wq);
-    free(wk);
-    free(wv);
-    free(ww);
     free(part.q);
     free(part.q_hist);
     mcase_free(&full);
@@ -491,8 +480,10 @@ static void check_determinism(uint64_t seed) {
     mcase_free(&m);
 }
 
-/* Part 4: a problem the fast kernels do not take gives exact mode's bytes. */
-static void check_exact_fallback(const char *what, mcase *m, const ta_problem *p) {
+/* Part 4: a problem the fast kernels do not take gives exact mode's bytes;
+ * q_st: q's strides (NULL: contiguous). */
+static void check_exact_fallback(const char *what, mcase *m, const ta_problem *p,
+                                 const ta_strides *q_st) {
     ta_problem px = *p;
     mdev d;
     void *o0 = malloc(m->no * m->eb), *o1 = malloc(m->no * m->eb);
@@ -503,6 +494,7 @@ static void check_exact_fallback(const char *what, mcase *m, const ta_problem *p
     s0 = mdev_make(&d, m, p);
     TA_CHECK(s0 == TA_OK, "%s: size query %s", what, ta_status_string(s0));
     if (s0 != TA_OK) exit(1);
+    if (q_st) d.a.q_strides = *q_st;
     s0 = mdev_run(&d, m, p, 0x33, o0, l0);
     s1 = mdev_run(&d, m, &px, 0x44, o1, l1);
     TA_CHECK(s0 == TA_OK && s1 == TA_OK && memcmp(o0, o1, m->no * m->eb) == 0 &&
@@ -534,7 +526,7 @@ static void check_fallbacks_and_refusals(uint64_t seed) {
         m32.p = m.p;
         m32.p.head_dim = m32.p.head_dim_v = 32;
         mcase_fill(&m32, &r32, 0);
-        check_exact_fallback("D = 32", &m32, &m32.p);
+        check_exact_fallback("D = 32", &m32, &m32.p, NULL);
         mcase_free(&m32);
     }
     /* q rows 8 bytes apart from 16: the q buffer read with row stride D + 4 */
@@ -542,37 +534,17 @@ static void check_fallbacks_and_refusals(uint64_t seed) {
         const size_t rows = count4(m.p.batch, m.p.heads_q, m.p.seq_q, 1), dq = 128, dp = 132;
         char *wide = (char *)calloc(rows * dp, m.eb);
         void *q0 = m.q;
+        ta_strides st_wide;
         size_t i;
         if (!wide) exit(1);
         for (i = 0; i < rows; ++i)
             memcpy(wide + i * dp * m.eb, (char *)q0 + i * dq * m.eb, dq * m.eb);
         m.q = wide;
         m.nq = rows * dp; /* the device copy holds the padded rows */
-        p = m.p;
-        st = mdev_make(&d, &m, &p);
-        if (st != TA_OK) exit(1);
-        {
-            ta_problem px = p;
-            void *o0 = malloc(m.no * m.eb), *o1 = malloc(m.no * m.eb);
-            float *l0 = (float *)malloc(m.nlse * 4), *l1 = (float *)malloc(m.nlse * 4);
-            ta_status s0, s1;
-            if (!o0 || !o1 || !l0 || !l1) exit(1);
-            d.a.q_strides.seq = (int64_t)dp;
-            d.a.q_strides.head = (int64_t)dp * m.p.seq_q;
-            d.a.q_strides.batch = (int64_t)dp * m.p.seq_q * m.p.heads_q;
-            px.precision = TA_PRECISION_EXACT;
-            s0 = mdev_run(&d, &m, &p, 0x55, o0, l0);
-            s1 = mdev_run(&d, &m, &px, 0x66, o1, l1);
-            TA_CHECK(s0 == TA_OK && s1 == TA_OK && memcmp(o0, o1, m.no * m.eb) == 0 &&
-                         memcmp(l0, l1, m.nlse * 4) == 0,
-                     "q rows off 16 bytes: fast mode (%s) differs from exact mode (%s)",
-                     ta_status_string(s0), ta_status_string(s1));
-            free(o0);
-            free(o1);
-            free(l0);
-            free(l1);
-        }
-        mdev_free(&d);
+        st_wide.seq = (int64_t)dp;
+        st_wide.head = (int64_t)dp * m.p.seq_q;
+        st_wide.batch = (int64_t)dp * m.p.seq_q * m.p.heads_q;
+        check_exact_fallback("q rows off 16 bytes", &m, &m.p, &st_wide);
         m.q = q0;
         m.nq = rows * dq;
         free(wide);
