@@ -13,8 +13,11 @@ TA_SPLITS_AUTO (a split-K forward: the tensor-core mma.sync kernels since
 2026-11-23, the exact kernels before; the parts merged by the merge kernel,
 docs/cuda.md section 7, "Split-K in fast mode"), and `fast` = the fast
 tensor-core forward unsplit (one block per query head and Q tile: built for
-prefill, not decode). --explore also times num_splits in {8, 16, 32, 64} x
-tile_config in {0, 2} of the split path (printed, not in the CSV). No mask (a decode row sees the whole cache; with 16 new
+prefill, not decode; with 16 or fewer rows per packed head, split-K's default
+is the decode-shaped kernel since 2026-11-24, cuda/ta_cuda_fast_decode.cu).
+--explore also times num_splits in {8, 16, 32, 64} x the tile_configs of
+--explore-cfgs (default 0, 7 = the multi-stage split kernel, 9 and 10 = the
+decode-shaped ones, for D = 128) of the split path (printed, not in the CSV). No mask (a decode row sees the whole cache; with 16 new
 rows the bottom-right causal mask would hide 120 of 16 x S_k scores, and
 PyTorch's is_causal aligns top-left, so both sides run unmasked). PyTorch gets
 enable_gqa=True for GQA.
@@ -86,6 +89,8 @@ def main():
     ap.add_argument("--csv", default="")
     ap.add_argument("--explore", action="store_true",
                     help="also time other split counts and candidates (printed)")
+    ap.add_argument("--explore-cfgs", default="0,7,9,10",
+                    help="the tile_configs --explore times")
     a = ap.parse_args()
     lib = load(a.lib)
     d, h = 128, 32
@@ -112,7 +117,7 @@ def main():
                 if a.explore:
                     seen = []
                     for n_split in (8, 16, 32, 64):
-                        for cfg in (0, 2):
+                        for cfg in (int(x) for x in a.explore_cfgs.split(",")):
                             split.p.num_splits, split.p.tile_config = n_split, cfg
                             split.sized()
                             seen.append("%d/%d %.3f" % (n_split, cfg,

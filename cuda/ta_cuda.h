@@ -149,15 +149,16 @@ ta_status ta_cuda_check_index_ptrs(const ta_plan *plan, const int32_t *seqlens_k
 
 /* Candidates of one head dim in the fast configuration table, at most
  * (<= TA_TUNE_MAX_CANDIDATES). */
-#define TA_CUDA_FAST_CFG_MAX 8
+#define TA_CUDA_FAST_CFG_MAX 12
 
 /* The fast configuration table in numbers (cuda/ta_cuda_layout.c, plain C:
  * the size queries need no CUDA): how many candidates tile_config names for
  * head dim d (0: d is not in the table), and tile_config 0's pick (k >= 1)
  * for (d, causal, sm90: 1 on a compute capability 9.0 device with sm_90a
  * code, split: 1 with split-K or paged KV, which only the mma.sync kernels
- * run). The
- * kernels behind each k: cuda/ta_cuda_fast_fwd.cu. */
+ * run, 2 for such a problem with at most 16 query rows per (packed) head: the
+ * decode-shaped kernel, cuda/ta_cuda_fast_decode.cu). The kernels behind
+ * each k: cuda/ta_cuda_fast_fwd.cu. */
 int32_t ta_cuda_fast_cfg_count(int32_t d);
 int32_t ta_cuda_fast_cfg_default(int32_t d, int causal, int sm90, int split);
 

@@ -60,6 +60,10 @@ int ta_cuda_fast_ws_launch(int32_t d, int bf16, ta_fast_launch *l);
 ta_status ta_cuda_fast_tma_maps(const ta_plan *plan, const ta_fwd_args *a, const ta_fast_launch *fl,
                                 ta_fast_tma_params *tp);
 
+/* The decode-shaped mma.sync forwards of head dim d for the storage type
+ * into l[0 ..]: how many (0 if none for d) (cuda/ta_cuda_fast_decode.cu). */
+int ta_cuda_fast_decode_launch(int32_t d, int bf16, ta_fast_launch *l);
+
 /* The wgmma forward (sm_90a) of head dim d for the storage type: 1 and *l
  * set, or 0 if there is none for d (cuda/ta_cuda_fast_fwd_sm90.cu). */
 int ta_cuda_fast_sm90_launch(int32_t d, int bf16, ta_fast_launch *l);
@@ -207,6 +211,17 @@ TA_FAST_FN void ta_fast_load_rows(uint16_t *dst, const uint16_t *base, int64_t o
         const uint16_t *src = ok ? base + off + at * seq + 8 * c : base;
         ta_fast_cp16(ta_fast_smem_addr(dst + r * LD + 8 * c), src, ok ? 16 : 0);
     }
+}
+
+/* K tile kt (BN keys from kt BN on) of k and v -> shared sk, sv [BN][LD]:
+ * one ta_fast_load_rows each (no commit). */
+template <int D, int BN, int THREADS>
+TA_FAST_FN void ta_fast_load_kv(uint16_t *sk, uint16_t *sv, const ta_cuda_params &p,
+                                const ta_tile_ctx &c, int32_t kt, const ta_fast_pages &pg) {
+    ta_fast_load_rows<D, BN, THREADS>(sk, static_cast<const uint16_t *>(p.k), c.k, p.lay.k.seq,
+                                      kt * BN, c.key_len, pg);
+    ta_fast_load_rows<D, BN, THREADS>(sv, static_cast<const uint16_t *>(p.v), c.v, p.lay.v.seq,
+                                      kt * BN, c.key_len, pg);
 }
 
 /* 2^x, flushing denormal results to zero (p below 2^-126 of the row max is

@@ -177,8 +177,6 @@ __global__ void __launch_bounds__(32 * NW)
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt * n_split;
     const float scale_log2 = p.scale * 1.4426950408889634f;
     const uint16_t *q = static_cast<const uint16_t *>(p.q);
-    const uint16_t *k = static_cast<const uint16_t *>(p.k);
-    const uint16_t *v = static_cast<const uint16_t *>(p.v);
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         const int32_t split = (int32_t)(tile % n_split);
@@ -207,12 +205,9 @@ __global__ void __launch_bounds__(32 * NW)
 #pragma unroll
         for (int st = 0; st < ST - 1; ++st) {
             const int32_t kt = c.k_begin + st;
-            if (kt < c.k_end) {
-                ta_fast_load_rows<D, BN, T::THREADS>(sk + st * BN * T::LD, k, c.k, p.lay.k.seq,
-                                                     kt * BN, c.key_len, pg);
-                ta_fast_load_rows<D, BN, T::THREADS>(sv + st * BN * T::LD, v, c.v, p.lay.v.seq,
-                                                     kt * BN, c.key_len, pg);
-            }
+            if (kt < c.k_end)
+                ta_fast_load_kv<D, BN, T::THREADS>(sk + st * BN * T::LD, sv + st * BN * T::LD, p,
+                                                   c, kt, pg);
             ta_fast_cp_commit();
         }
         for (int32_t kt = c.k_begin; kt < c.k_end; ++kt) {
@@ -228,12 +223,9 @@ __global__ void __launch_bounds__(32 * NW)
             {
                 const int32_t kn = kt + ST - 1;
                 const int bn = (j + ST - 1) % ST;
-                if (kn < c.k_end) {
-                    ta_fast_load_rows<D, BN, T::THREADS>(sk + bn * BN * T::LD, k, c.k,
-                                                         p.lay.k.seq, kn * BN, c.key_len, pg);
-                    ta_fast_load_rows<D, BN, T::THREADS>(sv + bn * BN * T::LD, v, c.v,
-                                                         p.lay.v.seq, kn * BN, c.key_len, pg);
-                }
+                if (kn < c.k_end)
+                    ta_fast_load_kv<D, BN, T::THREADS>(sk + bn * BN * T::LD, sv + bn * BN * T::LD,
+                                                       p, c, kn, pg);
                 ta_fast_cp_commit(); /* empty past k_end: the count stays per tile */
             }
             ta_fast_qk<T, D, BN, BF16>(s, sq, skj, lane, warp); /* step 1 */
@@ -341,7 +333,8 @@ static int ta_fast_candidates(int32_t d, ta_fast_launch c[TA_CUDA_FAST_CFG_MAX])
     if (n_mma == 0) return 0;
     n += n_mma;
     n += ta_cuda_fast_ws_launch(d, BF16, &c[n]);
-    return n + ta_fast_pipe_candidates<BF16>(d, &c[n]);
+    n += ta_fast_pipe_candidates<BF16>(d, &c[n]);
+    return n + ta_cuda_fast_decode_launch(d, BF16, &c[n]);
 }
 
 } /* namespace */
@@ -389,6 +382,7 @@ ta_status ta_cuda_fast_table(const ta_plan *plan, const ta_fwd_args *a, ta_fast_
     const ta_problem *pr = &plan->p;
     const void *ptrs[5] = {a->q, a->k, a->v, a->o, a->lse};
     const void *rope[4] = {plan->rope.cos, plan->rope.sin, plan->rope.pos_q, plan->rope.pos_k};
+    int split;
     ta_status st;
     /* device pointers first (TA_ERR_BAD_ARG; the rotary tables and positions
      * too, NULL without the stage), then what this path needs */
@@ -399,8 +393,12 @@ ta_status ta_cuda_fast_table(const ta_plan *plan, const ta_fwd_args *a, ta_fast_
                                  : ta_fast_candidates<false>(pr->head_dim, tb->cand);
     if (tb->n == 0) return TA_ERR_UNSUPPORTED;
     if ((tb->sm90 = ta_cuda_fast_is_sm90()) < 0) return TA_ERR_DEVICE;
+    /* split-K or paged: the mma.sync kernels; with at most 16 query rows per
+     * head (after GQA packing: this is the packed plan) the decode-shaped one */
+    split = plan->fwd.num_splits > 1 || pr->kv_page_size > 0;
+    if (split && pr->seq_q <= 16) split = 2;
     tb->pick0 = ta_cuda_fast_cfg_default(pr->head_dim, (pr->flags & TA_CAUSAL) != 0, tb->sm90,
-                                         plan->fwd.num_splits > 1 || pr->kv_page_size > 0) -
+                                         split) -
                 1;
     return TA_OK;
 }

@@ -57,13 +57,15 @@ int32_t ta_cuda_fast_mta_edge(const ta_plan *plan) {
  * "Configurations"): per head dim, the candidates tile_config = k names
  * (cuda/ta_cuda_fast_fwd.cu holds their kernels, in this order: 1 the wgmma
  * forward, then the one-buffer mma.sync ones, the warp-specialised TMA ones,
- * the multi-stage mma.sync ones), and tile_config 0's pick per (causal,
+ * the multi-stage mma.sync ones, the decode-shaped ones of
+ * cuda/ta_cuda_fast_decode.cu), and tile_config 0's pick per (causal,
  * device class), chosen by measurement (docs/benchmarks.md). */
 typedef struct ta_cuda_fast_cfgs {
     int32_t head_dim;
     int32_t count;      /* candidates: tile_config in [1, count] */
     int32_t pick[2][2]; /* [causal][sm90]: tile_config 0's candidate */
     int32_t split;      /* tile_config 0's candidate with split-K or paged KV (mma.sync) */
+    int32_t decode[2];  /* [sm90]: the same with at most 16 (packed) query rows per head */
 } ta_cuda_fast_cfgs;
 
 /* H100, bf16, 16k tokens, S = 1k, 4k, 16k (bench/results/
@@ -74,11 +76,11 @@ typedef struct ta_cuda_fast_cfgs {
  * where its multi-stage twin won 5 of 6 shapes by 2-7 %. ta_tune_fwd picks
  * per device where this table's guess is not good enough. */
 static const ta_cuda_fast_cfgs k_fast_cfgs[4] = {
-    /* D   n    non-causal: other, sm90   causal: other, sm90   split-K */
-    {64, 7, {{2, 5}, {2, 5}}, 6},
-    {96, 5, {{5, 4}, {5, 4}}, 5},
-    {128, 8, {{2, 5}, {2, 5}}, 7},
-    {256, 7, {{2, 5}, {2, 5}}, 6},
+    /* D   n    non-causal: other, sm90   causal: other, sm90   split-K  decode: other, sm90 */
+    {64, 9, {{2, 5}, {2, 5}}, 6, {9, 8}},
+    {96, 7, {{5, 4}, {5, 4}}, 5, {7, 6}},
+    {128, 10, {{2, 5}, {2, 5}}, 7, {10, 9}},
+    {256, 8, {{2, 5}, {2, 5}}, 6, {6, 8}},
 };
 
 static const ta_cuda_fast_cfgs *ta_cuda_fast_cfgs_of(int32_t d) {
@@ -94,7 +96,10 @@ int32_t ta_cuda_fast_cfg_count(int32_t d) {
 
 int32_t ta_cuda_fast_cfg_default(int32_t d, int causal, int sm90, int split) {
     const ta_cuda_fast_cfgs *c = ta_cuda_fast_cfgs_of(d);
-    return !c ? 0 : split ? c->split : c->pick[causal != 0][sm90 != 0];
+    return !c            ? 0
+           : split == 2 ? c->decode[sm90 != 0]
+           : split      ? c->split
+                        : c->pick[causal != 0][sm90 != 0];
 }
 
 /* The head dims of the fast table (TA_ERR_UNSUPPORTED for any other, and for

@@ -619,8 +619,8 @@ ta_status ta_explain_bwd_tasks_prepare(const ta_problem *p, ta_backend be, const
 /** @} */
 
 /** Entries of ta_tune_result.ms: room for the largest candidate table of any
- *  head dim, today 4 (docs/cuda.md section 7). */
-#define TA_TUNE_MAX_CANDIDATES 8
+ *  head dim, today 10 (D = 128; docs/cuda.md section 7). */
+#define TA_TUNE_MAX_CANDIDATES 12
 /** reps of ta_tune_fwd: in [1, TA_TUNE_REPS_MAX] (the medians are taken over
  *  an array on the stack). */
 #define TA_TUNE_REPS_MAX 100

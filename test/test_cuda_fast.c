@@ -100,16 +100,20 @@ static const int32_t k_dims[4] = {64, 96, 128, 256};
  * mma.sync ones follow, up to ta_test_fast_candidates. */
 static const int32_t k_first_ws[4] = {5, 4, 5, 5};
 static const int32_t k_last_ws[4] = {5, 4, 6, 5};
+/* The first decode-shaped candidate per head dim (cuda/ta_cuda_fast_decode.cu;
+ * the last ones of the table, up to ta_test_fast_candidates). */
+static const int32_t k_first_dec[4] = {8, 6, 9, 8};
 /* Twins: k_twin[di][cfg] = the tile_config whose bytes candidate cfg must give
  * (0: none): a warp-specialised kernel whose K tile matches candidate 1's (D =
  * 96, 128, 256) computes candidate 1's products and softmax in its order; a
  * multi-stage mma.sync kernel computes those of the one-buffer candidate with
- * its (warps, K tile). */
-static const int32_t k_twin[4][9] = {
-    {0, 0, 0, 0, 0, 0, 2, 2, 0}, /* D = 64: 6, 7 -> 2 */
-    {0, 0, 0, 0, 1, 2, 0, 0, 0}, /* D = 96: 4 -> 1, 5 -> 2 */
-    {0, 0, 0, 0, 0, 1, 1, 2, 3}, /* D = 128: 5, 6 -> 1, 7 -> 2, 8 -> 3 */
-    {0, 0, 0, 0, 0, 1, 3, 4, 0}, /* D = 256: 5 -> 1, 6 -> 3, 7 -> 4 */
+ * its (warps, K tile); the decode-shaped kernels (the last of each head dim,
+ * cuda/ta_cuda_fast_decode.cu) those of the other with the same K tile. */
+static const int32_t k_twin[4][11] = {
+    {0, 0, 0, 0, 0, 0, 2, 2, 0, 8, 0}, /* D = 64: 6, 7 -> 2; 9 -> 8 (decode) */
+    {0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0}, /* D = 96: 4 -> 1, 5 -> 2 */
+    {0, 0, 0, 0, 0, 1, 1, 2, 3, 0, 0}, /* D = 128: 5, 6 -> 1, 7 -> 2, 8 -> 3 */
+    {0, 0, 0, 0, 0, 1, 3, 4, 0, 0, 0}, /* D = 256: 5 -> 1, 6 -> 3, 7 -> 4 */
 };
 
 /* The index of head dim d in k_dims (3 if d is none of the first three). */
@@ -152,6 +156,7 @@ static void random_fspec(uint64_t seed, int idx, fspec *s) {
     ta_rng r;
     ta_problem *p = &s->p;
     int32_t group, b;
+    int decode;
     memset(s, 0, sizeof *s);
     ta_rng_seed(&r, seed ^ (UINT64_C(0x9e3779b97f4a7c15) * (uint64_t)(idx + 1)));
     p->dtype = ta_rng_int(&r, 0, 1) ? TA_BF16 : TA_F16;
@@ -164,6 +169,13 @@ static void random_fspec(uint64_t seed, int idx, fspec *s) {
     p->head_dim = p->head_dim_v = k_dims[ta_rng_int(&r, 0, 3)];
     p->seq_q = pick_len(&r);
     p->seq_k = ta_rng_int(&r, 0, 2) == 0 ? p->seq_q : pick_len(&r);
+    /* a fifth of the problems are decode-shaped: 1..16 query rows against a
+     * cache of up to 5000 keys, split-K (below) */
+    decode = ta_rng_int(&r, 0, 4) == 0;
+    if (decode) {
+        p->seq_q = ta_rng_int(&r, 1, 16);
+        p->seq_k = ta_rng_int(&r, 0, 1) ? ta_rng_int(&r, 1000, 5000) : pick_len(&r);
+    }
     if (ta_rng_int(&r, 0, 4) == 0) p->scale = ta_rng_uniform(&r, -0.3f, 0.3f);
     s->has_seqlens = ta_rng_int(&r, 0, 9) < 3;
     for (b = 0; b < p->batch; ++b) {
@@ -192,6 +204,15 @@ static void random_fspec(uint64_t seed, int idx, fspec *s) {
             if (p->tile_config == 1 ||
                 (p->tile_config >= k_first_ws[di] && p->tile_config <= k_last_ws[di]))
                 p->tile_config = 2;
+        }
+        /* decode-shaped: the default (the decode-shaped kernel for split-K
+         * or paged problems of at most 16 packed rows) or a decode candidate */
+        if (decode) {
+            p->num_splits = ta_rng_int(&r, 0, 2) == 0 ? TA_SPLITS_AUTO : ta_rng_int(&r, 1, 8);
+            p->tile_config = ta_rng_int(&r, 0, 1)
+                                 ? 0
+                                 : ta_rng_int(&r, k_first_dec[di],
+                                              ta_test_fast_candidates(k_dims[di]));
         }
     }
 }

@@ -33,7 +33,7 @@
 #include "tileattn.h"
 
 
-#define N_CAND 8 /* ta_test_fast_candidates(128) (array sizes need the constant) */
+#define N_CAND 10 /* ta_test_fast_candidates(128) (array sizes need the constant) */
 
 /* q, k, v, o [1, 2, 200, 128] and lse [1, 2, 200]; sized for f32 so that the
  * f32 refusal can reuse them. */

@@ -24,7 +24,7 @@
  * apart from cuda/ta_cuda_layout.c, so that a change to the table must be
  * made twice and the tests see it). 0 for a head dim not in the table. */
 static inline int32_t ta_test_fast_candidates(int32_t d) {
-    return d == 64 ? 7 : d == 96 ? 5 : d == 128 ? 8 : d == 256 ? 7 : 0;
+    return d == 64 ? 9 : d == 96 ? 7 : d == 128 ? 10 : d == 256 ? 8 : 0;
 }
 
 /* Candidates of the fast MTA forward's table (cuda/ta_cuda_fast_mta.cu,
