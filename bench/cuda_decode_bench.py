@@ -22,6 +22,12 @@ rows the bottom-right causal mask would hide 120 of 16 x S_k scores, and
 PyTorch's is_causal aligns top-left, so both sides run unmasked). PyTorch gets
 enable_gqa=True for GQA.
 
+With --mta, each shape also runs the MTA 6 x 11 decode step in fast mode
+(causal, q_history = 5: the c_q - 1 query rows above the new ones passed as
+history, TA_SPLITS_AUTO; the decode-shaped kernel with the conv on raw
+scores, docs/cuda.md section 7), timed against our split SDPA step on the
+same cache (issue 12's target: at most 1.3x); column mta_ms, ratio mta/split.
+
 GB/s: the bytes of K and V (2 S_k H_kv D x 2 bytes; q and o are under 0.1 % at
 S_k = 8k) over the time. `copy`: torch's copy of a tensor of that size, read +
 write bytes over its time (the achievable HBM bandwidth). Ratios: against
@@ -50,7 +56,7 @@ BASELINES = (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_A
 
 
 class Decode:
-    def __init__(self, lib, h, h_kv, s_q, s_k, d, splits):
+    def __init__(self, lib, h, h_kv, s_q, s_k, d, splits, conv=None):
         dev = torch.device("cuda")
         gen = torch.Generator(device=dev).manual_seed(11 + s_k + s_q + h_kv)
         self.q = (torch.rand(1, h, s_q, d, device=dev, generator=gen) * 2 - 1).to(torch.bfloat16)
@@ -64,6 +70,14 @@ class Decode:
                          scale=1.0 / math.sqrt(d), num_splits=splits)
         self.fa = FwdArgs(q=self.q.data_ptr(), k=self.k.data_ptr(), v=self.v.data_ptr(),
                           o=self.o.data_ptr(), lse=self.lse.data_ptr())
+        if conv:  # MTA: the paper's kernel shape, causal, c_q - 1 history rows
+            c_q, c_k = conv
+            self.w = (torch.rand(h, c_q, c_k, device=dev, generator=gen) - 0.5) * 0.4
+            self.hist = (torch.rand(1, h, c_q - 1, d, device=dev, generator=gen) * 2 - 1).to(
+                torch.bfloat16)
+            self.p.conv_q, self.p.conv_k, self.p.q_history = c_q, c_k, c_q - 1
+            self.p.flags = 1  # TA_CAUSAL (MTA requires it)
+            self.fa.conv_w, self.fa.q_hist = self.w.data_ptr(), self.hist.data_ptr()
         self.sized()
         self.stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
 
@@ -91,6 +105,8 @@ def main():
                     help="also time other split counts and candidates (printed)")
     ap.add_argument("--explore-cfgs", default="0,7,9,10",
                     help="the tile_configs --explore times")
+    ap.add_argument("--mta", action="store_true",
+                    help="also time the MTA 6x11 decode step on the same cache")
     a = ap.parse_args()
     lib = load(a.lib)
     d, h = 128, 32
@@ -114,6 +130,13 @@ def main():
                 fast.fa.k, fast.fa.v = split.k.data_ptr(), split.v.data_ptr()
                 t = {"split": median_ms(split, a.warmup, a.reps),
                      "fast": median_ms(fast, a.warmup, max(3, a.reps // 4))}
+                if a.mta:
+                    mta = Decode(lib, h, h_kv, s_q, s_k, d, TA_SPLITS_AUTO, conv=(6, 11))
+                    mta.q.copy_(split.q)
+                    mta.k, mta.v = split.k, split.v
+                    mta.fa.k, mta.fa.v = split.k.data_ptr(), split.v.data_ptr()
+                    t["mta"] = median_ms(mta, a.warmup, a.reps)
+                    del mta
                 if a.explore:
                     seen = []
                     for n_split in (8, 16, 32, 64):
@@ -151,12 +174,17 @@ def main():
                        "flash_gbs": gbs["flash"], "cudnn_gbs": gbs["cudnn"],
                        "split_vs_flash": t["flash"] / t["split"],
                        "split_frac_copy": gbs["split"] / copy_gbs, "max_abs_diff": err}
+                if a.mta:
+                    row.update({"mta_ms": t["mta"], "mta_vs_split": t["mta"] / t["split"]})
                 rows.append(row)
                 print("%4d %3d %8d | %11.0f | %8.3f %8.3f %8.3f %8.3f | %10.0f %10.0f %10.0f | "
                       "%11.3f %10.3f | %.2e"
                       % (h_kv, s_q, s_k, copy_gbs, t["split"], t["fast"], t["flash"], t["cudnn"],
                          gbs["split"], gbs["flash"], gbs["cudnn"], row["split_vs_flash"],
                          row["split_frac_copy"], err), flush=True)
+                if a.mta:
+                    print("      MTA 6x11 decode: %.3f ms = %.2fx our split SDPA"
+                          % (t["mta"], row["mta_vs_split"]), flush=True)
                 del split, fast, ref
                 torch.cuda.empty_cache()
     if a.csv:

@@ -178,8 +178,9 @@ int32_t ta_cuda_fast_splits(const ta_plan *plan);
 /* Fast-mode MTA forward (cuda/ta_cuda_fast_mta.cu; docs/cuda.md section 7,
  * "Fast MTA"). ta_cuda_fast_mta_path (cuda/ta_cuda_layout.c): 1 if the plan's
  * forward runs it: TA_PRECISION_FAST, f16 / bf16, the MTA conv, D = D_v in
- * {64, 96, 128}, no load stage, one split, no paged KV (other MTA problems
- * in fast mode run the exact kernels). ta_cuda_fast_mta_edge: P = (c_k - 1)
+ * {64, 96, 128}, no load stage, more than 16 query rows, one split, no
+ * paged KV (ta_cuda_fast_mta_dec_path takes the others with those heads and
+ * no stage; the rest of MTA in fast mode runs the exact kernels). ta_cuda_fast_mta_edge: P = (c_k - 1)
  * / 2 with a left window bound below S_k (the keys from a row's window start
  * on whose convolved score has terms the window hides), else 0. ta_cuda_fast_mta_band: E =
  * (c_k - 1) / 2 + c_q - 1, the keys left of the diagonal whose convolved
@@ -193,6 +194,19 @@ int32_t ta_cuda_fast_mta_band(const ta_plan *plan);
 int32_t ta_cuda_fast_mta_edge(const ta_plan *plan);
 ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
                                void *stream);
+
+/* Fast-mode MTA decode (cuda/ta_cuda_fast_decode.cu; docs/cuda.md section 7,
+ * "Decode"): the conv computed from raw scores in the decode-shaped kernel,
+ * for the fast MTA problems the fold serves badly: ta_cuda_fast_mta_dec_path
+ * (cuda/ta_cuda_layout.c) is 1 for TA_PRECISION_FAST, f16 / bf16, the conv,
+ * D = D_v in {64, 96, 128}, no load stage, and at most 16 query rows, or
+ * split-K, or a paged cache (ta_cuda_fast_mta_path is 0 for those).
+ * ta_cuda_fast_mta_dec_fwd: as ta_cuda_fast_mta_fwd (the exact kernels for
+ * rows off 16 bytes, TA_ERR_UNSUPPORTED for those with pages); one
+ * configuration: tile_config 0 .. TA_CUDA_FAST_MTA_CFGS all name it. */
+int ta_cuda_fast_mta_dec_path(const ta_plan *plan);
+ta_status ta_cuda_fast_mta_dec_fwd(const ta_plan *plan, const ta_fwd_args *a,
+                                   const ta_cuda_fwd_ws *ws, void *stream);
 
 /* Fast mode (cuda/ta_cuda_fast_fwd.cu, with the wgmma kernel of
  * cuda/ta_cuda_fast_fwd_sm90.cu): the tensor-core SDPA forward for f16 / bf16

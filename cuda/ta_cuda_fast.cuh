@@ -81,6 +81,11 @@ int ta_cuda_fast_is_sm90(void);
 int ta_cuda_fast_rows_aligned(const ta_problem *pr, const void *ptr, const ta_strides *st,
                               int kv_side);
 
+/* 1 if every row of q, k, v, o and (q_history > 0) q_hist starts on 16
+ * bytes: what the fast MTA kernels need (cuda/ta_cuda_fast_mta.cu; the
+ * fold and the decode-shaped kernel run the exact kernels otherwise). */
+int ta_cuda_fast_mta_aligned(const ta_plan *plan, const ta_fwd_args *a);
+
 /* The configuration table for one call (cuda/ta_cuda_fast_fwd.cu): the
  * candidates of the plan's head dim and storage type, as tile_config = k
  * names them (cand[k - 1]), and what this device runs of them. */
@@ -189,8 +194,8 @@ TA_FAST_FN ta_fast_pages ta_fast_pages_of(const ta_cuda_params &p, int32_t b_loc
 
 /* rows [row0, row0 + R) of a slice (element offset `off`, row stride `seq`;
  * with pages, row j at its pool row ta_tile_kv_row) -> shared [R][LD]; rows
- * at or past n_valid read zeros. */
-template <int D, int R, int THREADS>
+ * at or past n_valid (and with NEG, rows below 0) read zeros. */
+template <int D, int R, int THREADS, bool NEG = false>
 TA_FAST_FN void ta_fast_load_rows(uint16_t *dst, const uint16_t *base, int64_t off, int64_t seq,
                                   int32_t row0, int32_t n_valid,
                                   const ta_fast_pages &pg = ta_fast_pages{}) {
@@ -198,7 +203,7 @@ TA_FAST_FN void ta_fast_load_rows(uint16_t *dst, const uint16_t *base, int64_t o
     for (int i = (int)threadIdx.x; i < R * CH; i += THREADS) {
         const int r = i / CH, c = i % CH;
         const int32_t row = row0 + r;
-        const bool ok = row < n_valid;
+        const bool ok = (!NEG || row >= 0) && row < n_valid;
         int64_t at = row;
         if (pg.pages && ok) {
             const int32_t page = pg.pages[row / pg.page_size];

@@ -114,6 +114,46 @@ __device__ __forceinline__ void ta_fast_dec_store(const ta_cuda_params &p, const
     }
 }
 
+/* The end of a Q tile: each warp's (m, l, o) into shared memory (from its
+ * base: the loads are done; every cp.async group still pending is empty, but
+ * waited for anyway), then per row the merge in warp order and the store
+ * (ta_fast_dec_store: 8 threads per row, D / 8 columns each). */
+template <class T, bool BF16>
+__device__ __forceinline__ void ta_fast_dec_finish(const ta_cuda_params &p, const ta_tile_ctx &c,
+                                                   int32_t split, int32_t row0,
+                                                   const float (&o)[4 * T::DT], const float m[2],
+                                                   float l[2], int lane, int warp) {
+    extern __shared__ float4 ta_fast_dyn_smem[];
+    float *so = reinterpret_cast<float *>(ta_fast_dyn_smem);
+    float *sm = so + T::NW * T::BM * T::MLD;
+    float *sl = sm + T::NW * T::BM;
+    const int tq = lane & 3;
+    ta_fast_cp_wait<0>();
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int rr = (lane >> 2) + 8 * r;
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        if (tq == 0) {
+            sm[warp * T::BM + rr] = m[r];
+            sl[warp * T::BM + rr] = l[r];
+        }
+#pragma unroll
+        for (int dn = 0; dn < T::DT; ++dn)
+            *reinterpret_cast<float2 *>(so + (warp * T::BM + rr) * T::MLD + 8 * dn + 2 * tq) =
+                make_float2(o[4 * dn + 2 * r], o[4 * dn + 2 * r + 1]);
+    }
+    __syncthreads();
+    {
+        /* 8 threads per row, D / 8 columns each; threads past 8 BM idle */
+        const int r = (int)threadIdx.x >> 3, c0 = ((int)threadIdx.x & 7) * (T::DT);
+        const int32_t row = row0 + r;
+        if (r < T::BM && row < p.t.seq_q)
+            ta_fast_dec_store<T, BF16, T::DT>(p, c, split, row, so, sm, sl, r, c0);
+    }
+}
+
 template <int D, int BN, int ST, bool BF16, bool PAGED>
 __global__ void __launch_bounds__(128)
     ta_cuda_fast_decode_kernel(const __grid_constant__ ta_cuda_params p) {
@@ -122,9 +162,6 @@ __global__ void __launch_bounds__(128)
     uint16_t *sq = reinterpret_cast<uint16_t *>(ta_fast_dyn_smem);
     uint16_t *sk = sq + T::BM * T::LD;   /* [ST][BN][LD] */
     uint16_t *sv = sk + ST * BN * T::LD; /* [ST][BN][LD] */
-    float *so = reinterpret_cast<float *>(ta_fast_dyn_smem); /* the merge, after the K tiles */
-    float *sm = so + T::NW * T::BM * T::MLD;
-    float *sl = sm + T::NW * T::BM;
     const ta_tiling t = p.t;
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
     const int tq = lane & 3;
@@ -183,32 +220,7 @@ __global__ void __launch_bounds__(128)
             }
             ta_fast_pv<T, D, T::KW, BF16>(o, s, svj, lane);
         }
-        /* the merge: each warp's (m, l, o) into shared memory (every cp.async
-         * group still pending is empty; wait for them anyway), then per row */
-        ta_fast_cp_wait<0>();
-        __syncthreads();
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int rr = (lane >> 2) + 8 * r;
-            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-            if (tq == 0) {
-                sm[warp * T::BM + rr] = m[r];
-                sl[warp * T::BM + rr] = l[r];
-            }
-#pragma unroll
-            for (int dn = 0; dn < T::DT; ++dn)
-                *reinterpret_cast<float2 *>(so + (warp * T::BM + rr) * T::MLD + 8 * dn + 2 * tq) =
-                    make_float2(o[4 * dn + 2 * r], o[4 * dn + 2 * r + 1]);
-        }
-        __syncthreads();
-        {
-            /* 8 threads per row, D / 8 columns each */
-            const int r = (int)threadIdx.x >> 3, c0 = ((int)threadIdx.x & 7) * (D / 8);
-            const int32_t row = row0 + r;
-            if (row < t.seq_q)
-                ta_fast_dec_store<T, BF16, D / 8>(p, c, split, row, so, sm, sl, r, c0);
-        }
+        ta_fast_dec_finish<T, BF16>(p, c, split, row0, o, m, l, lane, warp);
     }
 }
 
@@ -251,8 +263,282 @@ template <bool BF16> static int ta_fast_dec_candidates(int32_t d, ta_fast_launch
     }
 }
 
+
+/* ---- MTA: the key-query conv in the decode-shaped kernel ----
+ *
+ * Q tiles of 16 output rows again; a tile's convolved scores need the raw
+ * scores of its rows and the c_q - 1 rows above (query history rows from
+ * args.q_hist, or zero padding), RM = 16 MT raw rows (MT = 1 where
+ * S_q + c_q - 1 <= 16 fits one tile, else 2), and of P = (c_k - 1) / 2 keys
+ * on each side of every warp's key slice: HALO = 8 NH >= P extra keys each
+ * side (NH = 1 for c_k <= 17, else 2), so a K buffer holds BN + 2 HALO key
+ * rows (the halo rows of the neighbouring K tiles read again). Per K tile and
+ * warp:
+ *   1. S  = q k^T             raw, RM rows x (KW + 2 HALO) keys, mma (f32)
+ *   2. S~ = S where (r, j) is visible, else 0 (the row's [lo, hi): causal,
+ *      window, key length), into the warp's region of shared memory (f32)
+ *   3. C[i][j] = sum_a sum_b w[a][b] S~[i - (c_q-1-a)][j + b - P], a then b
+ *      ascending, f32 fma, for the warp's KW = 16 keys of each live row i:
+ *      the (row, key) entries dealt to the lanes in turn (lane e takes
+ *      entries e, e + 32, ...: all lanes busy however few the rows), into
+ *      shared memory, whence each lane takes its entries in the accumulator
+ *      layout; w of the tile's head
+ *   4. the softmax / p v / merge / store of the SDPA kernel above.
+ * No fold, no rounding of filtered keys: C is the f32 conv of f32 products
+ * of storage-type operands (docs/exactness.md section 9). One configuration
+ * per head dim: 8 warps (KW = 16 keys each: more warps to hide the conv's
+ * shared-memory latency than the SDPA kernel's 4), BN = 128 keys, ST = 3
+ * buffers at D = 64, 2 at 96 and 128.
+ * Runs any fast MTA problem the fold cannot serve well (ta_cuda_fast_mta_dec_path:
+ * at most 16 query rows, split-K, or a paged cache); GQA is not packed (each
+ * query head has its own conv weights and history rows). */
+template <int D, int MT, int NH> struct ta_fast_mdec_traits {
+    static constexpr int NW = 8, THREADS = 32 * NW, BM = 16, BN = 128, KW = BN / NW;
+    static constexpr int ST = D <= 64 ? 3 : 2;
+    static constexpr int LD = D + 8;
+    static constexpr int HALO = 8 * NH;
+    static constexpr int RC = KW + 2 * HALO; /* raw score columns per warp */
+    static constexpr int KR = BN + 2 * HALO; /* key rows per K buffer */
+    static constexpr int RM = 16 * MT;       /* raw score rows */
+    static constexpr int RLD = RC + 4;       /* raw score row in shared memory, floats */
+    static constexpr int NT = KW / 8;        /* the softmax / p v view: a warp's KW keys */
+    static constexpr int DT = D / 8;
+    static constexpr int MLD = D + 4;
+    static constexpr int W_MAX = 16 * 32;    /* c_q c_k <= 16 x 31 */
+    static constexpr int CLD = KW + 1;       /* a convolved row in shared memory, floats */
+    struct QK {                              /* the raw score view: RC keys */
+        static constexpr int NT = RC / 8;
+        static constexpr int LD = D + 8;
+    };
+    static constexpr size_t LOADS = (size_t)(RM + ST * KR + ST * BN) * LD * 2;
+    static constexpr size_t SMEM = LOADS + (size_t)(NW * RM * RLD + W_MAX + NW * BM * CLD) * 4;
+    static_assert((size_t)NW * BM * (MLD + 2) * 4 <= LOADS, "the merge fits over the loads");
+    static_assert(LOADS % 16 == 0, "f32 regions on 16 bytes");
+};
+
+template <int D, int MT, int NH, bool BF16>
+__global__ void __launch_bounds__(256)
+    ta_cuda_fast_mta_decode_kernel(const __grid_constant__ ta_cuda_params p) {
+    typedef ta_fast_mdec_traits<D, MT, NH> T;
+    typedef typename T::QK QK;
+    extern __shared__ float4 ta_fast_dyn_smem[];
+    uint16_t *sq = reinterpret_cast<uint16_t *>(ta_fast_dyn_smem); /* [RM][LD] raw rows */
+    uint16_t *sk = sq + T::RM * T::LD;                             /* [ST][KR][LD] */
+    uint16_t *sv = sk + T::ST * T::KR * T::LD;                     /* [ST][BN][LD] */
+    float *sraw = reinterpret_cast<float *>(sv + T::ST * T::BN * T::LD); /* [NW][RM][RLD] */
+    float *sw = sraw + T::NW * T::RM * T::RLD;                           /* [c_q][c_k] */
+    float *sconv = sw + T::W_MAX;                                        /* [NW][BM][CLD] */
+    const ta_tiling t = p.t;
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+    const int tq = lane & 3, g = lane >> 2;
+    const int32_t cq = p.conv_q, ck = p.conv_k, pk = (p.conv_k - 1) / 2;
+    const int32_t n_qt = t.num_q_tiles, n_split = t.num_splits;
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt * n_split;
+    const float scale_log2 = p.scale * 1.4426950408889634f;
+    float *wr = sraw + warp * T::RM * T::RLD;
+    float *wc = sconv + warp * T::BM * T::CLD;
+
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const int32_t split = (int32_t)(tile % n_split);
+        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile / n_split, n_qt);
+        const ta_tile_ctx c = ta_cuda_fast_context(p, at, split);
+        const int32_t row0 = at.qt * T::BM, raw0 = row0 - (cq - 1); /* raw row 0 */
+        const ta_fast_pages pg = ta_fast_pages_of(p, at.b_local);   /* NULL pages: none */
+        int32_t lo[2], hi[2], rlo[MT][2], rhi[MT][2];
+        float o[4 * T::DT], m[2] = {ta_fast_neg_inf(), ta_fast_neg_inf()}, l[2] = {0.0f, 0.0f};
+        ta_fast_row_keys(t, row0 + g, c.key_len, lo, hi);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int32_t rr = raw0 + 16 * mt + g + 8 * r;
+                rlo[mt][r] = rhi[mt][r] = 0;
+                if (rr >= -t.q_history && rr < t.seq_q)
+                    ta_tile_row_keys(&t, rr, c.key_len, &rlo[mt][r], &rhi[mt][r]);
+            }
+#pragma unroll
+        for (int i = 0; i < 4 * T::DT; ++i) o[i] = 0.0f;
+
+        __syncthreads(); /* the previous tile's merge is done with shared memory */
+        for (int i = (int)threadIdx.x; i < cq * ck; i += T::THREADS)
+            sw[i] = p.conv_w[(int64_t)at.h * cq * ck + i];
+        if (c.k_begin < c.k_end) {
+            /* the raw rows: history rows from q_hist, padding zero-filled */
+            for (int i = (int)threadIdx.x; i < T::RM * (D / 8); i += T::THREADS) {
+                const int r = i / (D / 8), ch = i % (D / 8);
+                const int32_t row = raw0 + r;
+                const bool ok = row >= -t.q_history && row < t.seq_q;
+                const uint16_t *src = static_cast<const uint16_t *>(p.q);
+                if (ok) {
+                    int in_hist;
+                    const int64_t at_row = ta_tile_q_row(&t, &p.lay, &c, row, &in_hist);
+                    src = static_cast<const uint16_t *>(in_hist ? p.q_hist : p.q) + at_row + 8 * ch;
+                }
+                ta_fast_cp16(ta_fast_smem_addr(sq + r * T::LD + 8 * ch), src, ok ? 16 : 0);
+            }
+#pragma unroll
+            for (int st = 0; st < T::ST - 1; ++st) {
+                const int32_t kt = c.k_begin + st;
+                if (kt < c.k_end) {
+                    ta_fast_load_rows<D, T::KR, T::THREADS, true>(
+                        sk + st * T::KR * T::LD, static_cast<const uint16_t *>(p.k), c.k,
+                        p.lay.k.seq, kt * T::BN - T::HALO, c.key_len, pg);
+                    ta_fast_load_rows<D, T::BN, T::THREADS>(
+                        sv + st * T::BN * T::LD, static_cast<const uint16_t *>(p.v), c.v,
+                        p.lay.v.seq, kt * T::BN, c.key_len, pg);
+                }
+                ta_fast_cp_commit();
+            }
+        }
+        for (int32_t kt = c.k_begin; kt < c.k_end; ++kt) {
+            const int32_t j = kt - c.k_begin, col0 = kt * T::BN + warp * T::KW;
+            const uint16_t *skj = sk + ((j % T::ST) * T::KR + warp * T::KW) * T::LD;
+            const uint16_t *svj = sv + ((j % T::ST) * T::BN + warp * T::KW) * T::LD;
+            float s[4 * T::NT];
+            ta_fast_cp_wait<T::ST - 2>();
+            __syncthreads();
+            {
+                const int32_t kn = kt + T::ST - 1;
+                const int bn = (j + T::ST - 1) % T::ST;
+                if (kn < c.k_end) {
+                    ta_fast_load_rows<D, T::KR, T::THREADS, true>(
+                        sk + bn * T::KR * T::LD, static_cast<const uint16_t *>(p.k), c.k,
+                        p.lay.k.seq, kn * T::BN - T::HALO, c.key_len, pg);
+                    ta_fast_load_rows<D, T::BN, T::THREADS>(
+                        sv + bn * T::BN * T::LD, static_cast<const uint16_t *>(p.v), c.v,
+                        p.lay.v.seq, kn * T::BN, c.key_len, pg);
+                }
+                ta_fast_cp_commit();
+            }
+            /* steps 1-2: raw scores of the warp's keys and halos, masked, to
+             * shared memory (the previous tile's conv reads are done: the
+             * block barrier above) */
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                float sr[4 * QK::NT];
+                ta_fast_qk<QK, D, T::RC, BF16>(sr, sq + 16 * mt * T::LD, skj, lane, 0);
+#pragma unroll
+                for (int i = 0; i < 4 * QK::NT; i += 2) {
+                    const int r = (i >> 1) & 1;
+                    const int32_t jj = col0 - T::HALO + 8 * (i / 4) + 2 * tq;
+                    const float v0 = jj >= rlo[mt][r] && jj < rhi[mt][r] ? sr[i] : 0.0f;
+                    const float v1 = jj + 1 >= rlo[mt][r] && jj + 1 < rhi[mt][r] ? sr[i + 1] : 0.0f;
+                    *reinterpret_cast<float2 *>(wr + (16 * mt + g + 8 * r) * T::RLD + 8 * (i / 4) +
+                                                2 * tq) = make_float2(v0, v1);
+                }
+            }
+            __syncwarp();
+            /* step 3: lane j convolves key j of the warp's slice for every live
+             * row, then takes its accumulator entries (rows past S_q: 0,
+             * masked by the softmax) */
+            {
+                const int32_t live = t.seq_q - row0 < T::BM ? t.seq_q - row0 : T::BM;
+                for (int32_t e = lane; e < live * T::KW; e += 32) {
+                    const int32_t r = e / T::KW, kc = e % T::KW;
+                    const float *col = wr + kc + T::HALO - pk;
+                    float acc = 0.0f;
+                    for (int32_t a = 0; a < cq; ++a) {
+                        const float *srow = col + (r + a) * T::RLD, *wrow = sw + a * ck;
+#pragma unroll 4
+                        for (int32_t b = 0; b < ck; ++b) acc = __fmaf_rn(wrow[b], srow[b], acc);
+                    }
+                    wc[r * T::CLD + kc] = acc;
+                }
+                __syncwarp();
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const bool ok = g + 8 * r < live;
+#pragma unroll
+                    for (int n = 0; n < T::NT; ++n) {
+                        const float *src = wc + (g + 8 * r) * T::CLD + 8 * n + 2 * tq;
+                        s[4 * n + 2 * r] = ok ? src[0] : 0.0f;
+                        s[4 * n + 2 * r + 1] = ok ? src[1] : 0.0f;
+                    }
+                }
+            }
+            { /* step 4 */
+                float corr[2];
+                ta_fast_softmax_tile<T::NT>(s, m, l, lo, hi, col0, tq, scale_log2, corr);
+                ta_fast_rescale<T::DT>(o, corr);
+            }
+            ta_fast_pv<T, D, T::KW, BF16>(o, s, svj, lane);
+        }
+        ta_fast_dec_finish<T, BF16>(p, c, split, row0, o, m, l, lane, warp);
+    }
+}
+
+template <int D, int MT, int NH, bool BF16> static ta_fast_launch ta_fast_mdec_launch_of() {
+    typedef ta_fast_mdec_traits<D, MT, NH> T;
+    ta_fast_launch l;
+    l.kernel = reinterpret_cast<const void *>(&ta_cuda_fast_mta_decode_kernel<D, MT, NH, BF16>);
+    l.kernel_paged = l.kernel; /* pages: read through the block table when it is set */
+    l.smem = T::SMEM;
+    l.threads = T::THREADS;
+    l.block_m = T::BM;
+    l.block_n = T::BN;
+    l.sm90 = 0;
+    l.tma = 0;
+    return l;
+}
+
+template <int D, bool BF16> static ta_fast_launch ta_fast_mdec_pick(int mt, int nh) {
+    return mt == 1 ? (nh == 1 ? ta_fast_mdec_launch_of<D, 1, 1, BF16>()
+                              : ta_fast_mdec_launch_of<D, 1, 2, BF16>())
+                   : (nh == 1 ? ta_fast_mdec_launch_of<D, 2, 1, BF16>()
+                              : ta_fast_mdec_launch_of<D, 2, 2, BF16>());
+}
+
+/* The MTA decode kernel for the plan: 1 and *l, or 0 (a head dim it lacks). */
+template <bool BF16> static int ta_fast_mdec_for(const ta_plan *plan, ta_fast_launch *l) {
+    const ta_problem *pr = &plan->p;
+    const int mt = pr->seq_q + pr->conv_q - 1 <= 16 ? 1 : 2;
+    const int nh = (pr->conv_k - 1) / 2 <= 8 ? 1 : 2;
+    switch (pr->head_dim) {
+    case 64: *l = ta_fast_mdec_pick<64, BF16>(mt, nh); return 1;
+    case 96: *l = ta_fast_mdec_pick<96, BF16>(mt, nh); return 1;
+    case 128: *l = ta_fast_mdec_pick<128, BF16>(mt, nh); return 1;
+    default: return 0;
+    }
+}
+
 } /* namespace */
 
 int ta_cuda_fast_decode_launch(int32_t d, int bf16, ta_fast_launch *l) {
     return bf16 ? ta_fast_dec_candidates<true>(d, l) : ta_fast_dec_candidates<false>(d, l);
+}
+
+extern "C" ta_status ta_cuda_fast_mta_dec_fwd(const ta_plan *plan, const ta_fwd_args *a,
+                                              const ta_cuda_fwd_ws *ws, void *stream) {
+    const ta_problem *pr = &plan->p;
+    const void *ptrs[7] = {
+        a->q, a->k, a->v, a->o, a->lse, a->conv_w, pr->q_history > 0 ? a->q_hist : NULL};
+    ta_fast_launch fl;
+    ta_cuda_params prm;
+    ta_cuda_launch_desc launch;
+    ta_tiling t;
+    ta_status st;
+    if ((st = ta_cuda_check_pointers(ptrs, 7)) != TA_OK) return st;
+    if (pr->tile_config > TA_CUDA_FAST_MTA_CFGS) return TA_ERR_UNSUPPORTED;
+    /* rows off 16 bytes: the exact kernels, which read no pages */
+    if (!ta_cuda_fast_mta_aligned(plan, a))
+        return pr->kv_page_size > 0 ? TA_ERR_UNSUPPORTED : ta_cuda_mta_fwd(plan, a, ws, stream);
+    if (!(pr->dtype == TA_BF16 ? ta_fast_mdec_for<true>(plan, &fl)
+                               : ta_fast_mdec_for<false>(plan, &fl)))
+        return TA_ERR_UNSUPPORTED;
+    if ((st = ta_cuda_smem_opt_in(fl.kernel, fl.smem, fl.smem)) != TA_OK) return st;
+    /* output tiles of 16 rows by 128 keys, the plan's mask, history and
+     * splits, no conv halos (the kernel loads its own) */
+    {
+        ta_plan no_halo = *plan;
+        no_halo.p.conv_q = no_halo.p.conv_k = 0;
+        if ((st = ta_cuda_tiling(&no_halo, fl.block_m, fl.block_n, TA_TILING_FWD, &t)) != TA_OK)
+            return st;
+    }
+    ta_cuda_params_fwd(&prm, plan, &t, a, ws);
+    launch = ta_cuda_launch_of(fl.kernel, &prm,
+                               (int64_t)pr->heads_q * t.num_q_tiles * t.num_splits, 0, fl.smem);
+    launch.threads = fl.threads;
+    if ((st = ta_cuda_launch_batches(&launch, 1, a->seqlens_k, pr->batch, stream)) != TA_OK)
+        return st;
+    return ta_cuda_merge_splits(plan, t.num_splits, a, ws, stream);
 }

@@ -558,8 +558,10 @@ template <bool BF16> static int ta_fast_mta_candidates(int32_t d, ta_fast_mta_cf
     }
 }
 
-/* 1 if every row of q, k, v, o and the history rows starts on 16 bytes. */
-static int ta_fast_mta_aligned(const ta_plan *plan, const ta_fwd_args *a) {
+} /* namespace */
+
+/* (cuda/ta_cuda_fast.cuh) */
+int ta_cuda_fast_mta_aligned(const ta_plan *plan, const ta_fwd_args *a) {
     const ta_problem *pr = &plan->p;
     ta_problem hist = *pr;
     hist.seq_q = pr->q_history;
@@ -570,8 +572,6 @@ static int ta_fast_mta_aligned(const ta_plan *plan, const ta_fwd_args *a) {
            (pr->q_history == 0 ||
             ta_cuda_fast_rows_aligned(&hist, a->q_hist, &plan->layout.q_hist, 0));
 }
-
-} /* namespace */
 
 extern "C" ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan, const ta_fwd_args *a,
                                           const ta_cuda_fwd_ws *ws, void *stream) {
@@ -588,7 +588,7 @@ extern "C" ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan, const ta_fwd_args
     ta_status st;
     if ((st = ta_cuda_check_pointers(ptrs, 7)) != TA_OK) return st;
     /* rows off 16 bytes: the exact kernels (nothing launched yet) */
-    if (!ta_fast_mta_aligned(plan, a)) return ta_cuda_mta_fwd(plan, a, ws, stream);
+    if (!ta_cuda_fast_mta_aligned(plan, a)) return ta_cuda_mta_fwd(plan, a, ws, stream);
     n = bf16 ? ta_fast_mta_candidates<true>(pr->head_dim, cand)
              : ta_fast_mta_candidates<false>(pr->head_dim, cand);
     if (n == 0 || pr->tile_config > n) return TA_ERR_UNSUPPORTED;

@@ -33,13 +33,25 @@ int ta_cuda_fast_path(const ta_plan *plan) {
     return plan->p.precision == TA_PRECISION_FAST && plan->p.dtype != TA_F32 && !plan->has_conv;
 }
 
-int ta_cuda_fast_mta_path(const ta_plan *plan) {
+/* The fast MTA kernels' problems: fast, f16 / bf16, the conv, D = D_v in
+ * {64, 96, 128}, no load stage; the fold (cuda/ta_cuda_fast_mta.cu) for
+ * prefill, the decode-shaped kernel (cuda/ta_cuda_fast_decode.cu) for a few
+ * rows, split-K or pages. */
+static int ta_cuda_fast_mta_any(const ta_plan *plan) {
     const ta_problem *p = &plan->p;
     const int32_t d = p->head_dim;
     return p->precision == TA_PRECISION_FAST && p->dtype != TA_F32 && plan->has_conv &&
            d == p->head_dim_v && (d == 64 || d == 96 || d == 128) &&
-           plan->stages.load == TA_LOAD_NONE && plan->fwd.num_splits == 1 &&
-           p->kv_page_size == 0;
+           plan->stages.load == TA_LOAD_NONE;
+}
+
+int ta_cuda_fast_mta_dec_path(const ta_plan *plan) {
+    return ta_cuda_fast_mta_any(plan) &&
+           (plan->p.seq_q <= 16 || plan->fwd.num_splits > 1 || plan->p.kv_page_size > 0);
+}
+
+int ta_cuda_fast_mta_path(const ta_plan *plan) {
+    return ta_cuda_fast_mta_any(plan) && !ta_cuda_fast_mta_dec_path(plan);
 }
 
 int32_t ta_cuda_fast_mta_band(const ta_plan *plan) {
@@ -131,15 +143,17 @@ static int ta_cuda_fast_rope_ok(const ta_plan *plan) {
 int ta_cuda_supports(const ta_plan *plan) {
     if (plan->stages.load != TA_LOAD_NONE && ta_cuda_fast_path(plan) && !ta_cuda_fast_rope_ok(plan))
         return 0;
-    /* paged KV: the fast forward (mma.sync kernels) without the rotary stage;
-     * the exact kernels not yet */
+    /* paged KV: the fast forward (mma.sync kernels) without the rotary stage,
+     * and the fast MTA decode kernel; the exact kernels not yet */
     if (plan->p.kv_page_size > 0 &&
+        !ta_cuda_fast_mta_dec_path(plan) &&
         (!ta_cuda_fast_path(plan) || plan->stages.load != TA_LOAD_NONE))
         return 0;
     /* latent attention's band and fused projections: not on CUDA yet */
     if (plan->stages.score == TA_SCORE_RBAND || plan->p.latent_dim > 0) return 0;
     if (ta_cuda_fast_path(plan)) return ta_cuda_fast_table_has(plan);
-    if (ta_cuda_fast_mta_path(plan)) return plan->p.tile_config <= TA_CUDA_FAST_MTA_CFGS;
+    if (ta_cuda_fast_mta_path(plan) || ta_cuda_fast_mta_dec_path(plan))
+        return plan->p.tile_config <= TA_CUDA_FAST_MTA_CFGS;
     return 1;
 }
 

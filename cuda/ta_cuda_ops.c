@@ -32,6 +32,8 @@ static ta_status ta_cuda_fwd(const ta_plan *plan, const ta_fwd_args *a, void *wo
     if (ta_cuda_fast_path(plan)) return ta_cuda_fast_fwd(plan, a, &ws, stream);
     /* fast MTA: the conv folded into tensor-core products (forward only) */
     if (ta_cuda_fast_mta_path(plan)) return ta_cuda_fast_mta_fwd(plan, a, &ws, stream);
+    /* fast MTA with a few rows, split-K or pages: the decode-shaped kernel */
+    if (ta_cuda_fast_mta_dec_path(plan)) return ta_cuda_fast_mta_dec_fwd(plan, a, &ws, stream);
     return plan->has_conv ? ta_cuda_mta_fwd(plan, a, &ws, stream)
                           : ta_cuda_sdpa_fwd(plan, a, &ws, stream);
 }

@@ -25,6 +25,12 @@
  *     call), o untouched.
  *  5. the workspace query counts the filtered keys and the scores next to
  *     the diagonal.
+ * A quarter of part 1's problems are decode-shaped (1..16 query rows against
+ * up to 3000 keys, split-K), part 2 runs one-row and 16-row chunks with
+ * splits too: those run the decode-shaped kernel (cuda/ta_cuda_fast_decode.cu,
+ * ta_cuda_fast_mta_dec_path), whose tile_configs are all one configuration.
+ *  6. paged KV: decode-shaped problems (history rows, splits, seqlens) with k
+ *     and v in shuffled pages of a pool equal the contiguous call bit for bit.
  *
  *   test_cuda_fast_mta [--count N]     TA_SEED replays a run.
  * Without a CUDA device: prints "no CUDA device: skipped" (after part 5) and
@@ -189,6 +195,13 @@ static int random_case(uint64_t seed, int idx, mcase *m, ta_rng *r) {
     p->precision = TA_PRECISION_FAST;
     p->flags = TA_CAUSAL;
     p->tile_config = ta_rng_int(r, 0, TA_TEST_FAST_MTA_CFGS);
+    if (ta_rng_int(r, 0, 3) == 0) { /* decode-shaped */
+        p->seq_q = ta_rng_int(r, 1, 16);
+        p->seq_k = ta_rng_int(r, 0, 1) ? ta_rng_int(r, 300, 3000) : pick_len(r);
+        p->num_splits = ta_rng_int(r, 0, 2) == 0   ? 0
+                        : ta_rng_int(r, 0, 1) == 0 ? TA_SPLITS_AUTO
+                                                   : ta_rng_int(r, 2, 6);
+    }
     /* 6 x 11 (the paper's), 7 x 7, 1 x 1, 16 x 31 (the largest), or any */
     p->conv_q = conv == 0   ? 6
                 : conv == 1 ? 7
@@ -213,11 +226,12 @@ static int random_case(uint64_t seed, int idx, mcase *m, ta_rng *r) {
 static void describe(const mcase *m, char *buf, size_t n) {
     const ta_problem *p = &m->p;
     snprintf(buf, n,
-             "%s B=%d H=%d/%d S_q=%d S_k=%d D=%d conv %dx%d cfg %d%s scale %g hist %d window %d/%d",
+             "%s B=%d H=%d/%d S_q=%d S_k=%d D=%d conv %dx%d cfg %d%s scale %g hist %d window %d/%d "
+             "splits %d",
              p->dtype == TA_BF16 ? "bf16" : "f16", (int)p->batch, (int)p->heads_q, (int)p->heads_kv,
              (int)p->seq_q, (int)p->seq_k, (int)p->head_dim, (int)p->conv_q, (int)p->conv_k,
              (int)p->tile_config, m->use_seqlens ? " seqlens" : "", (double)p->scale,
-             (int)p->q_history, (int)p->window_left, (int)p->window_right);
+             (int)p->q_history, (int)p->window_left, (int)p->window_right, (int)p->num_splits);
 }
 
 static double *widen_f32(const float *w, size_t n) {
@@ -346,7 +360,8 @@ static int check_problem(uint64_t seed, int idx) {
 
 /* Part 2: the last n_rows rows of a sequence of S, one call with q_history
  * = c_q - 1, against the oracle's rows of the whole. */
-static void check_history(uint64_t seed, ta_dtype dt, int32_t s_full, int32_t n_rows) {
+static void check_history(uint64_t seed, ta_dtype dt, int32_t s_full, int32_t n_rows,
+                          int32_t splits) {
     mcase full, part;
     mdev d;
     ta_rng r;
@@ -373,6 +388,7 @@ static void check_history(uint64_t seed, ta_dtype dt, int32_t s_full, int32_t n_
     part = full;
     part.p.seq_q = n_rows;
     part.p.q_history = full.p.conv_q - 1;
+    part.p.num_splits = splits;
     part.eb = full.eb;
     part.nq = count4(2, 4, n_rows, 64);
     part.no = count4(2, 4, n_rows, 64);
@@ -604,6 +620,119 @@ static void check_size_query(void) {
              "a tile_config past the table must be refused by the size query");
 }
 
+/* Part 6: decode-shaped problem idx with k and v as pools of shuffled pages
+ * (unused slots and pages filled with other values) against the contiguous
+ * call: the same bytes. */
+static void check_paged(uint64_t seed, int idx) {
+    static const int32_t sizes[4] = {1, 16, 64, 100};
+    mcase m;
+    mdev dc, dp;
+    ta_rng r;
+    ta_problem pp;
+    char desc[256];
+    size_t bh, row, pool_elems, d;
+    int32_t *table, *table_d, nb, b, j, h;
+    unsigned char *kpool, *vpool, *o1, *o2;
+    float *l1, *l2;
+    ta_status st1, st2;
+    ta_rng_seed(&r, seed ^ (UINT64_C(0x7a9e5) * (uint64_t)(idx + 3)));
+    memset(&m, 0, sizeof m);
+    m.p.batch = ta_rng_int(&r, 1, 3);
+    m.p.heads_kv = ta_rng_int(&r, 1, 2);
+    m.p.heads_q = m.p.heads_kv * ta_rng_int(&r, 1, 2);
+    m.p.head_dim = m.p.head_dim_v = ta_rng_int(&r, 0, 1) ? 64 : 128;
+    m.p.seq_q = ta_rng_int(&r, 1, 16);
+    m.p.seq_k = ta_rng_int(&r, m.p.seq_q, 2000);
+    m.p.dtype = ta_rng_int(&r, 0, 1) ? TA_BF16 : TA_F16;
+    m.p.precision = TA_PRECISION_FAST;
+    m.p.flags = TA_CAUSAL;
+    m.p.conv_q = ta_rng_int(&r, 1, 8);
+    m.p.conv_k = 2 * ta_rng_int(&r, 0, 7) + 1;
+    m.p.q_history = ta_rng_int(&r, 0, m.p.conv_q - 1);
+    m.p.num_splits = ta_rng_int(&r, 0, 1) ? TA_SPLITS_AUTO : ta_rng_int(&r, 0, 4);
+    m.use_seqlens = ta_rng_int(&r, 0, 1);
+    for (b = 0; b < m.p.batch; ++b)
+        m.seqlens[b] = ta_rng_int(&r, 0, m.p.seq_k);
+    mcase_fill(&m, &r, 0);
+    pp = m.p;
+    pp.kv_page_size = sizes[ta_rng_int(&r, 0, 3)];
+    nb = (m.p.seq_k + pp.kv_page_size - 1) / pp.kv_page_size;
+    pp.kv_max_blocks = nb + ta_rng_int(&r, 0, 2);
+    pp.kv_num_pages = m.p.batch * nb + ta_rng_int(&r, 0, 3);
+    describe(&m, desc, sizeof desc);
+    pool_elems = (size_t)pp.kv_num_pages * (size_t)pp.kv_page_size * (size_t)m.p.heads_kv *
+                 (size_t)m.p.head_dim;
+    kpool = (unsigned char *)malloc(pool_elems * m.eb);
+    vpool = (unsigned char *)malloc(pool_elems * m.eb);
+    table = (int32_t *)malloc((size_t)m.p.batch * (size_t)pp.kv_max_blocks * sizeof(int32_t));
+    o1 = (unsigned char *)malloc(m.no * m.eb);
+    o2 = (unsigned char *)malloc(m.no * m.eb);
+    l1 = (float *)malloc(m.nlse * sizeof(float));
+    l2 = (float *)malloc(m.nlse * sizeof(float));
+    if (!kpool || !vpool || !table || !o1 || !o2 || !l1 || !l2) exit(1);
+    ta_fill_uniform(&r, kpool, m.p.dtype, pool_elems, -3.0f, 3.0f); /* unused: other values */
+    ta_fill_uniform(&r, vpool, m.p.dtype, pool_elems, -3.0f, 3.0f);
+    for (j = 0; j < m.p.batch * pp.kv_max_blocks; ++j) /* unused entries: any page */
+        table[j] = ta_rng_int(&r, 0, pp.kv_num_pages - 1);
+    for (b = 0; b < m.p.batch; ++b) /* distinct pages for the used blocks */
+        for (j = 0; j < nb; ++j)
+            table[b * pp.kv_max_blocks + j] = b * nb + j;
+    for (j = m.p.batch * nb - 1; j > 0; --j) { /* shuffle the used ones */
+        const int32_t i2 = ta_rng_int(&r, 0, j);
+        const int32_t bj = j / nb, jj = j % nb, bi = i2 / nb, ii = i2 % nb;
+        const int32_t x = table[bj * pp.kv_max_blocks + jj];
+        table[bj * pp.kv_max_blocks + jj] = table[bi * pp.kv_max_blocks + ii];
+        table[bi * pp.kv_max_blocks + ii] = x;
+    }
+    for (b = 0; b < m.p.batch; ++b)
+        for (h = 0; h < m.p.heads_kv; ++h)
+            for (j = 0; j < m.p.seq_k; ++j) {
+                const int32_t page = table[b * pp.kv_max_blocks + j / pp.kv_page_size];
+                const size_t dst = (((size_t)page * (size_t)pp.kv_page_size +
+                                     (size_t)(j % pp.kv_page_size)) *
+                                        (size_t)m.p.heads_kv +
+                                    (size_t)h) *
+                                   (size_t)m.p.head_dim;
+                bh = (size_t)b * (size_t)m.p.heads_kv + (size_t)h;
+                row = (bh * (size_t)m.p.seq_k + (size_t)j) * (size_t)m.p.head_dim;
+                for (d = 0; d < (size_t)m.p.head_dim; ++d) {
+                    memcpy(kpool + (dst + d) * m.eb, (unsigned char *)m.k + (row + d) * m.eb, m.eb);
+                    memcpy(vpool + (dst + d) * m.eb, (unsigned char *)m.v + (row + d) * m.eb, m.eb);
+                }
+            }
+    st1 = mdev_make(&dc, &m, &m.p);
+    if (st1 == TA_OK) st1 = mdev_run(&dc, &m, &m.p, 0x3C, o1, l1);
+    st2 = mdev_make(&dp, &m, &pp);
+    if (st2 == TA_OK) {
+        cudaFree(dp.k);
+        cudaFree(dp.v);
+        dp.a.k = dp.k = dev_copy(kpool, pool_elems * m.eb);
+        dp.a.v = dp.v = dev_copy(vpool, pool_elems * m.eb);
+        table_d = (int32_t *)dev_copy(table, (size_t)m.p.batch * (size_t)pp.kv_max_blocks *
+                                                 sizeof(int32_t));
+        dp.a.block_table = table_d;
+        st2 = mdev_run(&dp, &m, &pp, 0xC3, o2, l2);
+        cudaFree(table_d);
+    }
+    TA_CHECK(st1 == TA_OK && st2 == TA_OK, "paged %d (%s, page %d): %s / %s", idx, desc,
+             (int)pp.kv_page_size, ta_status_string(st1), ta_status_string(st2));
+    if (st1 == TA_OK && st2 == TA_OK)
+        TA_CHECK(memcmp(o1, o2, m.no * m.eb) == 0 && memcmp(l1, l2, m.nlse * sizeof(float)) == 0,
+                 "paged %d (%s, page %d): o / lse differ from the contiguous call", idx, desc,
+                 (int)pp.kv_page_size);
+    if (idx == 0) printf("paged 0: %s, page %d\n", desc, (int)pp.kv_page_size);
+    if (st1 == TA_OK) mdev_free(&dc);
+    if (st2 == TA_OK) mdev_free(&dp);
+    free(kpool);
+    free(vpool);
+    free(table);
+    free(o1);
+    free(o2);
+    free(l1);
+    free(l2);
+    mcase_free(&m);
+}
+
 int main(int argc, char **argv) {
     const uint64_t seed = ta_test_seed("test_cuda_fast_mta");
     int count = 60, i, failed = 0, n_dev = 0;
@@ -616,8 +745,13 @@ int main(int argc, char **argv) {
     }
     for (i = 0; i < count; ++i)
         failed += !check_problem(seed, i);
-    check_history(seed, TA_BF16, 300, 77);
-    check_history(seed, TA_F16, 129, 1);
+    check_history(seed, TA_BF16, 300, 77, 0);
+    check_history(seed, TA_F16, 129, 1, 0);
+    check_history(seed, TA_BF16, 2100, 1, TA_SPLITS_AUTO);
+    check_history(seed, TA_F16, 1500, 16, 5);
+    check_history(seed, TA_BF16, 700, 3, 0);
+    for (i = 0; i < 12; ++i)
+        check_paged(seed, i);
     check_determinism(seed);
     check_fallbacks_and_refusals(seed);
     printf("%d problems, %d failed; worst errors (units of u): f16 o %.3g lse %.3g, bf16 o %.3g "
