@@ -171,7 +171,9 @@ int32_t ta_cuda_fast_cfg_default(int32_t d, int causal, int sm90, int split);
  * grid, never the bits.
  * ta_cuda_fast_splits: the fast forward's split count, the plan's except
  * TA_SPLITS_AUTO with packing: ta_tiling_splits_auto(B, H_kv, G S_q, S_k),
- * clamped to the plan's K tiles (the workspace's parts follow it). */
+ * or with G S_q <= 16 (the decode-shaped kernel) the same rule with half its
+ * block target (TA_SPLITS_AUTO_BLOCKS / 2 over B H_kv blocks), clamped to
+ * the plan's K tiles (the workspace's parts follow it). */
 int32_t ta_cuda_fast_pack(const ta_plan *plan);
 int32_t ta_cuda_fast_splits(const ta_plan *plan);
 

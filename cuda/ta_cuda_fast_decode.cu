@@ -279,8 +279,8 @@ template <bool BF16> static int ta_fast_dec_candidates(int32_t d, ta_fast_launch
  *      window, key length), into the warp's region of shared memory (f32)
  *   3. C[i][j] = sum_a sum_b w[a][b] S~[i - (c_q-1-a)][j + b - P], a then b
  *      ascending, f32 fma, for the warp's KW = 16 keys of each live row i:
- *      the (row, key) entries dealt to the lanes in turn (lane e takes
- *      entries e, e + 32, ...: all lanes busy however few the rows), into
+ *      (row, 4 adjacent keys) quads dealt to the lanes in turn (lane e takes
+ *      quads e, e + 32, ...; a quad's keys share each raw-score load), into
  *      shared memory, whence each lane takes its entries in the accumulator
  *      layout; w of the tile's head
  *   4. the softmax / p v / merge / store of the SDPA kernel above.
@@ -300,7 +300,9 @@ template <int D, int MT, int NH> struct ta_fast_mdec_traits {
     static constexpr int RC = KW + 2 * HALO; /* raw score columns per warp */
     static constexpr int KR = BN + 2 * HALO; /* key rows per K buffer */
     static constexpr int RM = 16 * MT;       /* raw score rows */
-    static constexpr int RLD = RC + 4;       /* raw score row in shared memory, floats */
+    /* a raw score row in shared memory, floats: RLD = 1 mod 32, so the conv's
+     * lanes (8 rows x 4 key quads) meet at most 2 to a bank */
+    static constexpr int RLD = RC + 1;
     static constexpr int NT = KW / 8;        /* the softmax / p v view: a warp's KW keys */
     static constexpr int DT = D / 8;
     static constexpr int MLD = D + 4;
@@ -423,8 +425,9 @@ __global__ void __launch_bounds__(256)
                     const int32_t jj = col0 - T::HALO + 8 * (i / 4) + 2 * tq;
                     const float v0 = jj >= rlo[mt][r] && jj < rhi[mt][r] ? sr[i] : 0.0f;
                     const float v1 = jj + 1 >= rlo[mt][r] && jj + 1 < rhi[mt][r] ? sr[i + 1] : 0.0f;
-                    *reinterpret_cast<float2 *>(wr + (16 * mt + g + 8 * r) * T::RLD + 8 * (i / 4) +
-                                                2 * tq) = make_float2(v0, v1);
+                    float *dst = wr + (16 * mt + g + 8 * r) * T::RLD + 8 * (i / 4) + 2 * tq;
+                    dst[0] = v0;
+                    dst[1] = v1;
                 }
             }
             __syncwarp();
@@ -433,16 +436,30 @@ __global__ void __launch_bounds__(256)
              * masked by the softmax) */
             {
                 const int32_t live = t.seq_q - row0 < T::BM ? t.seq_q - row0 : T::BM;
-                for (int32_t e = lane; e < live * T::KW; e += 32) {
-                    const int32_t r = e / T::KW, kc = e % T::KW;
+                for (int32_t e = lane; e < live * (T::KW / 4); e += 32) {
+                    /* four adjacent keys per lane share the raw-score loads */
+                    const int32_t r = e / (T::KW / 4), kc = 4 * (e % (T::KW / 4));
                     const float *col = wr + kc + T::HALO - pk;
-                    float acc = 0.0f;
+                    float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
                     for (int32_t a = 0; a < cq; ++a) {
                         const float *srow = col + (r + a) * T::RLD, *wrow = sw + a * ck;
+                        float x0 = srow[0], x1 = srow[1], x2 = srow[2];
 #pragma unroll 4
-                        for (int32_t b = 0; b < ck; ++b) acc = __fmaf_rn(wrow[b], srow[b], acc);
+                        for (int32_t b = 0; b < ck; ++b) {
+                            const float x3 = srow[b + 3], w = wrow[b];
+                            c0 = __fmaf_rn(w, x0, c0);
+                            c1 = __fmaf_rn(w, x1, c1);
+                            c2 = __fmaf_rn(w, x2, c2);
+                            c3 = __fmaf_rn(w, x3, c3);
+                            x0 = x1;
+                            x1 = x2;
+                            x2 = x3;
+                        }
                     }
-                    wc[r * T::CLD + kc] = acc;
+                    wc[r * T::CLD + kc] = c0;
+                    wc[r * T::CLD + kc + 1] = c1;
+                    wc[r * T::CLD + kc + 2] = c2;
+                    wc[r * T::CLD + kc + 3] = c3;
                 }
                 __syncwarp();
 #pragma unroll

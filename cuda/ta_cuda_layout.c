@@ -174,8 +174,20 @@ int32_t ta_cuda_fast_splits(const ta_plan *plan) {
     int32_t n;
     if (g == 1 || p->num_splits != TA_SPLITS_AUTO) return plan->fwd.num_splits;
     rows = (int64_t)g * p->seq_q; /* a group's rows, one head of the packed grid */
-    n = ta_tiling_splits_auto(p->batch, p->heads_kv, rows < TA_SEQ_MAX ? (int32_t)rows : TA_SEQ_MAX,
-                              p->seq_k);
+    if (rows <= 16) {
+        /* the decode-shaped kernel (one block per SM at D = 128): half
+         * TA_SPLITS_AUTO_BLOCKS, one wave on an H100 (GQA 32 / 8 heads, one
+         * query: 16 splits beat 32 by 3-22 % at S_k = 8k .. 256k,
+         * bench/results/decode_h100_2026-11-24_deckernel.log) */
+        const int64_t blocks = (int64_t)p->batch * p->heads_kv;
+        int64_t m = (TA_SPLITS_AUTO_BLOCKS / 2 + blocks - 1) / blocks;
+        if (m > p->seq_k / TA_SPLITS_AUTO_MIN_KEYS) m = p->seq_k / TA_SPLITS_AUTO_MIN_KEYS;
+        if (m > TA_SPLITS_AUTO_MAX) m = TA_SPLITS_AUTO_MAX;
+        n = m < 1 ? 1 : (int32_t)m;
+    } else {
+        n = ta_tiling_splits_auto(p->batch, p->heads_kv,
+                                  rows < TA_SEQ_MAX ? (int32_t)rows : TA_SEQ_MAX, p->seq_k);
+    }
     return n < plan->fwd.num_k_tiles ? n : plan->fwd.num_k_tiles; /* the plan's clamp */
 }
 
