@@ -175,7 +175,8 @@ def main():
                        "split_vs_flash": t["flash"] / t["split"],
                        "split_frac_copy": gbs["split"] / copy_gbs, "max_abs_diff": err}
                 if a.mta:
-                    row.update({"mta_ms": t["mta"], "mta_vs_split": t["mta"] / t["split"]})
+                    row.update({"mta_ms": t["mta"], "mta_gbs": gbs["mta"],
+                                "mta_vs_split": t["mta"] / t["split"]})
                 rows.append(row)
                 print("%4d %3d %8d | %11.0f | %8.3f %8.3f %8.3f %8.3f | %10.0f %10.0f %10.0f | "
                       "%11.3f %10.3f | %.2e"

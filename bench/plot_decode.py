@@ -21,6 +21,7 @@ SERIES = (  # CSV column, legend label, line style
     ("flash_gbs", "PyTorch flash", dict(color="tab:orange", marker="s")),
     ("cudnn_gbs", "PyTorch cuDNN", dict(color="tab:green", marker="^")),
     ("copy_gbs", "copy (same run)", dict(color="gray", linestyle="--")),
+    ("mta_gbs", "tileattn MTA 6x11 decode (--mta runs)", dict(color="tab:red", marker="d")),
 )
 
 
@@ -32,8 +33,13 @@ def main():
         sel = sorted((r for r in rows if int(r["H_kv"]) == h_kv and int(r["S_q"]) == s_q),
                      key=lambda r: int(r["S_k"]))
         xs = [int(r["S_k"]) for r in sel]
+        for r in sel:  # the MTA step's K + V bytes over its time (CSVs with mta_ms)
+            if r.get("mta_ms") and not r.get("mta_gbs"):
+                kv = 2 * int(r["S_k"]) * int(r["H_kv"]) * int(r["D"]) * 2
+                r["mta_gbs"] = kv / (float(r["mta_ms"]) * 1e-3) / 1e9
         for col, label, style in SERIES:
-            ax.plot(xs, [float(r[col]) for r in sel], label=label, **style)
+            if all(r.get(col) not in (None, "") for r in sel):
+                ax.plot(xs, [float(r[col]) for r in sel], label=label, **style)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("S_k (keys in the cache)")
         ax.set_ylabel("GB/s (K + V bytes / time)")
