@@ -207,6 +207,14 @@ ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan, const ta_fwd_args *a, const 
  * rows off 16 bytes, TA_ERR_UNSUPPORTED for those with pages); one
  * configuration: tile_config 0 .. TA_CUDA_FAST_MTA_CFGS all name it. */
 int ta_cuda_fast_mta_dec_path(const ta_plan *plan);
+/* Its GQA packing: G = H / H_kv query heads of a kv head per block when
+ * G > 1, G S_q <= 16, G (S_q + c_q - 1) <= 32 and G c_q c_k <= 512, else 1;
+ * and its split count: the plan's, except TA_SPLITS_AUTO with packing:
+ * the TA_SPLITS_AUTO rule with half its block target over B H_kv blocks
+ * (as ta_cuda_fast_splits for packed SDPA decode), clamped to the plan's K
+ * tiles (the workspace's parts follow it). */
+int32_t ta_cuda_fast_mta_dec_pack(const ta_plan *plan);
+int32_t ta_cuda_fast_mta_dec_splits(const ta_plan *plan);
 ta_status ta_cuda_fast_mta_dec_fwd(const ta_plan *plan, const ta_fwd_args *a,
                                    const ta_cuda_fwd_ws *ws, void *stream);
 

@@ -122,7 +122,9 @@ template <class T, bool BF16>
 __device__ __forceinline__ void ta_fast_dec_finish(const ta_cuda_params &p, const ta_tile_ctx &c,
                                                    int32_t split, int32_t row0,
                                                    const float (&o)[4 * T::DT], const float m[2],
-                                                   float l[2], int lane, int warp) {
+                                                   float l[2], int lane, int warp,
+                                                   int32_t pack = 1, int32_t or1 = 0,
+                                                   ta_cuda_q_tile at = ta_cuda_q_tile{}) {
     extern __shared__ float4 ta_fast_dyn_smem[];
     float *so = reinterpret_cast<float *>(ta_fast_dyn_smem);
     float *sm = so + T::NW * T::BM * T::MLD;
@@ -146,11 +148,17 @@ __device__ __forceinline__ void ta_fast_dec_finish(const ta_cuda_params &p, cons
     }
     __syncthreads();
     {
-        /* 8 threads per row, D / 8 columns each; threads past 8 BM idle */
+        /* 8 threads per row, D / 8 columns each; threads past 8 BM idle.
+         * Packed (pack > 1): row r is query head at.h + r / or1's row r % or1 */
         const int r = (int)threadIdx.x >> 3, c0 = ((int)threadIdx.x & 7) * (T::DT);
-        const int32_t row = row0 + r;
-        if (r < T::BM && row < p.t.seq_q)
-            ta_fast_dec_store<T, BF16, T::DT>(p, c, split, row, so, sm, sl, r, c0);
+        if (pack > 1) {
+            if (r < pack * or1) {
+                const ta_tile_ctx ch = ta_cuda_context(p, at.b_local, at.h + r / or1, at.qt);
+                ta_fast_dec_store<T, BF16, T::DT>(p, ch, split, r % or1, so, sm, sl, r, c0);
+            }
+        } else if (r < T::BM && row0 + r < p.t.seq_q) {
+            ta_fast_dec_store<T, BF16, T::DT>(p, c, split, row0 + r, so, sm, sl, r, c0);
+        }
     }
 }
 
@@ -318,9 +326,14 @@ template <int D, int MT, int NH> struct ta_fast_mdec_traits {
     static_assert(LOADS % 16 == 0, "f32 regions on 16 bytes");
 };
 
+/* The base, and how many query heads of a kv head one block takes. */
+struct ta_fast_mdec_params : ta_cuda_params {
+    int32_t pack; /* G = H / H_kv when packed (one Q tile of G S_q rows), else 1 */
+};
+
 template <int D, int MT, int NH, bool BF16>
 __global__ void __launch_bounds__(256)
-    ta_cuda_fast_mta_decode_kernel(const __grid_constant__ ta_cuda_params p) {
+    ta_cuda_fast_mta_decode_kernel(const __grid_constant__ ta_fast_mdec_params p) {
     typedef ta_fast_mdec_traits<D, MT, NH> T;
     typedef typename T::QK QK;
     extern __shared__ float4 ta_fast_dyn_smem[];
@@ -335,45 +348,65 @@ __global__ void __launch_bounds__(256)
     const int tq = lane & 3, g = lane >> 2;
     const int32_t cq = p.conv_q, ck = p.conv_k, pk = (p.conv_k - 1) / 2;
     const int32_t n_qt = t.num_q_tiles, n_split = t.num_splits;
-    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt * n_split;
+    /* packed (G > 1, one Q tile): the tile's rows are G heads' S_q rows, its
+     * raw rows G heads' S_q + c_q - 1 rows, head slot s = row / rows-per-head */
+    const int32_t pack = p.pack, n_hg = p.heads_q / pack;
+    const int32_t r1 = pack > 1 ? t.seq_q + cq - 1 : T::RM; /* raw rows per head slot */
+    const int32_t or1 = pack > 1 ? t.seq_q : T::BM;         /* output rows per head slot */
+    const int64_t n_tiles = (int64_t)p.batch_count * n_hg * n_qt * n_split;
     const float scale_log2 = p.scale * 1.4426950408889634f;
     float *wr = sraw + warp * T::RM * T::RLD;
     float *wc = sconv + warp * T::BM * T::CLD;
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         const int32_t split = (int32_t)(tile % n_split);
-        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile / n_split, n_qt);
-        const ta_tile_ctx c = ta_cuda_fast_context(p, at, split);
+        const int64_t rest = tile / n_split;
+        ta_cuda_q_tile at; /* as ta_cuda_q_tile_at over n_hg head groups */
+        at.qt = n_qt - 1 - (int32_t)(rest % n_qt);
+        at.h = (int32_t)((rest / n_qt) % n_hg) * pack; /* head slot 0's query head */
+        at.b_local = (int32_t)(rest / n_qt / n_hg);
+        const ta_tile_ctx c = ta_cuda_fast_context(p, at, split); /* slot 0: keys, k, v */
         const int32_t row0 = at.qt * T::BM, raw0 = row0 - (cq - 1); /* raw row 0 */
-        const ta_fast_pages pg = ta_fast_pages_of(p, at.b_local);   /* NULL pages: none */
+        /* output rows of the tile (all slots), and the raw rows' count */
+        const int32_t live = pack > 1 ? pack * t.seq_q
+                                      : (t.seq_q - row0 < T::BM ? t.seq_q - row0 : T::BM);
+        const int32_t n_raw = pack > 1 ? pack * r1 : T::RM;
+        const ta_fast_pages pg = ta_fast_pages_of(p, at.b_local); /* NULL pages: none */
         int32_t lo[2], hi[2], rlo[MT][2], rhi[MT][2];
         float o[4 * T::DT], m[2] = {ta_fast_neg_inf(), ta_fast_neg_inf()}, l[2] = {0.0f, 0.0f};
-        ta_fast_row_keys(t, row0 + g, c.key_len, lo, hi);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) { /* the lane's output rows g, g + 8 */
+            const int32_t e = g + 8 * r;
+            lo[r] = hi[r] = 0;
+            if (e < live) ta_tile_row_keys(&t, row0 + e % or1, c.key_len, &lo[r], &hi[r]);
+        }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const int32_t rr = raw0 + 16 * mt + g + 8 * r;
+                const int32_t e = 16 * mt + g + 8 * r, rr = raw0 + e % r1;
                 rlo[mt][r] = rhi[mt][r] = 0;
-                if (rr >= -t.q_history && rr < t.seq_q)
+                if (e < n_raw && rr >= -t.q_history && rr < t.seq_q)
                     ta_tile_row_keys(&t, rr, c.key_len, &rlo[mt][r], &rhi[mt][r]);
             }
 #pragma unroll
         for (int i = 0; i < 4 * T::DT; ++i) o[i] = 0.0f;
 
         __syncthreads(); /* the previous tile's merge is done with shared memory */
-        for (int i = (int)threadIdx.x; i < cq * ck; i += T::THREADS)
-            sw[i] = p.conv_w[(int64_t)at.h * cq * ck + i];
+        for (int i = (int)threadIdx.x; i < pack * cq * ck; i += T::THREADS)
+            sw[i] = p.conv_w[(int64_t)at.h * cq * ck + i]; /* the slots' heads, consecutive */
         if (c.k_begin < c.k_end) {
             /* the raw rows: history rows from q_hist, padding zero-filled */
             for (int i = (int)threadIdx.x; i < T::RM * (D / 8); i += T::THREADS) {
                 const int r = i / (D / 8), ch = i % (D / 8);
-                const int32_t row = raw0 + r;
-                const bool ok = row >= -t.q_history && row < t.seq_q;
+                const int32_t row = raw0 + r % r1;
+                const bool ok = r < n_raw && row >= -t.q_history && row < t.seq_q;
                 const uint16_t *src = static_cast<const uint16_t *>(p.q);
                 if (ok) {
                     int in_hist;
-                    const int64_t at_row = ta_tile_q_row(&t, &p.lay, &c, row, &in_hist);
+                    const ta_tile_ctx ch_ctx =
+                        pack > 1 ? ta_cuda_context(p, at.b_local, at.h + r / r1, at.qt) : c;
+                    const int64_t at_row = ta_tile_q_row(&t, &p.lay, &ch_ctx, row, &in_hist);
                     src = static_cast<const uint16_t *>(in_hist ? p.q_hist : p.q) + at_row + 8 * ch;
                 }
                 ta_fast_cp16(ta_fast_smem_addr(sq + r * T::LD + 8 * ch), src, ok ? 16 : 0);
@@ -435,14 +468,16 @@ __global__ void __launch_bounds__(256)
              * row, then takes its accumulator entries (rows past S_q: 0,
              * masked by the softmax) */
             {
-                const int32_t live = t.seq_q - row0 < T::BM ? t.seq_q - row0 : T::BM;
                 for (int32_t e = lane; e < live * (T::KW / 4); e += 32) {
-                    /* four adjacent keys per lane share the raw-score loads */
+                    /* four adjacent keys per lane share the raw-score loads;
+                     * output row r is slot r / or1's row r % or1, whose raw
+                     * rows start at slot r1 rows in */
                     const int32_t r = e / (T::KW / 4), kc = 4 * (e % (T::KW / 4));
-                    const float *col = wr + kc + T::HALO - pk;
+                    const int32_t slot = r / or1, rb = slot * r1 + r % or1;
+                    const float *col = wr + kc + T::HALO - pk, *ws = sw + slot * cq * ck;
                     float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
                     for (int32_t a = 0; a < cq; ++a) {
-                        const float *srow = col + (r + a) * T::RLD, *wrow = sw + a * ck;
+                        const float *srow = col + (rb + a) * T::RLD, *wrow = ws + a * ck;
                         float x0 = srow[0], x1 = srow[1], x2 = srow[2];
 #pragma unroll 4
                         for (int32_t b = 0; b < ck; ++b) {
@@ -480,7 +515,7 @@ __global__ void __launch_bounds__(256)
             }
             ta_fast_pv<T, D, T::KW, BF16>(o, s, svj, lane);
         }
-        ta_fast_dec_finish<T, BF16>(p, c, split, row0, o, m, l, lane, warp);
+        ta_fast_dec_finish<T, BF16>(p, c, split, row0, o, m, l, lane, warp, pack, or1, at);
     }
 }
 
@@ -508,7 +543,8 @@ template <int D, bool BF16> static ta_fast_launch ta_fast_mdec_pick(int mt, int 
 /* The MTA decode kernel for the plan: 1 and *l, or 0 (a head dim it lacks). */
 template <bool BF16> static int ta_fast_mdec_for(const ta_plan *plan, ta_fast_launch *l) {
     const ta_problem *pr = &plan->p;
-    const int mt = pr->seq_q + pr->conv_q - 1 <= 16 ? 1 : 2;
+    const int32_t g = ta_cuda_fast_mta_dec_pack(plan);
+    const int mt = (int64_t)g * (pr->seq_q + pr->conv_q - 1) <= 16 ? 1 : 2;
     const int nh = (pr->conv_k - 1) / 2 <= 8 ? 1 : 2;
     switch (pr->head_dim) {
     case 64: *l = ta_fast_mdec_pick<64, BF16>(mt, nh); return 1;
@@ -530,7 +566,7 @@ extern "C" ta_status ta_cuda_fast_mta_dec_fwd(const ta_plan *plan, const ta_fwd_
     const void *ptrs[7] = {
         a->q, a->k, a->v, a->o, a->lse, a->conv_w, pr->q_history > 0 ? a->q_hist : NULL};
     ta_fast_launch fl;
-    ta_cuda_params prm;
+    ta_fast_mdec_params prm;
     ta_cuda_launch_desc launch;
     ta_tiling t;
     ta_status st;
@@ -548,12 +584,15 @@ extern "C" ta_status ta_cuda_fast_mta_dec_fwd(const ta_plan *plan, const ta_fwd_
     {
         ta_plan no_halo = *plan;
         no_halo.p.conv_q = no_halo.p.conv_k = 0;
+        no_halo.fwd.num_splits = no_halo.stages.num_splits = ta_cuda_fast_mta_dec_splits(plan);
         if ((st = ta_cuda_tiling(&no_halo, fl.block_m, fl.block_n, TA_TILING_FWD, &t)) != TA_OK)
             return st;
     }
     ta_cuda_params_fwd(&prm, plan, &t, a, ws);
+    prm.pack = ta_cuda_fast_mta_dec_pack(plan);
     launch = ta_cuda_launch_of(fl.kernel, &prm,
-                               (int64_t)pr->heads_q * t.num_q_tiles * t.num_splits, 0, fl.smem);
+                               (int64_t)(pr->heads_q / prm.pack) * t.num_q_tiles * t.num_splits,
+                               0, fl.smem);
     launch.threads = fl.threads;
     if ((st = ta_cuda_launch_batches(&launch, 1, a->seqlens_k, pr->batch, stream)) != TA_OK)
         return st;

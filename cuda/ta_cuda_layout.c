@@ -54,6 +54,35 @@ int ta_cuda_fast_mta_path(const ta_plan *plan) {
     return ta_cuda_fast_mta_any(plan) && !ta_cuda_fast_mta_dec_path(plan);
 }
 
+int32_t ta_cuda_fast_mta_dec_pack(const ta_plan *plan) {
+    const ta_problem *pr = &plan->p;
+    const int64_t g = plan->group;
+    if (!ta_cuda_fast_mta_dec_path(plan) || g < 2) return 1;
+    return g * pr->seq_q <= 16 && g * (pr->seq_q + pr->conv_q - 1) <= 32 &&
+                   g * pr->conv_q * pr->conv_k <= 16 * 32
+               ? (int32_t)g
+               : 1;
+}
+
+/* TA_SPLITS_AUTO's rule with a target of `target` blocks of `blocks` row
+ * blocks (>= 1): ceil(target / blocks), at most S_k / TA_SPLITS_AUTO_MIN_KEYS
+ * and TA_SPLITS_AUTO_MAX, at least 1. */
+static int32_t ta_cuda_splits_for(int64_t target, int64_t blocks, int32_t seq_k) {
+    int64_t m = (target + blocks - 1) / blocks;
+    if (m > seq_k / TA_SPLITS_AUTO_MIN_KEYS) m = seq_k / TA_SPLITS_AUTO_MIN_KEYS;
+    if (m > TA_SPLITS_AUTO_MAX) m = TA_SPLITS_AUTO_MAX;
+    return m < 1 ? 1 : (int32_t)m;
+}
+
+int32_t ta_cuda_fast_mta_dec_splits(const ta_plan *plan) {
+    const ta_problem *p = &plan->p;
+    int32_t n;
+    if (ta_cuda_fast_mta_dec_pack(plan) == 1 || p->num_splits != TA_SPLITS_AUTO)
+        return plan->fwd.num_splits;
+    n = ta_cuda_splits_for(TA_SPLITS_AUTO_BLOCKS / 2, (int64_t)p->batch * p->heads_kv, p->seq_k);
+    return n < plan->fwd.num_k_tiles ? n : plan->fwd.num_k_tiles; /* the plan's clamp */
+}
+
 int32_t ta_cuda_fast_mta_band(const ta_plan *plan) {
     return (plan->p.conv_k - 1) / 2 + plan->p.conv_q - 1;
 }
@@ -179,11 +208,8 @@ int32_t ta_cuda_fast_splits(const ta_plan *plan) {
          * TA_SPLITS_AUTO_BLOCKS, one wave on an H100 (GQA 32 / 8 heads, one
          * query: 16 splits beat 32 by 3-22 % at S_k = 8k .. 256k,
          * bench/results/decode_h100_2026-11-24_deckernel.log) */
-        const int64_t blocks = (int64_t)p->batch * p->heads_kv;
-        int64_t m = (TA_SPLITS_AUTO_BLOCKS / 2 + blocks - 1) / blocks;
-        if (m > p->seq_k / TA_SPLITS_AUTO_MIN_KEYS) m = p->seq_k / TA_SPLITS_AUTO_MIN_KEYS;
-        if (m > TA_SPLITS_AUTO_MAX) m = TA_SPLITS_AUTO_MAX;
-        n = m < 1 ? 1 : (int32_t)m;
+        n = ta_cuda_splits_for(TA_SPLITS_AUTO_BLOCKS / 2, (int64_t)p->batch * p->heads_kv,
+                               p->seq_k);
     } else {
         n = ta_tiling_splits_auto(p->batch, p->heads_kv,
                                   rows < TA_SEQ_MAX ? (int32_t)rows : TA_SEQ_MAX, p->seq_k);
@@ -223,8 +249,9 @@ static ta_status ta_cuda_fast_mta_take(const ta_plan *plan, ta_ws_cursor *c, ta_
  * (ta_cuda.h draws the regions). */
 ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws, size_t *bytes) {
     /* the fast path's split count (GQA decode packing may count more parts) */
-    const int32_t n_split =
-        ta_cuda_fast_path(plan) ? ta_cuda_fast_splits(plan) : plan->fwd.num_splits;
+    const int32_t n_split = ta_cuda_fast_path(plan)           ? ta_cuda_fast_splits(plan)
+                            : ta_cuda_fast_mta_dec_path(plan) ? ta_cuda_fast_mta_dec_splits(plan)
+                                                              : plan->fwd.num_splits;
     ta_ws_cursor c;
     ta_status st;
     ta_ws_begin(&c, base);
