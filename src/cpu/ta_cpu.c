@@ -830,6 +830,8 @@ typedef struct ta_cpu_span {
  *   +------------------------------+-------------------------------+-------------------+
  *     the validated call            MTA backward only: each dq task's R(b, qt) and
  *                                    whether it sees a K tile (phase 1 merges them)
+ *   latent attention's backward instead: | da_rows [B H S_q] | lat_g, lat_ctx [B H S_q][L] |
+ *   each row's d_alpha (band), dq~ and ctx~ (projections), summed by phase 1
  *
  * The header holds copies of the plan and the arguments (the caller's structs
  * may go), the task numbering (the OpenMP path's ta_cpu_run, whose plan and
