@@ -255,6 +255,10 @@ static void ta_cpu_carve_lat(const ta_cpu_dims *dm, int dq, ta_ws_cursor *c, ta_
     lat->ylse = TA_WS_TAKE(c, float, (size_t)TA_SUM2_CHUNK);
     lat->x_delta = TA_WS_TAKE(c, float, dm->bk_pad);
     lat->x_lse = TA_WS_TAKE(c, float, dm->bk_pad);
+    lat->bt = TA_WS_TAKE(c, float, (size_t)3 * (size_t)dm->d * (size_t)TA_SUM2_CHUNK);
+    lat->adl = TA_WS_TAKE(c, float, (size_t)TA_SUM2_CHUNK);
+    lat->qlat_t = TA_WS_TAKE(c, float, (size_t)dm->d * dm->bk_pad);
+    lat->tvec = TA_WS_TAKE(c, float, dm->bk_pad);
     if (!dq) return;
     lat->ctx_hi = TA_WS_TAKE(c, float, (size_t)dm->rows_max * dm->dv_pad);
     lat->ctx_lo = TA_WS_TAKE(c, float, (size_t)dm->rows_max * dm->dv_pad);

@@ -115,7 +115,8 @@ typedef struct ta_cpu_fwd_ws {
  * without), carved last in the dk/dv and the dq slab (ta_cpu_carve_lat):
  *
  *   | wt lat_w x lat_w | lat_in, lat_out pad(lat_w) | qlat, xq, xdo B_k x pad(L) |
- *   | yq, ydo 64 x pad(L) | ydelta, ylse 64 | x_delta, x_lse pad(B_k) |
+ *   | yq, ydo 64 x pad(L) | ydelta, ylse 64 | x_delta, x_lse pad(B_k) | bt 3 x L x 64 | adl 64 |
+ *   | qlat_t L x pad(B_k) | tvec pad(B_k) |
  *   dq slab only: | ctx_hi, ctx_lo, ctx_part B_q x pad(L) |
  */
 typedef struct ta_cpu_lat_ws {
@@ -127,6 +128,10 @@ typedef struct ta_cpu_lat_ws {
     float *yq, *ydo;         /* [64, pad(L)] ... and of one 64-row block of the other rows y */
     float *ydelta, *ylse;    /* [64] D_y, lse_y of that block */
     float *x_delta, *x_lse;  /* [pad(B_k)] D_x, lse_x of the rows x */
+    float *bt;               /* [3, L, 64] the block's rows y transposed: three dot operands */
+    float *adl;              /* [64] alpha dl of one row x's entries in the block */
+    float *qlat_t;           /* [L, pad(B_k)] qlat transposed: the band's T, lanes over keys */
+    float *tvec;             /* [pad(B_k)] one row's T of a K tile's band keys */
     float *ctx_hi, *ctx_lo, *ctx_part; /* dq: [B_q, pad(L)] ctx~ = sum_j P v, chunked pairs */
 } ta_cpu_lat_ws;
 
