@@ -1273,6 +1273,7 @@ int main(int argc, char **argv) {
     test_cpu_fwd(&r, 0);
     test_cpu_fwd(&r, 1);
     test_cpu_bwd(&r, 0, 0);
+    test_cpu_bwd(&r, 0, 1);
     test_cpu_bwd(&r, 1, 0);
     test_cpu_bwd(&r, 1, 1);
     return ta_test_finish("test_rband");

@@ -237,13 +237,17 @@ void ta_cpu_carve_mta_bwd(const ta_cpu_dims *dm, int32_t c_q, int32_t c_k, int32
     ta_cpu_carve_dkdv_pairs(dm, group, c, ws->dk_lo, ws->dv_lo, ws->dk_part, ws->dv_part);
 }
 
-/* The projections' backward stages (ta_cpu.h draws them); all NULL when
- * dm->lat_w is 0. dq: 1 carves the ctx~ pairs too (the dq slab). */
-static void ta_cpu_carve_lat(const ta_cpu_dims *dm, int dq, ta_ws_cursor *c, ta_cpu_lat_ws *lat) {
-    const size_t bk = (size_t)dm->block_k, w_pad = ta_cpu_round_pad(dm->lat_w);
+/* The band's and the projections' backward stages (ta_cpu.h draws them);
+ * all NULL without either. dq: 1 carves the ctx~ pairs too (the dq slab,
+ * with the projections). */
+static void ta_cpu_carve_lat(const ta_cpu_dims *dm, int band, int dq, ta_ws_cursor *c,
+                             ta_cpu_lat_ws *lat) {
+    const size_t bk = (size_t)dm->block_k;
+    const int32_t dmax = ta_tiling_max_i32(dm->d, dm->dv);
+    const size_t w_pad = ta_cpu_round_pad(dm->lat_w ? dm->lat_w : dmax);
     memset(lat, 0, sizeof *lat);
-    if (dm->lat_w == 0) return;
-    lat->wt = TA_WS_TAKE(c, float, (size_t)dm->lat_w * (size_t)dm->lat_w);
+    if (dm->lat_w == 0 && !band) return;
+    lat->wt = dm->lat_w ? TA_WS_TAKE(c, float, (size_t)dm->lat_w * (size_t)dm->lat_w) : NULL;
     lat->lat_in = TA_WS_TAKE(c, float, w_pad);
     lat->lat_out = TA_WS_TAKE(c, float, w_pad);
     lat->qlat = TA_WS_TAKE(c, float, bk * dm->d_pad);
@@ -255,17 +259,18 @@ static void ta_cpu_carve_lat(const ta_cpu_dims *dm, int dq, ta_ws_cursor *c, ta_
     lat->ylse = TA_WS_TAKE(c, float, (size_t)TA_SUM2_CHUNK);
     lat->x_delta = TA_WS_TAKE(c, float, dm->bk_pad);
     lat->x_lse = TA_WS_TAKE(c, float, dm->bk_pad);
-    lat->bt = TA_WS_TAKE(c, float, (size_t)3 * (size_t)dm->d * (size_t)TA_SUM2_CHUNK);
+    lat->bt = TA_WS_TAKE(c, float, (size_t)3 * (size_t)dmax * (size_t)TA_SUM2_CHUNK);
     lat->adl = TA_WS_TAKE(c, float, (size_t)TA_SUM2_CHUNK);
     lat->qlat_t = TA_WS_TAKE(c, float, (size_t)dm->d * dm->bk_pad);
     lat->tvec = TA_WS_TAKE(c, float, dm->bk_pad);
-    if (!dq) return;
+    if (!dq || dm->lat_w == 0) return;
     lat->ctx_hi = TA_WS_TAKE(c, float, (size_t)dm->rows_max * dm->dv_pad);
     lat->ctx_lo = TA_WS_TAKE(c, float, (size_t)dm->rows_max * dm->dv_pad);
     lat->ctx_part = TA_WS_TAKE(c, float, (size_t)dm->rows_max * dm->dv_pad);
 }
 
-void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, ta_ws_cursor *c, ta_cpu_dkdv_ws *ws) {
+void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, int band, ta_ws_cursor *c,
+                       ta_cpu_dkdv_ws *ws) {
     const size_t bq = (size_t)dm->rows_max, bk = (size_t)dm->block_k;
     int32_t g;
     ws->dm = *dm;
@@ -289,7 +294,7 @@ void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, ta_ws_cursor *c, ta
         ws->dv_acc[g] = mine ? TA_WS_TAKE(c, float, bk * dm->dv_pad) : NULL;
     }
     ta_cpu_carve_dkdv_pairs(dm, group, c, ws->dk_lo, ws->dv_lo, ws->dk_part, ws->dv_part);
-    ta_cpu_carve_lat(dm, 0, c, &ws->lat);
+    ta_cpu_carve_lat(dm, band, 0, c, &ws->lat);
 }
 
 int32_t ta_cpu_dkdv_group(const ta_plan *plan, int32_t n_threads) {
@@ -327,7 +332,7 @@ void ta_cpu_carve_dq(const ta_cpu_dims *dm, int band, ta_ws_cursor *c, ta_cpu_dq
     ws->da_hi = band ? TA_WS_TAKE(c, float, dm->bq_pad) : NULL;
     ws->da_lo = band ? TA_WS_TAKE(c, float, dm->bq_pad) : NULL;
     ws->da_part = band ? TA_WS_TAKE(c, float, dm->bq_pad) : NULL;
-    ta_cpu_carve_lat(dm, 1, c, &ws->lat);
+    ta_cpu_carve_lat(dm, band, 1, c, &ws->lat);
 }
 
 /* Threads a call uses (and its workspace is sized for). */
@@ -391,7 +396,8 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
         return c.overflow ? 0 : c.used;
     }
     ta_cpu_dims_of(plan, &plan->bwd, 1, &dm);
-    ta_cpu_carve_dkdv(&dm, ta_cpu_dkdv_group(plan, n_threads), &c, &slab->dkdv);
+    ta_cpu_carve_dkdv(&dm, ta_cpu_dkdv_group(plan, n_threads),
+                      plan->stages.score == TA_SCORE_RBAND, &c, &slab->dkdv);
     if (c.overflow) return 0;
     bytes = c.used;
     ta_ws_begin(&c, base); /* the dq layout overlays the dk/dv one */

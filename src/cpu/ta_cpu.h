@@ -111,10 +111,13 @@ typedef struct ta_cpu_fwd_ws {
 } ta_cpu_fwd_ws;
 
 /*
- * The fused latent projections' backward stages (latent_dim L > 0; NULL
- * without), carved last in the dk/dv and the dq slab (ta_cpu_carve_lat):
+ * The fused latent projections' and the band's backward stages (NULL
+ * without either), carved last in the dk/dv and the dq slab
+ * (ta_cpu_carve_lat). L below stands for the core's widths: L with the
+ * projections, else D (q, k rows) or D_v (dO, v rows); w = lat_w, or max(D,
+ * D_v) without the projections (wt then empty):
  *
- *   | wt lat_w x lat_w | lat_in, lat_out pad(lat_w) | qlat, xq, xdo B_k x pad(L) |
+ *   | wt lat_w x lat_w | lat_in, lat_out pad(w) | qlat, xq, xdo B_k x pad(L) |
  *   | yq, ydo 64 x pad(L) | ydelta, ylse 64 | x_delta, x_lse pad(B_k) | bt 3 x L x 64 | adl 64 |
  *   | qlat_t L x pad(B_k) | tvec pad(B_k) |
  *   dq slab only: | ctx_hi, ctx_lo, ctx_part B_q x pad(L) |
@@ -272,15 +275,16 @@ void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int band, int32_t n_split
  * `group` K tiles per pass-1 task (ta_cpu_dkdv_group). */
 void ta_cpu_carve_mta_bwd(const ta_cpu_dims *dm, int32_t c_q, int32_t c_k, int32_t group,
                           ta_ws_cursor *c, ta_cpu_mta_bwd_ws *ws);
-void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, ta_ws_cursor *c, ta_cpu_dkdv_ws *ws);
+void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, int band, ta_ws_cursor *c,
+                       ta_cpu_dkdv_ws *ws);
 /* K tiles per dk/dv task for this plan and thread count: up to
  * TA_CPU_DKDV_GROUP_MAX while there are at least two tasks per thread. Part of
  * the workspace layout (query and call compute the same value); never part of
  * the result (each K tile's sums keep the reference's order). */
 int32_t ta_cpu_dkdv_group(const ta_plan *plan, int32_t n_threads);
 /* band: 1 carves the reciprocal band's tt and d_alpha rows too. Both
- * backward slabs carve the projections' stages (ta_cpu_lat_ws) last when
- * dm->lat_w > 0. */
+ * backward slabs carve the band's and the projections' stages
+ * (ta_cpu_lat_ws) last with the band or when dm->lat_w > 0. */
 void ta_cpu_carve_dq(const ta_cpu_dims *dm, int band, ta_ws_cursor *c, ta_cpu_dq_ws *ws);
 
 /* The projections' weight gradients, the call's sums after the slabs: the
