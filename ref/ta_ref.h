@@ -146,7 +146,7 @@ static inline float ta_ref_dot(const float *a, const float *b, int32_t n) {
     return acc;
 }
 
-/* ---- ref/ta_ref_bwd.c: the backward's steps (also the CPU backend's latent path) ---- */
+/* ---- ref/ta_ref_bwd.c: the backward's steps (pass 1 per K tile, pass 2 per Q tile, the call sums) ---- */
 
 /* The buffers of the backward (the diagram in ref/ta_ref_bwd.c). The shared
  * ones (dw_lo, da_g, dwq_part, dwv_part, dwq_lo, dwv_lo: the call's sums) are

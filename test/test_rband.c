@@ -228,8 +228,8 @@ static void test_bad_input(ta_rng *r) {
                          strstr(why, c->field),
                      "%s: bwd size query: %s", what, why);
         }
-    /* the valid band: CPU runs its forward and backward (not the backward as
-     * caller-run tasks); CUDA refuses it */
+    /* the valid band: CPU runs its forward and backward (caller-run tasks
+     * too); CUDA refuses it */
     {
         const ta_problem p = bi_problem();
         ta_task_plan tp;
@@ -239,7 +239,8 @@ static void test_bad_input(ta_rng *r) {
         bi_expect_bwd(&p, TA_BACKEND_CPU, &b, &b.ba, TA_OK, "ok", "bwd on CPU");
         bi_expect_bwd(&p, TA_BACKEND_CUDA, &b, &b.ba, TA_ERR_UNSUPPORTED, "backend", "bwd on CUDA");
         TA_CHECK(ta_fwd_task_plan(&p, TA_BACKEND_CPU, &tp) == TA_OK, "band: CPU forward task plan");
-        TA_CHECK(ta_bwd_task_plan(&p, TA_BACKEND_CPU, &tp) == TA_ERR_UNSUPPORTED,
+        TA_CHECK(ta_bwd_task_plan(&p, TA_BACKEND_CPU, &tp) == TA_OK && tp.num_phases == 2 &&
+                     tp.num_tasks[1] == 1,
                  "band: CPU backward task plan");
     }
     { /* REF runs the band's forward; not with key lengths */
@@ -334,7 +335,9 @@ static void test_bad_input(ta_rng *r) {
                 ta_task_plan tp;
                 TA_CHECK(ta_fwd_task_plan(&p, TA_BACKEND_CPU, &tp) == TA_OK,
                          "projections: CPU forward task plan");
-                TA_CHECK(ta_bwd_task_plan(&p, TA_BACKEND_CPU, &tp) == TA_ERR_UNSUPPORTED,
+                TA_CHECK(ta_bwd_task_plan(&p, TA_BACKEND_CPU, &tp) == TA_OK &&
+                             tp.num_phases == 2 &&
+                             tp.num_tasks[1] == p.heads_q + ((p.flags & TA_RBAND) ? 1 : 0),
                          "projections: CPU backward task plan");
             }
             ba.dw_qlat = NULL;
@@ -801,6 +804,17 @@ static ta_status rb_bwd_on(const ta_problem *p, ta_backend be, const rb_case *c,
     return st;
 }
 
+/* The same backward on the CPU's caller-run tasks (ta_test_bwd_tasks). */
+static ta_status rb_bwd_tasks(const ta_problem *p, const rb_case *c, const void *o,
+                              const float *lse, rb_grads *g) {
+    ta_bwd_args ba;
+    memset(&ba, 0, sizeof ba);
+    ba.q = c->q, ba.k = c->k, ba.v = c->v, ba.o = o, ba.d_o = c->d_o, ba.lse = lse;
+    ba.dq = g->dq, ba.dk = g->dk, ba.dv = g->dv, ba.d_alpha = g->d_alpha;
+    ba.w_qlat = c->wq, ba.w_vup = c->wv, ba.dw_qlat = g->dwq, ba.dw_vup = g->dwv;
+    return ta_test_bwd_tasks(p, &ba);
+}
+
 static ta_status rb_bwd(const ta_problem *p, const rb_case *c, const void *o, const float *lse,
                         rb_grads *g) {
     return rb_bwd_on(p, TA_BACKEND_REF, c, o, lse, g);
@@ -1157,7 +1171,7 @@ static void cb_edge(ta_problem *p, int t, const char **edge) {
  * (ta_poison), so an element neither writes still differs. Returns 1 on a
  * match. */
 static int cb_same(const rb_case *c, const ta_problem *p, const void *ro, const float *rlse,
-                   const rb_grads *g, int lat, const char *desc) {
+                   const rb_grads *g, int lat, const char *desc, int tasks) {
     const size_t eb = ta_dtype_size(c->p.dtype);
     const size_t n_wq = lat ? (size_t)p->heads_q * (size_t)p->head_dim * (size_t)p->latent_dim : 0;
     const size_t n_wv =
@@ -1169,14 +1183,16 @@ static int cb_same(const rb_case *c, const ta_problem *p, const void *ro, const 
     memset(h.dq, 0x7b, c->nq * eb), memset(h.dk, 0x7b, c->nk * eb), memset(h.dv, 0x7b, c->nv * eb);
     memset(h.d_alpha, 0x7b, sizeof h.d_alpha);
     if (lat) memset(h.dwq, 0x7b, n_wq * sizeof(float)), memset(h.dwv, 0x7b, n_wv * sizeof(float));
-    st = rb_bwd_on(p, TA_BACKEND_CPU, c, ro, rlse, &h);
-    TA_CHECK(st == TA_OK, "CPU backward: %s: %s", ta_status_string(st), desc);
+    st = tasks ? rb_bwd_tasks(p, c, ro, rlse, &h) : rb_bwd_on(p, TA_BACKEND_CPU, c, ro, rlse, &h);
+    TA_CHECK(st == TA_OK, "CPU backward%s: %s: %s", tasks ? " (tasks)" : "", ta_status_string(st),
+             desc);
     same = st == TA_OK && rb_same_bits(g->dq, h.dq, c->nq * eb) &&
            rb_same_bits(g->dk, h.dk, c->nk * eb) && rb_same_bits(g->dv, h.dv, c->nv * eb) &&
            (!(p->flags & TA_RBAND) || rb_same_bits(g->d_alpha, h.d_alpha, sizeof(float))) &&
            (!lat || (rb_same_bits(g->dwq, h.dwq, n_wq * sizeof(float)) &&
                      rb_same_bits(g->dwv, h.dwv, n_wv * sizeof(float))));
-    TA_CHECK(st != TA_OK || same, "CPU backward (%d threads) != REF: %s", p->num_threads, desc);
+    TA_CHECK(st != TA_OK || same, "CPU backward (%d threads%s) != REF: %s", p->num_threads,
+             tasks ? ", caller-run tasks" : "", desc);
     {
         uint32_t guard; /* d_alpha[1]: never written */
         memcpy(&guard, &h.d_alpha[1], sizeof guard);
@@ -1186,11 +1202,13 @@ static int cb_same(const rb_case *c, const ta_problem *p, const void *ro, const 
     return same;
 }
 
-/* lat: with the fused projections (dw_qlat, dw_vup compared too). */
-static void test_cpu_bwd(ta_rng *r, int lat) {
+/* lat: with the fused projections (dw_qlat, dw_vup compared too). long_seq:
+ * S_q = S_k in [130, 420] (several 64-row chunks and Q-tile groups per (b,
+ * h), bands spanning several 64-row blocks), fewer problems. */
+static void test_cpu_bwd(ta_rng *r, int lat, int long_seq) {
     static const char *const isas[3] = {"scalar", "avx2", "avx512"};
-    const int n_problems = quick ? 24 : 96;
-    long n_calls = 0;
+    const int n_problems = long_seq ? (quick ? 2 : 16) : quick ? 24 : 96;
+    long n_calls = 0, n_tasks = 0;
     int t, k;
     for (t = 0; t < n_problems; ++t) {
         rb_case c;
@@ -1200,10 +1218,10 @@ static void test_cpu_bwd(ta_rng *r, int lat) {
         float *rlse;
         char desc[260];
         ta_status st;
-        rb_seq_override = t % 8 == 0 ? 1 : 0;
+        rb_seq_override = long_seq ? ta_rng_int(r, 130, quick ? 200 : 420) : t % 8 == 0 ? 1 : 0;
         rb_random(r, &c, 1, lat);
         rb_seq_override = 0;
-        if (c.p.flags & TA_RBAND) cb_edge(&c.p, t, &edge);
+        if (c.p.flags & TA_RBAND) cb_edge(&c.p, long_seq ? t % 7 + 1 : t, &edge); /* S = 1: not here */
         rb_describe(&c, desc, sizeof desc);
         strncat(desc, " edge: ", sizeof desc - strlen(desc) - 1);
         strncat(desc, edge, sizeof desc - strlen(desc) - 1);
@@ -1218,18 +1236,25 @@ static void test_cpu_bwd(ta_rng *r, int lat) {
             ta_problem p = c.p;
             setenv("TA_CPU_ISA", isas[k], 1);
             p.num_threads = k == 0 ? 1 : ta_rng_int(r, 2, 4);
-            (void)cb_same(&c, &p, ro, rlse, &g, lat, desc);
+            (void)cb_same(&c, &p, ro, rlse, &g, lat, desc, 0);
             ++n_calls;
         }
         unsetenv("TA_CPU_ISA");
+        if (st == TA_OK) { /* the caller-run tasks (phase 1: the call sums) */
+            ta_problem p = c.p;
+            p.num_threads = ta_rng_int(r, 1, 4);
+            (void)cb_same(&c, &p, ro, rlse, &g, lat, desc, 1);
+            ++n_tasks;
+        }
         rb_grads_free(&g);
         ta_test_free(ro), ta_test_free(rlse);
         rb_free(&c);
     }
-    printf("CPU backward%s == REF bit for bit: %d problems (S = 1 forced in 1 of 8; with the band "
-           "W = 0, W >= S, alpha = 0, alpha < 0 in 4 more), %ld calls over the ISA paths, 1-4 "
-           "threads\n",
-           lat ? " with the fused projections" : "", n_problems, n_calls);
+    printf("CPU backward%s == REF bit for bit: %d problems (%s; with the band W = 0, W >= S, alpha "
+           "= 0, alpha < 0 in 4 of 8), %ld calls over the ISA paths, 1-4 threads, %ld through "
+           "caller-run tasks\n",
+           lat ? " with the fused projections" : "", n_problems,
+           long_seq ? (quick ? "S in [130, 200]" : "S in [130, 420]") : "S = 1 forced in 1 of 8", n_calls, n_tasks);
 }
 
 int main(int argc, char **argv) {
@@ -1247,7 +1272,9 @@ int main(int argc, char **argv) {
     test_ref_bwd(&r, 1);
     test_cpu_fwd(&r, 0);
     test_cpu_fwd(&r, 1);
-    test_cpu_bwd(&r, 0);
-    test_cpu_bwd(&r, 1);
+    test_cpu_bwd(&r, 0, 0);
+    test_cpu_bwd(&r, 0, 1);
+    test_cpu_bwd(&r, 1, 0);
+    test_cpu_bwd(&r, 1, 1);
     return ta_test_finish("test_rband");
 }

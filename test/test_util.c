@@ -215,20 +215,34 @@ void ta_test_expect_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a
     TA_CHECK(st == TA_OK || ta_canary_intact(a->o, o_bytes), "%s: o written on error", what);
 }
 
-ta_status ta_test_fwd_tasks(const ta_problem *p, const ta_fwd_args *a) {
+/* The caller-run tasks of ta_fwd (fa) or ta_bwd (ba): each phase's tasks,
+ * the last first. */
+static ta_status ta_test_tasks(const ta_problem *p, const ta_fwd_args *fa, const ta_bwd_args *ba) {
     ta_task_plan tp;
     void *shared, *scratch;
     int64_t t;
-    ta_status st = ta_fwd_task_plan(p, TA_BACKEND_CPU, &tp);
+    int32_t ph;
+    ta_status st = fa ? ta_fwd_task_plan(p, TA_BACKEND_CPU, &tp)
+                      : ta_bwd_task_plan(p, TA_BACKEND_CPU, &tp);
     if (st != TA_OK) return st;
     shared = ta_test_alloc(tp.shared_bytes ? tp.shared_bytes : 1);
     scratch = ta_test_alloc(tp.scratch_bytes ? tp.scratch_bytes : 1);
     ta_poison(shared, tp.shared_bytes);
     ta_poison(scratch, tp.scratch_bytes);
-    st = ta_fwd_tasks_prepare(p, TA_BACKEND_CPU, a, shared, tp.shared_bytes);
-    for (t = tp.num_tasks[0] - 1; st == TA_OK && t >= 0; --t)
-        st = ta_task_run(shared, 0, t, scratch, tp.scratch_bytes);
+    st = fa ? ta_fwd_tasks_prepare(p, TA_BACKEND_CPU, fa, shared, tp.shared_bytes)
+            : ta_bwd_tasks_prepare(p, TA_BACKEND_CPU, ba, shared, tp.shared_bytes);
+    for (ph = 0; st == TA_OK && ph < tp.num_phases; ++ph)
+        for (t = tp.num_tasks[ph] - 1; st == TA_OK && t >= 0; --t)
+            st = ta_task_run(shared, ph, t, scratch, tp.scratch_bytes);
     ta_test_free(shared);
     ta_test_free(scratch);
     return st;
+}
+
+ta_status ta_test_fwd_tasks(const ta_problem *p, const ta_fwd_args *a) {
+    return ta_test_tasks(p, a, NULL);
+}
+
+ta_status ta_test_bwd_tasks(const ta_problem *p, const ta_bwd_args *a) {
+    return ta_test_tasks(p, NULL, a);
 }

@@ -81,6 +81,8 @@ void ta_test_expect_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a
  * "Caller-run tasks"): plan, prepare, then every task on this thread, the last
  * first, with poisoned shared and scratch buffers. Returns the first failure. */
 ta_status ta_test_fwd_tasks(const ta_problem *p, const ta_fwd_args *a);
+/* ta_bwd the same way: each phase's tasks, the last first, phase by phase. */
+ta_status ta_test_bwd_tasks(const ta_problem *p, const ta_bwd_args *a);
 
 /* Check framework: count failures, print the first few. */
 extern int ta_test_failures;

@@ -12,10 +12,10 @@
  * threads). MTA (a conv) runs the same way with the conv kernels
  * (ta_cpu_mta.inc); its one cross-task sum, dconv_w, is merged from per-Q-tile
  * sums in the reference's order by tasks taking turns (ta_cpu_dw_merge).
- * The reciprocal band's backward adds its d_alpha the same way
- * (ta_cpu_band_dq_task). The fused latent projections' forward is the SDPA
- * forward task with projection stages; their backward runs REF's own steps
- * as tasks (the latent path, ta_cpu_lat_path).
+ * Latent attention is the SDPA tasks with stages: the reciprocal band's
+ * scores and transposed terms, the fused projections' loads and stores; its
+ * backward's call sums (d_alpha, dw_qlat, dw_vup) are added the same way
+ * (ta_cpu_sums_dq_task).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -237,7 +237,40 @@ void ta_cpu_carve_mta_bwd(const ta_cpu_dims *dm, int32_t c_q, int32_t c_k, int32
     ta_cpu_carve_dkdv_pairs(dm, group, c, ws->dk_lo, ws->dv_lo, ws->dk_part, ws->dv_part);
 }
 
-void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, ta_ws_cursor *c, ta_cpu_dkdv_ws *ws) {
+/* The band's and the projections' backward stages (ta_cpu.h draws them);
+ * all NULL without either. dq: 1 carves the ctx~ pairs too (the dq slab,
+ * with the projections). */
+static void ta_cpu_carve_lat(const ta_cpu_dims *dm, int band, int dq, ta_ws_cursor *c,
+                             ta_cpu_lat_ws *lat) {
+    const size_t bk = (size_t)dm->block_k;
+    const int32_t dmax = ta_tiling_max_i32(dm->d, dm->dv);
+    const size_t w_pad = ta_cpu_round_pad(dm->lat_w ? dm->lat_w : dmax);
+    memset(lat, 0, sizeof *lat);
+    if (dm->lat_w == 0 && !band) return;
+    lat->wt = dm->lat_w ? TA_WS_TAKE(c, float, (size_t)dm->lat_w * (size_t)dm->lat_w) : NULL;
+    lat->lat_in = TA_WS_TAKE(c, float, w_pad);
+    lat->lat_out = TA_WS_TAKE(c, float, w_pad);
+    lat->qlat = TA_WS_TAKE(c, float, bk * dm->d_pad);
+    lat->xq = TA_WS_TAKE(c, float, bk * dm->d_pad);
+    lat->xdo = TA_WS_TAKE(c, float, bk * dm->dv_pad);
+    lat->yq = TA_WS_TAKE(c, float, (size_t)TA_SUM2_CHUNK * dm->d_pad);
+    lat->ydo = TA_WS_TAKE(c, float, (size_t)TA_SUM2_CHUNK * dm->dv_pad);
+    lat->ydelta = TA_WS_TAKE(c, float, (size_t)TA_SUM2_CHUNK);
+    lat->ylse = TA_WS_TAKE(c, float, (size_t)TA_SUM2_CHUNK);
+    lat->x_delta = TA_WS_TAKE(c, float, dm->bk_pad);
+    lat->x_lse = TA_WS_TAKE(c, float, dm->bk_pad);
+    lat->bt = TA_WS_TAKE(c, float, (size_t)3 * (size_t)dmax * (size_t)TA_SUM2_CHUNK);
+    lat->adl = TA_WS_TAKE(c, float, (size_t)TA_SUM2_CHUNK);
+    lat->qlat_t = TA_WS_TAKE(c, float, (size_t)dm->d * dm->bk_pad);
+    lat->tvec = TA_WS_TAKE(c, float, dm->bk_pad);
+    if (!dq || dm->lat_w == 0) return;
+    lat->ctx_hi = TA_WS_TAKE(c, float, (size_t)dm->rows_max * dm->dv_pad);
+    lat->ctx_lo = TA_WS_TAKE(c, float, (size_t)dm->rows_max * dm->dv_pad);
+    lat->ctx_part = TA_WS_TAKE(c, float, (size_t)dm->rows_max * dm->dv_pad);
+}
+
+void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, int band, ta_ws_cursor *c,
+                       ta_cpu_dkdv_ws *ws) {
     const size_t bq = (size_t)dm->rows_max, bk = (size_t)dm->block_k;
     int32_t g;
     ws->dm = *dm;
@@ -261,6 +294,7 @@ void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, ta_ws_cursor *c, ta
         ws->dv_acc[g] = mine ? TA_WS_TAKE(c, float, bk * dm->dv_pad) : NULL;
     }
     ta_cpu_carve_dkdv_pairs(dm, group, c, ws->dk_lo, ws->dv_lo, ws->dk_part, ws->dv_part);
+    ta_cpu_carve_lat(dm, band, 0, c, &ws->lat);
 }
 
 int32_t ta_cpu_dkdv_group(const ta_plan *plan, int32_t n_threads) {
@@ -298,6 +332,7 @@ void ta_cpu_carve_dq(const ta_cpu_dims *dm, int band, ta_ws_cursor *c, ta_cpu_dq
     ws->da_hi = band ? TA_WS_TAKE(c, float, dm->bq_pad) : NULL;
     ws->da_lo = band ? TA_WS_TAKE(c, float, dm->bq_pad) : NULL;
     ws->da_part = band ? TA_WS_TAKE(c, float, dm->bq_pad) : NULL;
+    ta_cpu_carve_lat(dm, band, 1, c, &ws->lat);
 }
 
 /* Threads a call uses (and its workspace is sized for). */
@@ -318,44 +353,26 @@ static int32_t ta_cpu_threads(const ta_plan *plan) {
  * docs/cpu.md) the forward adds the raw-score tile and the backward has its
  * own layout, plus H turn counters shared by all threads after the slabs. */
 typedef struct ta_cpu_slab {
-    union { /* a call takes the vector tasks' buffers or the latent path's (C11 anonymous) */
-        struct {
-            ta_cpu_fwd_ws fwd;   /* forward (SDPA; MTA with sraw) */
-            ta_cpu_dkdv_ws dkdv; /* SDPA backward */
-            ta_cpu_dq_ws dq;
-            ta_cpu_mta_bwd_ws mta; /* MTA backward, both passes */
-        };
-        /* latent path (ta_cpu_lat_path): one REF step's buffers; the shared
-         * fields point at the call's sums after the slabs */
-        ta_ref_bwd_ws lat_bwd;
-    };
+    ta_cpu_fwd_ws fwd;     /* forward (SDPA; MTA with sraw) */
+    ta_cpu_dkdv_ws dkdv;   /* SDPA backward (the band's and the projections' stages too) */
+    ta_cpu_dq_ws dq;
+    ta_cpu_mta_bwd_ws mta; /* MTA backward, both passes */
     TA_CPU_TASK_COUNTER *dw_turn; /* MTA backward: [H] next (b, Q tile) to merge per head */
     float *dw_lo; /* MTA backward: [H, c_q c_k] lo words of dconv_w's pairs (src/ta_sum2.h) */
-    /* the backward's call sums (latent path; the band's d_alpha): [1] the next
-     * (b, h, Q tile or Q-tile group) to add its share */
+    /* the backward's call sums (the band's d_alpha, the projections' weight
+     * gradients): [1] the next (b, h, Q-tile group) to add its share */
     TA_CPU_TASK_COUNTER *sum_turn;
-    float *da_g; /* the band on the vector path: [2] d_alpha's pair (hi, lo) */
+    float *da_g; /* the band: [2] d_alpha's pair (hi, lo) */
+    ta_cpu_lat_sums lat_sums; /* the projections: dw_qlat's, dw_vup's lo words and partials */
 } ta_cpu_slab;
 
-/*
- * The latent path (docs/cpu.md section 3c): the fused latent projections'
- * backward (with or without the band) runs REF's own steps
- * (ref/ta_ref_bwd.c) on the CPU's threads: one task per (b, h, Q tile) for
- * dq, one per (b, kv head, K tile) for dk, dv, each in its thread's buffers;
- * so its bits are REF's by construction. The call sums (d_alpha, dw_qlat,
- * dw_vup) are added by the dq tasks taking turns in REF's (b, h, Q tile)
- * order (ta_cpu_do_lat_bwd_task). Scalar arithmetic: no vector kernels yet.
- * Their forward, and the band without them, run the vector tasks
- * (ta_cpu_sdpa.inc); the band's d_alpha is merged the same way.
- */
-static int ta_cpu_lat_path(const ta_plan *plan, int backward) {
-    return backward && plan->p.latent_dim > 0;
-}
-
-/* The band's backward on the vector path: the dq tasks' d_alpha shares are
- * added in REF's order (ta_cpu_band_da_merge). */
-static int ta_cpu_band_sums(const ta_plan *plan, int backward) {
-    return backward && plan->stages.score == TA_SCORE_RBAND && !ta_cpu_lat_path(plan, backward);
+/* The backward's call sums of latent attention (docs/cpu.md section 3c):
+ * the band's d_alpha and the fused projections' dw_qlat, dw_vup. The dq
+ * tasks compute their rows' shares and add them in REF's (b, h, Q tile)
+ * order, taking turns (ta_cpu_sums_dq_task). */
+static int ta_cpu_bwd_turns(const ta_plan *plan, int backward) {
+    return backward && !plan->has_conv &&
+           (plan->stages.score == TA_SCORE_RBAND || plan->p.latent_dim > 0);
 }
 
 /* One thread's slab at base (NULL: size only); its bytes (a multiple of 64),
@@ -366,10 +383,6 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
     ta_ws_cursor c;
     size_t bytes;
     ta_ws_begin(&c, base);
-    if (ta_cpu_lat_path(plan, backward)) {
-        ta_ref_bwd_carve_tiles(plan, &c, &slab->lat_bwd);
-        return c.overflow ? 0 : c.used;
-    }
     if (!backward) {
         ta_cpu_dims_of(plan, &plan->fwd, ta_cpu_q_group(plan, &plan->fwd, n_threads), &dm);
         ta_cpu_carve_fwd(&dm, plan->has_conv, plan->stages.score == TA_SCORE_RBAND,
@@ -383,7 +396,8 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
         return c.overflow ? 0 : c.used;
     }
     ta_cpu_dims_of(plan, &plan->bwd, 1, &dm);
-    ta_cpu_carve_dkdv(&dm, ta_cpu_dkdv_group(plan, n_threads), &c, &slab->dkdv);
+    ta_cpu_carve_dkdv(&dm, ta_cpu_dkdv_group(plan, n_threads),
+                      plan->stages.score == TA_SCORE_RBAND, &c, &slab->dkdv);
     if (c.overflow) return 0;
     bytes = c.used;
     ta_ws_begin(&c, base); /* the dq layout overlays the dk/dv one */
@@ -404,10 +418,9 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
  * With a conv the backward adds dw_turn: H integer counters shared by all
  * threads, the in-order dconv_w merge (ta_cpu_dw_merge), and dw_lo: the lo
  * words of the merge's pairs, H c_q c_k floats (dconv_w holds the hi words).
- * The latent path's backward adds one turn counter and REF's shared sums
- * (ta_ref_bwd_carve_shared: d_alpha's pair; dw_qlat's and dw_vup's lo words
- * and row-chunk partials, O(H D L)); the band's backward on the vector path
- * one turn counter and d_alpha's pair.
+ * Latent attention's backward adds one turn counter, with the band
+ * d_alpha's pair, with the projections dw_qlat's and dw_vup's lo words and
+ * row-chunk partials (O(H D L), ta_cpu_lat_sums).
  * Nothing grows with B or S: every region is O(tile), or O(H) for these.
  * With a base, carves thread tid's slab into *slab. Returns the total size.
  */
@@ -418,6 +431,8 @@ static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_thre
     ta_ws_cursor c;
     TA_CPU_TASK_COUNTER *turn = NULL, *sum_turn = NULL;
     float *dw_lo = NULL, *da_g = NULL;
+    ta_cpu_lat_sums ls;
+    memset(&ls, 0, sizeof ls);
     if (slab_bytes == 0 || !ta_mul_size(slab_bytes, (size_t)n_threads, &slabs_bytes))
         return TA_ERR_OVERFLOW;
     ta_ws_begin(&c, base);
@@ -426,13 +441,16 @@ static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_thre
         turn = TA_WS_TAKE(&c, TA_CPU_TASK_COUNTER, (size_t)plan->p.heads_q);
         dw_lo = TA_WS_TAKE(&c, float, plan->n_conv);
     }
-    if (ta_cpu_lat_path(plan, backward)) {
+    if (ta_cpu_bwd_turns(plan, backward)) {
+        const size_t lat = (size_t)plan->p.latent_dim;
         sum_turn = TA_WS_TAKE(&c, TA_CPU_TASK_COUNTER, 1);
-        ta_ref_bwd_carve_shared(plan, &c, &slab->lat_bwd); /* the carve below keeps them */
-    }
-    if (ta_cpu_band_sums(plan, backward)) {
-        sum_turn = TA_WS_TAKE(&c, TA_CPU_TASK_COUNTER, 1);
-        da_g = TA_WS_TAKE(&c, float, 2);
+        if (plan->stages.score == TA_SCORE_RBAND) da_g = TA_WS_TAKE(&c, float, 2);
+        if (lat > 0) {
+            ls.dwq_lo = TA_WS_TAKE(&c, float, plan->n_wq);
+            ls.dwv_lo = TA_WS_TAKE(&c, float, plan->n_wv);
+            ls.dwq_part = TA_WS_TAKE(&c, float, (size_t)plan->p.head_dim * lat);
+            ls.dwv_part = TA_WS_TAKE(&c, float, lat * (size_t)plan->p.head_dim_v);
+        }
     }
     if (c.overflow) return TA_ERR_OVERFLOW;
     *total = c.used;
@@ -443,6 +461,7 @@ static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_thre
         slab->dw_lo = dw_lo;
         slab->sum_turn = sum_turn;
         slab->da_g = da_g;
+        slab->lat_sums = ls;
     }
     return TA_OK;
 }
@@ -594,59 +613,47 @@ static void ta_cpu_do_mta_bwd_task(const ta_cpu_run *run, const ta_cpu_slab *sla
 }
 
 /*
- * A latent-path backward task: pass 1 (b, kv head, K tile), numbered K tiles
- * outer (under the causal mask the first ones see the most rows); or pass 2
- * (b, h, Q tile), numbered in REF's order: REF's step computes dq and the
- * tile's shares of the call's sums in the thread's buffers, then waits for
- * its turn (every earlier (b, h, Q tile) merged; as ta_cpu_dw_merge, no
- * deadlock: tasks are handed out in ascending order) and merges them.
+ * A dq task of latent attention's backward, numbered in REF's order: (b, h)
+ * outer, Q-tile groups ascending (turn = the number). The task computes dq,
+ * its rows' d_alpha pairs (band) and their dq~ and ctx~ rows (projections)
+ * (cpu_sdpa_dq_task), waits for its turn (as ta_cpu_dw_merge: tasks are
+ * handed out in ascending order, so no deadlock) and adds its shares: the
+ * rows' d_alpha hi words to the call's pair, rows ascending, and its rows'
+ * weight-gradient terms (kern->lat_dw): REF's sequence
+ * (ta_ref_bwd_q_tile_merge).
  */
-TA_CPU_NOINLINE static void ta_cpu_do_lat_bwd_task(const ta_cpu_run *run, const ta_cpu_slab *slab,
-                                                   int64_t task) {
-    const ta_plan *plan = run->plan;
-    const ta_tiling *t = &plan->bwd;
-    ta_ref_step st;
-    if (task < run->n_dkdv) {
-        const int64_t n_bhkv = (int64_t)plan->p.batch * plan->p.heads_kv;
-        const int64_t bh = task % n_bhkv;
-        ta_ref_step_k(plan, t, run->ba->seqlens_k, (int32_t)(bh / plan->p.heads_kv),
-                      (int32_t)(bh % plan->p.heads_kv), (int32_t)(task / n_bhkv), &st);
-        ta_ref_bwd_k_tile(plan, run->ba, &slab->lat_bwd, &st);
-    } else {
-        const int64_t turn = task - run->n_dkdv, n_q = t->num_q_tiles;
-        const int64_t bh = turn / n_q;
-        ta_ref_step_q(plan, t, run->ba->seqlens_k, (int32_t)(bh / plan->p.heads_q),
-                      (int32_t)(bh % plan->p.heads_q), (int32_t)(turn % n_q), &st);
-        ta_ref_bwd_q_tile_dq(plan, run->ba, &slab->lat_bwd, &st);
-        ta_cpu_turn_wait(slab->sum_turn, turn);
-        ta_ref_bwd_q_tile_merge(plan, run->ba, &slab->lat_bwd, &st);
-        TA_CPU_TURN_STORE(slab->sum_turn, turn + 1);
-    }
-}
+/* The dq task with number `turn` among the turn-ordered ones: (b, h),
+ * its Q tiles [qt, qt_end), which it computes (cpu_sdpa_dq_task) in slab. */
+typedef struct ta_cpu_turn_tiles {
+    int32_t b, h, qt, qt_end, rows;
+} ta_cpu_turn_tiles;
 
-/*
- * A dq task of the band's backward on the vector path, numbered in REF's
- * order: (b, h) outer, Q-tile groups ascending (turn = the number). The task
- * computes dq and its rows' d_alpha pairs (cpu_sdpa_dq_task), waits for its
- * turn (as ta_cpu_dw_merge: tasks are handed out in ascending order, so no
- * deadlock) and adds its rows' hi words to the call's pair, rows ascending:
- * REF's sequence (ta_ref_bwd_q_tile_merge).
- */
-TA_CPU_NOINLINE static void ta_cpu_band_dq_task(const ta_cpu_run *run, const ta_cpu_slab *slab,
-                                                int64_t turn) {
+static ta_cpu_turn_tiles ta_cpu_turn_dq(const ta_cpu_run *run, const ta_cpu_slab *slab,
+                                        int64_t turn) {
     const ta_plan *plan = run->plan;
     const ta_tiling *t = &plan->bwd;
     const int32_t n_q = t->num_q_tiles, n_groups = (n_q + run->q_group - 1) / run->q_group;
     const int64_t bh = turn / n_groups;
-    const int32_t qt = (int32_t)(turn % n_groups) * run->q_group;
-    const int32_t qt_end = qt + run->q_group < n_q ? qt + run->q_group : n_q;
-    const int32_t rows = ta_tile_row_eff_end(t, qt_end - 1) - ta_tile_row_eff_begin(t, qt);
+    ta_cpu_turn_tiles tt;
+    tt.b = (int32_t)(bh / plan->p.heads_q), tt.h = (int32_t)(bh % plan->p.heads_q);
+    tt.qt = (int32_t)(turn % n_groups) * run->q_group;
+    tt.qt_end = tt.qt + run->q_group < n_q ? tt.qt + run->q_group : n_q;
+    tt.rows = ta_tile_row_eff_end(t, tt.qt_end - 1) - ta_tile_row_eff_begin(t, tt.qt);
+    run->kern->dq.sdpa(plan, run->ba, &slab->dq, tt.b, tt.h, tt.qt, tt.qt_end);
+    return tt;
+}
+
+TA_CPU_NOINLINE static void ta_cpu_sums_dq_task(const ta_cpu_run *run, const ta_cpu_slab *slab,
+                                                int64_t turn) {
+    const ta_plan *plan = run->plan;
+    const ta_cpu_turn_tiles tt = ta_cpu_turn_dq(run, slab, turn);
     int32_t r;
-    run->kern->dq.sdpa(plan, run->ba, &slab->dq, (int32_t)(bh / plan->p.heads_q),
-                       (int32_t)(bh % plan->p.heads_q), qt, qt_end);
     ta_cpu_turn_wait(slab->sum_turn, turn);
-    for (r = 0; r < rows; ++r)
+    for (r = 0; slab->da_g && r < tt.rows; ++r)
         ta_sum2_add(slab->da_g, slab->da_g + 1, 1.0f, slab->dq.da_hi[r]);
+    if (plan->p.latent_dim > 0)
+        run->kern->lat_dw(plan, run->ba, &slab->dq, &slab->lat_sums, tt.b, tt.h, tt.qt,
+                          tt.qt_end);
     TA_CPU_TURN_STORE(slab->sum_turn, turn + 1);
 }
 
@@ -661,10 +668,6 @@ static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64
         ta_cpu_do_mta_bwd_task(run, slab, task);
         return;
     }
-    if (ta_cpu_lat_path(plan, run->fa == NULL)) {
-        ta_cpu_do_lat_bwd_task(run, slab, task);
-        return;
-    }
     if (task < run->n_dkdv) { /* backward, dk/dv */
         const int64_t n_bhkv = (int64_t)plan->p.batch * plan->p.heads_kv;
         const int64_t bh = task % n_bhkv;
@@ -673,8 +676,8 @@ static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64
             kt + run->k_group < t->num_k_tiles ? kt + run->k_group : t->num_k_tiles;
         run->kern->dkdv.sdpa(plan, run->ba, &slab->dkdv, (int32_t)(bh / plan->p.heads_kv),
                              (int32_t)(bh % plan->p.heads_kv), kt, kt_end);
-    } else if (ta_cpu_band_sums(plan, run->fa == NULL)) { /* band: dq, then d_alpha in turn */
-        ta_cpu_band_dq_task(run, slab, task - run->n_dkdv);
+    } else if (ta_cpu_bwd_turns(plan, run->fa == NULL)) { /* dq, then the call sums in turn */
+        ta_cpu_sums_dq_task(run, slab, task - run->n_dkdv);
     } else { /* forward, or backward dq: q_group Q tiles of one (b, h) */
         /* several threads: last Q groups first across all (b, h) (the longest
          * under a causal mask first, for balance); one thread: (b, h) outer,
@@ -739,11 +742,8 @@ static ta_status ta_cpu_start(ta_cpu_run *run, const ta_plan *plan, int backward
     run->workspace = workspace;
     run->kern = ta_cpu_kernels_for(ta_cpu_isa_resolve()); /* reads TA_CPU_ISA once */
     run->n_threads = n_threads;
-    run->q_group = (plan->has_conv && backward) || ta_cpu_lat_path(plan, backward)
-                       ? 1
-                       : ta_cpu_q_group(plan, t, run->n_threads);
-    run->k_group =
-        backward && !ta_cpu_lat_path(plan, backward) ? ta_cpu_dkdv_group(plan, run->n_threads) : 1;
+    run->q_group = plan->has_conv && backward ? 1 : ta_cpu_q_group(plan, t, run->n_threads);
+    run->k_group = backward ? ta_cpu_dkdv_group(plan, run->n_threads) : 1;
     run->n_dkdv = backward ? (int64_t)plan->p.batch * plan->p.heads_kv *
                                  ((t->num_k_tiles + run->k_group - 1) / run->k_group)
                            : 0;
@@ -768,8 +768,8 @@ static ta_status ta_cpu_fwd(const ta_plan *plan, const ta_fwd_args *a, void *wor
 
 /* The backward's call sums in the regions after the slabs: before the tasks
  * (begin = 1) to zero with their turn counters at 0 (the MTA conv's dconv_w
- * pairs; the band's d_alpha pair; the latent path's REF sums), after them
- * (begin = 0) the results out. */
+ * pairs; the band's d_alpha pair; the projections' weight gradients, both
+ * words, and their partials), after them (begin = 0) the results out. */
 TA_CPU_NOINLINE static void ta_cpu_bwd_sums(const ta_plan *plan, const ta_bwd_args *a,
                                             void *workspace, int32_t n_threads, int begin) {
     ta_cpu_slab slab; /* thread 0's: the shared regions' pointers */
@@ -778,7 +778,6 @@ TA_CPU_NOINLINE static void ta_cpu_bwd_sums(const ta_plan *plan, const ta_bwd_ar
     (void)ta_cpu_layout(plan, 1, n_threads, workspace, 0, &slab, &total);
     if (!begin) {
         if (slab.da_g) *a->d_alpha = slab.da_g[0]; /* the pair's hi word */
-        if (ta_cpu_lat_path(plan, 1)) ta_ref_bwd_end(a, &slab.lat_bwd);
         return;
     }
     if (plan->has_conv) { /* the pairs (dconv_w, dw_lo) = 0, then the in-order merge */
@@ -787,9 +786,19 @@ TA_CPU_NOINLINE static void ta_cpu_bwd_sums(const ta_plan *plan, const ta_bwd_ar
         for (h = 0; h < plan->p.heads_q; ++h)
             TA_CPU_TASK_INIT(slab.dw_turn + h);
     }
-    if (slab.da_g) slab.da_g[0] = slab.da_g[1] = 0.0f;                      /* the band */
-    if (ta_cpu_lat_path(plan, 1)) ta_ref_bwd_begin(plan, a, &slab.lat_bwd); /* REF's sums */
-    if (slab.sum_turn) TA_CPU_TASK_INIT(slab.sum_turn);                     /* turn: task 0 */
+    if (slab.da_g) slab.da_g[0] = slab.da_g[1] = 0.0f; /* the band */
+    if (slab.lat_sums.dwq_lo) { /* the projections: (dw, lo) pairs = 0, partials +0 */
+        const ta_cpu_lat_sums *ls = &slab.lat_sums;
+        const size_t n_q = plan->n_wq / (size_t)plan->p.heads_q;
+        const size_t n_v = plan->n_wv / (size_t)plan->p.heads_q;
+        for (n = 0; n < plan->n_wq; ++n)
+            a->dw_qlat[n] = ls->dwq_lo[n] = 0.0f;
+        for (n = 0; n < plan->n_wv; ++n)
+            a->dw_vup[n] = ls->dwv_lo[n] = 0.0f;
+        memset(ls->dwq_part, 0, n_q * sizeof(float));
+        memset(ls->dwv_part, 0, n_v * sizeof(float));
+    }
+    if (slab.sum_turn) TA_CPU_TASK_INIT(slab.sum_turn); /* turn: task 0 */
 }
 
 /* Backward: the dk/dv tasks, then the dq tasks (see ta_cpu_run). */
@@ -813,9 +822,9 @@ static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wor
 
 /* "tileattn tasks", version 1: a shared workspace that a prepare call filled. */
 #define TA_CPU_TASKS_MAGIC UINT64_C(0x7461736b73000001)
-/* tensors of a backward (12; a forward has 11), the rotary tables and positions (4),
+/* tensors of a backward (17; a forward has 11), the rotary tables and positions (4),
  * the shared workspace */
-#define TA_CPU_TASKS_SPANS 18
+#define TA_CPU_TASKS_SPANS 22
 
 /* A byte range the scratch of a task must not overlap. */
 typedef struct ta_cpu_span {
@@ -831,6 +840,8 @@ typedef struct ta_cpu_span {
  *   +------------------------------+-------------------------------+-------------------+
  *     the validated call            MTA backward only: each dq task's R(b, qt) and
  *                                    whether it sees a K tile (phase 1 merges them)
+ *   latent attention's backward instead: | da_rows [B H S_q] | lat_g, lat_ctx [B H S_q][L] |
+ *   each row's d_alpha (band), dq~ and ctx~ (projections), summed by phase 1
  *
  * The header holds copies of the plan and the arguments (the caller's structs
  * may go), the task numbering (the OpenMP path's ta_cpu_run, whose plan and
@@ -850,6 +861,10 @@ typedef struct ta_cpu_tasks_hdr {
     int n_spans;
     float *dw_sum;   /* MTA backward: [B n_q H][n_w], slot (b n_q + qt) H + h */
     int32_t *dw_add; /* [B n_q H] */
+    /* latent attention's backward: each row's share of the call sums, slot
+     * (b H + h) S_q + r: its d_alpha hi word (band) [B H S_q]; its dq~ and
+     * ctx~ (projections) [B H S_q][L] each (phase 1 sums them) */
+    float *da_rows, *lat_g, *lat_ctx;
     TA_CPU_TASK_COUNTER done[TA_TASK_PHASES_MAX];
 } ta_cpu_tasks_hdr;
 
@@ -862,10 +877,22 @@ static int32_t ta_cpu_task_workers(const ta_plan *plan) {
 static ta_status ta_cpu_tasks_layout(const ta_plan *plan, int backward, void *base,
                                      ta_cpu_tasks_hdr **hdr, size_t *bytes) {
     ta_ws_cursor c;
-    float *dw_sum = NULL;
+    float *dw_sum = NULL, *da_rows = NULL, *lat_g = NULL, *lat_ctx = NULL;
     int32_t *dw_add = NULL;
     ta_ws_begin(&c, base);
     *hdr = TA_WS_TAKE(&c, ta_cpu_tasks_hdr, 1);
+    if (ta_cpu_bwd_turns(plan, backward)) {
+        size_t rows, floats;
+        if (!ta_mul_size((size_t)plan->p.batch * (size_t)plan->p.heads_q, (size_t)plan->p.seq_q,
+                         &rows) ||
+            !ta_mul_size(rows, (size_t)plan->p.latent_dim, &floats))
+            return TA_ERR_OVERFLOW;
+        if (plan->stages.score == TA_SCORE_RBAND) da_rows = TA_WS_TAKE(&c, float, rows);
+        if (floats > 0) {
+            lat_g = TA_WS_TAKE(&c, float, floats);
+            lat_ctx = TA_WS_TAKE(&c, float, floats);
+        }
+    }
     if (backward && plan->has_conv) {
         const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
         size_t slots, floats;
@@ -877,7 +904,10 @@ static ta_status ta_cpu_tasks_layout(const ta_plan *plan, int backward, void *ba
         dw_add = TA_WS_TAKE(&c, int32_t, slots);
     }
     if (c.overflow) return TA_ERR_OVERFLOW;
-    if (base) (*hdr)->dw_sum = dw_sum, (*hdr)->dw_add = dw_add;
+    if (base) {
+        (*hdr)->dw_sum = dw_sum, (*hdr)->dw_add = dw_add;
+        (*hdr)->da_rows = da_rows, (*hdr)->lat_g = lat_g, (*hdr)->lat_ctx = lat_ctx;
+    }
     *bytes = c.used;
     return TA_OK;
 }
@@ -890,16 +920,17 @@ ta_status ta_cpu_tasks_plan(const ta_plan *plan, int backward, ta_task_plan *out
     ta_status st;
     memset(out, 0, sizeof *out);
     if (!backward && plan->fwd.num_splits > 1) return TA_ERR_UNSUPPORTED; /* not yet as tasks */
-    if (ta_cpu_lat_path(plan, backward) || ta_cpu_band_sums(plan, backward))
-        return TA_ERR_UNSUPPORTED; /* their merge waits for its turn: not yet as tasks */
     out->scratch_bytes = ta_cpu_carve_slab(plan, backward, n, NULL, &slab);
     if (out->scratch_bytes == 0) return TA_ERR_OVERFLOW;
     if ((st = ta_cpu_tasks_layout(plan, backward, NULL, &hdr, &out->shared_bytes)) != TA_OK)
         return st;
     if ((st = ta_cpu_start(&run, plan, backward, NULL, n)) != TA_OK) return st;
-    out->num_phases = backward && plan->has_conv ? 2 : 1;
+    out->num_phases = backward && (plan->has_conv || ta_cpu_bwd_turns(plan, backward)) ? 2 : 1;
     out->num_tasks[0] = run.n_tasks;
-    if (out->num_phases == 2) out->num_tasks[1] = plan->p.heads_q; /* the dconv_w merge */
+    if (backward && plan->has_conv) out->num_tasks[1] = plan->p.heads_q; /* the dconv_w merge */
+    if (ta_cpu_bwd_turns(plan, backward)) /* per head the weight gradients; d_alpha */
+        out->num_tasks[1] = (plan->p.latent_dim > 0 ? plan->p.heads_q : 0) +
+                            (plan->stages.score == TA_SCORE_RBAND ? 1 : 0);
     return TA_OK;
 }
 
@@ -949,9 +980,14 @@ void ta_cpu_tasks_prepare(const ta_plan *plan, const ta_fwd_args *fa, const ta_b
             {ba ? ba->d_o : NULL, ex->d_o},   {ba ? ba->lse : NULL, n_lse},
             {ba ? ba->conv_w : NULL, n_w},    {ba ? ba->seqlens_k : NULL, n_sl},
             {ba ? ba->dq : NULL, ex->dq},     {ba ? ba->dk : NULL, ex->dk},
-            {ba ? ba->dv : NULL, ex->dv},     {ba ? ba->dconv_w : NULL, n_w}};
+            {ba ? ba->dv : NULL, ex->dv},     {ba ? ba->dconv_w : NULL, n_w},
+            {ba && lat ? ba->w_qlat : NULL, plan->n_wq * sizeof(float)},
+            {ba && lat ? ba->w_vup : NULL, plan->n_wv * sizeof(float)},
+            {ba && lat ? ba->dw_qlat : NULL, plan->n_wq * sizeof(float)},
+            {ba && lat ? ba->dw_vup : NULL, plan->n_wv * sizeof(float)},
+            {ba && plan->stages.score == TA_SCORE_RBAND ? ba->d_alpha : NULL, sizeof(float)}};
         const ta_cpu_span *src = backward ? bwd : fwd;
-        const int n = backward ? 12 : 11;
+        const int n = backward ? 17 : 11;
         const ta_cpu_span rope[] = {
             {plan->rope.cos, plan->n_rope * sizeof(float)},
             {plan->rope.sin, plan->n_rope * sizeof(float)},
@@ -989,6 +1025,44 @@ static void ta_cpu_task_dw_merge(const ta_cpu_tasks_hdr *h, int32_t head) {
     }
 }
 
+/* Phase 0's dq task of latent attention's backward: dq, then its rows'
+ * shares into their slots (no turn: phase 1 adds them in REF's order). */
+static void ta_cpu_task_sums_dq(const ta_cpu_tasks_hdr *h, const ta_cpu_slab *slab, int64_t turn) {
+    const ta_plan *plan = &h->plan;
+    const ta_cpu_turn_tiles tt = ta_cpu_turn_dq(&h->run, slab, turn);
+    const size_t lat = (size_t)plan->p.latent_dim;
+    const size_t slot0 = ((size_t)tt.b * (size_t)plan->p.heads_q + (size_t)tt.h) *
+                             (size_t)plan->p.seq_q +
+                         (size_t)ta_tile_row_eff_begin(&plan->bwd, tt.qt);
+    int32_t i;
+    for (i = 0; i < tt.rows; ++i) {
+        if (h->da_rows) h->da_rows[slot0 + (size_t)i] = slab->dq.da_hi[i];
+        if (lat == 0) continue;
+        memcpy(h->lat_g + (slot0 + (size_t)i) * lat, slab->dq.dq_acc + (size_t)i * slab->dq.dm.d_pad,
+               lat * sizeof(float));
+        memcpy(h->lat_ctx + (slot0 + (size_t)i) * lat,
+               slab->dq.lat.ctx_hi + (size_t)i * slab->dq.dm.dv_pad, lat * sizeof(float));
+    }
+}
+
+/* Phase 1 of latent attention's backward: tasks [0, H) with the projections
+ * head h's weight gradients (kern->lat_dw_head), the last one with the band
+ * d_alpha = the pair (0, 0) + each row's share, (b, h, row) ascending: per
+ * sum REF's sequence (ta_ref_bwd_q_tile_merge after ta_ref_bwd_begin). */
+static void ta_cpu_task_sums_merge(const ta_cpu_tasks_hdr *h, int64_t task) {
+    const ta_plan *plan = &h->plan;
+    if (plan->p.latent_dim > 0 && task < plan->p.heads_q) {
+        h->run.kern->lat_dw_head(plan, &h->ba, h->lat_g, h->lat_ctx, (int32_t)task);
+    } else {
+        const size_t n = (size_t)plan->p.batch * (size_t)plan->p.heads_q * (size_t)plan->p.seq_q;
+        float hi = 0.0f, lo = 0.0f;
+        size_t i;
+        for (i = 0; i < n; ++i)
+            ta_sum2_add(&hi, &lo, 1.0f, h->da_rows[i]);
+        *h->ba.d_alpha = hi;
+    }
+}
+
 ta_status ta_cpu_task_run(void *shared, int32_t phase, int64_t task, void *scratch,
                           size_t scratch_bytes) {
     ta_cpu_tasks_hdr *h = (ta_cpu_tasks_hdr *)shared;
@@ -1011,8 +1085,10 @@ ta_status ta_cpu_task_run(void *shared, int32_t phase, int64_t task, void *scrat
             return TA_ERR_BAD_ARG;
     }
     plan = &h->plan;
-    if (phase == 1) {
+    if (phase == 1 && plan->has_conv) {
         ta_cpu_task_dw_merge(h, (int32_t)task);
+    } else if (phase == 1) {
+        ta_cpu_task_sums_merge(h, task);
     } else {
         (void)ta_cpu_carve_slab(plan, h->run.ba != NULL, h->run.n_threads, scratch, &slab);
         slab.dw_turn = NULL;
@@ -1026,6 +1102,8 @@ ta_status ta_cpu_task_run(void *shared, int32_t phase, int64_t task, void *scrat
                                                   (int32_t)(turn / plan->bwd.num_q_tiles), head,
                                                   (int32_t)(turn % plan->bwd.num_q_tiles));
             memcpy(h->dw_sum + slot * n_w, slab.mta.dw_sum, n_w * sizeof(float));
+        } else if (ta_cpu_bwd_turns(plan, h->run.ba != NULL) && task >= h->run.n_dkdv) {
+            ta_cpu_task_sums_dq(h, &slab, task - h->run.n_dkdv);
         } else {
             ta_cpu_do_task(&h->run, &slab, task);
         }

@@ -110,6 +110,34 @@ typedef struct ta_cpu_fwd_ws {
     float *part_lse; /* [n, bq_pad] */
 } ta_cpu_fwd_ws;
 
+/*
+ * The fused latent projections' and the band's backward stages (NULL
+ * without either), carved last in the dk/dv and the dq slab
+ * (ta_cpu_carve_lat). L below stands for the core's widths: L with the
+ * projections, else D (q, k rows) or D_v (dO, v rows); w = lat_w, or max(D,
+ * D_v) without the projections (wt then empty):
+ *
+ *   | wt lat_w x lat_w | lat_in, lat_out pad(w) | qlat, xq, xdo B_k x pad(L) |
+ *   | yq, ydo 64 x pad(L) | ydelta, ylse 64 | x_delta, x_lse pad(B_k) | bt 3 x L x 64 | adl 64 |
+ *   | qlat_t L x pad(B_k) | tvec pad(B_k) |
+ *   dq slab only: | ctx_hi, ctx_lo, ctx_part B_q x pad(L) |
+ */
+typedef struct ta_cpu_lat_ws {
+    float *wt;               /* a head's weight transposed: W_vup[h]^T [D_v, L] (dctx~ on dO's
+                                load) or W_qlat[h]^T [L, D] (dq at the store), row-major */
+    float *lat_in, *lat_out; /* [pad(lat_w)] cpu_lat_gemv's input and output rows */
+    float *qlat;             /* [B_k, pad(L)] the band: q~ of a K tile's band keys */
+    float *xq, *xdo;         /* [B_k, pad(L)] the band's transposed term: q~, dctx~ of its rows x */
+    float *yq, *ydo;         /* [64, pad(L)] ... and of one 64-row block of the other rows y */
+    float *ydelta, *ylse;    /* [64] D_y, lse_y of that block */
+    float *x_delta, *x_lse;  /* [pad(B_k)] D_x, lse_x of the rows x */
+    float *bt;               /* [3, L, 64] the block's rows y transposed: three dot operands */
+    float *adl;              /* [64] alpha dl of one row x's entries in the block */
+    float *qlat_t;           /* [L, pad(B_k)] qlat transposed: the band's T, lanes over keys */
+    float *tvec;             /* [pad(B_k)] one row's T of a K tile's band keys */
+    float *ctx_hi, *ctx_lo, *ctx_part; /* dq: [B_q, pad(L)] ctx~ = sum_j P v, chunked pairs */
+} ta_cpu_lat_ws;
+
 /* K tiles one dk/dv task holds at most (see ta_cpu_dkdv_group). */
 #define TA_CPU_DKDV_GROUP_MAX 4
 
@@ -143,6 +171,7 @@ typedef struct ta_cpu_dkdv_ws {
     float *dv_lo[TA_CPU_DKDV_GROUP_MAX];   /* [B_k, dv_pad] */
     float *dk_part[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, d_pad] the row chunk's partials */
     float *dv_part[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, dv_pad] */
+    ta_cpu_lat_ws lat; /* the fused projections (pointers NULL without) */
 } ta_cpu_dkdv_ws;
 
 /*
@@ -174,6 +203,8 @@ typedef struct ta_cpu_dq_ws {
      * shares of the call's d_alpha, which ta_cpu.c adds in REF's order) */
     float *tt;                      /* [B_k, ld] */
     float *da_hi, *da_lo, *da_part; /* [bq_pad] */
+    ta_cpu_lat_ws lat; /* the fused projections (pointers NULL without); dq~ is left in
+                          dq_acc and ctx~ in lat.ctx_hi for the weight gradients */
 } ta_cpu_dq_ws;
 
 /*
@@ -244,14 +275,28 @@ void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int band, int32_t n_split
  * `group` K tiles per pass-1 task (ta_cpu_dkdv_group). */
 void ta_cpu_carve_mta_bwd(const ta_cpu_dims *dm, int32_t c_q, int32_t c_k, int32_t group,
                           ta_ws_cursor *c, ta_cpu_mta_bwd_ws *ws);
-void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, ta_ws_cursor *c, ta_cpu_dkdv_ws *ws);
+void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, int band, ta_ws_cursor *c,
+                       ta_cpu_dkdv_ws *ws);
 /* K tiles per dk/dv task for this plan and thread count: up to
  * TA_CPU_DKDV_GROUP_MAX while there are at least two tasks per thread. Part of
  * the workspace layout (query and call compute the same value); never part of
  * the result (each K tile's sums keep the reference's order). */
 int32_t ta_cpu_dkdv_group(const ta_plan *plan, int32_t n_threads);
-/* band: 1 carves the reciprocal band's tt and d_alpha rows too. */
+/* band: 1 carves the reciprocal band's tt and d_alpha rows too. Both
+ * backward slabs carve the band's and the projections' stages
+ * (ta_cpu_lat_ws) last with the band or when dm->lat_w > 0. */
 void ta_cpu_carve_dq(const ta_cpu_dims *dm, int band, ta_ws_cursor *c, ta_cpu_dq_ws *ws);
+
+/* The projections' weight gradients, the call's sums after the slabs: the
+ * lo words of the pairs (dw_qlat, dw_vup hold the hi words) and the current
+ * 64-row chunk's partials, which a dq task's rows continue in REF's (b, h,
+ * row) order (ta_cpu_kernels.lat_dw). */
+typedef struct ta_cpu_lat_sums {
+    float *dwq_lo;   /* [H, D, L] */
+    float *dwv_lo;   /* [H, L, D_v] */
+    float *dwq_part; /* [D, L] */
+    float *dwv_part; /* [L, D_v] */
+} ta_cpu_lat_sums;
 
 /* The tile tasks of one instruction set, one group per stage of a call, each
  * with its SDPA and its MTA (plan->has_conv) variant; ta_cpu.c picks the
@@ -287,6 +332,17 @@ typedef struct ta_cpu_kernels {
         int (*mta)(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_mta_bwd_ws *ws,
                    int32_t b, int32_t h, int32_t qt);
     } dq;
+    /* The fused projections: the rows of the dq task just run in ws (Q tiles
+     * [qt_begin, qt_end) of (b, h)) into the weight gradients, REF's
+     * ta_ref_bwd_dw_lat per row; only in the tasks' (b, h, Q tile) order. */
+    void (*lat_dw)(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_dq_ws *ws,
+                   const ta_cpu_lat_sums *sums, int32_t b, int32_t h, int32_t qt_begin,
+                   int32_t qt_end);
+    /* ... and as caller-run tasks (phase 1): head h's weight gradients
+     * (overwritten) from every row's dq~ and ctx~ (g, cx [B, H, S_q, L],
+     * left by phase 0's dq tasks), per weight REF's sequence. */
+    void (*lat_dw_head)(const ta_plan *plan, const ta_bwd_args *a, const float *g,
+                        const float *cx, int32_t h);
 } ta_cpu_kernels;
 
 extern const ta_cpu_kernels ta_cpu_kernels_scalar;
