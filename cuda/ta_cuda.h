@@ -204,7 +204,7 @@ ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan, const ta_fwd_args *a, const 
  * D = D_v in {64, 96, 128}, no load stage, and at most 16 query rows, or
  * split-K, or a paged cache (ta_cuda_fast_mta_path is 0 for those).
  * ta_cuda_fast_mta_dec_fwd: as ta_cuda_fast_mta_fwd (the exact kernels for
- * rows off 16 bytes, TA_ERR_UNSUPPORTED for those with pages); one
+ * rows off 16 bytes, pages included); one
  * configuration: tile_config 0 .. TA_CUDA_FAST_MTA_CFGS all name it. */
 int ta_cuda_fast_mta_dec_path(const ta_plan *plan);
 /* Its GQA packing: G = H / H_kv query heads of a kv head per block when

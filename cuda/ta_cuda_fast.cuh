@@ -174,45 +174,21 @@ TA_FAST_FN void ta_fast_mma(float *c, const uint32_t a[4], uint32_t b0, uint32_t
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* A paged k / v (ta_problem.kv_page_size > 0): this batch entry's block
- * table row (device memory; NULL without pages), its page size and the pool's
- * page count (entries are clamped into [0, num_pages): the host never read
- * them). */
-struct ta_fast_pages {
-    const int32_t *pages;
-    int32_t page_size, num_pages;
-};
-
-TA_FAST_FN ta_fast_pages ta_fast_pages_of(const ta_cuda_params &p, int32_t b_local) {
-    ta_fast_pages pg;
-    pg.pages = p.block_table ? p.block_table + (int64_t)(p.batch_begin + b_local) * p.kv_max_blocks
-                             : nullptr;
-    pg.page_size = p.kv_page_size;
-    pg.num_pages = p.kv_num_pages;
-    return pg;
-}
-
 /* rows [row0, row0 + R) of a slice (element offset `off`, row stride `seq`;
- * with pages, row j at its pool row ta_tile_kv_row) -> shared [R][LD]; rows
- * at or past n_valid (and with NEG, rows below 0) read zeros. */
+ * with pages (a paged k / v, cuda/ta_cuda_params.cuh), row j at its pool row
+ * ta_cuda_page_row) -> shared [R][LD]; rows at or past n_valid (and with NEG,
+ * rows below 0) read zeros. */
 template <int D, int R, int THREADS, bool NEG = false>
 TA_FAST_FN void ta_fast_load_rows(uint16_t *dst, const uint16_t *base, int64_t off, int64_t seq,
                                   int32_t row0, int32_t n_valid,
-                                  const ta_fast_pages &pg = ta_fast_pages{}) {
+                                  const ta_cuda_pages &pg = ta_cuda_pages{}) {
     constexpr int LD = D + 8, CH = D / 8;
     for (int i = (int)threadIdx.x; i < R * CH; i += THREADS) {
         const int r = i / CH, c = i % CH;
         const int32_t row = row0 + r;
         const bool ok = (!NEG || row >= 0) && row < n_valid;
         int64_t at = row;
-        if (pg.pages && ok) {
-            const int32_t page = pg.pages[row / pg.page_size];
-            at = (int64_t)(page < 0               ? 0
-                           : page >= pg.num_pages ? pg.num_pages - 1
-                                                  : page) *
-                     pg.page_size +
-                 row % pg.page_size;
-        }
+        if (pg.pages && ok) at = ta_cuda_page_row(pg, row);
         const uint16_t *src = ok ? base + off + at * seq + 8 * c : base;
         ta_fast_cp16(ta_fast_smem_addr(dst + r * LD + 8 * c), src, ok ? 16 : 0);
     }
@@ -222,7 +198,7 @@ TA_FAST_FN void ta_fast_load_rows(uint16_t *dst, const uint16_t *base, int64_t o
  * one ta_fast_load_rows each (no commit). */
 template <int D, int BN, int THREADS>
 TA_FAST_FN void ta_fast_load_kv(uint16_t *sk, uint16_t *sv, const ta_cuda_params &p,
-                                const ta_tile_ctx &c, int32_t kt, const ta_fast_pages &pg) {
+                                const ta_tile_ctx &c, int32_t kt, const ta_cuda_pages &pg) {
     ta_fast_load_rows<D, BN, THREADS>(sk, static_cast<const uint16_t *>(p.k), c.k, p.lay.k.seq,
                                       kt * BN, c.key_len, pg);
     ta_fast_load_rows<D, BN, THREADS>(sv, static_cast<const uint16_t *>(p.v), c.v, p.lay.v.seq,

@@ -185,7 +185,8 @@ __global__ void __launch_bounds__(128)
         const ta_tile_ctx c = ta_cuda_fast_context(p, at, split);
         const int32_t row0 = at.qt * T::BM;
         const int32_t ra = row0 + (lane >> 2); /* this lane's rows: ra, ra + 8 (every warp's) */
-        const ta_fast_pages pg = PAGED ? ta_fast_pages_of(p, at.b_local) : ta_fast_pages{};
+        const ta_cuda_pages pg =
+            PAGED ? ta_cuda_pages_of(p, p.batch_begin + at.b_local) : ta_cuda_pages{};
         int32_t lo[2], hi[2];
         float o[4 * T::DT], m[2] = {ta_fast_neg_inf(), ta_fast_neg_inf()}, l[2] = {0.0f, 0.0f};
         ta_fast_row_keys(t, ra, c.key_len, lo, hi);
@@ -371,7 +372,7 @@ __global__ void __launch_bounds__(256)
         const int32_t live = pack > 1 ? pack * t.seq_q
                                       : (t.seq_q - row0 < T::BM ? t.seq_q - row0 : T::BM);
         const int32_t n_raw = pack > 1 ? pack * r1 : T::RM;
-        const ta_fast_pages pg = ta_fast_pages_of(p, at.b_local); /* NULL pages: none */
+        const ta_cuda_pages pg = ta_cuda_pages_of(p, p.batch_begin + at.b_local); /* NULL: none */
         int32_t lo[2], hi[2], rlo[MT][2], rhi[MT][2];
         float o[4 * T::DT], m[2] = {ta_fast_neg_inf(), ta_fast_neg_inf()}, l[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -572,9 +573,8 @@ extern "C" ta_status ta_cuda_fast_mta_dec_fwd(const ta_plan *plan, const ta_fwd_
     ta_status st;
     if ((st = ta_cuda_check_pointers(ptrs, 7)) != TA_OK) return st;
     if (pr->tile_config > TA_CUDA_FAST_MTA_CFGS) return TA_ERR_UNSUPPORTED;
-    /* rows off 16 bytes: the exact kernels, which read no pages */
-    if (!ta_cuda_fast_mta_aligned(plan, a))
-        return pr->kv_page_size > 0 ? TA_ERR_UNSUPPORTED : ta_cuda_mta_fwd(plan, a, ws, stream);
+    /* rows off 16 bytes: the exact kernels (pages included) */
+    if (!ta_cuda_fast_mta_aligned(plan, a)) return ta_cuda_mta_fwd(plan, a, ws, stream);
     if (!(pr->dtype == TA_BF16 ? ta_fast_mdec_for<true>(plan, &fl)
                                : ta_fast_mdec_for<false>(plan, &fl)))
         return TA_ERR_UNSUPPORTED;

@@ -185,7 +185,8 @@ __global__ void __launch_bounds__(32 * NW)
         const int32_t row0 = at.qt * T::BM;
         const int32_t ra = row0 + 16 * warp + (lane >> 2); /* this lane's rows: ra, ra + 8 */
         /* paged KV (PAGED: a kernel of its own, so the others carry no cost) */
-        const ta_fast_pages pg = PAGED ? ta_fast_pages_of(p, at.b_local) : ta_fast_pages{};
+        const ta_cuda_pages pg =
+            PAGED ? ta_cuda_pages_of(p, p.batch_begin + at.b_local) : ta_cuda_pages{};
         int32_t lo[2], hi[2];
         float o[4 * T::DT], m[2] = {ta_fast_neg_inf(), ta_fast_neg_inf()}, l[2] = {0.0f, 0.0f};
         ta_fast_row_keys(t, ra, c.key_len, lo, hi);

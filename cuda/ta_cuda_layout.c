@@ -10,7 +10,7 @@
  * Supported: SDPA and the MTA conv (causal only, as everywhere), forward and
  * backward, every dtype, causal or not (SDPA), seqlens_k, sliding windows,
  * strided tensors, GQA, S_q != S_k, D and D_v in [1, 256], every conv size and
- * block size the library accepts.
+ * block size the library accepts; a paged KV cache in the forward.
  *
  * TA_PRECISION_FAST: the SDPA forward and backward of f16 / bf16 problems run
  * on tensor cores (cuda/ta_cuda_fast_fwd.cu, cuda/ta_cuda_fast_bwd_sm90.cu;
@@ -172,11 +172,11 @@ static int ta_cuda_fast_rope_ok(const ta_plan *plan) {
 int ta_cuda_supports(const ta_plan *plan) {
     if (plan->stages.load != TA_LOAD_NONE && ta_cuda_fast_path(plan) && !ta_cuda_fast_rope_ok(plan))
         return 0;
-    /* paged KV: the fast forward (mma.sync kernels) without the rotary stage,
-     * and the fast MTA decode kernel; the exact kernels not yet */
-    if (plan->p.kv_page_size > 0 &&
-        !ta_cuda_fast_mta_dec_path(plan) &&
-        (!ta_cuda_fast_path(plan) || plan->stages.load != TA_LOAD_NONE))
+    /* paged KV (the forward; the backward refuses pages before asking): the
+     * exact kernels with everything they run (SDPA, MTA, query history rows,
+     * split-K, the rotary stage), the fast forward (mma.sync kernels) without
+     * the rotary stage */
+    if (plan->p.kv_page_size > 0 && ta_cuda_fast_path(plan) && plan->stages.load != TA_LOAD_NONE)
         return 0;
     /* latent attention's band and fused projections: not on CUDA yet */
     if (plan->stages.score == TA_SCORE_RBAND || plan->p.latent_dim > 0) return 0;

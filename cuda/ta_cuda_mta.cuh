@@ -117,7 +117,8 @@ typedef struct ta_cuda_mta_region {
  * rows (t->q_history of them; its slice placed so that row -q_history is its
  * first), read for loaded rows in [-q_history, 0). Rows
  * and keys outside the sequence are never read. rope: the rotary stage's
- * (q rows side_a, k rows side_b; NULL: none).
+ * (q rows side_a, k rows side_b; NULL: none). k_pages: k is a paged pool
+ * (ta_cuda_kv_row when ta_cuda_paged).
  * s: [64][lds] with lds >= round_up(cols_load, 64); other columns untouched.
  * 64 columns per dot tile (ta_cuda_dot_tile_range, through stage[TA_CUDA_DOT_BUF]).
  * Ends without a barrier: __syncthreads() before reading s.
@@ -127,7 +128,8 @@ TA_CUDA_DEV void ta_cuda_mta_scores(float *s, int32_t lds, const ta_cuda_rows &q
                                     const ta_cuda_rows &q_hist, const ta_cuda_rows &k, int32_t dim,
                                     float scale, const ta_tiling *t, const int32_t *key_lo,
                                     const int32_t *key_hi, ta_cuda_mta_region g, float *stage,
-                                    const ta_cuda_rope_src *rope = nullptr) {
+                                    const ta_cuda_rope_src *rope = nullptr,
+                                    const ta_cuda_kv_pages &k_pages = ta_cuda_kv_pages{}) {
     const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
     /* loaded rows inside [0, S_q): x in [a_lo, a_hi); the query history rows
      * [-q_history, 0): x in [h_lo, a_lo) */
@@ -144,10 +146,10 @@ TA_CUDA_DEV void ta_cuda_mta_scores(float *s, int32_t lds, const ta_cuda_rows &q
         float acc[4][4];
         if (h_lo < a_lo) /* history rows: the first Q tile of a call with q_history > 0 */
             ta_cuda_dot_tile_range<DT, true>(acc, q, g.row_load0, a_lo, a_hi, k, j0, b_lo, b_hi,
-                                             dim, stage, &q_hist, h_lo, rope);
+                                             dim, stage, &q_hist, h_lo, rope, k_pages);
         else
             ta_cuda_dot_tile_range<DT>(acc, q, g.row_load0, a_lo, a_hi, k, j0, b_lo, b_hi, dim,
-                                       stage, nullptr, 0, rope);
+                                       stage, nullptr, 0, rope, k_pages);
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
             const int32_t lo = ta_cuda_lo<WL>(key_lo, 4 * ty + r), hi = key_hi[4 * ty + r];

@@ -28,6 +28,8 @@
  * window), the raw scores by their own (row, key) before the conv, the
  * convolved ones after it (docs/mta.md section 2); C is formed and read only
  * on a row's visible columns [max(lo, col0), min(hi, col0 + cols)).
+ * A paged KV cache (p.block_table set) moves where key j's k and v rows are
+ * read (their pool row, ta_cuda_kv_row), never the arithmetic.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -135,7 +137,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 ta_cuda_rows_of(p.q_hist, c.q_hist + (int64_t)t.q_history * p.lay.q_hist.seq,
                                 p.lay.q_hist.seq),
                 ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), p.head_dim, p.scale, &t, key_lo, key_hi, g,
-                stage, ROPE ? &rope : nullptr);
+                stage, ROPE ? &rope : nullptr, ta_cuda_kv_pages_of(p, c));
             /* the visible effective columns [tile_lo, tile_hi) of each effective
              * row (the previous tile's readers have passed the scores' barriers) */
             if (tid < TA_CUDA_TILE)
@@ -153,7 +155,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
              * effective rows; tile_lo, tile_hi are rewritten with the same values */
             ta_cuda_softmax_pv_tile<DT, NS, WL>(st, col0, cols, key_lo + pq, key_hi + pq, tile_lo,
                                                 tile_hi, m_run, l_run, l_lo, m_new, alpha, stage,
-                                                v_slots, acc, acc_lo);
+                                                v_slots, acc, acc_lo, ta_cuda_kv_pages_of(p, c));
         }
         /* step 7: o = acc / l (IEEE division), lse = m + log(l); unseen rows: 0,
          * -inf; split-K: into part `split` (f32), merged by the merge kernel */

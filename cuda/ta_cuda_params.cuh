@@ -78,9 +78,10 @@ struct ta_cuda_params {
     /* 0: no seqlens_k; 1: seqlens_k (host memory) by value in seqlens_k
      * below, [batch_count]; 2: TA_SEQLENS_DEVICE, seqlens_dev [B] in device
      * memory, read (and clamped) when the kernel runs */
-    /* paged KV (kv_page_size > 0; the fast forward only): block_table [B,
-     * kv_max_blocks] int32 in device memory, entries clamped into
-     * [0, kv_num_pages) when read; k and v are pools (plan->layout) */
+    /* paged KV (kv_page_size > 0; the forwards, fast and exact): block_table
+     * [B, kv_max_blocks] int32 in device memory, entries clamped into
+     * [0, kv_num_pages) when read (ta_cuda_page_row); k and v are pools
+     * (plan->layout); NULL without pages */
     const int32_t *block_table;
     int32_t kv_page_size, kv_num_pages, kv_max_blocks;
     int32_t has_seqlens;
@@ -98,6 +99,35 @@ TA_CUDA_PARAMS_FN int32_t ta_cuda_key_len(const ta_cuda_params &p, int32_t b_loc
         return n < 0 ? 0 : n > p.t.seq_k ? p.t.seq_k : n;
     }
     return p.has_seqlens ? p.seqlens_k[b_local] : p.t.seq_k;
+}
+
+/* A paged k / v (ta_problem.kv_page_size > 0; docs/api.md, "Paged KV
+ * cache"): batch entry b's row of the block table (device memory; NULL
+ * without pages), the page size and the pool's page count. */
+struct ta_cuda_pages {
+    const int32_t *pages;
+    int32_t page_size, num_pages;
+};
+
+/* The pages of batch entry `batch` (absolute: batch_begin + the launch's
+ * local entry); pages NULL without a block table. */
+TA_CUDA_PARAMS_FN ta_cuda_pages ta_cuda_pages_of(const ta_cuda_params &p, int32_t batch) {
+    ta_cuda_pages pg;
+    pg.pages = p.block_table ? p.block_table + (int64_t)batch * p.kv_max_blocks : nullptr;
+    pg.page_size = p.kv_page_size;
+    pg.num_pages = p.kv_num_pages;
+    return pg;
+}
+
+/* The pool row of key j (in [0, S_k)) of a paged k / v: slot j % page_size
+ * of page pages[j / page_size], the entry clamped into [0, num_pages) (the
+ * host never read the table: a bad entry reads some page of the pool, never
+ * memory outside it). ta_tile_kv_row's row, in the units of the pool's seq
+ * stride. */
+TA_CUDA_PARAMS_FN int64_t ta_cuda_page_row(const ta_cuda_pages &pg, int32_t j) {
+    const int32_t at = pg.pages[j / pg.page_size];
+    const int32_t page = at < 0 ? 0 : at >= pg.num_pages ? pg.num_pages - 1 : at;
+    return (int64_t)page * pg.page_size + j % pg.page_size;
 }
 
 /*

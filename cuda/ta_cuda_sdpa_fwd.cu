@@ -24,7 +24,9 @@
  * visit row i's visible columns of the tile only, [max(lo_i, col0), min(hi_i,
  * col0 + cols)) for its key interval [lo_i, hi_i) (ta_cuda_row_keys): masked
  * entries are skipped, never added as zeros. Row r of a tensor slice is at
- * the context's offset + r * its seq stride (any layout).
+ * the context's offset + r * its seq stride (any layout); with a paged KV
+ * cache (p.block_table set) key j's k and v rows are at their pool row
+ * (ta_cuda_kv_row): the same keys in the same order, the same bits.
  *
  * Where the MTA conv goes: step 1 computes raw scores on the loaded region
  * (ta_tile_row_load_begin.., ta_tile_col_load_begin..), the conv maps them to
@@ -113,7 +115,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 ta_cuda_dot_tile<DT>(s, ta_cuda_rows_of(p.q, c.q, p.lay.q.seq), row0, rows,
                                      ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), col0 + c0,
                                      ta_tiling_min_i32(TA_CUDA_TILE, cols - c0), p.head_dim, stage,
-                                     ROPE ? &rope : nullptr);
+                                     ROPE ? &rope : nullptr, ta_cuda_kv_pages_of(p, c));
 #pragma unroll
                 for (int cc = 0; cc < 4; ++cc)
                     *reinterpret_cast<float4 *>(st + (size_t)(c0 + 4 * tx + cc) * TA_CUDA_LDT +
@@ -125,7 +127,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             /* steps 2-5: row max and alpha, p = exp(s - m_new), l, acc (shared with MTA) */
             ta_cuda_softmax_pv_tile<DT, NS, WL>(st, col0, cols, key_lo, key_hi, tile_lo, tile_hi,
                                                 m_run, l_run, l_lo, m_new, alpha, stage, v_slots,
-                                                acc, acc_lo);
+                                                acc, acc_lo, ta_cuda_kv_pages_of(p, c));
         }
         /* step 6: o = acc / l (IEEE division), lse = m + log(l); unseen rows: 0,
          * -inf; split-K: into part `split` (f32), merged by the merge kernel */

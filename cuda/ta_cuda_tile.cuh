@@ -206,6 +206,39 @@ TA_CUDA_DEV int64_t ta_cuda_row(int64_t slice, int64_t seq, int32_t r) {
 }
 
 /*
+ * A paged k / v as the exact forwards see it: the parameters (block table,
+ * page size, pool pages) and the tile's context (its batch entry), both in
+ * memory that costs no register to hold (the parameter space, ctx_s in
+ * shared memory) and read where a row is addressed. p NULL: not paged, at
+ * compile time (every caller but the forwards' k and v loads passes
+ * ta_cuda_kv_pages{} and gets the code it had); p set: paged if
+ * p->block_table is, one uniform run-time branch per row, no instantiation
+ * of its own.
+ */
+typedef struct ta_cuda_kv_pages {
+    const ta_cuda_params *p;
+    const ta_tile_ctx *c;
+} ta_cuda_kv_pages;
+
+TA_CUDA_DEV ta_cuda_kv_pages ta_cuda_kv_pages_of(const ta_cuda_params &p, const ta_tile_ctx &c) {
+    ta_cuda_kv_pages pg;
+    pg.p = &p;
+    pg.c = &c;
+    return pg;
+}
+
+TA_CUDA_DEV bool ta_cuda_paged(const ta_cuda_kv_pages &pg) { return pg.p && pg.p->block_table; }
+
+/* Element offset of key j's row of a k or v slice: ta_cuda_row, or when
+ * paged the key's pool row (ta_cuda_page_row; the slice offset is then the
+ * kv head's: the pool has no batch stride). */
+TA_CUDA_DEV int64_t ta_cuda_kv_row(int64_t slice, int64_t seq, int32_t j,
+                                   const ta_cuda_kv_pages &pg) {
+    if (!ta_cuda_paged(pg)) return ta_cuda_row(slice, seq, j);
+    return slice + ta_cuda_page_row(ta_cuda_pages_of(*pg.p, pg.c->batch), j) * seq;
+}
+
+/*
  * Rows of one (batch, head) slice of a tensor: feature f of row r is element
  * slice + r * ld + f of base (ta_tile_ctx offset, ta_layout seq stride; the
  * product in 64 bits, ta_cuda_row). Only rows inside the sequence are
@@ -493,16 +526,18 @@ ta_cuda_dot_stage_rope(float *sa, float *sb, const int64_t *offs, const ta_cuda_
  * float4. Warps read global memory along f (coalesced); the transposing stores
  * have 4-way bank conflicts, once per element per chunk, against 64 float4
  * reads of it. The element offset of each tile row (64-bit: slice + row *
- * stride) is formed once per call into the staging buffer and read back per
- * chunk: held in registers, the 16 row addresses a thread stages were
- * measured to spill (ptxas, docs/cuda.md section 3).
+ * stride; with b_pages, B's rows are keys of a paged k, ta_cuda_kv_row) is
+ * formed once per call into the staging buffer and read back per chunk:
+ * held in registers, the 16 row addresses a thread stages were measured to
+ * spill (ptxas, docs/cuda.md section 3).
  */
 template <int DT, bool HIST = false>
 TA_CUDA_DEV void
 ta_cuda_dot_tile_range(float acc[4][4], const ta_cuda_rows &a, int32_t a_row0, int32_t a_lo,
                        int32_t a_hi, const ta_cuda_rows &b, int32_t b_row0, int32_t b_lo,
                        int32_t b_hi, int32_t n, float *stage, const ta_cuda_rows *a_hist = nullptr,
-                       int32_t a_hist_lo = 0, const ta_cuda_rope_src *rope = nullptr) {
+                       int32_t a_hist_lo = 0, const ta_cuda_rope_src *rope = nullptr,
+                       const ta_cuda_kv_pages &b_pages = ta_cuda_kv_pages{}) {
     float *sa = stage, *sb = stage + TA_CUDA_FCHUNK * TA_CUDA_LDT;
     /* [2][64]: element of feature 0 of A's, then B's tile rows; -1: not read */
     int64_t *offs = reinterpret_cast<int64_t *>(stage + 2 * TA_CUDA_FCHUNK * TA_CUDA_LDT);
@@ -521,7 +556,7 @@ ta_cuda_dot_tile_range(float acc[4][4], const ta_cuda_rows &a, int32_t a_row0, i
             offs[tid] = -2 - ta_cuda_row(a_hist->slice, a_hist->ld, a_row0 + tid);
     } else if (tid < 2 * TA_CUDA_TILE)
         offs[tid] = tid - TA_CUDA_TILE >= b_lo && tid - TA_CUDA_TILE < b_hi
-                        ? ta_cuda_row(b.slice, b.ld, b_row0 + tid - TA_CUDA_TILE)
+                        ? ta_cuda_kv_row(b.slice, b.ld, b_row0 + tid - TA_CUDA_TILE, b_pages)
                         : -1;
     for (int32_t f0 = 0; f0 < n; f0 += TA_CUDA_FCHUNK) {
         const int nf = (int)ta_tiling_min_i32(TA_CUDA_FCHUNK, n - f0);
@@ -564,9 +599,10 @@ template <int DT>
 TA_CUDA_DEV void ta_cuda_dot_tile(float acc[4][4], const ta_cuda_rows &a, int32_t a_row0,
                                   int32_t a_rows, const ta_cuda_rows &b, int32_t b_row0,
                                   int32_t b_rows, int32_t n, float *stage,
-                                  const ta_cuda_rope_src *rope = nullptr) {
+                                  const ta_cuda_rope_src *rope = nullptr,
+                                  const ta_cuda_kv_pages &b_pages = ta_cuda_kv_pages{}) {
     ta_cuda_dot_tile_range<DT>(acc, a, a_row0, 0, a_rows, b, b_row0, 0, b_rows, n, stage, nullptr,
-                               0, rope);
+                               0, rope, b_pages);
 }
 
 /* Where the features of register slot s come from: the rows of a tensor
@@ -587,51 +623,70 @@ TA_CUDA_DEV ta_cuda_slot ta_cuda_slot_of(const ta_cuda_rows &src, int32_t row_le
     return s;
 }
 
+/* Element offset of row x of a staged chunk of a slot's slice: row first_row
+ * + x, or with pool_row (a paged v) its pool row pool_row[x]. */
+TA_CUDA_DEV int64_t ta_cuda_chunk_row(const ta_cuda_rows &src, int32_t first_row, int32_t x,
+                                      const int64_t *pool_row) {
+    return pool_row ? src.slice + pool_row[x] * src.ld
+                    : ta_cuda_row(src.slice, src.ld, first_row + x);
+}
+
 /*
  * Stage rows [first_row, first_row + rows) (rows <= RCHUNK, inside the
  * sequence) of the slots' features into dst[RCHUNK][NS * SLOT]: dst[x][s*64 +
- * f] = slot s's slice at row first_row + x, feature feat0 + f; 0 past the row
- * length or past rows. Consecutive threads read consecutive features
+ * f] = slot s's slice at row first_row + x (ta_cuda_chunk_row; PAGED: at
+ * pool_row[x]), feature feat0 + f; 0 past the row length or past rows; ROT:
+ * slots [0, rope->slots) turned as rows of side rope->side_a
+ * (ta_cuda_load_row). Consecutive threads read consecutive features
  * (coalesced).
  */
-template <int DT, int NS>
-TA_CUDA_DEV void ta_cuda_stage_rows_rope(float *dst, const ta_cuda_slot *slots, int32_t first_row,
-                                         int32_t rows, const ta_cuda_rope_src *rope) {
+template <int DT, int NS, bool ROT, bool PAGED>
+TA_CUDA_DEV void ta_cuda_stage_rows_loop(float *dst, const ta_cuda_slot *slots, int32_t first_row,
+                                         int32_t rows, const ta_cuda_rope_src *rope,
+                                         const int64_t *pool_row) {
     const int width = NS * TA_CUDA_SLOT;
     for (int e = (int)threadIdx.x; e < TA_CUDA_RCHUNK * width; e += TA_CUDA_THREADS) {
         const int x = e / width, col = e % width, s = col / TA_CUDA_SLOT;
         const int32_t f = slots[s].feat0 + col % TA_CUDA_SLOT;
         float val = 0.0f;
         if (x < rows && f < slots[s].row_len)
-            val = ta_cuda_load_row<DT, true>(
-                slots[s].src.base, ta_cuda_row(slots[s].src.slice, slots[s].src.ld, first_row + x),
-                f, rope->p, rope->c, s < rope->slots ? rope->side_a : TA_CUDA_ROPE_OFF,
-                first_row + x);
+            val = ta_cuda_load_row<DT, ROT>(
+                slots[s].src.base,
+                ta_cuda_chunk_row(slots[s].src, first_row, x, PAGED ? pool_row : nullptr), f,
+                ROT ? rope->p : nullptr, ROT ? rope->c : nullptr,
+                ROT && s < rope->slots ? rope->side_a : TA_CUDA_ROPE_OFF, first_row + x);
         dst[e] = val;
     }
 }
 
 /* ... with the rotary stage on slots [0, rope->slots), rows of side
- * rope->side_a (ta_cuda_stage_rows_rope; NULL: none turn). */
+ * rope->side_a (NULL: none turn); pages: the rows are keys of a paged v when
+ * ta_cuda_paged (the forwards' V slots): their pool rows first, one thread
+ * per row, into shared memory (a barrier), so that the loop costs one shared
+ * load per element, not a table lookup. */
 template <int DT, int NS>
 TA_CUDA_DEV void ta_cuda_stage_rows(float *dst, const ta_cuda_slot *slots, int32_t first_row,
-                                    int32_t rows, const ta_cuda_rope_src *rope = nullptr) {
-    const int width = NS * TA_CUDA_SLOT;
-    __syncthreads(); /* the previous phase is done with dst */
-    if (rope) {
-        ta_cuda_stage_rows_rope<DT, NS>(dst, slots, first_row, rows, rope);
-    } else {
-        for (int e = (int)threadIdx.x; e < TA_CUDA_RCHUNK * width; e += TA_CUDA_THREADS) {
-            const int x = e / width, col = e % width, s = col / TA_CUDA_SLOT;
-            const int32_t f = slots[s].feat0 + col % TA_CUDA_SLOT;
-            float val = 0.0f;
-            if (x < rows && f < slots[s].row_len)
-                val = ta_cuda_load<DT>(
-                    slots[s].src.base,
-                    (size_t)(ta_cuda_row(slots[s].src.slice, slots[s].src.ld, first_row + x) + f));
-            dst[e] = val;
-        }
+                                    int32_t rows, const ta_cuda_rope_src *rope = nullptr,
+                                    const ta_cuda_kv_pages &pages = ta_cuda_kv_pages{}) {
+    const int64_t *pool_row = nullptr;
+    __syncthreads(); /* the previous phase is done with dst (and the pool rows) */
+    if (ta_cuda_paged(pages)) {
+        __shared__ int64_t pool_rows[TA_CUDA_RCHUNK];
+        if ((int)threadIdx.x < rows)
+            pool_rows[threadIdx.x] = ta_cuda_kv_row(0, 1, first_row + (int32_t)threadIdx.x, pages);
+        __syncthreads();
+        pool_row = pool_rows;
     }
+    if (rope && pool_row)
+        ta_cuda_stage_rows_loop<DT, NS, true, true>(dst, slots, first_row, rows, rope, pool_row);
+    else if (rope)
+        ta_cuda_stage_rows_loop<DT, NS, true, false>(dst, slots, first_row, rows, rope, nullptr);
+    else if (pool_row)
+        ta_cuda_stage_rows_loop<DT, NS, false, true>(dst, slots, first_row, rows, nullptr,
+                                                     pool_row);
+    else
+        ta_cuda_stage_rows_loop<DT, NS, false, false>(dst, slots, first_row, rows, nullptr,
+                                                      nullptr);
     __syncthreads();
 }
 
@@ -653,7 +708,8 @@ TA_CUDA_DEV void ta_cuda_stage_rows(float *dst, const ta_cuda_slot *slots, int32
  *   acc, acc_lo: this thread's register blocks (rows 4ty+r, features
  *            s*64+4tx+e), the (hi, lo) pairs of the running output: the
  *            tile's part = fmaf(p_j, v_j, part) from +0, j ascending, v_j the
- *            key col0 + j of the v_slots' slice, staged through stage; then
+ *            key col0 + j of the v_slots' slice (v_pages: of a paged v,
+ *            ta_cuda_kv_row when ta_cuda_paged), staged through stage; then
  *            (acc, acc_lo) = (acc, acc_lo) * alpha + part (src/ta_sum2.h)
  * Rows are independent; each row's max, sum and accumulators follow the
  * reference's sequential order. Ends without a barrier.
@@ -671,7 +727,8 @@ TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
                                          int32_t *tile_lo, int32_t *tile_hi, float *m_run,
                                          float *l_run, float *l_lo, float *m_new, float *alpha,
                                          float *stage, const ta_cuda_slot *v_slots,
-                                         float (&acc)[4][NS][4], float (&acc_lo)[4][NS][4]) {
+                                         float (&acc)[4][NS][4], float (&acc_lo)[4][NS][4],
+                                         const ta_cuda_kv_pages &v_pages = ta_cuda_kv_pages{}) {
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
     int32_t row_b[4], row_e[4]; /* visible columns [row_b, row_e) of rows 4ty+r */
     int32_t j0;
@@ -725,7 +782,7 @@ TA_CUDA_DEV void ta_cuda_softmax_pv_tile(float *st, int32_t col0, int32_t cols,
     }
     for (j0 = 0; j0 < cols; j0 += TA_CUDA_RCHUNK) {
         const int jn = (int)ta_tiling_min_i32(TA_CUDA_RCHUNK, cols - j0);
-        ta_cuda_stage_rows<DT, NS>(stage, v_slots, col0 + j0, jn);
+        ta_cuda_stage_rows<DT, NS>(stage, v_slots, col0 + j0, jn, nullptr, v_pages);
         for (int jj = 0; jj < jn; ++jj) {
             const int32_t j = j0 + jj;
             const float4 p4 =

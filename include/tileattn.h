@@ -223,8 +223,9 @@ typedef struct ta_problem {
                                    v_strides must be zero), key j of batch entry b in
                                    page args.block_table[b][j / kv_page_size], slot
                                    j % kv_page_size. 0 = no pages. Forward only
-                                   (ta_bwd refuses it); REF and CPU (CUDA:
-                                   TA_ERR_UNSUPPORTED for now). */
+                                   (ta_bwd refuses it); REF, CPU and CUDA (exact
+                                   kernels; fast mode: the f16/bf16 SDPA forward
+                                   without the rotary stage). */
     int32_t kv_num_pages;     /**< pages in the pool, >= 1 with kv_page_size */
     int32_t kv_max_blocks;    /**< entries per batch entry of args.block_table, with
                                    kv_max_blocks * kv_page_size >= seq_k */

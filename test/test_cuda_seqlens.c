@@ -26,9 +26,24 @@
  *     captured once and replayed with new lengths and a new block table
  *     written into the same device buffers, each replay equal to the direct
  *     contiguous call on the re-gathered K, V.
+ *  5. paged KV on CUDA's exact forward kernels (issue 12 item 4): random
+ *     problems (f32/f16/bf16; SDPA, and MTA with random c_q, c_k and query
+ *     history rows; GQA; D, D_v up to 256; windows; split-K 1..4; the rotary
+ *     stage; seqlens_k none, host or TA_SEQLENS_DEVICE; page sizes 1 to 100,
+ *     powers of two or not; a shuffled block table over a pool with spare
+ *     pages, every pool byte outside keys [0, S_k) poisoned): REF on the
+ *     gathered contiguous K, V is the reference; REF paged, CUDA paged and
+ *     CUDA contiguous must equal it bit for bit (o and lse; outputs and
+ *     workspace poisoned first). Without a device: the size queries (paged
+ *     exact sizes, the backward and fast SDPA with the rotary stage refused)
+ *     and a few problems' host side (REF paged == REF contiguous).
  *
- * Seed: TA_SEED (printed). Without a CUDA device: part 1, then "no CUDA
- * device: skipped" and exit 77.
+ *   test_cuda_seqlens [--paged-exact] [--count N]
+ *
+ * --paged-exact: parts 1 and 5 only; --count N: part 5's problems (40).
+ * Seed: TA_SEED (printed; part 5 draws from its own stream of it). Without a
+ * CUDA device: part 1 and part 5's host side, then "no CUDA device: skipped"
+ * and exit 77.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -432,7 +447,8 @@ typedef struct paged {
     ta_problem p;          /* the paged problem (kv_page_size > 0) */
     int32_t *table;        /* [B, max_blocks] host copy */
     unsigned char *k_pool, *v_pool, *k_cont, *v_cont; /* host */
-    size_t pool_elems, cont_elems, eb;
+    size_t pool_elems, cont_elems, eb;                /* of k (and of v with D_v = D) */
+    size_t pool_elems_v, cont_elems_v;                /* of v */
 } paged;
 
 /* A fresh block table: every sequence's blocks on distinct random pages;
@@ -456,29 +472,57 @@ static void paged_table(ta_rng *r, paged *g) {
     free(perm);
 }
 
-/* k_cont, v_cont [B, H_kv, S_k, D] = the pools' rows the table names. */
+/* Row (b, h, j) of k (dim D) or v (dim D_v): its element in the pool
+ * [num_pages, page_size, H_kv, dim] (the page the table names) and in the
+ * contiguous [B, H_kv, S_k, dim]. */
+static size_t paged_pool_at(const paged *g, int32_t b, int32_t h, int32_t j, int32_t dim) {
+    const ta_problem *p = &g->p;
+    const int32_t page = g->table[zs(b) * zs(p->kv_max_blocks) + zs(j / p->kv_page_size)];
+    return ((zs(page) * zs(p->kv_page_size) + zs(j % p->kv_page_size)) * zs(p->heads_kv) + zs(h)) *
+           zs(dim);
+}
+
+static size_t paged_cont_at(const paged *g, int32_t b, int32_t h, int32_t j, int32_t dim) {
+    const ta_problem *p = &g->p;
+    return ((zs(b) * zs(p->heads_kv) + zs(h)) * zs(p->seq_k) + zs(j)) * zs(dim);
+}
+
+/* k_cont [B, H_kv, S_k, D], v_cont [B, H_kv, S_k, D_v] = the pools' rows the
+ * table names. */
 static void paged_gather(paged *g) {
     const ta_problem *p = &g->p;
-    const size_t row = zs(p->head_dim) * g->eb;
+    const int32_t d = p->head_dim, dv = p->head_dim_v;
     int32_t b, h, j;
     for (b = 0; b < p->batch; ++b)
         for (h = 0; h < p->heads_kv; ++h)
             for (j = 0; j < p->seq_k; ++j) {
-                const int32_t page = g->table[zs(b) * zs(p->kv_max_blocks) +
-                                              zs(j / p->kv_page_size)];
-                const size_t src =
-                    ((zs(page) * zs(p->kv_page_size) + zs(j % p->kv_page_size)) *
-                         zs(p->heads_kv) +
-                     zs(h)) *
-                    row;
-                const size_t dst = ((zs(b) * zs(p->heads_kv) + zs(h)) * zs(p->seq_k) + zs(j)) * row;
-                memcpy(g->k_cont + dst, g->k_pool + src, row);
-                memcpy(g->v_cont + dst, g->v_pool + src, row);
+                memcpy(g->k_cont + paged_cont_at(g, b, h, j, d) * g->eb,
+                       g->k_pool + paged_pool_at(g, b, h, j, d) * g->eb, zs(d) * g->eb);
+                memcpy(g->v_cont + paged_cont_at(g, b, h, j, dv) * g->eb,
+                       g->v_pool + paged_pool_at(g, b, h, j, dv) * g->eb, zs(dv) * g->eb);
             }
 }
 
 /* 1 on a compute capability 9.0 device (part 4's default candidate). */
 static int g_cc90;
+/* The pools, table and contiguous copies of g->p (its page fields set):
+ * malloc'd, uninitialised. */
+static void paged_alloc(paged *g) {
+    const ta_problem *p = &g->p;
+    const size_t rows = zs(p->kv_num_pages) * zs(p->kv_page_size) * zs(p->heads_kv);
+    const size_t cont = zs(p->batch) * zs(p->heads_kv) * zs(p->seq_k);
+    g->eb = ta_dtype_size(p->dtype);
+    g->pool_elems = rows * zs(p->head_dim);
+    g->pool_elems_v = rows * zs(p->head_dim_v);
+    g->cont_elems = cont * zs(p->head_dim);
+    g->cont_elems_v = cont * zs(p->head_dim_v);
+    g->table = (int32_t *)malloc(zs(p->batch) * zs(p->kv_max_blocks) * sizeof(int32_t));
+    g->k_pool = (unsigned char *)malloc(g->pool_elems * g->eb + 1);
+    g->v_pool = (unsigned char *)malloc(g->pool_elems_v * g->eb + 1);
+    g->k_cont = (unsigned char *)malloc(g->cont_elems * g->eb + 1);
+    g->v_cont = (unsigned char *)malloc(g->cont_elems_v * g->eb + 1);
+    if (!g->table || !g->k_pool || !g->v_pool || !g->k_cont || !g->v_cont) exit(1);
+}
 
 static void paged_make(ta_rng *r, paged *g) {
     static const int32_t page_sizes[4] = {8, 16, 64, 100};
@@ -498,15 +542,7 @@ static void paged_make(ta_rng *r, paged *g) {
     p->kv_page_size = page_sizes[ta_rng_int(r, 0, 3)];
     p->kv_max_blocks = (p->seq_k - 1) / p->kv_page_size + 1 + ta_rng_int(r, 0, 2);
     p->kv_num_pages = p->batch * p->kv_max_blocks + ta_rng_int(r, 0, 5);
-    g->eb = 2;
-    g->pool_elems = zs(p->kv_num_pages) * zs(p->kv_page_size) * zs(p->heads_kv) * zs(p->head_dim);
-    g->cont_elems = zs(p->batch) * zs(p->heads_kv) * zs(p->seq_k) * zs(p->head_dim);
-    g->table = (int32_t *)malloc(zs(p->batch) * zs(p->kv_max_blocks) * sizeof(int32_t));
-    g->k_pool = (unsigned char *)malloc(g->pool_elems * g->eb);
-    g->v_pool = (unsigned char *)malloc(g->pool_elems * g->eb);
-    g->k_cont = (unsigned char *)malloc(g->cont_elems * g->eb);
-    g->v_cont = (unsigned char *)malloc(g->cont_elems * g->eb);
-    if (!g->table || !g->k_pool || !g->v_pool || !g->k_cont || !g->v_cont) exit(1);
+    paged_alloc(g);
     ta_fill_uniform(r, g->k_pool, p->dtype, g->pool_elems, -2.0f, 2.0f);
     ta_fill_uniform(r, g->v_pool, p->dtype, g->pool_elems, -1.0f, 1.0f);
     paged_table(r, g);
@@ -674,32 +710,397 @@ static int check_paged(ta_rng *r, int idx) {
     return ok;
 }
 
-int main(void) {
-    const uint64_t seed = ta_test_seed("test_cuda_seqlens");
-    int major = 0, minor = 0;
-    int dev_count = 0, i, passed = 0;
+/* ---- Part 5: paged KV on the exact kernels (CUDA == REF bit for bit) ---- */
+
+#define TA_PAGED_EXACT_PROBLEMS 40 /* on a device */
+#define TA_PAGED_EXACT_HOST     6  /* without one: the host side only */
+#define TA_PAGED_EXACT_SALT     UINT64_C(0x9a6ed)
+
+/* One exact paged problem: the pools (unused pages and the slots past S_k
+ * poisoned), the gathered K and V, the other inputs (host), the lengths. */
+typedef struct pexact {
+    paged g;
+    int mta, lens_mode; /* lens_mode: 0 none, 1 host, 2 TA_SEQLENS_DEVICE */
+    int32_t *lens;      /* [B] or NULL */
+    void *q, *q_hist;
+    float *conv_w, *rope_cos, *rope_sin;
+    size_t nq, nh, no, nlse, nw, nrope;
+} pexact;
+
+static const int32_t k_page_sizes[] = {1, 1, 2, 3, 5, 7, 13, 16, 16, 24, 32, 64, 100};
+
+static void pexact_make(ta_rng *r, pexact *x) {
+    ta_problem *p = &x->g.p;
+    int32_t need, b, h, j;
+    memset(x, 0, sizeof *x);
+    x->mta = ta_rng_int(r, 0, 1);
+    p->dtype = (ta_dtype)ta_rng_int(r, 0, 2);
+    p->precision = TA_PRECISION_EXACT;
+    p->batch = ta_rng_int(r, 1, 4);
+    p->heads_kv = ta_rng_int(r, 1, 3);
+    p->heads_q = p->heads_kv * ta_rng_int(r, 1, 3);
+    p->head_dim = ta_rng_int(r, 0, 4) == 0 ? ta_rng_int(r, 129, 256) : ta_rng_int(r, 1, 128);
+    p->head_dim_v = ta_rng_int(r, 0, 1)        ? p->head_dim
+                    : ta_rng_int(r, 0, 4) == 0 ? ta_rng_int(r, 129, 256)
+                                               : ta_rng_int(r, 1, 128);
+    p->seq_k = ta_rng_int(r, 1, 320);
+    p->seq_q = ta_rng_int(r, 0, 2) == 0 ? ta_rng_int(r, 1, 4) : ta_rng_int(r, 1, p->seq_k);
+    p->flags = x->mta || ta_rng_int(r, 0, 1) ? TA_CAUSAL : 0u;
+    if (x->mta) {
+        p->conv_q = ta_rng_int(r, 0, 2) == 0 ? 6 : ta_rng_int(r, 1, 8);
+        p->conv_k = p->conv_q == 6 ? 11 : 2 * ta_rng_int(r, 0, 7) + 1;
+        /* a decode step that continues a sequence: query history rows */
+        if (p->conv_q > 1 && ta_rng_int(r, 0, 1)) p->q_history = ta_rng_int(r, 1, p->conv_q - 1);
+    }
+    p->block_k = ta_rng_int(r, 0, 2) == 0 ? ta_rng_int(r, 16, 128) : 0;
+    if (x->mta && p->block_k && p->block_k < 4 * ((p->conv_k - 1) / 2) + 1) p->block_k = 0;
+    p->num_splits = ta_rng_int(r, 1, 4); /* 1: one split */
+    ta_test_random_window(r, p, 25);
+    if (p->q_history == 0 && p->head_dim >= 2 && ta_rng_int(r, 0, 4) == 0) {
+        p->rope = ta_rng_int(r, 0, 1) ? TA_ROPE_HALF : TA_ROPE_INTERLEAVED;
+        p->rope_pairs = ta_rng_int(r, 1, p->head_dim / 2);
+        p->rope_rows = p->seq_q > p->seq_k ? p->seq_q : p->seq_k;
+    }
+    x->lens_mode = ta_rng_int(r, 0, 2);
+    p->kv_page_size =
+        k_page_sizes[ta_rng_int(r, 0, (int32_t)(sizeof k_page_sizes / sizeof k_page_sizes[0]) - 1)];
+    need = (p->seq_k - 1) / p->kv_page_size + 1;
+    p->kv_max_blocks = need + ta_rng_int(r, 0, 2);
+    p->kv_num_pages = p->batch * need + ta_rng_int(r, 0, 5);
+    paged_alloc(&x->g);
+    paged_table(r, &x->g); /* a random page order; entries past the needed ones -1 */
+    /* every pool byte poisoned (NaN), then the rows of keys [0, S_k) filled */
+    memset(x->g.k_pool, TA_POISON_BYTE, x->g.pool_elems * x->g.eb);
+    memset(x->g.v_pool, TA_POISON_BYTE, x->g.pool_elems_v * x->g.eb);
+    for (b = 0; b < p->batch; ++b)
+        for (h = 0; h < p->heads_kv; ++h)
+            for (j = 0; j < p->seq_k; ++j) {
+                ta_fill_uniform(r,
+                                x->g.k_pool + paged_pool_at(&x->g, b, h, j, p->head_dim) * x->g.eb,
+                                p->dtype, zs(p->head_dim), -2.0f, 2.0f);
+                ta_fill_uniform(
+                    r, x->g.v_pool + paged_pool_at(&x->g, b, h, j, p->head_dim_v) * x->g.eb,
+                    p->dtype, zs(p->head_dim_v), -1.0f, 1.0f);
+            }
+    paged_gather(&x->g);
+    x->nlse = zs(p->batch) * zs(p->heads_q) * zs(p->seq_q);
+    x->nq = x->nlse * zs(p->head_dim);
+    x->no = x->nlse * zs(p->head_dim_v);
+    x->nh = zs(p->batch) * zs(p->heads_q) * zs(p->q_history) * zs(p->head_dim);
+    x->nw = x->mta ? zs(p->heads_q) * zs(p->conv_q) * zs(p->conv_k) : 0;
+    x->nrope = zs(p->rope_rows) * zs(p->rope_pairs);
+    x->q = malloc(x->nq * x->g.eb + 1);
+    x->q_hist = malloc(x->nh * x->g.eb + 1);
+    x->conv_w = (float *)malloc(x->nw * sizeof(float) + 1);
+    x->rope_cos = (float *)malloc(x->nrope * sizeof(float) + 1);
+    x->rope_sin = (float *)malloc(x->nrope * sizeof(float) + 1);
+    x->lens = (int32_t *)malloc(zs(p->batch) * sizeof(int32_t));
+    if (!x->q || !x->q_hist || !x->conv_w || !x->rope_cos || !x->rope_sin || !x->lens) exit(1);
+    ta_fill_uniform(r, x->q, p->dtype, x->nq, -1.5f, 1.5f);
+    ta_fill_uniform(r, x->q_hist, p->dtype, x->nh, -1.5f, 1.5f);
+    ta_fill_uniform(r, x->conv_w, TA_F32, x->nw, -0.3f, 0.3f);
+    for (b = 0; b < p->batch; ++b) /* 0, S_k or anything between */
+        x->lens[b] = ta_rng_int(r, 0, 3) == 0 ? p->seq_k : ta_rng_int(r, 0, p->seq_k);
+    if (p->rope) {
+        ta_rope_1d cfg;
+        ta_status st;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.n_pairs = p->rope_pairs;
+        cfg.rows = p->rope_rows;
+        st = ta_rope_table_1d(&cfg, x->rope_cos, x->rope_sin);
+        TA_CHECK(st == TA_OK, "rope table: %s", ta_status_string(st));
+    }
+}
+
+static void pexact_free(pexact *x) {
+    paged_free(&x->g);
+    free(x->lens);
+    free(x->q);
+    free(x->q_hist);
+    free(x->conv_w);
+    free(x->rope_cos);
+    free(x->rope_sin);
+}
+
+static void pexact_describe(const pexact *x, int idx, char *buf, size_t n) {
+    const ta_problem *p = &x->g.p;
+    snprintf(buf, n,
+             "paged exact %d: %s %s conv=%dx%d hist=%d B=%d H=%d/%d S=%d/%d D=%d/%d%s win=%d,%d "
+             "bk=%d splits=%d rope=%d/%d lens=%s page %d x %d (max %d blocks)",
+             idx,
+             p->dtype == TA_F32   ? "f32"
+             : p->dtype == TA_F16 ? "f16"
+                                  : "bf16",
+             x->mta ? "MTA" : "SDPA", p->conv_q, p->conv_k, p->q_history, p->batch, p->heads_q,
+             p->heads_kv, p->seq_q, p->seq_k, p->head_dim, p->head_dim_v,
+             p->flags & TA_CAUSAL ? " causal" : "", p->flags & TA_WINDOW ? p->window_left : -1,
+             p->flags & TA_WINDOW ? p->window_right : -1, p->block_k, p->num_splits, p->rope,
+             p->rope_pairs,
+             x->lens_mode == 0   ? "none"
+             : x->lens_mode == 1 ? "host"
+                                 : "device",
+             p->kv_num_pages, p->kv_page_size, p->kv_max_blocks);
+}
+
+/* The arguments of x's call on host (or device) tensors q, k, v, ...; paged:
+ * k and v are the pools with the table. */
+static ta_fwd_args pexact_args(const pexact *x, const void *q, const void *k, const void *v,
+                               const void *q_hist, const float *conv_w, const float *cos,
+                               const float *sin, const int32_t *lens, const int32_t *table) {
+    ta_fwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.q_hist = x->g.p.q_history > 0 ? q_hist : NULL;
+    a.conv_w = x->mta ? conv_w : NULL;
+    a.rope.cos = x->g.p.rope ? cos : NULL;
+    a.rope.sin = x->g.p.rope ? sin : NULL;
+    a.seqlens_k = x->lens_mode ? lens : NULL;
+    a.block_table = table;
+    return a;
+}
+
+/* A REF forward of p into o, lse (poisoned first). */
+static ta_status pexact_ref(const ta_problem *p, ta_fwd_args a, void *o, float *lse, size_t o_bytes,
+                            size_t lse_bytes) {
+    size_t bytes = 0;
+    void *ws;
+    ta_status st = ta_fwd_workspace_size(p, TA_BACKEND_REF, &bytes);
+    if (st != TA_OK) return st;
+    ws = ta_test_alloc(bytes ? bytes : 1);
+    ta_poison(ws, bytes);
+    ta_poison(o, o_bytes);
+    ta_poison(lse, lse_bytes);
+    a.o = o;
+    a.lse = lse;
+    st = ta_fwd(p, TA_BACKEND_REF, &a, ws, bytes, NULL);
+    ta_test_free(ws);
+    return st;
+}
+
+/* A host buffer -> a new device buffer (NULL for an empty one). */
+static void *dcopy(const void *h, size_t bytes) {
+    void *d;
+    if (bytes == 0) return NULL;
+    d = dalloc(bytes);
+    CUDA_OK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* A CUDA forward of p into device o, lse (poisoned first, workspace too),
+ * copied back into o_h, lse_h. */
+static ta_status pexact_cuda(const ta_problem *p, ta_fwd_args a, void *o, float *lse,
+                             size_t o_bytes, size_t lse_bytes, void *o_h, float *lse_h) {
+    size_t bytes = 0;
+    void *ws;
+    ta_status st = ta_fwd_workspace_size(p, TA_BACKEND_CUDA, &bytes);
+    if (st != TA_OK) return st;
+    ws = dalloc(bytes);
+    CUDA_OK(cudaMemset(ws, TA_POISON_BYTE, bytes ? bytes : 1));
+    CUDA_OK(cudaMemset(o, TA_POISON_BYTE, o_bytes));
+    CUDA_OK(cudaMemset(lse, TA_POISON_BYTE, lse_bytes));
+    a.o = o;
+    a.lse = lse;
+    st = ta_fwd(p, TA_BACKEND_CUDA, &a, ws, bytes, NULL);
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(o_h, o, o_bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(lse_h, lse, lse_bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaFree(ws));
+    return st;
+}
+
+/* 1 if the call returned TA_OK and its o and lse equal REF's bytes. */
+static int pexact_same(const char *desc, const char *what, ta_status st, const void *o_ref,
+                       const void *o_got, size_t ob, const float *lse_ref, const float *lse_got,
+                       size_t lb) {
+    const int same_o = same(o_ref, o_got, ob), same_l = same(lse_ref, lse_got, lb);
+    TA_CHECK(st == TA_OK && same_o && same_l,
+             "%s: %s (%s) differs from REF contiguous (o equal %d, lse equal %d)", desc, what,
+             ta_status_string(st), same_o, same_l);
+    return st == TA_OK && same_o && same_l;
+}
+
+/* Part 5 for one problem: REF on the gathered contiguous K, V is the
+ * reference; REF paged must equal it (host); on a device the CUDA paged call
+ * (pools and table in device memory, lengths in host or device memory) and
+ * the CUDA contiguous call must equal it too. 1 if all did. */
+static int check_paged_exact(ta_rng *r, int idx, int on_device) {
+    pexact x;
+    ta_problem pc;
+    char desc[320];
+    unsigned char *o_ref, *o_got;
+    float *lse_ref, *lse_got;
+    size_t ob, lb;
+    int ok = 1;
+    ta_status st;
+    pexact_make(r, &x);
+    pexact_describe(&x, idx, desc, sizeof desc);
+    printf("%s\n", desc);
+    pc = x.g.p; /* the contiguous twin */
+    pc.kv_page_size = pc.kv_num_pages = pc.kv_max_blocks = 0;
+    ob = x.no * x.g.eb;
+    lb = x.nlse * sizeof(float);
+    o_ref = (unsigned char *)malloc(ob + 1);
+    o_got = (unsigned char *)malloc(ob + 1);
+    lse_ref = (float *)malloc(lb + 1);
+    lse_got = (float *)malloc(lb + 1);
+    if (!o_ref || !o_got || !lse_ref || !lse_got) exit(1);
+    st = pexact_ref(&pc,
+                    pexact_args(&x, x.q, x.g.k_cont, x.g.v_cont, x.q_hist, x.conv_w, x.rope_cos,
+                                x.rope_sin, x.lens, NULL),
+                    o_ref, lse_ref, ob, lb);
+    TA_CHECK(st == TA_OK, "%s: REF contiguous: %s", desc, ta_status_string(st));
+    ok &= st == TA_OK;
+    if (ok) { /* the host side: REF paged == REF contiguous */
+        st = pexact_ref(&x.g.p,
+                        pexact_args(&x, x.q, x.g.k_pool, x.g.v_pool, x.q_hist, x.conv_w, x.rope_cos,
+                                    x.rope_sin, x.lens, x.g.table),
+                        o_got, lse_got, ob, lb);
+        ok &= pexact_same(desc, "REF paged", st, o_ref, o_got, ob, lse_ref, lse_got, lb);
+    }
+    if (ok && on_device) {
+        const int32_t nb = x.g.p.batch, nt = nb * x.g.p.kv_max_blocks;
+        void *q_d = dcopy(x.q, x.nq * x.g.eb), *h_d = dcopy(x.q_hist, x.nh * x.g.eb);
+        void *kp_d = dcopy(x.g.k_pool, x.g.pool_elems * x.g.eb);
+        void *vp_d = dcopy(x.g.v_pool, x.g.pool_elems_v * x.g.eb);
+        void *kc_d = dcopy(x.g.k_cont, x.g.cont_elems * x.g.eb);
+        void *vc_d = dcopy(x.g.v_cont, x.g.cont_elems_v * x.g.eb);
+        float *w_d = (float *)dcopy(x.conv_w, x.nw * sizeof(float));
+        float *cos_d = (float *)dcopy(x.rope_cos, x.nrope * sizeof(float));
+        float *sin_d = (float *)dcopy(x.rope_sin, x.nrope * sizeof(float));
+        int32_t *table_d = (int32_t *)dcopy(x.g.table, zs(nt) * sizeof(int32_t));
+        int32_t *lens_d = (int32_t *)dcopy(x.lens, zs(nb) * sizeof(int32_t));
+        void *o_d = dalloc(ob);
+        float *lse_d = (float *)dalloc(lb);
+        void *const all[] = {q_d,   h_d,   kp_d,    vp_d,   kc_d, vc_d, w_d,
+                             cos_d, sin_d, table_d, lens_d, o_d,  lse_d};
+        ta_problem pp = x.g.p;
+        size_t i;
+        if (x.lens_mode == 2) pp.flags |= TA_SEQLENS_DEVICE;
+        st = pexact_cuda(&pp,
+                         pexact_args(&x, q_d, kp_d, vp_d, h_d, w_d, cos_d, sin_d,
+                                     x.lens_mode == 2 ? lens_d : x.lens, table_d),
+                         o_d, lse_d, ob, lb, o_got, lse_got);
+        ok &= pexact_same(desc, "CUDA paged", st, o_ref, o_got, ob, lse_ref, lse_got, lb);
+        st =
+            pexact_cuda(&pc, pexact_args(&x, q_d, kc_d, vc_d, h_d, w_d, cos_d, sin_d, x.lens, NULL),
+                        o_d, lse_d, ob, lb, o_got, lse_got);
+        ok &= pexact_same(desc, "CUDA contiguous", st, o_ref, o_got, ob, lse_ref, lse_got, lb);
+        for (i = 0; i < sizeof all / sizeof all[0]; ++i)
+            if (all[i]) CUDA_OK(cudaFree(all[i]));
+    }
+    free(o_ref);
+    free(o_got);
+    free(lse_ref);
+    free(lse_got);
+    pexact_free(&x);
+    return ok;
+}
+
+/* Part 5's checks that need no device: CUDA sizes a paged exact forward
+ * (SDPA, MTA with history rows, split-K) and a paged fast MTA one (the exact
+ * kernels run it); the backward and the fast SDPA forward with the rotary
+ * stage still refuse pages. */
+static void check_paged_exact_host(void) {
+    ta_problem p;
+    size_t bytes = 0;
+    ta_status st;
+    memset(&p, 0, sizeof p);
+    p.batch = 2;
+    p.heads_q = 4;
+    p.heads_kv = 2;
+    p.seq_q = 3;
+    p.seq_k = 300; /* 5 K tiles of 64: three parts, a workspace */
+    p.head_dim = p.head_dim_v = 64;
+    p.dtype = TA_F16;
+    p.flags = TA_CAUSAL;
+    p.block_k = 64;
+    p.kv_page_size = 7;
+    p.kv_max_blocks = 43;
+    p.kv_num_pages = 90;
+    p.num_splits = 3;
+    st = ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes);
+    TA_CHECK(st == TA_OK && bytes > 0, "paged exact SDPA split-K: fwd size %s (%zu bytes)",
+             ta_status_string(st), bytes);
+    st = ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes);
+    TA_CHECK(st == TA_ERR_UNSUPPORTED, "paged exact SDPA: bwd size %s, want unsupported",
+             ta_status_string(st));
+    p.conv_q = 6;
+    p.conv_k = 11;
+    p.q_history = 5;
+    st = ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes);
+    TA_CHECK(st == TA_OK, "paged exact MTA with history: fwd size %s", ta_status_string(st));
+    p.precision = TA_PRECISION_FAST;
+    st = ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes);
+    TA_CHECK(st == TA_OK, "paged fast MTA (exact kernels): fwd size %s", ta_status_string(st));
+    p.conv_q = p.conv_k = p.q_history = 0;
+    p.num_splits = 1;
+    p.rope = TA_ROPE_HALF;
+    p.rope_pairs = 32;
+    p.rope_rows = 300;
+    st = ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes);
+    TA_CHECK(st == TA_ERR_UNSUPPORTED, "paged fast SDPA with rope: fwd size %s, want unsupported",
+             ta_status_string(st));
+    p.precision = TA_PRECISION_EXACT;
+    st = ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes);
+    TA_CHECK(st == TA_OK, "paged exact SDPA with rope: fwd size %s", ta_status_string(st));
+}
+
+/* Part 5: n problems (host side only without a device); its own stream of
+ * the run's seed (the other parts' draws are unchanged). */
+static void check_paged_exact_all(uint64_t seed, int n, int on_device) {
     ta_rng r;
+    int i, passed = 0;
+    ta_rng_seed(&r, seed ^ TA_PAGED_EXACT_SALT);
+    for (i = 0; i < n; ++i)
+        passed += check_paged_exact(&r, i, on_device);
+    printf("paged KV, exact: %d of %d problems: %s\n", passed, n,
+           on_device ? "CUDA paged and contiguous bit-identical to REF on the gathered K, V"
+                     : "REF paged == REF contiguous (host side; no device)");
+}
+
+int main(int argc, char **argv) {
+    const uint64_t seed = ta_test_seed("test_cuda_seqlens");
+    int dev_count = 0, i, passed = 0, only_paged = 0, n_paged = TA_PAGED_EXACT_PROBLEMS;
+    int major = 0, minor = 0;
+    ta_rng r;
+    for (i = 1; i < argc; ++i) {
+        if (strcmp(argv[i], "--paged-exact") == 0)
+            only_paged = 1;
+        else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc && atoi(argv[i + 1]) >= 0)
+            n_paged = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: test_cuda_seqlens [--paged-exact] [--count N]\n");
+            return 2;
+        }
+    }
     ta_rng_seed(&r, seed);
     check_host_refusals(&r);
+    check_paged_exact_host();
     if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0 ||
         !ta_backend_available(TA_BACKEND_CUDA)) {
         (void)cudaGetLastError();
+        check_paged_exact_all(seed, TA_PAGED_EXACT_HOST, 0);
         printf("no CUDA device: skipped\n");
         return ta_test_failures ? ta_test_finish("test_cuda_seqlens") : TA_TEST_SKIP;
     }
     CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
     CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
     g_cc90 = major == 9 && minor == 0;
-    for (i = 0; i < TA_SEQLENS_PROBLEMS; ++i)
-        passed += check_problem(&r, i);
-    printf("%d of %d problems: %d graph replays with new device lengths bit-identical to direct "
-           "calls with host lengths\n",
-           passed, TA_SEQLENS_PROBLEMS, passed * TA_SEQLENS_STEPS);
-    check_pageable(&r);
-    for (i = 0, passed = 0; i < TA_SEQLENS_PROBLEMS; ++i)
-        passed += check_paged(&r, i);
-    printf("paged KV: %d of %d problems bit-identical to the contiguous call, direct and in "
-           "graph replays with new tables and lengths\n",
-           passed, TA_SEQLENS_PROBLEMS);
+    if (!only_paged) {
+        for (i = 0; i < TA_SEQLENS_PROBLEMS; ++i)
+            passed += check_problem(&r, i);
+        printf("%d of %d problems: %d graph replays with new device lengths bit-identical to "
+               "direct calls with host lengths\n",
+               passed, TA_SEQLENS_PROBLEMS, passed * TA_SEQLENS_STEPS);
+        check_pageable(&r);
+        for (i = 0, passed = 0; i < TA_SEQLENS_PROBLEMS; ++i)
+            passed += check_paged(&r, i);
+        printf("paged KV: %d of %d problems bit-identical to the contiguous call, direct and in "
+               "graph replays with new tables and lengths\n",
+               passed, TA_SEQLENS_PROBLEMS);
+    }
+    check_paged_exact_all(seed, n_paged, 1);
     return ta_test_finish("test_cuda_seqlens");
 }

@@ -14,9 +14,11 @@
  *      logical position); a quarter of the unsplit CPU runs through the
  *      caller-run tasks. Outputs poisoned first.
  *   2. bad input: a table entry outside [0, num_pages), too few blocks for
- *      seq_k, a NULL table, strides given for a paged k, the backward and
- *      CUDA exact mode with pages: the documented status, the explanation naming the
- *      field, the output untouched.
+ *      seq_k, a NULL table, strides given for a paged k, the backward with
+ *      pages (every backend): the documented status, the explanation naming
+ *      the field, the output untouched; CUDA's exact forward sizes a paged
+ *      problem, and refuses host pools (TA_ERR_BAD_ARG) or, without a
+ *      device, the call (TA_ERR_BACKEND_UNAVAILABLE).
  * Usage: test_paged_kv [--quick]
  */
 #include <math.h>
@@ -249,10 +251,24 @@ static void check_bad_input(void) {
     x = a, x.o = pool; /* the output over the pool */
     ta_test_expect_fwd(&p, TA_BACKEND_REF, &x, ws, bytes, TA_ERR_BAD_ARG, "args.k",
                        "o over the pool");
-    ta_test_expect_fwd(&p, TA_BACKEND_CUDA, &a, ws, bytes,
-                       ta_backend_available(TA_BACKEND_CUDA) ? TA_ERR_UNSUPPORTED
-                                                             : TA_ERR_UNSUPPORTED,
-                       "backend", "CUDA");
+    /* CUDA's exact forward takes pages: sized without a device; a call
+     * without one (or without the CUDA component) is TA_ERR_BACKEND_UNAVAILABLE,
+     * with one these host pools and table are not device memory:
+     * TA_ERR_BAD_ARG, nothing written (test_cuda_seqlens runs it on a GPU) */
+    TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &i) == TA_OK, "CUDA exact paged size");
+    if (!ta_backend_available(TA_BACKEND_CUDA)) {
+        ta_test_expect_fwd(&p, TA_BACKEND_CUDA, &a, ws, bytes, TA_ERR_BACKEND_UNAVAILABLE,
+                           "backend", "CUDA without a device");
+    } else {
+        ta_status st;
+        ta_canary_fill(o, sizeof o);
+        st = ta_fwd(&p, TA_BACKEND_CUDA, &a, ws, bytes, NULL);
+        TA_CHECK(st == TA_ERR_BAD_ARG && ta_canary_intact(o, sizeof o),
+                 "CUDA paged on host memory: %s, want TA_ERR_BAD_ARG, o untouched",
+                 ta_status_string(st));
+    }
+    TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &i) == TA_ERR_UNSUPPORTED,
+             "CUDA bwd size with pages");
     TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_REF, &i) == TA_ERR_UNSUPPORTED, "bwd size");
     memset(&ba, 0, sizeof ba);
     ba.q = q, ba.k = pool, ba.v = pool, ba.o = o, ba.d_o = o, ba.lse = lse;
