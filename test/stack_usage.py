@@ -10,7 +10,7 @@ Build the library with gcc's per-function stack sizes and call graphs:
 It reads every .ci file (gcc -fcallgraph-info=su: nodes with their frame size,
 direct call edges), resolves the library's indirect calls from its own tables
 (the backend ops tables, the CPU kernel tables per ISA, the micro-kernel switch
-in cpu_k1), adds each OpenMP outlined body under the function that starts the
+in cpu_k1_panel, the latent backward's weight-gradient slots), adds each OpenMP outlined body under the function that starts the
 region, and prints the deepest path from each ta_* entry point. Exit 1 if a
 frame is unbounded ("dynamic" without "bounded": a VLA or alloca), if the
 graph has a cycle (recursion), or if an indirect call is left unresolved.
@@ -38,6 +38,9 @@ COMPUTE_OPS = {"ta_fwd": ["ta_ref_fwd", "ta_cpu_fwd", "ta_cuda_fwd"],
 TASKS = ["cpu_sdpa_fwd_task", "cpu_mta_fwd_task", "cpu_sdpa_dkdv_task", "cpu_mta_dkdv_task",
          "cpu_sdpa_dq_task", "cpu_mta_dq_task"]
 MICRO = ["cpu_k1_b%d_%s" % (b, w) for b in range(1, 7) for w in ("1", "TA_NV")]
+# The latent backward's weight-gradient slots of the CPU kernel table.
+LATENT = {"ta_cpu_sums_dq_task": ["cpu_lat_dw_task"],
+          "ta_cpu_task_sums_merge": ["cpu_lat_dw_head"]}
 
 
 def bare(title):
@@ -76,8 +79,10 @@ def main(build):
                     names = VALIDATE_OPS + COMPUTE_OPS.get(name, [])
                 elif name in ("ta_cpu_worker", "ta_cpu_do_task"):
                     names = TASKS
-                elif name in ("cpu_k1", "cpu_k1_visible"):
+                elif name in ("cpu_k1", "cpu_k1_visible", "cpu_k1_panel"):
                     names = MICRO
+                elif name in LATENT:
+                    names = LATENT[name]
                 else:
                     unresolved.add(src)
                     continue
