@@ -278,7 +278,7 @@ template <bool BF16> static int ta_fast_dec_candidates(int32_t d, ta_fast_launch
  * Q tiles of 16 output rows again; a tile's convolved scores need the raw
  * scores of its rows and the c_q - 1 rows above (query history rows from
  * args.q_hist, or zero padding), RM = 16 MT raw rows (MT = 1 where
- * S_q + c_q - 1 <= 16 fits one tile, else 2), and of P = (c_k - 1) / 2 keys
+ * S_q + c_q - 1 <= 16, G times that packed, else 2), and of P = (c_k - 1) / 2 keys
  * on each side of every warp's key slice: HALO = 8 NH >= P extra keys each
  * side (NH = 1 for c_k <= 17, else 2), so a K buffer holds BN + 2 HALO key
  * rows (the halo rows of the neighbouring K tiles read again). Per K tile and
@@ -299,8 +299,12 @@ template <bool BF16> static int ta_fast_dec_candidates(int32_t d, ta_fast_launch
  * shared-memory latency than the SDPA kernel's 4), BN = 128 keys, ST = 3
  * buffers at D = 64, 2 at 96 and 128.
  * Runs any fast MTA problem the fold cannot serve well (ta_cuda_fast_mta_dec_path:
- * at most 16 query rows, split-K, or a paged cache); GQA is not packed (each
- * query head has its own conv weights and history rows). */
+ * at most 16 query rows, split-K, or a paged cache). GQA packing
+ * (ta_cuda_fast_mta_dec_pack): a kv head's G query heads share a block when
+ * their G S_q output rows, G (S_q + c_q - 1) raw rows (MT = 1 if at most 16)
+ * and G c_q c_k weights fit; head slot s owns its rows of each, its weights,
+ * history rows and output addresses (its own tile context); the conv never
+ * reads across slots. */
 template <int D, int MT, int NH> struct ta_fast_mdec_traits {
     static constexpr int NW = 8, THREADS = 32 * NW, BM = 16, BN = 128, KW = BN / NW;
     static constexpr int ST = D <= 64 ? 3 : 2;
