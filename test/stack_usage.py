@@ -38,6 +38,13 @@ COMPUTE_OPS = {"ta_fwd": ["ta_ref_fwd", "ta_cpu_fwd", "ta_cuda_fwd"],
 TASKS = ["cpu_sdpa_fwd_task", "cpu_mta_fwd_task", "cpu_sdpa_dkdv_task", "cpu_mta_dkdv_task",
          "cpu_sdpa_dq_task", "cpu_mta_dq_task"]
 MICRO = ["cpu_k1_b%d_%s" % (b, w) for b in range(1, 7) for w in ("1", "TA_NV")]
+# The public entry points (include/tileattn.h).
+ENTRIES = ("ta_fwd", "ta_bwd", "ta_fwd_workspace_size", "ta_bwd_workspace_size", "ta_explain_fwd",
+           "ta_explain_bwd", "ta_explain_fwd_workspace_size", "ta_explain_bwd_workspace_size",
+           "ta_tune_fwd", "ta_status_string", "ta_backend_available", "ta_version_string",
+           "ta_version", "ta_merge", "ta_explain_merge", "ta_fwd_task_plan", "ta_bwd_task_plan",
+           "ta_fwd_tasks_prepare", "ta_bwd_tasks_prepare", "ta_explain_fwd_tasks_prepare",
+           "ta_explain_bwd_tasks_prepare", "ta_task_run", "ta_rope_table_1d", "ta_rope_table_2d")
 # The latent backward's weight-gradient slots of the CPU kernel table.
 LATENT = {"ta_cpu_sums_dq_task": ["cpu_lat_dw_task"],
           "ta_cpu_task_sums_merge": ["cpu_lat_dw_head"]}
@@ -77,7 +84,7 @@ def main(build):
                 name = bare(src)
                 if files[src].endswith("src/ta_api.c"):
                     names = VALIDATE_OPS + COMPUTE_OPS.get(name, [])
-                elif name in ("ta_cpu_worker", "ta_cpu_do_task"):
+                elif name in ("ta_cpu_worker", "ta_cpu_do_task", "ta_cpu_task_run"):
                     names = TASKS
                 elif name in ("cpu_k1", "cpu_k1_visible", "cpu_k1_panel"):
                     names = MICRO
@@ -116,10 +123,7 @@ def main(build):
         memo[t] = (frames[t] + best[0], [t] + best[1])
         return memo[t]
 
-    entries = sorted(t for t in frames if ":" not in t and t in ("ta_fwd", "ta_bwd", "ta_fwd_workspace_size",
-                                 "ta_bwd_workspace_size", "ta_explain_fwd", "ta_explain_bwd",
-                                 "ta_explain_fwd_workspace_size", "ta_explain_bwd_workspace_size", "ta_tune_fwd",
-                                 "ta_status_string", "ta_backend_available", "ta_version_string"))
+    entries = sorted(t for t in frames if ":" not in t and t in ENTRIES)
     worst = 0
     for e in entries:
         total, path = depth(e)
