@@ -197,6 +197,17 @@ int32_t ta_cuda_fast_mta_edge(const ta_plan *plan);
 ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
                                void *stream);
 
+/* The decode-shaped kernels' limits (cuda/ta_cuda_fast_decode.cu), shared by
+ * the kernels' tiles and the host rules that pick them: a Q tile of
+ * TA_CUDA_DEC_ROWS rows (split-K / paged problems with at most that many
+ * packed rows per head take the decode-shaped default), at most
+ * TA_CUDA_DEC_RAW_ROWS raw score rows in the MTA kernel and
+ * TA_CUDA_DEC_W_MAX conv weights in its shared memory (c_q c_k <= 16 x 31,
+ * times the packed heads). */
+#define TA_CUDA_DEC_ROWS     16
+#define TA_CUDA_DEC_RAW_ROWS 32
+#define TA_CUDA_DEC_W_MAX    512
+
 /* Fast-mode MTA decode (cuda/ta_cuda_fast_decode.cu; docs/cuda.md section 7,
  * "Decode"): the conv computed from raw scores in the decode-shaped kernel,
  * for the fast MTA problems the fold serves badly: ta_cuda_fast_mta_dec_path

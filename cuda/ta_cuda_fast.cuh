@@ -42,6 +42,23 @@ typedef struct ta_fast_launch {
     int tma;                  /* 1: its parameter is a ta_fast_tma_params (TMA loads) */
 } ta_fast_launch;
 
+/* An mma.sync configuration (no wgmma, no TMA: runs on every sm_80+ device):
+ * its kernels (the paged one NULL if none), shared memory, threads, tile. */
+static inline ta_fast_launch ta_fast_mma_launch(const void *kernel, const void *kernel_paged,
+                                                size_t smem, int threads, int32_t block_m,
+                                                int32_t block_n) {
+    ta_fast_launch l;
+    l.kernel = kernel;
+    l.kernel_paged = kernel_paged;
+    l.smem = smem;
+    l.threads = threads;
+    l.block_m = block_m;
+    l.block_n = block_n;
+    l.sm90 = 0;
+    l.tma = 0;
+    return l;
+}
+
 /* The parameters of a kernel that loads q, k and v by TMA: the base, then one
  * 4-d tensor map of each (dims D, S, heads, B; boxes of 64 features by the
  * kernel's tile rows, 128-byte swizzle), made on the host per call by

@@ -51,7 +51,7 @@ namespace {
 template <int D, int BN, int ST> struct ta_fast_dec_traits {
     static constexpr int NW = 4;
     static constexpr int THREADS = 32 * NW;
-    static constexpr int BM = 16;        /* Q tile rows, every warp's */
+    static constexpr int BM = TA_CUDA_DEC_ROWS; /* Q tile rows, every warp's */
     static constexpr int LD = D + 8;     /* shared row, elements */
     static constexpr int KW = BN / NW;   /* keys per warp per K tile */
     static constexpr int NT = KW / 8;    /* 8-key column blocks of a warp's s */
@@ -63,6 +63,7 @@ template <int D, int BN, int ST> struct ta_fast_dec_traits {
     static constexpr size_t SMEM = LOADS > MERGE ? LOADS : MERGE;
     static_assert(KW % 16 == 0 && D % 16 == 0, "a warp's slice: mma k-steps of 16");
     static_assert(ST >= 2, "one K tile loads while another computes");
+    static_assert(BM == 16, "one m16 tile of rows, every warp's");
 };
 
 /* Row r (0..15) of the Q tile: the merged state of the four warps from
@@ -235,17 +236,10 @@ __global__ void __launch_bounds__(128)
 
 template <int D, int BN, int ST, bool BF16> static ta_fast_launch ta_fast_dec_launch_of() {
     typedef ta_fast_dec_traits<D, BN, ST> T;
-    ta_fast_launch l;
-    l.kernel = reinterpret_cast<const void *>(&ta_cuda_fast_decode_kernel<D, BN, ST, BF16, false>);
-    l.kernel_paged =
-        reinterpret_cast<const void *>(&ta_cuda_fast_decode_kernel<D, BN, ST, BF16, true>);
-    l.smem = T::SMEM;
-    l.threads = T::THREADS;
-    l.block_m = T::BM;
-    l.block_n = BN;
-    l.sm90 = 0;
-    l.tma = 0;
-    return l;
+    return ta_fast_mma_launch(
+        reinterpret_cast<const void *>(&ta_cuda_fast_decode_kernel<D, BN, ST, BF16, false>),
+        reinterpret_cast<const void *>(&ta_cuda_fast_decode_kernel<D, BN, ST, BF16, true>),
+        T::SMEM, T::THREADS, T::BM, BN);
 }
 
 /* Per head dim: first the candidate for a GPU with 227 KB of shared memory
@@ -306,20 +300,22 @@ template <bool BF16> static int ta_fast_dec_candidates(int32_t d, ta_fast_launch
  * history rows and output addresses (its own tile context); the conv never
  * reads across slots. */
 template <int D, int MT, int NH> struct ta_fast_mdec_traits {
-    static constexpr int NW = 8, THREADS = 32 * NW, BM = 16, BN = 128, KW = BN / NW;
+    static constexpr int NW = 8, THREADS = 32 * NW, BM = TA_CUDA_DEC_ROWS, BN = 128, KW = BN / NW;
     static constexpr int ST = D <= 64 ? 3 : 2;
     static constexpr int LD = D + 8;
     static constexpr int HALO = 8 * NH;
     static constexpr int RC = KW + 2 * HALO; /* raw score columns per warp */
     static constexpr int KR = BN + 2 * HALO; /* key rows per K buffer */
     static constexpr int RM = 16 * MT;       /* raw score rows */
+    static_assert(16 * 2 == TA_CUDA_DEC_RAW_ROWS && BM == 16,
+                  "MT = 2 holds the raw rows the host admits; one m16 tile of output rows");
     /* a raw score row in shared memory, floats: RLD = 1 mod 32, so the conv's
      * lanes (8 rows x 4 key quads) meet at most 2 to a bank */
     static constexpr int RLD = RC + 1;
     static constexpr int NT = KW / 8;        /* the softmax / p v view: a warp's KW keys */
     static constexpr int DT = D / 8;
     static constexpr int MLD = D + 4;
-    static constexpr int W_MAX = 16 * 32;    /* c_q c_k <= 16 x 31 */
+    static constexpr int W_MAX = TA_CUDA_DEC_W_MAX; /* c_q c_k <= 16 x 31 */
     static constexpr int CLD = KW + 1;       /* a convolved row in shared memory, floats */
     struct QK {                              /* the raw score view: RC keys */
         static constexpr int NT = RC / 8;
@@ -526,16 +522,9 @@ __global__ void __launch_bounds__(256)
 
 template <int D, int MT, int NH, bool BF16> static ta_fast_launch ta_fast_mdec_launch_of() {
     typedef ta_fast_mdec_traits<D, MT, NH> T;
-    ta_fast_launch l;
-    l.kernel = reinterpret_cast<const void *>(&ta_cuda_fast_mta_decode_kernel<D, MT, NH, BF16>);
-    l.kernel_paged = l.kernel; /* pages: read through the block table when it is set */
-    l.smem = T::SMEM;
-    l.threads = T::THREADS;
-    l.block_m = T::BM;
-    l.block_n = T::BN;
-    l.sm90 = 0;
-    l.tma = 0;
-    return l;
+    const void *k = reinterpret_cast<const void *>(&ta_cuda_fast_mta_decode_kernel<D, MT, NH, BF16>);
+    /* pages: the same kernel, reading through the block table when it is set */
+    return ta_fast_mma_launch(k, k, T::SMEM, T::THREADS, T::BM, T::BN);
 }
 
 template <int D, bool BF16> static ta_fast_launch ta_fast_mdec_pick(int mt, int nh) {
@@ -549,7 +538,7 @@ template <int D, bool BF16> static ta_fast_launch ta_fast_mdec_pick(int mt, int 
 template <bool BF16> static int ta_fast_mdec_for(const ta_plan *plan, ta_fast_launch *l) {
     const ta_problem *pr = &plan->p;
     const int32_t g = ta_cuda_fast_mta_dec_pack(plan);
-    const int mt = (int64_t)g * (pr->seq_q + pr->conv_q - 1) <= 16 ? 1 : 2;
+    const int mt = (int64_t)g * (pr->seq_q + pr->conv_q - 1) <= 16 ? 1 : 2; /* m16 tiles */
     const int nh = (pr->conv_k - 1) / 2 <= 8 ? 1 : 2;
     switch (pr->head_dim) {
     case 64: *l = ta_fast_mdec_pick<64, BF16>(mt, nh); return 1;

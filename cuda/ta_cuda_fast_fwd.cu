@@ -251,23 +251,17 @@ __global__ void __launch_bounds__(32 * NW)
  * Measured choices: docs/benchmarks.md. */
 template <int D, int NW, int BN, int ST, bool BF16> static ta_fast_launch ta_fast_launch_of() {
     typedef ta_fast_fwd_traits<D, NW, BN, ST, BF16> T;
-    ta_fast_launch l;
+    const void *k, *kp;
     if constexpr (ST == 1) {
-        l.kernel = reinterpret_cast<const void *>(&ta_cuda_fast_fwd_kernel<D, NW, BN, BF16>);
-        l.kernel_paged = nullptr; /* paged KV: the multi-stage kernels only */
+        k = reinterpret_cast<const void *>(&ta_cuda_fast_fwd_kernel<D, NW, BN, BF16>);
+        kp = nullptr; /* paged KV: the multi-stage kernels only */
     } else {
-        l.kernel = reinterpret_cast<const void *>(
+        k = reinterpret_cast<const void *>(
             &ta_cuda_fast_fwd_pipe_kernel<D, NW, BN, ST, BF16, false>);
-        l.kernel_paged = reinterpret_cast<const void *>(
+        kp = reinterpret_cast<const void *>(
             &ta_cuda_fast_fwd_pipe_kernel<D, NW, BN, ST, BF16, true>);
     }
-    l.smem = T::SMEM;
-    l.threads = T::THREADS;
-    l.block_m = T::BM;
-    l.block_n = BN;
-    l.sm90 = 0;
-    l.tma = 0;
-    return l;
+    return ta_fast_mma_launch(k, kp, T::SMEM, T::THREADS, T::BM, BN);
 }
 
 /* The one-buffer mma.sync candidates of head dim d into c[0 ..]: how many. */
@@ -397,7 +391,7 @@ ta_status ta_cuda_fast_table(const ta_plan *plan, const ta_fwd_args *a, ta_fast_
     /* split-K or paged: the mma.sync kernels; with at most 16 query rows per
      * head (after GQA packing: this is the packed plan) the decode-shaped one */
     split = plan->fwd.num_splits > 1 || pr->kv_page_size > 0;
-    if (split && pr->seq_q <= 16) split = 2;
+    if (split && pr->seq_q <= TA_CUDA_DEC_ROWS) split = 2;
     tb->pick0 = ta_cuda_fast_cfg_default(pr->head_dim, (pr->flags & TA_CAUSAL) != 0, tb->sm90,
                                          split) -
                 1;

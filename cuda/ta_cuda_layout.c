@@ -47,7 +47,8 @@ static int ta_cuda_fast_mta_any(const ta_plan *plan) {
 
 int ta_cuda_fast_mta_dec_path(const ta_plan *plan) {
     return ta_cuda_fast_mta_any(plan) &&
-           (plan->p.seq_q <= 16 || plan->fwd.num_splits > 1 || plan->p.kv_page_size > 0);
+           (plan->p.seq_q <= TA_CUDA_DEC_ROWS || plan->fwd.num_splits > 1 ||
+            plan->p.kv_page_size > 0);
 }
 
 int ta_cuda_fast_mta_path(const ta_plan *plan) {
@@ -58,8 +59,9 @@ int32_t ta_cuda_fast_mta_dec_pack(const ta_plan *plan) {
     const ta_problem *pr = &plan->p;
     const int64_t g = plan->group;
     if (!ta_cuda_fast_mta_dec_path(plan) || g < 2) return 1;
-    return g * pr->seq_q <= 16 && g * (pr->seq_q + pr->conv_q - 1) <= 32 &&
-                   g * pr->conv_q * pr->conv_k <= 16 * 32
+    return g * pr->seq_q <= TA_CUDA_DEC_ROWS &&
+                   g * (pr->seq_q + pr->conv_q - 1) <= TA_CUDA_DEC_RAW_ROWS &&
+                   g * pr->conv_q * pr->conv_k <= TA_CUDA_DEC_W_MAX
                ? (int32_t)g
                : 1;
 }
@@ -203,7 +205,7 @@ int32_t ta_cuda_fast_splits(const ta_plan *plan) {
     int32_t n;
     if (g == 1 || p->num_splits != TA_SPLITS_AUTO) return plan->fwd.num_splits;
     rows = (int64_t)g * p->seq_q; /* a group's rows, one head of the packed grid */
-    if (rows <= 16) {
+    if (rows <= TA_CUDA_DEC_ROWS) {
         /* the decode-shaped kernel (one block per SM at D = 128): half
          * TA_SPLITS_AUTO_BLOCKS, one wave on an H100 (GQA 32 / 8 heads, one
          * query: 16 splits beat 32 by 3-22 % at S_k = 8k .. 256k,
