@@ -81,6 +81,14 @@ typedef struct ta_cuda_bwd_ws {
     float *dw_lo;   /* [H, c_q, c_k]: lo words of dconv_w's pairs; MTA only, else NULL */
     void *rot_q;    /* as in ta_cuda_fwd_ws: the rotary stage's turned q and k */
     void *rot_k;
+    /* the fast MTA backward (ta_cuda_fast_mta_bwd_path; else NULL), after the
+     * exact regions above (its fallback): kf and diag as the forward's, then
+     * g [B, H, S_q, E], dsb [B, H, S_q, 2E], dq_band [B, H, S_q, D],
+     * dkf [B, H, S_k, c_q, D], dw_fold [B, H, ceil(S_k / 32), c_q c_k],
+     * dw_band [B, H, ceil(S_q / 32), c_q c_k] (f32; diag, g, dsb, dq_band
+     * and dw_band NULL when E = 0); cuda/ta_cuda_fast_mta_bwd.cu says what each holds */
+    void *mta_kf;
+    float *mta_diag, *mta_g, *mta_dsb, *mta_dq_band, *mta_dkf, *mta_dw_fold, *mta_dw_band;
 } ta_cuda_bwd_ws;
 
 /* The fast path's rotary stage (cuda/ta_cuda_fast_rope.cu; docs/rope.md):
@@ -195,6 +203,18 @@ int ta_cuda_fast_mta_path(const ta_plan *plan);
 int32_t ta_cuda_fast_mta_band(const ta_plan *plan);
 int32_t ta_cuda_fast_mta_edge(const ta_plan *plan);
 ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                               void *stream);
+
+/* Fast-mode MTA backward (cuda/ta_cuda_fast_mta_bwd.cu; docs/cuda.md section
+ * 7, "Fast MTA: the backward"): ta_cuda_fast_mta_bwd_path is 1 for the
+ * problems of the fast MTA kernels (TA_PRECISION_FAST, f16 / bf16, the conv,
+ * D = D_v in {64, 96, 128}, no load stage) without a binding left window
+ * bound (ta_cuda_fast_mta_edge = 0); the rest of MTA's backward in fast mode
+ * runs the exact kernels. ta_cuda_fast_mta_bwd: as ta_cuda_mta_bwd (whose
+ * kernels it runs instead when a row of q, k, v, o, dO, dq, dk or dv is not
+ * on 16 bytes or a kernel's shared memory exceeds the device's). */
+int ta_cuda_fast_mta_bwd_path(const ta_plan *plan);
+ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan, const ta_bwd_args *a, const ta_cuda_bwd_ws *ws,
                                void *stream);
 
 /* The decode-shaped kernels' limits (cuda/ta_cuda_fast_decode.cu), shared by

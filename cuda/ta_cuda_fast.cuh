@@ -145,6 +145,16 @@ ta_status ta_cuda_fast_turn(const ta_plan *plan, const ta_fwd_args *a, const ta_
 ta_status ta_cuda_fast_run(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
                            const ta_fast_launch *fl, void *stream);
 
+/* 1 if every row of q, k, v, o, dO, dq, dk and dv starts on 16 bytes: what
+ * the fast backwards' loads and stores need (cuda/ta_cuda_fast_bwd_sm90.cu). */
+int ta_cuda_fast_bwd_aligned(const ta_plan *plan, const ta_bwd_args *a);
+
+/* D_i = <dO_i, o_i> (f32, 8 lanes per row) of [B, H, S_q] into delta on
+ * stream, for the fast backwards (cuda/ta_cuda_fast_bwd_sm90.cu); o and dO
+ * rows on 16 bytes. */
+ta_status ta_cuda_fast_delta(const ta_plan *plan, const ta_bwd_args *a, float *delta,
+                             void *stream);
+
 /* ---- device ---- */
 
 #define TA_FAST_FN static __device__ __forceinline__

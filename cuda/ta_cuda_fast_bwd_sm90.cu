@@ -716,8 +716,9 @@ static ta_status ta_wgb_delta(const ta_plan *plan, const ta_bwd_args *a, float *
                                   stream);
 }
 
-/* 1 if every row of q, k, v, o, dO, dq, dk, dv starts on 16 bytes. */
-static int ta_wgb_aligned(const ta_plan *plan, const ta_bwd_args *a) {
+} /* namespace */
+
+int ta_cuda_fast_bwd_aligned(const ta_plan *plan, const ta_bwd_args *a) {
     const ta_problem *pr = &plan->p;
     const ta_layout *l = &plan->layout;
     return ta_cuda_fast_rows_aligned(pr, a->q, &l->q, 0) &&
@@ -730,7 +731,10 @@ static int ta_wgb_aligned(const ta_plan *plan, const ta_bwd_args *a) {
            ta_cuda_fast_rows_aligned(pr, a->dv, &l->dv, 1);
 }
 
-} /* namespace */
+ta_status ta_cuda_fast_delta(const ta_plan *plan, const ta_bwd_args *a, float *delta,
+                             void *stream) {
+    return ta_wgb_delta(plan, a, delta, stream);
+}
 
 extern "C" ta_status ta_cuda_fast_bwd(const ta_plan *plan, const ta_bwd_args *a,
                                       const ta_cuda_bwd_ws *ws, void *stream) {
@@ -764,7 +768,7 @@ extern "C" ta_status ta_cuda_fast_bwd(const ta_plan *plan, const ta_bwd_args *a,
     if (pr->tile_config == 1 && !sm90) return TA_ERR_UNSUPPORTED; /* as the forward */
     if (!sm90 && rope) return TA_ERR_UNSUPPORTED; /* the rotary epilogue: wgmma kernels only */
     if (!sm90) return ta_cuda_sdpa_bwd(plan, a, ws, stream);
-    if (!ta_wgb_aligned(plan, a)) return TA_ERR_UNSUPPORTED;
+    if (!ta_cuda_fast_bwd_aligned(plan, a)) return TA_ERR_UNSUPPORTED;
     if (rope) {
         ta_cuda_fast_rope_plan(plan, &sub);
         a2 = *a;

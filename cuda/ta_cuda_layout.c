@@ -89,6 +89,10 @@ int32_t ta_cuda_fast_mta_band(const ta_plan *plan) {
     return (plan->p.conv_k - 1) / 2 + plan->p.conv_q - 1;
 }
 
+int ta_cuda_fast_mta_bwd_path(const ta_plan *plan) {
+    return ta_cuda_fast_mta_any(plan) && ta_cuda_fast_mta_edge(plan) == 0;
+}
+
 int32_t ta_cuda_fast_mta_edge(const ta_plan *plan) {
     /* a window start hides a term only if some row's start is past key 0:
      * i' + S_k - S_q - window_left > 0 for a row i' < S_q */
@@ -276,6 +280,37 @@ ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws
     return TA_OK;
 }
 
+/* The fast MTA backward's regions (ta_cuda.h lists them): kf and diag as
+ * the forward's (no edge: the path excludes a binding window start), the
+ * direct entries' dC and the band's dS~ and dq share, dkf, and the dw
+ * partials of 32 keys (the fold) and 32 rows (the band). */
+static ta_status ta_cuda_fast_mta_bwd_take(const ta_plan *plan, ta_ws_cursor *c,
+                                           ta_cuda_bwd_ws *ws) {
+    const ta_problem *p = &plan->p;
+    const size_t heads = (size_t)p->batch * (size_t)p->heads_q;
+    const size_t band = (size_t)ta_cuda_fast_mta_band(plan);
+    const size_t ncw = plan->n_conv / (size_t)p->heads_q;
+    const size_t n_kb = ((size_t)p->seq_k + 31) / 32, n_rb = ((size_t)p->seq_q + 31) / 32;
+    size_t n_kf = 0, n_rows = 0, n_e = 0, n_dq = 0, n_fold = 0, n_bandw = 0;
+    if (!ta_mul_size(heads, (size_t)p->seq_k, &n_kf) ||
+        !ta_mul_size(n_kf, (size_t)p->conv_q * (size_t)p->head_dim, &n_kf) ||
+        !ta_mul_size(heads, (size_t)p->seq_q, &n_rows) || !ta_mul_size(n_rows, band, &n_e) ||
+        !ta_mul_size(n_rows, (size_t)p->head_dim, &n_dq) ||
+        !ta_mul_size(heads * n_kb, ncw, &n_fold) || !ta_mul_size(heads * n_rb, ncw, &n_bandw))
+        return TA_ERR_OVERFLOW;
+    ws->mta_kf = ta_ws_take(c, n_kf, plan->elem_bytes);
+    if (band > 0) {
+        ws->mta_diag = TA_WS_TAKE(c, float, n_e);
+        ws->mta_g = TA_WS_TAKE(c, float, n_e);
+        ws->mta_dsb = TA_WS_TAKE(c, float, 2 * n_e);
+        ws->mta_dw_band = TA_WS_TAKE(c, float, n_bandw);
+        ws->mta_dq_band = TA_WS_TAKE(c, float, n_dq);
+    }
+    ws->mta_dkf = TA_WS_TAKE(c, float, n_kf);
+    ws->mta_dw_fold = TA_WS_TAKE(c, float, n_fold);
+    return TA_OK;
+}
+
 /*
  * The one backward layout routine (device memory, 64-byte aligned regions):
  *
@@ -293,7 +328,11 @@ ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws
  */
 ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws, size_t *bytes) {
     ta_ws_cursor c;
+    ta_status st;
     ta_ws_begin(&c, base);
+    ws->mta_kf = NULL;
+    ws->mta_diag = ws->mta_g = ws->mta_dsb = ws->mta_dq_band = NULL;
+    ws->mta_dkf = ws->mta_dw_fold = ws->mta_dw_band = NULL;
     ws->delta = TA_WS_TAKE(&c, float, plan->n_lse);
     ws->dw_rows = ws->dw_lo = NULL;
     ws->rot_q = ws->rot_k = NULL;
@@ -307,6 +346,8 @@ ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws
         ws->dw_rows = TA_WS_TAKE(&c, float, n);
         ws->dw_lo = TA_WS_TAKE(&c, float, plan->n_conv);
     }
+    if (ta_cuda_fast_mta_bwd_path(plan) && (st = ta_cuda_fast_mta_bwd_take(plan, &c, ws)) != TA_OK)
+        return st;
     if (c.overflow) return TA_ERR_OVERFLOW;
     *bytes = c.used;
     return TA_OK;

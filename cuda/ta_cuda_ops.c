@@ -46,6 +46,8 @@ static ta_status ta_cuda_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wo
     if (st != TA_OK || (st = ta_cuda_check_index_ptrs(plan, a->seqlens_k, NULL)) != TA_OK)
         return st;
     if (ta_cuda_fast_path(plan)) return ta_cuda_fast_bwd(plan, a, &ws, stream);
+    /* fast MTA: the fold's gradients on tensor cores */
+    if (ta_cuda_fast_mta_bwd_path(plan)) return ta_cuda_fast_mta_bwd(plan, a, &ws, stream);
     return plan->has_conv ? ta_cuda_mta_bwd(plan, a, &ws, stream)
                           : ta_cuda_sdpa_bwd(plan, a, &ws, stream);
 }

@@ -1,0 +1,952 @@
+/*
+ * CUDA MTA backward, TA_PRECISION_FAST, f16 / bf16 storage: the gradients of
+ * the fold (cuda/ta_cuda_fast_mta.cu's header has the forward and its
+ * notation; docs/cuda.md section 7, "Fast MTA: the backward").
+ *
+ * The forward computed each visible convolved score (raw, unscaled; the
+ * softmax takes scale C) one of two ways:
+ *
+ *   fold    C[i][j] = sum_a q_{i'_a} . kf_a[j],  kf_a[j] = sum_b w[a][b] k_{j'_b}   delta >= E
+ *   direct  C[i][j] = diag[i][delta] = sum of w[a][b] S~[i'_a][j'_b] over the
+ *           visible terms (S~ = q . k)                                           delta < E
+ *
+ * (delta = i + off - j, E = P + c_q - 1, i'_a = i - (c_q-1-a), j'_b = j + b - P).
+ * With dC = scale P (dP - D) (dP = dO v^T, D_i = <dO_i, o_i>) the gradient of
+ * each entry flows back through the formula that made it:
+ *
+ *   fold:    dq_r     += sum_a sum_j dC[r + c_q-1-a][j] kf_a[j]
+ *            dkf_a[j] += sum_i dC[i][j] q_{i'_a}
+ *            then dk_m = sum_a sum_b w[a][b] dkf_a[m - b + P],
+ *                 dw[a][b] = sum_j dkf_a[j] . k_{j'_b}
+ *   direct:  g[i][delta] = dC there; dS~[r][m] = sum w[a][b] g[...] over the
+ *            entries whose terms read the visible pair (r, m) (a band of 2E
+ *            keys left of each row's diagonal), then dq_r += sum_m dS~ k_m,
+ *            dk_m += sum_r dS~ q_r, dw[a][b] += sum g S~[i'_a][j'_b].
+ *
+ * Kernels, in order on the stream (per batch chunk; the last one after all):
+ *   0. delta (the fast SDPA backward's, cuda/ta_cuda_fast_bwd_sm90.cu);
+ *   1. kf and 2. diag: the forward's (cuda/ta_cuda_fast_mta.cuh);
+ *   3. ta_fmb_g_kernel: g [B, H, S_q, E] f32 (one thread per entry);
+ *   4. ta_fmb_band_kernel: dsb [B, H, S_q, 2E] f32 (dS~ of the band, key
+ *      r + off + s - (2E - 1) for s < 2E), dq_band [B, H, S_q, D] f32 and the
+ *      band's dw partials per 32-row block;
+ *   5. ta_fmb_dq_kernel: per 64-row Q tile, the fold's scores (c_q mma
+ *      products with kf), P and dC for the tile's rows and the 16 below
+ *      (a fifth warp: dq_r reads dC rows r .. r + c_q - 1), dC in shared
+ *      memory, dq += dC(rows shifted) kf_a on mma.sync, + dq_band, stored;
+ *   6. ta_fmb_kv_kernel: per 32 keys (and a group of a's), the heads of the
+ *      GQA group and the Q tiles that see the keys ascending: s^T, P^T, dC^T
+ *      (transposed scores), then dv += P^T dO and dkf_a += dC^T q(shifted) on
+ *      mma.sync; dkf [B, H, S_k, c_q, D] f32, dv stored;
+ *   7. ta_fmb_dk_kernel: dk from dkf (the key-direction conv) and dsb (the
+ *      band), summed over the group's heads; the fold's dw partials per 32
+ *      keys;
+ *   8. ta_fmb_dw_kernel: dconv_w = the partials summed in a fixed order.
+ * Deterministic (no atomics, every sum in a fixed order), not bit-identical to
+ * REF. Problems: ta_cuda_fast_mta_bwd_path (cuda/ta_cuda_layout.c); rows off
+ * 16 bytes or a kernel's shared memory past the device's limit run the exact
+ * kernels (the workspace holds their regions too).
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "ta_cuda_fast.cuh"
+#include "ta_cuda_fast_mta.cuh"
+#include "ta_cuda_host.cuh"
+
+extern "C" {
+#include "ta_cuda.h"
+#include "ta_internal.h"
+}
+
+namespace {
+
+/* The forward's regions (kf, diag: the base) and the backward's own. */
+struct ta_fmb_params : ta_fast_mta_params {
+    float *g;       /* [B, H, S_q, E]: dC at the direct entries (0 where hidden) */
+    float *dsb;     /* [B, H, S_q, NE]: dS~ of the band, NE = 2E */
+    float *dq_band; /* [B, H, S_q, D]: the band's share of dq */
+    float *dkf;     /* [B, H, S_k, c_q, D]: the gradient of kf */
+    float *dw_fold; /* [B, H, n_kb, c_q c_k]: the fold's dw per 32 keys */
+    float *dw_band; /* [B, H, n_rb, c_q c_k]: the band's dw per 32 rows (n_rb = 0 when E = 0) */
+    int32_t ne, n_kb, n_rb, batch_total;
+};
+
+constexpr float TA_LOG2E = 1.4426950408889634f;
+
+/* ---- warp-level products on mma.sync (operands in shared memory) ---- */
+
+/* acc[16 x 8 NB] += A B^T: A 16 rows x 16 KS (row-major from a, row stride
+ * lda elements), B 8 NB rows x 16 KS (row-major from b, ldb). NB even. */
+template <int KS, int NB, bool BF16>
+TA_FAST_FN void ta_fmb_mma_nt(float (&acc)[4 * NB], const uint16_t *a, int lda, const uint16_t *b,
+                              int ldb, int lane) {
+    const uint32_t a0 = ta_fast_smem_addr(a + (lane & 15) * lda + (lane >> 4) * 8);
+    const uint32_t b0 =
+        ta_fast_smem_addr(b + ((lane & 7) + ((lane >> 4) << 3)) * ldb + ((lane >> 3) & 1) * 8);
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+        uint32_t af[4];
+        ta_fast_ldm_x4(af, a0 + 32u * (uint32_t)ks);
+#pragma unroll
+        for (int nn = 0; nn < NB / 2; ++nn) {
+            uint32_t bf[4];
+            ta_fast_ldm_x4(bf, b0 + 2u * (uint32_t)(16 * nn * ldb + 16 * ks));
+            ta_fast_mma<BF16>(&acc[8 * nn], af, bf[0], bf[1]);
+            ta_fast_mma<BF16>(&acc[8 * nn + 4], af, bf[2], bf[3]);
+        }
+    }
+}
+
+/* acc[16 x 8 NB] += A B: A as above, B 16 KS rows (k) x 8 NB columns
+ * row-major from b (ldb), by ldmatrix.trans. NB even. */
+template <int KS, int NB, bool BF16>
+TA_FAST_FN void ta_fmb_mma_nn(float (&acc)[4 * NB], const uint16_t *a, int lda, const uint16_t *b,
+                              int ldb, int lane) {
+    const uint32_t a0 = ta_fast_smem_addr(a + (lane & 15) * lda + (lane >> 4) * 8);
+    const uint32_t b0 = ta_fast_smem_addr(b + (lane & 15) * ldb + (lane >> 4) * 8);
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+        uint32_t af[4];
+        ta_fast_ldm_x4(af, a0 + 32u * (uint32_t)ks);
+#pragma unroll
+        for (int dn = 0; dn < NB / 2; ++dn) {
+            uint32_t bf[4];
+            ta_fast_ldm_x4_t(bf, b0 + 2u * (uint32_t)(16 * ks * ldb + 16 * dn));
+            ta_fast_mma<BF16>(&acc[8 * dn], af, bf[0], bf[1]);
+            ta_fast_mma<BF16>(&acc[8 * dn + 4], af, bf[2], bf[3]);
+        }
+    }
+}
+
+/* A warp's 16 x 8 NB accumulator (the layout of cuda/ta_cuda_fast.cuh) ->
+ * shared [16][ld] from dst, rounded to the storage type. */
+template <int NB, bool BF16>
+TA_FAST_FN void ta_fmb_store_acc(uint16_t *dst, int ld, const float (&acc)[4 * NB], int lane) {
+#pragma unroll
+    for (int i = 0; i < 2 * NB; ++i) { /* element pairs (2 i, 2 i + 1) */
+        const int row = (lane >> 2) + 8 * (i & 1), col = 8 * (i >> 1) + 2 * (lane & 3);
+        *reinterpret_cast<uint32_t *>(dst + row * ld + col) =
+            ta_fast_pack<BF16>(acc[2 * i], acc[2 * i + 1]);
+    }
+}
+
+/* 16 bytes of storage elements at a global row -> 8 f32 (0 if row is NULL). */
+template <bool BF16>
+__device__ __forceinline__ void ta_fmb_row8(const uint16_t *row, int32_t ch, float (&f)[8]) {
+    if (!row) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+            f[e] = 0.0f;
+        return;
+    }
+    ta_fast_mta_widen8<BF16>(*reinterpret_cast<const uint4 *>(row + 8 * ch), f);
+}
+
+/* ---- 3. g: dC at the direct entries ---- */
+
+/* g[b, h, i, delta] = scale P (dP - D_i) for key j = i + off - delta when
+ * (i, j) is visible, P = 2^(diag scale log2 e - lse log2 e), dP = <dO_i, v_j>
+ * (f32 fmaf, d ascending); else 0. Grid: [batch_count][heads_q][ceil(S_q /
+ * DIAG_ROWS)], one thread per entry. */
+template <bool BF16>
+__global__ void __launch_bounds__(PREP_THREADS)
+    ta_fmb_g_kernel(const __grid_constant__ ta_fmb_params p) {
+    const int32_t E = p.band, off = p.t.diag_offset, ch_n = p.head_dim / 8;
+    const int32_t n_rb = (p.t.seq_q + DIAG_ROWS - 1) / DIAG_ROWS;
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_rb;
+    const float scale_log2 = p.scale * TA_LOG2E;
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const ta_fast_mta_prep_tile x = ta_fast_mta_prep_at(p, tile, n_rb);
+        const ta_tile_ctx c = ta_cuda_context(p, x.b_local, x.h, 0);
+        const int64_t rows0 = ((int64_t)(p.batch_begin + x.b_local) * p.heads_q + x.h) * p.t.seq_q;
+        for (int i = (int)threadIdx.x; i < DIAG_ROWS * E; i += PREP_THREADS) {
+            const int32_t row = x.blk * DIAG_ROWS + i / E, delta = i % E, j = row + off - delta;
+            float gv = 0.0f;
+            if (row >= p.t.seq_q) continue;
+            if (ta_tiling_visible(&p.t, row, j, c.key_len)) {
+                const uint16_t *dor =
+                    static_cast<const uint16_t *>(p.d_o) + c.d_o + (int64_t)row * p.lay.d_o.seq;
+                const uint16_t *vr =
+                    static_cast<const uint16_t *>(p.v) + c.v + (int64_t)j * p.lay.v.seq;
+                const float pr = ta_fast_exp2(__fmaf_rn(
+                    p.diag[(rows0 + row) * E + delta], scale_log2, -p.lse[c.lse + row] * TA_LOG2E));
+                float dp = 0.0f;
+                for (int32_t ch = 0; ch < ch_n; ++ch) {
+                    float fo[8], fv[8];
+                    ta_fmb_row8<BF16>(dor, ch, fo);
+                    ta_fmb_row8<BF16>(vr, ch, fv);
+#pragma unroll
+                    for (int e = 0; e < 8; ++e)
+                        dp = __fmaf_rn(fo[e], fv[e], dp);
+                }
+                gv = p.scale * pr * (dp - p.delta[c.lse + row]);
+            }
+            p.g[(rows0 + row) * E + delta] = gv;
+        }
+    }
+}
+
+/* ---- 4. the band: dsb, dq_band, dw partials ---- */
+
+/* Shared memory of the band kernel, in floats from its base: band [n_q][NE],
+ * g rows [DIAG_ROWS + c_q - 1][E], dsb rows [DIAG_ROWS][NE] (each rounded up
+ * to 16 bytes), then q [n_q][D + 8] and k [n_q + NE - 1][D + 8] (storage). */
+struct ta_fmb_band_layout {
+    int32_t n_q, ne, gs, ds, rows;
+};
+
+__host__ __device__ __forceinline__ ta_fmb_band_layout ta_fmb_band_at(int32_t cq, int32_t band) {
+    ta_fmb_band_layout l;
+    l.n_q = DIAG_ROWS + cq - 1;
+    l.ne = 2 * band;
+    l.gs = (l.n_q * l.ne + 3) / 4 * 4;
+    l.ds = l.gs + ((DIAG_ROWS + cq - 1) * band + 3) / 4 * 4;
+    l.rows = l.ds + (DIAG_ROWS * l.ne + 3) / 4 * 4;
+    return l;
+}
+
+static size_t ta_fmb_band_smem(const ta_problem *pr, int32_t band) {
+    const ta_fmb_band_layout l = ta_fmb_band_at(pr->conv_q, band);
+    return (size_t)l.rows * 4u + (size_t)(2 * l.n_q + l.ne - 1) * (size_t)(pr->head_dim + 8) * 2u;
+}
+
+/* For the rows [r0, r0 + DIAG_ROWS) of a block: band[rho][s] = S~ of q row r0
+ * - (c_q-1) + rho with key that + off + s - (NE-1) (the forward's diag
+ * kernel's band; 0 where hidden); then
+ *   dsb[r][s]  = sum_{a, b ascending} w[a][b] g[r + c_q-1-a][delta],
+ *                delta = c_q-1-a - e + b - P in [0, E), e = s - (NE-1),
+ *                when (r, r + off + e) is visible, else 0;
+ *   dq_band[r] = sum_{s ascending} dsb[r][s] k_{r + off + e};
+ *   dw_band[blk][a][b] = sum_{i, then delta ascending} g[i][delta]
+ *                band[i'_a][e], e = b - P + c_q-1-a - delta <= 0.
+ * Grid: [batch_count][heads_q][n_rb]. */
+template <bool BF16>
+__global__ void __launch_bounds__(PREP_THREADS)
+    ta_fmb_band_kernel(const __grid_constant__ ta_fmb_params p) {
+    extern __shared__ float4 ta_fmb_prep_smem[];
+    const int32_t cq = p.conv_q, ck = p.conv_k, half = (ck - 1) / 2, D = p.head_dim, ld = D + 8;
+    const int32_t E = p.band, off = p.t.diag_offset, halo = cq - 1, ncw = cq * ck;
+    const ta_fmb_band_layout L = ta_fmb_band_at(cq, E);
+    const int32_t NE = L.ne, n_rb = p.n_rb;
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_rb;
+    float *band = reinterpret_cast<float *>(ta_fmb_prep_smem);
+    float *gs = band + L.gs, *ds = band + L.ds;
+    uint16_t *sq = reinterpret_cast<uint16_t *>(band + L.rows);
+    uint16_t *sk = sq + L.n_q * ld;
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const ta_fast_mta_prep_tile x = ta_fast_mta_prep_at(p, tile, n_rb);
+        const ta_tile_ctx c = ta_cuda_context(p, x.b_local, x.h, 0);
+        const float *w = p.conv_w + (int64_t)x.h * ncw;
+        const int32_t r0 = x.blk * DIAG_ROWS;
+        const int64_t head = (int64_t)(p.batch_begin + x.b_local) * p.heads_q + x.h;
+        const int64_t rows0 = head * p.t.seq_q;
+        __syncthreads(); /* the previous tile is done with shared memory */
+        ta_fast_mta_stage<true>(sq, p, c, r0 - halo, L.n_q);
+        for (int i = (int)threadIdx.x; i < (DIAG_ROWS + cq - 1) * E; i += PREP_THREADS) {
+            const int32_t row = r0 + i / E;
+            gs[i] = row < p.t.seq_q ? p.g[(rows0 + row) * E + i % E] : 0.0f;
+        }
+        /* stages k, fills band; ends with a barrier (gs ready too) */
+        ta_fast_mta_band<BF16>(band, NE, sq, sk, p, c, r0 - halo, L.n_q, r0 - halo + off + 1 - NE);
+        for (int i = (int)threadIdx.x; i < DIAG_ROWS * NE; i += PREP_THREADS) {
+            const int32_t ri = i / NE, s = i % NE, row = r0 + ri, e = s - (NE - 1);
+            float acc = 0.0f;
+            if (row < p.t.seq_q && ta_tiling_visible(&p.t, row, row + off + e, c.key_len))
+                for (int32_t a = 0; a < cq; ++a)
+                    for (int32_t bb = 0; bb < ck; ++bb) {
+                        const int32_t delta = cq - 1 - a - e + bb - half;
+                        if (delta >= 0 && delta < E)
+                            acc = __fmaf_rn(w[a * ck + bb], gs[(ri + cq - 1 - a) * E + delta], acc);
+                    }
+            ds[i] = acc;
+            if (row < p.t.seq_q) p.dsb[(rows0 + row) * NE + s] = acc;
+        }
+        __syncthreads();
+        for (int i = (int)threadIdx.x; i < DIAG_ROWS * (D / 8); i += PREP_THREADS) {
+            const int32_t ri = i / (D / 8), ch = i % (D / 8), row = r0 + ri;
+            float acc[8];
+            if (row >= p.t.seq_q) continue;
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                acc[e] = 0.0f;
+            for (int32_t s = 0; s < NE;
+                 ++s) { /* key row0 + off + s - (NE-1): staged ri + halo + s */
+                const float d = ds[ri * NE + s];
+                float f[8];
+                ta_fast_mta_widen8<BF16>(
+                    *reinterpret_cast<const uint4 *>(sk + (ri + halo + s) * ld + 8 * ch), f);
+#pragma unroll
+                for (int e = 0; e < 8; ++e)
+                    acc[e] = __fmaf_rn(d, f[e], acc[e]);
+            }
+            float4 *dst = reinterpret_cast<float4 *>(p.dq_band + (rows0 + row) * D + 8 * ch);
+            dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+            dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+        }
+        for (int i = (int)threadIdx.x; i < ncw; i += PREP_THREADS) {
+            const int32_t a = i / ck, bb = i % ck;
+            float acc = 0.0f;
+            for (int32_t ri = 0; ri < DIAG_ROWS && r0 + ri < p.t.seq_q; ++ri)
+                for (int32_t delta = 0; delta < E; ++delta) {
+                    const int32_t e = bb - half + cq - 1 - a - delta;
+                    if (e <= 0)
+                        acc = __fmaf_rn(gs[ri * E + delta], band[(ri + a) * NE + e + NE - 1], acc);
+                }
+            p.dw_band[(head * n_rb + x.blk) * ncw + i] = acc;
+        }
+    }
+}
+
+/* ---- 5. dq ---- */
+
+constexpr int DQ_BM = 64;            /* output rows per block (4 warps) */
+constexpr int DQ_RW = DQ_BM + 16;    /* score rows: the fifth warp's 16 below */
+constexpr int DQ_WARPS = DQ_RW / 16; /* 5 */
+constexpr int DQ_THREADS = 32 * DQ_WARPS;
+constexpr int DQ_BN = 64; /* keys per K tile */
+constexpr int DQ_NB = 3;  /* ring buffers of a K tile's chunks */
+
+/* Shared memory (storage type):
+ *   q  [DQ_RW + c_q - 1][LD]  rows row0 - (c_q-1) ..
+ *   dO [DQ_RW][LD]            rows row0 ..
+ *   ring [DQ_NB][DQ_BN][LD]   a K tile's chunks: kf_0 .. kf_{c_q-1}, v, kf_0 .. kf_{c_q-1}
+ *   dC [DQ_RW][LDC]           the tile's dC (rounded), rows row0 .. */
+template <int D> struct ta_fmb_dq_traits {
+    static constexpr int LD = D + 8, LDC = DQ_BN + 8, NT = DQ_BN / 8, DT = D / 8;
+    static size_t smem(int32_t cq) {
+        return ((size_t)(2 * DQ_RW + cq - 1 + DQ_NB * DQ_BN) * LD + (size_t)DQ_RW * LDC) * 2;
+    }
+};
+
+/* One block of 5 warps per (batch b, query head h, Q tile of 64 rows): warp w
+ * makes the scores, P and dC of rows row0 + 16 w .. + 15 (w = 4: the 16 rows
+ * below the tile, whose dC the tile's last c_q - 1 rows read); warps 0 .. 3
+ * then sum dq of their rows. Per K tile of 64 keys (those any of the 80 rows
+ * sees), chunk by chunk through the ring (one barrier per chunk):
+ *   kf_a (a < c_q):  s += q(rows shifted by a - (c_q-1)) kf_a^T
+ *   v:               s = diag at the direct entries; P; dp = dO v^T;
+ *                    dC = scale P (dp - D), 0 at the direct entries -> shared
+ *   kf_a again:      dq += dC(rows shifted by c_q-1-a) kf_a     (warps 0 .. 3)
+ * then dq + dq_band stored in the storage type. */
+template <int D, bool BF16>
+__global__ void __launch_bounds__(DQ_THREADS, 2)
+    ta_fmb_dq_kernel(const __grid_constant__ ta_fmb_params p) {
+    typedef ta_fmb_dq_traits<D> T;
+    extern __shared__ float4 ta_fmb_smem[];
+    const int32_t cq = p.conv_q, n_ch = 2 * cq + 1, E = p.band;
+    uint16_t *sq = reinterpret_cast<uint16_t *>(ta_fmb_smem);
+    uint16_t *sdo = sq + (DQ_RW + cq - 1) * T::LD;
+    uint16_t *ring = sdo + DQ_RW * T::LD;
+    uint16_t *sdc = ring + DQ_NB * DQ_BN * T::LD;
+    const ta_tiling t = p.t;
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5, tq = lane & 3;
+    const int32_t n_qt = t.num_q_tiles;
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
+    const float scale_log2 = p.scale * TA_LOG2E;
+    const uint16_t *v = static_cast<const uint16_t *>(p.v);
+    const uint16_t *d_o = static_cast<const uint16_t *>(p.d_o);
+
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt);
+        const ta_tile_ctx c = ta_cuda_context(p, at.b_local, at.h, at.qt);
+        const int32_t row0 = at.qt * DQ_BM, ra = row0 + 16 * warp + (lane >> 2);
+        const int64_t head = (int64_t)(p.batch_begin + at.b_local) * p.heads_q + at.h;
+        const int64_t kf_off = head * t.seq_k * cq * D;
+        const float *diag = E > 0 ? p.diag + head * t.seq_q * E : nullptr;
+        int32_t lo[2], hi[2], kt0 = 0, kt1 = 0;
+        float lse2[2], dl[2], dq[4 * T::DT], s[4 * T::NT];
+        ta_fast_row_keys(t, ra, c.key_len, lo, hi);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int32_t row = ra + 8 * r;
+            const bool in = row < t.seq_q && lo[r] < hi[r];
+            lse2[r] = in ? p.lse[c.lse + row] * TA_LOG2E : 0.0f;
+            dl[r] = in ? p.delta[c.lse + row] : 0.0f;
+        }
+        { /* the K tiles any of the 80 rows sees (lo and hi grow with the row) */
+            int32_t l0, h0, l1, h1;
+            const int32_t last = (row0 + DQ_RW < t.seq_q ? row0 + DQ_RW : t.seq_q) - 1;
+            ta_tile_row_keys(&t, row0, c.key_len, &l0, &h0);
+            ta_tile_row_keys(&t, last, c.key_len, &l1, &h1);
+            if (h1 > l0) {
+                kt0 = l0 / DQ_BN;
+                kt1 = (h1 - 1) / DQ_BN + 1;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4 * T::DT; ++i)
+            dq[i] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4 * T::NT; ++i)
+            s[i] = 0.0f;
+        const int32_t total = (kt1 - kt0) * n_ch;
+        __syncthreads(); /* the previous tile is done with shared memory */
+        auto load_chunk = [&](int32_t g) {
+            const int32_t part = g % n_ch, col0 = (kt0 + g / n_ch) * DQ_BN;
+            uint16_t *dst = ring + (g % DQ_NB) * DQ_BN * T::LD;
+            if (part == cq)
+                ta_fast_load_rows<D, DQ_BN, DQ_THREADS>(dst, v, c.v, p.lay.v.seq, col0, c.key_len);
+            else
+                ta_fast_load_rows<D, DQ_BN, DQ_THREADS>(
+                    dst, p.kf, kf_off + (int64_t)(part < cq ? part : part - cq - 1) * D,
+                    (int64_t)cq * D, col0, t.seq_k);
+        };
+        if (total > 0) {
+            ta_fast_mta_load_q<D, DQ_THREADS>(sq, p, c, row0 - (cq - 1), DQ_RW + cq - 1);
+            ta_fast_load_rows<D, DQ_RW, DQ_THREADS>(sdo, d_o, c.d_o, p.lay.d_o.seq, row0, t.seq_q);
+            for (int32_t g = 0; g < DQ_NB - 1; ++g) {
+                if (g < total) load_chunk(g);
+                ta_fast_cp_commit();
+            }
+        }
+        for (int32_t g = 0; g < total; ++g) {
+            const int32_t part = g % n_ch, col0 = (kt0 + g / n_ch) * DQ_BN;
+            const uint16_t *buf = ring + (g % DQ_NB) * DQ_BN * T::LD;
+            ta_fast_cp_wait<DQ_NB - 2>();
+            __syncthreads(); /* chunk g landed; chunk g - 1's buffer and dC readers done */
+            if (g + DQ_NB - 1 < total) load_chunk(g + DQ_NB - 1);
+            ta_fast_cp_commit();
+            if (part < cq) {
+                if (part == 0) {
+#pragma unroll
+                    for (int i = 0; i < 4 * T::NT; ++i)
+                        s[i] = 0.0f;
+                }
+                ta_fmb_mma_nt<D / 16, T::NT, BF16>(s, sq + (16 * warp + part) * T::LD, T::LD, buf,
+                                                   T::LD, lane);
+            } else if (part == cq) {
+                float dp[4 * T::NT];
+#pragma unroll
+                for (int i = 0; i < 4 * T::NT; ++i)
+                    dp[i] = 0.0f;
+                ta_fmb_mma_nt<D / 16, T::NT, BF16>(dp, sdo + 16 * warp * T::LD, T::LD, buf, T::LD,
+                                                   lane);
+#pragma unroll
+                for (int i = 0; i < 4 * T::NT; ++i) {
+                    const int r = (i >> 1) & 1;
+                    const int32_t row = ra + 8 * r, j = col0 + 8 * (i / 4) + 2 * tq + (i & 1);
+                    const int32_t delta = row + t.diag_offset - j;
+                    const bool direct = delta >= 0 && delta < E;
+                    float x = s[i], pr = 0.0f;
+                    if (j >= lo[r] && j < hi[r]) {
+                        if (direct) x = diag[(int64_t)row * E + delta];
+                        pr = ta_fast_exp2(__fmaf_rn(x, scale_log2, -lse2[r]));
+                    }
+                    s[i] = direct ? 0.0f : p.scale * pr * (dp[i] - dl[r]);
+                }
+                ta_fmb_store_acc<T::NT, BF16>(sdc + 16 * warp * T::LDC, T::LDC, s, lane);
+            } else if (warp < DQ_WARPS - 1) {
+                const int32_t a = part - cq - 1;
+                ta_fmb_mma_nn<DQ_BN / 16, T::DT, BF16>(dq, sdc + (16 * warp + cq - 1 - a) * T::LDC,
+                                                       T::LDC, buf, T::LD, lane);
+            }
+        }
+        if (warp < DQ_WARPS - 1) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int32_t row = ra + 8 * r;
+                if (row >= t.seq_q) continue;
+                /* the band's share (none when E = 0: no band kernel ran) */
+                const float *bq = E > 0 ? p.dq_band + (head * t.seq_q + row) * D : nullptr;
+                uint16_t *dst = static_cast<uint16_t *>(p.dq) + c.dq + (int64_t)row * p.lay.dq.seq;
+#pragma unroll
+                for (int d = 0; d < T::DT; ++d) {
+                    const int32_t col = 8 * d + 2 * tq;
+                    const float2 b =
+                        bq ? *reinterpret_cast<const float2 *>(bq + col) : make_float2(0.0f, 0.0f);
+                    *reinterpret_cast<uint32_t *>(dst + col) =
+                        ta_fast_pack<BF16>(dq[4 * d + 2 * r] + b.x, dq[4 * d + 2 * r + 1] + b.y);
+                }
+            }
+        }
+    }
+}
+
+/* ---- 6. dkf and dv ---- */
+
+constexpr int KV_KEYS = 32; /* keys per block: two groups of 16 */
+constexpr int KV_ROWS = 64; /* rows per Q tile */
+constexpr int KV_WARPS = 8;
+constexpr int KV_THREADS = 32 * KV_WARPS;
+
+/* A block's a's (the filtered-key chunks whose gradient it sums; the others'
+ * blocks recompute the scores) and its accumulators: per 16-key group, units
+ * of 16 keys x 16 features, part 0 dv, part 1 + x dkf of a = a0 + x, spread
+ * over the group's four warps (MAXU per warp).
+ * Shared memory (storage type unless said):
+ *   kf [c_q][32][LD] (the block's keys), v [32][LD], q [64 + c_q - 1][LD],
+ *   dO [64][LD], P^T and dC^T [32][LDP] each, lse2 and D [64] f32, lo and hi
+ *   [64] int32. */
+template <int D> struct ta_fmb_kv_traits {
+    static constexpr int LD = D + 8, LDP = KV_ROWS + 8, DB = D / 16;
+    static constexpr int AG = D == 128 ? 6 : D == 96 ? 8 : 13;
+    static constexpr int UNITS = (AG + 1) * DB, MAXU = (UNITS + 3) / 4;
+    static size_t smem(int32_t cq) {
+        return ((size_t)(cq + 1) * KV_KEYS * LD + (size_t)(2 * KV_ROWS + cq - 1) * LD +
+                2u * KV_KEYS * LDP) *
+                   2 +
+               16u * KV_ROWS;
+    }
+};
+
+/* One block per (batch b, kv head, 32 keys m0 .., a group): for each query
+ * head of the GQA group ascending, each Q tile that sees a key of the block
+ * ascending (ta_tile_k_rows):
+ *   warp (kg, rg) = (w % 2, w / 2): keys 16 kg .., rows 16 rg .. of the tile:
+ *     s^T = sum_a kf_a q(shifted)^T, diag at the direct entries, P^T,
+ *     dp^T = v dO^T, dC^T = scale P^T (dp^T - D) (0 at the direct entries),
+ *     both rounded into shared memory;
+ *   then each warp's units: dv += P^T dO, dkf_a += dC^T q(rows shifted by a).
+ * At each head's end dkf_a of the block's a's (f32) is stored; at the end
+ * (group 0 only) dv in the storage type. */
+template <int D, bool BF16>
+__global__ void __launch_bounds__(KV_THREADS)
+    ta_fmb_kv_kernel(const __grid_constant__ ta_fmb_params p) {
+    typedef ta_fmb_kv_traits<D> T;
+    extern __shared__ float4 ta_fmb_smem[];
+    const int32_t cq = p.conv_q, E = p.band, n_ag = (cq + T::AG - 1) / T::AG;
+    uint16_t *skf = reinterpret_cast<uint16_t *>(ta_fmb_smem);
+    uint16_t *sv = skf + cq * KV_KEYS * T::LD;
+    uint16_t *sq = sv + KV_KEYS * T::LD;
+    uint16_t *sdo = sq + (KV_ROWS + cq - 1) * T::LD;
+    uint16_t *sp = sdo + KV_ROWS * T::LD;
+    uint16_t *sdc = sp + KV_KEYS * T::LDP;
+    float *rl2 = reinterpret_cast<float *>(sdc + KV_KEYS * T::LDP);
+    float *rdl = rl2 + KV_ROWS;
+    int32_t *rlo = reinterpret_cast<int32_t *>(rdl + KV_ROWS);
+    int32_t *rhi = rlo + KV_ROWS;
+    const ta_tiling t = p.t;
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5, tq = lane & 3;
+    const int kg = warp & 1, rg = warp >> 1;
+    const int32_t n_kt = t.num_k_tiles;
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_kv * n_kt * n_ag;
+    const float scale_log2 = p.scale * TA_LOG2E;
+    const uint16_t *v = static_cast<const uint16_t *>(p.v);
+    const uint16_t *d_o = static_cast<const uint16_t *>(p.d_o);
+
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const ta_cuda_kv_tile at = ta_cuda_kv_tile_at(p, tile, n_kt, n_ag);
+        const int32_t m0 = at.kt * KV_KEYS, a0 = at.fg * T::AG;
+        const int32_t na = cq - a0 < T::AG ? cq - a0 : T::AG;
+        const bool with_dv = at.fg == 0;
+        float acc[T::MAXU][8];
+        ta_tile_ctx c;
+#pragma unroll
+        for (int u = 0; u < T::MAXU; ++u)
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                acc[u][e] = 0.0f;
+        for (int32_t gi = 0; gi < p.group; ++gi) {
+            const int32_t h = at.h_kv * p.group + gi;
+            const int64_t head = (int64_t)(p.batch_begin + at.b_local) * p.heads_q + h;
+            const float *diag = E > 0 ? p.diag + head * t.seq_q * E : nullptr;
+            int32_t q_begin, q_end;
+            c = ta_cuda_context(p, at.b_local, h, 0);
+            ta_tile_k_rows(&t, at.kt, c.key_len, &q_begin, &q_end);
+            __syncthreads(); /* the previous head / tile is done with shared memory */
+            for (int32_t a = 0; a < cq; ++a)
+                ta_fast_load_rows<D, KV_KEYS, KV_THREADS>(skf + a * KV_KEYS * T::LD, p.kf,
+                                                          head * t.seq_k * cq * D + (int64_t)a * D,
+                                                          (int64_t)cq * D, m0, t.seq_k);
+            ta_fast_load_rows<D, KV_KEYS, KV_THREADS>(sv, v, c.v, p.lay.v.seq, m0, c.key_len);
+            ta_fast_cp_commit();
+            for (int32_t qt = q_begin; qt < q_end; ++qt) {
+                const int32_t row0 = qt * KV_ROWS;
+                float st[8], dpt[8];
+                __syncthreads(); /* the previous Q tile's readers are done */
+                ta_fast_mta_load_q<D, KV_THREADS>(sq, p, c, row0 - (cq - 1), KV_ROWS + cq - 1);
+                ta_fast_load_rows<D, KV_ROWS, KV_THREADS>(sdo, d_o, c.d_o, p.lay.d_o.seq, row0,
+                                                          t.seq_q);
+                ta_fast_cp_commit();
+                for (int i = (int)threadIdx.x; i < KV_ROWS; i += KV_THREADS) {
+                    const int32_t row = row0 + i;
+                    int32_t l = 0, hh = 0;
+                    if (row < t.seq_q) ta_tile_row_keys(&t, row, c.key_len, &l, &hh);
+                    rlo[i] = l;
+                    rhi[i] = hh;
+                    rl2[i] = l < hh ? p.lse[c.lse + row] * TA_LOG2E : 0.0f;
+                    rdl[i] = l < hh ? p.delta[c.lse + row] : 0.0f;
+                }
+                ta_fast_cp_wait<0>();
+                __syncthreads();
+#pragma unroll
+                for (int e = 0; e < 8; ++e)
+                    st[e] = dpt[e] = 0.0f;
+                for (int32_t a = 0; a < cq; ++a)
+                    ta_fmb_mma_nt<D / 16, 2, BF16>(st, skf + (a * KV_KEYS + 16 * kg) * T::LD, T::LD,
+                                                   sq + (16 * rg + a) * T::LD, T::LD, lane);
+                ta_fmb_mma_nt<D / 16, 2, BF16>(dpt, sv + 16 * kg * T::LD, T::LD,
+                                               sdo + 16 * rg * T::LD, T::LD, lane);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    const int32_t kl = 16 * kg + (lane >> 2) + 8 * ((e >> 1) & 1);
+                    const int32_t rl = 16 * rg + 8 * (e >> 2) + 2 * tq + (e & 1);
+                    const int32_t j = m0 + kl, row = row0 + rl, delta = row + t.diag_offset - j;
+                    const bool direct = delta >= 0 && delta < E;
+                    float x = st[e], pr = 0.0f;
+                    if (j >= rlo[rl] && j < rhi[rl]) {
+                        if (direct) x = diag[(int64_t)row * E + delta];
+                        pr = ta_fast_exp2(__fmaf_rn(x, scale_log2, -rl2[rl]));
+                    }
+                    st[e] = pr;
+                    dpt[e] = direct ? 0.0f : p.scale * pr * (dpt[e] - rdl[rl]);
+                }
+                ta_fmb_store_acc<2, BF16>(sp + 16 * kg * T::LDP + 16 * rg, T::LDP, st, lane);
+                ta_fmb_store_acc<2, BF16>(sdc + 16 * kg * T::LDP + 16 * rg, T::LDP, dpt, lane);
+                __syncthreads();
+#pragma unroll
+                for (int u = 0; u < T::MAXU; ++u) {
+                    const int unit = rg + 4 * u, part = unit / T::DB, db = unit % T::DB;
+                    if (unit >= T::UNITS) break;
+                    if (part == 0) {
+                        if (with_dv)
+                            ta_fmb_mma_nn<KV_ROWS / 16, 2, BF16>(
+                                acc[u], sp + 16 * kg * T::LDP, T::LDP, sdo + 16 * db, T::LD, lane);
+                    } else if (part - 1 < na) {
+                        ta_fmb_mma_nn<KV_ROWS / 16, 2, BF16>(acc[u], sdc + 16 * kg * T::LDP, T::LDP,
+                                                             sq + (a0 + part - 1) * T::LD + 16 * db,
+                                                             T::LD, lane);
+                    }
+                }
+            }
+            /* this head's dkf of the block's a's (zeros if no row sees the keys) */
+#pragma unroll
+            for (int u = 0; u < T::MAXU; ++u) {
+                const int unit = rg + 4 * u, part = unit / T::DB, db = unit % T::DB;
+                if (unit >= T::UNITS) break;
+                if (part == 0 || part - 1 >= na) continue;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) { /* element pairs (2 i, 2 i + 1) */
+                    const int32_t j = m0 + 16 * kg + (lane >> 2) + 8 * (i & 1);
+                    const int32_t col = 16 * db + 8 * (i >> 1) + 2 * tq;
+                    if (j < t.seq_k)
+                        *reinterpret_cast<float2 *>(
+                            p.dkf + ((head * t.seq_k + j) * cq + a0 + part - 1) * D + col) =
+                            make_float2(acc[u][2 * i], acc[u][2 * i + 1]);
+                    acc[u][2 * i] = acc[u][2 * i + 1] = 0.0f;
+                }
+            }
+        }
+        if (!with_dv) continue;
+#pragma unroll
+        for (int u = 0; u < T::MAXU; ++u) {
+            const int unit = rg + 4 * u, part = unit / T::DB, db = unit % T::DB;
+            if (unit >= T::UNITS) break;
+            if (part != 0) continue;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int32_t j = m0 + 16 * kg + (lane >> 2) + 8 * (i & 1);
+                const int32_t col = 16 * db + 8 * (i >> 1) + 2 * tq;
+                if (j < t.seq_k)
+                    *reinterpret_cast<uint32_t *>(static_cast<uint16_t *>(p.dv) + c.dv +
+                                                  (int64_t)j * p.lay.dv.seq + col) =
+                        ta_fast_pack<BF16>(acc[u][2 * i], acc[u][2 * i + 1]);
+            }
+        }
+    }
+}
+
+/* ---- 7. dk and the fold's dw partials ---- */
+
+constexpr int DK_KEYS = 32;
+
+/* Shared memory: dkf_a rows [DK_KEYS + 2P][D] f32, the partial sums [c_k][D /
+ * 8] f32, then k rows [DK_KEYS + 2P][D + 8] (storage). */
+static size_t ta_fmb_dk_smem(const ta_problem *pr) {
+    const size_t rows = (size_t)DK_KEYS + (size_t)pr->conv_k - 1, d = (size_t)pr->head_dim;
+    return rows * d * 4u + (size_t)pr->conv_k * (d / 8) * 4u + rows * (d + 8) * 2u;
+}
+
+/* One block per (batch b, kv head, 32 keys m0 ..): for each query head of the
+ * group ascending, for each a ascending (dkf_a rows m0 - P .. staged; keys
+ * outside [0, key_len) as zeros):
+ *   dk_m   += sum_{b ascending} w[a][b] dkf_a[m - b + P]        (a thread: a key x 4 features)
+ *   dw_fold[blk][a][b] = sum_{8-feature chunks ascending} (sum_{j, then d
+ *            ascending} dkf_a[j][d] k_{j + b - P}[d])
+ * then the band: dk_m += sum_{s ascending} dsb[r][s] q_r, r = m - off - (s -
+ * (NE-1)) in [0, S_q). dk stored (0 at keys past key_len). */
+template <int D, bool BF16>
+__global__ void __launch_bounds__(PREP_THREADS)
+    ta_fmb_dk_kernel(const __grid_constant__ ta_fmb_params p) {
+    extern __shared__ float4 ta_fmb_prep_smem[];
+    constexpr int CH4 = D / 4, CH8 = D / 8,
+                  ITEMS = (DK_KEYS * CH4 + PREP_THREADS - 1) / PREP_THREADS;
+    const int32_t cq = p.conv_q, ck = p.conv_k, half = (ck - 1) / 2, ncw = cq * ck;
+    const int32_t NE = p.ne, off = p.t.diag_offset, rows = DK_KEYS + 2 * half;
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_kv * p.n_kb;
+    float *sdkf = reinterpret_cast<float *>(ta_fmb_prep_smem);
+    float *red = sdkf + rows * D;
+    uint16_t *sk = reinterpret_cast<uint16_t *>(red + ck * CH8);
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const int32_t blk = (int32_t)(tile % p.n_kb),
+                      h_kv = (int32_t)((tile / p.n_kb) % p.heads_kv);
+        const int32_t b_local = (int32_t)(tile / p.n_kb / p.heads_kv);
+        const int32_t m0 = blk * DK_KEYS;
+        ta_tile_ctx c = ta_cuda_context(p, b_local, h_kv * p.group, 0);
+        float acc[ITEMS][4];
+#pragma unroll
+        for (int it = 0; it < ITEMS; ++it)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                acc[it][e] = 0.0f;
+        __syncthreads(); /* the previous tile is done with shared memory */
+        ta_fast_mta_stage<false>(sk, p, c, m0 - half, rows);
+        for (int32_t gi = 0; gi < p.group; ++gi) {
+            const int32_t h = h_kv * p.group + gi;
+            const int64_t head = (int64_t)(p.batch_begin + b_local) * p.heads_q + h;
+            const float *w = p.conv_w + (int64_t)h * ncw;
+            c = ta_cuda_context(p, b_local, h, 0);
+            for (int32_t a = 0; a < cq; ++a) {
+                __syncthreads(); /* sdkf and red free */
+                for (int i = (int)threadIdx.x; i < rows * CH4; i += PREP_THREADS) {
+                    const int32_t r = i / CH4, ch = i % CH4, j = m0 - half + r;
+                    *reinterpret_cast<float4 *>(sdkf + r * D + 4 * ch) =
+                        j >= 0 && j < c.key_len
+                            ? *reinterpret_cast<const float4 *>(
+                                  p.dkf + ((head * p.t.seq_k + j) * cq + a) * D + 4 * ch)
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+                __syncthreads();
+#pragma unroll
+                for (int it = 0; it < ITEMS; ++it) {
+                    const int item = (int)threadIdx.x + PREP_THREADS * it;
+                    const int32_t ml = item / CH4, ch = item % CH4;
+                    if (item >= DK_KEYS * CH4) break;
+                    for (int32_t bb = 0; bb < ck; ++bb) { /* key m - b + P: staged ml - b + 2P */
+                        const float wv = w[a * ck + bb];
+                        const float4 f = *reinterpret_cast<const float4 *>(
+                            sdkf + (ml - bb + 2 * half) * D + 4 * ch);
+                        acc[it][0] = __fmaf_rn(wv, f.x, acc[it][0]);
+                        acc[it][1] = __fmaf_rn(wv, f.y, acc[it][1]);
+                        acc[it][2] = __fmaf_rn(wv, f.z, acc[it][2]);
+                        acc[it][3] = __fmaf_rn(wv, f.w, acc[it][3]);
+                    }
+                }
+                for (int i = (int)threadIdx.x; i < ck * CH8; i += PREP_THREADS) {
+                    const int32_t bb = i / CH8, ch = i % CH8;
+                    float sum = 0.0f;
+                    for (int32_t jl = 0; jl < DK_KEYS; ++jl) { /* k_{j + b - P}: staged jl + b */
+                        float f[8];
+                        ta_fast_mta_widen8<BF16>(
+                            *reinterpret_cast<const uint4 *>(sk + (jl + bb) * (D + 8) + 8 * ch), f);
+#pragma unroll
+                        for (int e = 0; e < 8; ++e)
+                            sum = __fmaf_rn(sdkf[(jl + half) * D + 8 * ch + e], f[e], sum);
+                    }
+                    red[i] = sum;
+                }
+                __syncthreads();
+                if ((int)threadIdx.x < ck) {
+                    float sum = 0.0f;
+                    for (int32_t ch = 0; ch < CH8; ++ch)
+                        sum += red[(int)threadIdx.x * CH8 + ch];
+                    p.dw_fold[(head * p.n_kb + blk) * ncw + a * ck + (int)threadIdx.x] = sum;
+                }
+            }
+            if (NE > 0) {
+                const int64_t rows0 = head * p.t.seq_q;
+#pragma unroll
+                for (int it = 0; it < ITEMS; ++it) {
+                    const int item = (int)threadIdx.x + PREP_THREADS * it;
+                    const int32_t ml = item / CH4, ch = item % CH4, m = m0 + ml;
+                    if (item >= DK_KEYS * CH4) break;
+                    for (int32_t s = 0; s < NE; ++s) {
+                        const int32_t r = m - off - (s - (NE - 1));
+                        if (r < 0 || r >= p.t.seq_q) continue;
+                        const float d = p.dsb[(rows0 + r) * NE + s];
+                        const uint2 qv = *reinterpret_cast<const uint2 *>(
+                            static_cast<const uint16_t *>(p.q) + c.q + (int64_t)r * p.lay.q.seq +
+                            4 * ch);
+                        float f[4];
+                        ta_fast_unpack<BF16>(qv.x, &f[0], &f[1]);
+                        ta_fast_unpack<BF16>(qv.y, &f[2], &f[3]);
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            acc[it][e] = __fmaf_rn(d, f[e], acc[it][e]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int it = 0; it < ITEMS; ++it) {
+            const int item = (int)threadIdx.x + PREP_THREADS * it;
+            const int32_t ml = item / CH4, ch = item % CH4, m = m0 + ml;
+            const bool in = m < c.key_len;
+            if (item >= DK_KEYS * CH4) break;
+            if (m >= p.t.seq_k) continue;
+            *reinterpret_cast<uint2 *>(static_cast<uint16_t *>(p.dk) + c.dk +
+                                       (int64_t)m * p.lay.dk.seq + 4 * ch) =
+                make_uint2(ta_fast_pack<BF16>(in ? acc[it][0] : 0.0f, in ? acc[it][1] : 0.0f),
+                           ta_fast_pack<BF16>(in ? acc[it][2] : 0.0f, in ? acc[it][3] : 0.0f));
+        }
+    }
+}
+
+/* ---- 8. dconv_w ---- */
+
+/* dconv_w[h][ab] = sum over batch entries ascending of (the band's partials,
+ * row blocks ascending, then the fold's, key blocks ascending), plain adds
+ * from 0. One thread per (h, ab). */
+__global__ void __launch_bounds__(PREP_THREADS)
+    ta_fmb_dw_kernel(const __grid_constant__ ta_fmb_params p) {
+    const int32_t ncw = p.conv_q * p.conv_k;
+    const int64_t n = (int64_t)p.heads_q * ncw;
+    for (int64_t i = (int64_t)blockIdx.x * PREP_THREADS + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * PREP_THREADS) {
+        const int32_t h = (int32_t)(i / ncw), ab = (int32_t)(i % ncw);
+        float sum = 0.0f;
+        for (int32_t b = 0; b < p.batch_total; ++b) {
+            const int64_t head = (int64_t)b * p.heads_q + h;
+            for (int32_t rb = 0; rb < p.n_rb; ++rb)
+                sum += p.dw_band[(head * p.n_rb + rb) * ncw + ab];
+            for (int32_t kb = 0; kb < p.n_kb; ++kb)
+                sum += p.dw_fold[(head * p.n_kb + kb) * ncw + ab];
+        }
+        p.dconv_w[i] = sum;
+    }
+}
+
+/* ---- host ---- */
+
+/* The kernels of one head dim and storage type. */
+struct ta_fmb_kernels {
+    const void *kf, *diag, *g, *band, *dq, *kv, *dk;
+    size_t (*dq_smem)(int32_t), (*kv_smem)(int32_t);
+    int32_t a_group; /* a's per dk/dv block (ta_fmb_kv_traits::AG) */
+};
+
+template <int D, bool BF16> static ta_fmb_kernels ta_fmb_kernels_of() {
+    ta_fmb_kernels k;
+    k.kf = reinterpret_cast<const void *>(&ta_fast_mta_kf_kernel<BF16>);
+    k.diag = reinterpret_cast<const void *>(&ta_fast_mta_diag_kernel<BF16>);
+    k.g = reinterpret_cast<const void *>(&ta_fmb_g_kernel<BF16>);
+    k.band = reinterpret_cast<const void *>(&ta_fmb_band_kernel<BF16>);
+    k.dq = reinterpret_cast<const void *>(&ta_fmb_dq_kernel<D, BF16>);
+    k.kv = reinterpret_cast<const void *>(&ta_fmb_kv_kernel<D, BF16>);
+    k.dk = reinterpret_cast<const void *>(&ta_fmb_dk_kernel<D, BF16>);
+    k.dq_smem = &ta_fmb_dq_traits<D>::smem;
+    k.kv_smem = &ta_fmb_kv_traits<D>::smem;
+    k.a_group = ta_fmb_kv_traits<D>::AG;
+    return k;
+}
+
+template <bool BF16> static int ta_fmb_kernels_for(int32_t d, ta_fmb_kernels *k) {
+    switch (d) {
+    case 64: *k = ta_fmb_kernels_of<64, BF16>(); return 1;
+    case 96: *k = ta_fmb_kernels_of<96, BF16>(); return 1;
+    case 128: *k = ta_fmb_kernels_of<128, BF16>(); return 1;
+    default: return 0;
+    }
+}
+
+/* The device's opt-in shared memory per block (bytes), or 0 if the query fails. */
+static size_t ta_fmb_smem_limit(void) {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+        return 0;
+    return (size_t)v;
+}
+
+} /* namespace */
+
+extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
+                                          const ta_cuda_bwd_ws *ws, void *stream) {
+    const ta_problem *pr = &plan->p;
+    const void *ptrs[12] = {a->q,  a->k,  a->v,  a->o,      a->d_o,     a->lse,
+                            a->dq, a->dk, a->dv, a->conv_w, a->dconv_w, ws->delta};
+    const int bf16 = pr->dtype == TA_BF16;
+    const int32_t band = ta_cuda_fast_mta_band(plan);
+    ta_fmb_kernels k;
+    ta_fmb_params prm, prm_kv;
+    ta_tiling t_dq, t_kv;
+    ta_cuda_launch_desc launch[7];
+    size_t sm[7], limit;
+    int nl = 0, i;
+    ta_status st;
+    if ((st = ta_cuda_check_pointers(ptrs, 12)) != TA_OK) return st;
+    if (!(bf16 ? ta_fmb_kernels_for<true>(pr->head_dim, &k)
+               : ta_fmb_kernels_for<false>(pr->head_dim, &k)))
+        return TA_ERR_UNSUPPORTED;
+    sm[0] = ta_fast_mta_kf_smem(pr);
+    sm[1] = ta_fast_mta_diag_smem(pr, band, 0);
+    sm[2] = 0;
+    sm[3] = ta_fmb_band_smem(pr, band);
+    sm[4] = k.dq_smem(pr->conv_q);
+    sm[5] = k.kv_smem(pr->conv_q);
+    sm[6] = ta_fmb_dk_smem(pr);
+    limit = ta_fmb_smem_limit();
+    /* rows off 16 bytes, or a tile the device cannot hold: the exact kernels
+     * (their workspace regions are in ours: ta_cuda_bwd_layout) */
+    if (!ta_cuda_fast_bwd_aligned(plan, a) || sm[4] > limit || sm[5] > limit || sm[3] > limit ||
+        sm[6] > limit)
+        return ta_cuda_mta_bwd(plan, a, ws, stream);
+    {
+        const void *ks[7] = {k.kf, k.diag, k.g, k.band, k.dq, k.kv, k.dk};
+        for (i = 0; i < 7; ++i)
+            if (sm[i] > 0 && (st = ta_cuda_smem_opt_in(ks[i], sm[i], sm[i])) != TA_OK) return st;
+    }
+    {
+        ta_plan no_halo = *plan;
+        no_halo.p.conv_q = no_halo.p.conv_k = 0;
+        if ((st = ta_cuda_tiling(&no_halo, DQ_BM, DQ_BN, TA_TILING_BWD, &t_dq)) != TA_OK ||
+            (st = ta_cuda_tiling(&no_halo, KV_ROWS, KV_KEYS, TA_TILING_BWD, &t_kv)) != TA_OK)
+            return st;
+    }
+    if ((st = ta_cuda_fast_delta(plan, a, ws->delta, stream)) != TA_OK) return st;
+    memset(&prm, 0, sizeof prm);
+    ta_cuda_params_bwd(&prm, plan, &t_dq, a, ws);
+    prm.kf = static_cast<uint16_t *>(ws->mta_kf);
+    prm.diag = ws->mta_diag;
+    prm.band = band;
+    prm.edge = NULL;
+    prm.edge_n = 0;
+    prm.g = ws->mta_g;
+    prm.dsb = ws->mta_dsb;
+    prm.dq_band = ws->mta_dq_band;
+    prm.dkf = ws->mta_dkf;
+    prm.dw_fold = ws->mta_dw_fold;
+    prm.dw_band = ws->mta_dw_band;
+    prm.ne = 2 * band;
+    prm.n_kb = (pr->seq_k + DK_KEYS - 1) / DK_KEYS;
+    prm.n_rb = band > 0 ? (pr->seq_q + DIAG_ROWS - 1) / DIAG_ROWS : 0;
+    prm.batch_total = pr->batch;
+    prm_kv = prm;
+    prm_kv.t = t_kv; /* the dk/dv kernel's tiles (ta_tile_k_rows) */
+    {
+        const int64_t kf_blocks = (int64_t)pr->heads_q * ((pr->seq_k + KF_ROWS - 1) / KF_ROWS);
+        const int64_t row_blocks = (int64_t)pr->heads_q * ((pr->seq_q + DIAG_ROWS - 1) / DIAG_ROWS);
+        const int64_t n_ag = (pr->conv_q + k.a_group - 1) / k.a_group;
+        launch[nl] = ta_cuda_launch_of(k.kf, &prm, kf_blocks, 0, sm[0]);
+        launch[nl++].threads = PREP_THREADS;
+        if (band > 0) {
+            launch[nl] = ta_cuda_launch_of(k.diag, &prm, row_blocks, 0, sm[1]);
+            launch[nl++].threads = PREP_THREADS;
+            launch[nl] = ta_cuda_launch_of(k.g, &prm, row_blocks, 0, 0);
+            launch[nl++].threads = PREP_THREADS;
+            launch[nl] = ta_cuda_launch_of(k.band, &prm, row_blocks, 0, sm[3]);
+            launch[nl++].threads = PREP_THREADS;
+        }
+        launch[nl] =
+            ta_cuda_launch_of(k.dq, &prm, (int64_t)pr->heads_q * t_dq.num_q_tiles, 0, sm[4]);
+        launch[nl++].threads = DQ_THREADS;
+        launch[nl] = ta_cuda_launch_of(k.kv, &prm_kv,
+                                       (int64_t)pr->heads_kv * t_kv.num_k_tiles * n_ag, 0, sm[5]);
+        launch[nl++].threads = KV_THREADS;
+        launch[nl] = ta_cuda_launch_of(k.dk, &prm, (int64_t)pr->heads_kv * prm.n_kb, 0, sm[6]);
+        launch[nl++].threads = PREP_THREADS;
+    }
+    if ((st = ta_cuda_launch_batches(launch, nl, a->seqlens_k, pr->batch, stream)) != TA_OK)
+        return st;
+    { /* dconv_w: every batch entry's partials, after all chunks */
+        ta_cuda_launch_desc d = ta_cuda_launch_of(
+            reinterpret_cast<const void *>(&ta_fmb_dw_kernel), &prm, 0,
+            ((int64_t)pr->heads_q * pr->conv_q * pr->conv_k + PREP_THREADS - 1) / PREP_THREADS, 0);
+        d.threads = PREP_THREADS;
+        return ta_cuda_launch_batches(&d, 1, NULL, pr->batch, stream);
+    }
+}
