@@ -481,17 +481,36 @@ constexpr int KV_THREADS = 32 * KV_WARPS;
  *   kf [c_q][32][LD] (the block's keys), v [32][LD], q [64 + c_q - 1][LD],
  *   dO [64][LD], P^T and dC^T [32][LDP] each, lse2 and D [64] f32, lo and hi
  *   [64] int32. */
-template <int D> struct ta_fmb_kv_traits {
+template <int D, int NBQ> struct ta_fmb_kv_traits {
     static constexpr int LD = D + 8, LDP = KV_ROWS + 8, DB = D / 16;
     static constexpr int AG = D == 128 ? 6 : D == 96 ? 8 : 13;
     static constexpr int UNITS = (AG + 1) * DB, MAXU = (UNITS + 3) / 4;
+    /* one Q tile's buffer: q [64 + c_q - 1][LD], dO [64][LD] (storage), then
+     * lse2, D [64] f32 and lo, hi [64] int32 */
+    __host__ __device__ static size_t qbuf(int32_t cq) {
+        return (size_t)(2 * KV_ROWS + cq - 1) * LD * 2 + 16u * KV_ROWS;
+    }
     static size_t smem(int32_t cq) {
-        return ((size_t)(cq + 1) * KV_KEYS * LD + (size_t)(2 * KV_ROWS + cq - 1) * LD +
-                2u * KV_KEYS * LDP) *
-                   2 +
-               16u * KV_ROWS;
+        return ((size_t)(cq + 1) * KV_KEYS * LD + 2u * KV_KEYS * LDP) * 2 + NBQ * qbuf(cq);
     }
 };
+
+/* acc[16 x 8 NB] += A B, A's fragments in registers (KS k-steps, as
+ * ta_fmb_mma_nn loads them), B as there. */
+template <int KS, int NB, bool BF16>
+TA_FAST_FN void ta_fmb_mma_rn(float (&acc)[4 * NB], const uint32_t (&af)[KS][4], const uint16_t *b,
+                              int ldb, int lane) {
+    const uint32_t b0 = ta_fast_smem_addr(b + (lane & 15) * ldb + (lane >> 4) * 8);
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+        for (int dn = 0; dn < NB / 2; ++dn) {
+            uint32_t bf[4];
+            ta_fast_ldm_x4_t(bf, b0 + 2u * (uint32_t)(16 * ks * ldb + 16 * dn));
+            ta_fast_mma<BF16>(&acc[8 * dn], af[ks], bf[0], bf[1]);
+            ta_fast_mma<BF16>(&acc[8 * dn + 4], af[ks], bf[2], bf[3]);
+        }
+}
 
 /* One block per (batch b, kv head, 32 keys m0 .., a group): for each query
  * head of the GQA group ascending, each Q tile that sees a key of the block
@@ -500,25 +519,23 @@ template <int D> struct ta_fmb_kv_traits {
  *     s^T = sum_a kf_a q(shifted)^T, diag at the direct entries, P^T,
  *     dp^T = v dO^T, dC^T = scale P^T (dp^T - D) (0 at the direct entries),
  *     both rounded into shared memory;
- *   then each warp's units: dv += P^T dO, dkf_a += dC^T q(rows shifted by a).
- * At each head's end dkf_a of the block's a's (f32) is stored; at the end
- * (group 0 only) dv in the storage type. */
-template <int D, bool BF16>
+ *   then each warp's units: dv += P^T dO, dkf_a += dC^T q(rows shifted by a)
+ *   (dC^T's fragments loaded once per tile).
+ * With NBQ = 2 the next Q tile's q, dO and row data load while the units of
+ * this one run. At each head's end dkf_a of the block's a's (f32) is stored;
+ * at the end (group 0 only) dv in the storage type. */
+template <int D, int NBQ, bool BF16>
 __global__ void __launch_bounds__(KV_THREADS)
     ta_fmb_kv_kernel(const __grid_constant__ ta_fmb_params p) {
-    typedef ta_fmb_kv_traits<D> T;
+    typedef ta_fmb_kv_traits<D, NBQ> T;
     extern __shared__ float4 ta_fmb_smem[];
     const int32_t cq = p.conv_q, E = p.band, n_ag = (cq + T::AG - 1) / T::AG;
     uint16_t *skf = reinterpret_cast<uint16_t *>(ta_fmb_smem);
     uint16_t *sv = skf + cq * KV_KEYS * T::LD;
-    uint16_t *sq = sv + KV_KEYS * T::LD;
-    uint16_t *sdo = sq + (KV_ROWS + cq - 1) * T::LD;
-    uint16_t *sp = sdo + KV_ROWS * T::LD;
+    uint16_t *sp = sv + KV_KEYS * T::LD;
     uint16_t *sdc = sp + KV_KEYS * T::LDP;
-    float *rl2 = reinterpret_cast<float *>(sdc + KV_KEYS * T::LDP);
-    float *rdl = rl2 + KV_ROWS;
-    int32_t *rlo = reinterpret_cast<int32_t *>(rdl + KV_ROWS);
-    int32_t *rhi = rlo + KV_ROWS;
+    unsigned char *qb0 = reinterpret_cast<unsigned char *>(sdc + KV_KEYS * T::LDP);
+    const size_t qbuf = T::qbuf(cq);
     const ta_tiling t = p.t;
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5, tq = lane & 3;
     const int kg = warp & 1, rg = warp >> 1;
@@ -547,32 +564,53 @@ __global__ void __launch_bounds__(KV_THREADS)
             int32_t q_begin, q_end;
             c = ta_cuda_context(p, at.b_local, h, 0);
             ta_tile_k_rows(&t, at.kt, c.key_len, &q_begin, &q_end);
+            /* Q tile qt -> buffer x: q, dO by cp.async (no commit), row data by plain stores */
+            auto load_q_tile = [&](int32_t qt, int x) {
+                unsigned char *base = qb0 + (size_t)x * qbuf;
+                uint16_t *bq = reinterpret_cast<uint16_t *>(base);
+                uint16_t *bdo = bq + (KV_ROWS + cq - 1) * T::LD;
+                float *rl2 = reinterpret_cast<float *>(bdo + KV_ROWS * T::LD);
+                int32_t *rlo = reinterpret_cast<int32_t *>(rl2 + 2 * KV_ROWS);
+                const int32_t row0 = qt * KV_ROWS;
+                ta_fast_mta_load_q<D, KV_THREADS>(bq, p, c, row0 - (cq - 1), KV_ROWS + cq - 1);
+                ta_fast_load_rows<D, KV_ROWS, KV_THREADS>(bdo, d_o, c.d_o, p.lay.d_o.seq, row0,
+                                                          t.seq_q);
+                for (int i = (int)threadIdx.x; i < KV_ROWS; i += KV_THREADS) {
+                    const int32_t row = row0 + i;
+                    int32_t l = 0, hh = 0;
+                    if (row < t.seq_q) ta_tile_row_keys(&t, row, c.key_len, &l, &hh);
+                    rlo[i] = l;
+                    rlo[KV_ROWS + i] = hh;
+                    rl2[i] = l < hh ? p.lse[c.lse + row] * TA_LOG2E : 0.0f;
+                    rl2[KV_ROWS + i] = l < hh ? p.delta[c.lse + row] : 0.0f;
+                }
+            };
             __syncthreads(); /* the previous head / tile is done with shared memory */
             for (int32_t a = 0; a < cq; ++a)
                 ta_fast_load_rows<D, KV_KEYS, KV_THREADS>(skf + a * KV_KEYS * T::LD, p.kf,
                                                           head * t.seq_k * cq * D + (int64_t)a * D,
                                                           (int64_t)cq * D, m0, t.seq_k);
             ta_fast_load_rows<D, KV_KEYS, KV_THREADS>(sv, v, c.v, p.lay.v.seq, m0, c.key_len);
+            if (NBQ == 2 && q_begin < q_end) load_q_tile(q_begin, 0);
             ta_fast_cp_commit();
             for (int32_t qt = q_begin; qt < q_end; ++qt) {
+                const int x = NBQ == 2 ? (qt - q_begin) & 1 : 0;
+                const unsigned char *base = qb0 + (size_t)x * qbuf;
+                const uint16_t *sq = reinterpret_cast<const uint16_t *>(base);
+                const uint16_t *sdo = sq + (KV_ROWS + cq - 1) * T::LD;
+                const float *rl2 = reinterpret_cast<const float *>(sdo + KV_ROWS * T::LD);
+                const float *rdl = rl2 + KV_ROWS;
+                const int32_t *rlo = reinterpret_cast<const int32_t *>(rl2 + 2 * KV_ROWS);
+                const int32_t *rhi = rlo + KV_ROWS;
                 const int32_t row0 = qt * KV_ROWS;
                 float st[8], dpt[8];
-                __syncthreads(); /* the previous Q tile's readers are done */
-                ta_fast_mta_load_q<D, KV_THREADS>(sq, p, c, row0 - (cq - 1), KV_ROWS + cq - 1);
-                ta_fast_load_rows<D, KV_ROWS, KV_THREADS>(sdo, d_o, c.d_o, p.lay.d_o.seq, row0,
-                                                          t.seq_q);
-                ta_fast_cp_commit();
-                for (int i = (int)threadIdx.x; i < KV_ROWS; i += KV_THREADS) {
-                    const int32_t row = row0 + i;
-                    int32_t l = 0, hh = 0;
-                    if (row < t.seq_q) ta_tile_row_keys(&t, row, c.key_len, &l, &hh);
-                    rlo[i] = l;
-                    rhi[i] = hh;
-                    rl2[i] = l < hh ? p.lse[c.lse + row] * TA_LOG2E : 0.0f;
-                    rdl[i] = l < hh ? p.delta[c.lse + row] : 0.0f;
+                if (NBQ == 1) {
+                    __syncthreads(); /* the previous Q tile's readers are done */
+                    load_q_tile(qt, 0);
+                    ta_fast_cp_commit();
                 }
                 ta_fast_cp_wait<0>();
-                __syncthreads();
+                __syncthreads(); /* this tile landed; the previous tile's units are done */
 #pragma unroll
                 for (int e = 0; e < 8; ++e)
                     st[e] = dpt[e] = 0.0f;
@@ -587,29 +625,41 @@ __global__ void __launch_bounds__(KV_THREADS)
                     const int32_t rl = 16 * rg + 8 * (e >> 2) + 2 * tq + (e & 1);
                     const int32_t j = m0 + kl, row = row0 + rl, delta = row + t.diag_offset - j;
                     const bool direct = delta >= 0 && delta < E;
-                    float x = st[e], pr = 0.0f;
+                    float xs = st[e], pr = 0.0f;
                     if (j >= rlo[rl] && j < rhi[rl]) {
-                        if (direct) x = diag[(int64_t)row * E + delta];
-                        pr = ta_fast_exp2(__fmaf_rn(x, scale_log2, -rl2[rl]));
+                        if (direct) xs = diag[(int64_t)row * E + delta];
+                        pr = ta_fast_exp2(__fmaf_rn(xs, scale_log2, -rl2[rl]));
                     }
                     st[e] = pr;
                     dpt[e] = direct ? 0.0f : p.scale * pr * (dpt[e] - rdl[rl]);
                 }
                 ta_fmb_store_acc<2, BF16>(sp + 16 * kg * T::LDP + 16 * rg, T::LDP, st, lane);
                 ta_fmb_store_acc<2, BF16>(sdc + 16 * kg * T::LDP + 16 * rg, T::LDP, dpt, lane);
-                __syncthreads();
+                __syncthreads(); /* P^T, dC^T stored; every warp is past the score phase */
+                if (NBQ == 2 && qt + 1 < q_end) { /* the next tile into the other buffer */
+                    load_q_tile(qt + 1, x ^ 1);
+                    ta_fast_cp_commit();
+                }
+                {
+                    uint32_t af[KV_ROWS / 16][4]; /* dC^T of the warp's keys, k-steps of 16 rows */
+                    const uint32_t a0s =
+                        ta_fast_smem_addr(sdc + (16 * kg + (lane & 15)) * T::LDP + (lane >> 4) * 8);
 #pragma unroll
-                for (int u = 0; u < T::MAXU; ++u) {
-                    const int unit = rg + 4 * u, part = unit / T::DB, db = unit % T::DB;
-                    if (unit >= T::UNITS) break;
-                    if (part == 0) {
-                        if (with_dv)
-                            ta_fmb_mma_nn<KV_ROWS / 16, 2, BF16>(
-                                acc[u], sp + 16 * kg * T::LDP, T::LDP, sdo + 16 * db, T::LD, lane);
-                    } else if (part - 1 < na) {
-                        ta_fmb_mma_nn<KV_ROWS / 16, 2, BF16>(acc[u], sdc + 16 * kg * T::LDP, T::LDP,
-                                                             sq + (a0 + part - 1) * T::LD + 16 * db,
-                                                             T::LD, lane);
+                    for (int ks = 0; ks < KV_ROWS / 16; ++ks)
+                        ta_fast_ldm_x4(af[ks], a0s + 32u * (uint32_t)ks);
+#pragma unroll
+                    for (int u = 0; u < T::MAXU; ++u) {
+                        const int unit = rg + 4 * u, part = unit / T::DB, db = unit % T::DB;
+                        if (unit >= T::UNITS) break;
+                        if (part == 0) {
+                            if (with_dv)
+                                ta_fmb_mma_nn<KV_ROWS / 16, 2, BF16>(acc[u], sp + 16 * kg * T::LDP,
+                                                                     T::LDP, sdo + 16 * db, T::LD,
+                                                                     lane);
+                        } else if (part - 1 < na) {
+                            ta_fmb_mma_rn<KV_ROWS / 16, 2, BF16>(
+                                acc[u], af, sq + (a0 + part - 1) * T::LD + 16 * db, T::LD, lane);
+                        }
                     }
                 }
             }
@@ -814,8 +864,8 @@ __global__ void __launch_bounds__(PREP_THREADS)
 
 /* The kernels of one head dim and storage type. */
 struct ta_fmb_kernels {
-    const void *kf, *diag, *g, *band, *dq, *kv, *dk;
-    size_t (*dq_smem)(int32_t), (*kv_smem)(int32_t);
+    const void *kf, *diag, *g, *band, *dq, *kv, *kv2, *dk;
+    size_t (*dq_smem)(int32_t), (*kv_smem)(int32_t), (*kv2_smem)(int32_t);
     int32_t a_group; /* a's per dk/dv block (ta_fmb_kv_traits::AG) */
 };
 
@@ -826,11 +876,13 @@ template <int D, bool BF16> static ta_fmb_kernels ta_fmb_kernels_of() {
     k.g = reinterpret_cast<const void *>(&ta_fmb_g_kernel<BF16>);
     k.band = reinterpret_cast<const void *>(&ta_fmb_band_kernel<BF16>);
     k.dq = reinterpret_cast<const void *>(&ta_fmb_dq_kernel<D, BF16>);
-    k.kv = reinterpret_cast<const void *>(&ta_fmb_kv_kernel<D, BF16>);
+    k.kv = reinterpret_cast<const void *>(&ta_fmb_kv_kernel<D, 1, BF16>);
+    k.kv2 = reinterpret_cast<const void *>(&ta_fmb_kv_kernel<D, 2, BF16>);
     k.dk = reinterpret_cast<const void *>(&ta_fmb_dk_kernel<D, BF16>);
     k.dq_smem = &ta_fmb_dq_traits<D>::smem;
-    k.kv_smem = &ta_fmb_kv_traits<D>::smem;
-    k.a_group = ta_fmb_kv_traits<D>::AG;
+    k.kv_smem = &ta_fmb_kv_traits<D, 1>::smem;
+    k.kv2_smem = &ta_fmb_kv_traits<D, 2>::smem;
+    k.a_group = ta_fmb_kv_traits<D, 1>::AG;
     return k;
 }
 
@@ -880,6 +932,13 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan, const ta_bwd_args
     sm[5] = k.kv_smem(pr->conv_q);
     sm[6] = ta_fmb_dk_smem(pr);
     limit = ta_fmb_smem_limit();
+    /* the dk/dv kernel with two Q tile buffers where the device holds them
+     * (3-4 % faster on an H100, docs/cuda.md; the same bits: only the loads
+     * move) */
+    if (k.kv2_smem(pr->conv_q) <= limit) {
+        k.kv = k.kv2;
+        sm[5] = k.kv2_smem(pr->conv_q);
+    }
     /* rows off 16 bytes, or a tile the device cannot hold: the exact kernels
      * (their workspace regions are in ours: ta_cuda_bwd_layout) */
     if (!ta_cuda_fast_bwd_aligned(plan, a) || sm[4] > limit || sm[5] > limit || sm[3] > limit ||
