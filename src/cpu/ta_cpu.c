@@ -10,8 +10,10 @@
  * only. Results never depend on the thread count: every task owns its output
  * rows and computes them in the reference's order (no reduction across
  * threads). MTA (a conv) runs the same way with the conv kernels
- * (ta_cpu_mta.inc); its one cross-task sum, dconv_w, is merged from per-Q-tile
- * sums in the reference's order by tasks taking turns (ta_cpu_dw_merge).
+ * (ta_cpu_mta.inc); its backward runs in one pass (one task per (b, kv
+ * head)) or two (ta_cpu_mta_one_pass); its one cross-task sum, dconv_w, is
+ * merged from per-Q-tile sums in the reference's order by tasks taking turns
+ * (ta_cpu_dw_merge).
  * Latent attention is the SDPA tasks with stages: the reciprocal band's
  * scores and transposed terms, the fused projections' loads and stores; its
  * backward's call sums (d_alpha, dw_qlat, dw_vup) are added the same way
@@ -465,7 +467,9 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
  * Latent attention's backward adds one turn counter, with the band
  * d_alpha's pair, with the projections dw_qlat's and dw_vup's lo words and
  * row-chunk partials (O(H D L), ta_cpu_lat_sums).
- * Nothing grows with B or S: every region is O(tile), or O(H) for these.
+ * Nothing grows with B, and nothing with S but the MTA backward's one-pass
+ * slab (its sums over all keys, O(S_k (D + D_v)), capped by
+ * ta_cpu_mta_one_pass): every other region is O(tile), or O(H) for these.
  * With a base, carves thread tid's slab into *slab. Returns the total size.
  */
 static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_threads, void *base,
@@ -621,6 +625,9 @@ static void ta_cpu_turn_wait(TA_CPU_TASK_COUNTER *next, int64_t turn) {
  * runs which tile. No deadlock: dq tasks are handed out in ascending
  * (b, Q tile) order, so every earlier turn belongs to a task that a running
  * thread has already taken, and the earliest unfinished one never waits.
+ * The one-pass tasks (b, kv head), b outer, merge a head's Q tiles after
+ * the head: the earlier turns belong to the same kv head of batches before
+ * b, tasks taken earlier, and the task of the smallest b never waits.
  */
 static void ta_cpu_dw_merge(const ta_plan *plan, const ta_bwd_args *a, TA_CPU_TASK_COUNTER *next,
                             float *lo, int32_t h, int64_t turn, const float *r, int add) {
@@ -636,7 +643,10 @@ static void ta_cpu_dw_merge(const ta_plan *plan, const ta_bwd_args *a, TA_CPU_TA
 
 /* An MTA backward task: pass 1 (b, kv head, a group of K tiles), or pass 2
  * (b, Q tile, h), numbered (b, Q tile) ascending with the heads inside, which
- * computes R(b, qt) in its slab and merges it into dconv_w[h] in order. */
+ * computes R(b, qt) in its slab and merges it into dconv_w[h] in order; or,
+ * in one pass (run->one_pass), (b, kv head) with b outer: per head of the
+ * group its dq and R(b, qt) of every Q tile, then its merge, and the
+ * group's dk, dv. */
 static void ta_cpu_do_mta_bwd_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64_t task) {
     const ta_plan *plan = run->plan;
     if (run->one_pass) { /* (b, kv head): every head of the group, all of dq, dk, dv */

@@ -9,7 +9,7 @@
  *     ta_cpu_micro.inc   micro-kernels k1, k2, k3 and the D_i row dots
  *     ta_cpu_stages.inc  stages SDPA and MTA share (forward softmax and store)
  *     ta_cpu_sdpa.inc    SDPA tasks: forward, dk/dv, dq
- *     ta_cpu_mta.inc     MTA tasks (the conv, dconv_w): forward, dk/dv, dq
+ *     ta_cpu_mta.inc     MTA tasks (the conv, dconv_w): forward, dk/dv, dq, one-pass backward
  *   compiled three times, each ISA file defining the vector layer, including
  *   the tasks and building its own ta_cpu_kernels table:
  *     ta_cpu_scalar.c    1 lane  (portable, no ISA flags: the fallback)
