@@ -241,6 +241,8 @@ void ta_cpu_carve_mta_bwd(const ta_plan *plan, const ta_cpu_dims *dm, int32_t gr
     ws->seg_lo = TA_WS_TAKE(c, int32_t, ld);
     ws->seg_n = TA_WS_TAKE(c, int32_t, ld);
     ta_cpu_carve_dkdv_pairs(dm, group, c, ws->dk_lo, ws->dv_lo, ws->dk_part, ws->dv_part);
+    ws->lds = dm->bk_pad + TA_CPU_PAD;
+    ws->srm = TA_WS_TAKE(c, float, bq * ws->lds);
     ws->one_pass = one_pass;
     for (g = 0; g < 6; ++g)
         *all[g] = NULL;

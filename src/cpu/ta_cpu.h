@@ -253,6 +253,10 @@ typedef struct ta_cpu_mta_bwd_ws {
     float *dv_lo[TA_CPU_DKDV_GROUP_MAX];   /* [B_k, dv_pad] */
     float *dk_part[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, d_pad] the row chunk's partials */
     float *dv_part[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, dv_pad] */
+    /* [B_q, lds] S on L row-major (the dconv_w partial's copy of st, keys
+     * from P: cpu_mta_dw), lds = bk_pad + TA_CPU_PAD */
+    float *srm;
+    size_t lds;
     /* The one-pass backward (ta_cpu_mta_one_pass; NULL, 0 in the two-pass
      * one, which carves the slots above instead), carved last: the dk, dv
      * pairs and row-chunk partials of every key of a (b, kv head), key j at

@@ -21,11 +21,6 @@ typedef __m256 ta_m;
 TA_VFN ta_v v_zero(void) { return _mm256_setzero_ps(); }
 TA_VFN ta_v v_set1(float x) { return _mm256_set1_ps(x); }
 TA_VFN ta_v v_load(const float *p) { return _mm256_loadu_ps(p); }
-/* lanes 0..3 from lo[0..3], 4..7 from hi[0..3] */
-#define TA_HAVE_HALVES 1
-TA_VFN ta_v v_load_halves(const float *lo, const float *hi) {
-    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(lo)), _mm_loadu_ps(hi), 1);
-}
 TA_VFN void v_store(float *p, ta_v x) { _mm256_storeu_ps(p, x); }
 TA_VFN ta_v v_bcast(const float *p) { return _mm256_broadcast_ss(p); }
 TA_VFN ta_v v_fma(ta_v a, ta_v b, ta_v c) { return _mm256_fmadd_ps(a, b, c); }

@@ -21,12 +21,6 @@ typedef __mmask16 ta_m;
 TA_VFN ta_v v_zero(void) { return _mm512_setzero_ps(); }
 TA_VFN ta_v v_set1(float x) { return _mm512_set1_ps(x); }
 TA_VFN ta_v v_load(const float *p) { return _mm512_loadu_ps(p); }
-/* lanes 0..7 from lo[0..7], 8..15 from hi[0..7] (a merge-masked load of the
- * upper half: no shuffle) */
-#define TA_HAVE_HALVES 1
-TA_VFN ta_v v_load_halves(const float *lo, const float *hi) {
-    return _mm512_mask_loadu_ps(_mm512_castps256_ps512(_mm256_loadu_ps(lo)), 0xFF00, hi - 8);
-}
 TA_VFN void v_store(float *p, ta_v x) { _mm512_storeu_ps(p, x); }
 TA_VFN ta_v v_bcast(const float *p) { return _mm512_set1_ps(*p); }
 TA_VFN ta_v v_fma(ta_v a, ta_v b, ta_v c) { return _mm512_fmadd_ps(a, b, c); }
