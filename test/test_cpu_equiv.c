@@ -26,7 +26,10 @@
  *      600 with a small head dim: several row vectors and Q-tile groups); run
  *      like the others under every ISA path with one and several threads
  *      (c_q and c_k below and above the vector width and the conv/dconv_w
- *      register blocks, so every tail); dconv_w is compared too.
+ *      register blocks, so every tail); dconv_w is compared too. The MTA
+ *      backward runs in one pass or two by the problem and the thread count
+ *      (ta_cpu_mta_one_pass: one thread always one pass, several threads
+ *      with few (b, kv heads) two); both must have run (counted per call).
  *   3. every fourth problem also: lse = NULL leaves o unchanged; a workspace
  *      too small for the call's thread count gives TA_ERR_WORKSPACE_SIZE and
  *      leaves every output untouched.
