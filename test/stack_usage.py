@@ -36,7 +36,7 @@ COMPUTE_OPS = {"ta_fwd": ["ta_ref_fwd", "ta_cpu_fwd", "ta_cuda_fwd"],
                "ta_bwd": ["ta_ref_bwd", "ta_cpu_bwd", "ta_cuda_bwd"],
                "ta_tune_fwd": ["ta_cuda_tune_fwd", "ta_cuda_tune_fwd_not_linked"]}
 TASKS = ["cpu_sdpa_fwd_task", "cpu_mta_fwd_task", "cpu_sdpa_dkdv_task", "cpu_mta_dkdv_task",
-         "cpu_sdpa_dq_task", "cpu_mta_dq_task"]
+         "cpu_sdpa_dq_task", "cpu_mta_dq_task", "cpu_mta_bwd1_task"]
 MICRO = ["cpu_k1_b%d_%s" % (b, w) for b in range(1, 7) for w in ("1", "TA_NV")]
 # The public entry points (include/tileattn.h).
 ENTRIES = ("ta_fwd", "ta_bwd", "ta_fwd_workspace_size", "ta_bwd_workspace_size", "ta_explain_fwd",

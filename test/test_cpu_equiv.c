@@ -26,7 +26,10 @@
  *      600 with a small head dim: several row vectors and Q-tile groups); run
  *      like the others under every ISA path with one and several threads
  *      (c_q and c_k below and above the vector width and the conv/dconv_w
- *      register blocks, so every tail); dconv_w is compared too.
+ *      register blocks, so every tail); dconv_w is compared too. The MTA
+ *      backward runs in one pass or two by the problem and the thread count
+ *      (ta_cpu_mta_one_pass: one thread always one pass, several threads
+ *      with few (b, kv heads) two); both must have run (counted per call).
  *   3. every fourth problem also: lse = NULL leaves o unchanged; a workspace
  *      too small for the call's thread count gives TA_ERR_WORKSPACE_SIZE and
  *      leaves every output untouched.
@@ -506,6 +509,22 @@ static int same_tensor(const tcase *tc, int t, const char *what) {
 static long n_runs[3][2];  /* [isa][several threads?]: CPU calls compared */
 static long n_mta_runs[2]; /* [several threads?]: of those, MTA problems */
 static long n_mta_problems, n_mta_6x11, n_mta_3x3;
+static long n_mta_pass[2]; /* MTA backward runs in two passes [0] or one [1] (ta_cpu_mta_one_pass) */
+
+/* Which MTA backward the CPU call with num_threads = threads runs (the rule
+ * of ta_cpu_mta_one_pass for the thread count the call resolves). */
+static int mta_one_pass(const ta_problem *p, int32_t threads) {
+    ta_plan plan;
+    int32_t n = 1;
+#ifdef _OPENMP
+    n = threads > 0 ? threads : (int32_t)omp_get_max_threads();
+    n = n > TA_THREADS_MAX ? TA_THREADS_MAX : n;
+#else
+    (void)threads;
+#endif
+    if (ta_plan_make(p, TA_BACKEND_CPU, &plan, NULL) != TA_OK) return -1;
+    return ta_cpu_mta_one_pass(&plan, n);
+}
 
 /* CPU forward and backward with this ISA and thread count vs the reference. */
 static void run_cpu(ta_rng *r, tcase *tc, ta_cpu_isa isa, int32_t threads) {
@@ -538,7 +557,12 @@ static void run_cpu(ta_rng *r, tcase *tc, ta_cpu_isa isa, int32_t threads) {
     for (t = 0; t < T_COUNT; ++t)
         same_tensor(tc, t, what);
     n_runs[isa][threads != 1]++;
-    if (p.conv_q > 0) n_mta_runs[threads != 1]++;
+    if (p.conv_q > 0) {
+        const int one = mta_one_pass(&p, threads);
+        TA_CHECK(one >= 0, "%s: no plan", what);
+        n_mta_runs[threads != 1]++;
+        if (one >= 0) n_mta_pass[one]++;
+    }
 }
 
 /* lse = NULL leaves o as it was; a workspace too small for the call's thread
@@ -699,6 +723,12 @@ int main(int argc, char **argv) {
     printf("  of which MTA: %ld problems (%ld 6x11, %ld 3x3), 1 thread: %ld   several threads: "
            "%ld\n",
            n_mta_problems, n_mta_6x11, n_mta_3x3, n_mta_runs[0], n_mta_runs[1]);
+    printf("  MTA backward in one pass: %ld calls, in two passes: %ld\n", n_mta_pass[1],
+           n_mta_pass[0]);
+#ifdef _OPENMP /* one thread always takes one pass; several threads and few (b, kv heads) two */
+    TA_CHECK(quick || (n_mta_pass[0] > 0 && n_mta_pass[1] > 0),
+             "the MTA backward ran in one way only");
+#endif
     printf("  problems with a sliding window: %d; in the [B, S, H, D] layout: %d\n", n_window,
            n_bshd);
     if (saved_env)

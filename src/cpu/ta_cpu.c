@@ -10,8 +10,10 @@
  * only. Results never depend on the thread count: every task owns its output
  * rows and computes them in the reference's order (no reduction across
  * threads). MTA (a conv) runs the same way with the conv kernels
- * (ta_cpu_mta.inc); its one cross-task sum, dconv_w, is merged from per-Q-tile
- * sums in the reference's order by tasks taking turns (ta_cpu_dw_merge).
+ * (ta_cpu_mta.inc); its backward runs in one pass (one task per (b, kv
+ * head)) or two (ta_cpu_mta_one_pass); its one cross-task sum, dconv_w, is
+ * merged from per-Q-tile sums in the reference's order by tasks taking turns
+ * (ta_cpu_dw_merge).
  * Latent attention is the SDPA tasks with stages: the reciprocal band's
  * scores and transposed terms, the fused projections' loads and stores; its
  * backward's call sums (d_alpha, dw_qlat, dw_vup) are added the same way
@@ -196,11 +198,15 @@ static void ta_cpu_carve_dkdv_pairs(const ta_cpu_dims *dm, int32_t group, ta_ws_
     }
 }
 
-void ta_cpu_carve_mta_bwd(const ta_cpu_dims *dm, int32_t c_q, int32_t c_k, int32_t group,
+void ta_cpu_carve_mta_bwd(const ta_plan *plan, const ta_cpu_dims *dm, int32_t group, int one_pass,
                           ta_ws_cursor *c, ta_cpu_mta_bwd_ws *ws) {
     const size_t bq = (size_t)dm->rows_max, bk = (size_t)dm->block_k;
     const size_t ld = dm->bq_pad + TA_CPU_PAD;
+    const int32_t c_q = plan->p.conv_q, c_k = plan->p.conv_k;
+    float **const all[6] = {&ws->dk_all, &ws->dk_all_lo, &ws->dk_all_part, /* one pass */
+                            &ws->dv_all, &ws->dv_all_lo, &ws->dv_all_part};
     int32_t g;
+    if (one_pass) group = 0; /* no pass-1 slots: the sums over all keys, below */
     ws->dm = *dm;
     ws->ld = ld;
     ws->group = group;
@@ -235,6 +241,47 @@ void ta_cpu_carve_mta_bwd(const ta_cpu_dims *dm, int32_t c_q, int32_t c_k, int32
     ws->seg_lo = TA_WS_TAKE(c, int32_t, ld);
     ws->seg_n = TA_WS_TAKE(c, int32_t, ld);
     ta_cpu_carve_dkdv_pairs(dm, group, c, ws->dk_lo, ws->dv_lo, ws->dk_part, ws->dv_part);
+    ws->lds = dm->bk_pad + TA_CPU_PAD;
+    ws->srm = TA_WS_TAKE(c, float, bq * ws->lds);
+    ws->one_pass = one_pass;
+    for (g = 0; g < 6; ++g)
+        *all[g] = NULL;
+    ws->kv_chunk = NULL, ws->dw_r = NULL, ws->dw_r_add = NULL;
+    if (one_pass) {
+        const size_t n_q = (size_t)plan->bwd.num_q_tiles, n_w = (size_t)c_q * (size_t)c_k;
+        size_t nk_d = 0, nk_dv = 0, nq_w = 0;
+        if (!ta_mul_size((size_t)plan->bwd.seq_k, dm->d_pad, &nk_d) ||
+            !ta_mul_size((size_t)plan->bwd.seq_k, dm->dv_pad, &nk_dv) ||
+            !ta_mul_size(n_q, n_w, &nq_w)) {
+            c->overflow = 1;
+            return;
+        }
+        for (g = 0; g < 6; ++g) /* dk's three, then dv's */
+            *all[g] = TA_WS_TAKE(c, float, g < 3 ? nk_d : nk_dv);
+        ws->kv_chunk = TA_WS_TAKE(c, int64_t, (size_t)plan->bwd.num_k_tiles);
+        ws->dw_r = TA_WS_TAKE(c, float, nq_w);
+        ws->dw_r_add = TA_WS_TAKE(c, int32_t, n_q);
+    }
+}
+
+/*
+ * The MTA backward in one pass or two (docs/cpu.md section 9). One pass
+ * computes each tile pair's S, C, P, dC and dS once (two passes: twice) but
+ * has one task per (b, kv head), T = B H_kv of them, each O(S) workspace.
+ * It is taken when those tasks keep the threads at least 3/4 busy, T / (n
+ * ceil(T / n)) >= 3/4 (n = 1: always), and one slab's sums over all keys,
+ * 3 S_k (d_pad + dv_pad) floats, stay within TA_CPU_MTA_ONE_PASS_MAX bytes.
+ * The problem and n only: the size query and the call decide alike.
+ */
+#define TA_CPU_MTA_ONE_PASS_MAX ((size_t)64 << 20)
+int ta_cpu_mta_one_pass(const ta_plan *plan, int32_t n_threads) {
+    const int64_t tasks = (int64_t)plan->p.batch * plan->p.heads_kv, n = n_threads;
+    const int64_t rounds = (tasks + n - 1) / n;
+    ta_cpu_dims dm;
+    ta_cpu_dims_of(plan, &plan->bwd, 1, &dm);
+    if (!plan->has_conv || 4 * tasks < 3 * n * rounds) return 0;
+    return (size_t)plan->bwd.seq_k * (dm.d_pad + dm.dv_pad) * 3 * sizeof(float) <=
+           TA_CPU_MTA_ONE_PASS_MAX;
 }
 
 /* The band's and the projections' backward stages (ta_cpu.h draws them);
@@ -376,9 +423,10 @@ static int ta_cpu_bwd_turns(const ta_plan *plan, int backward) {
 }
 
 /* One thread's slab at base (NULL: size only); its bytes (a multiple of 64),
- * or 0 if a size overflows. */
-static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_threads, void *base,
-                                ta_cpu_slab *slab) {
+ * or 0 if a size overflows. one_pass: the MTA backward's one-pass slab
+ * (ta_cpu_mta_one_pass). */
+static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_threads,
+                                int one_pass, void *base, ta_cpu_slab *slab) {
     ta_cpu_dims dm;
     ta_ws_cursor c;
     size_t bytes;
@@ -391,8 +439,8 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
     }
     if (plan->has_conv) { /* MTA: one Q tile x one K tile per step */
         ta_cpu_dims_of(plan, &plan->bwd, 1, &dm);
-        ta_cpu_carve_mta_bwd(&dm, plan->p.conv_q, plan->p.conv_k,
-                             ta_cpu_dkdv_group(plan, n_threads), &c, &slab->mta);
+        ta_cpu_carve_mta_bwd(plan, &dm, ta_cpu_dkdv_group(plan, n_threads), one_pass, &c,
+                             &slab->mta);
         return c.overflow ? 0 : c.used;
     }
     ta_cpu_dims_of(plan, &plan->bwd, 1, &dm);
@@ -421,12 +469,15 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
  * Latent attention's backward adds one turn counter, with the band
  * d_alpha's pair, with the projections dw_qlat's and dw_vup's lo words and
  * row-chunk partials (O(H D L), ta_cpu_lat_sums).
- * Nothing grows with B or S: every region is O(tile), or O(H) for these.
+ * Nothing grows with B, and nothing with S but the MTA backward's one-pass
+ * slab (its sums over all keys, O(S_k (D + D_v)), capped by
+ * ta_cpu_mta_one_pass): every other region is O(tile), or O(H) for these.
  * With a base, carves thread tid's slab into *slab. Returns the total size.
  */
 static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_threads, void *base,
                                int32_t tid, ta_cpu_slab *slab, size_t *total) {
-    const size_t slab_bytes = ta_cpu_carve_slab(plan, backward, n_threads, NULL, slab);
+    const int one_pass = backward && ta_cpu_mta_one_pass(plan, n_threads);
+    const size_t slab_bytes = ta_cpu_carve_slab(plan, backward, n_threads, one_pass, NULL, slab);
     size_t slabs_bytes;
     ta_ws_cursor c;
     TA_CPU_TASK_COUNTER *turn = NULL, *sum_turn = NULL;
@@ -455,7 +506,7 @@ static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_thre
     if (c.overflow) return TA_ERR_OVERFLOW;
     *total = c.used;
     if (base) {
-        (void)ta_cpu_carve_slab(plan, backward, n_threads,
+        (void)ta_cpu_carve_slab(plan, backward, n_threads, one_pass,
                                 (unsigned char *)base + (size_t)tid * slab_bytes, slab);
         slab->dw_turn = turn;
         slab->dw_lo = dw_lo;
@@ -551,6 +602,7 @@ typedef struct ta_cpu_run {
     const ta_cpu_kernels *kern;
     int32_t n_threads;
     int64_t n_dkdv; /* backward: dk/dv tasks come first */
+    int one_pass;   /* MTA backward: one task per (b, kv head), ta_cpu_mta_one_pass */
     int64_t n_tasks;
     int32_t k_group, q_group;
     TA_CPU_TASK_COUNTER next; /* the next task to hand out */
@@ -575,6 +627,9 @@ static void ta_cpu_turn_wait(TA_CPU_TASK_COUNTER *next, int64_t turn) {
  * runs which tile. No deadlock: dq tasks are handed out in ascending
  * (b, Q tile) order, so every earlier turn belongs to a task that a running
  * thread has already taken, and the earliest unfinished one never waits.
+ * The one-pass tasks (b, kv head), b outer, merge a head's Q tiles after
+ * the head: the earlier turns belong to the same kv head of batches before
+ * b, tasks taken earlier, and the task of the smallest b never waits.
  */
 static void ta_cpu_dw_merge(const ta_plan *plan, const ta_bwd_args *a, TA_CPU_TASK_COUNTER *next,
                             float *lo, int32_t h, int64_t turn, const float *r, int add) {
@@ -590,10 +645,27 @@ static void ta_cpu_dw_merge(const ta_plan *plan, const ta_bwd_args *a, TA_CPU_TA
 
 /* An MTA backward task: pass 1 (b, kv head, a group of K tiles), or pass 2
  * (b, Q tile, h), numbered (b, Q tile) ascending with the heads inside, which
- * computes R(b, qt) in its slab and merges it into dconv_w[h] in order. */
+ * computes R(b, qt) in its slab and merges it into dconv_w[h] in order; or,
+ * in one pass (run->one_pass), (b, kv head) with b outer: per head of the
+ * group its dq and R(b, qt) of every Q tile, then its merge, and the
+ * group's dk, dv. */
 static void ta_cpu_do_mta_bwd_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64_t task) {
     const ta_plan *plan = run->plan;
-    if (task < run->n_dkdv) { /* pass 1: (b, kv head, a group of K tiles) */
+    if (run->one_pass) { /* (b, kv head): every head of the group, all of dq, dk, dv */
+        const int32_t b = (int32_t)(task / plan->p.heads_kv);
+        const int32_t h_kv = (int32_t)(task % plan->p.heads_kv);
+        const int32_t n_q = plan->bwd.num_q_tiles;
+        const size_t n_w = (size_t)plan->p.conv_q * (size_t)plan->p.conv_k;
+        int32_t g, qt;
+        for (g = 0; g < plan->group; ++g) { /* then head h's R(b, qt), Q tiles ascending */
+            const int32_t h = h_kv * plan->group + g;
+            run->kern->mta_bwd1(plan, run->ba, &slab->mta, b, h_kv, g);
+            for (qt = 0; qt < n_q; ++qt)
+                ta_cpu_dw_merge(plan, run->ba, slab->dw_turn + h, slab->dw_lo, h,
+                                (int64_t)b * n_q + qt, slab->mta.dw_r + (size_t)qt * n_w,
+                                slab->mta.dw_r_add[qt]);
+        }
+    } else if (task < run->n_dkdv) { /* pass 1: (b, kv head, a group of K tiles) */
         const int64_t n_bhkv = (int64_t)plan->p.batch * plan->p.heads_kv;
         const int64_t bh = task % n_bhkv;
         const int32_t kt = (int32_t)(task / n_bhkv) * run->k_group;
@@ -731,8 +803,9 @@ static void ta_cpu_parallel(ta_cpu_run *run) {
     ta_cpu_worker(run, 0);
 }
 
+/* tasks: 1 for the caller-run tasks, which keep the MTA backward's two passes. */
 static ta_status ta_cpu_start(ta_cpu_run *run, const ta_plan *plan, int backward, void *workspace,
-                              int32_t n_threads) {
+                              int32_t n_threads, int tasks) {
     ta_cpu_slab probe;
     size_t total;
     const ta_tiling *t = backward ? &plan->bwd : &plan->fwd;
@@ -748,6 +821,11 @@ static ta_status ta_cpu_start(ta_cpu_run *run, const ta_plan *plan, int backward
                                  ((t->num_k_tiles + run->k_group - 1) / run->k_group)
                            : 0;
     run->n_tasks = run->n_dkdv + n_bh * ((t->num_q_tiles + run->q_group - 1) / run->q_group);
+    run->one_pass = backward && !tasks && ta_cpu_mta_one_pass(plan, n_threads);
+    if (run->one_pass) { /* (b, kv head), b outer: the dconv_w merge's order */
+        run->n_dkdv = 0;
+        run->n_tasks = (int64_t)plan->p.batch * plan->p.heads_kv;
+    }
     TA_CPU_TASK_INIT(&run->next);
     st = ta_cpu_layout(plan, backward, run->n_threads, NULL, 0, &probe, &total);
     return st;
@@ -757,7 +835,7 @@ static ta_status ta_cpu_start(ta_cpu_run *run, const ta_plan *plan, int backward
 static ta_status ta_cpu_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace,
                             void *stream) {
     ta_cpu_run run;
-    const ta_status st = ta_cpu_start(&run, plan, 0, workspace, ta_cpu_threads(plan));
+    const ta_status st = ta_cpu_start(&run, plan, 0, workspace, ta_cpu_threads(plan), 0);
     (void)stream;
     if (st != TA_OK) return st;
     run.fa = a;
@@ -805,7 +883,7 @@ TA_CPU_NOINLINE static void ta_cpu_bwd_sums(const ta_plan *plan, const ta_bwd_ar
 static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
                             void *stream) {
     ta_cpu_run run;
-    const ta_status st = ta_cpu_start(&run, plan, 1, workspace, ta_cpu_threads(plan));
+    const ta_status st = ta_cpu_start(&run, plan, 1, workspace, ta_cpu_threads(plan), 0);
     (void)stream;
     if (st != TA_OK) return st;
     run.fa = NULL;
@@ -920,11 +998,11 @@ ta_status ta_cpu_tasks_plan(const ta_plan *plan, int backward, ta_task_plan *out
     ta_status st;
     memset(out, 0, sizeof *out);
     if (!backward && plan->fwd.num_splits > 1) return TA_ERR_UNSUPPORTED; /* not yet as tasks */
-    out->scratch_bytes = ta_cpu_carve_slab(plan, backward, n, NULL, &slab);
+    out->scratch_bytes = ta_cpu_carve_slab(plan, backward, n, 0, NULL, &slab);
     if (out->scratch_bytes == 0) return TA_ERR_OVERFLOW;
     if ((st = ta_cpu_tasks_layout(plan, backward, NULL, &hdr, &out->shared_bytes)) != TA_OK)
         return st;
-    if ((st = ta_cpu_start(&run, plan, backward, NULL, n)) != TA_OK) return st;
+    if ((st = ta_cpu_start(&run, plan, backward, NULL, n, 1)) != TA_OK) return st;
     out->num_phases = backward && (plan->has_conv || ta_cpu_bwd_turns(plan, backward)) ? 2 : 1;
     out->num_tasks[0] = run.n_tasks;
     if (backward && plan->has_conv) out->num_tasks[1] = plan->p.heads_q; /* the dconv_w merge */
@@ -953,7 +1031,7 @@ void ta_cpu_tasks_prepare(const ta_plan *plan, const ta_fwd_args *fa, const ta_b
     memset(&h->ba, 0, sizeof h->ba);
     if (fa) h->fa = *fa;
     if (ba) h->ba = *ba;
-    (void)ta_cpu_start(&h->run, &h->plan, backward, NULL, ta_cpu_task_workers(plan));
+    (void)ta_cpu_start(&h->run, &h->plan, backward, NULL, ta_cpu_task_workers(plan), 1);
     h->run.fa = fa ? &h->fa : NULL;
     h->run.ba = ba ? &h->ba : NULL;
     h->num_phases = tp.num_phases;
@@ -1090,7 +1168,7 @@ ta_status ta_cpu_task_run(void *shared, int32_t phase, int64_t task, void *scrat
     } else if (phase == 1) {
         ta_cpu_task_sums_merge(h, task);
     } else {
-        (void)ta_cpu_carve_slab(plan, h->run.ba != NULL, h->run.n_threads, scratch, &slab);
+        (void)ta_cpu_carve_slab(plan, h->run.ba != NULL, h->run.n_threads, 0, scratch, &slab);
         slab.dw_turn = NULL;
         if (h->run.ba && plan->has_conv && task >= h->run.n_dkdv) {
             /* MTA dq task (b, Q tile, head): its R(b, qt) into its slot, no merge */

@@ -9,7 +9,7 @@
  *     ta_cpu_micro.inc   micro-kernels k1, k2, k3 and the D_i row dots
  *     ta_cpu_stages.inc  stages SDPA and MTA share (forward softmax and store)
  *     ta_cpu_sdpa.inc    SDPA tasks: forward, dk/dv, dq
- *     ta_cpu_mta.inc     MTA tasks (the conv, dconv_w): forward, dk/dv, dq
+ *     ta_cpu_mta.inc     MTA tasks (the conv, dconv_w): forward, dk/dv, dq, one-pass backward
  *   compiled three times, each ISA file defining the vector layer, including
  *   the tasks and building its own ta_cpu_kernels table:
  *     ta_cpu_scalar.c    1 lane  (portable, no ISA flags: the fallback)
@@ -253,6 +253,23 @@ typedef struct ta_cpu_mta_bwd_ws {
     float *dv_lo[TA_CPU_DKDV_GROUP_MAX];   /* [B_k, dv_pad] */
     float *dk_part[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, d_pad] the row chunk's partials */
     float *dv_part[TA_CPU_DKDV_GROUP_MAX]; /* [B_k, dv_pad] */
+    /* [B_q, lds] S on L row-major (the dconv_w partial's copy of st, keys
+     * from P: cpu_mta_dw), lds = bk_pad + TA_CPU_PAD */
+    float *srm;
+    size_t lds;
+    /* The one-pass backward (ta_cpu_mta_one_pass; NULL, 0 in the two-pass
+     * one, which carves the slots above instead), carved last: the dk, dv
+     * pairs and row-chunk partials of every key of a (b, kv head), key j at
+     * row j; each K tile's current row chunk; R(b, qt) of one head's Q tiles
+     * (hi words) and whether each tile sees a K tile:
+     *   | dk_all, dk_all_lo, dk_all_part S_k x d_pad | dv_all, ... S_k x dv_pad |
+     *   | kv_chunk n_k | dw_r n_q x c_q c_k | dw_r_add n_q | */
+    int32_t one_pass;
+    float *dk_all, *dk_all_lo, *dk_all_part; /* [S_k, d_pad] */
+    float *dv_all, *dv_all_lo, *dv_all_part; /* [S_k, dv_pad] */
+    int64_t *kv_chunk;                       /* [n_k] -1: none yet */
+    float *dw_r;                             /* [n_q, c_q c_k] */
+    int32_t *dw_r_add;                       /* [n_q] */
 } ta_cpu_mta_bwd_ws;
 
 /* One thread's tiles from a cursor (size mode when the cursor has no base). */
@@ -271,10 +288,16 @@ int32_t ta_cpu_q_group(const ta_plan *plan, const ta_tiling *t, int32_t n_thread
  * part_lse). */
 void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int band, int32_t n_splits, ta_ws_cursor *c,
                       ta_cpu_fwd_ws *ws);
-/* MTA backward tiles for a c_q x c_k conv (dims of plan->bwd, q_group 1) and
- * `group` K tiles per pass-1 task (ta_cpu_dkdv_group). */
-void ta_cpu_carve_mta_bwd(const ta_cpu_dims *dm, int32_t c_q, int32_t c_k, int32_t group,
+/* MTA backward tiles for a c_q x c_k conv (dims of plan->bwd, q_group 1):
+ * two passes (one_pass 0) with `group` K tiles per pass-1 task
+ * (ta_cpu_dkdv_group), or the one-pass task's sums over all of plan->bwd's
+ * keys and tiles (one_pass 1; group unused). */
+void ta_cpu_carve_mta_bwd(const ta_plan *plan, const ta_cpu_dims *dm, int32_t group, int one_pass,
                           ta_ws_cursor *c, ta_cpu_mta_bwd_ws *ws);
+/* Whether the OpenMP path runs this MTA backward in one pass (one task per
+ * (b, kv head)) rather than two (docs/cpu.md section 9): a function of the
+ * problem and the thread count only; the size query and the call agree. */
+int ta_cpu_mta_one_pass(const ta_plan *plan, int32_t n_threads);
 void ta_cpu_carve_dkdv(const ta_cpu_dims *dm, int32_t group, int band, ta_ws_cursor *c,
                        ta_cpu_dkdv_ws *ws);
 /* K tiles per dk/dv task for this plan and thread count: up to
@@ -332,6 +355,13 @@ typedef struct ta_cpu_kernels {
         int (*mta)(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_mta_bwd_ws *ws,
                    int32_t b, int32_t h, int32_t qt);
     } dq;
+    /* The MTA backward in one pass (ws carved with one_pass 1), query head g
+     * of kv head h_kv's group of batch b: dq of every Q tile, R(b, qt) into
+     * ws->dw_r (ws->dw_r_add: 1 if the tile sees a K tile), dk and dv
+     * accumulated over the heads g = 0, 1, ... (started at g = 0, stored
+     * after the group's last head). */
+    void (*mta_bwd1)(const ta_plan *plan, const ta_bwd_args *a, const ta_cpu_mta_bwd_ws *ws,
+                     int32_t b, int32_t h_kv, int32_t g);
     /* The fused projections: the rows of the dq task just run in ws (Q tiles
      * [qt_begin, qt_end) of (b, h)) into the weight gradients, REF's
      * ta_ref_bwd_dw_lat per row; only in the tasks' (b, h, Q tile) order. */

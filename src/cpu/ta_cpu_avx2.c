@@ -51,6 +51,7 @@ const ta_cpu_kernels ta_cpu_kernels_avx2 = {
     .fwd = {.sdpa = cpu_sdpa_fwd_task, .mta = cpu_mta_fwd_task},
     .dkdv = {.sdpa = cpu_sdpa_dkdv_task, .mta = cpu_mta_dkdv_task},
     .dq = {.sdpa = cpu_sdpa_dq_task, .mta = cpu_mta_dq_task},
+    .mta_bwd1 = cpu_mta_bwd1_task,
     .lat_dw = cpu_lat_dw_task,
     .lat_dw_head = cpu_lat_dw_head,
 };
