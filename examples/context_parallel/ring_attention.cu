@@ -1,0 +1,791 @@
+/*
+ * Ring attention (context parallelism) over NCCL with tileattn's public API:
+ * the sequence cut into 2N chunks, rank r holding chunks r and 2N-1-r (the
+ * zig-zag assignment: every rank gets the same causal work), K/V blocks passed
+ * around the ring on a communication stream while the compute stream runs the
+ * chunk pairs the block meets (issue 18; docs/api.md, "Split-K and merge").
+ *
+ *   forward:  for each (q chunk, k chunk) pair that the mask leaves visible,
+ *             ta_fwd on the pair (causal on the diagonal, full below it) into
+ *             part kc of q chunk qc; after the ring, ta_merge of parts
+ *             0 .. qc (all keys, ascending: the order never depends on which
+ *             rank ran which pair, or when).
+ *   backward: ta_bwd on each visible pair with the merged o and lse; dq sums
+ *             the pairs in ring-step order on its owner, dk and dv travel with
+ *             their K/V block and sum in ring order from the block's owner on
+ *             (f32 accumulators, one add kernel); the block returns to its
+ *             owner after N steps.
+ *
+ * Modes:
+ *   --check  (default) small problems, exact f32 and fast bf16, causal and
+ *            not: the N-rank result against the same chunk calls run on one
+ *            GPU in the same order (every output bit for bit), and exact
+ *            f32's forward against one ta_fwd over the whole sequence with
+ *            num_splits = 2N (bit for bit: the same key cut and merge).
+ *   --bench  fast bf16, causal, D = 128: one GPU's single call over S against
+ *            the ring on N GPUs, forward and backward, S = 32k .. 256k; the
+ *            scaling efficiency T_1 / (N T_N) and the ring's time with the
+ *            sends skipped (communication not hidden = the difference).
+ *
+ * Exit status: 0 ok; 1 a failure; 77 fewer than 2 GPUs. Built with
+ * -DTILEATTN_CONTEXT_PARALLEL=ON (needs NCCL; off by default: the core library
+ * has no NCCL dependency).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <tileattn.h>
+
+#define MAXR 8
+#define SKIP 77
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        const cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "ring_attention: %s:%d %s: %s\n", __FILE__, __LINE__, #call,         \
+                    cudaGetErrorString(e_));                                                       \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+#define NK(call)                                                                                   \
+    do {                                                                                           \
+        const ncclResult_t r_ = (call);                                                            \
+        if (r_ != ncclSuccess) {                                                                   \
+            fprintf(stderr, "ring_attention: %s:%d %s: %s\n", __FILE__, __LINE__, #call,         \
+                    ncclGetErrorString(r_));                                                       \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+#define TK(call)                                                                                   \
+    do {                                                                                           \
+        const ta_status s_ = (call);                                                               \
+        if (s_ != TA_OK) {                                                                         \
+            fprintf(stderr, "ring_attention: %s:%d %s: %s\n", __FILE__, __LINE__, #call,         \
+                    ta_status_string(s_));                                                         \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* y[i] += x[i] (x in the storage type: f32, or bf16 when bf16 != 0). */
+__global__ void add_into(float *y, const void *x, size_t n, int bf16) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] += bf16 ? __uint_as_float((uint32_t)((const uint16_t *)x)[i] << 16)
+                     : ((const float *)x)[i];
+}
+
+/* y = x in the storage type (bf16: round to nearest even). */
+__global__ void store_as(void *y, const float *x, size_t n, int bf16) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        if (bf16) {
+            const uint32_t u = __float_as_uint(x[i]);
+            ((uint16_t *)y)[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        } else {
+            ((float *)y)[i] = x[i];
+        }
+    }
+}
+
+/* The run: N ranks (GPUs), chunk length C, heads H, head dim D. */
+typedef struct cfg {
+    int n, bf16, causal, fast;
+    int32_t c, h, d;
+    size_t elem;   /* bytes per element */
+    size_t chunk;  /* elements per chunk of q, k, v, o, dO: H C D */
+    size_t chunkl; /* per chunk of lse: H C */
+} cfg;
+
+/* One rank: its two q chunks (and o, lse, dO, dq), a K/V block double buffer
+ * (k of both chunks, then v of both), the travelling dk/dv accumulators
+ * (f32), the parts of the forward and the scratch of the backward. */
+typedef struct rank {
+    int dev;
+    cudaStream_t comp, comm;
+    cudaEvent_t used[2], arrived[2];
+    void *q[2], *o[2], *d_o[2], *dq[2];
+    float *lse[2], *dq_acc[2];
+    void *kv[2];     /* [k chunk a, k chunk b, v chunk a, v chunk b] */
+    void *home;      /* the rank's own block (kv[0] is reset to it per pass) */
+    float *dkv[2];   /* [dk a, dk b, dv a, dv b] f32 */
+    void *part_o[2]; /* q chunk x: [2N][chunk] */
+    float *part_l[2];
+    void *gq, *gk, *gv; /* the backward's per-pair outputs */
+    void *ws;
+    size_t ws_bytes;
+} rank;
+
+static int32_t chunk_of(const cfg *c, int r, int x) { return x == 0 ? r : 2 * c->n - 1 - r; }
+
+static ta_problem pair_problem(const cfg *c, int diag) {
+    ta_problem p;
+    memset(&p, 0, sizeof p);
+    p.batch = 1;
+    p.heads_q = p.heads_kv = c->h;
+    p.seq_q = p.seq_k = c->c;
+    p.head_dim = p.head_dim_v = c->d;
+    p.dtype = c->bf16 ? TA_BF16 : TA_F32;
+    p.precision = c->fast ? TA_PRECISION_FAST : TA_PRECISION_EXACT;
+    p.flags = diag && c->causal ? TA_CAUSAL : 0;
+    return p;
+}
+
+/* 1 if q chunk qc meets k chunk kc (*diag: on the diagonal). */
+static int visible(const cfg *c, int32_t qc, int32_t kc, int *diag) {
+    *diag = qc == kc;
+    return !c->causal || kc <= qc;
+}
+
+static char *at(void *base, size_t elems, size_t elem) { return (char *)base + elems * elem; }
+
+static void rank_alloc(const cfg *c, rank *r, int dev) {
+    size_t fb = 0, bb = 0, x;
+    ta_problem p = pair_problem(c, 1);
+    r->dev = dev;
+    CK(cudaSetDevice(dev));
+    CK(cudaStreamCreateWithFlags(&r->comp, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&r->comm, cudaStreamNonBlocking));
+    for (x = 0; x < 2; ++x) {
+        CK(cudaEventCreateWithFlags(&r->used[x], cudaEventDisableTiming));
+        CK(cudaEventCreateWithFlags(&r->arrived[x], cudaEventDisableTiming));
+        CK(cudaMalloc(&r->q[x], c->chunk * c->elem));
+        CK(cudaMalloc(&r->o[x], c->chunk * c->elem));
+        CK(cudaMalloc(&r->d_o[x], c->chunk * c->elem));
+        CK(cudaMalloc(&r->dq[x], c->chunk * c->elem));
+        CK(cudaMalloc((void **)&r->lse[x], c->chunkl * sizeof(float)));
+        CK(cudaMalloc((void **)&r->dq_acc[x], c->chunk * sizeof(float)));
+        CK(cudaMalloc(&r->kv[x], 4 * c->chunk * c->elem));
+        if (x == 0) CK(cudaMalloc(&r->home, 4 * c->chunk * c->elem));
+        CK(cudaMalloc((void **)&r->dkv[x], 4 * c->chunk * sizeof(float)));
+        CK(cudaMalloc(&r->part_o[x], 2 * (size_t)c->n * c->chunk * c->elem));
+        CK(cudaMalloc((void **)&r->part_l[x], 2 * (size_t)c->n * c->chunkl * sizeof(float)));
+    }
+    CK(cudaMalloc(&r->gq, c->chunk * c->elem));
+    CK(cudaMalloc(&r->gk, c->chunk * c->elem));
+    CK(cudaMalloc(&r->gv, c->chunk * c->elem));
+    TK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &fb));
+    TK(ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &bb));
+    p = pair_problem(c, 0);
+    TK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &x));
+    if (x > fb) fb = x;
+    TK(ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &x));
+    if (x > bb) bb = x;
+    r->ws_bytes = fb > bb ? fb : bb;
+    CK(cudaMalloc(&r->ws, r->ws_bytes ? r->ws_bytes : 64));
+}
+
+/* The pair (q chunk x of rank r, k chunk y of the block in buffer b): ta_fwd
+ * into part kc of q chunk x. */
+static void fwd_pair(const cfg *c, rank *r, int x, const void *kvb, int y, int32_t kc, int diag) {
+    const ta_problem p = pair_problem(c, diag);
+    ta_fwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = r->q[x];
+    a.k = at((void *)kvb, (size_t)y * c->chunk, c->elem);
+    a.v = at((void *)kvb, (size_t)(2 + y) * c->chunk, c->elem);
+    a.o = at(r->part_o[x], (size_t)kc * c->chunk, c->elem);
+    a.lse = r->part_l[x] + (size_t)kc * c->chunkl;
+    TK(ta_fwd(&p, TA_BACKEND_CUDA, &a, r->ws, r->ws_bytes, r->comp));
+}
+
+/* The backward pair: ta_bwd with the merged o and lse, then dq_acc[x],
+ * dkv[y] and dkv[2 + y] += its outputs. */
+static void bwd_pair(const cfg *c, rank *r, int x, const void *kvb, float *dkv, int y, int diag) {
+    const ta_problem p = pair_problem(c, diag);
+    const unsigned blocks = 1024, threads = 256;
+    ta_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = r->q[x];
+    a.k = at((void *)kvb, (size_t)y * c->chunk, c->elem);
+    a.v = at((void *)kvb, (size_t)(2 + y) * c->chunk, c->elem);
+    a.o = r->o[x];
+    a.d_o = r->d_o[x];
+    a.lse = r->lse[x];
+    a.dq = r->gq;
+    a.dk = r->gk;
+    a.dv = r->gv;
+    TK(ta_bwd(&p, TA_BACKEND_CUDA, &a, r->ws, r->ws_bytes, r->comp));
+    add_into<<<blocks, threads, 0, (cudaStream_t)r->comp>>>(r->dq_acc[x], r->gq, c->chunk, c->bf16);
+    add_into<<<blocks, threads, 0, (cudaStream_t)r->comp>>>(dkv + (size_t)y * c->chunk, r->gk,
+                                                             c->chunk, c->bf16);
+    add_into<<<blocks, threads, 0, (cudaStream_t)r->comp>>>(dkv + (size_t)(2 + y) * c->chunk,
+                                                             r->gv, c->chunk, c->bf16);
+}
+
+/* q chunk x of rank r: o, lse = ta_merge of its parts 0 .. last (ascending). */
+static void merge(const cfg *c, rank *r, int x, int32_t nparts) {
+    const ta_problem p = pair_problem(c, 1);
+    ta_merge_args m;
+    memset(&m, 0, sizeof m);
+    m.num_parts = nparts;
+    m.o_parts = r->part_o[x];
+    m.lse_parts = r->part_l[x];
+    m.o = r->o[x];
+    m.lse = r->lse[x];
+    TK(ta_merge(&p, TA_BACKEND_CUDA, &m, r->comp));
+}
+
+/* The ring's forward (comm = 0: the sends skipped, for timing only). On
+ * entry rank r's kv[0] holds its own block. */
+static void reset_blocks(const cfg *c, rank *rk) {
+    int r;
+    for (r = 0; r < c->n; ++r) {
+        CK(cudaSetDevice(rk[r].dev));
+        CK(cudaMemcpyAsync(rk[r].kv[0], rk[r].home, 4 * c->chunk * c->elem,
+                           cudaMemcpyDeviceToDevice, rk[r].comp));
+        CK(cudaEventRecord(rk[r].arrived[0], rk[r].comp));
+        CK(cudaStreamWaitEvent(rk[r].comm, rk[r].arrived[0], 0));
+    }
+}
+
+static void ring_fwd(const cfg *c, rank *rk, ncclComm_t *comms, int comm) {
+    int s, r, x, y;
+    reset_blocks(c, rk);
+    for (s = 0; s < c->n; ++s) {
+        const int b = s & 1;
+        if (comm && s + 1 < c->n) { /* block to the next rank while this step runs */
+            for (r = 0; r < c->n; ++r) {
+                CK(cudaSetDevice(rk[r].dev));
+                CK(cudaStreamWaitEvent(rk[r].comm, rk[r].used[b ^ 1], 0));
+            }
+            NK(ncclGroupStart());
+            for (r = 0; r < c->n; ++r) {
+                NK(ncclSend(rk[r].kv[b], 4 * c->chunk * c->elem, ncclChar, (r + 1) % c->n,
+                            comms[r], rk[r].comm));
+                NK(ncclRecv(rk[r].kv[b ^ 1], 4 * c->chunk * c->elem, ncclChar,
+                            (r + c->n - 1) % c->n, comms[r], rk[r].comm));
+            }
+            NK(ncclGroupEnd());
+            for (r = 0; r < c->n; ++r) {
+                CK(cudaSetDevice(rk[r].dev));
+                CK(cudaEventRecord(rk[r].arrived[b ^ 1], rk[r].comm));
+            }
+        }
+        for (r = 0; r < c->n; ++r) {
+            const int src = (r + c->n - s) % c->n;
+            CK(cudaSetDevice(rk[r].dev));
+            for (x = 0; x < 2; ++x)
+                for (y = 0; y < 2; ++y) {
+                    const int32_t qc = chunk_of(c, r, x), kc = chunk_of(c, src, y);
+                    int diag;
+                    if (visible(c, qc, kc, &diag)) fwd_pair(c, &rk[r], x, rk[r].kv[b], y, kc, diag);
+                }
+            CK(cudaEventRecord(rk[r].used[b], rk[r].comp));
+            if (comm && s + 1 < c->n) CK(cudaStreamWaitEvent(rk[r].comp, rk[r].arrived[b ^ 1], 0));
+        }
+    }
+    for (r = 0; r < c->n; ++r) {
+        CK(cudaSetDevice(rk[r].dev));
+        for (x = 0; x < 2; ++x) {
+            const int32_t qc = chunk_of(c, r, x);
+            merge(c, &rk[r], x, c->causal ? qc + 1 : 2 * c->n);
+        }
+    }
+}
+
+/* The ring's backward: K/V and the dk/dv accumulators travel together; each
+ * step's block leaves after the step's pairs (its accumulators changed).
+ * On exit rank r's dkv[(n) & 1] holds its own block's sums. */
+static int ring_bwd(const cfg *c, rank *rk, ncclComm_t *comms, int comm) {
+    int s, r, x, y;
+    const size_t blocks = 1024, threads = 256;
+    reset_blocks(c, rk);
+    for (r = 0; r < c->n; ++r) {
+        CK(cudaSetDevice(rk[r].dev));
+        for (x = 0; x < 2; ++x) CK(cudaMemsetAsync(rk[r].dq_acc[x], 0, c->chunk * sizeof(float), rk[r].comp));
+        CK(cudaMemsetAsync(rk[r].dkv[0], 0, 4 * c->chunk * sizeof(float), rk[r].comp));
+    }
+    for (s = 0; s < c->n; ++s) {
+        const int b = s & 1;
+        for (r = 0; r < c->n; ++r) {
+            const int src = (r + c->n - s) % c->n;
+            CK(cudaSetDevice(rk[r].dev));
+            for (x = 0; x < 2; ++x)
+                for (y = 0; y < 2; ++y) {
+                    const int32_t qc = chunk_of(c, r, x), kc = chunk_of(c, src, y);
+                    int diag;
+                    if (visible(c, qc, kc, &diag))
+                        bwd_pair(c, &rk[r], x, rk[r].kv[b], rk[r].dkv[b], y, diag);
+                }
+            CK(cudaEventRecord(rk[r].used[b], rk[r].comp));
+            CK(cudaStreamWaitEvent(rk[r].comm, rk[r].used[b], 0));
+        }
+        if (comm) {
+            NK(ncclGroupStart());
+            for (r = 0; r < c->n; ++r) {
+                const int to = (r + 1) % c->n, from = (r + c->n - 1) % c->n;
+                if (s + 1 < c->n) {
+                    NK(ncclSend(rk[r].kv[b], 4 * c->chunk * c->elem, ncclChar, to, comms[r], rk[r].comm));
+                    NK(ncclRecv(rk[r].kv[b ^ 1], 4 * c->chunk * c->elem, ncclChar, from, comms[r],
+                                rk[r].comm));
+                }
+                NK(ncclSend(rk[r].dkv[b], 4 * c->chunk, ncclFloat, to, comms[r], rk[r].comm));
+                NK(ncclRecv(rk[r].dkv[b ^ 1], 4 * c->chunk, ncclFloat, from, comms[r], rk[r].comm));
+            }
+            NK(ncclGroupEnd());
+        }
+        for (r = 0; r < c->n; ++r) {
+            CK(cudaSetDevice(rk[r].dev));
+            CK(cudaEventRecord(rk[r].arrived[b ^ 1], rk[r].comm));
+            CK(cudaStreamWaitEvent(rk[r].comp, rk[r].arrived[b ^ 1], 0));
+        }
+    }
+    for (r = 0; r < c->n; ++r) {
+        CK(cudaSetDevice(rk[r].dev));
+        for (x = 0; x < 2; ++x)
+            store_as<<<blocks, threads, 0, rk[r].comp>>>(rk[r].dq[x], rk[r].dq_acc[x], c->chunk,
+                                                         c->bf16);
+    }
+    return c->n & 1;
+}
+
+/* ---- check mode ---- */
+
+static void fill(void *dst, size_t n, int bf16, uint32_t seed, float scale) {
+    size_t i;
+    float *f = (float *)malloc(n * sizeof(float));
+    uint16_t *h = (uint16_t *)malloc(n * 2);
+    uint32_t st = seed * 2654435761u + 1u;
+    if (!f || !h) exit(1);
+    for (i = 0; i < n; ++i) {
+        st = st * 1664525u + 1013904223u;
+        f[i] = ((float)(st >> 8) * (2.0f / 16777216.0f) - 1.0f) * scale;
+        {
+            uint32_t u;
+            memcpy(&u, &f[i], 4);
+            h[i] = (uint16_t)(u >> 16);
+            u = (uint32_t)h[i] << 16;
+            memcpy(&f[i], &u, 4); /* bf16-representable in both dtypes */
+        }
+    }
+    CK(cudaMemcpy(dst, bf16 ? (void *)h : (void *)f, n * (bf16 ? 2 : 4), cudaMemcpyHostToDevice));
+    free(f);
+    free(h);
+}
+
+static void *download(const void *src, size_t bytes) {
+    void *h = malloc(bytes);
+    if (!h) exit(1);
+    CK(cudaMemcpy(h, src, bytes, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+/* Every chunk's inputs on its owner: q, dO of chunk qc, k and v of chunk kc,
+ * from seeds of the chunk index, so a copy on another device is identical. */
+static void fill_rank(const cfg *c, rank *r, int rr) {
+    int x;
+    CK(cudaSetDevice(r->dev));
+    for (x = 0; x < 2; ++x) {
+        const int32_t ch = chunk_of(c, rr, x);
+        fill(r->q[x], c->chunk, c->bf16, 100u + (uint32_t)ch, 1.0f);
+        fill(r->d_o[x], c->chunk, c->bf16, 200u + (uint32_t)ch, 1.0f);
+        fill(at(r->home, (size_t)x * c->chunk, c->elem), c->chunk, c->bf16, 300u + (uint32_t)ch, 1.0f);
+        fill(at(r->home, (size_t)(2 + x) * c->chunk, c->elem), c->chunk, c->bf16,
+             400u + (uint32_t)ch, 1.0f);
+    }
+    CK(cudaMemcpy(r->kv[0], r->home, 4 * c->chunk * c->elem, cudaMemcpyDeviceToDevice));
+}
+
+/* The outputs of rank r's chunks: o, lse, dq, and its block's dk, dv. */
+typedef struct outs {
+    void *o[2], *dq[2], *dk[2], *dv[2];
+    float *lse[2];
+} outs;
+
+static void take(const cfg *c, rank *r, int home, outs *o) {
+    int x;
+    CK(cudaSetDevice(r->dev));
+    CK(cudaDeviceSynchronize());
+    for (x = 0; x < 2; ++x) {
+        o->o[x] = download(r->o[x], c->chunk * c->elem);
+        o->lse[x] = (float *)download(r->lse[x], c->chunkl * sizeof(float));
+        o->dq[x] = download(r->dq[x], c->chunk * c->elem);
+        o->dk[x] = download(r->dkv[home] + (size_t)x * c->chunk, c->chunk * sizeof(float));
+        o->dv[x] = download(r->dkv[home] + (size_t)(2 + x) * c->chunk, c->chunk * sizeof(float));
+    }
+}
+
+static int same(const void *a, const void *b, size_t bytes, const char *what, int rr, int x) {
+    if (memcmp(a, b, bytes) == 0) return 1;
+    fprintf(stderr, "ring_attention: %s of rank %d chunk %d differs\n", what, rr, x);
+    return 0;
+}
+
+/* The N-rank ring against the same chunk calls, in the same order, on one
+ * GPU (N ranks emulated on device 0, no NCCL: the blocks copied around). */
+static int check_one(int n, int bf16, int fast, int causal, ncclComm_t *comms, const int *devs) {
+    cfg c;
+    rank rk[MAXR], em[MAXR];
+    outs got[MAXR], want[MAXR];
+    int r, x, ok = 1, s;
+    memset(&c, 0, sizeof c);
+    c.n = n;
+    c.bf16 = bf16;
+    c.fast = fast;
+    c.causal = causal;
+    c.c = 128;
+    c.h = 2;
+    c.d = 64;
+    c.elem = bf16 ? 2 : 4;
+    c.chunk = (size_t)c.h * c.c * c.d;
+    c.chunkl = (size_t)c.h * c.c;
+    for (r = 0; r < n; ++r) {
+        rank_alloc(&c, &rk[r], devs[r]);
+        rank_alloc(&c, &em[r], devs[0]);
+        fill_rank(&c, &rk[r], r);
+        fill_rank(&c, &em[r], r);
+    }
+    ring_fwd(&c, rk, comms, 1);
+    r = ring_bwd(&c, rk, comms, 1);
+    for (x = 0; x < n; ++x) take(&c, &rk[x], r, &got[x]);
+    /* emulation: the ring's steps on one device, the blocks passed by copies */
+    CK(cudaSetDevice(devs[0]));
+    {
+        /* forward: at step s rank r meets the block of rank r - s */
+        for (s = 0; s < n; ++s)
+            for (r = 0; r < n; ++r) {
+                const int src = (r + n - s) % n;
+                for (x = 0; x < 2; ++x) {
+                    int y;
+                    for (y = 0; y < 2; ++y) {
+                        const int32_t qc = chunk_of(&c, r, x), kc = chunk_of(&c, src, y);
+                        int diag;
+                        if (visible(&c, qc, kc, &diag))
+                            fwd_pair(&c, &em[r], x, em[src].kv[0], y, kc, diag);
+                    }
+                }
+            }
+        for (r = 0; r < n; ++r)
+            for (x = 0; x < 2; ++x)
+                merge(&c, &em[r], x, causal ? chunk_of(&c, r, x) + 1 : 2 * n);
+        /* backward: block src's accumulators sum the ranks src, src + 1, ... */
+        for (r = 0; r < n; ++r) {
+            for (x = 0; x < 2; ++x)
+                CK(cudaMemsetAsync(em[r].dq_acc[x], 0, c.chunk * sizeof(float), em[r].comp));
+            CK(cudaMemsetAsync(em[r].dkv[0], 0, 4 * c.chunk * sizeof(float), em[r].comp));
+        }
+        CK(cudaDeviceSynchronize());
+        for (s = 0; s < n; ++s)
+            for (r = 0; r < n; ++r) {
+                const int src = (r + n - s) % n;
+                for (x = 0; x < 2; ++x) {
+                    int y;
+                    for (y = 0; y < 2; ++y) {
+                        const int32_t qc = chunk_of(&c, r, x), kc = chunk_of(&c, src, y);
+                        int diag;
+                        if (visible(&c, qc, kc, &diag)) {
+                            CK(cudaStreamSynchronize(em[src].comp));
+                            bwd_pair(&c, &em[r], x, em[src].kv[0], em[src].dkv[0], y, diag);
+                            CK(cudaStreamSynchronize(em[r].comp));
+                        }
+                    }
+                }
+            }
+        for (r = 0; r < n; ++r)
+            for (x = 0; x < 2; ++x)
+                store_as<<<1024, 256, 0, em[r].comp>>>(em[r].dq[x], em[r].dq_acc[x], c.chunk, bf16);
+        for (r = 0; r < n; ++r) take(&c, &em[r], 0, &want[r]);
+    }
+    for (r = 0; r < n; ++r)
+        for (x = 0; x < 2; ++x) {
+            ok &= same(got[r].o[x], want[r].o[x], c.chunk * c.elem, "o", r, x);
+            ok &= same(got[r].lse[x], want[r].lse[x], c.chunkl * 4, "lse", r, x);
+            ok &= same(got[r].dq[x], want[r].dq[x], c.chunk * c.elem, "dq", r, x);
+            ok &= same(got[r].dk[x], want[r].dk[x], c.chunk * 4, "dk", r, x);
+            ok &= same(got[r].dv[x], want[r].dv[x], c.chunk * 4, "dv", r, x);
+        }
+    /* exact f32: the forward equals one ta_fwd over the whole sequence with
+     * num_splits = 2N (the same key cut: parts of C keys) */
+    if (!fast && !bf16) {
+        const int32_t S = 2 * n * c.c;
+        const size_t nt = (size_t)c.h * S * c.d, nl = (size_t)c.h * S;
+        ta_problem p = pair_problem(&c, 1);
+        ta_fwd_args a;
+        void *q, *k, *v, *o, *ws;
+        float *lse, *ho, *hl;
+        size_t wb = 0;
+        int32_t h, ch;
+        p.seq_q = p.seq_k = S;
+        p.flags = causal ? TA_CAUSAL : 0;
+        p.num_splits = 2 * n; /* C = 128 keys: whole K tiles per part */
+        CK(cudaSetDevice(devs[0]));
+        CK(cudaMalloc(&q, nt * 4));
+        CK(cudaMalloc(&k, nt * 4));
+        CK(cudaMalloc(&v, nt * 4));
+        CK(cudaMalloc(&o, nt * 4));
+        CK(cudaMalloc((void **)&lse, nl * 4));
+        for (ch = 0; ch < 2 * n; ++ch) { /* the chunks' rows into [H, S, D] */
+            const int rr = ch < n ? ch : 2 * n - 1 - ch, xx = ch < n ? 0 : 1;
+            for (h = 0; h < c.h; ++h) {
+                const size_t dst = ((size_t)h * S + (size_t)ch * c.c) * c.d * 4;
+                const size_t src = (size_t)h * c.c * c.d * 4, bytes = (size_t)c.c * c.d * 4;
+                CK(cudaMemcpy((char *)q + dst, (char *)em[rr].q[xx] + src, bytes, cudaMemcpyDefault));
+                CK(cudaMemcpy((char *)k + dst, (char *)em[rr].kv[0] + (size_t)xx * c.chunk * 4 + src,
+                              bytes, cudaMemcpyDefault));
+                CK(cudaMemcpy((char *)v + dst,
+                              (char *)em[rr].kv[0] + (size_t)(2 + xx) * c.chunk * 4 + src, bytes,
+                              cudaMemcpyDefault));
+            }
+        }
+        TK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &wb));
+        CK(cudaMalloc(&ws, wb ? wb : 64));
+        memset(&a, 0, sizeof a);
+        a.q = q;
+        a.k = k;
+        a.v = v;
+        a.o = o;
+        a.lse = lse;
+        TK(ta_fwd(&p, TA_BACKEND_CUDA, &a, ws, wb, NULL));
+        ho = (float *)download(o, nt * 4);
+        hl = (float *)download(lse, nl * 4);
+        for (ch = 0; ch < 2 * n; ++ch) {
+            const int rr = ch < n ? ch : 2 * n - 1 - ch, xx = ch < n ? 0 : 1;
+            int eq = 1;
+            for (h = 0; h < c.h; ++h) {
+                eq &= memcmp(ho + ((size_t)h * S + (size_t)ch * c.c) * c.d,
+                             (float *)got[rr].o[xx] + (size_t)h * c.c * c.d,
+                             (size_t)c.c * c.d * 4) == 0;
+                eq &= memcmp(hl + (size_t)h * S + (size_t)ch * c.c,
+                             got[rr].lse[xx] + (size_t)h * c.c, (size_t)c.c * 4) == 0;
+            }
+            if (!eq)
+                fprintf(stderr, "ring_attention: chunk %d differs from ta_fwd with %d splits\n",
+                        ch, 2 * n);
+            ok &= eq;
+        }
+        printf("  exact f32 %s: the ring's o, lse == one ta_fwd with num_splits = %d: %s\n",
+               causal ? "causal" : "full", 2 * n, ok ? "bit for bit" : "NO");
+        free(ho);
+        free(hl);
+        cudaFree(q);
+        cudaFree(k);
+        cudaFree(v);
+        cudaFree(o);
+        cudaFree(lse);
+        cudaFree(ws);
+    }
+    printf("%d ranks, %s %s, %s: ring == one GPU, same chunk calls and order: %s\n", n,
+           bf16 ? "bf16" : "f32", fast ? "fast" : "exact", causal ? "causal" : "full",
+           ok ? "o, lse, dq, dk, dv bit for bit" : "DIFFERENT");
+    return ok;
+}
+
+
+/* ---- bench mode ---- */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void sync_all(rank *rk, int n) {
+    int r;
+    for (r = 0; r < n; ++r) {
+        CK(cudaSetDevice(rk[r].dev));
+        CK(cudaDeviceSynchronize());
+    }
+}
+
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define REPS 5
+
+/* One shape: one GPU's single call over S, and the ring on n GPUs. */
+static void bench_one(int n, int32_t S, int32_t H, int32_t D, ncclComm_t *comms, const int *devs) {
+    cfg c;
+    rank rk[MAXR];
+    double t[REPS], one[2], ring[2], quiet[2];
+    int r, i, pass;
+    memset(&c, 0, sizeof c);
+    c.n = n;
+    c.bf16 = 1;
+    c.fast = 1;
+    c.causal = 1;
+    c.c = S / (2 * n);
+    c.h = H;
+    c.d = D;
+    c.elem = 2;
+    c.chunk = (size_t)c.h * c.c * c.d;
+    c.chunkl = (size_t)c.h * c.c;
+    { /* one GPU, one call over S */
+        ta_problem p = pair_problem(&c, 1);
+        const size_t nt = (size_t)H * S * D;
+        void *q, *k, *v, *o, *d_o, *dq, *dk, *dv, *ws;
+        float *lse;
+        size_t fb = 0, bb = 0;
+        ta_fwd_args a;
+        ta_bwd_args b;
+        p.seq_q = p.seq_k = S;
+        CK(cudaSetDevice(devs[0]));
+        CK(cudaMalloc(&q, nt * 2));
+        CK(cudaMalloc(&k, nt * 2));
+        CK(cudaMalloc(&v, nt * 2));
+        CK(cudaMalloc(&o, nt * 2));
+        CK(cudaMalloc(&d_o, nt * 2));
+        CK(cudaMalloc(&dq, nt * 2));
+        CK(cudaMalloc(&dk, nt * 2));
+        CK(cudaMalloc(&dv, nt * 2));
+        CK(cudaMalloc((void **)&lse, (size_t)H * S * 4));
+        fill(q, nt, 1, 1u, 1.0f);
+        fill(k, nt, 1, 2u, 1.0f);
+        fill(v, nt, 1, 3u, 1.0f);
+        fill(d_o, nt, 1, 4u, 1.0f);
+        TK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &fb));
+        TK(ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &bb));
+        CK(cudaMalloc(&ws, (fb > bb ? fb : bb) + 64));
+        memset(&a, 0, sizeof a);
+        a.q = q;
+        a.k = k;
+        a.v = v;
+        a.o = o;
+        a.lse = lse;
+        memset(&b, 0, sizeof b);
+        b.q = q;
+        b.k = k;
+        b.v = v;
+        b.o = o;
+        b.d_o = d_o;
+        b.lse = lse;
+        b.dq = dq;
+        b.dk = dk;
+        b.dv = dv;
+        for (pass = 0; pass < 2; ++pass) {
+            for (i = -1; i < REPS; ++i) {
+                double t0;
+                CK(cudaDeviceSynchronize());
+                t0 = now_s();
+                if (pass == 0)
+                    TK(ta_fwd(&p, TA_BACKEND_CUDA, &a, ws, fb > bb ? fb : bb, NULL));
+                else
+                    TK(ta_bwd(&p, TA_BACKEND_CUDA, &b, ws, fb > bb ? fb : bb, NULL));
+                CK(cudaDeviceSynchronize());
+                if (i >= 0) t[i] = now_s() - t0;
+            }
+            qsort(t, REPS, sizeof t[0], cmp_d);
+            one[pass] = t[REPS / 2];
+        }
+        cudaFree(q);
+        cudaFree(k);
+        cudaFree(v);
+        cudaFree(o);
+        cudaFree(d_o);
+        cudaFree(dq);
+        cudaFree(dk);
+        cudaFree(dv);
+        cudaFree(lse);
+        cudaFree(ws);
+    }
+    for (r = 0; r < n; ++r) {
+        rank_alloc(&c, &rk[r], devs[r]);
+        fill_rank(&c, &rk[r], r);
+    }
+    for (pass = 0; pass < 2; ++pass) {
+        int comm;
+        for (comm = 1; comm >= 0; --comm) {
+            for (i = -1; i < REPS; ++i) {
+                double t0;
+                if (pass == 1) { /* the forward's o and lse first, untimed */
+                    ring_fwd(&c, rk, comms, 1);
+                }
+                sync_all(rk, n);
+                t0 = now_s();
+                if (pass == 0)
+                    ring_fwd(&c, rk, comms, comm);
+                else
+                    (void)ring_bwd(&c, rk, comms, comm);
+                sync_all(rk, n);
+                if (i >= 0) t[i] = now_s() - t0;
+            }
+            qsort(t, REPS, sizeof t[0], cmp_d);
+            if (comm)
+                ring[pass] = t[REPS / 2];
+            else
+                quiet[pass] = t[REPS / 2];
+        }
+    }
+    for (pass = 0; pass < 2; ++pass) {
+        /* causal: 2 S^2 H D flops forward (4 S^2 H D / 2), 2.5x that backward */
+        const double fl = 2.0 * (double)S * S * H * D * (pass ? 2.5 : 1.0);
+        printf("%7d %3d %4d %s | %9.3f %9.3f | %6.3f %6.1f %% | %9.3f %9.1f %% | %7.1f %5.1f %%\n",
+               (int)S, (int)H, (int)D, pass ? "bwd" : "fwd", one[pass] * 1e3, ring[pass] * 1e3,
+               one[pass] / (n * ring[pass]), 100.0 * one[pass] / (n * ring[pass]),
+               quiet[pass] * 1e3, 100.0 * (ring[pass] - quiet[pass]) / ring[pass],
+               fl / (n * ring[pass]) / 1e12, 100.0 * fl / (n * ring[pass]) / 989e12);
+    }
+    for (r = 0; r < n; ++r) { /* free this shape's buffers */
+        int x;
+        CK(cudaSetDevice(rk[r].dev));
+        CK(cudaDeviceSynchronize());
+        for (x = 0; x < 2; ++x) {
+            cudaFree(rk[r].q[x]);
+            cudaFree(rk[r].o[x]);
+            cudaFree(rk[r].d_o[x]);
+            cudaFree(rk[r].dq[x]);
+            cudaFree(rk[r].lse[x]);
+            cudaFree(rk[r].dq_acc[x]);
+            cudaFree(rk[r].kv[x]);
+            cudaFree(rk[r].dkv[x]);
+            cudaFree(rk[r].part_o[x]);
+            cudaFree(rk[r].part_l[x]);
+        }
+        cudaFree(rk[r].home);
+        cudaFree(rk[r].gq);
+        cudaFree(rk[r].gk);
+        cudaFree(rk[r].gv);
+        cudaFree(rk[r].ws);
+    }
+}
+
+static void bench_all(int n, ncclComm_t *comms, const int *devs, int32_t smax) {
+    int32_t S;
+    printf("ring attention, fast bf16, causal, zig-zag, %d GPUs; wall medians of %d; one = one "
+           "GPU, one call over S; eff = one / (N ring); quiet = the ring with the sends "
+           "skipped, exposed = (ring - quiet) / ring; TF/s per GPU (causal: 2 S^2 H D fwd, x 2.5 "
+           "bwd) and %% of 989\n",
+           n, REPS);
+    printf("      S   H    D pass |    one ms   ring ms |    eff        |  quiet ms   exposed |  TF/s  peak\n");
+    for (S = 32768; S <= smax; S *= 2) bench_one(n, S, 16, 128, comms, devs);
+}
+
+int main(int argc, char **argv) {
+    int n_dev = 0, n, i, bench = 0, ok = 1;
+    int32_t smax = 262144;
+    int devs[MAXR];
+    ncclComm_t comms[MAXR];
+    for (i = 1; i < argc; ++i)
+        if (strcmp(argv[i], "--bench") == 0)
+            bench = 1;
+        else if (strcmp(argv[i], "--smax") == 0 && i + 1 < argc)
+            smax = (int32_t)atol(argv[++i]);
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev < 2) {
+        printf("ring_attention: fewer than 2 CUDA devices: skipped\n");
+        return SKIP;
+    }
+    n = n_dev < MAXR ? n_dev : MAXR;
+    for (i = 0; i < n; ++i) devs[i] = i;
+    NK(ncclCommInitAll(comms, n, devs));
+    if (bench) {
+        bench_all(n, comms, devs, smax);
+        for (i = 0; i < n; ++i) ncclCommDestroy(comms[i]);
+        return 0;
+    }
+    ok &= check_one(n, 0, 0, 1, comms, devs);
+    ok &= check_one(n, 0, 0, 0, comms, devs);
+    ok &= check_one(n, 1, 1, 1, comms, devs);
+    ok &= check_one(n, 1, 0, 1, comms, devs);
+    for (i = 0; i < n; ++i) ncclCommDestroy(comms[i]);
+    printf("ring_attention: %s\n", ok ? "passed" : "FAILED");
+    return ok ? 0 : 1;
+}
