@@ -180,7 +180,7 @@ static int random_case(uint64_t seed, int idx, mcase *m, ta_rng *r) {
     ta_problem *p = &m->p;
     static const int32_t dims[3] = {64, 96, 128};
     const int32_t conv = ta_rng_int(r, 0, 5);
-    int32_t b, g;
+    int32_t g;
     memset(m, 0, sizeof *m);
     (void)seed;
     (void)idx;
@@ -203,23 +203,11 @@ static int random_case(uint64_t seed, int idx, mcase *m, ta_rng *r) {
                                                    : ta_rng_int(r, 2, 6);
     }
     /* 6 x 11 (the paper's), 7 x 7, 1 x 1, 16 x 31 (the largest), or any */
-    p->conv_q = conv == 0   ? 6
-                : conv == 1 ? 7
-                : conv == 2 ? 1
-                : conv == 3 ? 16
-                            : ta_rng_int(r, 1, 16);
-    p->conv_k = conv == 0   ? 11
-                : conv == 1 ? 7
-                : conv == 2 ? 1
-                : conv == 3 ? 31
-                            : 2 * ta_rng_int(r, 0, 15) + 1;
+    ta_test_mta_conv(r, conv, p);
     if (ta_rng_int(r, 0, 2) == 0) p->scale = ta_rng_uniform(r, 0.02f, 0.3f);
     ta_test_random_window(r, p, 30);
     m->use_seqlens = ta_rng_int(r, 0, 3) == 0;
-    for (b = 0; b < p->batch; ++b) {
-        const int32_t kind = ta_rng_int(r, 0, 2);
-        m->seqlens[b] = kind == 0 ? 0 : kind == 1 ? ta_rng_int(r, 0, p->seq_k) : p->seq_k;
-    }
+    ta_test_seqlens(r, p, m->seqlens);
     return ta_rng_int(r, 0, 4) == 0; /* identity kernel */
 }
 

@@ -93,7 +93,6 @@ static void make_case(bcase *c, ta_rng *r) {
     ta_problem *p = &c->p;
     const int32_t kind = ta_rng_int(r, 0, 5);
     size_t i;
-    int32_t b;
     memset(c, 0, sizeof *c);
     p->batch = ta_rng_int(r, 1, 2);
     p->heads_kv = ta_rng_int(r, 1, 2);
@@ -104,23 +103,11 @@ static void make_case(bcase *c, ta_rng *r) {
     p->dtype = ta_rng_int(r, 0, 1) ? TA_BF16 : TA_F16;
     p->precision = TA_PRECISION_FAST;
     p->flags = TA_CAUSAL;
-    p->conv_q = kind == 0   ? 6
-                : kind == 1 ? 7
-                : kind == 2 ? 1
-                : kind == 3 ? 16
-                            : ta_rng_int(r, 1, 16);
-    p->conv_k = kind == 0   ? 11
-                : kind == 1 ? 7
-                : kind == 2 ? 1
-                : kind == 3 ? 31
-                            : 2 * ta_rng_int(r, 0, 15) + 1;
+    ta_test_mta_conv(r, kind, p);
     if (ta_rng_int(r, 0, 2) == 0) p->scale = ta_rng_uniform(r, 0.02f, 0.3f);
     ta_test_random_window(r, p, 20);
     c->use_seqlens = ta_rng_int(r, 0, 3) == 0;
-    for (b = 0; b < p->batch; ++b) {
-        const int32_t k = ta_rng_int(r, 0, 2);
-        c->seqlens[b] = k == 0 ? 0 : k == 1 ? ta_rng_int(r, 0, p->seq_k) : p->seq_k;
-    }
+    ta_test_seqlens(r, p, c->seqlens);
     c->identity = ta_rng_int(r, 0, 4) == 0;
     c->eb = ta_dtype_size(p->dtype);
     c->n[0] = cnt(p->batch, p->heads_q, p->seq_q, p->head_dim);

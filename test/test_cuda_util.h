@@ -10,6 +10,8 @@
 
 #include <cuda_runtime.h>
 
+#include "test_util.h"
+
 #define CUDA_OK(call)                                                                              \
     do {                                                                                           \
         const cudaError_t e_ = (call);                                                             \
@@ -35,6 +37,31 @@ static inline int32_t ta_test_fast_candidates(int32_t d) {
 #define TA_TEST_FAST_MTA_CFGS 4
 static inline int32_t ta_test_fast_mta_twin(int32_t cfg) {
     return cfg <= 1 ? 1 - cfg : 2 + (cfg - 1) % 3;
+}
+
+/* The fast MTA tests' conv sizes (kind = a draw in [0, 5]): 6 x 11 (the
+ * paper's), 7 x 7, 1 x 1, 16 x 31 (the largest), or any c_q in [1, 16] and
+ * odd c_k in [1, 31]. */
+static inline void ta_test_mta_conv(ta_rng *r, int32_t kind, ta_problem *p) {
+    p->conv_q = kind == 0   ? 6
+                : kind == 1 ? 7
+                : kind == 2 ? 1
+                : kind == 3 ? 16
+                            : ta_rng_int(r, 1, 16);
+    p->conv_k = kind == 0   ? 11
+                : kind == 1 ? 7
+                : kind == 2 ? 1
+                : kind == 3 ? 31
+                            : 2 * ta_rng_int(r, 0, 15) + 1;
+}
+
+/* Key lengths of p->batch entries (at most 4): 0, any, or S_k, a third each. */
+static inline void ta_test_seqlens(ta_rng *r, const ta_problem *p, int32_t *seqlens) {
+    int32_t b;
+    for (b = 0; b < p->batch; ++b) {
+        const int32_t kind = ta_rng_int(r, 0, 2);
+        seqlens[b] = kind == 0 ? 0 : kind == 1 ? ta_rng_int(r, 0, p->seq_k) : p->seq_k;
+    }
 }
 
 #endif /* TA_TEST_CUDA_UTIL_H */
