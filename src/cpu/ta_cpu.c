@@ -178,8 +178,12 @@ void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int band, int32_t n_split
         ws->part_lse = TA_WS_TAKE(c, float, n_lse);
     }
     ws->lat_in = dm->lat_w ? TA_WS_TAKE(c, float, ta_cpu_round_pad(dm->lat_w)) : NULL;
-    ws->lat_out = dm->lat_w ? TA_WS_TAKE(c, float, ta_cpu_round_pad(dm->lat_w)) : NULL;
-    ws->qlat = dm->lat_w && band ? TA_WS_TAKE(c, float, bk * dm->d_pad) : NULL;
+    ws->lat_out = dm->lat_w || band
+                      ? TA_WS_TAKE(c, float, ta_cpu_round_pad(dm->lat_w ? dm->lat_w : dm->d))
+                      : NULL;
+    ws->qlat = band ? TA_WS_TAKE(c, float, bk * dm->d_pad) : NULL;
+    ws->qlat_t = band ? TA_WS_TAKE(c, float, (size_t)dm->d * dm->bk_pad) : NULL;
+    ws->tvec = band ? TA_WS_TAKE(c, float, dm->bk_pad) : NULL;
 }
 
 /* The dk/dv pairs' lo words and row-chunk partials of `group` slots (after

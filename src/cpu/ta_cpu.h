@@ -67,7 +67,8 @@ typedef struct ta_cpu_dims {
  *   | nlo (bq_pad) | row_lo | row_hi (bq_pad each; ld_sraw each with a conv) |
  *   | acc_lo B_q x dv_pad | part B_q x dv_pad | l_lo bq_pad |
  *   | part_o n x B_q x dv_pad | part_lse n x bq_pad |  (split-K, n > 1 parts only)
- *   | lat_in, lat_out pad(lat_w) | qlat B_k x d_pad (band) |  (the fused projections only)
+ *   | lat_in pad(lat_w) | lat_out pad(lat_w or D) |  (the projections; lat_out: or the band)
+ *   | qlat B_k x d_pad | qlat_t D x bk_pad | tvec bk_pad |  (the band only; D: the core's)
  *   (the interval arrays, then the pairs' lo words and the P V partial, come
  *   last, so the other regions keep the offsets they had before windows and
  *   the compensated sums: no change of L1 set placement to measure)
@@ -99,9 +100,12 @@ typedef struct ta_cpu_fwd_ws {
     float *sraw; /* [B_k, ld_sraw]  S^T, lane 0 = loaded row row_eff_begin - (c_q-1) */
     size_t ld_sraw;
     /* the fused projections (NULL without): a raw q row or ctx~ [lat_w], a q~
-     * or o row [lat_w] (cpu_lat_gemv's input and output), and the band's q~
-     * rows of a K tile [B_k, d_pad] */
-    float *lat_in, *lat_out, *qlat;
+     * or o row [lat_w] (cpu_lat_gemv's input and output; with the band also
+     * the k row of its T, [D] without the projections) */
+    float *lat_in, *lat_out;
+    /* the band (NULL without): the q~ (q) rows of a K tile's band keys [B_k,
+     * d_pad], transposed [D, bk_pad], and one row's T [bk_pad] (cpu_lat_rband_scores) */
+    float *qlat, *qlat_t, *tvec;
     /* split-K (n = plan->fwd.num_splits > 1; NULL, 1 otherwise): the task's
      * parts, part s of row i at part_o + (s B_q + i) dv_pad (f32, normalised)
      * and part_lse + s bq_pad + i; merged by src/ta_merge.h */
