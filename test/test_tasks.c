@@ -453,7 +453,8 @@ static void lat_make(ta_rng *r, int kind, lat_case *c) {
     p->flags = band || ta_rng_int(r, 0, 1) ? TA_CAUSAL : 0u;
     if (band) {
         p->flags |= TA_RBAND;
-        p->rband_width = ta_rng_int(r, 0, 3) == 0 ? ta_rng_int(r, 0, 2) : ta_rng_int(r, 0, p->seq_k + 3);
+        p->rband_width =
+            ta_rng_int(r, 0, 3) == 0 ? ta_rng_int(r, 0, 2) : ta_rng_int(r, 0, p->seq_k + 3);
         p->rband_alpha = ta_rng_int(r, 0, 5) == 0 ? 0.0f : ta_rng_uniform(r, -1.5f, 1.5f);
         p->q_history = prefix < p->rband_width ? prefix : p->rband_width;
     }
@@ -561,8 +562,7 @@ static int lat_same(const lat_case *c, const lat_out *a, const lat_out *b, int p
     if (part == 0)
         return memcmp(a->o, b->o, c->n_o * c->eb) == 0 &&
                memcmp(a->lse, b->lse, c->n_lse * sizeof(float)) == 0;
-    return memcmp(a->dq, b->dq, c->n_q * c->eb) == 0 &&
-           memcmp(a->dk, b->dk, c->n_k * c->eb) == 0 &&
+    return memcmp(a->dq, b->dq, c->n_q * c->eb) == 0 && memcmp(a->dk, b->dk, c->n_k * c->eb) == 0 &&
            memcmp(a->dv, b->dv, c->n_v * c->eb) == 0 &&
            memcmp(a->dwq, b->dwq, c->n_wq * sizeof(float)) == 0 &&
            memcmp(a->dwv, b->dwv, c->n_wv * sizeof(float)) == 0 &&
@@ -612,8 +612,7 @@ static void lat_run_tasks(ta_rng *r, const lat_case *c, const lat_out *exp, int 
     TA_CHECK(st == TA_OK, "%s: bwd prepare: status %d", desc, (int)st);
     bad = st == TA_OK ? run_pool(r, shared, &tp, workers, reversed) : 0;
     TA_CHECK(bad == 0, "%s: %d backward tasks failed", desc, bad);
-    TA_CHECK(lat_same(c, exp, &out, 1), "%s: backward (W = %d) differs from ta_bwd", desc,
-             workers);
+    TA_CHECK(lat_same(c, exp, &out, 1), "%s: backward (W = %d) differs from ta_bwd", desc, workers);
     g_tasks += tp.num_tasks[0] + tp.num_tasks[1];
     ++g_lat_bwd_calls;
     ta_test_free(shared);
