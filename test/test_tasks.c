@@ -23,12 +23,20 @@
  *      unprepared or moved one, phase and task out of range, phase 1 before
  *      phase 0 has finished, scratch NULL, short, misaligned or overlapping a
  *      tensor or the shared workspace.
+ *   4. latent attention (docs/api.md "Latent attention and the reciprocal
+ *      band"): random problems with the band (TA_RBAND: alpha, sometimes 0,
+ *      width W, a quarter decode-like forwards with q_history history rows),
+ *      the fused projections (latent_dim, w_qlat, w_vup; the backward's
+ *      dw_qlat, dw_vup) or both. The OpenMP call must equal REF bit for bit,
+ *      then the caller-run forward and backward (two phases: the weight
+ *      gradients' and d_alpha's sums) the OpenMP call, as in step 2.
  * Fresh seed per run (printed; TA_SEED replays).
  *
  *   test_tasks [--quick]      (--quick: fewer problems and worker counts; valgrind)
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -139,7 +147,7 @@ static void poison_out(const tcase *tc, run_out *out) {
     if (out->dw) ta_poison(out->dw, tc->n_w * sizeof(float));
 }
 
-static long g_calls, g_tasks;
+static long g_calls, g_tasks, g_lat_calls, g_lat_bwd_calls;
 
 /* Forward and backward of tc as caller-run tasks on `workers` threads; compares with exp. */
 static void run_tasks(ta_rng *r, const tcase *tc, const run_out *exp, int workers, int reversed,
@@ -395,10 +403,254 @@ static void bad_cases(ta_rng *r) {
     ta_oc_free_case(&tc);
 }
 
+/* ---- Latent attention: the reciprocal band and the fused projections ---- */
+
+/* One problem of docs/api.md "Latent attention and the reciprocal band": the
+ * band (TA_CAUSAL | TA_RBAND), the fused projections (latent_dim L > 0, f32
+ * weights), or both. Inputs in the storage dtype; k, v have L columns with
+ * the projections. bwd: S_q = S_k, the backward runs too; else a decode-like
+ * forward with q_history = min(S_k - S_q, W) history rows in hist. */
+typedef struct lat_case {
+    ta_problem p;
+    int bwd;
+    size_t n_q, n_h, n_k, n_v, n_o, n_lse, n_wq, n_wv, eb;
+    void *q, *hist, *k, *v, *d_o;
+    float *wq, *wv; /* [H, D, L], [H, L, D_v]; NULL without the projections */
+} lat_case;
+
+/* One call's outputs: o, lse; dq, dk, dv, dw_qlat, dw_vup, d_alpha [1]. */
+typedef struct lat_out {
+    void *o, *dq, *dk, *dv;
+    float *lse, *dwq, *dwv, *da;
+} lat_out;
+
+static int lat_band(const lat_case *c) { return (c->p.flags & TA_RBAND) != 0; }
+static int lat_proj(const lat_case *c) { return c->p.latent_dim > 0; }
+
+static void *lat_tensor(ta_rng *r, ta_dtype dt, size_t n) {
+    void *x = ta_test_alloc((n ? n : 1) * ta_dtype_size(dt));
+    ta_fill_uniform(r, x, dt, n, -1.0f, 1.0f);
+    return x;
+}
+
+/* kind 0: the band alone; 1: the projections and the band; 2: the projections,
+ * causal or not, no band. A band problem is forward-only (history rows) 1 in 4. */
+static void lat_make(ta_rng *r, int kind, lat_case *c) {
+    ta_problem *p = &c->p;
+    const int band = kind != 2, proj = kind != 0;
+    const int32_t prefix = band && ta_rng_int(r, 0, 3) == 0 ? ta_rng_int(r, 1, 40) : 0;
+    int32_t wk, wv;
+    memset(c, 0, sizeof *c);
+    p->batch = ta_rng_int(r, 1, 2);
+    p->heads_kv = ta_rng_int(r, 0, 2) ? 1 : 2; /* latent attention: one kv head */
+    p->heads_q = p->heads_kv * ta_rng_int(r, 1, 3);
+    p->seq_q = ta_rng_int(r, 1, 150), p->seq_k = p->seq_q + prefix;
+    p->head_dim = ta_rng_int(r, 1, 40), p->head_dim_v = ta_rng_int(r, 1, 40);
+    p->dtype = (ta_dtype)ta_rng_int(r, 0, 2);
+    if (ta_rng_int(r, 0, 1)) p->block_k = ta_rng_int(r, 8, 64);
+    if (ta_rng_int(r, 0, 1)) p->block_q = ta_rng_int(r, 8, 64);
+    if (ta_rng_int(r, 0, 2) == 0) p->scale = ta_rng_uniform(r, 0.05f, 0.6f);
+    p->flags = band || ta_rng_int(r, 0, 1) ? TA_CAUSAL : 0u;
+    if (band) {
+        p->flags |= TA_RBAND;
+        p->rband_width =
+            ta_rng_int(r, 0, 3) == 0 ? ta_rng_int(r, 0, 2) : ta_rng_int(r, 0, p->seq_k + 3);
+        p->rband_alpha = ta_rng_int(r, 0, 5) == 0 ? 0.0f : ta_rng_uniform(r, -1.5f, 1.5f);
+        p->q_history = prefix < p->rband_width ? prefix : p->rband_width;
+    }
+    if (proj) p->latent_dim = ta_rng_int(r, 1, 40);
+    c->bwd = p->seq_q == p->seq_k;
+    wk = proj ? p->latent_dim : p->head_dim, wv = proj ? p->latent_dim : p->head_dim_v;
+    c->eb = ta_dtype_size(p->dtype);
+    c->n_q = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q * (size_t)p->head_dim;
+    c->n_h = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->q_history * (size_t)p->head_dim;
+    c->n_k = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k * (size_t)wk;
+    c->n_v = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k * (size_t)wv;
+    c->n_o = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q * (size_t)p->head_dim_v;
+    c->n_lse = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    c->q = lat_tensor(r, p->dtype, c->n_q), c->hist = lat_tensor(r, p->dtype, c->n_h);
+    c->k = lat_tensor(r, p->dtype, c->n_k), c->v = lat_tensor(r, p->dtype, c->n_v);
+    c->d_o = lat_tensor(r, p->dtype, c->n_o);
+    if (proj) {
+        c->n_wq = (size_t)p->heads_q * (size_t)p->head_dim * (size_t)p->latent_dim;
+        c->n_wv = (size_t)p->heads_q * (size_t)p->latent_dim * (size_t)p->head_dim_v;
+        c->wq = (float *)ta_test_alloc(c->n_wq * sizeof(float));
+        c->wv = (float *)ta_test_alloc(c->n_wv * sizeof(float));
+        ta_fill_uniform(r, c->wq, TA_F32, c->n_wq, -1.5f / sqrtf((float)p->head_dim),
+                        1.5f / sqrtf((float)p->head_dim));
+        ta_fill_uniform(r, c->wv, TA_F32, c->n_wv, -1.0f / sqrtf((float)p->latent_dim),
+                        1.0f / sqrtf((float)p->latent_dim));
+    }
+}
+
+static void lat_free(lat_case *c) {
+    ta_test_free(c->q), ta_test_free(c->hist), ta_test_free(c->k), ta_test_free(c->v);
+    ta_test_free(c->d_o), ta_test_free(c->wq), ta_test_free(c->wv);
+}
+
+static void lat_describe(const lat_case *c, int x, char *buf, size_t n) {
+    const ta_problem *p = &c->p;
+    snprintf(buf, n,
+             "latent problem %d: B=%d H=%d/%d S=%d/%d D=%d/%d L=%d dt=%d flags=%u W=%d "
+             "alpha=%a q_history=%d scale=%a bq=%d bk=%d%s",
+             x, (int)p->batch, (int)p->heads_q, (int)p->heads_kv, (int)p->seq_q, (int)p->seq_k,
+             (int)p->head_dim, (int)p->head_dim_v, (int)p->latent_dim, (int)p->dtype,
+             (unsigned)p->flags, (int)p->rband_width, (double)p->rband_alpha, (int)p->q_history,
+             (double)p->scale, (int)p->block_q, (int)p->block_k, c->bwd ? "" : " (forward only)");
+}
+
+/* Every output allocated (one element at least) and poisoned (NaN). */
+static void lat_alloc_out(const lat_case *c, lat_out *out) {
+    const size_t eb = c->eb, f = sizeof(float);
+    out->o = ta_test_alloc(c->n_o * eb + 1), out->dq = ta_test_alloc(c->n_q * eb + 1);
+    out->dk = ta_test_alloc(c->n_k * eb + 1), out->dv = ta_test_alloc(c->n_v * eb + 1);
+    out->lse = (float *)ta_test_alloc(c->n_lse * f + 1);
+    out->dwq = (float *)ta_test_alloc(c->n_wq * f + 1);
+    out->dwv = (float *)ta_test_alloc(c->n_wv * f + 1);
+    out->da = (float *)ta_test_alloc(f);
+    ta_poison(out->o, c->n_o * eb), ta_poison(out->dq, c->n_q * eb);
+    ta_poison(out->dk, c->n_k * eb), ta_poison(out->dv, c->n_v * eb);
+    ta_poison(out->lse, c->n_lse * f), ta_poison(out->dwq, c->n_wq * f);
+    ta_poison(out->dwv, c->n_wv * f), ta_poison(out->da, f);
+}
+
+static void lat_free_out(lat_out *out) {
+    ta_test_free(out->o), ta_test_free(out->dq), ta_test_free(out->dk), ta_test_free(out->dv);
+    ta_test_free(out->lse), ta_test_free(out->dwq), ta_test_free(out->dwv), ta_test_free(out->da);
+}
+
+static void lat_fill_fwd(const lat_case *c, lat_out *out, ta_fwd_args *fa) {
+    memset(fa, 0, sizeof *fa);
+    fa->q = c->q, fa->k = c->k, fa->v = c->v, fa->o = out->o, fa->lse = out->lse;
+    fa->q_hist = c->p.q_history > 0 ? c->hist : NULL;
+    fa->w_qlat = c->wq, fa->w_vup = c->wv;
+}
+
+/* The backward from in's o and lse into out. */
+static void lat_fill_bwd(const lat_case *c, const lat_out *in, lat_out *out, ta_bwd_args *ba) {
+    memset(ba, 0, sizeof *ba);
+    ba->q = c->q, ba->k = c->k, ba->v = c->v, ba->o = in->o, ba->d_o = c->d_o, ba->lse = in->lse;
+    ba->dq = out->dq, ba->dk = out->dk, ba->dv = out->dv;
+    ba->d_alpha = lat_band(c) ? out->da : NULL;
+    ba->w_qlat = c->wq, ba->w_vup = c->wv;
+    ba->dw_qlat = lat_proj(c) ? out->dwq : NULL, ba->dw_vup = lat_proj(c) ? out->dwv : NULL;
+}
+
+/* ta_fwd, then (bwd) ta_bwd from its o and lse, on be; workspaces random bytes. */
+static ta_status lat_call(ta_rng *r, const lat_case *c, ta_backend be, lat_out *out) {
+    ta_fwd_args fa;
+    ta_bwd_args ba;
+    size_t bytes = 0;
+    void *ws;
+    ta_status st;
+    lat_fill_fwd(c, out, &fa);
+    if ((st = ta_fwd_workspace_size(&c->p, be, &bytes)) != TA_OK) return st;
+    ws = random_bytes(r, bytes);
+    st = ta_fwd(&c->p, be, &fa, ws, bytes, NULL);
+    ta_test_free(ws);
+    if (st != TA_OK || !c->bwd) return st;
+    lat_fill_bwd(c, out, out, &ba);
+    if ((st = ta_bwd_workspace_size(&c->p, be, &bytes)) != TA_OK) return st;
+    ws = random_bytes(r, bytes);
+    st = ta_bwd(&c->p, be, &ba, ws, bytes, NULL);
+    ta_test_free(ws);
+    return st;
+}
+
+/* The forward's outputs (part 0) or the backward's (part 1) of a and b are the same bits. */
+static int lat_same(const lat_case *c, const lat_out *a, const lat_out *b, int part) {
+    if (part == 0)
+        return memcmp(a->o, b->o, c->n_o * c->eb) == 0 &&
+               memcmp(a->lse, b->lse, c->n_lse * sizeof(float)) == 0;
+    return memcmp(a->dq, b->dq, c->n_q * c->eb) == 0 && memcmp(a->dk, b->dk, c->n_k * c->eb) == 0 &&
+           memcmp(a->dv, b->dv, c->n_v * c->eb) == 0 &&
+           memcmp(a->dwq, b->dwq, c->n_wq * sizeof(float)) == 0 &&
+           memcmp(a->dwv, b->dwv, c->n_wv * sizeof(float)) == 0 &&
+           (!lat_band(c) || memcmp(a->da, b->da, sizeof(float)) == 0);
+}
+
+/* Forward and (c->bwd) backward of c as caller-run tasks on `workers`
+ * threads, against exp (the backward from exp's o and lse). */
+static void lat_run_tasks(ta_rng *r, const lat_case *c, const lat_out *exp, int workers,
+                          int reversed, const char *desc) {
+    ta_problem p = c->p;
+    ta_task_plan tp;
+    ta_fwd_args fa;
+    ta_bwd_args ba;
+    lat_out out;
+    void *shared;
+    ta_status st;
+    int bad;
+    p.num_threads = workers;
+    lat_alloc_out(c, &out);
+    st = ta_fwd_task_plan(&p, TA_BACKEND_CPU, &tp);
+    TA_CHECK(st == TA_OK && tp.num_phases == 1 && tp.num_tasks[0] > 0,
+             "%s: fwd plan: status %d, %d phases", desc, (int)st, (int)tp.num_phases);
+    if (st != TA_OK) goto done;
+    shared = random_bytes(r, tp.shared_bytes);
+    lat_fill_fwd(c, &out, &fa);
+    st = ta_fwd_tasks_prepare(&p, TA_BACKEND_CPU, &fa, shared, tp.shared_bytes);
+    TA_CHECK(st == TA_OK, "%s: fwd prepare: status %d", desc, (int)st);
+    bad = st == TA_OK ? run_pool(r, shared, &tp, workers, reversed) : 0;
+    TA_CHECK(bad == 0, "%s: %d forward tasks failed", desc, bad);
+    TA_CHECK(lat_same(c, exp, &out, 0), "%s: forward (W = %d) differs from ta_fwd", desc, workers);
+    g_tasks += tp.num_tasks[0];
+    ta_test_free(shared);
+    ++g_lat_calls;
+    if (!c->bwd) goto done;
+    /* two phases: the dq tasks leave their rows' shares, phase 1 sums the
+     * weight gradients per head and d_alpha (docs/cpu.md section 3c) */
+    st = ta_bwd_task_plan(&p, TA_BACKEND_CPU, &tp);
+    TA_CHECK(st == TA_OK && tp.num_phases == 2 &&
+                 tp.num_tasks[1] == (lat_proj(c) ? p.heads_q : 0) + (lat_band(c) ? 1 : 0),
+             "%s: bwd plan: status %d, %d phases, %lld phase-1 tasks", desc, (int)st,
+             (int)tp.num_phases, (long long)tp.num_tasks[1]);
+    if (st != TA_OK) goto done;
+    shared = random_bytes(r, tp.shared_bytes);
+    lat_fill_bwd(c, exp, &out, &ba);
+    st = ta_bwd_tasks_prepare(&p, TA_BACKEND_CPU, &ba, shared, tp.shared_bytes);
+    TA_CHECK(st == TA_OK, "%s: bwd prepare: status %d", desc, (int)st);
+    bad = st == TA_OK ? run_pool(r, shared, &tp, workers, reversed) : 0;
+    TA_CHECK(bad == 0, "%s: %d backward tasks failed", desc, bad);
+    TA_CHECK(lat_same(c, exp, &out, 1), "%s: backward (W = %d) differs from ta_bwd", desc, workers);
+    g_tasks += tp.num_tasks[0] + tp.num_tasks[1];
+    ++g_lat_bwd_calls;
+    ta_test_free(shared);
+done:
+    lat_free_out(&out);
+}
+
+/* Problem x: the OpenMP call (num_threads 0) == REF bit for bit, then the
+ * caller-run tasks == the OpenMP call on each worker count, and once on
+ * one worker in reversed order. */
+static void lat_problem(ta_rng *r, int x, const int *workers, int n_workers) {
+    lat_case c;
+    lat_out exp, ref;
+    char desc[320];
+    const int before = ta_test_failures;
+    int wi;
+    ta_status st;
+    lat_make(r, x % 3, &c);
+    lat_describe(&c, x, desc, sizeof desc);
+    lat_alloc_out(&c, &exp), lat_alloc_out(&c, &ref);
+    st = lat_call(r, &c, TA_BACKEND_CPU, &exp);
+    TA_CHECK(st == TA_OK, "%s: CPU ta_fwd / ta_bwd: status %d", desc, (int)st);
+    st = lat_call(r, &c, TA_BACKEND_REF, &ref);
+    TA_CHECK(st == TA_OK, "%s: REF ta_fwd / ta_bwd: status %d", desc, (int)st);
+    TA_CHECK(lat_same(&c, &ref, &exp, 0) && (!c.bwd || lat_same(&c, &ref, &exp, 1)),
+             "%s: CPU differs from REF", desc);
+    for (wi = 0; wi < n_workers; ++wi)
+        lat_run_tasks(r, &c, &exp, workers[wi], 0, desc);
+    lat_run_tasks(r, &c, &exp, 1, 1, desc);
+    if (ta_test_failures != before) fprintf(stderr, "  in %s\n", desc);
+    lat_free_out(&exp), lat_free_out(&ref);
+    lat_free(&c);
+}
+
 int main(int argc, char **argv) {
     static const int workers_full[] = {1, 2, 3, 5, 8};
     const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
-    const int n_problems = quick ? 4 : 24, n_workers = quick ? 2 : 5;
+    const int n_problems = quick ? 4 : 24, n_workers = quick ? 2 : 5, n_lat = quick ? 3 : 36;
     ta_rng r;
     int x, wi;
     ta_rng_seed(&r, ta_test_seed("test_tasks"));
@@ -419,9 +671,12 @@ int main(int argc, char **argv) {
         ta_oc_free_out(&exp);
         ta_oc_free_case(&tc);
     }
+    for (x = 0; x < n_lat; ++x)
+        lat_problem(&r, x, workers_full + (quick ? 1 : 0), n_workers);
     bad_cases(&r);
-    printf("test_tasks: %d problems, %ld caller-run forward + backward pairs (%ld tasks) "
-           "compared with ta_fwd / ta_bwd\n",
-           n_problems, g_calls, g_tasks);
+    printf("test_tasks: %d problems, %ld caller-run forward + backward pairs; %d latent "
+           "problems (band, projections), %ld caller-run forwards, %ld backwards (%ld tasks "
+           "in all) compared with ta_fwd / ta_bwd (== REF)\n",
+           n_problems, g_calls, n_lat, g_lat_calls, g_lat_bwd_calls, g_tasks);
     return ta_test_finish("test_tasks");
 }

@@ -179,7 +179,10 @@ void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int band, int32_t n_split
     }
     ws->lat_in = dm->lat_w ? TA_WS_TAKE(c, float, ta_cpu_round_pad(dm->lat_w)) : NULL;
     ws->lat_out = dm->lat_w ? TA_WS_TAKE(c, float, ta_cpu_round_pad(dm->lat_w)) : NULL;
-    ws->qlat = dm->lat_w && band ? TA_WS_TAKE(c, float, bk * dm->d_pad) : NULL;
+    ws->qlat = band ? TA_WS_TAKE(c, float, bk * dm->d_pad) : NULL;
+    ws->qlat_t = band ? TA_WS_TAKE(c, float, (size_t)dm->d * dm->bk_pad) : NULL;
+    ws->k_rows = band ? TA_WS_TAKE(c, float, (size_t)TA_CPU_RBAND_ROWS * dm->d_pad) : NULL;
+    ws->tvec = band ? TA_WS_TAKE(c, float, (size_t)TA_CPU_RBAND_ROWS * dm->bk_pad) : NULL;
 }
 
 /* The dk/dv pairs' lo words and row-chunk partials of `group` slots (after
@@ -309,7 +312,8 @@ static void ta_cpu_carve_lat(const ta_cpu_dims *dm, int band, int dq, ta_ws_curs
     lat->bt = TA_WS_TAKE(c, float, (size_t)3 * (size_t)dmax * (size_t)TA_SUM2_CHUNK);
     lat->adl = TA_WS_TAKE(c, float, (size_t)TA_SUM2_CHUNK);
     lat->qlat_t = TA_WS_TAKE(c, float, (size_t)dm->d * dm->bk_pad);
-    lat->tvec = TA_WS_TAKE(c, float, dm->bk_pad);
+    lat->k_rows = TA_WS_TAKE(c, float, (size_t)TA_CPU_RBAND_ROWS * dm->d_pad);
+    lat->tvec = TA_WS_TAKE(c, float, (size_t)TA_CPU_RBAND_ROWS * dm->bk_pad);
     if (!dq || dm->lat_w == 0) return;
     lat->ctx_hi = TA_WS_TAKE(c, float, (size_t)dm->rows_max * dm->dv_pad);
     lat->ctx_lo = TA_WS_TAKE(c, float, (size_t)dm->rows_max * dm->dv_pad);

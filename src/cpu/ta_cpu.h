@@ -43,6 +43,10 @@ typedef enum ta_cpu_isa {
 /* Most Q tiles one forward or dq task holds (see ta_cpu_q_group). */
 #define TA_CPU_Q_GROUP_MAX 4
 
+/* Rows per block of the band's T (cpu_lat_rband_scores: one k1 block of
+ * TA_RB = 6 rows; the union of their band keys is W + 6 keys at most). */
+#define TA_CPU_RBAND_ROWS 6
+
 /* Padded dims of one task's tiles (from the plan; ISA-independent). */
 typedef struct ta_cpu_dims {
     int32_t d, dv;         /* D, D_v of the attention core (L, L with the fused projections) */
@@ -67,7 +71,9 @@ typedef struct ta_cpu_dims {
  *   | nlo (bq_pad) | row_lo | row_hi (bq_pad each; ld_sraw each with a conv) |
  *   | acc_lo B_q x dv_pad | part B_q x dv_pad | l_lo bq_pad |
  *   | part_o n x B_q x dv_pad | part_lse n x bq_pad |  (split-K, n > 1 parts only)
- *   | lat_in, lat_out pad(lat_w) | qlat B_k x d_pad (band) |  (the fused projections only)
+ *   | lat_in, lat_out pad(lat_w) |  (the fused projections only)
+ *   | qlat B_k x d_pad | qlat_t D x bk_pad | k_rows R x d_pad | tvec R x bk_pad |
+ *   (the band only; R = TA_CPU_RBAND_ROWS)
  *   (the interval arrays, then the pairs' lo words and the P V partial, come
  *   last, so the other regions keep the offsets they had before windows and
  *   the compensated sums: no change of L1 set placement to measure)
@@ -99,9 +105,12 @@ typedef struct ta_cpu_fwd_ws {
     float *sraw; /* [B_k, ld_sraw]  S^T, lane 0 = loaded row row_eff_begin - (c_q-1) */
     size_t ld_sraw;
     /* the fused projections (NULL without): a raw q row or ctx~ [lat_w], a q~
-     * or o row [lat_w] (cpu_lat_gemv's input and output), and the band's q~
-     * rows of a K tile [B_k, d_pad] */
-    float *lat_in, *lat_out, *qlat;
+     * or o row [lat_w] (cpu_lat_gemv's input and output) */
+    float *lat_in, *lat_out;
+    /* the band (NULL without): the q~ (q) rows of a K tile's band keys [B_k,
+     * d_pad], transposed [D, bk_pad]; a block of rows' k rows [R, d_pad] and
+     * T [R, bk_pad] (R = TA_CPU_RBAND_ROWS; cpu_lat_rband_scores) */
+    float *qlat, *qlat_t, *k_rows, *tvec;
     /* split-K (n = plan->fwd.num_splits > 1; NULL, 1 otherwise): the task's
      * parts, part s of row i at part_o + (s B_q + i) dv_pad (f32, normalised)
      * and part_lse + s bq_pad + i; merged by src/ta_merge.h */
@@ -119,7 +128,7 @@ typedef struct ta_cpu_fwd_ws {
  *
  *   | wt lat_w x lat_w | lat_in, lat_out pad(w) | qlat, xq, xdo B_k x pad(L) |
  *   | yq, ydo 64 x pad(L) | ydelta, ylse 64 | x_delta, x_lse pad(B_k) | bt 3 x L x 64 | adl 64 |
- *   | qlat_t L x pad(B_k) | tvec pad(B_k) |
+ *   | qlat_t L x pad(B_k) | k_rows R x pad(L) | tvec R x pad(B_k) |  (R = TA_CPU_RBAND_ROWS)
  *   dq slab only: | ctx_hi, ctx_lo, ctx_part B_q x pad(L) |
  */
 typedef struct ta_cpu_lat_ws {
@@ -134,7 +143,8 @@ typedef struct ta_cpu_lat_ws {
     float *bt;               /* [3, L, 64] the block's rows y transposed: three dot operands */
     float *adl;              /* [64] alpha dl of one row x's entries in the block */
     float *qlat_t;           /* [L, pad(B_k)] qlat transposed: the band's T, lanes over keys */
-    float *tvec;             /* [pad(B_k)] one row's T of a K tile's band keys */
+    float *k_rows;           /* [R, pad(L)] the k rows of a block of R = TA_CPU_RBAND_ROWS rows */
+    float *tvec;             /* [R, pad(B_k)] their T of a K tile's band keys */
     float *ctx_hi, *ctx_lo, *ctx_part; /* dq: [B_q, pad(L)] ctx~ = sum_j P v, chunked pairs */
 } ta_cpu_lat_ws;
 
