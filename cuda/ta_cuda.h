@@ -89,6 +89,10 @@ typedef struct ta_cuda_bwd_ws {
      * and dw_band NULL when E = 0); cuda/ta_cuda_fast_mta_bwd.cu says what each holds */
     void *mta_kf;
     float *mta_diag, *mta_g, *mta_dsb, *mta_dq_band, *mta_dkf, *mta_dw_fold, *mta_dw_band;
+    /* with a binding window start (P = ta_cuda_fast_mta_edge > 0; else NULL):
+     * edge as the forward's [B, H, S_q, P], g_edge [B, H, S_q, P], dsb2
+     * [B, H, S_q, 3P + c_q - 1] f32 */
+    float *mta_edge, *mta_g_edge, *mta_dsb2;
 } ta_cuda_bwd_ws;
 
 /* The fast path's rotary stage (cuda/ta_cuda_fast_rope.cu; docs/rope.md):
@@ -208,9 +212,8 @@ ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan, const ta_fwd_args *a, const 
 /* Fast-mode MTA backward (cuda/ta_cuda_fast_mta_bwd.cu; docs/cuda.md section
  * 7, "Fast MTA: the backward"): ta_cuda_fast_mta_bwd_path is 1 for the
  * problems of the fast MTA kernels (TA_PRECISION_FAST, f16 / bf16, the conv,
- * D = D_v in {64, 96, 128}, no load stage) without a binding left window
- * bound (ta_cuda_fast_mta_edge = 0); the rest of MTA's backward in fast mode
- * runs the exact kernels. ta_cuda_fast_mta_bwd: as ta_cuda_mta_bwd (whose
+ * D = D_v in {64, 96, 128}, no load stage); the rest of MTA's backward in
+ * fast mode runs the exact kernels. ta_cuda_fast_mta_bwd: as ta_cuda_mta_bwd (whose
  * kernels it runs instead when a row of q, k, v, o, dO, dq, dk or dv is not
  * on 16 bytes or a kernel's shared memory exceeds the device's). */
 int ta_cuda_fast_mta_bwd_path(const ta_plan *plan);

@@ -26,10 +26,15 @@
  * Kernels, in order on the stream (per batch chunk; the last one after all):
  *   0. delta (the fast SDPA backward's, cuda/ta_cuda_fast_bwd_sm90.cu);
  *   1. kf and 2. diag: the forward's (cuda/ta_cuda_fast_mta.cuh);
- *   3. ta_fmb_g_kernel: g [B, H, S_q, E] f32 (one thread per entry);
+ *   3. ta_fmb_g_kernel: g [B, H, S_q, E] f32 (one thread per entry), and
+ *      with a binding window start (edge_n = P > 0) g_edge [B, H, S_q, P],
+ *      dC at the P entries from each row's window start on (the forward's
+ *      edge entries; an entry that is also a diag one stays in g);
  *   4. ta_fmb_band_kernel: dsb [B, H, S_q, 2E] f32 (dS~ of the band, key
  *      r + off + s - (2E - 1) for s < 2E), dq_band [B, H, S_q, D] f32 and the
- *      band's dw partials per 32-row block;
+ *      band's dw partials per 32-row block; with a window start the same for
+ *      the window start's band (dsb2 [B, H, S_q, 3P + c_q - 1], keys from
+ *      r + off - wl - P), added into dq_band and the partials;
  *   5. ta_fmb_dq_kernel: per 64-row Q tile, the fold's scores (c_q mma
  *      products with kf), P and dC for the tile's rows and the 16 below
  *      (a fifth warp: dq_r reads dC rows r .. r + c_q - 1), dC in shared
@@ -38,7 +43,7 @@
  *      GQA group and the Q tiles that see the keys ascending: s^T, P^T, dC^T
  *      (transposed scores), then dv += P^T dO and dkf_a += dC^T q(shifted) on
  *      mma.sync; dkf [B, H, S_k, c_q, D] f32, dv stored;
- *   7. ta_fmb_dk_kernel: dk from dkf (the key-direction conv) and dsb (the
+ *   7. ta_fmb_dk_kernel: dk from dkf (the key-direction conv) and dsb, dsb2 (the
  *      band), summed over the group's heads; the fold's dw partials per 32
  *      keys;
  *   8. ta_fmb_dw_kernel: dconv_w = the partials summed in a fixed order.
@@ -72,7 +77,10 @@ struct ta_fmb_params : ta_fast_mta_params {
     float *dkf;     /* [B, H, S_k, c_q, D]: the gradient of kf */
     float *dw_fold; /* [B, H, n_kb, c_q c_k]: the fold's dw per 32 keys */
     float *dw_band; /* [B, H, n_rb, c_q c_k]: the band's dw per 32 rows (n_rb = 0 when E = 0) */
-    int32_t ne, n_kb, n_rb, batch_total;
+    float *g_edge;  /* [B, H, S_q, P] with a binding window start (edge_n = P > 0): dC at the
+                       edge entries (0 where hidden, or where the entry is a diag one) */
+    float *dsb2;    /* [B, H, S_q, NF]: dS~ of the window-start band, NF = 3P + c_q - 1 */
+    int32_t ne, n_kb, n_rb, batch_total, nf;
 };
 
 constexpr float TA_LOG2E = 1.4426950408889634f;
@@ -148,155 +156,230 @@ __device__ __forceinline__ void ta_fmb_row8(const uint16_t *row, int32_t ch, flo
 
 /* ---- 3. g: dC at the direct entries ---- */
 
-/* g[b, h, i, delta] = scale P (dP - D_i) for key j = i + off - delta when
- * (i, j) is visible, P = 2^(diag scale log2 e - lse log2 e), dP = <dO_i, v_j>
- * (f32 fmaf, d ascending); else 0. Grid: [batch_count][heads_q][ceil(S_q /
- * DIAG_ROWS)], one thread per entry. */
+/* scale P (dP - D_i) of the visible entry (row, j) whose convolved score is x:
+ * P = 2^(x scale log2 e - lse log2 e), dP = <dO_row, v_j> (f32 fmaf, d
+ * ascending). */
+template <bool BF16>
+__device__ __forceinline__ float ta_fmb_dc_entry(const ta_fmb_params &p, const ta_tile_ctx &c,
+                                                 int32_t row, int32_t j, float x) {
+    const uint16_t *dor =
+        static_cast<const uint16_t *>(p.d_o) + c.d_o + (int64_t)row * p.lay.d_o.seq;
+    const uint16_t *vr = static_cast<const uint16_t *>(p.v) + c.v + (int64_t)j * p.lay.v.seq;
+    const float pr = ta_fast_exp2(__fmaf_rn(x, p.scale * TA_LOG2E, -p.lse[c.lse + row] * TA_LOG2E));
+    float dp = 0.0f;
+    for (int32_t ch = 0; ch < p.head_dim / 8; ++ch) {
+        float fo[8], fv[8];
+        ta_fmb_row8<BF16>(dor, ch, fo);
+        ta_fmb_row8<BF16>(vr, ch, fv);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+            dp = __fmaf_rn(fo[e], fv[e], dp);
+    }
+    return p.scale * pr * (dp - p.delta[c.lse + row]);
+}
+
+/* g[b, h, i, delta] = ta_fmb_dc_entry of key j = i + off - delta with the
+ * diag value when (i, j) is visible, else 0; with a binding window start
+ * also g_edge[b, h, i, g] for key j = i + off - wl + g with the edge value
+ * (0 when hidden, or when delta = wl - g < E: a diag entry, whose g holds
+ * it). Grid: [batch_count][heads_q][ceil(S_q / DIAG_ROWS)], a thread per
+ * entry. */
 template <bool BF16>
 __global__ void __launch_bounds__(PREP_THREADS)
     ta_fmb_g_kernel(const __grid_constant__ ta_fmb_params p) {
-    const int32_t E = p.band, off = p.t.diag_offset, ch_n = p.head_dim / 8;
+    const int32_t E = p.band, EP = p.edge_n, off = p.t.diag_offset, wl = p.t.window_left;
     const int32_t n_rb = (p.t.seq_q + DIAG_ROWS - 1) / DIAG_ROWS;
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_rb;
-    const float scale_log2 = p.scale * TA_LOG2E;
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         const ta_fast_mta_prep_tile x = ta_fast_mta_prep_at(p, tile, n_rb);
         const ta_tile_ctx c = ta_cuda_context(p, x.b_local, x.h, 0);
         const int64_t rows0 = ((int64_t)(p.batch_begin + x.b_local) * p.heads_q + x.h) * p.t.seq_q;
         for (int i = (int)threadIdx.x; i < DIAG_ROWS * E; i += PREP_THREADS) {
             const int32_t row = x.blk * DIAG_ROWS + i / E, delta = i % E, j = row + off - delta;
-            float gv = 0.0f;
             if (row >= p.t.seq_q) continue;
-            if (ta_tiling_visible(&p.t, row, j, c.key_len)) {
-                const uint16_t *dor =
-                    static_cast<const uint16_t *>(p.d_o) + c.d_o + (int64_t)row * p.lay.d_o.seq;
-                const uint16_t *vr =
-                    static_cast<const uint16_t *>(p.v) + c.v + (int64_t)j * p.lay.v.seq;
-                const float pr = ta_fast_exp2(__fmaf_rn(
-                    p.diag[(rows0 + row) * E + delta], scale_log2, -p.lse[c.lse + row] * TA_LOG2E));
-                float dp = 0.0f;
-                for (int32_t ch = 0; ch < ch_n; ++ch) {
-                    float fo[8], fv[8];
-                    ta_fmb_row8<BF16>(dor, ch, fo);
-                    ta_fmb_row8<BF16>(vr, ch, fv);
-#pragma unroll
-                    for (int e = 0; e < 8; ++e)
-                        dp = __fmaf_rn(fo[e], fv[e], dp);
-                }
-                gv = p.scale * pr * (dp - p.delta[c.lse + row]);
-            }
-            p.g[(rows0 + row) * E + delta] = gv;
+            p.g[(rows0 + row) * E + delta] =
+                ta_tiling_visible(&p.t, row, j, c.key_len)
+                    ? ta_fmb_dc_entry<BF16>(p, c, row, j, p.diag[(rows0 + row) * E + delta])
+                    : 0.0f;
+        }
+        for (int i = (int)threadIdx.x; i < DIAG_ROWS * EP; i += PREP_THREADS) {
+            const int32_t row = x.blk * DIAG_ROWS + i / EP, ge = i % EP, j = row + off - wl + ge;
+            const bool diag_entry = wl - ge >= 0 && wl - ge < E;
+            if (row >= p.t.seq_q) continue;
+            p.g_edge[(rows0 + row) * EP + ge] =
+                !diag_entry && ta_tiling_visible(&p.t, row, j, c.key_len)
+                    ? ta_fmb_dc_entry<BF16>(p, c, row, j, p.edge[(rows0 + row) * EP + ge])
+                    : 0.0f;
         }
     }
 }
 
+/* The direct entry of a lane's score (row, j), if any: 1 = a diag entry
+ * (delta = row + off - j < E), 2 = an edge entry (j - lo(row) < P with a
+ * binding window start, not a diag one), 0 = folded; *val its convolved
+ * score (from diag or edge; rows past S_q are never asked). */
+__device__ __forceinline__ int ta_fmb_direct(const ta_fmb_params &p, int32_t row, int32_t j) {
+    const int32_t delta = row + p.t.diag_offset - j;
+    if (delta >= 0 && delta < p.band) return 1;
+    if (p.edge_n > 0) {
+        const int32_t ge = j - (row + p.t.diag_offset - p.t.window_left);
+        if (ge >= 0 && ge < p.edge_n) return 2;
+    }
+    return 0;
+}
+
+__device__ __forceinline__ float ta_fmb_direct_val(const ta_fmb_params &p, const float *diag,
+                                                   const float *edge, int kind, int32_t row,
+                                                   int32_t j) {
+    return kind == 1
+               ? diag[(int64_t)row * p.band + row + p.t.diag_offset - j]
+               : edge[(int64_t)row * p.edge_n + j - (row + p.t.diag_offset - p.t.window_left)];
+}
+
 /* ---- 4. the band: dsb, dq_band, dw partials ---- */
 
-/* Shared memory of the band kernel, in floats from its base: band [n_q][NE],
- * g rows [DIAG_ROWS + c_q - 1][E], dsb rows [DIAG_ROWS][NE] (each rounded up
- * to 16 bytes), then q [n_q][D + 8] and k [n_q + NE - 1][D + 8] (storage). */
+/* Shared memory of the band kernel, in floats from its base: band [n_q][NW],
+ * g rows [DIAG_ROWS + c_q - 1][GW], dS~ rows [DIAG_ROWS][NW] (each rounded up
+ * to 16 bytes), then q [n_q][D + 8] and k [n_q + NW - 1][D + 8] (storage);
+ * NW = max(2E, NF), GW = max(E, P): the diagonal's band, then (a binding
+ * window start) the window start's, use the same regions in turn. */
 struct ta_fmb_band_layout {
-    int32_t n_q, ne, gs, ds, rows;
+    int32_t n_q, nw, gw, gs, ds, rows;
 };
 
-__host__ __device__ __forceinline__ ta_fmb_band_layout ta_fmb_band_at(int32_t cq, int32_t band) {
+__host__ __device__ __forceinline__ ta_fmb_band_layout ta_fmb_band_at(int32_t cq, int32_t ck,
+                                                                      int32_t band, int32_t edge) {
+    const int32_t nf = edge > 0 ? 3 * ((ck - 1) / 2) + cq - 1 : 0;
     ta_fmb_band_layout l;
     l.n_q = DIAG_ROWS + cq - 1;
-    l.ne = 2 * band;
-    l.gs = (l.n_q * l.ne + 3) / 4 * 4;
-    l.ds = l.gs + ((DIAG_ROWS + cq - 1) * band + 3) / 4 * 4;
-    l.rows = l.ds + (DIAG_ROWS * l.ne + 3) / 4 * 4;
+    l.nw = 2 * band > nf ? 2 * band : nf;
+    l.gw = band > edge ? band : edge;
+    l.gs = (l.n_q * l.nw + 3) / 4 * 4;
+    l.ds = l.gs + ((DIAG_ROWS + cq - 1) * l.gw + 3) / 4 * 4;
+    l.rows = l.ds + (DIAG_ROWS * l.nw + 3) / 4 * 4;
     return l;
 }
 
-static size_t ta_fmb_band_smem(const ta_problem *pr, int32_t band) {
-    const ta_fmb_band_layout l = ta_fmb_band_at(pr->conv_q, band);
-    return (size_t)l.rows * 4u + (size_t)(2 * l.n_q + l.ne - 1) * (size_t)(pr->head_dim + 8) * 2u;
+static size_t ta_fmb_band_smem(const ta_problem *pr, int32_t band, int32_t edge) {
+    const ta_fmb_band_layout l = ta_fmb_band_at(pr->conv_q, pr->conv_k, band, edge);
+    return (size_t)l.rows * 4u + (size_t)(2 * l.n_q + l.nw - 1) * (size_t)(pr->head_dim + 8) * 2u;
 }
 
-/* For the rows [r0, r0 + DIAG_ROWS) of a block: band[rho][s] = S~ of q row r0
- * - (c_q-1) + rho with key that + off + s - (NE-1) (the forward's diag
- * kernel's band; 0 where hidden); then
- *   dsb[r][s]  = sum_{a, b ascending} w[a][b] g[r + c_q-1-a][delta],
- *                delta = c_q-1-a - e + b - P in [0, E), e = s - (NE-1),
- *                when (r, r + off + e) is visible, else 0;
- *   dq_band[r] = sum_{s ascending} dsb[r][s] k_{r + off + e};
- *   dw_band[blk][a][b] = sum_{i, then delta ascending} g[i][delta]
- *                band[i'_a][e], e = b - P + c_q-1-a - delta <= 0.
- * Grid: [batch_count][heads_q][n_rb]. */
+/* One band of the rows [r0, r0 + DIAG_ROWS) (EDGE false: the diagonal's, W =
+ * 2E keys from r + off - (2E - 1); true: the window start's, W = NF keys from
+ * r + off - wl - P): band[rho][s] = S~ of q row r0 - (c_q-1) + rho with the
+ * band's key s (the forward's diag kernel's bands; 0 where hidden), then
+ *   dS~[r][s]  = sum_{a, b ascending} w[a][b] g[r + c_q-1-a][x] over the
+ *                entries x whose term (a, b) reads the pair (diag: x = delta =
+ *                c_q-1-a - e + b - P, e = s - (2E-1); edge: x = s - b - c_q
+ *                + 1 + a), when the pair is visible, else 0 -> dsb / dsb2;
+ *   dq_band[r] (+)= sum_{s ascending} dS~[r][s] k_s;
+ *   dw[a][b]  += sum_{i, then x ascending} g[i][x] band[i'_a][s(a, b, x)].
+ * Starts and ends with a block barrier. */
+template <bool EDGE, bool BF16>
+__device__ __forceinline__ void
+ta_fmb_band_phase(const ta_fmb_params &p, const ta_tile_ctx &c, const ta_fmb_band_layout &L,
+                  float *smem, const float *w, int32_t r0, int64_t head, float (&dw)[2]) {
+    const int32_t cq = p.conv_q, ck = p.conv_k, half = (ck - 1) / 2, D = p.head_dim, ld = D + 8;
+    const int32_t off = p.t.diag_offset, halo = cq - 1, ncw = cq * ck;
+    const int32_t W = EDGE ? p.nf : 2 * p.band, G = EDGE ? p.edge_n : p.band;
+    const int64_t rows0 = head * p.t.seq_q;
+    const float *gsrc = EDGE ? p.g_edge : p.g;
+    float *dsb = EDGE ? p.dsb2 : p.dsb;
+    float *band = smem, *gs = smem + L.gs, *ds = smem + L.ds;
+    const uint16_t *sq = reinterpret_cast<const uint16_t *>(smem + L.rows);
+    uint16_t *sk = reinterpret_cast<uint16_t *>(smem + L.rows) + L.n_q * ld;
+    const int32_t kbase = EDGE ? r0 - halo + off - p.t.window_left - half : r0 - halo + off + 1 - W;
+    __syncthreads(); /* the previous phase is done with the regions */
+    for (int i = (int)threadIdx.x; i < (DIAG_ROWS + cq - 1) * G; i += PREP_THREADS) {
+        const int32_t row = r0 + i / G;
+        gs[i] = row < p.t.seq_q ? gsrc[(rows0 + row) * G + i % G] : 0.0f;
+    }
+    /* stages k, fills band; ends with a barrier (gs ready too) */
+    ta_fast_mta_band<BF16>(band, W, sq, sk, p, c, r0 - halo, L.n_q, kbase);
+    for (int i = (int)threadIdx.x; i < DIAG_ROWS * W; i += PREP_THREADS) {
+        const int32_t ri = i / W, s = i % W, row = r0 + ri;
+        float acc = 0.0f;
+        if (row < p.t.seq_q && ta_tiling_visible(&p.t, row, kbase + ri + halo + s, c.key_len))
+            for (int32_t a = 0; a < cq; ++a)
+                for (int32_t bb = 0; bb < ck; ++bb) {
+                    const int32_t x =
+                        EDGE ? s - bb - cq + 1 + a : cq - 1 - a - (s - (W - 1)) + bb - half;
+                    if (x >= 0 && x < G)
+                        acc = __fmaf_rn(w[a * ck + bb], gs[(ri + cq - 1 - a) * G + x], acc);
+                }
+        ds[ri * W + s] = acc;
+        if (row < p.t.seq_q) dsb[(rows0 + row) * W + s] = acc;
+    }
+    __syncthreads();
+    for (int i = (int)threadIdx.x; i < DIAG_ROWS * (D / 8); i += PREP_THREADS) {
+        const int32_t ri = i / (D / 8), ch = i % (D / 8), row = r0 + ri;
+        float4 *dst;
+        float acc[8];
+        if (row >= p.t.seq_q) continue;
+        dst = reinterpret_cast<float4 *>(p.dq_band + (rows0 + row) * D + 8 * ch);
+        if (EDGE) { /* the diagonal's share first, this thread's own element */
+            const float4 x0 = dst[0], x1 = dst[1];
+            acc[0] = x0.x, acc[1] = x0.y, acc[2] = x0.z, acc[3] = x0.w;
+            acc[4] = x1.x, acc[5] = x1.y, acc[6] = x1.z, acc[7] = x1.w;
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                acc[e] = 0.0f;
+        }
+        for (int32_t s = 0; s < W; ++s) { /* the band's key s: staged ri + halo + s */
+            const float d = ds[ri * W + s];
+            float f[8];
+            ta_fast_mta_widen8<BF16>(
+                *reinterpret_cast<const uint4 *>(sk + (ri + halo + s) * ld + 8 * ch), f);
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                acc[e] = __fmaf_rn(d, f[e], acc[e]);
+        }
+        dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    }
+    for (int k = 0; k < 2; ++k) {
+        const int i = (int)threadIdx.x + PREP_THREADS * k;
+        const int32_t a = i / ck, bb = i % ck;
+        if (i >= ncw) break;
+        for (int32_t ri = 0; ri < DIAG_ROWS && r0 + ri < p.t.seq_q; ++ri)
+            for (int32_t x = 0; x < G; ++x) {
+                const int32_t sb = EDGE ? x + bb + cq - 1 - a : bb - half + cq - 1 - a - x + W - 1;
+                if (EDGE || sb <= W - 1)
+                    dw[k] = __fmaf_rn(gs[ri * G + x], band[(ri + a) * W + sb], dw[k]);
+            }
+    }
+    __syncthreads();
+}
+
+/* The band kernel: for the rows [r0, r0 + DIAG_ROWS) of a block, the
+ * diagonal's band (dsb, dq_band, the band's dw terms) and, with a binding
+ * window start, the window start's (dsb2, dq_band +=, dw +=), then the
+ * block's dw partial. Grid: [batch_count][heads_q][n_rb]. */
 template <bool BF16>
 __global__ void __launch_bounds__(PREP_THREADS)
     ta_fmb_band_kernel(const __grid_constant__ ta_fmb_params p) {
     extern __shared__ float4 ta_fmb_prep_smem[];
-    const int32_t cq = p.conv_q, ck = p.conv_k, half = (ck - 1) / 2, D = p.head_dim, ld = D + 8;
-    const int32_t E = p.band, off = p.t.diag_offset, halo = cq - 1, ncw = cq * ck;
-    const ta_fmb_band_layout L = ta_fmb_band_at(cq, E);
-    const int32_t NE = L.ne, n_rb = p.n_rb;
+    const int32_t cq = p.conv_q, ncw = cq * p.conv_k, n_rb = p.n_rb;
+    const ta_fmb_band_layout L = ta_fmb_band_at(cq, p.conv_k, p.band, p.edge_n);
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_rb;
-    float *band = reinterpret_cast<float *>(ta_fmb_prep_smem);
-    float *gs = band + L.gs, *ds = band + L.ds;
-    uint16_t *sq = reinterpret_cast<uint16_t *>(band + L.rows);
-    uint16_t *sk = sq + L.n_q * ld;
+    float *smem = reinterpret_cast<float *>(ta_fmb_prep_smem);
+    uint16_t *sq = reinterpret_cast<uint16_t *>(smem + L.rows);
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         const ta_fast_mta_prep_tile x = ta_fast_mta_prep_at(p, tile, n_rb);
         const ta_tile_ctx c = ta_cuda_context(p, x.b_local, x.h, 0);
         const float *w = p.conv_w + (int64_t)x.h * ncw;
         const int32_t r0 = x.blk * DIAG_ROWS;
         const int64_t head = (int64_t)(p.batch_begin + x.b_local) * p.heads_q + x.h;
-        const int64_t rows0 = head * p.t.seq_q;
+        float dw[2] = {0.0f, 0.0f};
         __syncthreads(); /* the previous tile is done with shared memory */
-        ta_fast_mta_stage<true>(sq, p, c, r0 - halo, L.n_q);
-        for (int i = (int)threadIdx.x; i < (DIAG_ROWS + cq - 1) * E; i += PREP_THREADS) {
-            const int32_t row = r0 + i / E;
-            gs[i] = row < p.t.seq_q ? p.g[(rows0 + row) * E + i % E] : 0.0f;
-        }
-        /* stages k, fills band; ends with a barrier (gs ready too) */
-        ta_fast_mta_band<BF16>(band, NE, sq, sk, p, c, r0 - halo, L.n_q, r0 - halo + off + 1 - NE);
-        for (int i = (int)threadIdx.x; i < DIAG_ROWS * NE; i += PREP_THREADS) {
-            const int32_t ri = i / NE, s = i % NE, row = r0 + ri, e = s - (NE - 1);
-            float acc = 0.0f;
-            if (row < p.t.seq_q && ta_tiling_visible(&p.t, row, row + off + e, c.key_len))
-                for (int32_t a = 0; a < cq; ++a)
-                    for (int32_t bb = 0; bb < ck; ++bb) {
-                        const int32_t delta = cq - 1 - a - e + bb - half;
-                        if (delta >= 0 && delta < E)
-                            acc = __fmaf_rn(w[a * ck + bb], gs[(ri + cq - 1 - a) * E + delta], acc);
-                    }
-            ds[i] = acc;
-            if (row < p.t.seq_q) p.dsb[(rows0 + row) * NE + s] = acc;
-        }
-        __syncthreads();
-        for (int i = (int)threadIdx.x; i < DIAG_ROWS * (D / 8); i += PREP_THREADS) {
-            const int32_t ri = i / (D / 8), ch = i % (D / 8), row = r0 + ri;
-            float acc[8];
-            if (row >= p.t.seq_q) continue;
-#pragma unroll
-            for (int e = 0; e < 8; ++e)
-                acc[e] = 0.0f;
-            for (int32_t s = 0; s < NE;
-                 ++s) { /* key row0 + off + s - (NE-1): staged ri + halo + s */
-                const float d = ds[ri * NE + s];
-                float f[8];
-                ta_fast_mta_widen8<BF16>(
-                    *reinterpret_cast<const uint4 *>(sk + (ri + halo + s) * ld + 8 * ch), f);
-#pragma unroll
-                for (int e = 0; e < 8; ++e)
-                    acc[e] = __fmaf_rn(d, f[e], acc[e]);
-            }
-            float4 *dst = reinterpret_cast<float4 *>(p.dq_band + (rows0 + row) * D + 8 * ch);
-            dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-            dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-        }
-        for (int i = (int)threadIdx.x; i < ncw; i += PREP_THREADS) {
-            const int32_t a = i / ck, bb = i % ck;
-            float acc = 0.0f;
-            for (int32_t ri = 0; ri < DIAG_ROWS && r0 + ri < p.t.seq_q; ++ri)
-                for (int32_t delta = 0; delta < E; ++delta) {
-                    const int32_t e = bb - half + cq - 1 - a - delta;
-                    if (e <= 0)
-                        acc = __fmaf_rn(gs[ri * E + delta], band[(ri + a) * NE + e + NE - 1], acc);
-                }
-            p.dw_band[(head * n_rb + x.blk) * ncw + i] = acc;
+        ta_fast_mta_stage<true>(sq, p, c, r0 - (cq - 1), L.n_q);
+        ta_fmb_band_phase<false, BF16>(p, c, L, smem, w, r0, head, dw);
+        if (p.edge_n > 0) ta_fmb_band_phase<true, BF16>(p, c, L, smem, w, r0, head, dw);
+        for (int k = 0; k < 2; ++k) {
+            const int i = (int)threadIdx.x + PREP_THREADS * k;
+            if (i < ncw) p.dw_band[(head * n_rb + x.blk) * ncw + i] = dw[k];
         }
     }
 }
@@ -357,6 +440,7 @@ __global__ void __launch_bounds__(DQ_THREADS, 2)
         const int64_t head = (int64_t)(p.batch_begin + at.b_local) * p.heads_q + at.h;
         const int64_t kf_off = head * t.seq_k * cq * D;
         const float *diag = E > 0 ? p.diag + head * t.seq_q * E : nullptr;
+        const float *edge = p.edge_n > 0 ? p.edge + head * t.seq_q * p.edge_n : nullptr;
         int32_t lo[2], hi[2], kt0 = 0, kt1 = 0;
         float lse2[2], dl[2], dq[4 * T::DT], s[4 * T::NT];
         ta_fast_row_keys(t, ra, c.key_len, lo, hi);
@@ -429,11 +513,10 @@ __global__ void __launch_bounds__(DQ_THREADS, 2)
                 for (int i = 0; i < 4 * T::NT; ++i) {
                     const int r = (i >> 1) & 1;
                     const int32_t row = ra + 8 * r, j = col0 + 8 * (i / 4) + 2 * tq + (i & 1);
-                    const int32_t delta = row + t.diag_offset - j;
-                    const bool direct = delta >= 0 && delta < E;
+                    const int direct = ta_fmb_direct(p, row, j);
                     float x = s[i], pr = 0.0f;
                     if (j >= lo[r] && j < hi[r]) {
-                        if (direct) x = diag[(int64_t)row * E + delta];
+                        if (direct) x = ta_fmb_direct_val(p, diag, edge, direct, row, j);
                         pr = ta_fast_exp2(__fmaf_rn(x, scale_log2, -lse2[r]));
                     }
                     s[i] = direct ? 0.0f : p.scale * pr * (dp[i] - dl[r]);
@@ -561,6 +644,7 @@ __global__ void __launch_bounds__(KV_THREADS)
             const int32_t h = at.h_kv * p.group + gi;
             const int64_t head = (int64_t)(p.batch_begin + at.b_local) * p.heads_q + h;
             const float *diag = E > 0 ? p.diag + head * t.seq_q * E : nullptr;
+            const float *edge = p.edge_n > 0 ? p.edge + head * t.seq_q * p.edge_n : nullptr;
             int32_t q_begin, q_end;
             c = ta_cuda_context(p, at.b_local, h, 0);
             ta_tile_k_rows(&t, at.kt, c.key_len, &q_begin, &q_end);
@@ -623,11 +707,11 @@ __global__ void __launch_bounds__(KV_THREADS)
                 for (int e = 0; e < 8; ++e) {
                     const int32_t kl = 16 * kg + (lane >> 2) + 8 * ((e >> 1) & 1);
                     const int32_t rl = 16 * rg + 8 * (e >> 2) + 2 * tq + (e & 1);
-                    const int32_t j = m0 + kl, row = row0 + rl, delta = row + t.diag_offset - j;
-                    const bool direct = delta >= 0 && delta < E;
+                    const int32_t j = m0 + kl, row = row0 + rl;
+                    const int direct = ta_fmb_direct(p, row, j);
                     float xs = st[e], pr = 0.0f;
                     if (j >= rlo[rl] && j < rhi[rl]) {
-                        if (direct) xs = diag[(int64_t)row * E + delta];
+                        if (direct) xs = ta_fmb_direct_val(p, diag, edge, direct, row, j);
                         pr = ta_fast_exp2(__fmaf_rn(xs, scale_log2, -rl2[rl]));
                     }
                     st[e] = pr;
@@ -804,19 +888,27 @@ __global__ void __launch_bounds__(PREP_THREADS)
                     const int item = (int)threadIdx.x + PREP_THREADS * it;
                     const int32_t ml = item / CH4, ch = item % CH4, m = m0 + ml;
                     if (item >= DK_KEYS * CH4) break;
-                    for (int32_t s = 0; s < NE; ++s) {
-                        const int32_t r = m - off - (s - (NE - 1));
-                        if (r < 0 || r >= p.t.seq_q) continue;
-                        const float d = p.dsb[(rows0 + r) * NE + s];
-                        const uint2 qv = *reinterpret_cast<const uint2 *>(
-                            static_cast<const uint16_t *>(p.q) + c.q + (int64_t)r * p.lay.q.seq +
-                            4 * ch);
-                        float f[4];
-                        ta_fast_unpack<BF16>(qv.x, &f[0], &f[1]);
-                        ta_fast_unpack<BF16>(qv.y, &f[2], &f[3]);
+                    /* the diagonal's band (r = m - off - e), then the window start's
+                     * (r = m - off + wl - (s - P)) */
+                    for (int32_t band2 = 0; band2 < (p.edge_n > 0 ? 2 : 1); ++band2) {
+                        const int32_t W = band2 ? p.nf : NE;
+                        const float *dsb = band2 ? p.dsb2 : p.dsb;
+                        const int32_t r_of0 =
+                            band2 ? m - off + p.t.window_left + half : m - off + NE - 1;
+                        for (int32_t s = 0; s < W; ++s) {
+                            const int32_t r = r_of0 - s;
+                            if (r < 0 || r >= p.t.seq_q) continue;
+                            const float d = dsb[(rows0 + r) * W + s];
+                            const uint2 qv = *reinterpret_cast<const uint2 *>(
+                                static_cast<const uint16_t *>(p.q) + c.q +
+                                (int64_t)r * p.lay.q.seq + 4 * ch);
+                            float f[4];
+                            ta_fast_unpack<BF16>(qv.x, &f[0], &f[1]);
+                            ta_fast_unpack<BF16>(qv.y, &f[2], &f[3]);
 #pragma unroll
-                        for (int e = 0; e < 4; ++e)
-                            acc[it][e] = __fmaf_rn(d, f[e], acc[it][e]);
+                            for (int e = 0; e < 4; ++e)
+                                acc[it][e] = __fmaf_rn(d, f[e], acc[it][e]);
+                        }
                     }
                 }
             }
@@ -912,7 +1004,7 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan, const ta_bwd_args
     const void *ptrs[12] = {a->q,  a->k,  a->v,  a->o,      a->d_o,     a->lse,
                             a->dq, a->dk, a->dv, a->conv_w, a->dconv_w, ws->delta};
     const int bf16 = pr->dtype == TA_BF16;
-    const int32_t band = ta_cuda_fast_mta_band(plan);
+    const int32_t band = ta_cuda_fast_mta_band(plan), edge_n = ta_cuda_fast_mta_edge(plan);
     ta_fmb_kernels k;
     ta_fmb_params prm, prm_kv;
     ta_tiling t_dq, t_kv;
@@ -925,9 +1017,9 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan, const ta_bwd_args
                : ta_fmb_kernels_for<false>(pr->head_dim, &k)))
         return TA_ERR_UNSUPPORTED;
     sm[0] = ta_fast_mta_kf_smem(pr);
-    sm[1] = ta_fast_mta_diag_smem(pr, band, 0);
+    sm[1] = ta_fast_mta_diag_smem(pr, band, edge_n);
     sm[2] = 0;
-    sm[3] = ta_fmb_band_smem(pr, band);
+    sm[3] = ta_fmb_band_smem(pr, band, edge_n);
     sm[4] = k.dq_smem(pr->conv_q);
     sm[5] = k.kv_smem(pr->conv_q);
     sm[6] = ta_fmb_dk_smem(pr);
@@ -962,8 +1054,11 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan, const ta_bwd_args
     prm.kf = static_cast<uint16_t *>(ws->mta_kf);
     prm.diag = ws->mta_diag;
     prm.band = band;
-    prm.edge = NULL;
-    prm.edge_n = 0;
+    prm.edge = ws->mta_edge;
+    prm.edge_n = edge_n;
+    prm.g_edge = ws->mta_g_edge;
+    prm.dsb2 = ws->mta_dsb2;
+    prm.nf = edge_n > 0 ? 3 * edge_n + pr->conv_q - 1 : 0;
     prm.g = ws->mta_g;
     prm.dsb = ws->mta_dsb;
     prm.dq_band = ws->mta_dq_band;

@@ -89,9 +89,7 @@ int32_t ta_cuda_fast_mta_band(const ta_plan *plan) {
     return (plan->p.conv_k - 1) / 2 + plan->p.conv_q - 1;
 }
 
-int ta_cuda_fast_mta_bwd_path(const ta_plan *plan) {
-    return ta_cuda_fast_mta_any(plan) && ta_cuda_fast_mta_edge(plan) == 0;
-}
+int ta_cuda_fast_mta_bwd_path(const ta_plan *plan) { return ta_cuda_fast_mta_any(plan); }
 
 int32_t ta_cuda_fast_mta_edge(const ta_plan *plan) {
     /* a window start hides a term only if some row's start is past key 0:
@@ -281,7 +279,7 @@ ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws
 }
 
 /* The fast MTA backward's regions (ta_cuda.h lists them): kf and diag as
- * the forward's (no edge: the path excludes a binding window start), the
+ * the forward's (edge too, with a binding window start, and its dC and band), the
  * direct entries' dC and the band's dS~ and dq share, dkf, and the dw
  * partials of 32 keys (the fold) and 32 rows (the band). */
 static ta_status ta_cuda_fast_mta_bwd_take(const ta_plan *plan, ta_ws_cursor *c,
@@ -289,6 +287,7 @@ static ta_status ta_cuda_fast_mta_bwd_take(const ta_plan *plan, ta_ws_cursor *c,
     const ta_problem *p = &plan->p;
     const size_t heads = (size_t)p->batch * (size_t)p->heads_q;
     const size_t band = (size_t)ta_cuda_fast_mta_band(plan);
+    const size_t edge = (size_t)ta_cuda_fast_mta_edge(plan);
     const size_t ncw = plan->n_conv / (size_t)p->heads_q;
     const size_t n_kb = ((size_t)p->seq_k + 31) / 32, n_rb = ((size_t)p->seq_q + 31) / 32;
     size_t n_kf = 0, n_rows = 0, n_e = 0, n_dq = 0, n_fold = 0, n_bandw = 0;
@@ -308,6 +307,15 @@ static ta_status ta_cuda_fast_mta_bwd_take(const ta_plan *plan, ta_ws_cursor *c,
     }
     ws->mta_dkf = TA_WS_TAKE(c, float, n_kf);
     ws->mta_dw_fold = TA_WS_TAKE(c, float, n_fold);
+    if (edge > 0) {
+        size_t n_edge = 0, n_band2 = 0;
+        if (!ta_mul_size(n_rows, edge, &n_edge) ||
+            !ta_mul_size(n_rows, 3 * edge + (size_t)p->conv_q - 1, &n_band2))
+            return TA_ERR_OVERFLOW;
+        ws->mta_edge = TA_WS_TAKE(c, float, n_edge);
+        ws->mta_g_edge = TA_WS_TAKE(c, float, n_edge);
+        ws->mta_dsb2 = TA_WS_TAKE(c, float, n_band2);
+    }
     return TA_OK;
 }
 
@@ -333,6 +341,7 @@ ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws
     ws->mta_kf = NULL;
     ws->mta_diag = ws->mta_g = ws->mta_dsb = ws->mta_dq_band = NULL;
     ws->mta_dkf = ws->mta_dw_fold = ws->mta_dw_band = NULL;
+    ws->mta_edge = ws->mta_g_edge = ws->mta_dsb2 = NULL;
     ws->delta = TA_WS_TAKE(&c, float, plan->n_lse);
     ws->dw_rows = ws->dw_lo = NULL;
     ws->rot_q = ws->rot_k = NULL;

@@ -5,7 +5,8 @@
  *  1. accuracy: random problems (f16 and bf16; D = D_v in {64, 96, 128}; c_q
  *     in [1, 16], odd c_k in [1, 31], 6 x 11, 7 x 7, 1 x 1 and 16 x 31 often,
  *     the identity kernel sometimes; GQA; S_q != S_k; seqlens_k; sliding
- *     windows, whose binding left bounds run the exact kernels): the fast
+ *     windows in three problems of ten, the fast backward's edge entries
+ *     next to a binding window start included): the fast
  *     forward gives o and lse, then ta_bwd in fast mode (dq, dk, dv, dconv_w
  *     and the workspace poisoned) against the float64 oracle with D_i from
  *     the stored o. Each element's error over its magnitude
@@ -13,6 +14,12 @@
  *     TA_FAST_MTA_DV_BOUND); an element with no visible pair must be 0. The
  *     worst errors per dtype and gradient are printed (docs/exactness.md
  *     quotes them).
+ *  1b. the entries next to a window start (--count / 4 + 4 problems): a
+ *     window start at least E keys left of the diagonal, scale 0.02 and a
+ *     kernel near the identity, so the softmax is flat and those entries'
+ *     gradients weigh (random kernels make it peaked: with the window
+ *     start's band phase removed, part 1 still passed on seed
+ *     1795504722334244704, only its determinism check noticed).
  *  2. determinism: each problem's backward run again (outputs and workspace
  *     poisoned with other bytes): the same bytes.
  *  3. the size query counts the fast backward's regions (no GPU needed).
@@ -50,12 +57,14 @@
 
 /* worst errors in units of u: [bf16][dq, dk, dv, dw] */
 static double g_worst[2][4];
+/* problems with a window start inside the keys (the edge entries' path) */
+static int g_edge_problems;
 
 /* A problem: host inputs, device buffers. */
 typedef struct bcase {
     ta_problem p;
     int32_t seqlens[4];
-    int use_seqlens, identity;
+    int use_seqlens, identity, flat;
     size_t eb, n[4], nw, no, nlse; /* n: q, k, v, (unused); elements */
     void *h_q, *h_k, *h_v, *h_do;
     float *h_w;
@@ -87,8 +96,12 @@ static int32_t any_len(ta_rng *r) {
                : lens[ta_rng_int(r, 0, (int32_t)(sizeof lens / sizeof *lens) - 1)];
 }
 
-/* Problem idx of the seed: shape, conv, inputs. */
-static void make_case(bcase *c, ta_rng *r) {
+/* Problem idx of the seed: shape, conv, inputs. flat: a problem for the
+ * entries next to a window start, whose gradients a peaked softmax hides
+ * (most random kernels make one): a window start at least E keys left of
+ * the diagonal inside the keys, a small scale and a kernel near the
+ * identity, so that every visible entry carries weight. */
+static void make_case(bcase *c, ta_rng *r, int flat) {
     static const int32_t dims[3] = {64, 96, 128};
     ta_problem *p = &c->p;
     const int32_t kind = ta_rng_int(r, 0, 5);
@@ -105,10 +118,20 @@ static void make_case(bcase *c, ta_rng *r) {
     p->flags = TA_CAUSAL;
     ta_test_mta_conv(r, kind, p);
     if (ta_rng_int(r, 0, 2) == 0) p->scale = ta_rng_uniform(r, 0.02f, 0.3f);
-    ta_test_random_window(r, p, 20);
+    ta_test_random_window(r, p, 30);
     c->use_seqlens = ta_rng_int(r, 0, 3) == 0;
     ta_test_seqlens(r, p, c->seqlens);
     c->identity = ta_rng_int(r, 0, 4) == 0;
+    if (flat) {
+        const int32_t e = (p->conv_k - 1) / 2 + p->conv_q - 1;
+        p->seq_k = p->seq_k < e + 40 ? e + 40 : p->seq_k;
+        p->flags |= TA_WINDOW;
+        p->window_left = ta_rng_int(r, e, p->seq_k - 2);
+        p->window_right = -1;
+        p->scale = 0.02f;
+        c->identity = 0;
+        c->flat = 1;
+    }
     c->eb = ta_dtype_size(p->dtype);
     c->n[0] = cnt(p->batch, p->heads_q, p->seq_q, p->head_dim);
     c->n[1] = cnt(p->batch, p->heads_kv, p->seq_k, p->head_dim);
@@ -126,10 +149,13 @@ static void make_case(bcase *c, ta_rng *r) {
     ta_fill_uniform(r, c->h_k, p->dtype, c->n[1], -2.0f, 2.0f);
     ta_fill_uniform(r, c->h_v, p->dtype, c->n[2], -1.0f, 1.0f);
     ta_fill_uniform(r, c->h_do, p->dtype, c->no, -1.0f, 1.0f);
-    for (i = 0; i < c->nw; ++i) /* identity: w[h][c_q - 1][P] = 1 */
-        c->h_w[i] = c->identity ? (float)((int32_t)(i % (size_t)(p->conv_q * p->conv_k)) ==
-                                          (p->conv_q - 1) * p->conv_k + (p->conv_k - 1) / 2)
+    for (i = 0; i < c->nw; ++i) { /* identity: w[h][c_q - 1][P] = 1 */
+        const float id = (float)((int32_t)(i % (size_t)(p->conv_q * p->conv_k)) ==
+                                 (p->conv_q - 1) * p->conv_k + (p->conv_k - 1) / 2);
+        c->h_w[i] = c->identity ? id
+                    : c->flat   ? id + ta_rng_uniform(r, -0.1f, 0.1f)
                                 : ta_rng_uniform(r, -0.6f, 0.6f);
+    }
 }
 
 static void describe(const bcase *c, char *buf, size_t n) {
@@ -222,8 +248,8 @@ static size_t compare(const bcase *c, int t, const void *got, const double *orc,
     return bad;
 }
 
-/* Parts 1 and 2 for problem idx: returns 1 if it passed. */
-static int check_problem(uint64_t seed, int idx) {
+/* Parts 1 and 2 for problem idx (flat: make_case's): returns 1 if it passed. */
+static int check_problem(uint64_t seed, int idx, int flat) {
     bcase c;
     ta_rng r;
     char desc[256];
@@ -235,7 +261,9 @@ static int check_problem(uint64_t seed, int idx) {
     ta_status st;
     int t;
     ta_rng_seed(&r, seed + UINT64_C(0x51ed27) * (uint64_t)(idx + 1));
-    make_case(&c, &r);
+    make_case(&c, &r, flat);
+    if ((c.p.flags & TA_WINDOW) && c.p.window_left >= 0 && c.p.window_left < c.p.seq_k)
+        ++g_edge_problems;
     describe(&c, desc, sizeof desc);
     snprintf(desc + strlen(desc), sizeof desc - strlen(desc), " #%d", idx);
     c.q = dcopy(c.h_q, c.n[0] * c.eb);
@@ -383,10 +411,14 @@ int main(int argc, char **argv) {
         return ta_test_failures ? ta_test_finish("test_cuda_fast_mta_bwd") : TA_TEST_SKIP;
     }
     for (i = 0; i < count; ++i)
-        failed += !check_problem(seed, i);
-    printf("%d problems, %d failed; worst errors (units of u) dq dk dv dconv_w: f16 %.3g %.3g %.3g "
+        failed += !check_problem(seed, i, 0);
+    for (i = 0; i < count / 4 + 4; ++i) /* part 1b: the window start's entries, flat */
+        failed += !check_problem(seed, 100000 + i, 1);
+    printf("%d problems with a window start inside the keys\n", g_edge_problems);
+    printf("%d problems and %d flat ones, %d failed; worst errors (units of u) dq dk dv dconv_w: "
+           "f16 %.3g %.3g %.3g "
            "%.3g, bf16 %.3g %.3g %.3g %.3g (bounds %g, dv %g)\n",
-           count, failed, g_worst[0][0], g_worst[0][1], g_worst[0][2], g_worst[0][3], g_worst[1][0],
-           g_worst[1][1], g_worst[1][2], g_worst[1][3], 4.0, 2.0);
+           count, count / 4 + 4, failed, g_worst[0][0], g_worst[0][1], g_worst[0][2], g_worst[0][3],
+           g_worst[1][0], g_worst[1][1], g_worst[1][2], g_worst[1][3], 4.0, 2.0);
     return ta_test_finish("test_cuda_fast_mta_bwd");
 }
