@@ -142,18 +142,6 @@ TA_FAST_FN void ta_fmb_store_acc(uint16_t *dst, int ld, const float (&acc)[4 * N
     }
 }
 
-/* 16 bytes of storage elements at a global row -> 8 f32 (0 if row is NULL). */
-template <bool BF16>
-__device__ __forceinline__ void ta_fmb_row8(const uint16_t *row, int32_t ch, float (&f)[8]) {
-    if (!row) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-            f[e] = 0.0f;
-        return;
-    }
-    ta_fast_mta_widen8<BF16>(*reinterpret_cast<const uint4 *>(row + 8 * ch), f);
-}
-
 /* ---- 3. g: dC at the direct entries ---- */
 
 /* scale P (dP - D_i) of the visible entry (row, j) whose convolved score is x:
@@ -169,8 +157,8 @@ __device__ __forceinline__ float ta_fmb_dc_entry(const ta_fmb_params &p, const t
     float dp = 0.0f;
     for (int32_t ch = 0; ch < p.head_dim / 8; ++ch) {
         float fo[8], fv[8];
-        ta_fmb_row8<BF16>(dor, ch, fo);
-        ta_fmb_row8<BF16>(vr, ch, fv);
+        ta_fast_mta_widen8<BF16>(*reinterpret_cast<const uint4 *>(dor + 8 * ch), fo);
+        ta_fast_mta_widen8<BF16>(*reinterpret_cast<const uint4 *>(vr + 8 * ch), fv);
 #pragma unroll
         for (int e = 0; e < 8; ++e)
             dp = __fmaf_rn(fo[e], fv[e], dp);
@@ -816,10 +804,8 @@ __global__ void __launch_bounds__(PREP_THREADS)
     float *red = sdkf + rows * D;
     uint16_t *sk = reinterpret_cast<uint16_t *>(red + ck * CH8);
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-        const int32_t blk = (int32_t)(tile % p.n_kb),
-                      h_kv = (int32_t)((tile / p.n_kb) % p.heads_kv);
-        const int32_t b_local = (int32_t)(tile / p.n_kb / p.heads_kv);
-        const int32_t m0 = blk * DK_KEYS;
+        const ta_cuda_kv_tile at = ta_cuda_kv_tile_at(p, tile, p.n_kb, 1);
+        const int32_t blk = at.kt, h_kv = at.h_kv, b_local = at.b_local, m0 = blk * DK_KEYS;
         ta_tile_ctx c = ta_cuda_context(p, b_local, h_kv * p.group, 0);
         float acc[ITEMS][4];
 #pragma unroll
@@ -987,15 +973,6 @@ template <bool BF16> static int ta_fmb_kernels_for(int32_t d, ta_fmb_kernels *k)
     }
 }
 
-/* The device's opt-in shared memory per block (bytes), or 0 if the query fails. */
-static size_t ta_fmb_smem_limit(void) {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-        return 0;
-    return (size_t)v;
-}
-
 } /* namespace */
 
 extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
@@ -1009,7 +986,7 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan, const ta_bwd_args
     ta_fmb_params prm, prm_kv;
     ta_tiling t_dq, t_kv;
     ta_cuda_launch_desc launch[7];
-    size_t sm[7], limit;
+    size_t sm[7];
     int nl = 0, i;
     ta_status st;
     if ((st = ta_cuda_check_pointers(ptrs, 12)) != TA_OK) return st;
@@ -1023,23 +1000,24 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan, const ta_bwd_args
     sm[4] = k.dq_smem(pr->conv_q);
     sm[5] = k.kv_smem(pr->conv_q);
     sm[6] = ta_fmb_dk_smem(pr);
-    limit = ta_fmb_smem_limit();
+    /* rows off 16 bytes: the exact kernels (their workspace regions are in
+     * ours: ta_cuda_bwd_layout) */
+    if (!ta_cuda_fast_bwd_aligned(plan, a)) return ta_cuda_mta_bwd(plan, a, ws, stream);
     /* the dk/dv kernel with two Q tile buffers where the device holds them
      * (3-4 % faster on an H100, docs/cuda.md; the same bits: only the loads
      * move) */
-    if (k.kv2_smem(pr->conv_q) <= limit) {
+    if ((st = ta_cuda_smem_opt_in(k.kv2, k.kv2_smem(pr->conv_q), k.kv2_smem(pr->conv_q))) ==
+        TA_OK) {
         k.kv = k.kv2;
         sm[5] = k.kv2_smem(pr->conv_q);
+    } else if (st != TA_ERR_UNSUPPORTED) {
+        return st;
     }
-    /* rows off 16 bytes, or a tile the device cannot hold: the exact kernels
-     * (their workspace regions are in ours: ta_cuda_bwd_layout) */
-    if (!ta_cuda_fast_bwd_aligned(plan, a) || sm[4] > limit || sm[5] > limit || sm[3] > limit ||
-        sm[6] > limit)
-        return ta_cuda_mta_bwd(plan, a, ws, stream);
-    {
+    { /* a tile the device cannot hold (ta_cuda_smem_opt_in's policy): the exact kernels */
         const void *ks[7] = {k.kf, k.diag, k.g, k.band, k.dq, k.kv, k.dk};
         for (i = 0; i < 7; ++i)
-            if (sm[i] > 0 && (st = ta_cuda_smem_opt_in(ks[i], sm[i], sm[i])) != TA_OK) return st;
+            if (sm[i] > 0 && (st = ta_cuda_smem_opt_in(ks[i], sm[i], sm[i])) != TA_OK)
+                return st == TA_ERR_UNSUPPORTED ? ta_cuda_mta_bwd(plan, a, ws, stream) : st;
     }
     {
         ta_plan no_halo = *plan;
