@@ -82,7 +82,8 @@ typedef struct ta_cuda_bwd_ws {
     void *rot_q;    /* as in ta_cuda_fwd_ws: the rotary stage's turned q and k */
     void *rot_k;
     /* the fast MTA backward (ta_cuda_fast_mta_bwd_path; else NULL), after the
-     * exact regions above (its fallback): kf and diag as the forward's, then
+     * exact regions above (its fallback): kf, diag (and edge, below) as the
+     * forward's, then
      * g [B, H, S_q, E], dsb [B, H, S_q, 2E], dq_band [B, H, S_q, D],
      * dkf [B, H, S_k, c_q, D], dw_fold [B, H, ceil(S_k / 32), c_q c_k],
      * dw_band [B, H, ceil(S_q / 32), c_q c_k] (f32; diag, g, dsb, dq_band

@@ -229,10 +229,12 @@ static void ta_cuda_rope_take(const ta_plan *plan, ta_ws_cursor *c, void **rot_q
     *rot_k = ta_ws_take(c, plan->n_k, plan->elem_bytes);
 }
 
-/* The fast MTA forward's regions (ta_cuda.h draws them): the filtered keys
- * kf, c_q per key per query head, the convolved scores next to the diagonal,
- * E per query row, and with a left window bound those next to it, P per row. */
-static ta_status ta_cuda_fast_mta_take(const ta_plan *plan, ta_ws_cursor *c, ta_cuda_fwd_ws *ws) {
+/* The fast MTA forward's regions (ta_cuda.h draws them), which the backward
+ * takes first too: the filtered keys kf, c_q per key per query head, the
+ * convolved scores next to the diagonal, E per query row, and with a left
+ * window bound those next to it, P per row. */
+static ta_status ta_cuda_fast_mta_take(const ta_plan *plan, ta_ws_cursor *c, void **kf,
+                                       float **diag, float **edge_vals) {
     const ta_problem *p = &plan->p;
     const size_t heads = (size_t)p->batch * (size_t)p->heads_q;
     const int32_t band = ta_cuda_fast_mta_band(plan), edge = ta_cuda_fast_mta_edge(plan);
@@ -243,9 +245,9 @@ static ta_status ta_cuda_fast_mta_take(const ta_plan *plan, ta_ws_cursor *c, ta_
         !ta_mul_size(n_diag, (size_t)band, &n_diag) ||
         !ta_mul_size(heads * (size_t)p->seq_q, (size_t)edge, &n_edge))
         return TA_ERR_OVERFLOW;
-    ws->mta_kf = ta_ws_take(c, n_kf, plan->elem_bytes);
-    if (band > 0) ws->mta_diag = TA_WS_TAKE(c, float, n_diag);
-    if (edge > 0) ws->mta_edge = TA_WS_TAKE(c, float, n_edge);
+    *kf = ta_ws_take(c, n_kf, plan->elem_bytes);
+    if (band > 0) *diag = TA_WS_TAKE(c, float, n_diag);
+    if (edge > 0) *edge_vals = TA_WS_TAKE(c, float, n_edge);
     return TA_OK;
 }
 
@@ -271,17 +273,18 @@ ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws
         ws->part_o = TA_WS_TAKE(&c, float, n_o);
         ws->part_lse = TA_WS_TAKE(&c, float, n_lse);
     }
-    if (ta_cuda_fast_mta_path(plan) && (st = ta_cuda_fast_mta_take(plan, &c, ws)) != TA_OK)
+    if (ta_cuda_fast_mta_path(plan) &&
+        (st = ta_cuda_fast_mta_take(plan, &c, &ws->mta_kf, &ws->mta_diag, &ws->mta_edge)) != TA_OK)
         return st;
     if (c.overflow) return TA_ERR_OVERFLOW;
     *bytes = c.used;
     return TA_OK;
 }
 
-/* The fast MTA backward's regions (ta_cuda.h lists them): kf and diag as
- * the forward's (edge too, with a binding window start, and its dC and band), the
- * direct entries' dC and the band's dS~ and dq share, dkf, and the dw
- * partials of 32 keys (the fold) and 32 rows (the band). */
+/* The fast MTA backward's regions (ta_cuda.h lists them): the forward's (kf,
+ * diag, edge), then the direct entries' dC and the band's dS~ and dq share,
+ * dkf, the dw partials of 32 keys (the fold) and 32 rows (the band), and with
+ * a binding window start the edge entries' dC and band. */
 static ta_status ta_cuda_fast_mta_bwd_take(const ta_plan *plan, ta_ws_cursor *c,
                                            ta_cuda_bwd_ws *ws) {
     const ta_problem *p = &plan->p;
@@ -290,16 +293,20 @@ static ta_status ta_cuda_fast_mta_bwd_take(const ta_plan *plan, ta_ws_cursor *c,
     const size_t edge = (size_t)ta_cuda_fast_mta_edge(plan);
     const size_t ncw = plan->n_conv / (size_t)p->heads_q;
     const size_t n_kb = ((size_t)p->seq_k + 31) / 32, n_rb = ((size_t)p->seq_q + 31) / 32;
-    size_t n_kf = 0, n_rows = 0, n_e = 0, n_dq = 0, n_fold = 0, n_bandw = 0;
+    size_t n_kf = 0, n_rows = 0, n_e = 0, n_dq = 0, n_fold = 0, n_bandw = 0, n_edge = 0;
+    size_t n_band2 = 0;
+    ta_status st;
+    if ((st = ta_cuda_fast_mta_take(plan, c, &ws->mta_kf, &ws->mta_diag, &ws->mta_edge)) != TA_OK)
+        return st;
     if (!ta_mul_size(heads, (size_t)p->seq_k, &n_kf) ||
         !ta_mul_size(n_kf, (size_t)p->conv_q * (size_t)p->head_dim, &n_kf) ||
         !ta_mul_size(heads, (size_t)p->seq_q, &n_rows) || !ta_mul_size(n_rows, band, &n_e) ||
         !ta_mul_size(n_rows, (size_t)p->head_dim, &n_dq) ||
-        !ta_mul_size(heads * n_kb, ncw, &n_fold) || !ta_mul_size(heads * n_rb, ncw, &n_bandw))
+        !ta_mul_size(heads * n_kb, ncw, &n_fold) || !ta_mul_size(heads * n_rb, ncw, &n_bandw) ||
+        !ta_mul_size(n_rows, edge, &n_edge) ||
+        !ta_mul_size(n_rows, 3 * edge + (size_t)p->conv_q - 1, &n_band2))
         return TA_ERR_OVERFLOW;
-    ws->mta_kf = ta_ws_take(c, n_kf, plan->elem_bytes);
     if (band > 0) {
-        ws->mta_diag = TA_WS_TAKE(c, float, n_e);
         ws->mta_g = TA_WS_TAKE(c, float, n_e);
         ws->mta_dsb = TA_WS_TAKE(c, float, 2 * n_e);
         ws->mta_dw_band = TA_WS_TAKE(c, float, n_bandw);
@@ -308,11 +315,6 @@ static ta_status ta_cuda_fast_mta_bwd_take(const ta_plan *plan, ta_ws_cursor *c,
     ws->mta_dkf = TA_WS_TAKE(c, float, n_kf);
     ws->mta_dw_fold = TA_WS_TAKE(c, float, n_fold);
     if (edge > 0) {
-        size_t n_edge = 0, n_band2 = 0;
-        if (!ta_mul_size(n_rows, edge, &n_edge) ||
-            !ta_mul_size(n_rows, 3 * edge + (size_t)p->conv_q - 1, &n_band2))
-            return TA_ERR_OVERFLOW;
-        ws->mta_edge = TA_WS_TAKE(c, float, n_edge);
         ws->mta_g_edge = TA_WS_TAKE(c, float, n_edge);
         ws->mta_dsb2 = TA_WS_TAKE(c, float, n_band2);
     }
