@@ -108,13 +108,20 @@ class MtaCase:
                                         self.bws.numel(), self.stream), "ta_bwd")
 
 
-def run(lib, b, h, s, d, c_q, c_k, a):
+def inputs(b, h, s, d, c_q, c_k, seed, n):
+    """n bf16 tensors [b, h, s, d] uniform in [-1, 1), then the kernel w:
+    0.3 uniform(-1, 1) plus 1 at the identity tap."""
     dev = torch.device("cuda")
-    gen = torch.Generator(device=dev).manual_seed(2468 + s + d + c_q)
-    q, k, v = ((torch.rand(b, h, s, d, device=dev, generator=gen) * 2 - 1).to(torch.bfloat16)
-               for _ in range(3))
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    xs = [(torch.rand(b, h, s, d, device=dev, generator=gen) * 2 - 1).to(torch.bfloat16)
+          for _ in range(n)]
     w = (torch.rand(h, c_q, c_k, device=dev, generator=gen) * 2 - 1) * 0.3
     w[:, c_q - 1, (c_k - 1) // 2] += 1.0
+    return xs + [w]
+
+
+def run(lib, b, h, s, d, c_q, c_k, a):
+    q, k, v, w = inputs(b, h, s, d, c_q, c_k, 2468 + s + d + c_q, 3)
     fast = MtaCase(lib, b, h, s, d, c_q, c_k, TA_BF16, TA_PRECISION_FAST, q, k, v, w)
     t = {"ours": median_ms(fast, a.warmup, a.reps)}
     cfg = []
@@ -154,13 +161,7 @@ def run(lib, b, h, s, d, c_q, c_k, a):
 def run_bwd(lib, b, h, s, d, c_q, c_k, a):
     """Backward times: ours (fast), flash (no conv), eager MTA; workspace and
     eager's peak (GiB); max |dq - dq_eager| over max |dq_eager|."""
-    dev = torch.device("cuda")
-    gen = torch.Generator(device=dev).manual_seed(1357 + s + d + c_q)
-    q, k, v = ((torch.rand(b, h, s, d, device=dev, generator=gen) * 2 - 1).to(torch.bfloat16)
-               for _ in range(3))
-    d_o = (torch.rand(b, h, s, d, device=dev, generator=gen) * 2 - 1).to(torch.bfloat16)
-    w = (torch.rand(h, c_q, c_k, device=dev, generator=gen) * 2 - 1) * 0.3
-    w[:, c_q - 1, (c_k - 1) // 2] += 1.0
+    q, k, v, d_o, w = inputs(b, h, s, d, c_q, c_k, 1357 + s + d + c_q, 4)
     fast = MtaCase(lib, b, h, s, d, c_q, c_k, TA_BF16, TA_PRECISION_FAST, q, k, v, w)
     fast()
     ws = fast.bwd_setup(d_o)
