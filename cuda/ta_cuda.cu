@@ -164,10 +164,19 @@ ta_status ta_cuda_tiling(const ta_plan *plan, int32_t block_q, int32_t block_k, 
     return TA_OK;
 }
 
-/* The part of the fill both passes share: dims, scale, tiling, layout. */
+/* The part of the fill both passes share: dims, scale, tiling, layout, and
+ * latent attention's band (its T, and the backward's dl, from the pass's
+ * workspace; NULL without the band). */
 static void ta_cuda_params_dims(ta_cuda_params *p, const ta_plan *plan, const ta_tiling *t,
-                                const int32_t *seqlens_k) {
+                                const int32_t *seqlens_k, const float *rb_t, const float *rb_dl) {
     const ta_problem *pr = &plan->p;
+    if (plan->stages.score == TA_SCORE_RBAND) {
+        p->rb_t = rb_t;
+        p->rb_dl = rb_dl;
+        p->rb_alpha = pr->rband_alpha;
+        p->rb_width = pr->rband_width;
+        p->rb_w1 = ta_cuda_rband_w1(plan);
+    }
     p->t = *t;
     p->lay = plan->layout;
     p->heads_q = pr->heads_q;
@@ -209,7 +218,7 @@ void ta_cuda_params_fwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling 
     p->part_o = ws->part_o; /* split-K's parts (NULL with one split) */
     p->part_lse = ws->part_lse;
     p->n_rows = (int64_t)plan->n_lse;
-    ta_cuda_params_dims(p, plan, t, a->seqlens_k);
+    ta_cuda_params_dims(p, plan, t, a->seqlens_k, ws->lat_t, NULL);
 }
 
 ta_status ta_cuda_merge_splits(const ta_plan *plan, int32_t n, const ta_fwd_args *a,
@@ -248,5 +257,5 @@ void ta_cuda_params_bwd(ta_cuda_params *p, const ta_plan *plan, const ta_tiling 
     p->dconv_w = a->dconv_w;
     p->delta = ws->delta;
     p->dw_rows = ws->dw_rows;
-    ta_cuda_params_dims(p, plan, t, a->seqlens_k);
+    ta_cuda_params_dims(p, plan, t, a->seqlens_k, ws->lat_t, ws->lat_dl);
 }

@@ -57,6 +57,15 @@ typedef struct ta_cuda_fwd_ws {
     float *mta_edge; /* fast MTA with a left window bound: [B, H, S_q, P] f32, the
                         convolved scores of the P keys from each row's window
                         start on, computed directly; else NULL */
+    /* latent attention (the band or the fused projections; ta_cuda_latent_plan;
+     * cuda/ta_cuda_latent.cu), f32, contiguous; else NULL:
+     * lat_q [B, H, n + S_q, L] the latent queries (n = q_history rows first),
+     * lat_k, lat_v [B, H_kv, S_k, L] k and v widened (f16 / bf16 only),
+     * lat_t [B, H, S_q, W1] the band's T (W1 = ta_cuda_rband_w1),
+     * lat_o [B, H, S_q, L] the latent output (projections, or f16 / bf16),
+     * lat_lse [B, H, S_q] (projections: the lse the up-projection reads
+     * when the call passes none) */
+    float *lat_q, *lat_k, *lat_v, *lat_t, *lat_o, *lat_lse;
 } ta_cuda_fwd_ws;
 
 /*
@@ -94,6 +103,15 @@ typedef struct ta_cuda_bwd_ws {
      * edge as the forward's [B, H, S_q, P], g_edge [B, H, S_q, P], dsb2
      * [B, H, S_q, 3P + c_q - 1] f32 */
     float *mta_edge, *mta_g_edge, *mta_dsb2;
+    /* latent attention (ta_cuda_latent_plan), f32, contiguous; else NULL:
+     * lat_q, lat_k, lat_v, lat_t as the forward's (no history rows);
+     * lat_dl [B, H, S_q, W1] the band entries' dl; lat_da [B, H, S_q] each
+     * row's d_alpha; lat_do [B, H, S_q, L] dctx~ (projections) or dO widened;
+     * lat_dq [B, H, S_q, L] dq~ (projections) or dq before its rounding;
+     * lat_dk, lat_dv [B, H_kv, S_k, L] before their rounding (f16 / bf16);
+     * lat_ctx [B, H, S_q, L] the recomputed ctx~ (projections) */
+    float *lat_q, *lat_k, *lat_v, *lat_t, *lat_dl, *lat_da, *lat_do, *lat_dq, *lat_dk, *lat_dv,
+        *lat_ctx;
 } ta_cuda_bwd_ws;
 
 /* The fast path's rotary stage (cuda/ta_cuda_fast_rope.cu; docs/rope.md):
@@ -139,6 +157,24 @@ ta_status ta_cuda_mta_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_cu
                           void *stream);
 ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a, const ta_cuda_bwd_ws *ws,
                           void *stream);
+
+/* Latent attention on CUDA (cuda/ta_cuda_latent.cu; docs/cuda.md section 2,
+ * "Latent attention"): ta_cuda_latent_plan (cuda/ta_cuda_layout.c) is 1 for
+ * the reciprocal band (TA_RBAND) or the fused projections (latent_dim > 0),
+ * which run the exact kernels in either precision; ta_cuda_rband_w1 is the
+ * band's row width W1 = min(W, S_k - 1) + 1 in the workspace (1 without the
+ * band). ta_cuda_latent_fwd / _bwd: as ta_cuda_sdpa_fwd / _bwd, bit-identical
+ * to REF. ta_cuda_sdpa_bwd_kernels: the SDPA backward's dk/dv and dq kernels
+ * on a delta already in ws->delta; with ctx_out, the dq kernel alone,
+ * recomputing ctx~ = sum_j P v_j (f32 [B, H, S_q, D_v]) instead of dq. */
+int ta_cuda_latent_plan(const ta_plan *plan);
+int32_t ta_cuda_rband_w1(const ta_plan *plan);
+ta_status ta_cuda_latent_fwd(const ta_plan *plan, const ta_fwd_args *a, const ta_cuda_fwd_ws *ws,
+                             void *stream);
+ta_status ta_cuda_latent_bwd(const ta_plan *plan, const ta_bwd_args *a, const ta_cuda_bwd_ws *ws,
+                             void *stream);
+ta_status ta_cuda_sdpa_bwd_kernels(const ta_plan *plan, const ta_bwd_args *a,
+                                   const ta_cuda_bwd_ws *ws, float *ctx_out, void *stream);
 
 /* The merge kernel (cuda/ta_cuda_merge.cu, src/ta_merge.h's arithmetic): n
  * parts o_parts [n, B, H, S_q, D_v] in dtype parts_dt (contiguous) and

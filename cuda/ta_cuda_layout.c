@@ -30,7 +30,19 @@
  * with the merge kernel (cuda/ta_cuda_fast_fwd.cu); the fast backward
  * ignores num_splits, as every backward. */
 int ta_cuda_fast_path(const ta_plan *plan) {
-    return plan->p.precision == TA_PRECISION_FAST && plan->p.dtype != TA_F32 && !plan->has_conv;
+    return plan->p.precision == TA_PRECISION_FAST && plan->p.dtype != TA_F32 && !plan->has_conv &&
+           !ta_cuda_latent_plan(plan);
+}
+
+/* Latent attention: the exact kernels on f32 copies (cuda/ta_cuda_latent.cu),
+ * in either precision (no fast kernels yet: exact bits satisfy its bound). */
+int ta_cuda_latent_plan(const ta_plan *plan) {
+    return plan->stages.score == TA_SCORE_RBAND || plan->p.latent_dim > 0;
+}
+
+int32_t ta_cuda_rband_w1(const ta_plan *plan) {
+    const int32_t w = plan->p.rband_width, last = plan->p.seq_k - 1;
+    return plan->stages.score == TA_SCORE_RBAND ? (w < last ? w : last) + 1 : 1;
 }
 
 /* The fast MTA kernels' problems: fast, f16 / bf16, the conv, D = D_v in
@@ -182,8 +194,8 @@ int ta_cuda_supports(const ta_plan *plan) {
      * the rotary stage */
     if (plan->p.kv_page_size > 0 && ta_cuda_fast_path(plan) && plan->stages.load != TA_LOAD_NONE)
         return 0;
-    /* latent attention's band and fused projections: not on CUDA yet */
-    if (plan->stages.score == TA_SCORE_RBAND || plan->p.latent_dim > 0) return 0;
+    /* latent attention (the band, the fused projections): the exact kernels */
+    if (ta_cuda_latent_plan(plan)) return 1;
     if (ta_cuda_fast_path(plan)) return ta_cuda_fast_table_has(plan);
     if (ta_cuda_fast_mta_path(plan) || ta_cuda_fast_mta_dec_path(plan))
         return plan->p.tile_config <= TA_CUDA_FAST_MTA_CFGS;
@@ -251,6 +263,61 @@ static ta_status ta_cuda_fast_mta_take(const ta_plan *plan, ta_ws_cursor *c, voi
     return TA_OK;
 }
 
+/* Latent attention's regions (ta_cuda.h lists them): the f32 copies the
+ * exact kernels run on. The backward has no history rows (refused). */
+static ta_status ta_cuda_latent_take(const ta_plan *plan, ta_ws_cursor *c, int bwd, float **lat_q,
+                                     float **lat_k, float **lat_v, float **lat_t, size_t *n_rows_l,
+                                     size_t *n_band) {
+    const ta_problem *p = &plan->p;
+    const size_t heads = (size_t)p->batch * (size_t)p->heads_q, lat = (size_t)plan->dim_k;
+    const size_t hist = bwd ? 0u : (size_t)p->q_history;
+    size_t n_q = 0;
+    if (!ta_mul_size(heads, hist + (size_t)p->seq_q, &n_q) || !ta_mul_size(n_q, lat, &n_q) ||
+        !ta_mul_size(plan->n_lse, (size_t)ta_cuda_rband_w1(plan), n_band) ||
+        !ta_mul_size(plan->n_lse, lat, n_rows_l))
+        return TA_ERR_OVERFLOW;
+    *lat_q = TA_WS_TAKE(c, float, n_q);
+    if (p->dtype != TA_F32) {
+        *lat_k = TA_WS_TAKE(c, float, plan->n_k);
+        *lat_v = TA_WS_TAKE(c, float, plan->n_v);
+    }
+    if (plan->stages.score == TA_SCORE_RBAND) *lat_t = TA_WS_TAKE(c, float, *n_band);
+    return TA_OK;
+}
+
+static ta_status ta_cuda_latent_fwd_take(const ta_plan *plan, ta_ws_cursor *c, ta_cuda_fwd_ws *ws) {
+    size_t n_rows_l = 0, n_band = 0; /* [B, H, S_q, L], [B, H, S_q, W1] */
+    const ta_status st = ta_cuda_latent_take(plan, c, 0, &ws->lat_q, &ws->lat_k, &ws->lat_v,
+                                             &ws->lat_t, &n_rows_l, &n_band);
+    if (st != TA_OK) return st;
+    if (plan->p.latent_dim > 0 || plan->p.dtype != TA_F32)
+        ws->lat_o = TA_WS_TAKE(c, float, n_rows_l);
+    if (plan->p.latent_dim > 0) ws->lat_lse = TA_WS_TAKE(c, float, plan->n_lse);
+    return TA_OK;
+}
+
+static ta_status ta_cuda_latent_bwd_take(const ta_plan *plan, ta_ws_cursor *c, ta_cuda_bwd_ws *ws) {
+    const int proj = plan->p.latent_dim > 0, wide = plan->p.dtype != TA_F32;
+    size_t n_rows_l = 0, n_band = 0;
+    const ta_status st = ta_cuda_latent_take(plan, c, 1, &ws->lat_q, &ws->lat_k, &ws->lat_v,
+                                             &ws->lat_t, &n_rows_l, &n_band);
+    if (st != TA_OK) return st;
+    if (plan->stages.score == TA_SCORE_RBAND) {
+        ws->lat_dl = TA_WS_TAKE(c, float, n_band);
+        ws->lat_da = TA_WS_TAKE(c, float, plan->n_lse);
+    }
+    if (proj || wide) {
+        ws->lat_do = TA_WS_TAKE(c, float, n_rows_l);
+        ws->lat_dq = TA_WS_TAKE(c, float, n_rows_l);
+    }
+    if (wide) {
+        ws->lat_dk = TA_WS_TAKE(c, float, plan->n_k);
+        ws->lat_dv = TA_WS_TAKE(c, float, plan->n_v);
+    }
+    if (proj) ws->lat_ctx = TA_WS_TAKE(c, float, n_rows_l);
+    return TA_OK;
+}
+
 /* The one forward layout routine: sizes (base NULL) and carves (base set)
  * (ta_cuda.h draws the regions). */
 ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws, size_t *bytes) {
@@ -264,7 +331,10 @@ ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws
     ws->part_o = ws->part_lse = NULL;
     ws->rot_q = ws->rot_k = ws->mta_kf = NULL;
     ws->mta_diag = ws->mta_edge = NULL;
+    ws->lat_q = ws->lat_k = ws->lat_v = ws->lat_t = ws->lat_o = ws->lat_lse = NULL;
     ta_cuda_rope_take(plan, &c, &ws->rot_q, &ws->rot_k);
+    if (ta_cuda_latent_plan(plan) && (st = ta_cuda_latent_fwd_take(plan, &c, ws)) != TA_OK)
+        return st;
     if (n_split > 1) {
         size_t n_o = 0, n_lse = 0;
         if (!ta_mul_size(plan->n_o, (size_t)n_split, &n_o) ||
@@ -347,7 +417,11 @@ ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws
     ws->delta = TA_WS_TAKE(&c, float, plan->n_lse);
     ws->dw_rows = ws->dw_lo = NULL;
     ws->rot_q = ws->rot_k = NULL;
+    ws->lat_q = ws->lat_k = ws->lat_v = ws->lat_t = ws->lat_dl = ws->lat_da = NULL;
+    ws->lat_do = ws->lat_dq = ws->lat_dk = ws->lat_dv = ws->lat_ctx = NULL;
     ta_cuda_rope_take(plan, &c, &ws->rot_q, &ws->rot_k);
+    if (ta_cuda_latent_plan(plan) && (st = ta_cuda_latent_bwd_take(plan, &c, ws)) != TA_OK)
+        return st;
     if (plan->has_conv) {
         size_t n = 0;
         if (!ta_mul_size(plan->n_lse / (size_t)plan->p.seq_q, (size_t)plan->bwd.num_q_tiles,

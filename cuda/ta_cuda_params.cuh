@@ -84,6 +84,18 @@ struct ta_cuda_params {
      * (plan->layout); NULL without pages */
     const int32_t *block_table;
     int32_t kv_page_size, kv_num_pages, kv_max_blocks;
+    /* latent attention's reciprocal band (plan->stages.score == TA_SCORE_RBAND;
+     * cuda/ta_cuda_latent.cu): rb_t [B, H, S_q, rb_w1] f32 holds T of row r
+     * and key p_r - w at (r, w) (p_r = r + S_k - S_q, rb_w1 = min(W, S_k - 1)
+     * + 1), rb_dl the backward's dl of the same entries; alpha, W. NULL, 0
+     * without the band */
+    const float *rb_t, *rb_dl;
+    float rb_alpha;
+    int32_t rb_width, rb_w1;
+    /* the dq kernel run as the fused projections' recomputation of the
+     * latent output ctx~_r = sum_j P_rj v_j (docs/exactness.md section 13):
+     * ctx_out [B, H, S_q, D_v] f32, contiguous; NULL: the kernel computes dq */
+    float *ctx_out;
     int32_t has_seqlens;
     const int32_t *seqlens_dev;
     int32_t seqlens_k[TA_CUDA_BATCH_CHUNK];

@@ -129,13 +129,115 @@ TA_CUDA_DEV ta_cuda_head_slices ta_cuda_head_of(const ta_cuda_params &p, const t
     return s;
 }
 
-/* P and dS of one live entry: the reference's ta_ref_bwd_probs. */
-TA_CUDA_DEV void ta_cuda_probs(float dot_qk, float dot_dov, float scale, float lse, float delta,
-                               float *p_out, float *ds_out) {
-    const float s = scale * dot_qk;
-    const float pr = ta_exp(s - lse);
+/* The logit of live entry (row r, key j) of the (b, h) slice lse_slice:
+ * scale * dot(q_r, k_j) (ta_ref_scores), with latent attention's band its
+ * term where it applies (ta_cuda_rband_logit). */
+template <bool LAT>
+TA_CUDA_DEV float ta_cuda_bwd_logit(const ta_cuda_params &p, int64_t lse_slice, int32_t r,
+                                    int32_t j, float dot_qk) {
+    const float s = p.scale * dot_qk;
+    return LAT && p.rb_t ? ta_cuda_rband_logit(p, lse_slice, r, j, s) : s;
+}
+
+/* P and dS of one live entry from its logit: the reference's ta_ref_bwd_probs. */
+TA_CUDA_DEV void ta_cuda_probs(float logit, float dot_dov, float lse, float delta, float *p_out,
+                               float *ds_out) {
+    const float pr = ta_exp(logit - lse);
     *p_out = pr;
     *ds_out = pr * (dot_dov - delta);
+}
+
+/* One row of a register block's chunk partials into its pairs (ta_cuda_acc_sum2). */
+template <int NS>
+TA_CUDA_DEV void ta_cuda_row_sum2(float (&hi)[NS][4], float (&lo)[NS][4], float (&part)[NS][4]) {
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            ta_sum2_add(&hi[s][e], &lo[s][e], 1.0f, part[s][e]);
+            part[s][e] = 0.0f;
+        }
+}
+
+/*
+ * Latent attention's band, the transposed term of dk for query head h (its
+ * slices hc), after the head's row chunks (ref/ta_ref_bwd.c,
+ * ta_ref_bwd_rband_dk; S_q = S_k in the backward, so key n sits at query row
+ * n): key n of the thread's keys col0 + 4ty + r adds
+ *   dk_n += (alpha * dl_nj) q~_j     keys j = max(0, n - W) .. n ascending
+ * (dl from p.rb_dl, q~ the pass's q rows), a key j starting a 64-key chunk
+ * first flushing n's partial, and flushes after. Only dk slots (slot0 + s < nk)
+ * take terms; a row with lse = -inf has none.
+ */
+template <int DT, int NS>
+TA_CUDA_DEV void ta_cuda_rband_dk(const ta_cuda_bwd_params &p, const ta_cuda_head_slices &hc,
+                                  int32_t col0, int32_t cols, int32_t slot0, int32_t nk,
+                                  float (&acc)[4][NS][4], float (&hi)[4][NS][4],
+                                  float (&lo)[4][NS][4]) {
+    const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const int32_t n = col0 + 4 * ty + r;
+        int32_t j;
+        if (4 * ty + r >= cols || p.lse[hc.lse + n] == ta_f32_from_bits(TA_CUDA_NEG_INF_BITS))
+            continue;
+        for (j = n > p.rb_width ? n - p.rb_width : 0; j <= n; ++j) {
+            const float a_dl = p.rb_alpha * p.rb_dl[(hc.lse + n) * p.rb_w1 + (n - j)];
+            const int64_t q_row = ta_cuda_row(hc.q, p.lay.q.seq, j);
+            if (j % TA_SUM2_CHUNK == 0) ta_cuda_row_sum2<NS>(hi[r], lo[r], acc[r]);
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int32_t f = (slot0 + s) * TA_CUDA_SLOT + 4 * tx + e;
+                    if (slot0 + s < nk && f < p.head_dim)
+                        acc[r][s][e] =
+                            fmaf(a_dl, ta_cuda_load<DT>(p.q, (size_t)(q_row + f)), acc[r][s][e]);
+                }
+        }
+        ta_cuda_row_sum2<NS>(hi[r], lo[r], acc[r]);
+    }
+}
+
+/*
+ * Latent attention's band, the transposed term of dq after the key chunks
+ * (ta_ref_bwd_rband_dq; S_q = S_k): row m of the thread's rows row0 + 4ty + r
+ * adds
+ *   dq_m += (alpha * dl_im) k_i      rows i = m .. min(m + W, S_q - 1) ascending
+ * over the live rows i (lse_i > -inf), a row i starting a 64-row chunk first
+ * flushing m's partial, and flushes after.
+ */
+template <int DT, int NS>
+TA_CUDA_DEV void ta_cuda_rband_dq(const ta_cuda_params &p, const ta_tile_ctx &c, int32_t row0,
+                                  int32_t rows, float (&acc)[4][NS][4], float (&hi)[4][NS][4],
+                                  float (&lo)[4][NS][4]) {
+    const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const int32_t m = row0 + 4 * ty + r;
+        const int32_t last =
+            (int32_t)(p.t.seq_q - 1 < (int64_t)m + p.rb_width ? p.t.seq_q - 1
+                                                              : (int64_t)m + p.rb_width);
+        int32_t i;
+        if (4 * ty + r >= rows) continue;
+        for (i = m; i <= last; ++i) {
+            const int64_t k_row = ta_cuda_row(c.k, p.lay.k.seq, i);
+            float a_dl;
+            if (i % TA_SUM2_CHUNK == 0) ta_cuda_row_sum2<NS>(hi[r], lo[r], acc[r]);
+            if (p.lse[c.lse + i] == ta_f32_from_bits(TA_CUDA_NEG_INF_BITS)) continue;
+            a_dl = p.rb_alpha * p.rb_dl[(c.lse + i) * p.rb_w1 + (i - m)];
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int32_t f = s * TA_CUDA_SLOT + 4 * tx + e;
+                    if (f < p.head_dim)
+                        acc[r][s][e] =
+                            fmaf(a_dl, ta_cuda_load<DT>(p.k, (size_t)(k_row + f)), acc[r][s][e]);
+                }
+        }
+        ta_cuda_row_sum2<NS>(hi[r], lo[r], acc[r]);
+    }
 }
 
 /*
@@ -173,7 +275,7 @@ static __host__ __device__ __forceinline__ ta_cuda_bwd_smem ta_cuda_bwd_smem_mak
 /* dk, dv                                                                         */
 /* ---------------------------------------------------------------------------- */
 
-template <int DT, int NS, bool WL, bool ROPE>
+template <int DT, int NS, bool WL, bool ROPE, bool LAT>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_dkdv_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
     extern __shared__ float4 ta_cuda_dkdv_dyn_smem[];
@@ -273,8 +375,8 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                         pw[a] = 0.0f;
                         dw[a] = 0.0f;
                         if (ta_cuda_in<WL>(j, kv.x, kv.y))
-                            ta_cuda_probs(s_t[a][c], dp_t[a][c], p.scale, lse_s[i], delta_s[i],
-                                          &pw[a], &dw[a]);
+                            ta_cuda_probs(ta_cuda_bwd_logit<LAT>(p, hc.lse, row0 + i, j, s_t[a][c]),
+                                          dp_t[a][c], lse_s[i], delta_s[i], &pw[a], &dw[a]);
                     }
                     *reinterpret_cast<float4 *>(ps + i * TA_CUDA_LDT + 4 * ty) =
                         make_float4(pw[0], pw[1], pw[2], pw[3]);
@@ -319,6 +421,9 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                 /* the Q tile is one row chunk of head h: its partial into the pairs */
                 ta_cuda_acc_sum2<NS>(hi, lo, acc);
             }
+            /* latent attention's band: head h's transposed term, after its chunks */
+            if (LAT && p.rb_dl && need_ds)
+                ta_cuda_rband_dk<DT, NS>(p, hc, col0, cols, slot0, nk, acc, hi, lo);
         }
         /* step 5: dk = store(scale * hi), dv = store(hi), keys < cols only; with the
          * rotary stage, dk's rows turned back first (group 0 holds every dk slot:
@@ -355,7 +460,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 /* dq                                                                             */
 /* ---------------------------------------------------------------------------- */
 
-template <int DT, int NS, bool WL, bool ROPE>
+template <int DT, int NS, bool WL, bool ROPE, bool LAT>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_dq_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
     extern __shared__ float4 ta_cuda_dq_dyn_smem[];
@@ -390,9 +495,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         if (tid == 0) ctx_s = ta_cuda_context(p, at.b_local, at.h, qt);
         __syncthreads();
         ta_cuda_bwd_rows(p, &t, c.lse, row0, rows, c.key_len, lse_s, delta_s, keys);
-        if (tid < NS)
-            k_slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), p.head_dim,
-                                           tid * TA_CUDA_SLOT);
+        if (tid < NS) /* the recomputation of ctx~ (p.ctx_out) sums v rows instead */
+            k_slots[tid] = LAT && p.ctx_out
+                               ? ta_cuda_slot_of(ta_cuda_rows_of(p.v, c.v, p.lay.v.seq),
+                                                 p.head_dim_v, tid * TA_CUDA_SLOT)
+                               : ta_cuda_slot_of(ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), p.head_dim,
+                                                 tid * TA_CUDA_SLOT);
         __syncthreads();
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
@@ -411,10 +519,17 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             ta_cuda_dot_tile<DT>(s_t, ta_cuda_rows_of(p.q, c.q, p.lay.q.seq), row0, rows,
                                  ta_cuda_rows_of(p.k, c.k, p.lay.k.seq), col0, cols, p.head_dim,
                                  stage, ROPE ? &rope : nullptr);
-            ta_cuda_dot_tile<DT>(dp_t, ta_cuda_rows_of(p.d_o, c.d_o, p.lay.d_o.seq), row0, rows,
-                                 ta_cuda_rows_of(p.v, c.v, p.lay.v.seq), col0, cols, p.head_dim_v,
-                                 stage);
-            /* dS of the live entries into dst[j][i] */
+            if (!(LAT && p.ctx_out))
+                ta_cuda_dot_tile<DT>(dp_t, ta_cuda_rows_of(p.d_o, c.d_o, p.lay.d_o.seq), row0, rows,
+                                     ta_cuda_rows_of(p.v, c.v, p.lay.v.seq), col0, cols,
+                                     p.head_dim_v, stage);
+            else
+#pragma unroll
+                for (int r = 0; r < 4; ++r)
+#pragma unroll
+                    for (int cc = 0; cc < 4; ++cc)
+                        dp_t[r][cc] = 0.0f;
+                        /* dS of the live entries into dst[j][i] (P when recomputing ctx~) */
 #pragma unroll
             for (int cc = 0; cc < 4; ++cc) {
                 const int j = 4 * tx + cc;
@@ -425,9 +540,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                     float pr;
                     dw[r] = 0.0f;
                     const int2 kv = NS < 3 ? row_keys[r] : keys[i];
-                    if (ta_cuda_in<WL>(col0 + j, kv.x, kv.y))
-                        ta_cuda_probs(s_t[r][cc], dp_t[r][cc], p.scale, lse_s[i], delta_s[i], &pr,
-                                      &dw[r]);
+                    if (ta_cuda_in<WL>(col0 + j, kv.x, kv.y)) {
+                        ta_cuda_probs(
+                            ta_cuda_bwd_logit<LAT>(p, c.lse, row0 + i, col0 + j, s_t[r][cc]),
+                            dp_t[r][cc], lse_s[i], delta_s[i], &pr, &dw[r]);
+                        if (LAT && p.ctx_out) dw[r] = pr;
+                    }
                 }
                 *reinterpret_cast<float4 *>(dst + j * TA_CUDA_LDT + 4 * ty) =
                     make_float4(dw[0], dw[1], dw[2], dw[3]);
@@ -465,6 +583,14 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             /* the k tile is one key chunk: its partial into the pairs */
             ta_cuda_acc_sum2<NS>(hi, lo, acc);
         }
+        /* the recomputed ctx~ = hi (f32), for the projections' weight gradients */
+        if (LAT && p.ctx_out) {
+            ta_cuda_store_block<TA_F32, NS>(row0, rows, p.head_dim_v, hi, 0, 1.0f, p.ctx_out,
+                                            c.lse * p.head_dim_v, p.head_dim_v);
+            continue;
+        }
+        /* latent attention's band: the transposed term, after the key chunks */
+        if (LAT && p.rb_dl) ta_cuda_rband_dq<DT, NS>(p, c, row0, rows, acc, hi, lo);
         /* step 3: dq = store(scale * hi); with the rotary stage, the rows turned back first */
         if (ROPE)
             ta_cuda_rope_grad_block<NS>(p, stage, hi, p.head_dim, TA_CUDA_ROPE_Q, c, row0, rows);
@@ -483,14 +609,36 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
  * the top). */
 template <bool WL, bool ROPE> struct ta_cuda_dq_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, NS, WL, ROPE>);
+        return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, NS, WL, ROPE, false>);
     }
 };
 template <bool WL, bool ROPE> struct ta_cuda_dkdv_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, NS, WL, ROPE>);
+        return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, NS, WL, ROPE, false>);
     }
 };
+/* Latent attention's (cuda/ta_cuda_latent.cu): f32, no rotary stage, with the
+ * band's steps and the recomputation of ctx~ (LAT), which the others compile
+ * out (their registers and spills stay as they were). */
+template <bool WL> struct ta_cuda_dq_lat_family {
+    template <int DT, int NS> static const void *at() {
+        return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, NS, WL, false, true>);
+    }
+};
+template <bool WL> struct ta_cuda_dkdv_lat_family {
+    template <int DT, int NS> static const void *at() {
+        return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, NS, WL, false, true>);
+    }
+};
+
+/* Family F's kernel for plan with n slots (at least LO); lat: F's latent twin
+ * L (f32 sub-plans with the band, or recomputing ctx~). */
+template <template <bool, bool> class F, template <bool> class L, int LO>
+static const void *ta_cuda_bwd_pick(const ta_plan *plan, int n, bool lat) {
+    if (!lat) return ta_cuda_pick_plan<F, LO>(plan, n);
+    return ta_cuda_left_bounded(plan) ? ta_cuda_pick_count<L<true>, TA_F32, LO, 4>::at(n)
+                                      : ta_cuda_pick_count<L<false>, TA_F32, LO, 4>::at(n);
+}
 
 /* The delta kernel of plan's dtype, one thread per row of [B, H, S_q], at
  * most 65,536 blocks (grid-stride beyond); shared with the MTA backward
@@ -522,6 +670,17 @@ ta_status ta_cuda_bwd_delta(const ta_plan *plan, const ta_bwd_args *a, float *de
 
 extern "C" ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a,
                                       const ta_cuda_bwd_ws *ws, void *stream) {
+    const void *ptrs[10] = {a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk, a->dv, ws->delta};
+    ta_status st;
+    if ((st = ta_cuda_check_pointers(ptrs, 10)) != TA_OK) return st;
+    if ((st = ta_cuda_check_rope(plan)) != TA_OK) return st;
+    if ((st = ta_cuda_bwd_delta(plan, a, ws->delta, stream)) != TA_OK) return st;
+    return ta_cuda_sdpa_bwd_kernels(plan, a, ws, NULL, stream);
+}
+
+extern "C" ta_status ta_cuda_sdpa_bwd_kernels(const ta_plan *plan, const ta_bwd_args *a,
+                                              const ta_cuda_bwd_ws *ws, float *ctx_out,
+                                              void *stream) {
     const ta_problem *pr = &plan->p;
     const int nk = (pr->head_dim + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
     const int nv = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
@@ -529,17 +688,19 @@ extern "C" ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a,
     /* the rotary stage turns a dk row back across its slots: all in one group */
     const int ns_even = (nk + nv + n_groups - 1) / n_groups;
     const int ns_dkdv = plan->stages.load == TA_LOAD_ROPE && nk > ns_even ? nk : ns_even;
-    const void *k_dkdv = ta_cuda_pick_plan<ta_cuda_dkdv_family, 2>(plan, ns_dkdv);
-    const void *k_dq = ta_cuda_pick_plan<ta_cuda_dq_family, 1>(plan, nk);
-    const void *ptrs[10] = {a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk, a->dv, ws->delta};
+    /* the band's steps or the recomputation of ctx~: the latent kernels (a
+     * sub-plan of the projections alone has neither stage nor latent_dim) */
+    const bool lat = ctx_out != NULL || ta_cuda_latent_plan(plan);
+    const void *k_dkdv =
+        ta_cuda_bwd_pick<ta_cuda_dkdv_family, ta_cuda_dkdv_lat_family, 2>(plan, ns_dkdv, lat);
+    const void *k_dq =
+        ta_cuda_bwd_pick<ta_cuda_dq_family, ta_cuda_dq_lat_family, 1>(plan, nk, lat);
     const size_t smem_dkdv = (size_t)ta_cuda_bwd_smem_make(1).floats * sizeof(float);
     const size_t smem_dq = (size_t)ta_cuda_bwd_smem_make(0).floats * sizeof(float);
     ta_tiling t;
     ta_cuda_bwd_params prm;
     ta_cuda_launch_desc launch[2];
     ta_status st;
-    if ((st = ta_cuda_check_pointers(ptrs, 10)) != TA_OK) return st;
-    if ((st = ta_cuda_check_rope(plan)) != TA_OK) return st;
     memset(&prm, 0, sizeof prm);
     /* the backward's own 64 x 64 tiles (its bits depend on no tile size), the plan's mask */
     if ((st = ta_cuda_tiling(plan, TA_CUDA_TILE, TA_CUDA_TILE, TA_TILING_BWD, &t)) != TA_OK)
@@ -547,11 +708,13 @@ extern "C" ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a,
     /* one size per kernel: need and opt-in are the same */
     if ((st = ta_cuda_smem_opt_in(k_dkdv, smem_dkdv, smem_dkdv)) != TA_OK) return st;
     if ((st = ta_cuda_smem_opt_in(k_dq, smem_dq, smem_dq)) != TA_OK) return st;
-    if ((st = ta_cuda_bwd_delta(plan, a, ws->delta, stream)) != TA_OK) return st;
     ta_cuda_params_bwd(&prm, plan, &t, a, ws);
     prm.n_groups = n_groups;
+    prm.ctx_out = ctx_out;
     launch[0] = ta_cuda_launch_of(k_dkdv, &prm, (int64_t)pr->heads_kv * t.num_k_tiles * n_groups, 0,
                                   smem_dkdv);
     launch[1] = ta_cuda_launch_of(k_dq, &prm, (int64_t)pr->heads_q * t.num_q_tiles, 0, smem_dq);
+    /* the recomputation of ctx~: the dq kernel alone */
+    if (ctx_out) return ta_cuda_launch_batches(launch + 1, 1, a->seqlens_k, pr->batch, stream);
     return ta_cuda_launch_batches(launch, 2, a->seqlens_k, pr->batch, stream);
 }

@@ -54,7 +54,7 @@ static __host__ __device__ ta_cuda_fwd_smem ta_cuda_sdpa_fwd_smem(int32_t cols_c
     return ta_cuda_fwd_smem_make(cols_cap, 0, 0);
 }
 
-template <int DT, int NS, bool WL, bool ROPE>
+template <int DT, int NS, bool WL, bool ROPE, bool LAT>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_fwd_kernel(const __grid_constant__ ta_cuda_params p) {
     extern __shared__ float4 ta_cuda_fwd_dyn_smem[];
@@ -124,6 +124,11 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                                     p.scale * s[3][cc]);
             }
             __syncthreads();
+            /* latent attention's band: S -> fmaf(alpha, T, S) on its entries */
+            if (LAT && p.rb_t) {
+                ta_cuda_rband_tile(p, c.lse, st, row0, rows, col0, cols);
+                __syncthreads();
+            }
             /* steps 2-5: row max and alpha, p = exp(s - m_new), l, acc (shared with MTA) */
             ta_cuda_softmax_pv_tile<DT, NS, WL>(st, col0, cols, key_lo, key_hi, tile_lo, tile_hi,
                                                 m_run, l_run, l_lo, m_new, alpha, stage, v_slots,
@@ -138,10 +143,16 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 
 /* The instantiations, by dtype, slot count (NS = ceil(D_v / 64), 1..4), left
  * bound (WL: a window's left bound, ta_cuda_left_bounded) and the rotary
- * stage (ROPE). */
+ * stage (ROPE); latent attention's (cuda/ta_cuda_latent.cu: f32 sub-plans,
+ * no rotary stage) with the band's step (LAT), which the others compile out. */
 template <bool WL, bool ROPE> struct ta_cuda_fwd_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_fwd_kernel<DT, NS, WL, ROPE>);
+        return reinterpret_cast<const void *>(&ta_cuda_fwd_kernel<DT, NS, WL, ROPE, false>);
+    }
+};
+template <bool WL> struct ta_cuda_fwd_lat_family {
+    template <int DT, int NS> static const void *at() {
+        return reinterpret_cast<const void *>(&ta_cuda_fwd_kernel<DT, NS, WL, false, true>);
     }
 };
 
@@ -149,7 +160,11 @@ extern "C" ta_status ta_cuda_sdpa_fwd(const ta_plan *plan, const ta_fwd_args *a,
                                       const ta_cuda_fwd_ws *ws, void *stream) {
     const ta_problem *pr = &plan->p;
     const int ns = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
-    const void *kernel = ta_cuda_pick_plan<ta_cuda_fwd_family, 1>(plan, ns);
+    const void *kernel =
+        !ta_cuda_latent_plan(plan) ? ta_cuda_pick_plan<ta_cuda_fwd_family, 1>(plan, ns)
+        : ta_cuda_left_bounded(plan)
+            ? ta_cuda_pick_count<ta_cuda_fwd_lat_family<true>, TA_F32, 1, 4>::at(ns)
+            : ta_cuda_pick_count<ta_cuda_fwd_lat_family<false>, TA_F32, 1, 4>::at(ns);
     const void *ptrs[5] = {a->q, a->k, a->v, a->o, a->lse};
     ta_tiling t;
     size_t smem;

@@ -923,4 +923,38 @@ TA_CUDA_DEV void ta_cuda_fwd_store_part(const ta_cuda_params &p, const ta_tile_c
     }
 }
 
+/*
+ * The reciprocal band's score stage (latent attention, TA_RBAND; docs/
+ * exactness.md section 13): the logit of a visible (row r, key j) with
+ * 0 <= p_r - j <= W (p_r = r + S_k - S_q) is fmaf(alpha, T_rj, S_rj), T
+ * from p.rb_t (cuda/ta_cuda_latent.cu computes it as ref/ta_ref_rband.c
+ * does); other entries keep s. lse_slice: the (b, h) slice of [B, H, S_q].
+ */
+TA_CUDA_DEV float ta_cuda_rband_logit(const ta_cuda_params &p, int64_t lse_slice, int32_t r,
+                                      int32_t j, float s) {
+    const int32_t w = r + (p.t.seq_k - p.t.seq_q) - j;
+    if (w < 0 || w > p.rb_width) return s;
+    return fmaf(p.rb_alpha, p.rb_t[(lse_slice + r) * p.rb_w1 + w], s);
+}
+
+/*
+ * The band on a forward score tile: st[j][i] (TA_CUDA_LDT apart) holds S of
+ * row row0 + i and key col0 + j; every band entry of the tile's rows x cols
+ * becomes its logit (ta_cuda_rband_logit), one thread per entry. Tiles that
+ * do not meet the band return at once. The caller syncs before and after.
+ */
+TA_CUDA_DEV void ta_cuda_rband_tile(const ta_cuda_params &p, int64_t lse_slice, float *st,
+                                    int32_t row0, int32_t rows, int32_t col0, int32_t cols) {
+    const int32_t off = p.t.seq_k - p.t.seq_q;
+    int32_t e;
+    /* the tile's keys [col0, col0 + cols) against the band's [p_row0 - W, p_last] */
+    if (col0 > row0 + rows - 1 + off || (int64_t)col0 + cols - 1 < (int64_t)row0 + off - p.rb_width)
+        return;
+    for (e = (int32_t)threadIdx.x; e < rows * cols; e += (int32_t)blockDim.x) {
+        const int32_t i = e % rows, jj = e / rows;
+        float *x = st + (size_t)jj * TA_CUDA_LDT + i;
+        *x = ta_cuda_rband_logit(p, lse_slice, row0 + i, col0 + jj, *x);
+    }
+}
+
 #endif /* TA_CUDA_TILE_CUH */

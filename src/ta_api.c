@@ -76,7 +76,7 @@ static ta_status ta_plan_for(const ta_problem *p, ta_backend be, int for_call, t
  * query history rows (ta_problem.q_history) are forward only: their scores
  * enter the conv, so dk, dv and dconv_w would need their terms and their own
  * gradient would be another output (docs/mta.md section 2a). */
-static ta_status ta_check_bwd_problem(const ta_plan *pl, ta_backend be, ta_diag *d) {
+static ta_status ta_check_bwd_problem(const ta_plan *pl, ta_diag *d) {
     if (pl->p.q_history > 0)
         return ta_fail_value(d, TA_ERR_UNSUPPORTED, "q_history", pl->p.q_history,
                              "the backward has no query history rows yet (forward only; "
@@ -85,9 +85,6 @@ static ta_status ta_check_bwd_problem(const ta_plan *pl, ta_backend be, ta_diag 
         return ta_fail_value(d, TA_ERR_UNSUPPORTED, "kv_page_size", pl->p.kv_page_size,
                              "the backward has no paged KV cache yet (forward only; "
                              "must be 0 for ta_bwd)");
-    if (pl->stages.score == TA_SCORE_RBAND && be == TA_BACKEND_CUDA)
-        return ta_fail_backend(d, TA_ERR_UNSUPPORTED, be,
-                               "has no backward of the reciprocal band yet (REF and CPU)");
     if (pl->stages.score == TA_SCORE_RBAND && pl->p.seq_q != pl->p.seq_k) {
         ta_fail_pair(d, TA_ERR_UNSUPPORTED, "seq_q", "with TA_RBAND: the backward needs it equal to",
                      "seq_k");
@@ -115,7 +112,7 @@ static ta_status ta_size_validate(const ta_problem *p, ta_backend be, int bwd, s
     ta_plan pl;
     ta_status st;
     if ((st = ta_plan_for(p, be, 0, &pl, &ops, d)) != TA_OK) return st;
-    if (bwd && (st = ta_check_bwd_problem(&pl, be, d)) != TA_OK) return st;
+    if (bwd && (st = ta_check_bwd_problem(&pl, d)) != TA_OK) return st;
     if ((st = (bwd ? ops->bwd_size : ops->fwd_size)(&pl, n)) != TA_OK)
         return ta_fail(d, st, "workspace size", "the backend's workspace layout overflows size_t");
     return TA_OK;
@@ -398,7 +395,7 @@ static ta_status ta_bwd_validate_mode(const ta_problem *p, ta_backend be, const 
     size_t need = 0;
     ta_status st;
     if ((st = ta_call_begin(p, be, a, stream, tasks, pl, ops, d)) != TA_OK) return st;
-    if ((st = ta_check_bwd_problem(pl, be, d)) != TA_OK) return st;
+    if ((st = ta_check_bwd_problem(pl, d)) != TA_OK) return st;
     if ((st = ta_plan_set_bwd_layout(pl, a, ex, d)) != TA_OK) return st;
     if ((st = ta_call_need(be, *ops, pl, 1, tasks, &need, d)) != TA_OK) return st;
     if ((st = ta_bwd_check_ptrs(pl, ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
@@ -488,7 +485,7 @@ static ta_status ta_task_plan_query(const ta_problem *p, ta_backend be, int bwd,
     if (!p || !out) return TA_ERR_NULL_ARG;
     if ((st = ta_plan_for(p, be, 0, &pl, &ops, &d)) != TA_OK) return st;
     if ((st = ta_tasks_backend(be, &d)) != TA_OK) return st;
-    if (bwd && (st = ta_check_bwd_problem(&pl, be, &d)) != TA_OK) return st;
+    if (bwd && (st = ta_check_bwd_problem(&pl, &d)) != TA_OK) return st;
     if ((st = ta_cpu_tasks_plan(&pl, bwd, &tp)) != TA_OK) return st;
     *out = tp;
     return TA_OK;
