@@ -341,7 +341,7 @@ static void chunk_errors(const tcase *tc, int32_t a, int32_t b, int32_t n, const
                          orc_row = bh * s_c + (size_t)n + x;
             const double lo = l_orc[orc_row], ll = (double)l_lib[lib_row];
             if (isinf(lo)) {
-                if (!(ll == lo)) d_l = INFINITY;
+                if (!(ll == lo)) d_l = (double)INFINITY;
             } else {
                 m_l = fabs(lo) > m_l ? fabs(lo) : m_l;
                 d_l = fabs(ll - lo) > d_l || isnan(ll) ? fabs(ll - lo) : d_l;
