@@ -332,13 +332,18 @@ TA_CUDA_DEV ta_cuda_rope_src ta_cuda_rope_of(const ta_cuda_params &p, const ta_t
 }
 
 /* Floats from the start of cos (and sin) to the table row of token t of a
- * side of batch entry b, kv head h_kv: pos[b S + t] clamped, or t. */
+ * side of batch entry b, kv head h_kv: pos[b S + t], or t; for a query
+ * history row t < 0 (the MTA forward's), row 0's + t (ta_rope_token_row);
+ * clamped into the table. */
 TA_CUDA_DEV int64_t ta_cuda_rope_at(const ta_cuda_params &p, int32_t side, int32_t b, int32_t h_kv,
                                     int32_t t) {
     const int32_t *pos = side == TA_CUDA_ROPE_K ? p.rope_args.pos_k : p.rope_args.pos_q;
     const int32_t seq = side == TA_CUDA_ROPE_K ? p.t.seq_k : p.t.seq_q;
-    int32_t row = pos ? __ldg(pos + (int64_t)b * seq + t) : t;
-    row = row < 0 ? 0 : row >= p.rope_rows ? p.rope_rows - 1 : row;
+    const int32_t t0 = t < 0 ? 0 : t;
+    int32_t row = pos ? __ldg(pos + (int64_t)b * seq + t0) : t0;
+    row = row < 0 ? 0 : row >= p.rope_rows ? p.rope_rows - 1 : row; /* no overflow below */
+    row = ta_rope_token_row(row, t);
+    row = row < 0 ? 0 : row;
     return (int64_t)h_kv * p.rope_head_stride + (int64_t)row * p.rope_row_stride;
 }
 
@@ -484,8 +489,9 @@ TA_CUDA_DEV void ta_cuda_fma_4x4(float acc[4][4], const float4 a, const float4 b
 
 /* One feature chunk [f0, f0 + nf) of a dot tile's operands into sa, sb
  * ([FCHUNK][LDT], transposed) with the rotary stage: rows of a side turn
- * (ta_cuda_load_row; the query history rows never do: the stage refuses
- * them). The plain chunk is the loop in ta_cuda_dot_tile_range. */
+ * (ta_cuda_load_row), the query history rows too (HIST: A's rows a_row0 +
+ * row < 0, by row 0's table row + that row, ta_cuda_rope_at). The plain
+ * chunk is the loop in ta_cuda_dot_tile_range. */
 template <int DT, bool HIST>
 TA_CUDA_DEV void
 ta_cuda_dot_stage_rope(float *sa, float *sb, const int64_t *offs, const ta_cuda_rows &a,
@@ -499,7 +505,9 @@ ta_cuda_dot_stage_rope(float *sa, float *sb, const int64_t *offs, const ta_cuda_
             if (oa >= 0)
                 va = ta_cuda_load_row<DT, true>(a.base, oa, f0 + f, rope->p, rope->c, rope->side_a,
                                                 a_row0 + row);
-            if (HIST && oa < -1) va = ta_cuda_load<DT>(a_hist->base, (size_t)(-2 - oa + f0 + f));
+            if (HIST && oa < -1)
+                va = ta_cuda_load_row<DT, true>(a_hist->base, -2 - oa, f0 + f, rope->p, rope->c,
+                                                rope->side_a, a_row0 + row);
             if (ob >= 0)
                 vb = ta_cuda_load_row<DT, true>(b.base, ob, f0 + f, rope->p, rope->c, rope->side_b,
                                                 b_row0 + row);

@@ -13,6 +13,11 @@
  *   3. Every output row of the chunks equals the reference's bit for bit; a
  *      decode step run without its history differs (the conv's window
  *      reaches into the rows before it).
+ * Then all of it again with rotary embeddings (docs/rope.md: a 1-D table,
+ * half-split pairs, as Llama): the full forward needs no positions (token t
+ * is table row t), each chunk passes its tokens' absolute positions in
+ * args.rope.pos_q, and the history rows turn by the positions just before
+ * (row -i by pos_q[0] - i); q and k are stored unrotated.
  *
  * The workspace is sized once, for the largest call (the size depends on the
  * tiles, not on S). Exit status 0 iff every call returned TA_OK and both
@@ -30,6 +35,8 @@ static uint16_t q[H][S][D], k[H_KV][S][D], v[H_KV][S][D]; /* bf16 [B = 1, heads,
 static uint16_t o_full[H][S][D], o_steps[H][S][D];
 static uint16_t hist[H][HIST][D]; /* the last query rows, [B = 1, H, n, D] */
 static float conv_w[H][C_Q][C_K];
+static float cos_t[S][D / 2], sin_t[S][D / 2]; /* the rotary table: S positions, D / 2 pairs */
+static int g_rope;                             /* the pass with rotary embeddings */
 static _Alignas(64) unsigned char workspace[1 << 20];
 
 /* A float rounded to bf16 by truncation (inputs only: any bits will do). */
@@ -73,6 +80,11 @@ static ta_problem problem(int32_t seq_q, int32_t seq_k, int32_t q_history) {
     p.conv_k = C_K;
     p.num_threads = 1;
     p.q_history = q_history;
+    if (g_rope) {
+        p.rope = TA_ROPE_HALF; /* GPT-NeoX / Llama's rotate_half */
+        p.rope_pairs = D / 2;
+        p.rope_rows = S;
+    }
     return p;
 }
 
@@ -82,8 +94,11 @@ static ta_status step(int32_t t0, int32_t t1, int with_hist) {
     const int32_t n = with_hist ? (t0 < HIST ? t0 : HIST) : 0;
     const ta_problem p = problem(t1 - t0, t1, n);
     ta_fwd_args a;
-    int32_t h;
+    int32_t pos[S], h, t;
     memset(&a, 0, sizeof a);
+    for (t = t0; t < t1; ++t) /* the tokens' absolute positions (keys: slot j is position j) */
+        pos[t - t0] = t;
+    a.rope.cos = &cos_t[0][0], a.rope.sin = &sin_t[0][0], a.rope.pos_q = pos;
     a.q = &q[0][t0][0];
     a.q_strides = (ta_strides){(int64_t)H * S * D, (int64_t)S * D, D}; /* rows of q[H][S][D] */
     a.k = k, a.v = v;                                                  /* the cache: S rows */
@@ -98,24 +113,26 @@ static ta_status step(int32_t t0, int32_t t1, int with_hist) {
     return ta_fwd(&p, TA_BACKEND_CPU, &a, workspace, sizeof workspace, NULL);
 }
 
-int main(void) {
+/* Steps 1-3; returns 0 if they held. */
+static int run(void) {
     static const int32_t prefill[] = {0, 16, 25}; /* two pieces, then decode */
     const ta_problem full = problem(S, S, 0);
+    const char *const name = g_rope ? "mta_decode (rope)" : "mta_decode";
     ta_fwd_args a;
     size_t need = 0;
     ta_status st;
     int32_t i, t, h, differ;
-    fill_inputs();
     st = ta_fwd_workspace_size(&full, TA_BACKEND_CPU, &need);
     if (st != TA_OK || need > sizeof workspace) {
-        printf("mta_decode: workspace %zu bytes: %s\n", need, ta_status_string(st));
+        printf("%s: workspace %zu bytes: %s\n", name, need, ta_status_string(st));
         return 1;
     }
     /* 1. one forward over the whole sequence */
     memset(&a, 0, sizeof a);
     a.q = q, a.k = k, a.v = v, a.o = o_full, a.conv_w = &conv_w[0][0][0];
+    a.rope.cos = &cos_t[0][0], a.rope.sin = &sin_t[0][0]; /* no positions: token t, row t */
     if ((st = ta_fwd(&full, TA_BACKEND_CPU, &a, workspace, sizeof workspace, NULL)) != TA_OK) {
-        printf("mta_decode: full forward: %s\n", ta_status_string(st));
+        printf("%s: full forward: %s\n", name, ta_status_string(st));
         return 1;
     }
     /* 2. prefill in pieces, then token by token */
@@ -125,27 +142,44 @@ int main(void) {
     for (t = prefill[2]; st == TA_OK && t < S; ++t)
         st = step(t, t + 1, 1);
     if (st != TA_OK) {
-        printf("mta_decode: chunk: %s\n", ta_status_string(st));
+        printf("%s: chunk: %s\n", name, ta_status_string(st));
         return 1;
     }
     /* 3. every row equal; a step without its history is not */
     if (memcmp(o_steps, o_full, sizeof o_full) != 0) {
-        printf("mta_decode: FAILED: the chunked rows differ from the full forward\n");
+        printf("%s: FAILED: the chunked rows differ from the full forward\n", name);
         return 1;
     }
     if ((st = step(S - 1, S, 0)) != TA_OK) {
-        printf("mta_decode: control step: %s\n", ta_status_string(st));
+        printf("%s: control step: %s\n", name, ta_status_string(st));
         return 1;
     }
     for (h = 0, differ = 0; h < H; ++h)
         differ |= memcmp(o_steps[h][S - 1], o_full[h][S - 1], sizeof o_full[h][S - 1]) != 0;
     if (!differ) {
-        printf("mta_decode: FAILED: a decode step without its history rows gave the same row\n");
+        printf("%s: FAILED: a decode step without its history rows gave the same row\n", name);
         return 1;
     }
-    printf("mta_decode: prefill 16 + 9 tokens, then %d decode steps with %d history rows: "
+    printf("%s: prefill 16 + 9 tokens, then %d decode steps with %d history rows: "
            "all %d rows equal one full forward bit for bit; without the history the last "
            "row differs\n",
-           S - prefill[2], HIST, S);
+           name, S - prefill[2], HIST, S);
     return 0;
+}
+
+int main(void) {
+    ta_rope_1d cfg;
+    ta_status st;
+    fill_inputs();
+    memset(&cfg, 0, sizeof cfg);
+    cfg.n_pairs = D / 2;
+    cfg.rows = S;
+    cfg.base = 10000.0;
+    if ((st = ta_rope_table_1d(&cfg, &cos_t[0][0], &sin_t[0][0])) != TA_OK) {
+        printf("mta_decode: rope table: %s\n", ta_status_string(st));
+        return 1;
+    }
+    if (run() != 0) return 1;
+    g_rope = 1;
+    return run();
 }

@@ -210,7 +210,10 @@ typedef struct ta_problem {
                                    run in chunks equals one full forward bit for bit.
                                    0 = rows above row 0 are zero padding (as before).
                                    Forward only: ta_bwd (and its size query) refuse
-                                   n > 0 with TA_ERR_UNSUPPORTED; rope with n > 0 too.
+                                   n > 0 with TA_ERR_UNSUPPORTED. With rope, history
+                                   row -i turns by table row pos_q[b][0] - i (row 0's
+                                   minus i), so args.rope.pos_q is required and
+                                   pos_q[b][0] >= n (docs/rope.md, "Positions").
                                    With TA_RBAND: exactly min(seq_k - seq_q,
                                    rband_width), the rows of the band's key
                                    positions above row 0 (their latent queries). */
@@ -277,7 +280,10 @@ typedef struct ta_rope_args {
                                of a row read; required with rope */
     const float *sin;     /**< as cos; required with rope */
     const int32_t *pos_q; /**< [B, S_q] contiguous: table row of query token (b, t), each
-                               in [0, rope_rows); NULL = row t (then S_q <= rope_rows) */
+                               in [0, rope_rows); NULL = row t (then S_q <= rope_rows).
+                               With ta_problem.q_history = n > 0: required (else
+                               TA_ERR_BAD_ARG), history row -i uses row pos_q[b][0] - i,
+                               so pos_q[b][0] >= n */
     const int32_t *pos_k; /**< [B, S_k] contiguous: table row of key token (b, t), each
                                in [0, rope_rows); NULL = row t (then S_k <= rope_rows) */
 } ta_rope_args;

@@ -250,8 +250,9 @@ void ta_ref_load_q_lat(const ta_plan *plan, const void *q, const void *q_hist, c
 
 /* The rotary load stage (src/ta_rope_load.h) on a [count, D] tile whose rows
  * are tokens [first, first + count) of side TA_ROPE_SIDE_Q or _K of step st's
- * batch entry and kv head: each row inside its sequence rotated in place;
- * nothing without the stage. */
+ * batch entry and kv head: each row inside its sequence (the q side: and
+ * the forward's query history rows [-q_history, 0), by row 0's table row
+ * - i: ta_rope_token_row) rotated in place; nothing without the stage. */
 void ta_ref_rope_rows(const ta_plan *plan, float *tile, int side, const ta_ref_step *st,
                       int32_t first, int32_t count);
 

@@ -8,7 +8,8 @@
  *
  * For each (batch b, query head h, Q tile qt) of plan->fwd:
  *   1. load the Q tile's loaded rows (widened; rows above row 0 are the
- *      q_history rows of args.q_hist, zeros above them);
+ *      q_history rows of args.q_hist, zeros above them; with the rotary
+ *      stage, rows and history rows turned by their table rows);
  *      m = -inf, l = 0, acc = 0 per effective row
  *   2. for each K tile kt in the context's [k_begin, k_end) ascending:
  *        S = scores on the loaded region (masked entries 0)

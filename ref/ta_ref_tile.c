@@ -75,11 +75,14 @@ void ta_ref_load_q_lat(const ta_plan *plan, const void *q, const void *q_hist, c
 void ta_ref_rope_rows(const ta_plan *plan, float *tile, int side, const ta_ref_step *st,
                       int32_t first, int32_t count) {
     const int32_t seq = side == TA_ROPE_SIDE_Q ? plan->p.seq_q : plan->p.seq_k;
+    /* the q side's first row: the forward's query history rows turn too, by
+     * row 0's table row - i (ta_rope_token_row) */
+    const int32_t lo = side == TA_ROPE_SIDE_Q ? -plan->p.q_history : 0;
     const int32_t dim = plan->p.head_dim;
     int32_t r;
     if (plan->stages.load != TA_LOAD_ROPE) return;
     for (r = first; r < first + count; ++r)
-        if (r >= 0 && r < seq) /* zero padding stays zero */
+        if (r >= lo && r < seq) /* zero padding stays zero */
             ta_rope_plan_row(plan, tile + ta_ref_off(first, r, dim), 1, side, st->ctx.batch,
                              st->ctx.head_kv, r, 0);
 }

@@ -67,7 +67,8 @@ ta_status ta_plan_set_fwd_layout(ta_plan *plan, const ta_fwd_args *a, ta_extents
 ta_status ta_plan_set_bwd_layout(ta_plan *plan, const ta_bwd_args *a, ta_extents *ext,
                                  struct ta_diag *d);
 /* Take a call's rotary arguments into plan->rope (nothing when the problem has
- * no rotary stage): the tables required (TA_ERR_NULL_ARG). Their alignment and
+ * no rotary stage): the tables required (TA_ERR_NULL_ARG), and pos_q with
+ * query history rows (TA_ERR_BAD_ARG: ta_rope_token_row). Their alignment and
  * overlaps are checked with the other buffers, the positions' values last
  * (ta_check_rope_pos). */
 ta_status ta_plan_set_rope(ta_plan *plan, const ta_rope_args *r, struct ta_diag *d);

@@ -20,8 +20,10 @@
  *
  * Tables: cos/sin [tables][rows][row_stride]; token t of batch entry b of the
  * q side (k side) uses row pos_q[b S_q + t] (pos_k[b S_k + t]), or row t when
- * the position array is NULL; table of kv head g at g head_stride (0: one
- * table), used by q head h through g = h / group, so q and k of one score
+ * the position array is NULL; the MTA forward's query history rows t in
+ * [-q_history, 0) (docs/mta.md section 2a) use row 0's row + t, the positions
+ * just before it (ta_rope_token_row); table of kv head g at g head_stride (0:
+ * one table), used by q head h through g = h / group, so q and k of one score
  * turn by the same frequencies and the score depends on the positions' offset
  * only (the relative-position property of RoPE).
  */
@@ -55,6 +57,15 @@ TA_ROPE_FN void ta_rope_pair_t(float *ga, float *gb, float c, float s) {
     *gb = bc - as;
 }
 
+/* The table row of token t of a side, given row_t0, the table row of token
+ * max(t, 0) (its position, or max(t, 0) without positions): row_t0 itself
+ * for t >= 0; for a query history row t < 0, row 0's table row + t (row -i
+ * sits i positions before row 0: docs/rope.md, "Positions"). Validation
+ * keeps it in [0, rope_rows) on REF and CPU (ta_check_rope_pos); CUDA clamps. */
+TA_ROPE_FN int32_t ta_rope_token_row(int32_t row_t0, int32_t t) {
+    return t < 0 ? row_t0 + t : row_t0;
+}
+
 /* Rotate one f32 row by table row (c, s) [n_pairs], forward or (transpose
  * != 0) backward; half != 0: half-split pairs. Feature d of the row is
  * x[d * stride] (1: a row; a tile's leading dimension: a column of a
@@ -82,15 +93,16 @@ TA_ROPE_FN void ta_rope_row(float *x, size_t stride, const float *c, const float
 #define TA_ROPE_SIDE_K 1
 
 /* Rotate row x (feature d at x[d * stride]) of token t (in [0, S) of its
- * side) of batch entry b, kv head h_kv, by the plan's tables
- * (plan->stages.load == TA_LOAD_ROPE). */
+ * side; the q side's history rows: in [-q_history, 0)) of batch entry b, kv
+ * head h_kv, by the plan's tables (plan->stages.load == TA_LOAD_ROPE). */
 static inline void ta_rope_plan_row(const ta_plan *plan, float *x, size_t stride, int side,
                                     int32_t b, int32_t h_kv, int32_t t, int transpose) {
     const ta_problem *p = &plan->p;
     const ta_rope_args *r = &plan->rope;
     const int32_t *pos = side == TA_ROPE_SIDE_Q ? r->pos_q : r->pos_k;
     const int32_t seq = side == TA_ROPE_SIDE_Q ? p->seq_q : p->seq_k;
-    const int32_t row = pos ? pos[(size_t)b * (size_t)seq + (size_t)t] : t;
+    const int32_t t0 = t < 0 ? 0 : t;
+    const int32_t row = ta_rope_token_row(pos ? pos[(size_t)b * (size_t)seq + (size_t)t0] : t0, t);
     const size_t at =
         (size_t)h_kv * (size_t)p->rope_head_stride + (size_t)row * (size_t)p->rope_row_stride;
     ta_rope_row(x, stride, r->cos + at, r->sin + at, p->rope_pairs, p->rope == TA_ROPE_HALF,

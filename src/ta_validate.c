@@ -374,10 +374,6 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl, ta_diag 
     if (pl->has_conv && !(p->flags & TA_CAUSAL)) /* MTA is causal */
         return ta_fail_value(d, TA_ERR_UNSUPPORTED, "flags", (int64_t)p->flags,
                              "the MTA conv needs TA_CAUSAL");
-    if (p->q_history > 0 && pl->stages.load == TA_LOAD_ROPE) /* no positions for them yet */
-        return ta_fail_value(d, TA_ERR_UNSUPPORTED, "q_history", p->q_history,
-                             "with rope: history rows have no rotary positions yet (pass "
-                             "rotated q and q_hist with rope = 0)");
     if (p->scale == 0.0f) pl->p.scale = 1.0f / sqrtf((float)pl->dim_k);
     ta_tiling_default_blocks(p->conv_q, p->conv_k, &bq, &bk);
     if (p->block_q != 0) bq = p->block_q;
@@ -567,6 +563,18 @@ ta_status ta_plan_set_rope(ta_plan *pl, const ta_rope_args *r, ta_diag *d) {
     if (pl->stages.load != TA_LOAD_ROPE) return TA_OK;
     if (!r->cos) return ta_fail(d, TA_ERR_NULL_ARG, "args.rope.cos", "must not be NULL with rope");
     if (!r->sin) return ta_fail(d, TA_ERR_NULL_ARG, "args.rope.sin", "must not be NULL with rope");
+    /* history row -i turns by row 0's table row - i (ta_rope_token_row): without
+     * positions that is row -i, outside every table (a pointer fact, so every
+     * backend refuses it, CUDA too) */
+    if (pl->p.q_history > 0 && !r->pos_q) {
+        ta_fail_pair(d, TA_ERR_BAD_ARG, "args.rope.pos_q",
+                     "NULL (query t uses table row t), so history row -i would use row -i: "
+                     "positions are required with",
+                     "q_history");
+        d->other_value = pl->p.q_history;
+        d->flags = TA_DIAG_OTHER_VALUE;
+        return TA_ERR_BAD_ARG;
+    }
     pl->rope = *r;
     return TA_OK;
 }
@@ -614,12 +622,35 @@ static ta_status ta_check_rope_side(const int32_t *pos, int32_t batch, int32_t s
     return TA_OK;
 }
 
+/* The query history rows' table rows (ta_rope_token_row): row -i of batch
+ * entry b turns by pos_q[b S_q] - i, so pos_q[b S_q] - q_history must be in
+ * the table (the rows up to row 0's are then too). pos_q is non-NULL with
+ * history (ta_plan_set_rope) and in [0, rope_rows) (checked before). */
+static ta_status ta_check_rope_hist(const ta_plan *pl, ta_diag *d) {
+    const ta_problem *p = &pl->p;
+    int32_t b;
+    for (b = 0; pl->rope.pos_q && b < p->batch; ++b) {
+        const size_t at = (size_t)b * (size_t)p->seq_q;
+        if (pl->rope.pos_q[at] - p->q_history < 0) {
+            ta_fail_bounds(d, TA_ERR_BAD_ARG, "args.rope.pos_q", pl->rope.pos_q[at],
+                           TA_DIAG_LO | TA_DIAG_HI, p->q_history, p->rope_rows - 1);
+            d->flags |= TA_DIAG_INDEX;
+            d->index = (int64_t)at;
+            d->rule = "row 0's position: the q_history rows above it use table rows "
+                      "pos - q_history .. pos - 1, each >= 0";
+            return TA_ERR_BAD_ARG;
+        }
+    }
+    return TA_OK;
+}
+
 ta_status ta_check_rope_pos(const ta_plan *pl, ta_diag *d) {
     const ta_problem *p = &pl->p;
     ta_status st;
     if (pl->stages.load != TA_LOAD_ROPE) return TA_OK;
     st = ta_check_rope_side(pl->rope.pos_q, p->batch, p->seq_q, p->rope_rows, "args.rope.pos_q",
                             "seq_q", "below (args.rope.pos_q NULL: query t uses row t)", d);
+    if (st == TA_OK && p->q_history > 0) st = ta_check_rope_hist(pl, d);
     if (st != TA_OK) return st;
     return ta_check_rope_side(pl->rope.pos_k, p->batch, p->seq_k, p->rope_rows, "args.rope.pos_k",
                               "seq_k", "below (args.rope.pos_k NULL: key t uses row t)", d);

@@ -509,6 +509,18 @@ SET(m_rope_o_over_cos, set_rope(c); c->fa.rope.cos = (const float *)reg(R_O) + 3
 SET(m_rope_dq_over_sin, set_rope(c); c->ba.rope.sin = (const float *)reg(R_DQ) + 3)
 SET(m_rope_pos_q_bad, set_rope(c); c->fa.rope.pos_q = c->ba.rope.pos_q = k_pos_q_bad)
 SET(m_rope_rows_short, set_rope(c); c->p.rope_rows = SK_ - 1)
+/* MTA decode with the stage: 2 query history rows (read from the q region,
+ * [B, H, 2, D] contiguous) turn by row 0's table row - 1, - 2, so they need
+ * pos_q, and pos_q[b][0] >= 2 (forward only: the backward refuses history) */
+static void set_rope_hist(call *c) {
+    set_conv(c);
+    set_rope(c);
+    c->p.q_history = 2;
+    c->fa.q_hist = reg(R_Q);
+}
+static const int32_t k_pos_q_hist_low[B_ * SQ_] = {2, 3, 4, 5, 6, 1, 2, 3, 4, 5};
+SET(m_rope_hist_no_pos, set_rope_hist(c))
+SET(m_rope_hist_pos_low, set_rope_hist(c); c->fa.rope.pos_q = k_pos_q_hist_low)
 /* CUDA's fast path turns pairs in whole 16-byte chunks: 30 interleaved pairs
  * are refused there (the same problem without the stage is supported; the
  * exact kernels take any pair count). Size queries only. */
@@ -732,6 +744,10 @@ static const bad_case k_cases[] = {
      "rope_rows"},
     {"rope on CUDA's fast path, 30 pairs", E_FWS | E_BWS, TA_ERR_UNSUPPORTED, m_rope_cuda,
      "backend"},
+    {"rope with query history rows, pos_q NULL", E_FWD, TA_ERR_BAD_ARG, m_rope_hist_no_pos,
+     "args.rope.pos_q q_history"},
+    {"rope with query history rows, pos_q[5] = 1 < q_history", E_FWD, TA_ERR_BAD_ARG,
+     m_rope_hist_pos_low, "args.rope.pos_q[5]"},
     {"merge: problem NULL", E_MRG, TA_ERR_NULL_ARG, m_null_problem, "problem"},
     {"merge: args NULL", E_MRG, TA_ERR_NULL_ARG, m_null_args, "args"},
     {"merge: batch 0", E_MRG, TA_ERR_BAD_SHAPE, m_batch_0, "batch"},

@@ -46,6 +46,10 @@
  * section 2a): random MTA sequences run on CUDA in random chunks (q_history,
  * q_hist in place or a device copy, growing key range, seqlens, windows, GQA,
  * every dtype) give REF's full forward bit for bit; a pageable q_hist is
+ * TA_ERR_BAD_ARG. Then 40 more (--quick: 3) with the rotary load
+ * stage: each chunk passes its rows' absolute positions and the history rows
+ * turn by row 0's table row - i (docs/rope.md), a quarter in fast mode (which
+ * runs the exact kernels with the stage); pos_q NULL with history rows is
  * TA_ERR_BAD_ARG.
  * The rotary load stage (docs/rope.md): about 25% of the random problems (SDPA
  * and MTA; --rope: all), drawn from their own stream, turn q and k:
@@ -1552,22 +1556,103 @@ static void merge_cases(ta_rng *r, int n) {
 
 /* ---- MTA decode / chunked prefill with query history rows: CUDA == REF ---- */
 
+/* The rotary stage of a history case (docs/rope.md; history row -i turns by
+ * row 0's table row - i): either pair convention, all or some of D / 2
+ * pairs, a padded row stride and per-kv-head tables at random, a 1-D table
+ * (ta_rope_table_1d) or random values (gaps NaN); absolute positions as a
+ * decode loop passes them: pos_q[b][t] = off_b + prefix + t, and pos_k[b][j]
+ * = off_b + j, or NULL (off_b = 0). Sets p's rope fields; h: host arrays. */
+static void history_rope(ta_rng *r, ta_problem *p, int32_t prefix, rope_bufs *h, const char *desc) {
+    spec s;
+    const int keys_pos = ta_rng_int(r, 0, 1);
+    int32_t off[2] = {0, 0}, off_max = 0, rs, b, t; /* B <= 2 in history_case */
+    p->rope = ta_rng_int(r, 0, 1) ? TA_ROPE_HALF : TA_ROPE_INTERLEAVED;
+    p->rope_pairs = ta_rng_int(r, 0, 1) ? p->head_dim / 2 : ta_rng_int(r, 1, p->head_dim / 2);
+    for (b = 0; b < p->batch; ++b) {
+        off[b] = keys_pos ? ta_rng_int(r, 0, 50) : 0;
+        off_max = off[b] > off_max ? off[b] : off_max;
+    }
+    p->rope_rows = off_max + p->seq_k + ta_rng_int(r, 0, 9);
+    p->rope_row_stride = ta_rng_int(r, 0, 2) == 0 ? p->rope_pairs + ta_rng_int(r, 1, 5) : 0;
+    rs = p->rope_row_stride ? p->rope_row_stride : p->rope_pairs;
+    p->rope_head_stride = ta_rng_int(r, 0, 2) == 0 ? p->rope_rows * rs + ta_rng_int(r, 0, 7) : 0;
+    memset(&s, 0, sizeof s);
+    s.p = *p;
+    s.rope_table = ta_rng_int(r, 0, 1) ? ROPE_TAB_1D : ROPE_TAB_RANDOM;
+    s.rope_pos = ROPE_POS_NONE; /* the tables only: the positions are the decode loop's */
+    rope_make(&s, r, h, desc);
+    h->pos_q = (int32_t *)malloc((size_t)p->batch * (size_t)p->seq_q * sizeof(int32_t));
+    h->pos_k =
+        keys_pos ? (int32_t *)malloc((size_t)p->batch * (size_t)p->seq_k * sizeof(int32_t)) : NULL;
+    if (!h->pos_q || (keys_pos && !h->pos_k)) {
+        fprintf(stderr, "out of host memory\n");
+        exit(1);
+    }
+    for (b = 0; b < p->batch; ++b) {
+        for (t = 0; t < p->seq_q; ++t)
+            h->pos_q[(size_t)b * (size_t)p->seq_q + (size_t)t] = off[b] + prefix + t;
+        for (t = 0; keys_pos && t < p->seq_k; ++t)
+            h->pos_k[(size_t)b * (size_t)p->seq_k + (size_t)t] = off[b] + t;
+    }
+}
+
+/* The device positions of chunk [a0, a1) (keys [0, seq_k)) cut from the
+ * sequence's host positions h into d_pos_q [B, a1 - a0] and d_pos_k [B,
+ * seq_k] through the host scratch buf; *ra: the chunk's rotary arguments
+ * (tables dt, pos_k NULL when h has none). */
+static void history_rope_chunk(const ta_problem *p, const rope_bufs *h, const rope_bufs *dt,
+                               int32_t a0, int32_t a1, int32_t seq_k, int32_t *buf,
+                               int32_t *d_pos_q, int32_t *d_pos_k, ta_rope_args *ra) {
+    const size_t rows = (size_t)(a1 - a0);
+    int32_t b;
+    for (b = 0; b < p->batch; ++b)
+        memcpy(buf + (size_t)b * rows, h->pos_q + (size_t)b * (size_t)p->seq_q + (size_t)a0,
+               rows * sizeof(int32_t));
+    CUDA_OK(cudaMemcpy(d_pos_q, buf, (size_t)p->batch * rows * sizeof(int32_t),
+                       cudaMemcpyHostToDevice));
+    for (b = 0; h->pos_k && b < p->batch; ++b)
+        memcpy(buf + (size_t)b * (size_t)seq_k, h->pos_k + (size_t)b * (size_t)p->seq_k,
+               (size_t)seq_k * sizeof(int32_t));
+    if (h->pos_k)
+        CUDA_OK(cudaMemcpy(d_pos_k, buf, (size_t)p->batch * (size_t)seq_k * sizeof(int32_t),
+                           cudaMemcpyHostToDevice));
+    ra->cos = dt->cos, ra->sin = dt->sin, ra->pos_q = d_pos_q;
+    ra->pos_k = h->pos_k ? d_pos_k : NULL;
+}
+
+/* A chunk call that must be refused with TA_ERR_BAD_ARG (what: the fault).
+ * Returns 1 if it was. */
+static int history_refused(const ta_problem *pc, const ta_fwd_args *bad, void *ws, size_t bytes,
+                           const char *what, const char *desc) {
+    const ta_status st = ta_fwd(pc, TA_BACKEND_CUDA, bad, ws, bytes, NULL);
+    if (st == TA_ERR_BAD_ARG) return 1;
+    FAIL("%s: %s: %s, expected TA_ERR_BAD_ARG", desc, what, ta_status_string(st));
+    return 0;
+}
+
 /* One random MTA sequence (docs/mta.md section 2a): REF's full forward on the
  * host; then CUDA runs it in random chunks (prefill pieces, then 1..3 rows at
  * a time) against the growing key range, each with q_history = min(c_q - 1,
  * rows before) and the rows read in place (q - n rows) or from a device copy;
  * the gathered o and lse must equal REF's full forward bit for bit. A
- * pageable host q_hist is TA_ERR_BAD_ARG. Returns 1 if it passed. */
-static int history_case(ta_rng *r, int idx) {
+ * pageable host q_hist is TA_ERR_BAD_ARG. with_rope: the rotary stage
+ * (history_rope; a quarter in TA_PRECISION_FAST, which runs the exact
+ * kernels with the stage), each chunk with its rows' absolute positions;
+ * pos_q NULL with history rows is TA_ERR_BAD_ARG on CUDA too. Returns 1 if
+ * it passed. */
+static int history_case(ta_rng *r, int idx, int with_rope) {
     ta_problem p, pc;
     ta_fwd_args fa;
     int32_t prefix, *seqlens = NULL, *seql_c, *ends, n_ends = 0, at = 0, c, b, h;
+    int32_t *pos_c = NULL, *d_pos_q = NULL, *d_pos_k = NULL;
     size_t n_q, n_k, n_v, n_o, n_lse, n_w, eb, bytes, i;
     void *q, *k, *v, *o_ref, *o_got, *d_q, *d_k, *d_v, *d_o, *d_hist, *ws = NULL;
     float *w, *lse_ref, *lse_got, *lse_c, *d_w, *d_lse;
-    char desc[200];
-    int ok = 1, refused_pageable = 0;
+    rope_bufs hr, dr; /* the rotary stage's host arrays; device tables */
+    char desc[360];
+    int ok = 1, refused_pageable = 0, refused_null_pos = 0;
     ta_status st;
+    memset(&hr, 0, sizeof hr), memset(&dr, 0, sizeof dr);
     memset(&p, 0, sizeof p);
     p.batch = ta_rng_int(r, 1, 2), p.heads_kv = ta_rng_int(r, 1, 2);
     p.heads_q = p.heads_kv * ta_rng_int(r, 1, 3);
@@ -1582,6 +1667,10 @@ static int history_case(ta_rng *r, int idx) {
     p.block_k = ta_rng_int(r, 0, 1) ? 0 : ta_rng_int(r, 4 * ((p.conv_k - 1) / 2) + 1, 128);
     if (p.block_k < TA_BLOCK_MIN && p.block_k) p.block_k = TA_BLOCK_MIN;
     ta_test_random_window(r, &p, 25);
+    if (with_rope) {
+        if (p.head_dim < 2) p.head_dim = 2 * ta_rng_int(r, 1, 64);
+        p.precision = ta_rng_int(r, 0, 3) == 0 ? TA_PRECISION_FAST : TA_PRECISION_EXACT;
+    }
     eb = ta_dtype_size(p.dtype);
     n_lse = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q;
     n_q = n_lse * (size_t)p.head_dim, n_o = n_lse * (size_t)p.head_dim_v;
@@ -1593,6 +1682,14 @@ static int history_case(ta_rng *r, int idx) {
              idx, (int)p.batch, (int)p.heads_q, (int)p.heads_kv, (int)p.seq_q, (int)prefix,
              (int)p.head_dim, (int)p.head_dim_v, (int)p.conv_q, (int)p.conv_k, (int)p.dtype,
              (int)p.block_k, (int)p.window_left, (int)p.window_right);
+    if (with_rope) {
+        const size_t used = strlen(desc);
+        history_rope(r, &p, prefix, &hr, desc);
+        snprintf(desc + used, sizeof desc - used,
+                 " rope=%d pairs=%d rows=%d row_stride=%d head_stride=%d pos_k=%s precision=%d",
+                 (int)p.rope, (int)p.rope_pairs, (int)p.rope_rows, (int)p.rope_row_stride,
+                 (int)p.rope_head_stride, hr.pos_k ? "given" : "NULL", (int)p.precision);
+    }
     q = malloc(n_q * eb), k = malloc(n_k * eb), v = malloc(n_v * eb);
     o_ref = malloc(n_o * eb), o_got = malloc(n_o * eb);
     w = (float *)malloc(n_w * 4), lse_ref = (float *)malloc(n_lse * 4);
@@ -1622,6 +1719,7 @@ static int history_case(ta_rng *r, int idx) {
     memset(&fa, 0, sizeof fa);
     fa.q = q, fa.k = k, fa.v = v, fa.o = o_ref, fa.lse = lse_ref, fa.conv_w = w;
     fa.seqlens_k = seqlens;
+    if (with_rope) fa.rope = rope_args_of(&hr);
     if ((st = ta_fwd_workspace_size(&p, TA_BACKEND_REF, &bytes)) == TA_OK) {
         void *hws = ta_test_alloc(bytes);
         st = ta_fwd(&p, TA_BACKEND_REF, &fa, hws, bytes, NULL);
@@ -1643,6 +1741,18 @@ static int history_case(ta_rng *r, int idx) {
     CUDA_OK(cudaMemcpy(d_w, w, n_w * 4, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemset(d_o, 0xFF, n_o * eb));
     memset(lse_got, 0xFF, n_lse * 4);
+    if (with_rope) { /* device tables; the chunks' positions are cut per chunk */
+        rope_bufs tables = hr;
+        tables.pos_q = tables.pos_k = NULL;
+        rope_upload(&tables, &p, &dr);
+        pos_c = (int32_t *)malloc((size_t)p.batch * (size_t)p.seq_k * sizeof(int32_t));
+        d_pos_q = (int32_t *)dev_alloc((size_t)p.batch * (size_t)p.seq_q * sizeof(int32_t));
+        d_pos_k = (int32_t *)dev_alloc((size_t)p.batch * (size_t)p.seq_k * sizeof(int32_t));
+        if (!pos_c) {
+            fprintf(stderr, "out of host memory\n");
+            exit(1);
+        }
+    }
     ends[n_ends++] = 0;
     while (at < p.seq_q) {
         int32_t len = n_ends <= 3 && ta_rng_int(r, 0, 1) ? ta_rng_int(r, 1, p.seq_q)
@@ -1674,6 +1784,8 @@ static int history_case(ta_rng *r, int idx) {
                 seql_c[b] = seqlens[b] < pc.seq_k ? seqlens[b] : pc.seq_k;
             fa.seqlens_k = seql_c;
         }
+        if (with_rope)
+            history_rope_chunk(&p, &hr, &dr, a0, a1, pc.seq_k, pos_c, d_pos_q, d_pos_k, &fa.rope);
         if (n > 0 && in_place) {
             fa.q_hist = (const char *)d_q + (size_t)(a0 - n) * (size_t)p.head_dim * eb;
             fa.q_hist_strides = fa.q_strides;
@@ -1699,13 +1811,14 @@ static int history_case(ta_rng *r, int idx) {
         if (n > 0 && !refused_pageable) { /* a pageable host q_hist: refused, nothing written */
             ta_fwd_args bad = fa;
             bad.q_hist = q, bad.q_hist_strides = fa.q_strides;
-            st = ta_fwd(&pc, TA_BACKEND_CUDA, &bad, ws, bytes, NULL);
-            if (st != TA_ERR_BAD_ARG) {
-                FAIL("%s: pageable q_hist: %s, expected TA_ERR_BAD_ARG", desc,
-                     ta_status_string(st));
-                ok = 0;
-            }
+            ok &= history_refused(&pc, &bad, ws, bytes, "pageable q_hist", desc);
             refused_pageable = 1;
+        }
+        if (with_rope && n > 0 && !refused_null_pos) { /* history rows need positions */
+            ta_fwd_args bad = fa;
+            bad.rope.pos_q = NULL;
+            ok &= history_refused(&pc, &bad, ws, bytes, "rope with history, pos_q NULL", desc);
+            refused_null_pos = 1;
         }
         st = ta_fwd(&pc, TA_BACKEND_CUDA, &fa, ws, bytes, NULL);
         CUDA_OK(cudaDeviceSynchronize());
@@ -1732,16 +1845,27 @@ static int history_case(ta_rng *r, int idx) {
     }
     free(q), free(k), free(v), free(o_ref), free(o_got), free(w), free(lse_ref), free(lse_got);
     free(lse_c), free(ends), free(seql_c), free(seqlens);
+    if (with_rope) {
+        rope_free(&hr, 0);
+        rope_free(&dr, 1);
+        free(pos_c);
+        CUDA_OK(cudaFree(d_pos_q));
+        CUDA_OK(cudaFree(d_pos_k));
+    }
     return ok;
 }
 
-static void history_cases(ta_rng *r, int n) {
-    int i, n_ok = 0;
+/* n chunked sequences, then n_rope with the rotary stage (after them, so
+ * the first n draw what they drew without the stage). */
+static void history_cases(ta_rng *r, int n, int n_rope) {
+    int i, n_ok = 0, n_ok_rope = 0;
     for (i = 0; i < n; ++i)
-        n_ok += history_case(r, i);
+        n_ok += history_case(r, i, 0);
+    for (i = 0; i < n_rope; ++i)
+        n_ok_rope += history_case(r, n + i, 1);
     printf("test_cuda_equiv: MTA query history %d of %d chunked sequences bit-identical to "
-           "REF's full forward\n",
-           n_ok, n);
+           "REF's full forward; with the rotary stage %d of %d\n",
+           n_ok, n, n_ok_rope, n_rope);
 }
 
 static void print_coverage(const spec *specs, int n) {
@@ -2011,7 +2135,7 @@ int main(int argc, char **argv) {
     }
     if (only < 0 && want_mta && g_check_fwd) { /* MTA decode / chunked prefill */
         ta_rng_seed(&r, seed ^ UINT64_C(0x4157));
-        history_cases(&r, quick ? 4 : 60);
+        history_cases(&r, quick ? 4 : 60, quick ? 3 : 40);
     }
     if (only < 0 && g_check_fwd && g_check_bwd) {
         ta_rng_seed(&r, seed ^ UINT64_C(0x4e614e));
