@@ -253,9 +253,9 @@ typedef struct ta_problem {
                                    args.w_qlat [H, head_dim, L]; k and v are
                                    [B, H_kv, S_k, L]; o is [B, H, S_q, head_dim_v],
                                    the latent output up-projected by args.w_vup
-                                   [H, L, head_dim_v]; scale 0 -> 1/sqrt(L). REF,
-                                   forward and backward (CPU and CUDA:
-                                   TA_ERR_UNSUPPORTED); not with the conv, rope,
+                                   [H, L, head_dim_v]; scale 0 -> 1/sqrt(L).
+                                   Forward and backward on REF, CPU and CUDA
+                                   (exact kernels in either precision); not with the conv, rope,
                                    pages or split-K (TA_ERR_UNSUPPORTED). */
 } ta_problem;
 

@@ -22,7 +22,7 @@ PRECISIONS = {"exact": 0, "fast": 1}         # ta_precision
 TA_CAUSAL = 1 << 0
 TA_WINDOW = 1 << 1
 TA_SEQLENS_DEVICE = 1 << 2  # args.seqlens_k in device memory (CUDA)
-TA_RBAND = 1 << 3  # the reciprocal band of latent attention (REF and CPU)
+TA_RBAND = 1 << 3  # the reciprocal band of latent attention (REF, CPU, CUDA)
 TA_WORKSPACE_ALIGN = 64
 TA_THREADS_MAX = 256
 
