@@ -167,6 +167,15 @@ static inline const void *ta_cuda_pick_plan(const ta_plan *plan, int n) {
                                       : ta_cuda_pick<F<false, false>, LO>(dt, n);
 }
 
+/* The same with latent attention's twins: lat picks L<WL> (f32 sub-plans of
+ * cuda/ta_cuda_latent.cu, no rotary stage), else F<WL, ROPE> as above. */
+template <template <bool, bool> class F, template <bool> class L, int LO>
+static inline const void *ta_cuda_pick_plan_lat(const ta_plan *plan, int n, bool lat) {
+    if (!lat) return ta_cuda_pick_plan<F, LO>(plan, n);
+    return ta_cuda_left_bounded(plan) ? ta_cuda_pick_count<L<true>, TA_F32, LO, 4>::at(n)
+                                      : ta_cuda_pick_count<L<false>, TA_F32, LO, 4>::at(n);
+}
+
 /*
  * The one batch-chunk loop: seqlens_k (host memory, or NULL) travels by value
  * in the parameters, TA_CUDA_BATCH_CHUNK entries per launch; for each chunk of

@@ -644,7 +644,7 @@ extern "C" ta_status ta_cuda_latent_bwd(const ta_plan *plan, const ta_bwd_args *
     const ta_problem *pr = &plan->p;
     const int proj = pr->latent_dim > 0, wide = pr->dtype != TA_F32;
     const int band = plan->stages.score == TA_SCORE_RBAND;
-    const void *ptrs[14] = {a->q,
+    const void *ptrs[15] = {a->q,
                             a->k,
                             a->v,
                             a->o,
@@ -657,15 +657,13 @@ extern "C" ta_status ta_cuda_latent_bwd(const ta_plan *plan, const ta_bwd_args *
                             band ? a->d_alpha : NULL,
                             proj ? a->w_qlat : NULL,
                             proj ? a->w_vup : NULL,
-                            proj ? a->dw_qlat : NULL};
-    const void *ptrs2[1] = {proj ? a->dw_vup : NULL};
+                            proj ? a->dw_qlat : NULL,
+                            proj ? a->dw_vup : NULL};
     ta_lat_sub_tensors cp;
     ta_plan sub;
     ta_bwd_args sa;
     ta_status st;
-    if ((st = ta_cuda_check_pointers(ptrs, 14)) != TA_OK ||
-        (st = ta_cuda_check_pointers(ptrs2, 1)) != TA_OK)
-        return st;
+    if ((st = ta_cuda_check_pointers(ptrs, 15)) != TA_OK) return st;
     memset(&cp, 0, sizeof cp);
     cp.k = cp.v = cp.dk = cp.dv = wide;
     cp.d_o = cp.dq = proj || wide;

@@ -631,15 +631,6 @@ template <bool WL> struct ta_cuda_dkdv_lat_family {
     }
 };
 
-/* Family F's kernel for plan with n slots (at least LO); lat: F's latent twin
- * L (f32 sub-plans with the band, or recomputing ctx~). */
-template <template <bool, bool> class F, template <bool> class L, int LO>
-static const void *ta_cuda_bwd_pick(const ta_plan *plan, int n, bool lat) {
-    if (!lat) return ta_cuda_pick_plan<F, LO>(plan, n);
-    return ta_cuda_left_bounded(plan) ? ta_cuda_pick_count<L<true>, TA_F32, LO, 4>::at(n)
-                                      : ta_cuda_pick_count<L<false>, TA_F32, LO, 4>::at(n);
-}
-
 /* The delta kernel of plan's dtype, one thread per row of [B, H, S_q], at
  * most 65,536 blocks (grid-stride beyond); shared with the MTA backward
  * (cuda/ta_cuda_bwd_common.cuh). */
@@ -691,10 +682,10 @@ extern "C" ta_status ta_cuda_sdpa_bwd_kernels(const ta_plan *plan, const ta_bwd_
     /* the band's steps or the recomputation of ctx~: the latent kernels (a
      * sub-plan of the projections alone has neither stage nor latent_dim) */
     const bool lat = ctx_out != NULL || ta_cuda_latent_plan(plan);
-    const void *k_dkdv =
-        ta_cuda_bwd_pick<ta_cuda_dkdv_family, ta_cuda_dkdv_lat_family, 2>(plan, ns_dkdv, lat);
+    const void *k_dkdv = ta_cuda_pick_plan_lat<ta_cuda_dkdv_family, ta_cuda_dkdv_lat_family, 2>(
+        plan, ns_dkdv, lat);
     const void *k_dq =
-        ta_cuda_bwd_pick<ta_cuda_dq_family, ta_cuda_dq_lat_family, 1>(plan, nk, lat);
+        ta_cuda_pick_plan_lat<ta_cuda_dq_family, ta_cuda_dq_lat_family, 1>(plan, nk, lat);
     const size_t smem_dkdv = (size_t)ta_cuda_bwd_smem_make(1).floats * sizeof(float);
     const size_t smem_dq = (size_t)ta_cuda_bwd_smem_make(0).floats * sizeof(float);
     ta_tiling t;

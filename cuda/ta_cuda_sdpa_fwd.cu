@@ -160,11 +160,8 @@ extern "C" ta_status ta_cuda_sdpa_fwd(const ta_plan *plan, const ta_fwd_args *a,
                                       const ta_cuda_fwd_ws *ws, void *stream) {
     const ta_problem *pr = &plan->p;
     const int ns = (pr->head_dim_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
-    const void *kernel =
-        !ta_cuda_latent_plan(plan) ? ta_cuda_pick_plan<ta_cuda_fwd_family, 1>(plan, ns)
-        : ta_cuda_left_bounded(plan)
-            ? ta_cuda_pick_count<ta_cuda_fwd_lat_family<true>, TA_F32, 1, 4>::at(ns)
-            : ta_cuda_pick_count<ta_cuda_fwd_lat_family<false>, TA_F32, 1, 4>::at(ns);
+    const void *kernel = ta_cuda_pick_plan_lat<ta_cuda_fwd_family, ta_cuda_fwd_lat_family, 1>(
+        plan, ns, ta_cuda_latent_plan(plan) != 0);
     const void *ptrs[5] = {a->q, a->k, a->v, a->o, a->lse};
     ta_tiling t;
     size_t smem;
