@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Latent attention with the reciprocal band on the GPU (issue 14's benchmark):
-tileattn (cuda/ta_cuda_latent.cu: the exact kernels in either precision) at
-GPT-2-small shapes against, in the same process, on the same bf16 tensors:
+tileattn at GPT-2-small shapes (exact mode: cuda/ta_cuda_latent.cu's f32
+kernels; --fast: fast mode, the tensor-core kernels of
+cuda/ta_cuda_fast_latent.cu with the fast SDPA) against, in the same process,
+on the same bf16 tensors:
 
 - an eager PyTorch implementation of the definition (docs/api.md, "Latent
   attention and the reciprocal band"): q~ = q W_qlat, S = scale q~ K^T,
@@ -13,7 +15,7 @@ GPT-2-small shapes against, in the same process, on the same bf16 tensors:
   causal (the attention part's yardstick).
 
     python3 bench/cuda_latent_bench.py --lib BUILD/libtileattn_bench.so
-        [--quick] [--reps N] [--warmup N] [--csv FILE]
+        [--fast] [--quick] [--reps N] [--warmup N] [--csv FILE]
 
 Shapes: E = 768, H = 12, D = 64, L = 64, W = 64, alpha = 0.5, B = 1,
 S = 1k, 2k, 4k, bf16 (--quick: 1k, 2k). Rows:
@@ -23,11 +25,13 @@ S = 1k, 2k, 4k, bf16 (--quick: 1k, 2k). Rows:
   band's cost (the issue's target: at most 1.15 at S >= 2k);
 - `ours band+proj`: the whole definition (q projected on load, the output
   up-projected), the eager implementation's function: `eager/ours` is the
-  speed-up (the issue's target: at least 5x at S = 4k);
+  speed-up (the issue's target: at least 5x at S = 4k); `ours proj` the same
+  without the band (`b+p/proj`: the band's cost with the projections);
 - fwd and fwd+bwd (each backward timed after its own forward); TFLOP/s of the
   attention's useful work, 4 B H L S (S + 1) / 2 forward (2.5x that for the
   backward's five products), against the f32 FMA peak (exact mode runs on
-  CUDA cores); memory: our workspace against eager's peak (GiB).
+  CUDA cores) or, with --fast, the dense bf16 tensor-core peak (989 TFLOP/s
+  on an H100 SXM); memory: our workspace against eager's peak (GiB).
 Times are CUDA-event medians of --reps calls after --warmup calls.
 """
 import argparse
@@ -56,12 +60,13 @@ def ptr(t):
 class Ours:
     """One tileattn problem on fixed tensors: forward and backward closures."""
 
-    def __init__(self, lib, t, band, proj, alpha, width):
+    def __init__(self, lib, t, band, proj, alpha, width, precision):
         b, h, s, dq = t["q"].shape
         lat = t["k"].shape[-1]
         flags = TA_CAUSAL | (TA_RBAND if band else 0)
         self.p = Problem(batch=b, heads_q=h, heads_kv=1, seq_q=s, seq_k=s, head_dim=dq,
-                         head_dim_v=t["o"].shape[-1], dtype=TA_BF16, precision=0, flags=flags)
+                         head_dim_v=t["o"].shape[-1], dtype=TA_BF16, precision=precision,
+                         flags=flags)
         if band:
             self.p.rband_alpha, self.p.rband_width = alpha, width
         if proj:
@@ -134,13 +139,13 @@ def run(lib, s, args, peak):
     rows = []
     flops_f = 4.0 * b * h * lat * s * (s + 1) / 2
     for name, band, proj in (("ours plain", False, False), ("ours band", True, False),
-                             ("ours band+proj", True, True)):
+                             ("ours proj", False, True), ("ours band+proj", True, True)):
         t = dict(base)
         t["q"] = q if proj else ql
         t["o"] = torch.empty(b, h, s, d if proj else lat, device=dev, dtype=torch.bfloat16)
         t["do"] = rand(*t["o"].shape)
         t["dq"] = torch.empty_like(t["q"])
-        ours = Ours(lib, t, band, proj, alpha, width)
+        ours = Ours(lib, t, band, proj, alpha, width, 1 if args.fast else 0)
         tf = median_ms(ours.fwd, args.warmup, args.reps)
         tb = median_ms(ours.fwd_bwd, args.warmup, args.reps)
         rows.append(dict(name=name, fwd=tf, fb=tb, gib=max(ours.bytes_f, ours.bytes_b) / GIB))
@@ -181,9 +186,12 @@ def run(lib, s, args, peak):
 
     ff = median_ms(f_fwd, args.warmup, args.reps)
     fb = median_ms(f_fb, args.warmup, args.reps)
-    plain, band, full = rows
+    plain, band, proj, full = rows
     out = dict(S=s, plain_fwd=plain["fwd"], band_fwd=band["fwd"], full_fwd=full["fwd"],
                plain_fb=plain["fb"], band_fb=band["fb"], full_fb=full["fb"],
+               proj_fwd=proj["fwd"], proj_fb=proj["fb"],
+               band_cost_proj_fwd=full["fwd"] / proj["fwd"],
+               band_cost_proj_fb=full["fb"] / proj["fb"],
                eager_fwd=ef, eager_fb=eb, flash_fwd=ff, flash_fb=fb,
                band_cost_fwd=band["fwd"] / plain["fwd"], band_cost_fb=band["fb"] / plain["fb"],
                eager_over_ours_fwd=ef / full["fwd"], eager_over_ours_fb=eb / full["fb"],
@@ -198,18 +206,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", required=True)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--fast", action="store_true", help="TA_PRECISION_FAST (tensor cores)")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--csv")
     args = ap.parse_args()
     lib = load(args.lib)
-    peak = f32_peak_tflops()
+    peak = 989.4 if args.fast else f32_peak_tflops()
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
-          f"f32 FMA peak {peak:.1f} TFLOP/s; B 1, H 12, D 64, L 64, W 64, alpha 0.5, bf16, "
-          f"tileattn exact kernels")
-    print(f"{'S':>5} | {'plain':>8} {'band':>8} {'b+proj':>8} {'eager':>8} {'flash':>7} | "
-          f"{'band/plain':>10} {'eager/ours':>10} {'ours/flash':>10} {'TF/s':>6} {'%peak':>6} | "
-          f"{'ws GiB':>7} {'eager GiB':>9}")
+          f"{'bf16 tensor-core' if args.fast else 'f32 FMA'} peak {peak:.1f} TFLOP/s; B 1, H 12, "
+          f"D 64, L 64, W 64, alpha 0.5, bf16, tileattn "
+          f"{'fast mode' if args.fast else 'exact kernels'}")
+    print(f"{'S':>5} | {'plain':>8} {'band':>8} {'proj':>8} {'b+proj':>8} {'eager':>8} "
+          f"{'flash':>7} | {'band/plain':>10} {'b+p/proj':>8} {'eager/ours':>10} "
+          f"{'ours/flash':>10} {'TF/s':>6} {'%peak':>6} | {'ws GiB':>7} {'eager GiB':>9}")
     results = []
     for s in ((1024, 2048) if args.quick else (1024, 2048, 4096)):
         r = run(lib, s, args, peak)
@@ -217,8 +227,9 @@ def main():
         for kind, tag in (("fwd", "fwd"), ("fb", "fwd+bwd")):
             tf = r[f"band_tflops_{kind}"]
             print(f"{s:>5} | {r['plain_' + kind]:8.3f} {r['band_' + kind]:8.3f} "
-                  f"{r['full_' + kind]:8.3f} {r['eager_' + kind]:8.3f} {r['flash_' + kind]:7.3f} | "
-                  f"{r['band_cost_' + kind]:10.3f} {r['eager_over_ours_' + kind]:10.2f} "
+                  f"{r['proj_' + kind]:8.3f} {r['full_' + kind]:8.3f} {r['eager_' + kind]:8.3f} "
+                  f"{r['flash_' + kind]:7.3f} | {r['band_cost_' + kind]:10.3f} "
+                  f"{r['band_cost_proj_' + kind]:8.3f} {r['eager_over_ours_' + kind]:10.2f} "
                   f"{r['ours_over_flash_' + kind]:10.1f} {tf:6.2f} {100 * tf / peak:5.1f}% | "
                   f"{r['ws_gib']:7.3f} {r['eager_gib']:9.3f}   {tag} (ms)")
     if args.csv:

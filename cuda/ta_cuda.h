@@ -66,6 +66,12 @@ typedef struct ta_cuda_fwd_ws {
      * lat_lse [B, H, S_q] (projections: the lse the up-projection reads
      * when the call passes none) */
     float *lat_q, *lat_k, *lat_v, *lat_t, *lat_o, *lat_lse;
+    /* latent attention in fast mode (ta_cuda_fast_lat_path), after the exact
+     * regions above (its fallback); else NULL: fl_q [B, H, n + S_q, L] and
+     * fl_o [B, H, S_q, L] (the keys below the band) the storage type, fl_lse
+     * [B, H, S_q] f32, fl_ctx [B, H, S_q, L] f32 (band and projections) */
+    void *fl_q, *fl_o;
+    float *fl_lse, *fl_ctx;
 } ta_cuda_fwd_ws;
 
 /*
@@ -112,6 +118,18 @@ typedef struct ta_cuda_bwd_ws {
      * lat_ctx [B, H, S_q, L] the recomputed ctx~ (projections) */
     float *lat_q, *lat_k, *lat_v, *lat_t, *lat_dl, *lat_da, *lat_do, *lat_dq, *lat_dk, *lat_dv,
         *lat_ctx;
+    /* latent attention in fast mode (ta_cuda_fast_lat_path), after the exact
+     * regions; else NULL. Storage type: fl_q [B, H, S, L]; fl_dq [B, H, S, L]
+     * (the keys below the band's dq~; band or projections); with the band
+     * fl_dk, fl_dv [B, H_kv, S, L]; with the projections fl_do (dctx~),
+     * fl_ctxs (ctx~ recomputed) [B, H, S, L], with both fl_o [B, H, S, L].
+     * f32: fl_lse [B, H, S] (projections); with both fl_ctx, fl_dqf
+     * [B, H, S, L]; with the band the partial slots fl_pdq, fl_pdk, fl_pdv
+     * (ta_cuda_fast_band_part_count) and fl_da [B, H, S]; with the
+     * projections fl_dw [H, n_chunks, max(D L, L D_v)]
+     * (ta_cuda_lat_dw_chunks) */
+    void *fl_q, *fl_dq, *fl_dk, *fl_dv, *fl_do, *fl_ctxs, *fl_o;
+    float *fl_lse, *fl_ctx, *fl_dqf, *fl_pdq, *fl_pdk, *fl_pdv, *fl_da, *fl_dw;
 } ta_cuda_bwd_ws;
 
 /* The fast path's rotary stage (cuda/ta_cuda_fast_rope.cu; docs/rope.md):
@@ -175,6 +193,103 @@ ta_status ta_cuda_latent_bwd(const ta_plan *plan, const ta_bwd_args *a, const ta
                              void *stream);
 ta_status ta_cuda_sdpa_bwd_kernels(const ta_plan *plan, const ta_bwd_args *a,
                                    const ta_cuda_bwd_ws *ws, float *ctx_out, void *stream);
+
+/* Latent attention in fast mode (docs/cuda.md, "Latent attention in fast
+ * mode"). ta_cuda_fast_lat_path (cuda/ta_cuda_layout.c): 1 for a latent plan
+ * (the band or the projections) in TA_PRECISION_FAST with f16 / bf16 storage
+ * and a latent width L of 64 or 128 (the band kernels' instantiations):
+ * ta_cuda_fast_latent_fwd / _bwd (cuda/ta_cuda_latent.cu) run it (the
+ * fast SDPA kernels on the keys below the band, the band kernels of
+ * cuda/ta_cuda_fast_latent.cu, the projections around them) and fall back to
+ * the exact kernels (whose regions the workspace also holds) where a row of
+ * k, v (or dO) is not on 16 bytes. */
+int ta_cuda_fast_lat_path(const ta_plan *plan);
+/* The fast weight gradients' row chunks (cuda/ta_cuda_layout.c): n_chunks
+ * (returned, <= 32) of *rows_per rows of the flattened (b, r), rows_per a
+ * multiple of 16, at least 256. */
+int32_t ta_cuda_lat_dw_chunks(const ta_plan *plan, int32_t *rows_per);
+ta_status ta_cuda_fast_latent_fwd(const ta_plan *plan, const ta_fwd_args *a,
+                                  const ta_cuda_fwd_ws *ws, void *stream);
+ta_status ta_cuda_fast_latent_bwd(const ta_plan *plan, const ta_bwd_args *a,
+                                  const ta_cuda_bwd_ws *ws, void *stream);
+/* The plan of the keys below the band (or, without the band, of every key):
+ * plan's problem as SDPA of width L over S_k - W - 1 keys (S_k without the
+ * band), no projections, no history rows, q and o contiguous [B, H, S_q, L],
+ * k, v under the call's strides, dq, dk, dv contiguous with S_q, S_k rows.
+ * TA_ERR_UNSUPPORTED when no key lies below the band (nothing to run). */
+ta_status ta_cuda_fast_lat_main_plan(const ta_plan *plan, ta_plan *sub);
+
+/* The band kernels (cuda/ta_cuda_fast_latent.cu). Forward: the band keys of
+ * every row merged with the keys below the band (o_main, lse_main; o_main
+ * NULL: none) into o (storage type, strides o_st; NULL: none) and / or ctx
+ * (f32 [B, H, S_q, L] contiguous; NULL: none), and lse (may be lse_main). */
+typedef struct ta_cuda_fast_band_fwd_args {
+    const void *q;      /* q~ [B, H, n + S_q, L] storage type, strides q_st: n = hist rows
+                           (the plan's q_history, or 0 when q is the call's) first */
+    ta_strides q_st;
+    int32_t hist;
+    const void *k, *v;  /* the call's (plan->layout.k, .v) */
+    const void *o_main; /* [B, H, S_q, L] storage type, contiguous */
+    const float *lse_main;
+    void *o;
+    ta_strides o_st;
+    float *ctx, *lse;
+} ta_cuda_fast_band_fwd_args;
+/* Backward (S_q == S_k): the band's shares of dq~, dk, dv into the partial
+ * slots (ta_cuda_fast_band_part_count: which 0 dq~, 1 dk, 2 dv), each row's
+ * d_alpha share into da_rows [B, H, S_q], then d_alpha (one f32). */
+typedef struct ta_cuda_fast_band_bwd_args {
+    const void *q, *k, *v; /* q~ [B, H, S, L] (strides q_st); the call's k, v */
+    ta_strides q_st;
+    const void *d_o;       /* dctx~ (or dO), strides d_o_st */
+    ta_strides d_o_st;
+    const float *lse, *delta;
+    float *part_dq, *part_dk, *part_dv, *da_rows, *d_alpha;
+} ta_cuda_fast_band_bwd_args;
+/* One gradient (which: 0 dq~ [B, H, S, L], 1 dk, 2 dv [B, H_kv, S, L]) =
+ * main (storage type, contiguous, rows below main_rows; NULL: none) + the
+ * band's partials, into out (f32 contiguous if out_f32, else the storage
+ * type under out_st). */
+typedef struct ta_cuda_fast_band_sum_args {
+    const void *main;
+    int32_t main_rows;
+    const float *part;
+    void *out;
+    ta_strides out_st;
+    int which, out_f32;
+} ta_cuda_fast_band_sum_args;
+/* Floats of one partial array (cuda/ta_cuda_layout.c): B H ceil(S_q / 64)
+ * blocks of ceil(W / 64) + 1 [64][L] slots (the same for dq~, dk and dv);
+ * SIZE_MAX on overflow. */
+size_t ta_cuda_fast_band_part_count(const ta_plan *plan, int which);
+/* The projections in fast mode (cuda/ta_cuda_fast_latent.cu): per head h of
+ * each batch entry, c[r][n] = sum_k a[r][k] w[h][k][n] (bt: w[h][n][k]) over
+ * r < rows, in f32, rounded once to c_dt (f16 / bf16); a of a_dt (f16, bf16
+ * or f32) under a_st, c at c + c_off under c_st (elements). */
+typedef struct ta_cuda_fast_proj_args {
+    const void *a;
+    ta_dtype a_dt;
+    ta_strides a_st;
+    const float *w;
+    int bt;
+    void *c;
+    ta_dtype c_dt;
+    ta_strides c_st;
+    int64_t c_off;
+    int32_t batch, heads, rows, k_dim, n_dim;
+} ta_cuda_fast_proj_args;
+ta_status ta_cuda_fast_proj(const ta_cuda_fast_proj_args *a, void *stream);
+/* The band kernel of the pass (bwd 0 / 1) made ready to launch (its shared
+ * memory opted in): TA_ERR_UNSUPPORTED if this device cannot give it (L =
+ * 128 backward on a 163 KB sm_80: the exact kernels run), TA_ERR_DEVICE if a
+ * CUDA call fails. */
+ta_status ta_cuda_fast_band_prepare(const ta_plan *plan, int bwd);
+ta_status ta_cuda_fast_band_fwd(const ta_plan *plan, const ta_cuda_fast_band_fwd_args *a,
+                                void *stream);
+ta_status ta_cuda_fast_band_bwd(const ta_plan *plan, const ta_cuda_fast_band_bwd_args *a,
+                                void *stream);
+ta_status ta_cuda_fast_band_sum(const ta_plan *plan, const ta_cuda_fast_band_sum_args *a,
+                                void *stream);
 
 /* The merge kernel (cuda/ta_cuda_merge.cu, src/ta_merge.h's arithmetic): n
  * parts o_parts [n, B, H, S_q, D_v] in dtype parts_dt (contiguous) and

@@ -40,6 +40,7 @@
 #include <cuda_runtime.h>
 
 #include "ta_cuda_bwd_common.cuh"
+#include "ta_cuda_fast.cuh"
 #include "ta_cuda_host.cuh"
 #include "ta_cuda_tile.cuh"
 
@@ -48,6 +49,7 @@ extern "C" {
 #include "ta_internal.h"
 #include "ta_math.h"
 #include "ta_sum2.h"
+#include "ta_validate.h"
 }
 
 namespace {
@@ -95,11 +97,12 @@ struct ta_lat_tensor {
  * 1. The latent queries, one thread per element of lat_q [B, H, n + S_q, L]:
  * row x < n is history row x - n (q_hist), the others q's rows;
  *   q~_l = sum_d fmaf(q_d, W_qlat[h][d][l], .) from +0, d ascending
- * (ta_ref_load_q_lat), or q_l widened without the projections (w NULL).
+ * (ta_ref_load_q_lat), or q_l widened without the projections (w NULL);
+ * stored as OT (f32; fast mode: the storage type, rounded once).
  */
-template <int DT>
+template <int DT, int OT>
 __global__ void __launch_bounds__(TA_CUDA_THREADS)
-    ta_lat_q_kernel(ta_lat_tensor q, ta_lat_tensor q_hist, const float *w, float *dst, int64_t n,
+    ta_lat_q_kernel(ta_lat_tensor q, ta_lat_tensor q_hist, const float *w, void *dst, int64_t n,
                     int32_t heads, int32_t hist, int32_t seq_q, int32_t dim, int32_t lat) {
     const int32_t rows = hist + seq_q;
     int64_t idx;
@@ -114,13 +117,13 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS)
         float acc = 0.0f;
         int32_t d;
         if (!w) {
-            dst[idx] = ta_cuda_load<DT>(src, (size_t)(first + l));
+            ta_cuda_store<OT>(dst, (size_t)idx, ta_cuda_load<DT>(src, (size_t)(first + l)));
             continue;
         }
         for (d = 0; d < dim; ++d)
             acc = fmaf(ta_cuda_load<DT>(src, (size_t)(first + d)),
                        w[((int64_t)h * dim + d) * lat + l], acc);
-        dst[idx] = acc;
+        ta_cuda_store<OT>(dst, (size_t)idx, acc);
     }
 }
 
@@ -374,6 +377,82 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS)
     }
 }
 
+/*
+ * Fast mode: a projection's weight gradient dw[h] = sum_(b, r) x_r^T y_r
+ * ([x_dim] x [y_dim] per head) as a tiled product. Pass 1: one block of 256
+ * threads per (head, 64 x 64 output tile, chunk of rows_per rows of the
+ * flattened (b, r)); 16-row slabs of x and y staged in shared memory (f32),
+ * each thread a 4 x 4 micro-tile summed in row order; the chunk's partial
+ * into part [H, n_chunks, x_dim, y_dim]. Pass 2: one thread per element adds
+ * the chunks ascending. Deterministic: no atomics, a fixed order.
+ */
+#define TA_LAT_DW_TILE 64
+#define TA_LAT_DW_SLAB 16
+
+template <int XT, int YT>
+__global__ void __launch_bounds__(256)
+    ta_lat_dw_part_kernel(ta_lat_tensor x, int32_t x_dim, ta_lat_tensor y, int32_t y_dim,
+                          float *part, int32_t batch, int32_t heads, int32_t seq_q,
+                          int32_t rows_per, int32_t n_chunks) {
+    __shared__ float sx[TA_LAT_DW_SLAB][TA_LAT_DW_TILE], sy[TA_LAT_DW_SLAB][TA_LAT_DW_TILE];
+    const int tid = (int)threadIdx.x, ty = tid / 16, tx = tid % 16;
+    const int32_t tiles_y = (y_dim + TA_LAT_DW_TILE - 1) / TA_LAT_DW_TILE;
+    const int32_t tiles_x = (x_dim + TA_LAT_DW_TILE - 1) / TA_LAT_DW_TILE;
+    int64_t blk = blockIdx.x;
+    const int32_t chunk = (int32_t)(blk % n_chunks), ti = (int32_t)(blk / n_chunks % tiles_x);
+    const int32_t tc = (int32_t)(blk / n_chunks / tiles_x % tiles_y);
+    const int32_t h = (int32_t)(blk / n_chunks / tiles_x / tiles_y);
+    const int64_t rows = (int64_t)batch * seq_q, first = (int64_t)chunk * rows_per;
+    const int64_t last = first + rows_per < rows ? first + rows_per : rows;
+    float acc[4][4];
+    int64_t r0;
+    int i, c;
+    (void)heads;
+    for (i = 0; i < 4; ++i)
+        for (c = 0; c < 4; ++c) acc[i][c] = 0.0f;
+    for (r0 = first; r0 < last; r0 += TA_LAT_DW_SLAB) {
+        for (i = tid; i < TA_LAT_DW_SLAB * TA_LAT_DW_TILE; i += 256) {
+            const int rr = i / TA_LAT_DW_TILE, cc = i % TA_LAT_DW_TILE;
+            const int64_t row = r0 + rr;
+            const int32_t b = (int32_t)(row / seq_q), r = (int32_t)(row % seq_q);
+            const int32_t xi = ti * TA_LAT_DW_TILE + cc, yc = tc * TA_LAT_DW_TILE + cc;
+            sx[rr][cc] = row < last && xi < x_dim
+                             ? ta_cuda_load<XT>(x.base, (size_t)(ta_lat_at(x.st, b, h, r) + xi))
+                             : 0.0f;
+            sy[rr][cc] = row < last && yc < y_dim
+                             ? ta_cuda_load<YT>(y.base, (size_t)(ta_lat_at(y.st, b, h, r) + yc))
+                             : 0.0f;
+        }
+        __syncthreads();
+        for (int rr = 0; rr < TA_LAT_DW_SLAB; ++rr)
+            for (i = 0; i < 4; ++i)
+                for (c = 0; c < 4; ++c)
+                    acc[i][c] = fmaf(sx[rr][4 * ty + i], sy[rr][4 * tx + c], acc[i][c]);
+        __syncthreads();
+    }
+    for (i = 0; i < 4; ++i)
+        for (c = 0; c < 4; ++c) {
+            const int32_t xi = ti * TA_LAT_DW_TILE + 4 * ty + i;
+            const int32_t yc = tc * TA_LAT_DW_TILE + 4 * tx + c;
+            if (xi < x_dim && yc < y_dim)
+                part[(((int64_t)h * n_chunks + chunk) * x_dim + xi) * y_dim + yc] = acc[i][c];
+        }
+}
+
+__global__ void __launch_bounds__(TA_CUDA_THREADS)
+    ta_lat_dw_sum_kernel(const float *part, float *dw, int64_t n, int32_t per_head,
+                         int32_t n_chunks) {
+    int64_t idx;
+    for (idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t h = idx / per_head, e = idx % per_head;
+        float acc = 0.0f;
+        int32_t c;
+        for (c = 0; c < n_chunks; ++c) acc += part[(h * n_chunks + c) * per_head + e];
+        dw[idx] = acc;
+    }
+}
+
 /* ---------------------------------------------------------------------------- */
 /* host                                                                           */
 /* ---------------------------------------------------------------------------- */
@@ -393,7 +472,8 @@ template <template <int> class K> const void *ta_lat_pick(ta_dtype dt) {
     template <int DT> struct name {                                                                \
         static const void *ptr() { return reinterpret_cast<const void *>(&__VA_ARGS__); }          \
     }
-TA_LAT_PICKER(ta_lat_q_k, ta_lat_q_kernel<DT>);
+TA_LAT_PICKER(ta_lat_q_k, ta_lat_q_kernel<DT, TA_F32>);
+TA_LAT_PICKER(ta_lat_q_fast_k, ta_lat_q_kernel<DT, DT>);
 TA_LAT_PICKER(ta_lat_widen_k, ta_lat_widen_kernel<DT>);
 TA_LAT_PICKER(ta_lat_round_k, ta_lat_round_kernel<DT>);
 TA_LAT_PICKER(ta_lat_vup_k, ta_lat_vup_kernel<DT>);
@@ -586,25 +666,41 @@ ta_status ta_lat_proj_bwd(const ta_plan *plan, const ta_plan *sub, const ta_bwd_
     }
 }
 
+/* The device pointers of a latent call (TA_ERR_BAD_ARG unless the device
+ * can read them): the tensors, the history rows, the weights, d_alpha. */
+ta_status ta_lat_check_fwd_ptrs(const ta_plan *plan, const ta_fwd_args *a) {
+    const int proj = plan->p.latent_dim > 0;
+    const void *ptrs[8] = {a->q,    a->k,
+                           a->v,    a->o,
+                           a->lse,  plan->p.q_history > 0 ? a->q_hist : NULL,
+                           proj ? a->w_qlat : NULL, proj ? a->w_vup : NULL};
+    return ta_cuda_check_pointers(ptrs, 8);
+}
+
+ta_status ta_lat_check_bwd_ptrs(const ta_plan *plan, const ta_bwd_args *a,
+                                const ta_cuda_bwd_ws *ws) {
+    const int proj = plan->p.latent_dim > 0, band = plan->stages.score == TA_SCORE_RBAND;
+    const void *ptrs[15] = {a->q,  a->k,  a->v,  a->o,  a->d_o, a->lse, a->dq, a->dk, a->dv,
+                            ws->delta,
+                            band ? a->d_alpha : NULL,
+                            proj ? a->w_qlat : NULL,
+                            proj ? a->w_vup : NULL,
+                            proj ? a->dw_qlat : NULL,
+                            proj ? a->dw_vup : NULL};
+    return ta_cuda_check_pointers(ptrs, 15);
+}
+
 } /* namespace */
 
 extern "C" ta_status ta_cuda_latent_fwd(const ta_plan *plan, const ta_fwd_args *a,
                                         const ta_cuda_fwd_ws *ws, void *stream) {
     const ta_problem *pr = &plan->p;
     const int proj = pr->latent_dim > 0, wide = pr->dtype != TA_F32;
-    const void *ptrs[8] = {a->q,
-                           a->k,
-                           a->v,
-                           a->o,
-                           a->lse,
-                           pr->q_history > 0 ? a->q_hist : NULL,
-                           proj ? a->w_qlat : NULL,
-                           proj ? a->w_vup : NULL};
     ta_lat_sub_tensors cp;
     ta_plan sub;
     ta_fwd_args sa;
     ta_status st;
-    if ((st = ta_cuda_check_pointers(ptrs, 8)) != TA_OK) return st;
+    if ((st = ta_lat_check_fwd_ptrs(plan, a)) != TA_OK) return st;
     memset(&cp, 0, sizeof cp);
     cp.k = cp.v = wide;
     cp.o = proj || wide;
@@ -644,26 +740,11 @@ extern "C" ta_status ta_cuda_latent_bwd(const ta_plan *plan, const ta_bwd_args *
     const ta_problem *pr = &plan->p;
     const int proj = pr->latent_dim > 0, wide = pr->dtype != TA_F32;
     const int band = plan->stages.score == TA_SCORE_RBAND;
-    const void *ptrs[15] = {a->q,
-                            a->k,
-                            a->v,
-                            a->o,
-                            a->d_o,
-                            a->lse,
-                            a->dq,
-                            a->dk,
-                            a->dv,
-                            ws->delta,
-                            band ? a->d_alpha : NULL,
-                            proj ? a->w_qlat : NULL,
-                            proj ? a->w_vup : NULL,
-                            proj ? a->dw_qlat : NULL,
-                            proj ? a->dw_vup : NULL};
     ta_lat_sub_tensors cp;
     ta_plan sub;
     ta_bwd_args sa;
     ta_status st;
-    if ((st = ta_cuda_check_pointers(ptrs, 15)) != TA_OK) return st;
+    if ((st = ta_lat_check_bwd_ptrs(plan, a, ws)) != TA_OK) return st;
     memset(&cp, 0, sizeof cp);
     cp.k = cp.v = cp.dk = cp.dv = wide;
     cp.d_o = cp.dq = proj || wide;
@@ -713,4 +794,380 @@ extern "C" ta_status ta_cuda_latent_bwd(const ta_plan *plan, const ta_bwd_args *
                                     pr->heads_kv, pr->seq_k, plan->dim_v, stream)) != TA_OK))
         return st;
     return TA_OK;
+}
+
+/* ---------------------------------------------------------------------------- */
+/* fast mode (docs/cuda.md, "Latent attention in fast mode")                      */
+/* ---------------------------------------------------------------------------- */
+
+extern "C" ta_status ta_cuda_fast_lat_main_plan(const ta_plan *plan, ta_plan *sub) {
+    const ta_problem *pr = &plan->p;
+    const int32_t lat = plan->dim_k;
+    ta_problem sp = *pr; /* the defaults filled in: scale 1/sqrt(L), the blocks */
+    ta_diag d;
+    ta_status st;
+    if (plan->stages.score == TA_SCORE_RBAND) sp.seq_k = pr->seq_k - pr->rband_width - 1;
+    if (sp.seq_k < 1) return TA_ERR_UNSUPPORTED;
+    sp.flags &= ~(uint32_t)TA_RBAND;
+    sp.rband_alpha = 0.0f;
+    sp.rband_width = 0;
+    sp.latent_dim = 0;
+    sp.head_dim = sp.head_dim_v = lat;
+    sp.q_history = 0;
+    memset(&d, 0, sizeof d);
+    if ((st = ta_plan_make(&sp, TA_BACKEND_CUDA, sub, &d)) != TA_OK) return st;
+    sub->layout.k = plan->layout.k;
+    sub->layout.v = plan->layout.v;
+    sub->layout.q = ta_strides_contiguous(pr->heads_q, pr->q_history + pr->seq_q, lat);
+    sub->layout.dk = sub->layout.dv = ta_strides_contiguous(pr->heads_kv, pr->seq_k, lat);
+    return TA_OK;
+}
+
+namespace {
+
+/* The latent queries the fast kernels read: the call's q (no projections, no
+ * history rows, rows on 16 bytes) or fl_q [B, H, n + S_q, L] in the storage
+ * type (q~ = W_qlat^T q in f32 rounded once, or q copied), n history rows
+ * first. */
+typedef struct ta_fl_queries {
+    const void *q;
+    ta_strides st;
+    int32_t hist;
+} ta_fl_queries;
+
+/* One projection product of the fast path (ta_cuda_fast_proj). */
+ta_status ta_fl_proj(const ta_plan *plan, const void *a, ta_dtype a_dt, ta_strides a_st,
+                     int32_t rows, const float *w, int bt, int32_t k_dim, int32_t n_dim, void *c,
+                     ta_strides c_st, int64_t c_off, void *stream) {
+    ta_cuda_fast_proj_args x;
+    memset(&x, 0, sizeof x);
+    x.a = a, x.a_dt = a_dt, x.a_st = a_st, x.w = w, x.bt = bt;
+    x.c = c, x.c_dt = plan->p.dtype, x.c_st = c_st, x.c_off = c_off;
+    x.batch = plan->p.batch, x.heads = plan->p.heads_q, x.rows = rows;
+    x.k_dim = k_dim, x.n_dim = n_dim;
+    return ta_cuda_fast_proj(&x, stream);
+}
+
+ta_status ta_fl_make_queries(const ta_plan *plan, const void *q, const void *q_hist,
+                             const float *w, int32_t hist, void *fl_q, ta_fl_queries *out,
+                             void *stream) {
+    const ta_problem *pr = &plan->p;
+    const int32_t lat = plan->dim_k, rows = hist + pr->seq_q;
+    const ta_strides st = ta_strides_contiguous(pr->heads_q, rows, lat);
+    ta_status st_;
+    out->q = fl_q;
+    out->st = st;
+    out->hist = hist;
+    if (w) { /* q~ = W_qlat^T q: the history rows, then the call's */
+        if (hist > 0 && (st_ = ta_fl_proj(plan, q_hist, pr->dtype, plan->layout.q_hist, hist, w,
+                                          0, pr->head_dim, lat, fl_q, st, 0, stream)) != TA_OK)
+            return st_;
+        return ta_fl_proj(plan, q, pr->dtype, plan->layout.q, pr->seq_q, w, 0, pr->head_dim, lat,
+                          fl_q, st, (int64_t)hist * lat, stream);
+    }
+    if (hist == 0 && ta_cuda_fast_rows_aligned(pr, q, &plan->layout.q, 0)) {
+        out->q = q; /* read in place */
+        out->st = plan->layout.q;
+        return TA_OK;
+    }
+    {
+        ta_lat_tensor tq = ta_lat_of(q, plan->layout.q), th = ta_lat_of(q_hist, plan->layout.q_hist);
+        const float *none = NULL;
+        int32_t heads = pr->heads_q, seq_q = pr->seq_q, dim = pr->head_dim, lt = lat, hh = hist;
+        int64_t n = (int64_t)pr->batch * heads * rows * lat;
+        void *args[10] = {&tq, &th, &none, &fl_q, &n, &heads, &hh, &seq_q, &dim, &lt};
+        return ta_cuda_launch_args(ta_lat_pick<ta_lat_q_fast_k>(pr->dtype), ta_lat_blocks(n), 0,
+                                   args, stream);
+    }
+}
+
+/* The forward's attention over the latent queries: the fast SDPA on the
+ * keys below the band (into o_main, lse_main), then the band kernel merging
+ * its keys in (into o / ctx, lse); without the band the fast SDPA alone,
+ * into o_main (contiguous) and lse. */
+typedef struct ta_fl_attn {
+    ta_fl_queries q;
+    void *o_main;
+    float *lse_main;
+    void *o; /* band: the storage-type output (o_st) or NULL */
+    ta_strides o_st;
+    float *ctx, *lse; /* band: f32 ctx~ or NULL; the final lse */
+} ta_fl_attn;
+
+ta_status ta_fl_attention(const ta_plan *plan, const ta_fwd_args *a, const ta_fl_attn *x,
+                          void *stream) {
+    const int band = plan->stages.score == TA_SCORE_RBAND;
+    ta_plan sub;
+    ta_fwd_args sa;
+    ta_cuda_fwd_ws sws;
+    ta_status st = ta_cuda_fast_lat_main_plan(plan, &sub);
+    const int main_part = st == TA_OK;
+    if (st != TA_OK && st != TA_ERR_UNSUPPORTED) return st;
+    if (!main_part && !band) return st; /* every key is a main key without the band */
+    if (main_part) {
+        memset(&sws, 0, sizeof sws);
+        sub.layout.q = x->q.st;
+        sa = *a;
+        sa.q = static_cast<const char *>(x->q.q) +
+               (size_t)x->q.hist * (size_t)x->q.st.seq * plan->elem_bytes;
+        sa.q_hist = NULL;
+        sa.o = x->o_main;
+        sa.lse = band ? x->lse_main : x->lse;
+        sa.w_qlat = sa.w_vup = NULL;
+        if ((st = ta_cuda_fast_fwd(&sub, &sa, &sws, stream)) != TA_OK) return st;
+    }
+    if (band) {
+        ta_cuda_fast_band_fwd_args ba;
+        memset(&ba, 0, sizeof ba);
+        ba.q = x->q.q;
+        ba.q_st = x->q.st;
+        ba.hist = x->q.hist;
+        ba.k = a->k;
+        ba.v = a->v;
+        ba.o_main = main_part ? x->o_main : NULL;
+        ba.lse_main = x->lse_main;
+        ba.o = x->o;
+        ba.o_st = x->o_st;
+        ba.ctx = x->ctx;
+        ba.lse = x->lse;
+        return ta_cuda_fast_band_fwd(plan, &ba, stream);
+    }
+    return TA_OK;
+}
+
+/* o = W_vup^T ctx~ (ctx f32 with the band, else the storage type; contiguous). */
+ta_status ta_fl_vup(const ta_plan *plan, const void *ctx, int ctx_f32, const float *w, void *o,
+                    void *stream) {
+    const ta_problem *pr = &plan->p;
+    return ta_fl_proj(plan, ctx, ctx_f32 ? TA_F32 : pr->dtype,
+                      ta_strides_contiguous(pr->heads_q, pr->seq_q, plan->dim_k), pr->seq_q, w, 0,
+                      plan->dim_k, pr->head_dim_v, o, plan->layout.o, 0, stream);
+}
+
+/* 1 if the fast path can read k and v (and, given, dO) rows by 16 bytes. */
+int ta_fl_aligned(const ta_plan *plan, const void *k, const void *v, const void *d_o) {
+    const ta_problem *pr = &plan->p;
+    return ta_cuda_fast_rows_aligned(pr, k, &plan->layout.k, 1) &&
+           ta_cuda_fast_rows_aligned(pr, v, &plan->layout.v, 1) &&
+           (!d_o || ta_cuda_fast_rows_aligned(pr, d_o, &plan->layout.d_o, 0));
+}
+
+/* A projection's weight gradient (fast mode): the tiled partials, then the
+ * ordered sum of the chunks. x: [B, H, S_q, x_dim] of type xt, y likewise. */
+ta_status ta_fl_dw(const ta_plan *plan, ta_dtype xt, ta_lat_tensor x, int32_t x_dim, ta_dtype yt,
+                   ta_lat_tensor y, int32_t y_dim, float *part, float *dw, void *stream) {
+    const ta_problem *pr = &plan->p;
+    int32_t rows_per = 0, n_chunks = ta_cuda_lat_dw_chunks(plan, &rows_per);
+    int32_t batch = pr->batch, heads = pr->heads_q, seq_q = pr->seq_q;
+    const int64_t tiles = (int64_t)((x_dim + TA_LAT_DW_TILE - 1) / TA_LAT_DW_TILE) *
+                          ((y_dim + TA_LAT_DW_TILE - 1) / TA_LAT_DW_TILE);
+    const int bf = pr->dtype == TA_BF16;
+    const void *k;
+    ta_status st;
+    if (xt == TA_F32)
+        k = bf ? reinterpret_cast<const void *>(&ta_lat_dw_part_kernel<TA_F32, TA_BF16>)
+               : reinterpret_cast<const void *>(&ta_lat_dw_part_kernel<TA_F32, TA_F16>);
+    else if (yt == TA_F32)
+        k = bf ? reinterpret_cast<const void *>(&ta_lat_dw_part_kernel<TA_BF16, TA_F32>)
+               : reinterpret_cast<const void *>(&ta_lat_dw_part_kernel<TA_F16, TA_F32>);
+    else
+        k = bf ? reinterpret_cast<const void *>(&ta_lat_dw_part_kernel<TA_BF16, TA_BF16>)
+               : reinterpret_cast<const void *>(&ta_lat_dw_part_kernel<TA_F16, TA_F16>);
+    {
+        void *args[10] = {&x, &x_dim, &y, &y_dim, &part, &batch, &heads, &seq_q, &rows_per,
+                          &n_chunks};
+        if ((st = ta_cuda_launch_threads(k, (int64_t)heads * tiles * n_chunks, 256, 0, args,
+                                         stream)) != TA_OK)
+            return st;
+    }
+    {
+        int64_t n = (int64_t)heads * x_dim * y_dim;
+        int32_t per_head = x_dim * y_dim;
+        void *args[5] = {&part, &dw, &n, &per_head, &n_chunks};
+        return ta_cuda_launch_args(reinterpret_cast<const void *>(&ta_lat_dw_sum_kernel),
+                                   ta_lat_blocks(n), 0, args, stream);
+    }
+}
+
+} /* namespace */
+
+extern "C" ta_status ta_cuda_fast_latent_fwd(const ta_plan *plan, const ta_fwd_args *a,
+                                             const ta_cuda_fwd_ws *ws, void *stream) {
+    const ta_problem *pr = &plan->p;
+    const int proj = pr->latent_dim > 0, band = plan->stages.score == TA_SCORE_RBAND;
+    ta_fl_attn x;
+    ta_status st;
+    if ((st = ta_lat_check_fwd_ptrs(plan, a)) != TA_OK) return st;
+    /* rows cp.async cannot read, a band kernel the device has no room for:
+     * the exact kernels (bit-identical to REF) */
+    if (!ta_fl_aligned(plan, a->k, a->v, NULL)) return ta_cuda_latent_fwd(plan, a, ws, stream);
+    if (band && (st = ta_cuda_fast_band_prepare(plan, 0)) != TA_OK)
+        return st == TA_ERR_UNSUPPORTED ? ta_cuda_latent_fwd(plan, a, ws, stream) : st;
+    memset(&x, 0, sizeof x);
+    x.o_main = ws->fl_o;
+    x.lse_main = ws->fl_lse;
+    x.o = proj ? NULL : a->o;
+    x.o_st = plan->layout.o;
+    x.ctx = proj ? ws->fl_ctx : NULL;
+    x.lse = a->lse ? a->lse : ws->fl_lse;
+    /* 1. the latent queries; 2. the attention; 3. o = W_vup^T ctx~ */
+    if ((st = ta_fl_make_queries(plan, a->q, a->q_hist, proj ? a->w_qlat : NULL, pr->q_history,
+                                 ws->fl_q, &x.q, stream)) != TA_OK ||
+        (st = ta_fl_attention(plan, a, &x, stream)) != TA_OK)
+        return st;
+    if (!proj) return TA_OK;
+    return ta_fl_vup(plan, band ? static_cast<const void *>(ws->fl_ctx) : ws->fl_o, band,
+                     a->w_vup, a->o, stream);
+}
+
+/* The backward's sums of the band's partials (and the main part's shares)
+ * into dq~ (f32 fl_dqf with the projections, else the call's dq), dk, dv. */
+ta_status ta_fl_band_sums(const ta_plan *plan, const ta_bwd_args *a, const ta_cuda_bwd_ws *ws,
+                          int32_t main_keys, void *stream) {
+    const int proj = plan->p.latent_dim > 0;
+    ta_cuda_fast_band_sum_args su;
+    ta_status st;
+    memset(&su, 0, sizeof su);
+    su.main = main_keys > 0 ? ws->fl_dq : NULL;
+    su.main_rows = plan->p.seq_q;
+    su.part = ws->fl_pdq;
+    su.out = proj ? static_cast<void *>(ws->fl_dqf) : a->dq;
+    su.out_st = plan->layout.dq;
+    su.which = 0;
+    su.out_f32 = proj;
+    if ((st = ta_cuda_fast_band_sum(plan, &su, stream)) != TA_OK) return st;
+    su.main = main_keys > 0 ? ws->fl_dk : NULL;
+    su.main_rows = main_keys;
+    su.part = ws->fl_pdk;
+    su.out = a->dk;
+    su.out_st = plan->layout.dk;
+    su.which = 1;
+    su.out_f32 = 0;
+    if ((st = ta_cuda_fast_band_sum(plan, &su, stream)) != TA_OK) return st;
+    su.main = main_keys > 0 ? ws->fl_dv : NULL;
+    su.part = ws->fl_pdv;
+    su.out = a->dv;
+    su.out_st = plan->layout.dv;
+    su.which = 2;
+    return ta_cuda_fast_band_sum(plan, &su, stream);
+}
+
+extern "C" ta_status ta_cuda_fast_latent_bwd(const ta_plan *plan, const ta_bwd_args *a,
+                                             const ta_cuda_bwd_ws *ws, void *stream) {
+    const ta_problem *pr = &plan->p;
+    const int proj = pr->latent_dim > 0, band = plan->stages.score == TA_SCORE_RBAND;
+    const int32_t seq = pr->seq_q, lat = plan->dim_k;
+    const ta_strides rows_l = ta_strides_contiguous(pr->heads_q, seq, lat);
+    ta_plan sub;
+    ta_bwd_args sa;
+    ta_cuda_bwd_ws sws;
+    ta_fl_queries fq;
+    const void *d_o = proj ? ws->fl_do : a->d_o;
+    const ta_strides d_o_st = proj ? rows_l : plan->layout.d_o;
+    int32_t main_keys = 0;
+    ta_status st;
+    if ((st = ta_lat_check_bwd_ptrs(plan, a, ws)) != TA_OK) return st;
+    if (!ta_fl_aligned(plan, a->k, a->v, proj ? NULL : a->d_o) ||
+        (!proj && !ta_cuda_fast_rows_aligned(pr, a->o, &plan->layout.o, 0)) ||
+        (!band && (!ta_cuda_fast_rows_aligned(pr, a->dk, &plan->layout.dk, 1) ||
+                   !ta_cuda_fast_rows_aligned(pr, a->dv, &plan->layout.dv, 1))))
+        return ta_cuda_latent_bwd(plan, a, ws, stream);
+    if (band && ((st = ta_cuda_fast_band_prepare(plan, 0)) != TA_OK ||
+                 (st = ta_cuda_fast_band_prepare(plan, 1)) != TA_OK))
+        return st == TA_ERR_UNSUPPORTED ? ta_cuda_latent_bwd(plan, a, ws, stream) : st;
+    /* 1. the latent queries; dctx~ = W_vup dO (projections) */
+    if ((st = ta_fl_make_queries(plan, a->q, NULL, proj ? a->w_qlat : NULL, 0, ws->fl_q, &fq,
+                                 stream)) != TA_OK)
+        return st;
+    if (proj) {
+        ta_fl_attn x;
+        ta_fwd_args fa;
+        if ((st = ta_fl_proj(plan, a->d_o, pr->dtype, plan->layout.d_o, seq, a->w_vup, 1,
+                             pr->head_dim_v, lat, ws->fl_do, rows_l, 0, stream)) != TA_OK)
+            return st;
+        /* 2. ctx~ recomputed (the forward's attention): f32 for dW_vup and
+         * the storage type for the backward's delta */
+        memset(&fa, 0, sizeof fa);
+        fa.k = a->k;
+        fa.v = a->v;
+        fa.k_strides = a->k_strides;
+        fa.v_strides = a->v_strides;
+        fa.seqlens_k = a->seqlens_k;
+        memset(&x, 0, sizeof x);
+        x.q = fq;
+        x.o_main = band ? ws->fl_o : ws->fl_ctxs;
+        x.lse_main = ws->fl_lse;
+        x.o = ws->fl_ctxs;
+        x.o_st = rows_l;
+        x.ctx = ws->fl_ctx;
+        x.lse = ws->fl_lse;
+        if ((st = ta_fl_attention(plan, &fa, &x, stream)) != TA_OK) return st;
+    }
+    /* 3. the keys below the band: the fast SDPA backward with the final lse */
+    st = ta_cuda_fast_lat_main_plan(plan, &sub);
+    if (st == TA_OK) main_keys = sub.p.seq_k;
+    if (st != TA_OK && st != TA_ERR_UNSUPPORTED) return st;
+    memset(&sws, 0, sizeof sws);
+    sws.delta = ws->delta;
+    sa = *a;
+    sa.q = fq.q;
+    sa.o = proj ? ws->fl_ctxs : a->o;
+    sa.d_o = d_o;
+    sa.dq = band || proj ? ws->fl_dq : a->dq;
+    sa.dk = band ? ws->fl_dk : a->dk;
+    sa.dv = band ? ws->fl_dv : a->dv;
+    sa.w_qlat = sa.w_vup = NULL;
+    sa.dw_qlat = sa.dw_vup = NULL;
+    if (main_keys > 0) {
+        sub.layout.q = fq.st;
+        sub.layout.o = proj ? rows_l : plan->layout.o;
+        sub.layout.d_o = d_o_st;
+        if (!band) {
+            sub.layout.dk = plan->layout.dk;
+            sub.layout.dv = plan->layout.dv;
+        }
+        if ((st = ta_cuda_fast_bwd(&sub, &sa, &sws, stream)) != TA_OK) return st;
+    } else {
+        ta_plan dp = *plan; /* delta alone: <dO~_i, ctx~_i> over L */
+        dp.p.head_dim_v = lat;
+        dp.layout.o = proj ? rows_l : plan->layout.o;
+        dp.layout.d_o = d_o_st;
+        if ((st = ta_cuda_fast_delta(&dp, &sa, ws->delta, stream)) != TA_OK) return st;
+    }
+    /* 4. the band's shares and d_alpha; 5. the sums into dq~ (or dq), dk, dv */
+    if (band) {
+        ta_cuda_fast_band_bwd_args ba;
+        memset(&ba, 0, sizeof ba);
+        ba.q = fq.q;
+        ba.q_st = fq.st;
+        ba.k = a->k;
+        ba.v = a->v;
+        ba.d_o = d_o;
+        ba.d_o_st = d_o_st;
+        ba.lse = a->lse;
+        ba.delta = ws->delta;
+        ba.part_dq = ws->fl_pdq;
+        ba.part_dk = ws->fl_pdk;
+        ba.part_dv = ws->fl_pdv;
+        ba.da_rows = ws->fl_da;
+        ba.d_alpha = a->d_alpha;
+        if ((st = ta_cuda_fast_band_bwd(plan, &ba, stream)) != TA_OK ||
+            (st = ta_fl_band_sums(plan, a, ws, main_keys, stream)) != TA_OK)
+            return st;
+    }
+    if (!proj) return TA_OK;
+    /* 6. dq = W_qlat dq~, dW_qlat = sum q dq~^T, dW_vup = sum ctx~ dO^T */
+    {
+        const void *dqt = band ? static_cast<const void *>(ws->fl_dqf) : ws->fl_dq;
+        const ta_dtype dqt_dt = band ? TA_F32 : pr->dtype;
+        if ((st = ta_fl_proj(plan, dqt, dqt_dt, rows_l, seq, a->w_qlat, 1, lat, pr->head_dim,
+                             a->dq, plan->layout.dq, 0, stream)) != TA_OK ||
+            (st = ta_fl_dw(plan, pr->dtype, ta_lat_of(a->q, plan->layout.q), pr->head_dim, dqt_dt,
+                           ta_lat_of(dqt, rows_l), lat, ws->fl_dw, a->dw_qlat, stream)) != TA_OK)
+            return st;
+    }
+    return ta_fl_dw(plan, band ? TA_F32 : pr->dtype,
+                    ta_lat_of(band ? static_cast<const void *>(ws->fl_ctx) : ws->fl_ctxs, rows_l),
+                    lat, pr->dtype, ta_lat_of(a->d_o, plan->layout.d_o), pr->head_dim_v, ws->fl_dw,
+                    a->dw_vup, stream);
 }

@@ -40,6 +40,31 @@ int ta_cuda_latent_plan(const ta_plan *plan) {
     return plan->stages.score == TA_SCORE_RBAND || plan->p.latent_dim > 0;
 }
 
+int ta_cuda_fast_lat_path(const ta_plan *plan) {
+    return ta_cuda_latent_plan(plan) && plan->p.precision == TA_PRECISION_FAST &&
+           plan->p.dtype != TA_F32 && (plan->dim_k == 64 || plan->dim_k == 128);
+}
+
+int32_t ta_cuda_lat_dw_chunks(const ta_plan *plan, int32_t *rows_per) {
+    const int64_t rows = (int64_t)plan->p.batch * plan->p.seq_q;
+    int64_t per = (rows + 31) / 32;
+    per = per < 256 ? 256 : (per + 15) / 16 * 16;
+    *rows_per = (int32_t)per;
+    return (int32_t)((rows + per - 1) / per);
+}
+
+size_t ta_cuda_fast_band_part_count(const ta_plan *plan, int which) {
+    const ta_problem *p = &plan->p;
+    const size_t blocks = ((size_t)p->seq_q + 63u) / 64u;
+    const size_t chunks = ((size_t)p->rband_width + 63u) / 64u + 1u;
+    (void)which;
+    size_t n = 0;
+    if (!ta_mul_size((size_t)p->batch * (size_t)p->heads_q, blocks, &n) ||
+        !ta_mul_size(n, chunks, &n) || !ta_mul_size(n, 64u * (size_t)plan->dim_k, &n))
+        return (size_t)-1;
+    return n;
+}
+
 int32_t ta_cuda_rband_w1(const ta_plan *plan) {
     const int32_t w = plan->p.rband_width, last = plan->p.seq_k - 1;
     return plan->stages.score == TA_SCORE_RBAND ? (w < last ? w : last) + 1 : 1;
@@ -296,6 +321,61 @@ static ta_status ta_cuda_latent_fwd_take(const ta_plan *plan, ta_ws_cursor *c, t
     return TA_OK;
 }
 
+/* Fast mode's regions (ta_cuda.h lists them), after the exact ones. */
+static ta_status ta_cuda_fast_lat_fwd_take(const ta_plan *plan, ta_ws_cursor *c,
+                                           ta_cuda_fwd_ws *ws) {
+    const ta_problem *p = &plan->p;
+    const size_t lat = (size_t)plan->dim_k;
+    size_t n_q = 0, n_o = 0;
+    if (!ta_mul_size((size_t)p->batch * (size_t)p->heads_q,
+                     (size_t)p->q_history + (size_t)p->seq_q, &n_q) ||
+        !ta_mul_size(n_q, lat, &n_q) || !ta_mul_size(plan->n_lse, lat, &n_o))
+        return TA_ERR_OVERFLOW;
+    ws->fl_q = ta_ws_take(c, n_q, plan->elem_bytes);
+    ws->fl_o = ta_ws_take(c, n_o, plan->elem_bytes);
+    ws->fl_lse = TA_WS_TAKE(c, float, plan->n_lse);
+    if (p->latent_dim > 0 && plan->stages.score == TA_SCORE_RBAND)
+        ws->fl_ctx = TA_WS_TAKE(c, float, n_o);
+    return TA_OK;
+}
+
+static ta_status ta_cuda_fast_lat_bwd_take(const ta_plan *plan, ta_ws_cursor *c,
+                                           ta_cuda_bwd_ws *ws) {
+    const ta_problem *p = &plan->p;
+    const int proj = p->latent_dim > 0, band = plan->stages.score == TA_SCORE_RBAND;
+    const size_t lat = (size_t)plan->dim_k;
+    size_t n_o = 0, n_dw = 0, dw_q = 0, dw_v = 0;
+    int32_t rows_per = 0;
+    const int32_t n_chunks = ta_cuda_lat_dw_chunks(plan, &rows_per);
+    if (!ta_mul_size(plan->n_lse, lat, &n_o) ||
+        !ta_mul_size((size_t)p->head_dim, lat, &dw_q) ||
+        !ta_mul_size((size_t)p->head_dim_v, lat, &dw_v) ||
+        !ta_mul_size((size_t)p->heads_q * (size_t)n_chunks, dw_q > dw_v ? dw_q : dw_v, &n_dw))
+        return TA_ERR_OVERFLOW;
+    ws->fl_q = ta_ws_take(c, n_o, plan->elem_bytes);
+    ws->fl_dq = ta_ws_take(c, n_o, plan->elem_bytes);
+    if (band) {
+        ws->fl_dk = ta_ws_take(c, plan->n_k, plan->elem_bytes);
+        ws->fl_dv = ta_ws_take(c, plan->n_v, plan->elem_bytes);
+        ws->fl_pdq = TA_WS_TAKE(c, float, ta_cuda_fast_band_part_count(plan, 0));
+        ws->fl_pdk = TA_WS_TAKE(c, float, ta_cuda_fast_band_part_count(plan, 1));
+        ws->fl_pdv = TA_WS_TAKE(c, float, ta_cuda_fast_band_part_count(plan, 2));
+        ws->fl_da = TA_WS_TAKE(c, float, plan->n_lse);
+    }
+    if (proj) {
+        ws->fl_do = ta_ws_take(c, n_o, plan->elem_bytes);
+        ws->fl_ctxs = ta_ws_take(c, n_o, plan->elem_bytes);
+        ws->fl_lse = TA_WS_TAKE(c, float, plan->n_lse);
+        ws->fl_dw = TA_WS_TAKE(c, float, n_dw);
+        if (band) {
+            ws->fl_o = ta_ws_take(c, n_o, plan->elem_bytes);
+            ws->fl_ctx = TA_WS_TAKE(c, float, n_o);
+            ws->fl_dqf = TA_WS_TAKE(c, float, n_o);
+        }
+    }
+    return TA_OK;
+}
+
 static ta_status ta_cuda_latent_bwd_take(const ta_plan *plan, ta_ws_cursor *c, ta_cuda_bwd_ws *ws) {
     const int proj = plan->p.latent_dim > 0, wide = plan->p.dtype != TA_F32;
     size_t n_rows_l = 0, n_band = 0;
@@ -332,8 +412,12 @@ ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws
     ws->rot_q = ws->rot_k = ws->mta_kf = NULL;
     ws->mta_diag = ws->mta_edge = NULL;
     ws->lat_q = ws->lat_k = ws->lat_v = ws->lat_t = ws->lat_o = ws->lat_lse = NULL;
+    ws->fl_q = ws->fl_o = NULL;
+    ws->fl_lse = ws->fl_ctx = NULL;
     ta_cuda_rope_take(plan, &c, &ws->rot_q, &ws->rot_k);
     if (ta_cuda_latent_plan(plan) && (st = ta_cuda_latent_fwd_take(plan, &c, ws)) != TA_OK)
+        return st;
+    if (ta_cuda_fast_lat_path(plan) && (st = ta_cuda_fast_lat_fwd_take(plan, &c, ws)) != TA_OK)
         return st;
     if (n_split > 1) {
         size_t n_o = 0, n_lse = 0;
@@ -419,8 +503,13 @@ ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws
     ws->rot_q = ws->rot_k = NULL;
     ws->lat_q = ws->lat_k = ws->lat_v = ws->lat_t = ws->lat_dl = ws->lat_da = NULL;
     ws->lat_do = ws->lat_dq = ws->lat_dk = ws->lat_dv = ws->lat_ctx = NULL;
+    ws->fl_q = ws->fl_dq = ws->fl_dk = ws->fl_dv = ws->fl_do = ws->fl_ctxs = ws->fl_o = NULL;
+    ws->fl_lse = ws->fl_ctx = ws->fl_dqf = ws->fl_pdq = ws->fl_pdk = ws->fl_pdv = NULL;
+    ws->fl_da = ws->fl_dw = NULL;
     ta_cuda_rope_take(plan, &c, &ws->rot_q, &ws->rot_k);
     if (ta_cuda_latent_plan(plan) && (st = ta_cuda_latent_bwd_take(plan, &c, ws)) != TA_OK)
+        return st;
+    if (ta_cuda_fast_lat_path(plan) && (st = ta_cuda_fast_lat_bwd_take(plan, &c, ws)) != TA_OK)
         return st;
     if (plan->has_conv) {
         size_t n = 0;

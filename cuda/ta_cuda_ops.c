@@ -28,7 +28,9 @@ static ta_status ta_cuda_fwd(const ta_plan *plan, const ta_fwd_args *a, void *wo
     if (st != TA_OK ||
         (st = ta_cuda_check_index_ptrs(plan, a->seqlens_k, a->block_table)) != TA_OK)
         return st;
-    /* latent attention: the exact kernels on f32 copies, in either precision */
+    /* latent attention: in fast mode the tensor-core kernels (the exact ones
+     * where those cannot read the rows), else the exact kernels on f32 copies */
+    if (ta_cuda_fast_lat_path(plan)) return ta_cuda_fast_latent_fwd(plan, a, &ws, stream);
     if (ta_cuda_latent_plan(plan)) return ta_cuda_latent_fwd(plan, a, &ws, stream);
     /* fast mode, split-K included: the tensor-core kernels (docs/cuda.md) */
     if (ta_cuda_fast_path(plan)) return ta_cuda_fast_fwd(plan, a, &ws, stream);
@@ -47,6 +49,7 @@ static ta_status ta_cuda_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wo
     ta_status st = ta_cuda_bwd_layout(plan, workspace, &ws, &bytes);
     if (st != TA_OK || (st = ta_cuda_check_index_ptrs(plan, a->seqlens_k, NULL)) != TA_OK)
         return st;
+    if (ta_cuda_fast_lat_path(plan)) return ta_cuda_fast_latent_bwd(plan, a, &ws, stream);
     if (ta_cuda_latent_plan(plan)) return ta_cuda_latent_bwd(plan, a, &ws, stream);
     if (ta_cuda_fast_path(plan)) return ta_cuda_fast_bwd(plan, a, &ws, stream);
     /* fast MTA: the fold's gradients on tensor cores */
