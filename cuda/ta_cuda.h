@@ -130,6 +130,12 @@ typedef struct ta_cuda_bwd_ws {
      * (ta_cuda_lat_dw_chunks) */
     void *fl_q, *fl_dq, *fl_dk, *fl_dv, *fl_do, *fl_ctxs, *fl_o;
     float *fl_lse, *fl_ctx, *fl_dqf, *fl_pdq, *fl_pdk, *fl_pdv, *fl_da, *fl_dw;
+    /* fast SDPA backward with one kv head (ta_cuda_fast_mqa; else NULL):
+     * each query head's dk, dv [B, H, S_k, D] / [B, H, S_k, D_v] in f32,
+     * summed over the heads into dk, dv; the fast latent
+     * backward's keys below the band likewise (fl_mdk, fl_mdv, its
+     * sub-plan's copies with D = D_v = L) */
+    void *mqa_dk, *mqa_dv, *fl_mdk, *fl_mdv;
 } ta_cuda_bwd_ws;
 
 /* The fast path's rotary stage (cuda/ta_cuda_fast_rope.cu; docs/rope.md):
@@ -150,6 +156,11 @@ int ta_cuda_supports(const ta_plan *plan);
  * storage, plain SDPA (ta_cuda_fast_fwd, ta_cuda_fast_bwd; the head dims of
  * the fast table only). */
 int ta_cuda_fast_path(const ta_plan *plan);
+/* 1 if the fast SDPA backward of plan runs its dk/dv kernel once per query
+ * head into workspace copies (ta_cuda_bwd_ws.mqa_dk): one kv head, several
+ * query heads, no load stage (docs/cuda.md section 7, "Multi-query
+ * backward"). */
+int ta_cuda_fast_mqa(const ta_plan *plan);
 ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws, size_t *bytes);
 ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws, size_t *bytes);
 ta_status ta_cuda_fwd_size(const ta_plan *plan, size_t *bytes);

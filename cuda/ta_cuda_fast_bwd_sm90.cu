@@ -470,7 +470,13 @@ __global__ void __launch_bounds__(TA_WGB_THREADS, 1)
             for (int r = 0; r < 2; ++r) {
                 const int32_t j = kj + 8 * r;
                 if (j >= t.seq_k) continue;
-                if (DK && !ROPE) {
+                if (DK && !ROPE && p.kv_out_f32) { /* the multi-query copies */
+                    float *row = static_cast<float *>(p.dk) + kc.dk + (int64_t)j * p.lay.dk.seq;
+#pragma unroll
+                    for (int d = 0; d < D / 8; ++d)
+                        *reinterpret_cast<float2 *>(row + 8 * d + 2 * tq) = make_float2(
+                            dk[4 * d + 2 * r] * p.scale, dk[4 * d + 2 * r + 1] * p.scale);
+                } else if (DK && !ROPE) {
                     uint16_t *row =
                         static_cast<uint16_t *>(p.dk) + kc.dk + (int64_t)j * p.lay.dk.seq;
 #pragma unroll
@@ -478,7 +484,13 @@ __global__ void __launch_bounds__(TA_WGB_THREADS, 1)
                         *reinterpret_cast<uint32_t *>(row + 8 * d + 2 * tq) = ta_fast_pack<BF16>(
                             dk[4 * d + 2 * r] * p.scale, dk[4 * d + 2 * r + 1] * p.scale);
                 }
-                if (DV) {
+                if (DV && p.kv_out_f32) {
+                    float *row = static_cast<float *>(p.dv) + kc.dv + (int64_t)j * p.lay.dv.seq;
+#pragma unroll
+                    for (int d = 0; d < D / 8; ++d)
+                        *reinterpret_cast<float2 *>(row + 8 * d + 2 * tq) =
+                            make_float2(dv[4 * d + 2 * r], dv[4 * d + 2 * r + 1]);
+                } else if (DV) {
                     uint16_t *row =
                         static_cast<uint16_t *>(p.dv) + kc.dv + (int64_t)j * p.lay.dv.seq;
 #pragma unroll
@@ -492,6 +504,33 @@ __global__ void __launch_bounds__(TA_WGB_THREADS, 1)
 #else
     (void)p;
 #endif
+}
+
+/*
+ * Multi-query attention (one kv head): the dk/dv kernel ran once per query
+ * head into src [B, H, S_k, dim] (f32, contiguous); dst's element (b, 0, j,
+ * e) = the heads' values summed in f32, h ascending, rounded once. One
+ * thread per element pair.
+ */
+template <bool BF16>
+__global__ void __launch_bounds__(TA_WGB_THREADS)
+    ta_cuda_fast_mqa_sum_kernel(const float *src, void *dst, ta_strides dst_st, int64_t n2,
+                                int32_t heads, int32_t seq_k, int32_t dim) {
+    const int32_t dim2 = dim / 2;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n2;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int32_t e = 2 * (int32_t)(i % dim2), j = (int32_t)(i / dim2 % seq_k);
+        const int32_t b = (int32_t)(i / dim2 / seq_k);
+        float x0 = 0.0f, x1 = 0.0f;
+        for (int32_t h = 0; h < heads; ++h) {
+            const float2 y = *reinterpret_cast<const float2 *>(
+                src + (((int64_t)b * heads + h) * seq_k + j) * dim + e);
+            x0 += y.x;
+            x1 += y.y;
+        }
+        *reinterpret_cast<uint32_t *>(static_cast<uint16_t *>(dst) + (int64_t)b * dst_st.batch +
+                                      (int64_t)j * dst_st.seq + e) = ta_fast_pack<BF16>(x0, x1);
+    }
 }
 
 /*
@@ -751,8 +790,8 @@ extern "C" ta_status ta_cuda_fast_bwd(const ta_plan *plan, const ta_bwd_args *a,
                                 plan->rope.pos_k};
     const ta_plan *pl = plan;
     const ta_bwd_args *aa = a;
-    ta_plan sub;
-    ta_bwd_args a2;
+    ta_plan sub, mqa;
+    ta_bwd_args a2, a3;
     int sm90, n = 0, i;
     ta_status st;
     if ((st = ta_cuda_check_pointers(ptrs, 10)) != TA_OK) return st;
@@ -777,6 +816,27 @@ extern "C" ta_status ta_cuda_fast_bwd(const ta_plan *plan, const ta_bwd_args *a,
         pl = &sub;
         aa = &a2;
     }
+    /* one kv head (the workspace holds the copies: ta_cuda_fast_mqa): the
+     * dk/dv kernel per query head, on the plan with H kv heads whose k and
+     * v head strides are 0, into the f32 copies; then their sum, h
+     * ascending, rounded once (storage-type copies, rounded per head,
+     * erred by far more than one rounding where the heads' shares cancel:
+     * test_cuda_rope; one block per 128 keys walking H query heads left all
+     * but a few SMs idle: at B 1, H 12, S 4096, D 64 the dk/dv kernel took
+     * 858 us, the whole backward 1.0 ms; this way 0.31 ms, H100) */
+    if (ws->mqa_dk) {
+        mqa = *pl;
+        mqa.p.heads_kv = pr->heads_q;
+        mqa.group = 1;
+        mqa.layout.k.head = mqa.layout.v.head = 0;
+        mqa.layout.dk = ta_strides_contiguous(pr->heads_q, pr->seq_k, pr->head_dim);
+        mqa.layout.dv = ta_strides_contiguous(pr->heads_q, pr->seq_k, pr->head_dim_v);
+        a3 = *aa;
+        a3.dk = ws->mqa_dk;
+        a3.dv = ws->mqa_dv;
+        pl = &mqa;
+        aa = &a3;
+    }
     for (i = 0; i < ks.n_kv; ++i)
         if ((st = ta_cuda_tiling(pl, ks.kv[i].qm, TA_WGB_KEYS, TA_TILING_BWD, &t_kv[i])) !=
                 TA_OK ||
@@ -792,12 +852,34 @@ extern "C" ta_status ta_cuda_fast_bwd(const ta_plan *plan, const ta_bwd_args *a,
     ta_cuda_params_bwd(&prm_q, pl, &t_q, aa, ws);
     for (i = 0; i < ks.n_kv; ++i) {
         ta_cuda_params_bwd(&prm_kv[i], pl, &t_kv[i], aa, ws);
+        prm_kv[i].kv_out_f32 = ws->mqa_dk != NULL;
         launch[n] = ta_cuda_launch_of(ks.kv[i].kernel, &prm_kv[i],
-                                      (int64_t)pr->heads_kv * t_kv[i].num_k_tiles, 0, ks.kv[i].smem);
+                                      (int64_t)pl->p.heads_kv * t_kv[i].num_k_tiles, 0,
+                                      ks.kv[i].smem);
         launch[n++].threads = TA_WGB_THREADS;
     }
     launch[n] =
         ta_cuda_launch_of(ks.dq, &prm_q, (int64_t)pr->heads_q * t_q.num_q_tiles, 0, ks.dq_smem);
     launch[n++].threads = TA_WGB_THREADS;
-    return ta_cuda_launch_batches(launch, n, a->seqlens_k, pr->batch, stream);
+    if ((st = ta_cuda_launch_batches(launch, n, a->seqlens_k, pr->batch, stream)) != TA_OK ||
+        !ws->mqa_dk)
+        return st;
+    {
+        const void *kernel = pr->dtype == TA_BF16
+                                 ? reinterpret_cast<const void *>(&ta_cuda_fast_mqa_sum_kernel<true>)
+                                 : reinterpret_cast<const void *>(&ta_cuda_fast_mqa_sum_kernel<false>);
+        int32_t heads = pr->heads_q, seq_k = pr->seq_k;
+        for (i = 0; i < 2; ++i) {
+            const float *src = static_cast<const float *>(i ? ws->mqa_dv : ws->mqa_dk);
+            void *dst = i ? a->dv : a->dk;
+            ta_strides dst_st = i ? plan->layout.dv : plan->layout.dk;
+            int32_t dim = i ? pr->head_dim_v : pr->head_dim;
+            int64_t n2 = (int64_t)pr->batch * seq_k * dim / 2, blocks = (n2 + 255) / 256;
+            void *args[7] = {&src, &dst, &dst_st, &n2, &heads, &seq_k, &dim};
+            if ((st = ta_cuda_launch_threads(kernel, blocks < 65536 ? blocks : 65536,
+                                             TA_WGB_THREADS, 0, args, stream)) != TA_OK)
+                return st;
+        }
+    }
+    return TA_OK;
 }

@@ -1109,6 +1109,8 @@ extern "C" ta_status ta_cuda_fast_latent_bwd(const ta_plan *plan, const ta_bwd_a
     if (st != TA_OK && st != TA_ERR_UNSUPPORTED) return st;
     memset(&sws, 0, sizeof sws);
     sws.delta = ws->delta;
+    sws.mqa_dk = ws->fl_mdk; /* one kv head: the dk/dv kernel per query head */
+    sws.mqa_dv = ws->fl_mdv;
     sa = *a;
     sa.q = fq.q;
     sa.o = proj ? ws->fl_ctxs : a->o;

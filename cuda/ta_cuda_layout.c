@@ -34,6 +34,10 @@ int ta_cuda_fast_path(const ta_plan *plan) {
            !ta_cuda_latent_plan(plan);
 }
 
+int ta_cuda_fast_mqa(const ta_plan *plan) {
+    return plan->p.heads_kv == 1 && plan->p.heads_q > 1 && plan->stages.load == TA_LOAD_NONE;
+}
+
 /* Latent attention: the exact kernels on f32 copies (cuda/ta_cuda_latent.cu),
  * in either precision (no fast kernels yet: exact bits satisfy its bound). */
 int ta_cuda_latent_plan(const ta_plan *plan) {
@@ -354,6 +358,12 @@ static ta_status ta_cuda_fast_lat_bwd_take(const ta_plan *plan, ta_ws_cursor *c,
         return TA_ERR_OVERFLOW;
     ws->fl_q = ta_ws_take(c, n_o, plan->elem_bytes);
     ws->fl_dq = ta_ws_take(c, n_o, plan->elem_bytes);
+    if (p->heads_kv == 1 && p->heads_q > 1) { /* the sub-plan's multi-query copies */
+        size_t n_kh = 0;
+        if (!ta_mul_size(plan->n_k, (size_t)p->heads_q, &n_kh)) return TA_ERR_OVERFLOW;
+        ws->fl_mdk = TA_WS_TAKE(c, float, n_kh);
+        ws->fl_mdv = TA_WS_TAKE(c, float, n_kh);
+    }
     if (band) {
         ws->fl_dk = ta_ws_take(c, plan->n_k, plan->elem_bytes);
         ws->fl_dv = ta_ws_take(c, plan->n_v, plan->elem_bytes);
@@ -506,6 +516,7 @@ ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws
     ws->fl_q = ws->fl_dq = ws->fl_dk = ws->fl_dv = ws->fl_do = ws->fl_ctxs = ws->fl_o = NULL;
     ws->fl_lse = ws->fl_ctx = ws->fl_dqf = ws->fl_pdq = ws->fl_pdk = ws->fl_pdv = NULL;
     ws->fl_da = ws->fl_dw = NULL;
+    ws->mqa_dk = ws->mqa_dv = ws->fl_mdk = ws->fl_mdv = NULL;
     ta_cuda_rope_take(plan, &c, &ws->rot_q, &ws->rot_k);
     if (ta_cuda_latent_plan(plan) && (st = ta_cuda_latent_bwd_take(plan, &c, ws)) != TA_OK)
         return st;
@@ -522,6 +533,14 @@ ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws
     }
     if (ta_cuda_fast_mta_bwd_path(plan) && (st = ta_cuda_fast_mta_bwd_take(plan, &c, ws)) != TA_OK)
         return st;
+    if (ta_cuda_fast_path(plan) && ta_cuda_fast_mqa(plan)) {
+        size_t n_dk = 0, n_dv = 0;
+        if (!ta_mul_size(plan->n_k, (size_t)plan->p.heads_q, &n_dk) ||
+            !ta_mul_size(plan->n_v, (size_t)plan->p.heads_q, &n_dv))
+            return TA_ERR_OVERFLOW;
+        ws->mqa_dk = TA_WS_TAKE(&c, float, n_dk);
+        ws->mqa_dv = TA_WS_TAKE(&c, float, n_dv);
+    }
     if (c.overflow) return TA_ERR_OVERFLOW;
     *bytes = c.used;
     return TA_OK;

@@ -96,6 +96,10 @@ struct ta_cuda_params {
      * latent output ctx~_r = sum_j P_rj v_j (docs/exactness.md section 13):
      * ctx_out [B, H, S_q, D_v] f32, contiguous; NULL: the kernel computes dq */
     float *ctx_out;
+    /* the fast dk/dv kernel (cuda/ta_cuda_fast_bwd_sm90.cu) stores dk, dv in
+     * f32 (its multi-query copies: ta_cuda_fast_mqa) instead of the storage
+     * type; 0 otherwise */
+    int32_t kv_out_f32;
     int32_t has_seqlens;
     const int32_t *seqlens_dev;
     int32_t seqlens_k[TA_CUDA_BATCH_CHUNK];
