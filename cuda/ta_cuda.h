@@ -158,8 +158,7 @@ int ta_cuda_supports(const ta_plan *plan);
 int ta_cuda_fast_path(const ta_plan *plan);
 /* 1 if the fast SDPA backward of plan runs its dk/dv kernel once per query
  * head into workspace copies (ta_cuda_bwd_ws.mqa_dk): one kv head, several
- * query heads, no load stage (docs/cuda.md section 7, "Multi-query
- * backward"). */
+ * query heads (docs/cuda.md section 7, "Multi-query backward"). */
 int ta_cuda_fast_mqa(const ta_plan *plan);
 ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws, size_t *bytes);
 ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws, size_t *bytes);
@@ -208,7 +207,7 @@ ta_status ta_cuda_sdpa_bwd_kernels(const ta_plan *plan, const ta_bwd_args *a,
 /* Latent attention in fast mode (docs/cuda.md, "Latent attention in fast
  * mode"). ta_cuda_fast_lat_path (cuda/ta_cuda_layout.c): 1 for a latent plan
  * (the band or the projections) in TA_PRECISION_FAST with f16 / bf16 storage
- * and a latent width L of 64 or 128 (the band kernels' instantiations):
+ * and a latent width L of 64, 96 or 128 (the band kernels' instantiations):
  * ta_cuda_fast_latent_fwd / _bwd (cuda/ta_cuda_latent.cu) run it (the
  * fast SDPA kernels on the keys below the band, the band kernels of
  * cuda/ta_cuda_fast_latent.cu, the projections around them) and fall back to

@@ -534,6 +534,49 @@ __global__ void __launch_bounds__(TA_WGB_THREADS)
 }
 
 /*
+ * The same for dk with the rotary stage: one thread per (b, key j, pair i)
+ * of the rotation (interleaved: elements 2i, 2i + 1; half-split: i, i + n;
+ * past the n rotated pairs, two unrotated elements), each summed over the
+ * heads in f32, h ascending, then turned back once by the key's table row
+ * (ta_rope_pair_t; one kv head: table 0), rounded once.
+ */
+template <bool BF16>
+__global__ void __launch_bounds__(TA_WGB_THREADS)
+    ta_cuda_fast_mqa_sum_rope_kernel(const float *src, void *dst, ta_strides dst_st, int64_t n2,
+                                     int32_t heads, int32_t seq_k, int32_t dim,
+                                     const ta_cuda_params p) {
+    const int32_t dim2 = dim / 2, n = p.rope_pairs;
+    const bool half = p.rope == TA_ROPE_HALF;
+    for (int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; x < n2;
+         x += (int64_t)gridDim.x * blockDim.x) {
+        const int32_t i = (int32_t)(x % dim2), j = (int32_t)(x / dim2 % seq_k);
+        const int32_t b = (int32_t)(x / dim2 / seq_k);
+        const bool turn = i < n;
+        const int32_t ea = half ? (turn ? i : 2 * n + 2 * (i - n)) : 2 * i;
+        const int32_t eb = half ? (turn ? i + n : ea + 1) : 2 * i + 1;
+        uint16_t *row = static_cast<uint16_t *>(dst) + (int64_t)b * dst_st.batch +
+                        (int64_t)j * dst_st.seq;
+        float a = 0.0f, c = 0.0f;
+        for (int32_t h = 0; h < heads; ++h) {
+            const float *y = src + (((int64_t)b * heads + h) * seq_k + j) * dim;
+            a += y[ea];
+            c += y[eb];
+        }
+        if (turn) {
+            int32_t tr = p.rope_args.pos_k ? __ldg(p.rope_args.pos_k + (int64_t)b * seq_k + j) : j;
+            tr = tr < 0 ? 0 : tr >= p.rope_rows ? p.rope_rows - 1 : tr;
+            ta_rope_pair_t(&a, &c, __ldg(p.rope_args.cos + (int64_t)tr * p.rope_row_stride + i),
+                           __ldg(p.rope_args.sin + (int64_t)tr * p.rope_row_stride + i));
+        }
+        {
+            const uint32_t u = ta_fast_pack<BF16>(a, c);
+            row[ea] = (uint16_t)(u & 0xffffu);
+            row[eb] = (uint16_t)(u >> 16);
+        }
+    }
+}
+
+/*
  * dq of one block of 128 query rows (see the top).
  */
 template <int D, int BN, bool BF16, bool ROPE>
@@ -779,7 +822,7 @@ extern "C" ta_status ta_cuda_fast_bwd(const ta_plan *plan, const ta_bwd_args *a,
                                       const ta_cuda_bwd_ws *ws, void *stream) {
     const ta_problem *pr = &plan->p;
     const void *ptrs[10] = {a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk, a->dv, ws->delta};
-    ta_wgb_set ks;
+    ta_wgb_set ks, ks_mqa;
     ta_tiling t_kv[2], t_q;
     ta_cuda_params prm_kv[2], prm_q;
     ta_cuda_launch_desc launch[3];
@@ -825,6 +868,12 @@ extern "C" ta_status ta_cuda_fast_bwd(const ta_plan *plan, const ta_bwd_args *a,
      * but a few SMs idle: at B 1, H 12, S 4096, D 64 the dk/dv kernel took
      * 858 us, the whole backward 1.0 ms; this way 0.31 ms, H100) */
     if (ws->mqa_dk) {
+        /* with the rotary stage the dk/dv kernels store the rotated side's
+         * sums; the sum kernel turns them back (ta_cuda_fast_mqa_sum_rope_kernel) */
+        if (rope && !ta_wgb_set_pick(pr->head_dim, pr->dtype == TA_BF16, 0, &ks_mqa))
+            return TA_ERR_UNSUPPORTED;
+        if (rope)
+            for (i = 0; i < ks.n_kv; ++i) ks.kv[i] = ks_mqa.kv[i];
         mqa = *pl;
         mqa.p.heads_kv = pr->heads_q;
         mqa.group = 1;
@@ -868,6 +917,10 @@ extern "C" ta_status ta_cuda_fast_bwd(const ta_plan *plan, const ta_bwd_args *a,
         const void *kernel = pr->dtype == TA_BF16
                                  ? reinterpret_cast<const void *>(&ta_cuda_fast_mqa_sum_kernel<true>)
                                  : reinterpret_cast<const void *>(&ta_cuda_fast_mqa_sum_kernel<false>);
+        const void *kernel_rope =
+            pr->dtype == TA_BF16
+                ? reinterpret_cast<const void *>(&ta_cuda_fast_mqa_sum_rope_kernel<true>)
+                : reinterpret_cast<const void *>(&ta_cuda_fast_mqa_sum_rope_kernel<false>);
         int32_t heads = pr->heads_q, seq_k = pr->seq_k;
         for (i = 0; i < 2; ++i) {
             const float *src = static_cast<const float *>(i ? ws->mqa_dv : ws->mqa_dk);
@@ -875,9 +928,10 @@ extern "C" ta_status ta_cuda_fast_bwd(const ta_plan *plan, const ta_bwd_args *a,
             ta_strides dst_st = i ? plan->layout.dv : plan->layout.dk;
             int32_t dim = i ? pr->head_dim_v : pr->head_dim;
             int64_t n2 = (int64_t)pr->batch * seq_k * dim / 2, blocks = (n2 + 255) / 256;
-            void *args[7] = {&src, &dst, &dst_st, &n2, &heads, &seq_k, &dim};
-            if ((st = ta_cuda_launch_threads(kernel, blocks < 65536 ? blocks : 65536,
-                                             TA_WGB_THREADS, 0, args, stream)) != TA_OK)
+            void *args[8] = {&src, &dst, &dst_st, &n2, &heads, &seq_k, &dim, &prm_q};
+            if ((st = ta_cuda_launch_threads(rope && i == 0 ? kernel_rope : kernel,
+                                             blocks < 65536 ? blocks : 65536, TA_WGB_THREADS, 0,
+                                             args, stream)) != TA_OK)
                 return st;
         }
     }

@@ -529,6 +529,7 @@ template <int L, bool BF16> ta_flb_kernels ta_flb_kernels_of() {
 int ta_flb_pick(int32_t lat, int bf16, ta_flb_kernels *k) {
     switch (lat) {
     case 64: *k = bf16 ? ta_flb_kernels_of<64, true>() : ta_flb_kernels_of<64, false>(); return 1;
+    case 96: *k = bf16 ? ta_flb_kernels_of<96, true>() : ta_flb_kernels_of<96, false>(); return 1;
     case 128: *k = bf16 ? ta_flb_kernels_of<128, true>() : ta_flb_kernels_of<128, false>(); return 1;
     default: return 0;
     }

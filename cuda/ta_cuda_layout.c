@@ -35,7 +35,7 @@ int ta_cuda_fast_path(const ta_plan *plan) {
 }
 
 int ta_cuda_fast_mqa(const ta_plan *plan) {
-    return plan->p.heads_kv == 1 && plan->p.heads_q > 1 && plan->stages.load == TA_LOAD_NONE;
+    return plan->p.heads_kv == 1 && plan->p.heads_q > 1;
 }
 
 /* Latent attention: the exact kernels on f32 copies (cuda/ta_cuda_latent.cu),
@@ -46,7 +46,8 @@ int ta_cuda_latent_plan(const ta_plan *plan) {
 
 int ta_cuda_fast_lat_path(const ta_plan *plan) {
     return ta_cuda_latent_plan(plan) && plan->p.precision == TA_PRECISION_FAST &&
-           plan->p.dtype != TA_F32 && (plan->dim_k == 64 || plan->dim_k == 128);
+           plan->p.dtype != TA_F32 &&
+           (plan->dim_k == 64 || plan->dim_k == 96 || plan->dim_k == 128);
 }
 
 int32_t ta_cuda_lat_dw_chunks(const ta_plan *plan, int32_t *rows_per) {

@@ -4,11 +4,11 @@
  * fast mode"), label cuda:
  *
  *  1. without a GPU: the size queries of fast-mode f16 / bf16 latent problems
- *     (L = 64, 128) exceed exact mode's by the fast regions; f32 and other
- *     widths (the exact kernels) ask the same in both precisions.
+ *     (L = 64, 96, 128) exceed exact mode's by the fast regions; f32 and
+ *     other widths (the exact kernels) ask the same in both precisions.
  *  2. on a device, random problems (fresh seed, printed; replay with
- *     TA_SEED=...): the band, the projections or both; f16 / bf16; L 64 or
- *     128; one kv head or GQA-like; S up to 300, W from 0 to past S, alpha 0,
+ *     TA_SEED=...): the band, the projections or both; f16 / bf16; L 64, 96
+ *     or 128; one kv head or GQA-like; S up to 300, W from 0 to past S, alpha 0,
  *     negative or random; decode-like forwards (history rows); the
  *     projections alone causal or not, with windows and key lengths; [B, S,
  *     H, D] strides for a quarter. Forward o, lse and (S_q = S_k) backward
@@ -103,7 +103,7 @@ static float *fl_weights(ta_rng *r, size_t n, float a, double **wide) {
 static void fl_draw(ta_rng *r, fl_case *c, int kind, int bwd) {
     ta_problem *p = &c->p;
     const int band = kind != 1, proj = kind != 0;
-    const int32_t lat = ta_rng_int(r, 0, 2) ? 64 : 128;
+    const int32_t lat = ta_rng_int(r, 0, 3) ? 64 : ta_rng_int(r, 0, 1) ? 96 : 128;
     const int32_t prefix = band && !bwd && ta_rng_int(r, 0, 2) == 0 ? ta_rng_int(r, 1, 70) : 0;
     memset(c, 0, sizeof *c);
     p->batch = ta_rng_int(r, 1, 2);
@@ -496,7 +496,7 @@ static void fl_sizes(void) {
                          "dtype %d kind %d L %d: fwd %zu -> %zu, bwd %zu -> %zu bytes", dt, kind,
                          lat, fe, ff, be, bf);
             }
-    printf("size queries on CUDA without a device: fast f16/bf16 L 64, 128 add regions; f32 and "
+    printf("size queries on CUDA without a device: fast f16/bf16 L 64, 96, 128 add regions; f32 and "
            "L 32 ask exact mode's\n");
 }
 

@@ -14,7 +14,7 @@
  *     projections alone causal or not, sliding windows, key lengths; random
  *     scale and block sizes; q, k, v, o, dO, dq, dk, dv in [B, S, H, D]
  *     strides for a quarter; TA_PRECISION_FAST for a quarter of the f32
- *     problems and widths other than 64 and 128 (which run the exact kernels
+ *     problems and widths other than 64, 96 and 128 (which run the exact kernels
  *     in fast mode; test_cuda_fast_latent checks the fast kernels).
  *     Forward: CUDA's o and lse equal REF's bit for bit. Backward (S_q =
  *     S_k): from REF's o and lse, CUDA's dq, dk, dv, d_alpha, dw_qlat and
@@ -96,7 +96,8 @@ static void lt_draw(ta_rng *r, lt_case *c, int kind, int bwd) {
     p->dtype = (ta_dtype)ta_rng_int(r, 0, 2);
     /* fast mode runs the exact kernels only for f32 and widths the fast
      * kernels lack (test_cuda_fast_latent checks the others) */
-    p->precision = ta_rng_int(r, 0, 3) == 0 && (p->dtype == TA_F32 || (lat != 64 && lat != 128))
+    p->precision = ta_rng_int(r, 0, 3) == 0 &&
+                           (p->dtype == TA_F32 || (lat != 64 && lat != 96 && lat != 128))
                        ? TA_PRECISION_FAST
                        : TA_PRECISION_EXACT;
     p->head_dim = p->head_dim_v = lat;

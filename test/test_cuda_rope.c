@@ -242,20 +242,12 @@ static void dbufs_make(dbufs *d, const rspec *s) {
     {
         size_t pf = 0, pb = 0;
         const size_t turned = (s->nq + s->nk) * 2;
-        /* the un-rotated backward with one kv head keeps each query head's
-         * dk, dv in f32 (docs/cuda.md, "Multi-query backward"); the rotary
-         * one does not */
-        const size_t mqa = p->heads_kv == 1 && p->heads_q > 1
-                               ? 2 * ((s->nk * zs(p->heads_q) * 4 + 63) / 64 * 64)
-                               : 0;
         TA_CHECK(ta_fwd_workspace_size(&plain, TA_BACKEND_CUDA, &pf) == TA_OK &&
                      ta_bwd_workspace_size(&plain, TA_BACKEND_CUDA, &pb) == TA_OK &&
-                     fw >= pf + turned && fw <= pf + turned + 128 && bw + mqa >= pb + turned &&
-                     bw + mqa <= pb + turned + 128,
-                 "workspace: the turned q and k (%zu bytes) on top of %zu / %zu - %zu; got %zu / "
-                 "%zu",
-                 turned, pf, pb, mqa, fw, bw);
-        if (pb > bw) bw = pb; /* the un-rotated calls share the buffer */
+                     fw >= pf + turned && fw <= pf + turned + 128 && bw >= pb + turned &&
+                     bw <= pb + turned + 128,
+                 "workspace: the turned q and k (%zu bytes) on top of %zu / %zu; got %zu / %zu",
+                 turned, pf, pb, fw, bw);
     }
     d->ws_bytes = fw > bw ? fw : bw;
     d->ws = upload(NULL, d->ws_bytes);
