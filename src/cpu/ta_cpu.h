@@ -42,6 +42,9 @@ typedef enum ta_cpu_isa {
 
 /* Most Q tiles one forward or dq task holds (see ta_cpu_q_group). */
 #define TA_CPU_Q_GROUP_MAX 4
+/* Most query heads of one kv group a forward task packs into its rows
+ * (ta_cpu_head_pack). */
+#define TA_CPU_HEAD_PACK_MAX 64
 
 /* Rows per block of the band's T (cpu_lat_rband_scores: one k1 block of
  * TA_RB = 6 rows; the union of their band keys is W + 6 keys at most). */
@@ -117,6 +120,10 @@ typedef struct ta_cpu_fwd_ws {
     int32_t n_splits;
     float *part_o;   /* [n, B_q, dv_pad] */
     float *part_lse; /* [n, bq_pad] */
+    /* GQA packing (ta_cpu_head_pack; 1: none): the task's query heads h, h +
+     * 1, ..., h + head_pack - 1 (one kv group), head h + g's rows at lanes
+     * [g r, (g + 1) r) (r: the Q tile's rows) */
+    int32_t head_pack;
 } ta_cpu_fwd_ws;
 
 /*
@@ -293,6 +300,15 @@ void ta_cpu_dims_of(const ta_plan *plan, const ta_tiling *t, int32_t q_group, ta
  * per task (its parts are cut per row, the same for every Q tile, but a task's
  * parts are held per Q tile). */
 int32_t ta_cpu_q_group(const ta_plan *plan, const ta_tiling *t, int32_t n_threads);
+/* GQA packing: consecutive query heads of one kv group a forward task holds
+ * as one block of rows (head after head), so that each K and V row is
+ * loaded, widened and broadcast once for all of them (docs/cpu.md section
+ * 3d). 1 (none) unless the task holds one Q tile (q_group 1: decode, split-K)
+ * of a plain SDPA forward (no conv, band, projections or history rows);
+ * else the largest divisor of the group with at most 256 rows and
+ * TA_CPU_HEAD_PACK_MAX heads that leaves at least one task per thread. Rows
+ * are independent, so this changes no bit; part of the workspace layout. */
+int32_t ta_cpu_head_pack(const ta_plan *plan, int32_t n_threads);
 /* conv: 1 carves the MTA raw-score tile (sraw) too; band: 1 and dm->lat_w >
  * 0 the projected q~ rows (qlat); n_splits > 1 the split-K parts (part_o,
  * part_lse). */
