@@ -22,7 +22,8 @@
  *      two forwards over the two halves of the keys (strides), merged, equal
  *      a forward over all keys within tolerance (and the oracle).
  *   3. GQA decode, the CPU's packed heads (ta_cpu_head_pack: a kv group's
- *      query heads as one block of rows): groups of 2 to 32 query heads per
+ *      query heads as one block of rows) and the decode path with lanes over
+ *      keys (tasks of at most 32 rows): groups of 1 to 32 query heads per
  *      kv head, S_q 1..16 new rows against 1..700 keys, causal or not,
  *      seqlens_k, windows, every dtype, head dims up to 128, one in six
  *      strided; num_splits 0, 3 and TA_SPLITS_AUTO; CPU on every ISA path
@@ -478,7 +479,7 @@ static void check_merge_halves(ta_rng *r, double *worst) {
 /* ---------------------------------------------------------------------- */
 
 static void check_packed(ta_rng *r, long *n_runs, long *n_packed) {
-    static const int32_t groups[5] = {2, 4, 8, 16, 32};
+    static const int32_t groups[6] = {1, 2, 4, 8, 16, 32};
     static const int32_t splits[3] = {0, 3, TA_SPLITS_AUTO};
     const ta_cpu_isa best = ta_cpu_isa_best();
     tcase tc;
@@ -490,7 +491,7 @@ static void check_packed(ta_rng *r, long *n_runs, long *n_packed) {
     memset(&tc, 0, sizeof tc);
     p->batch = ta_rng_int(r, 1, 2);
     p->heads_kv = ta_rng_int(r, 1, 3);
-    p->heads_q = p->heads_kv * groups[ta_rng_int(r, 0, 4)];
+    p->heads_q = p->heads_kv * groups[ta_rng_int(r, 0, 5)];
     p->head_dim = ta_rng_int(r, 0, 2) == 0 ? ta_rng_int(r, 1, 128) : 64 * ta_rng_int(r, 1, 2);
     p->head_dim_v = ta_rng_int(r, 0, 3) == 0 ? ta_rng_int(r, 1, 128) : p->head_dim;
     p->dtype = (ta_dtype)ta_rng_int(r, 0, 2);

@@ -212,6 +212,12 @@ void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int band, int32_t n_split
     ws->qlat_t = band ? TA_WS_TAKE(c, float, (size_t)dm->d * dm->bk_pad) : NULL;
     ws->k_rows = band ? TA_WS_TAKE(c, float, (size_t)TA_CPU_RBAND_ROWS * dm->d_pad) : NULL;
     ws->tvec = band ? TA_WS_TAKE(c, float, (size_t)TA_CPU_RBAND_ROWS * dm->bk_pad) : NULL;
+    ws->kt = TA_WS_TAKE(c, float, dm->d_pad * dm->bk_pad);
+    ws->qr = TA_WS_TAKE(c, float, (size_t)(TA_CPU_KEYLANE_ROWS + TA_CPU_PAD) * dm->d_pad);
+    ws->sr = TA_WS_TAKE(c, float, (size_t)TA_CPU_KEYLANE_ROWS * dm->bk_pad);
+    ws->ld_srm = conv ? dm->bk_pad + TA_CPU_PAD : 0;
+    ws->srm = conv ? TA_WS_TAKE(c, float, (size_t)(TA_CPU_KEYLANE_ROWS + TA_CPU_PAD) * ws->ld_srm)
+                   : NULL;
 }
 
 /* The dk/dv pairs' lo words and row-chunk partials of `group` slots (after
