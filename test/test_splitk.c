@@ -24,9 +24,9 @@
  *   3. GQA decode, the CPU's packed heads (ta_cpu_head_pack: a kv group's
  *      query heads as one block of rows) and the decode path with lanes over
  *      keys (tasks of at most 32 rows): groups of 1 to 32 query heads per
- *      kv head, S_q 1..16 new rows against 1..700 keys, causal or not,
- *      seqlens_k, windows, every dtype, head dims up to 128, one in six
- *      strided; num_splits 0, 3 and TA_SPLITS_AUTO; CPU on every ISA path
+ *      kv head, S_q 1..16 new rows (MTA, a third: 1..4) against 1..700 keys,
+ *      causal or not, seqlens_k, windows, every dtype, head dims up to 128,
+ *      one in six strided; num_splits 0, 3 and TA_SPLITS_AUTO; CPU on every ISA path
  *      this machine has, 1 to 3 threads, memcmp-equal to REF (o, lse).
  *      Counts the runs that packed more than one head (must be most).
  * Usage: test_splitk [--quick]
@@ -478,7 +478,7 @@ static void check_merge_halves(ta_rng *r, double *worst) {
 /* 3. GQA decode: packed heads                                             */
 /* ---------------------------------------------------------------------- */
 
-static void check_packed(ta_rng *r, long *n_runs, long *n_packed) {
+static void check_packed(ta_rng *r, int mta, long *n_runs, long *n_packed) {
     static const int32_t groups[6] = {1, 2, 4, 8, 16, 32};
     static const int32_t splits[3] = {0, 3, TA_SPLITS_AUTO};
     const ta_cpu_isa best = ta_cpu_isa_best();
@@ -498,13 +498,23 @@ static void check_packed(ta_rng *r, long *n_runs, long *n_packed) {
     p->seq_q = ta_rng_int(r, 1, 16);
     p->seq_k = ta_rng_int(r, 0, 4) == 0 ? ta_rng_int(r, 1, 40) : ta_rng_int(r, 1, 700);
     if (p->seq_k < p->seq_q) p->seq_k = p->seq_q;
-    p->flags = ta_rng_int(r, 0, 3) ? TA_CAUSAL : 0u;
+    p->flags = mta || ta_rng_int(r, 0, 3) ? TA_CAUSAL : 0u;
     p->block_k = ta_rng_int(r, 0, 2) == 0 ? 0 : ta_rng_int(r, 8, 64);
     p->block_q = ta_rng_int(r, 0, 2) == 0 ? ta_rng_int(r, 8, 80) : 0;
+    if (mta) { /* MTA packs into its lanes-over-keys path (at most 8 rows) */
+        const int32_t c = ta_rng_int(r, 0, 1);
+        p->seq_q = ta_rng_int(r, 1, 4);
+        if (p->seq_k < p->seq_q) p->seq_k = p->seq_q;
+        p->conv_q = c == 0 ? 6 : ta_rng_int(r, 1, 5);
+        p->conv_k = c == 0 ? 11 : 2 * ta_rng_int(r, 0, 4) + 1;
+        if (p->block_k && p->block_k < 4 * ((p->conv_k - 1) / 2) + 1) p->block_k = 0;
+        if (p->block_q && p->block_q < 2 * (p->conv_q - 1) + 1) p->block_q = 0;
+    }
     ta_oc_random_scale(r, p);
     ta_oc_random_seqlens(r, &tc);
     ta_test_random_window(r, p, 25);
     ta_oc_make_buffers(r, &tc);
+    if (mta) fill_kernel(r, &tc);
     bshd = ta_rng_int(r, 0, 5) == 0;
     ta_oc_describe(&tc, desc, sizeof desc);
     o_ref = ta_test_alloc(tc.n_o * tc.eb), o_cpu = ta_test_alloc(tc.n_o * tc.eb);
@@ -566,9 +576,9 @@ int main(int argc, char **argv) {
         const int n_packed_problems = quick ? 4 : 40;
         long n_packed_runs = 0, n_packed = 0;
         for (i = 0; i < n_packed_problems; ++i)
-            check_packed(&r, &n_packed_runs, &n_packed);
-        printf("GQA decode (packed heads): %d problems, %ld CPU runs bit-identical to REF, %ld "
-               "of them packed several heads\n",
+            check_packed(&r, i % 3 == 2, &n_packed_runs, &n_packed);
+        printf("GQA decode (packed heads): %d problems (a third MTA), %ld CPU runs bit-identical "
+               "to REF, %ld of them packed several heads\n",
                n_packed_problems, n_packed_runs, n_packed);
         TA_CHECK(n_packed * 2 > n_packed_runs, "packing ran in only %ld of %ld runs", n_packed,
                  n_packed_runs);

@@ -135,24 +135,34 @@ int32_t ta_cpu_head_pack(const ta_plan *plan, int32_t n_threads) {
     const ta_tiling *t = &plan->fwd;
     const int32_t rows = ta_tiling_min_i32(t->rows_eff, t->seq_q); /* a Q tile's, at most */
     const int64_t units = (int64_t)plan->p.batch * plan->p.heads_kv * t->num_q_tiles;
+    /* MTA: only into the lanes-over-keys path (TA_CPU_KEYLANE_MTA_ROWS
+     * effective rows, their loaded rows within the qr and srm tiles) */
+    const int32_t loaded = rows + (plan->has_conv ? plan->p.conv_q - 1 : 0);
+    const int32_t max_rows = plan->has_conv ? TA_CPU_KEYLANE_MTA_ROWS : 256;
     int32_t pk;
-    if (plan->has_conv || plan->stages.score != TA_SCORE_NONE || plan->p.latent_dim > 0 ||
-        t->q_history > 0 || ta_cpu_q_group(plan, t, n_threads) > 1)
+    if (plan->stages.score == TA_SCORE_RBAND || plan->p.latent_dim > 0 ||
+        (!plan->has_conv && t->q_history > 0) ||
+        (plan->has_conv && plan->stages.load == TA_LOAD_ROPE) ||
+        ta_cpu_q_group(plan, t, n_threads) > 1)
         return 1;
     for (pk = ta_tiling_min_i32(plan->group, TA_CPU_HEAD_PACK_MAX); pk > 1; --pk)
-        if (plan->group % pk == 0 && (int64_t)pk * rows <= 256 &&
+        if (plan->group % pk == 0 && (int64_t)pk * rows <= max_rows &&
+            (!plan->has_conv || (int64_t)pk * loaded <= TA_CPU_KEYLANE_ROWS + TA_CPU_PAD) &&
             units * (plan->group / pk) >= (int64_t)n_threads)
             break;
     return pk;
 }
 
-/* The forward slab's dims: q_group Q tiles, or head_pack heads' rows of one Q tile. */
+/* The forward slab's dims: q_group Q tiles, or head_pack heads' rows of one
+ * Q tile (MTA: their loaded rows, history and halo rows included). */
 static void ta_cpu_fwd_dims(const ta_plan *plan, int32_t n_threads, ta_cpu_dims *dm,
                             int32_t *head_pack) {
     const int32_t pk = ta_cpu_head_pack(plan, n_threads);
     ta_cpu_dims_of(plan, &plan->fwd, ta_cpu_q_group(plan, &plan->fwd, n_threads), dm);
-    if (pk > 1) {
-        const int32_t rows = pk * ta_tiling_min_i32(plan->fwd.rows_eff, plan->fwd.seq_q);
+    if (pk > 1) { /* MTA: the Q^T lanes hold every head's loaded rows */
+        const int32_t rows =
+            pk * (ta_tiling_min_i32(plan->fwd.rows_eff, plan->fwd.seq_q) +
+                  (plan->has_conv ? plan->p.conv_q - 1 : 0));
         dm->rows_max = ta_tiling_max_i32(dm->rows_max, rows);
         dm->bq_pad = ta_cpu_round_pad(dm->rows_max);
     }

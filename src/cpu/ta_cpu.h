@@ -131,7 +131,8 @@ typedef struct ta_cpu_fwd_ws {
     float *part_lse; /* [n, bq_pad] */
     /* GQA packing (ta_cpu_head_pack; 1: none): the task's query heads h, h +
      * 1, ..., h + head_pack - 1 (one kv group), head h + g's rows at lanes
-     * [g r, (g + 1) r) (r: the Q tile's rows) */
+     * [g r, (g + 1) r) (r: the Q tile's rows); MTA: its loaded rows at Q^T
+     * lanes [g n, (g + 1) n), n = r + c_q - 1, the effective rows as SDPA */
     int32_t head_pack;
     /* lanes over keys (tasks of at most R = TA_CPU_KEYLANE_ROWS effective
      * rows): K^T of a tile [d_pad, bk_pad], the task's (loaded) Q rows [R +
@@ -321,10 +322,12 @@ int32_t ta_cpu_q_group(const ta_plan *plan, const ta_tiling *t, int32_t n_thread
  * as one block of rows (head after head), so that each K and V row is
  * loaded, widened and broadcast once for all of them (docs/cpu.md section
  * 3d). 1 (none) unless the task holds one Q tile (q_group 1: decode, split-K)
- * of a plain SDPA forward (no conv, band, projections or history rows);
- * else the largest divisor of the group with at most 256 rows and
- * TA_CPU_HEAD_PACK_MAX heads that leaves at least one task per thread. Rows
- * are independent, so this changes no bit; part of the workspace layout. */
+ * of a plain SDPA forward (no band, projections or history rows) or an MTA
+ * forward without the rotary stage; else the largest divisor of the group
+ * with at most 256 rows (MTA: TA_CPU_KEYLANE_MTA_ROWS, and at most
+ * TA_CPU_KEYLANE_ROWS + 16 loaded rows) and TA_CPU_HEAD_PACK_MAX heads that
+ * leaves at least one task per thread. Rows are independent, so this
+ * changes no bit; part of the workspace layout. */
 int32_t ta_cpu_head_pack(const ta_plan *plan, int32_t n_threads);
 /* conv: 1 carves the MTA raw-score tile (sraw) too; band: 1 and dm->lat_w >
  * 0 the projected q~ rows (qlat); n_splits > 1 the split-K parts (part_o,
