@@ -21,14 +21,26 @@
  *      one part gives back its own bits; rows empty everywhere give 0, -inf;
  *      two forwards over the two halves of the keys (strides), merged, equal
  *      a forward over all keys within tolerance (and the oracle).
+ *   3. GQA decode, the CPU's packed heads (ta_cpu_head_pack: a kv group's
+ *      query heads as one block of rows) and the decode path with lanes over
+ *      keys (tasks of at most 32 rows): groups of 1 to 32 query heads per
+ *      kv head, S_q 1..16 new rows (MTA, a third: 1..4) against 1..700 keys,
+ *      causal or not, seqlens_k, windows, every dtype, head dims up to 128,
+ *      one in six strided; num_splits 0, 3 and TA_SPLITS_AUTO; CPU on every ISA path
+ *      this machine has, 1 to 3 threads, memcmp-equal to REF (o, lse).
+ *      Counts the runs that packed more than one head (must be most).
  * Usage: test_splitk [--quick]
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/ta_cpu.h"
 #include "oracle_check.h"
+#include "ta_internal.h"
 #include "ta_math.h"
 #include "test_util.h"
 #include "tileattn.h"
@@ -462,6 +474,86 @@ static void check_merge_halves(ta_rng *r, double *worst) {
     ta_oc_free_case(&tc);
 }
 
+/* ---------------------------------------------------------------------- */
+/* 3. GQA decode: packed heads                                             */
+/* ---------------------------------------------------------------------- */
+
+static void check_packed(ta_rng *r, int mta, long *n_runs, long *n_packed) {
+    static const int32_t groups[6] = {1, 2, 4, 8, 16, 32};
+    static const int32_t splits[3] = {0, 3, TA_SPLITS_AUTO};
+    const ta_cpu_isa best = ta_cpu_isa_best();
+    tcase tc;
+    ta_problem *p = &tc.p;
+    char desc[256];
+    void *o_ref, *o_cpu;
+    float *l_ref, *l_cpu;
+    int bshd, i, isa;
+    memset(&tc, 0, sizeof tc);
+    p->batch = ta_rng_int(r, 1, 2);
+    p->heads_kv = ta_rng_int(r, 1, 3);
+    p->heads_q = p->heads_kv * groups[ta_rng_int(r, 0, 5)];
+    p->head_dim = ta_rng_int(r, 0, 2) == 0 ? ta_rng_int(r, 1, 128) : 64 * ta_rng_int(r, 1, 2);
+    p->head_dim_v = ta_rng_int(r, 0, 3) == 0 ? ta_rng_int(r, 1, 128) : p->head_dim;
+    p->dtype = (ta_dtype)ta_rng_int(r, 0, 2);
+    p->seq_q = ta_rng_int(r, 1, 16);
+    p->seq_k = ta_rng_int(r, 0, 4) == 0 ? ta_rng_int(r, 1, 40) : ta_rng_int(r, 1, 700);
+    if (p->seq_k < p->seq_q) p->seq_k = p->seq_q;
+    p->flags = mta || ta_rng_int(r, 0, 3) ? TA_CAUSAL : 0u;
+    p->block_k = ta_rng_int(r, 0, 2) == 0 ? 0 : ta_rng_int(r, 8, 64);
+    p->block_q = ta_rng_int(r, 0, 2) == 0 ? ta_rng_int(r, 8, 80) : 0;
+    if (mta) { /* MTA packs into its lanes-over-keys path (at most 8 rows) */
+        const int32_t c = ta_rng_int(r, 0, 1);
+        p->seq_q = ta_rng_int(r, 1, 4);
+        if (p->seq_k < p->seq_q) p->seq_k = p->seq_q;
+        p->conv_q = c == 0 ? 6 : ta_rng_int(r, 1, 5);
+        p->conv_k = c == 0 ? 11 : 2 * ta_rng_int(r, 0, 4) + 1;
+        if (p->block_k && p->block_k < 4 * ((p->conv_k - 1) / 2) + 1) p->block_k = 0;
+        if (p->block_q && p->block_q < 2 * (p->conv_q - 1) + 1) p->block_q = 0;
+    }
+    ta_oc_random_scale(r, p);
+    ta_oc_random_seqlens(r, &tc);
+    ta_test_random_window(r, p, 25);
+    ta_oc_make_buffers(r, &tc);
+    if (mta) fill_kernel(r, &tc);
+    bshd = ta_rng_int(r, 0, 5) == 0;
+    ta_oc_describe(&tc, desc, sizeof desc);
+    o_ref = ta_test_alloc(tc.n_o * tc.eb), o_cpu = ta_test_alloc(tc.n_o * tc.eb);
+    l_ref = (float *)ta_test_alloc(tc.n_lse * 4), l_cpu = (float *)ta_test_alloc(tc.n_lse * 4);
+    for (i = 0; i < 3; ++i) {
+        ta_problem q = *p;
+        int th;
+        q.num_splits = splits[i];
+        q.num_threads = 0;
+        TA_CHECK(run_fwd(TA_BACKEND_REF, r, &tc, &q, o_ref, l_ref, bshd) == TA_OK, "ref %d: %s",
+                 splits[i], desc);
+        for (isa = TA_CPU_ISA_SCALAR; isa <= (int)best; ++isa)
+            for (th = 1; th <= 3; ++th) {
+                ta_plan plan;
+                q.num_threads = th;
+                setenv("TA_CPU_ISA", ta_cpu_isa_name((ta_cpu_isa)isa), 1);
+                TA_CHECK(run_fwd(TA_BACKEND_CPU, r, &tc, &q, o_cpu, l_cpu, bshd) == TA_OK,
+                         "cpu %d: %s", splits[i], desc);
+                TA_CHECK(same(o_ref, o_cpu, tc.n_o * tc.eb),
+                         "packed decode: CPU o != REF, num_splits %d, %s, %d threads, element "
+                         "%zu of %zu: %s",
+                         splits[i], ta_cpu_isa_name((ta_cpu_isa)isa), th,
+                         first_diff(o_ref, o_cpu, tc.eb, tc.n_o), tc.n_o, desc);
+                TA_CHECK(same(l_ref, l_cpu, tc.n_lse * 4),
+                         "packed decode: CPU lse != REF, num_splits %d, %s, %d threads, element "
+                         "%zu: %s",
+                         splits[i], ta_cpu_isa_name((ta_cpu_isa)isa), th,
+                         first_diff(l_ref, l_cpu, 4, tc.n_lse), desc);
+                ++*n_runs;
+                if (ta_plan_make(&q, TA_BACKEND_CPU, &plan, NULL) == TA_OK &&
+                    ta_cpu_head_pack(&plan, th) > 1)
+                    ++*n_packed;
+            }
+        unsetenv("TA_CPU_ISA");
+    }
+    ta_test_free(o_ref), ta_test_free(o_cpu), ta_test_free(l_ref), ta_test_free(l_cpu);
+    ta_oc_free_case(&tc);
+}
+
 int main(int argc, char **argv) {
     const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     const uint64_t seed = ta_test_seed("test_splitk");
@@ -480,6 +572,17 @@ int main(int argc, char **argv) {
            n_split_runs, n_split_differ, n_ws_short);
     ta_oc_print_table("split-K forward vs oracle (max cond = error / magnitude)", worst_split, 2, 1,
                       NULL);
+    {
+        const int n_packed_problems = quick ? 4 : 40;
+        long n_packed_runs = 0, n_packed = 0;
+        for (i = 0; i < n_packed_problems; ++i)
+            check_packed(&r, i % 3 == 2, &n_packed_runs, &n_packed);
+        printf("GQA decode (packed heads): %d problems (a third MTA), %ld CPU runs bit-identical "
+               "to REF, %ld of them packed several heads\n",
+               n_packed_problems, n_packed_runs, n_packed);
+        TA_CHECK(n_packed * 2 > n_packed_runs, "packing ran in only %ld of %ld runs", n_packed,
+                 n_packed_runs);
+    }
     for (i = 0; i < n_merge; ++i) {
         check_merge_random(&r);
         check_merge_halves(&r, &worst_halves);

@@ -131,6 +131,44 @@ int32_t ta_cpu_q_group(const ta_plan *plan, const ta_tiling *t, int32_t n_thread
     return g;
 }
 
+int32_t ta_cpu_head_pack(const ta_plan *plan, int32_t n_threads) {
+    const ta_tiling *t = &plan->fwd;
+    const int32_t rows = ta_tiling_min_i32(t->rows_eff, t->seq_q); /* a Q tile's, at most */
+    const int64_t units = (int64_t)plan->p.batch * plan->p.heads_kv * t->num_q_tiles;
+    /* MTA: only into the lanes-over-keys path (TA_CPU_KEYLANE_MTA_ROWS
+     * effective rows, their loaded rows within the qr and srm tiles) */
+    const int32_t loaded = rows + (plan->has_conv ? plan->p.conv_q - 1 : 0);
+    const int32_t max_rows = plan->has_conv ? TA_CPU_KEYLANE_MTA_ROWS : 256;
+    int32_t pk;
+    if (plan->stages.score == TA_SCORE_RBAND || plan->p.latent_dim > 0 ||
+        (!plan->has_conv && t->q_history > 0) ||
+        (plan->has_conv && plan->stages.load == TA_LOAD_ROPE) ||
+        ta_cpu_q_group(plan, t, n_threads) > 1)
+        return 1;
+    for (pk = ta_tiling_min_i32(plan->group, TA_CPU_HEAD_PACK_MAX); pk > 1; --pk)
+        if (plan->group % pk == 0 && (int64_t)pk * rows <= max_rows &&
+            (!plan->has_conv || (int64_t)pk * loaded <= TA_CPU_KEYLANE_ROWS + TA_CPU_PAD) &&
+            units * (plan->group / pk) >= (int64_t)n_threads)
+            break;
+    return pk;
+}
+
+/* The forward slab's dims: q_group Q tiles, or head_pack heads' rows of one
+ * Q tile (MTA: their loaded rows, history and halo rows included). */
+static void ta_cpu_fwd_dims(const ta_plan *plan, int32_t n_threads, ta_cpu_dims *dm,
+                            int32_t *head_pack) {
+    const int32_t pk = ta_cpu_head_pack(plan, n_threads);
+    ta_cpu_dims_of(plan, &plan->fwd, ta_cpu_q_group(plan, &plan->fwd, n_threads), dm);
+    if (pk > 1) { /* MTA: the Q^T lanes hold every head's loaded rows */
+        const int32_t rows =
+            pk * (ta_tiling_min_i32(plan->fwd.rows_eff, plan->fwd.seq_q) +
+                  (plan->has_conv ? plan->p.conv_q - 1 : 0));
+        dm->rows_max = ta_tiling_max_i32(dm->rows_max, rows);
+        dm->bq_pad = ta_cpu_round_pad(dm->rows_max);
+    }
+    *head_pack = pk;
+}
+
 /* The lane stride of a tile held transposed ([feature or key][row]) with
  * bq_pad lanes: bq_pad, plus one vector of 16 floats if that makes the row an
  * odd number of 64-byte lines. With an even number (256 lanes: 1 KiB) the
@@ -166,6 +204,7 @@ void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int band, int32_t n_split
     ws->part = TA_WS_TAKE(c, float, bq * dm->dv_pad);
     ws->l_lo = TA_WS_TAKE(c, float, dm->bq_pad);
     ws->n_splits = n_splits > 1 ? n_splits : 1;
+    ws->head_pack = 1;
     ws->part_o = ws->part_lse = NULL;
     if (n_splits > 1) {
         size_t n_o = 0, n_lse = 0;
@@ -183,6 +222,12 @@ void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int band, int32_t n_split
     ws->qlat_t = band ? TA_WS_TAKE(c, float, (size_t)dm->d * dm->bk_pad) : NULL;
     ws->k_rows = band ? TA_WS_TAKE(c, float, (size_t)TA_CPU_RBAND_ROWS * dm->d_pad) : NULL;
     ws->tvec = band ? TA_WS_TAKE(c, float, (size_t)TA_CPU_RBAND_ROWS * dm->bk_pad) : NULL;
+    ws->kt = TA_WS_TAKE(c, float, dm->d_pad * dm->bk_pad);
+    ws->qr = TA_WS_TAKE(c, float, (size_t)(TA_CPU_KEYLANE_ROWS + TA_CPU_PAD) * dm->d_pad);
+    ws->sr = TA_WS_TAKE(c, float, (size_t)TA_CPU_KEYLANE_ROWS * dm->bk_pad);
+    ws->ld_srm = conv ? dm->bk_pad + TA_CPU_PAD : 0;
+    ws->srm = conv ? TA_WS_TAKE(c, float, (size_t)(TA_CPU_KEYLANE_ROWS + TA_CPU_PAD) * ws->ld_srm)
+                   : NULL;
 }
 
 /* The dk/dv pairs' lo words and row-chunk partials of `group` slots (after
@@ -436,9 +481,11 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
     size_t bytes;
     ta_ws_begin(&c, base);
     if (!backward) {
-        ta_cpu_dims_of(plan, &plan->fwd, ta_cpu_q_group(plan, &plan->fwd, n_threads), &dm);
+        int32_t pk;
+        ta_cpu_fwd_dims(plan, n_threads, &dm, &pk);
         ta_cpu_carve_fwd(&dm, plan->has_conv, plan->stages.score == TA_SCORE_RBAND,
                          plan->fwd.num_splits, &c, &slab->fwd);
+        slab->fwd.head_pack = pk;
         return c.overflow ? 0 : c.used;
     }
     if (plan->has_conv) { /* MTA: one Q tile x one K tile per step */
@@ -609,6 +656,7 @@ typedef struct ta_cpu_run {
     int one_pass;   /* MTA backward: one task per (b, kv head), ta_cpu_mta_one_pass */
     int64_t n_tasks;
     int32_t k_group, q_group;
+    int32_t h_pack; /* forward: query heads per task (ta_cpu_head_pack); else 1 */
     TA_CPU_TASK_COUNTER next; /* the next task to hand out */
 } ta_cpu_run;
 
@@ -737,7 +785,8 @@ TA_CPU_NOINLINE static void ta_cpu_sums_dq_task(const ta_cpu_run *run, const ta_
 static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64_t task) {
     const ta_plan *plan = run->plan;
     const ta_tiling *t = run->fa ? &plan->fwd : &plan->bwd;
-    const int64_t n_bh = (int64_t)plan->p.batch * plan->p.heads_q;
+    const int32_t n_hp = plan->p.heads_q / run->h_pack; /* head packs per batch entry */
+    const int64_t n_bh = (int64_t)plan->p.batch * n_hp;
     const int32_t n_q = t->num_q_tiles;
     const int32_t n_q_groups = (n_q + run->q_group - 1) / run->q_group;
     if (plan->has_conv && !run->fa) {
@@ -754,7 +803,7 @@ static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64
                              (int32_t)(bh % plan->p.heads_kv), kt, kt_end);
     } else if (ta_cpu_bwd_turns(plan, run->fa == NULL)) { /* dq, then the call sums in turn */
         ta_cpu_sums_dq_task(run, slab, task - run->n_dkdv);
-    } else { /* forward, or backward dq: q_group Q tiles of one (b, h) */
+    } else { /* forward, or backward dq: q_group Q tiles of one (b, h) (forward: h_pack heads) */
         /* several threads: last Q groups first across all (b, h) (the longest
          * under a causal mask first, for balance); one thread: (b, h) outer,
          * so consecutive tasks share the same K and V rows (cache reuse) */
@@ -763,7 +812,7 @@ static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64
         const int32_t qg = (int32_t)(run->n_threads > 1 ? rest / n_bh : rest % n_q_groups);
         const int32_t qt = (n_q_groups - 1 - qg) * run->q_group;
         const int32_t qt_end = qt + run->q_group < n_q ? qt + run->q_group : n_q;
-        const int32_t b = (int32_t)(bh / plan->p.heads_q), h = (int32_t)(bh % plan->p.heads_q);
+        const int32_t b = (int32_t)(bh / n_hp), h = (int32_t)(bh % n_hp) * run->h_pack;
         if (run->fa && plan->has_conv)
             run->kern->fwd.mta(plan, run->fa, &slab->fwd, b, h, qt, qt_end);
         else if (run->fa)
@@ -813,14 +862,16 @@ static ta_status ta_cpu_start(ta_cpu_run *run, const ta_plan *plan, int backward
     ta_cpu_slab probe;
     size_t total;
     const ta_tiling *t = backward ? &plan->bwd : &plan->fwd;
-    const int64_t n_bh = (int64_t)plan->p.batch * plan->p.heads_q;
     ta_status st;
+    int64_t n_bh;
     run->plan = plan;
     run->workspace = workspace;
     run->kern = ta_cpu_kernels_for(ta_cpu_isa_resolve()); /* reads TA_CPU_ISA once */
     run->n_threads = n_threads;
     run->q_group = plan->has_conv && backward ? 1 : ta_cpu_q_group(plan, t, run->n_threads);
     run->k_group = backward ? ta_cpu_dkdv_group(plan, run->n_threads) : 1;
+    run->h_pack = backward ? 1 : ta_cpu_head_pack(plan, run->n_threads);
+    n_bh = (int64_t)plan->p.batch * (plan->p.heads_q / run->h_pack);
     run->n_dkdv = backward ? (int64_t)plan->p.batch * plan->p.heads_kv *
                                  ((t->num_k_tiles + run->k_group - 1) / run->k_group)
                            : 0;

@@ -42,6 +42,16 @@ typedef enum ta_cpu_isa {
 
 /* Most Q tiles one forward or dq task holds (see ta_cpu_q_group). */
 #define TA_CPU_Q_GROUP_MAX 4
+/* Most query heads of one kv group a forward task packs into its rows
+ * (ta_cpu_head_pack). */
+#define TA_CPU_HEAD_PACK_MAX 64
+/* A forward task of at most this many rows (decode) runs its scores and
+ * softmax with lanes over keys (K^T per tile; docs/cpu.md section 3d). */
+#define TA_CPU_KEYLANE_ROWS 32
+/* ... and an MTA forward task of at most this many (the conv with lanes over
+ * keys costs c_q c_k FMAs per row and key vector; lanes over rows share them
+ * between the rows of a vector). Measured: docs/cpu.md section 3d. */
+#define TA_CPU_KEYLANE_MTA_ROWS 8
 
 /* Rows per block of the band's T (cpu_lat_rband_scores: one k1 block of
  * TA_RB = 6 rows; the union of their band keys is W + 6 keys at most). */
@@ -74,6 +84,8 @@ typedef struct ta_cpu_dims {
  *   | lat_in, lat_out pad(lat_w) |  (the fused projections only)
  *   | qlat B_k x d_pad | qlat_t D x bk_pad | k_rows R x d_pad | tvec R x bk_pad |
  *   (the band only; R = TA_CPU_RBAND_ROWS)
+ *   | kt d_pad x bk_pad | qr (R' + 16) x d_pad | sr R' x bk_pad |  (R' = TA_CPU_KEYLANE_ROWS)
+ *   | srm (R' + 16) x (bk_pad + 16) |  (conv only)
  *   (the interval arrays, then the pairs' lo words and the P V partial, come
  *   last, so the other regions keep the offsets they had before windows and
  *   the compensated sums: no change of L1 set placement to measure)
@@ -117,6 +129,19 @@ typedef struct ta_cpu_fwd_ws {
     int32_t n_splits;
     float *part_o;   /* [n, B_q, dv_pad] */
     float *part_lse; /* [n, bq_pad] */
+    /* GQA packing (ta_cpu_head_pack; 1: none): the task's query heads h, h +
+     * 1, ..., h + head_pack - 1 (one kv group), head h + g's rows at lanes
+     * [g r, (g + 1) r) (r: the Q tile's rows); MTA: its loaded rows at Q^T
+     * lanes [g n, (g + 1) n), n = r + c_q - 1, the effective rows as SDPA */
+    int32_t head_pack;
+    /* lanes over keys (tasks of at most R = TA_CPU_KEYLANE_ROWS effective
+     * rows): K^T of a tile [d_pad, bk_pad], the task's (loaded) Q rows [R +
+     * 16, d_pad], their scores (MTA: the conv's output) [R, bk_pad] */
+    float *kt, *qr, *sr;
+    /* MTA only (NULL without a conv): the raw scores of the loaded rows,
+     * row-major [R + 16, ld_srm], ld_srm = bk_pad + 16 (the conv's reach) */
+    float *srm;
+    size_t ld_srm;
 } ta_cpu_fwd_ws;
 
 /*
@@ -293,6 +318,17 @@ void ta_cpu_dims_of(const ta_plan *plan, const ta_tiling *t, int32_t q_group, ta
  * per task (its parts are cut per row, the same for every Q tile, but a task's
  * parts are held per Q tile). */
 int32_t ta_cpu_q_group(const ta_plan *plan, const ta_tiling *t, int32_t n_threads);
+/* GQA packing: consecutive query heads of one kv group a forward task holds
+ * as one block of rows (head after head), so that each K and V row is
+ * loaded, widened and broadcast once for all of them (docs/cpu.md section
+ * 3d). 1 (none) unless the task holds one Q tile (q_group 1: decode, split-K)
+ * of a plain SDPA forward (no band, projections or history rows) or an MTA
+ * forward without the rotary stage; else the largest divisor of the group
+ * with at most 256 rows (MTA: TA_CPU_KEYLANE_MTA_ROWS, and at most
+ * TA_CPU_KEYLANE_ROWS + 16 loaded rows) and TA_CPU_HEAD_PACK_MAX heads that
+ * leaves at least one task per thread. Rows are independent, so this
+ * changes no bit; part of the workspace layout. */
+int32_t ta_cpu_head_pack(const ta_plan *plan, int32_t n_threads);
 /* conv: 1 carves the MTA raw-score tile (sraw) too; band: 1 and dm->lat_w >
  * 0 the projected q~ rows (qlat); n_splits > 1 the split-K parts (part_o,
  * part_lse). */

@@ -40,6 +40,30 @@ TA_VFN ta_v v_i32f(const int32_t *p) {
 }
 TA_VFN ta_v v_f16(const uint16_t *p) { return ta_avx2_f16_to_f32(p); }
 TA_VFN ta_v v_bf16(const uint16_t *p) { return ta_avx2_bf16_to_f32(p); }
+/* r[x][c] <-> r[c][x] for 8 vectors (moves only: no value changes). After
+ * the ps unpacks t[2i], t[2i + 1] hold rows 2i, 2i + 1 interleaved; after the
+ * pd unpacks u[4i + k]'s 128-bit lane l holds column 4l + k of rows 4i ..
+ * 4i + 3; the lane permutes join the two halves of each column. */
+TA_VFN void v_transpose(ta_v *r) {
+    __m256 t[8], u[8];
+    int i, k;
+    for (i = 0; i < 4; ++i) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (i = 0; i < 2; ++i) {
+        const __m256d a = _mm256_castps_pd(t[4 * i]), b = _mm256_castps_pd(t[4 * i + 1]);
+        const __m256d c = _mm256_castps_pd(t[4 * i + 2]), d = _mm256_castps_pd(t[4 * i + 3]);
+        u[4 * i] = _mm256_castpd_ps(_mm256_unpacklo_pd(a, c));
+        u[4 * i + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(a, c));
+        u[4 * i + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(b, d));
+        u[4 * i + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(b, d));
+    }
+    for (k = 0; k < 4; ++k) {
+        r[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
+        r[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
+    }
+}
 
 /* the tasks (each piece includes the ones below it) */
 #include "ta_cpu_sdpa.inc"

@@ -38,6 +38,37 @@ TA_VFN ta_v v_log(ta_v x) { return ta_avx512_log(x); }
 TA_VFN ta_v v_i32f(const int32_t *p) { return _mm512_cvtepi32_ps(_mm512_loadu_si512(p)); }
 TA_VFN ta_v v_f16(const uint16_t *p) { return ta_avx512_f16_to_f32(p); }
 TA_VFN ta_v v_bf16(const uint16_t *p) { return ta_avx512_bf16_to_f32(p); }
+/* r[x][c] <-> r[c][x] for 16 vectors (moves only: no value changes). After
+ * the ps unpacks t[2i], t[2i + 1] hold rows 2i, 2i + 1 interleaved; after the
+ * pd unpacks u[4i + k]'s 128-bit lane l holds column 4l + k of rows 4i ..
+ * 4i + 3; two rounds of 128-bit lane shuffles gather each column's four
+ * quarters (0x88: lanes 0, 2 of each operand; 0xdd: lanes 1, 3). */
+TA_VFN void v_transpose(ta_v *r) {
+    __m512 t[16], u[16];
+    int i, k;
+    for (i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (i = 0; i < 4; ++i) {
+        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (k = 0; k < 4; ++k) {
+        const __m512 v0 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88);
+        const __m512 v1 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xdd);
+        const __m512 v2 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
+        const __m512 v3 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xdd);
+        r[k] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+        r[8 + k] = _mm512_shuffle_f32x4(v0, v2, 0xdd);
+        r[4 + k] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+        r[12 + k] = _mm512_shuffle_f32x4(v1, v3, 0xdd);
+    }
+}
 
 /* the tasks (each piece includes the ones below it) */
 #include "ta_cpu_sdpa.inc"

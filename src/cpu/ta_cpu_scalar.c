@@ -37,6 +37,8 @@ TA_VFN ta_v v_log(ta_v x) { return ta_log(x); }
 TA_VFN ta_v v_i32f(const int32_t *p) { return (float)*p; }
 TA_VFN ta_v v_f16(const uint16_t *p) { return ta_f16_to_f32(*p); }
 TA_VFN ta_v v_bf16(const uint16_t *p) { return ta_bf16_to_f32(*p); }
+/* r[x][c] <-> r[c][x] for TA_VW vectors: one lane, nothing to move */
+TA_VFN void v_transpose(ta_v *r) { (void)r; }
 
 /* the tasks (each piece includes the ones below it) */
 #include "ta_cpu_sdpa.inc"
