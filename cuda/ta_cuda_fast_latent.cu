@@ -540,6 +540,10 @@ int32_t ta_flb_blocks(int32_t seq_q) { return (seq_q + TA_FLB_ROWS - 1) / TA_FLB
  * ceil(W / 64) .. blk. */
 int32_t ta_flb_chunks(int32_t width) { return (width + TA_FLB_ROWS + TA_FLB_KEYS - 1) / TA_FLB_KEYS; }
 int32_t ta_flb_bwd_chunks(int32_t width) { return (width + TA_FLB_KEYS - 1) / TA_FLB_KEYS + 1; }
+/* The band's width as the kernels take it: W, or S_k - 1 when W reaches
+ * past the first key (the same band: p_i - W <= 0 either way), so the chunk
+ * counts (and the backward's slots) stay within the sequence. */
+int32_t ta_flb_width(const ta_plan *plan) { return ta_cuda_rband_w1(plan) - 1; }
 
 /* The fields both band kernels' parameters share, from the plan. */
 template <class P>
@@ -554,7 +558,7 @@ void ta_flb_fill(P *prm, const ta_plan *plan, const void *q, ta_strides q_st, co
     prm->v_st = plan->layout.v;
     prm->heads = pr->heads_q;
     prm->group = plan->group;
-    prm->width = pr->rband_width;
+    prm->width = ta_flb_width(plan);
     prm->n_blocks = ta_flb_blocks(pr->seq_q);
     prm->n_chunks = n_chunks;
     prm->scale = pr->scale;
@@ -580,7 +584,7 @@ ta_status ta_cuda_fast_band_fwd(const ta_plan *plan, const ta_cuda_fast_band_fwd
     if (!ta_flb_pick(plan->dim_k, pr->dtype == TA_BF16, &ks)) return TA_ERR_UNSUPPORTED;
     if ((st = ta_cuda_smem_opt_in(ks.fwd, ks.fwd_smem, ks.fwd_smem)) != TA_OK) return st;
     memset(&prm, 0, sizeof prm);
-    ta_flb_fill(&prm, plan, a->q, a->q_st, a->k, a->v, ta_flb_chunks(pr->rband_width));
+    ta_flb_fill(&prm, plan, a->q, a->q_st, a->k, a->v, ta_flb_chunks(ta_flb_width(plan)));
     prm.o_main = static_cast<const uint16_t *>(a->o_main);
     prm.lse_main = a->lse_main;
     prm.o = static_cast<uint16_t *>(a->o);
@@ -604,7 +608,7 @@ ta_status ta_cuda_fast_band_bwd(const ta_plan *plan, const ta_cuda_fast_band_bwd
     if (!ta_flb_pick(plan->dim_k, pr->dtype == TA_BF16, &ks)) return TA_ERR_UNSUPPORTED;
     if ((st = ta_cuda_smem_opt_in(ks.bwd, ks.bwd_smem, ks.bwd_smem)) != TA_OK) return st;
     memset(&prm, 0, sizeof prm);
-    ta_flb_fill(&prm, plan, a->q, a->q_st, a->k, a->v, ta_flb_bwd_chunks(pr->rband_width));
+    ta_flb_fill(&prm, plan, a->q, a->q_st, a->k, a->v, ta_flb_bwd_chunks(ta_flb_width(plan)));
     prm.d_o = static_cast<const uint16_t *>(a->d_o);
     prm.lse = a->lse;
     prm.delta = a->delta;
@@ -650,7 +654,7 @@ ta_status ta_cuda_fast_band_sum(const ta_plan *plan, const ta_cuda_fast_band_sum
     prm.seq = pr->seq_q;
     prm.main_rows = a->main_rows;
     prm.n_blocks = ta_flb_blocks(pr->seq_q);
-    prm.n_chunks = ta_flb_bwd_chunks(pr->rband_width);
+    prm.n_chunks = ta_flb_bwd_chunks(ta_flb_width(plan));
     prm.n4 = (int64_t)pr->batch * prm.n_heads * pr->seq_q * plan->dim_k / 4;
     blocks = (prm.n4 + TA_CUDA_THREADS - 1) / TA_CUDA_THREADS;
     return ta_cuda_launch_args(ks.sum, blocks < per_thread_blocks ? blocks : per_thread_blocks, 0,

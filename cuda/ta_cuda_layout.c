@@ -61,7 +61,8 @@ int32_t ta_cuda_lat_dw_chunks(const ta_plan *plan, int32_t *rows_per) {
 size_t ta_cuda_fast_band_part_count(const ta_plan *plan, int which) {
     const ta_problem *p = &plan->p;
     const size_t blocks = ((size_t)p->seq_q + 63u) / 64u;
-    const size_t chunks = ((size_t)p->rband_width + 63u) / 64u + 1u;
+    /* the kernels' width: W, at most S_k - 1 */
+    const size_t chunks = ((size_t)ta_cuda_rband_w1(plan) - 1u + 63u) / 64u + 1u;
     (void)which;
     size_t n = 0;
     if (!ta_mul_size((size_t)p->batch * (size_t)p->heads_q, blocks, &n) ||
