@@ -132,10 +132,9 @@ typedef struct ta_cuda_bwd_ws {
     float *fl_lse, *fl_ctx, *fl_dqf, *fl_pdq, *fl_pdk, *fl_pdv, *fl_da, *fl_dw;
     /* fast SDPA backward with one kv head (ta_cuda_fast_mqa; else NULL):
      * each query head's dk, dv [B, H, S_k, D] / [B, H, S_k, D_v] in f32,
-     * summed over the heads into dk, dv; the fast latent
-     * backward's keys below the band likewise (fl_mdk, fl_mdv, its
-     * sub-plan's copies with D = D_v = L) */
-    void *mqa_dk, *mqa_dv, *fl_mdk, *fl_mdv;
+     * summed over the heads into dk, dv; the fast latent backward's keys
+     * below the band (one kv head) likewise, with D = D_v = L */
+    void *mqa_dk, *mqa_dv;
 } ta_cuda_bwd_ws;
 
 /* The fast path's rotary stage (cuda/ta_cuda_fast_rope.cu; docs/rope.md):
@@ -246,7 +245,7 @@ typedef struct ta_cuda_fast_band_fwd_args {
     float *ctx, *lse;
 } ta_cuda_fast_band_fwd_args;
 /* Backward (S_q == S_k): the band's shares of dq~, dk, dv into the partial
- * slots (ta_cuda_fast_band_part_count: which 0 dq~, 1 dk, 2 dv), each row's
+ * slots (ta_cuda_fast_band_part_count floats each), each row's
  * d_alpha share into da_rows [B, H, S_q], then d_alpha (one f32). */
 typedef struct ta_cuda_fast_band_bwd_args {
     const void *q, *k, *v; /* q~ [B, H, S, L] (strides q_st); the call's k, v */
@@ -268,10 +267,10 @@ typedef struct ta_cuda_fast_band_sum_args {
     ta_strides out_st;
     int which, out_f32;
 } ta_cuda_fast_band_sum_args;
-/* Floats of one partial array (cuda/ta_cuda_layout.c): B H ceil(S_q / 64)
- * blocks of ceil(W / 64) + 1 [64][L] slots (the same for dq~, dk and dv);
- * SIZE_MAX on overflow. */
-size_t ta_cuda_fast_band_part_count(const ta_plan *plan, int which);
+/* Floats of one partial array (cuda/ta_cuda_layout.c; dq~, dk and dv have
+ * one each, of this size): B H ceil(S_q / 64) blocks of ceil(W' / 64) + 1
+ * [64][L] slots, W' = min(W, S_k - 1); SIZE_MAX on overflow. */
+size_t ta_cuda_fast_band_part_count(const ta_plan *plan);
 /* The projections in fast mode (cuda/ta_cuda_fast_latent.cu): per head h of
  * each batch entry, c[r][n] = sum_k a[r][k] w[h][k][n] (bt: w[h][n][k]) over
  * r < rows, in f32, rounded once to c_dt (f16 / bf16); a of a_dt (f16, bf16
@@ -290,8 +289,9 @@ typedef struct ta_cuda_fast_proj_args {
 } ta_cuda_fast_proj_args;
 ta_status ta_cuda_fast_proj(const ta_cuda_fast_proj_args *a, void *stream);
 /* The band kernel of the pass (bwd 0 / 1) made ready to launch (its shared
- * memory opted in): TA_ERR_UNSUPPORTED if this device cannot give it (L =
- * 128 backward on a 163 KB sm_80: the exact kernels run), TA_ERR_DEVICE if a
+ * memory opted in; ta_cuda_fast_band_fwd / _bwd launch without asking
+ * again): TA_ERR_UNSUPPORTED if this device cannot give it (L = 128
+ * backward on a 163 KB sm_80: the exact kernels run), TA_ERR_DEVICE if a
  * CUDA call fails. */
 ta_status ta_cuda_fast_band_prepare(const ta_plan *plan, int bwd);
 ta_status ta_cuda_fast_band_fwd(const ta_plan *plan, const ta_cuda_fast_band_fwd_args *a,

@@ -90,7 +90,7 @@ struct ta_flb_fwd_params {
     float *ctx;                /* out f32 [B, H, S_q, L] contiguous (NULL: none) */
     float *lse;                /* out [B, H, S_q] (may be lse_main) */
     ta_strides q_st, k_st, v_st, o_st;
-    int32_t batch, heads, group, seq_q, seq_k, hist, width, n_blocks, n_chunks;
+    int32_t heads, group, seq_q, seq_k, hist, width, n_blocks, n_chunks;
     float scale, alpha;
 };
 
@@ -580,9 +580,7 @@ ta_status ta_cuda_fast_band_fwd(const ta_plan *plan, const ta_cuda_fast_band_fwd
     ta_flb_kernels ks;
     ta_flb_fwd_params prm;
     void *args[1] = {&prm};
-    ta_status st;
     if (!ta_flb_pick(plan->dim_k, pr->dtype == TA_BF16, &ks)) return TA_ERR_UNSUPPORTED;
-    if ((st = ta_cuda_smem_opt_in(ks.fwd, ks.fwd_smem, ks.fwd_smem)) != TA_OK) return st;
     memset(&prm, 0, sizeof prm);
     ta_flb_fill(&prm, plan, a->q, a->q_st, a->k, a->v, ta_flb_chunks(ta_flb_width(plan)));
     prm.o_main = static_cast<const uint16_t *>(a->o_main);
@@ -591,7 +589,6 @@ ta_status ta_cuda_fast_band_fwd(const ta_plan *plan, const ta_cuda_fast_band_fwd
     prm.ctx = a->ctx;
     prm.lse = a->lse;
     prm.o_st = a->o_st;
-    prm.batch = pr->batch;
     prm.seq_q = pr->seq_q;
     prm.seq_k = pr->seq_k;
     prm.hist = a->hist;
@@ -606,7 +603,6 @@ ta_status ta_cuda_fast_band_bwd(const ta_plan *plan, const ta_cuda_fast_band_bwd
     ta_flb_bwd_params prm;
     ta_status st;
     if (!ta_flb_pick(plan->dim_k, pr->dtype == TA_BF16, &ks)) return TA_ERR_UNSUPPORTED;
-    if ((st = ta_cuda_smem_opt_in(ks.bwd, ks.bwd_smem, ks.bwd_smem)) != TA_OK) return st;
     memset(&prm, 0, sizeof prm);
     ta_flb_fill(&prm, plan, a->q, a->q_st, a->k, a->v, ta_flb_bwd_chunks(ta_flb_width(plan)));
     prm.d_o = static_cast<const uint16_t *>(a->d_o);

@@ -894,17 +894,23 @@ typedef struct ta_fl_attn {
     float *ctx, *lse; /* band: f32 ctx~ or NULL; the final lse */
 } ta_fl_attn;
 
-ta_status ta_fl_attention(const ta_plan *plan, const ta_fwd_args *a, const ta_fl_attn *x,
-                          void *stream) {
+/* The plan of the keys below the band (ta_cuda_fast_lat_main_plan) into
+ * *sub, *main_plan = sub; or *main_plan = NULL when no key lies below it. */
+ta_status ta_fl_main_plan(const ta_plan *plan, ta_plan *sub, const ta_plan **main_plan) {
+    const ta_status st = ta_cuda_fast_lat_main_plan(plan, sub);
+    *main_plan = st == TA_OK ? sub : NULL;
+    return st == TA_ERR_UNSUPPORTED ? TA_OK : st;
+}
+
+ta_status ta_fl_attention(const ta_plan *plan, const ta_plan *main_plan, const ta_fwd_args *a,
+                          const ta_fl_attn *x, void *stream) {
     const int band = plan->stages.score == TA_SCORE_RBAND;
-    ta_plan sub;
     ta_fwd_args sa;
     ta_cuda_fwd_ws sws;
-    ta_status st = ta_cuda_fast_lat_main_plan(plan, &sub);
-    const int main_part = st == TA_OK;
-    if (st != TA_OK && st != TA_ERR_UNSUPPORTED) return st;
-    if (!main_part && !band) return st; /* every key is a main key without the band */
-    if (main_part) {
+    ta_status st;
+    if (!main_plan && !band) return TA_ERR_UNSUPPORTED; /* every key is a main key */
+    if (main_plan) {
+        ta_plan sub = *main_plan;
         memset(&sws, 0, sizeof sws);
         sub.layout.q = x->q.st;
         sa = *a;
@@ -924,7 +930,7 @@ ta_status ta_fl_attention(const ta_plan *plan, const ta_fwd_args *a, const ta_fl
         ba.hist = x->q.hist;
         ba.k = a->k;
         ba.v = a->v;
-        ba.o_main = main_part ? x->o_main : NULL;
+        ba.o_main = main_plan ? x->o_main : NULL;
         ba.lse_main = x->lse_main;
         ba.o = x->o;
         ba.o_st = x->o_st;
@@ -996,6 +1002,8 @@ extern "C" ta_status ta_cuda_fast_latent_fwd(const ta_plan *plan, const ta_fwd_a
     const ta_problem *pr = &plan->p;
     const int proj = pr->latent_dim > 0, band = plan->stages.score == TA_SCORE_RBAND;
     ta_fl_attn x;
+    ta_plan sub;
+    const ta_plan *main_plan;
     ta_status st;
     if ((st = ta_lat_check_fwd_ptrs(plan, a)) != TA_OK) return st;
     /* rows cp.async cannot read, a band kernel the device has no room for:
@@ -1011,9 +1019,10 @@ extern "C" ta_status ta_cuda_fast_latent_fwd(const ta_plan *plan, const ta_fwd_a
     x.ctx = proj ? ws->fl_ctx : NULL;
     x.lse = a->lse ? a->lse : ws->fl_lse;
     /* 1. the latent queries; 2. the attention; 3. o = W_vup^T ctx~ */
-    if ((st = ta_fl_make_queries(plan, a->q, a->q_hist, proj ? a->w_qlat : NULL, pr->q_history,
+    if ((st = ta_fl_main_plan(plan, &sub, &main_plan)) != TA_OK ||
+        (st = ta_fl_make_queries(plan, a->q, a->q_hist, proj ? a->w_qlat : NULL, pr->q_history,
                                  ws->fl_q, &x.q, stream)) != TA_OK ||
-        (st = ta_fl_attention(plan, a, &x, stream)) != TA_OK)
+        (st = ta_fl_attention(plan, main_plan, a, &x, stream)) != TA_OK)
         return st;
     if (!proj) return TA_OK;
     return ta_fl_vup(plan, band ? static_cast<const void *>(ws->fl_ctx) : ws->fl_o, band,
@@ -1062,6 +1071,7 @@ extern "C" ta_status ta_cuda_fast_latent_bwd(const ta_plan *plan, const ta_bwd_a
     ta_bwd_args sa;
     ta_cuda_bwd_ws sws;
     ta_fl_queries fq;
+    const ta_plan *main_plan;
     const void *d_o = proj ? ws->fl_do : a->d_o;
     const ta_strides d_o_st = proj ? rows_l : plan->layout.d_o;
     int32_t main_keys = 0;
@@ -1076,9 +1086,11 @@ extern "C" ta_status ta_cuda_fast_latent_bwd(const ta_plan *plan, const ta_bwd_a
                  (st = ta_cuda_fast_band_prepare(plan, 1)) != TA_OK))
         return st == TA_ERR_UNSUPPORTED ? ta_cuda_latent_bwd(plan, a, ws, stream) : st;
     /* 1. the latent queries; dctx~ = W_vup dO (projections) */
-    if ((st = ta_fl_make_queries(plan, a->q, NULL, proj ? a->w_qlat : NULL, 0, ws->fl_q, &fq,
+    if ((st = ta_fl_main_plan(plan, &sub, &main_plan)) != TA_OK ||
+        (st = ta_fl_make_queries(plan, a->q, NULL, proj ? a->w_qlat : NULL, 0, ws->fl_q, &fq,
                                  stream)) != TA_OK)
         return st;
+    if (main_plan) main_keys = main_plan->p.seq_k;
     if (proj) {
         ta_fl_attn x;
         ta_fwd_args fa;
@@ -1101,16 +1113,13 @@ extern "C" ta_status ta_cuda_fast_latent_bwd(const ta_plan *plan, const ta_bwd_a
         x.o_st = rows_l;
         x.ctx = ws->fl_ctx;
         x.lse = ws->fl_lse;
-        if ((st = ta_fl_attention(plan, &fa, &x, stream)) != TA_OK) return st;
+        if ((st = ta_fl_attention(plan, main_plan, &fa, &x, stream)) != TA_OK) return st;
     }
     /* 3. the keys below the band: the fast SDPA backward with the final lse */
-    st = ta_cuda_fast_lat_main_plan(plan, &sub);
-    if (st == TA_OK) main_keys = sub.p.seq_k;
-    if (st != TA_OK && st != TA_ERR_UNSUPPORTED) return st;
     memset(&sws, 0, sizeof sws);
     sws.delta = ws->delta;
-    sws.mqa_dk = ws->fl_mdk; /* one kv head: the dk/dv kernel per query head */
-    sws.mqa_dv = ws->fl_mdv;
+    sws.mqa_dk = ws->mqa_dk; /* one kv head: the dk/dv kernel per query head */
+    sws.mqa_dv = ws->mqa_dv;
     sa = *a;
     sa.q = fq.q;
     sa.o = proj ? ws->fl_ctxs : a->o;

@@ -58,12 +58,11 @@ int32_t ta_cuda_lat_dw_chunks(const ta_plan *plan, int32_t *rows_per) {
     return (int32_t)((rows + per - 1) / per);
 }
 
-size_t ta_cuda_fast_band_part_count(const ta_plan *plan, int which) {
+size_t ta_cuda_fast_band_part_count(const ta_plan *plan) {
     const ta_problem *p = &plan->p;
     const size_t blocks = ((size_t)p->seq_q + 63u) / 64u;
     /* the kernels' width: W, at most S_k - 1 */
     const size_t chunks = ((size_t)ta_cuda_rband_w1(plan) - 1u + 63u) / 64u + 1u;
-    (void)which;
     size_t n = 0;
     if (!ta_mul_size((size_t)p->batch * (size_t)p->heads_q, blocks, &n) ||
         !ta_mul_size(n, chunks, &n) || !ta_mul_size(n, 64u * (size_t)plan->dim_k, &n))
@@ -360,18 +359,18 @@ static ta_status ta_cuda_fast_lat_bwd_take(const ta_plan *plan, ta_ws_cursor *c,
         return TA_ERR_OVERFLOW;
     ws->fl_q = ta_ws_take(c, n_o, plan->elem_bytes);
     ws->fl_dq = ta_ws_take(c, n_o, plan->elem_bytes);
-    if (p->heads_kv == 1 && p->heads_q > 1) { /* the sub-plan's multi-query copies */
+    if (ta_cuda_fast_mqa(plan)) { /* the keys below the band's multi-query copies */
         size_t n_kh = 0;
         if (!ta_mul_size(plan->n_k, (size_t)p->heads_q, &n_kh)) return TA_ERR_OVERFLOW;
-        ws->fl_mdk = TA_WS_TAKE(c, float, n_kh);
-        ws->fl_mdv = TA_WS_TAKE(c, float, n_kh);
+        ws->mqa_dk = TA_WS_TAKE(c, float, n_kh);
+        ws->mqa_dv = TA_WS_TAKE(c, float, n_kh);
     }
     if (band) {
         ws->fl_dk = ta_ws_take(c, plan->n_k, plan->elem_bytes);
         ws->fl_dv = ta_ws_take(c, plan->n_v, plan->elem_bytes);
-        ws->fl_pdq = TA_WS_TAKE(c, float, ta_cuda_fast_band_part_count(plan, 0));
-        ws->fl_pdk = TA_WS_TAKE(c, float, ta_cuda_fast_band_part_count(plan, 1));
-        ws->fl_pdv = TA_WS_TAKE(c, float, ta_cuda_fast_band_part_count(plan, 2));
+        ws->fl_pdq = TA_WS_TAKE(c, float, ta_cuda_fast_band_part_count(plan));
+        ws->fl_pdk = TA_WS_TAKE(c, float, ta_cuda_fast_band_part_count(plan));
+        ws->fl_pdv = TA_WS_TAKE(c, float, ta_cuda_fast_band_part_count(plan));
         ws->fl_da = TA_WS_TAKE(c, float, plan->n_lse);
     }
     if (proj) {
@@ -518,7 +517,7 @@ ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws
     ws->fl_q = ws->fl_dq = ws->fl_dk = ws->fl_dv = ws->fl_do = ws->fl_ctxs = ws->fl_o = NULL;
     ws->fl_lse = ws->fl_ctx = ws->fl_dqf = ws->fl_pdq = ws->fl_pdk = ws->fl_pdv = NULL;
     ws->fl_da = ws->fl_dw = NULL;
-    ws->mqa_dk = ws->mqa_dv = ws->fl_mdk = ws->fl_mdv = NULL;
+    ws->mqa_dk = ws->mqa_dv = NULL;
     ta_cuda_rope_take(plan, &c, &ws->rot_q, &ws->rot_k);
     if (ta_cuda_latent_plan(plan) && (st = ta_cuda_latent_bwd_take(plan, &c, ws)) != TA_OK)
         return st;
