@@ -38,6 +38,7 @@
 
 #include <cuda_runtime.h>
 
+#include "ta_cuda_fast.cuh" /* cp.async (ta_fast_cp16) */
 #include "ta_cuda_host.cuh"
 #include "ta_cuda_tile.cuh"
 
@@ -52,6 +53,26 @@ extern "C" {
  * transposed: st[j][i]), stage, the row arrays. */
 static __host__ __device__ ta_cuda_fwd_smem ta_cuda_sdpa_fwd_smem(int32_t cols_cap) {
     return ta_cuda_fwd_smem_make(cols_cap, 0, 0);
+}
+
+/* A row tile's start in both forwards of this file: a barrier (the previous
+ * tile is done with shared memory), its context into ctx_s, a barrier, then
+ * m = -inf, l = (0, 0) and the visible keys [key_lo, key_hi) of each of its
+ * rows (threads < 64; no barrier after). */
+TA_CUDA_DEV void ta_cuda_fwd_tile_begin(const ta_cuda_params &p, const ta_tiling &t,
+                                        const ta_cuda_q_tile &at, int32_t row0, int32_t rows,
+                                        ta_tile_ctx &ctx_s, float *m_run, float *l_run,
+                                        float *l_lo, int32_t *key_lo, int32_t *key_hi) {
+    const int tid = (int)threadIdx.x;
+    __syncthreads();
+    if (tid == 0) ctx_s = ta_cuda_context(p, at.b_local, at.h, at.qt);
+    __syncthreads();
+    if (tid < TA_CUDA_TILE) {
+        m_run[tid] = ta_f32_from_bits(TA_CUDA_NEG_INF_BITS);
+        l_run[tid] = l_lo[tid] = 0.0f;
+        ta_cuda_row_keys(&t, tid < rows ? row0 + tid : -1, ctx_s.key_len, &key_lo[tid],
+                         &key_hi[tid]);
+    }
 }
 
 template <int DT, int NS, bool WL, bool ROPE, bool LAT>
@@ -89,15 +110,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         ta_cuda_acc_zero<NS>(acc_lo);
         /* init: m = -inf, l = 0 per row; the visible key interval of each row;
          * the V slots on this tile's kv slice */
-        __syncthreads(); /* the previous tile is done with the row arrays and slots */
-        if (tid == 0) ctx_s = ta_cuda_context(p, at.b_local, at.h, qt);
-        __syncthreads();
-        if (tid < TA_CUDA_TILE) {
-            m_run[tid] = ta_f32_from_bits(TA_CUDA_NEG_INF_BITS);
-            l_run[tid] = l_lo[tid] = 0.0f;
-            ta_cuda_row_keys(&t, tid < rows ? row0 + tid : -1, c.key_len, &key_lo[tid],
-                             &key_hi[tid]);
-        }
+        ta_cuda_fwd_tile_begin(p, t, at, row0, rows, ctx_s, m_run, l_run, l_lo, key_lo, key_hi);
         if (tid < NS)
             v_slots[tid] = ta_cuda_slot_of(ta_cuda_rows_of(p.v, c.v, p.lay.v.seq), p.head_dim_v,
                                            tid * TA_CUDA_SLOT);
@@ -141,6 +154,360 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     }
 }
 
+/* ------------------------------------------------------------------------- */
+/* The register-blocked forward (issue 17): f32, the common SDPA problems     */
+/* ------------------------------------------------------------------------- */
+
+/*
+ * The same arithmetic as ta_cuda_fwd_kernel, element for element (so the same
+ * bits as REF), organised for the f32 FMA pipes (docs/cuda.md section 2,
+ * "The register-blocked forward"):
+ *   - the Q tile is resident in shared memory for the whole row tile, row
+ *     major [64][ldq]; K and V tiles land by cp.async, K of the next k tile
+ *     and V of this one in flight while the present one computes;
+ *   - scores: thread (ty, tx) owns rows 4ty + r and keys tx + 16c (r, c < 4),
+ *     fmaf over f ascending, 4 features per pair of 16-byte loads each side;
+ *   - the row max of the tile from those registers (the 16 lanes of a row
+ *     group by shuffles: the maximum, or a NaN, of the visible scores, which is
+ *     the sequential ta_max_nan scan's value up to the sign of a zero and the
+ *     NaN's payload, neither of which changes a result bit: e = +0 or -0 gives
+ *     the same x - e for every x, ta_exp(+-0) = 1, and m + log(l) with l >= 1
+ *     is the same sum), then p = exp(s - e) in registers, written to st once;
+ *   - l's per-tile sum stays one thread per row, j ascending, from st;
+ *   - P V: a tile whose 64 rows all see all its columns ("full") runs the
+ *     FMAs without per-entry selects; others select as ta_cuda_softmax_pv_tile.
+ * Requirements (ta_cuda_fwd_rb_ok): f32 storage, D = D_v in {32, 64, 96,
+ * 128} (a template parameter: every shared-memory offset of the inner loops
+ * is an immediate), q, k, v rows on 16 bytes, block_k <= 64, no rotary
+ * stage, latent band, paged KV or query history.
+ */
+typedef struct ta_cuda_rb_smem {
+    int32_t m_run, l_run, l_lo, m_new, alpha, key_lo, key_hi, q, k, v, st;
+    int32_t ldq, ldv, floats;
+} ta_cuda_rb_smem;
+
+static __host__ __device__ __forceinline__ ta_cuda_rb_smem ta_cuda_rb_smem_make(int32_t d,
+                                                                                int32_t d_v) {
+    ta_cuda_rb_smem m;
+    int32_t end = 0;
+    /* rows of q and k ldq floats apart: 8 consecutive rows (one phase of a
+     * 16-byte load) hit 32 different banks when ldq = 4 mod 8 (d = 0 mod 8) */
+    m.ldq = d + 4;
+    m.ldv = (d_v + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT * TA_CUDA_SLOT;
+    m.m_run = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.l_run = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.l_lo = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.m_new = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.alpha = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.key_lo = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.key_hi = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.q = ta_cuda_smem_take(&end, TA_CUDA_TILE * m.ldq);
+    m.k = ta_cuda_smem_take(&end, TA_CUDA_TILE * m.ldq);
+    m.v = ta_cuda_smem_take(&end, TA_CUDA_TILE * m.ldv);
+    m.st = ta_cuda_smem_take(&end, TA_CUDA_TILE * TA_CUDA_LDT);
+    m.floats = end;
+    return m;
+}
+
+/* ta_exp with the special cases selected after the main path (docs/
+ * exactness.md section 8): the same operations on every x in range, so the
+ * same bits, without branches. */
+TA_CUDA_DEV float ta_cuda_exp_sel(float x) {
+    const uint32_t ux = ta_f32_bits(x);
+    /* the main path on x clamped into its domain (the same x where it is in
+     * range; NaN gives TA_EXP_LO): no float-to-int conversion out of range */
+    float q = ta_exp_main(fminf(fmaxf(x, TA_EXP_LO), TA_EXP_HI));
+    q = x < TA_EXP_LO ? 0.0f : q;
+    q = x > TA_EXP_HI ? ta_f32_from_bits(TA_F32_INF_BITS) : q;
+    return ta_isnan_bits(ux) ? ta_f32_from_bits(ux | TA_F32_QNAN_BIT) : q;
+}
+
+/* Rows [row0, row0 + rows) of a slice (element `slice` of base, rows `ld`
+ * apart), N floats each (N a multiple of 4), into dst[64][LDD] by 16-byte
+ * cp.async; rows past `rows` are zero-filled. Not waited for. */
+template <int N, int LDD>
+TA_CUDA_DEV void ta_cuda_rb_load(float *dst, const void *base, int64_t slice, int64_t ld,
+                                 int32_t row0, int32_t rows) {
+    constexpr int per_row = N / 4;
+#pragma unroll
+    for (int e0 = 0; e0 < TA_CUDA_TILE * per_row; e0 += TA_CUDA_THREADS) {
+        const int e = e0 + (int)threadIdx.x, r = e / per_row, ch = e % per_row;
+        const bool in = r < rows;
+        const float *src = static_cast<const float *>(base) +
+                           (in ? ta_cuda_row(slice, ld, row0 + r) + 4 * ch : 0);
+        if (TA_CUDA_TILE * per_row % TA_CUDA_THREADS == 0 || e < TA_CUDA_TILE * per_row)
+            ta_fast_cp16(ta_fast_smem_addr(dst + r * LDD + 4 * ch), src, in ? 16 : 0);
+    }
+}
+
+/* One 16-lane row group's maximum (ta_max_nan over the lanes; see above). */
+TA_CUDA_DEV float ta_cuda_rb_group_max(float m) {
+#pragma unroll
+    for (int o = 1; o < 16; o <<= 1)
+        m = ta_max_nan(__shfl_xor_sync(0xffffffffu, m, o), m);
+    return m;
+}
+
+/* One k tile's P V for this thread's rows 4ty+r and features s*64 + 4tx + e:
+ * part = fmaf(p_j, v_j, part) from +0, j ascending. FULL (a 64-column tile
+ * every row of the warp sees whole): no selects, the loop unrolled; else the
+ * visible columns [rb[r], re[r]) of each row only. */
+template <int NS, int LDV, bool WL, bool FULL>
+TA_CUDA_DEV void ta_cuda_rb_pv(float (&part)[4][NS][4], const float *st, const float *sv,
+                               int32_t cols, const int32_t (&rb)[4], const int32_t (&re)[4]) {
+    const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
+    constexpr int unroll = FULL ? TA_CUDA_TILE : 1; /* (a pragma expands no macro) */
+    ta_cuda_acc_zero<NS>(part);
+#pragma unroll(unroll)
+    for (int32_t j = 0; j < (FULL ? TA_CUDA_TILE : cols); ++j) {
+        const float4 p4 = *reinterpret_cast<const float4 *>(st + j * TA_CUDA_LDT + 4 * ty);
+        const float pv[4] = {p4.x, p4.y, p4.z, p4.w};
+        bool live[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+            live[r] = FULL || ta_cuda_in<WL>(j, rb[r], re[r]);
+#pragma unroll
+        for (int sl = 0; sl < NS; ++sl) {
+            const float4 v4 =
+                *reinterpret_cast<const float4 *>(sv + j * LDV + sl * TA_CUDA_SLOT + 4 * tx);
+            const float vv[4] = {v4.x, v4.y, v4.z, v4.w};
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    part[r][sl][e] = live[r] ? fmaf(pv[r], vv[e], part[r][sl][e]) : part[r][sl][e];
+        }
+    }
+}
+
+/* Steps 2-3 on the registers of one k tile: s = scale * dot, the row max of
+ * the visible columns (FULL: all 64) over the row group, m_new and alpha
+ * (each lane computes row 4ty + (tx & 3)'s, lanes tx < 4 write them), then
+ * s = p = exp(s - e) on the visible entries (others 0). */
+template <bool FULL>
+TA_CUDA_DEV void ta_cuda_rb_softmax(float (&s)[4][4], float scale, const int32_t (&rb)[4],
+                                    const int32_t (&re)[4], const float *m_run, float *m_new,
+                                    float *alpha) {
+    const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
+    float mo[4], mn[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        float mt = ta_f32_from_bits(TA_CUDA_NEG_INF_BITS), e;
+#pragma unroll
+        for (int cc = 0; cc < 4; ++cc) {
+            const int32_t j = tx + 16 * cc;
+            s[r][cc] = scale * s[r][cc];
+            if (FULL || (j >= rb[r] && j < re[r])) mt = ta_max_nan(s[r][cc], mt);
+        }
+        mt = ta_cuda_rb_group_max(mt);
+        mo[r] = m_run[4 * ty + r];
+        mn[r] = ta_max_nan(mo[r], mt);
+        e = ta_cuda_exp_base(mn[r]);
+#pragma unroll
+        for (int cc = 0; cc < 4; ++cc) {
+            const int32_t j = tx + 16 * cc;
+            s[r][cc] = FULL || (j >= rb[r] && j < re[r]) ? ta_cuda_exp_sel(s[r][cc] - e) : 0.0f;
+        }
+    }
+    {
+        const int r = tx & 3;
+        const float a_mo = r == 0 ? mo[0] : r == 1 ? mo[1] : r == 2 ? mo[2] : mo[3];
+        const float a_mn = r == 0 ? mn[0] : r == 1 ? mn[1] : r == 2 ? mn[2] : mn[3];
+        const bool has = r == 0   ? rb[0] < re[0]
+                         : r == 1 ? rb[1] < re[1]
+                         : r == 2 ? rb[2] < re[2]
+                                  : rb[3] < re[3];
+        const float al = ta_cuda_exp_sel(a_mo - ta_cuda_exp_base(a_mn));
+        if (tx < 4 && has) {
+            m_new[4 * ty + tx] = a_mn;
+            alpha[4 * ty + tx] = al;
+        }
+    }
+}
+
+/* Two blocks per SM up to D = 64 (128 registers, 70 KB of shared memory
+ * each); one above (D = 128: 118 KB), with the registers that frees. */
+template <int D, bool WL>
+__global__ void __launch_bounds__(TA_CUDA_THREADS, D <= 64 ? 2 : 1)
+    ta_cuda_fwd_rb_kernel(const __grid_constant__ ta_cuda_params p) {
+    constexpr int NS = (D + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
+    constexpr int LDQ = D + 4, LDV = NS * TA_CUDA_SLOT; /* as ta_cuda_rb_smem_make(D, D) */
+    extern __shared__ float4 ta_cuda_rb_dyn_smem[];
+    __shared__ ta_tile_ctx ctx_s;
+    const ta_tiling t = p.t;
+    const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
+    const int32_t n_qt = t.num_q_tiles, n_split = t.num_splits;
+    const ta_cuda_rb_smem sm = ta_cuda_rb_smem_make(D, D);
+    float *base = reinterpret_cast<float *>(ta_cuda_rb_dyn_smem);
+    float *sq = base + sm.q, *sk = base + sm.k, *sv = base + sm.v, *st = base + sm.st;
+    float *m_run = base + sm.m_run, *l_run = base + sm.l_run, *l_lo = base + sm.l_lo;
+    float *m_new = base + sm.m_new, *alpha = base + sm.alpha;
+    int32_t *key_lo = reinterpret_cast<int32_t *>(base + sm.key_lo);
+    int32_t *key_hi = reinterpret_cast<int32_t *>(base + sm.key_hi);
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt * n_split;
+
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const int32_t split = (int32_t)(tile % n_split);
+        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile / n_split, n_qt);
+        const ta_tile_ctx &c = ctx_s;
+        const int32_t row0 = ta_tile_row_eff_begin(&t, at.qt);
+        const int32_t rows = ta_tile_row_eff_end(&t, at.qt) - row0;
+        float acc[4][NS][4], acc_lo[4][NS][4];
+        int32_t kt, k_first, k_last;
+        ta_cuda_acc_zero<NS>(acc);
+        ta_cuda_acc_zero<NS>(acc_lo);
+        ta_cuda_fwd_tile_begin(p, t, at, row0, rows, ctx_s, m_run, l_run, l_lo, key_lo, key_hi);
+        ta_tile_split_visit(&t, c.key_len, split, c.k_begin, c.k_end, &k_first, &k_last);
+        /* the Q tile and the first K tile in flight */
+        ta_cuda_rb_load<D, LDQ>(sq, p.q, c.q, p.lay.q.seq, row0, rows);
+        if (k_first < k_last)
+            ta_cuda_rb_load<D, LDQ>(sk, p.k, c.k, p.lay.k.seq, ta_tile_col_eff_begin(&t, k_first),
+                                    ta_tile_col_eff_end(&t, k_first) -
+                                        ta_tile_col_eff_begin(&t, k_first));
+        ta_fast_cp_commit();
+        for (kt = k_first; kt < k_last; ++kt) {
+            const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
+            const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
+            float s[4][4];
+            int32_t rb[4], re[4];
+            bool full = cols == TA_CUDA_TILE;
+            ta_fast_cp_wait<0>();
+            __syncthreads(); /* K landed; the last tile's P V is done with st and sv */
+            ta_cuda_rb_load<D, LDV>(sv, p.v, c.v, p.lay.v.seq, col0, cols);
+            ta_fast_cp_commit();
+            /* step 1: s = dot(q_i, k_j), f ascending */
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+                for (int cc = 0; cc < 4; ++cc)
+                    s[r][cc] = 0.0f;
+            {
+                const float *qr = sq + 4 * ty * LDQ, *kr = sk + tx * LDQ;
+#pragma unroll
+                for (int f = 0; f < D; f += 4) {
+                    float4 qa[4], kb[4];
+#pragma unroll
+                    for (int r = 0; r < 4; ++r)
+                        qa[r] = *reinterpret_cast<const float4 *>(qr + r * LDQ + f);
+#pragma unroll
+                    for (int cc = 0; cc < 4; ++cc)
+                        kb[cc] = *reinterpret_cast<const float4 *>(kr + 16 * cc * LDQ + f);
+#pragma unroll
+                    for (int r = 0; r < 4; ++r)
+#pragma unroll
+                        for (int cc = 0; cc < 4; ++cc) {
+                            s[r][cc] = fmaf(qa[r].x, kb[cc].x, s[r][cc]);
+                            s[r][cc] = fmaf(qa[r].y, kb[cc].y, s[r][cc]);
+                            s[r][cc] = fmaf(qa[r].z, kb[cc].z, s[r][cc]);
+                            s[r][cc] = fmaf(qa[r].w, kb[cc].w, s[r][cc]);
+                        }
+                }
+            }
+            __syncthreads(); /* every thread is done with sk */
+            if (kt + 1 < k_last)
+                ta_cuda_rb_load<D, LDQ>(sk, p.k, c.k, p.lay.k.seq,
+                                        ta_tile_col_eff_begin(&t, kt + 1),
+                                        ta_tile_col_eff_end(&t, kt + 1) -
+                                            ta_tile_col_eff_begin(&t, kt + 1));
+            ta_fast_cp_commit();
+            /* steps 2-3: rows 4ty+r's visible columns [rb, re) of the tile; a
+             * warp whose 8 rows all see the whole 64-column tile is FULL
+             * (rows past the tile see nothing and are never stored) */
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int32_t i = 4 * ty + r;
+                ta_cuda_tile_cols(ta_cuda_lo<WL>(key_lo, i), key_hi[i], col0, cols, &rb[r],
+                                  &re[r]);
+                full = full && (i >= rows || (rb[r] == 0 && re[r] == cols));
+            }
+            full = __all_sync(0xffffffffu, full);
+            if (full)
+                ta_cuda_rb_softmax<true>(s, p.scale, rb, re, m_run, m_new, alpha);
+            else
+                ta_cuda_rb_softmax<false>(s, p.scale, rb, re, m_run, m_new, alpha);
+#pragma unroll
+            for (int cc = 0; cc < 4; ++cc)
+                *reinterpret_cast<float4 *>(st + (tx + 16 * cc) * TA_CUDA_LDT + 4 * ty) =
+                    make_float4(s[0][cc], s[1][cc], s[2][cc], s[3][cc]);
+            ta_fast_cp_wait<1>(); /* V of this tile (the next K may still fly) */
+            __syncthreads();      /* st, sv, m_new, alpha published */
+            /* step 4: the tile's l_t = l_t + p_j from +0, j ascending, one
+             * thread per row; (l, l_lo) = (l, l_lo) * alpha + l_t */
+            if (tid < TA_CUDA_TILE) {
+                int32_t jb, je;
+                ta_cuda_tile_cols(ta_cuda_lo<WL>(key_lo, tid), key_hi[tid], col0, cols, &jb, &je);
+                if (jb < je) {
+                    float l = 0.0f;
+                    for (int32_t j = jb; j < je; ++j)
+                        l = l + st[j * TA_CUDA_LDT + tid];
+                    ta_sum2_add(&l_run[tid], &l_lo[tid], alpha[tid], l);
+                    m_run[tid] = m_new[tid];
+                }
+            }
+            /* step 5: the tile's P V, then (acc, acc_lo) = (acc, acc_lo) *
+             * alpha + part on the rows that saw a key of it */
+            {
+                float part[4][NS][4];
+                if (full)
+                    ta_cuda_rb_pv<NS, LDV, WL, true>(part, st, sv, cols, rb, re);
+                else
+                    ta_cuda_rb_pv<NS, LDV, WL, false>(part, st, sv, cols, rb, re);
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    if (rb[r] < re[r]) {
+                        const float al = alpha[4 * ty + r];
+#pragma unroll
+                        for (int sl = 0; sl < NS; ++sl)
+#pragma unroll
+                            for (int e = 0; e < 4; ++e)
+                                ta_sum2_add(&acc[r][sl][e], &acc_lo[r][sl][e], al, part[r][sl][e]);
+                    }
+                }
+            }
+        }
+        ta_fast_cp_wait<0>(); /* nothing in flight past the tile (no k tile: the Q load) */
+        /* step 6 as ta_cuda_fwd_kernel's */
+        __syncthreads();
+        ta_cuda_fwd_store_part<TA_F32, NS>(p, c, split, row0, rows, acc, m_run, l_run);
+    }
+}
+
+/* 1 if rows of a q-side (kv = 0) or k/v-side tensor start on 16 bytes in f32:
+ * the pointer on 16 bytes, each stride of a dimension with more than one entry
+ * a multiple of 4 elements. */
+static int ta_cuda_rb_rows_aligned(const ta_problem *pr, const void *ptr, const ta_strides *s,
+                                   int kv) {
+    const int32_t heads = kv ? pr->heads_kv : pr->heads_q, seq = kv ? pr->seq_k : pr->seq_q;
+    return (uintptr_t)ptr % 16u == 0 && (seq == 1 || s->seq % 4 == 0) &&
+           (heads == 1 || s->head % 4 == 0) && (pr->batch == 1 || s->batch % 4 == 0);
+}
+
+/* 1 if the register-blocked forward runs this call (its requirements above). */
+static int ta_cuda_fwd_rb_ok(const ta_plan *plan, const ta_fwd_args *a, const ta_tiling *t) {
+    const ta_problem *pr = &plan->p;
+    return pr->dtype == TA_F32 && plan->stages.load != TA_LOAD_ROPE &&
+           !ta_cuda_latent_plan(plan) && pr->kv_page_size == 0 && t->q_history == 0 &&
+           t->block_k <= TA_CUDA_TILE && pr->head_dim == pr->head_dim_v &&
+           (pr->head_dim == 32 || pr->head_dim == 64 || pr->head_dim == 96 ||
+            pr->head_dim == 128) &&
+           ta_cuda_rb_rows_aligned(pr, a->q, &plan->layout.q, 0) &&
+           ta_cuda_rb_rows_aligned(pr, a->k, &plan->layout.k, 1) &&
+           ta_cuda_rb_rows_aligned(pr, a->v, &plan->layout.v, 1);
+}
+
+template <int D> static const void *ta_cuda_fwd_rb_at(bool wl) {
+    return wl ? reinterpret_cast<const void *>(&ta_cuda_fwd_rb_kernel<D, true>)
+              : reinterpret_cast<const void *>(&ta_cuda_fwd_rb_kernel<D, false>);
+}
+
+/* The instantiation for head dim d (one of 32, 64, 96, 128; ta_cuda_fwd_rb_ok). */
+static const void *ta_cuda_fwd_rb_pick(int32_t d, bool wl) {
+    return d == 32 ? ta_cuda_fwd_rb_at<32>(wl)
+           : d == 64 ? ta_cuda_fwd_rb_at<64>(wl)
+           : d == 96 ? ta_cuda_fwd_rb_at<96>(wl)
+                     : ta_cuda_fwd_rb_at<128>(wl);
+}
+
 /* The instantiations, by dtype, slot count (NS = ceil(D_v / 64), 1..4), left
  * bound (WL: a window's left bound, ta_cuda_left_bounded) and the rotary
  * stage (ROPE); latent attention's (cuda/ta_cuda_latent.cu: f32 sub-plans,
@@ -173,6 +540,17 @@ extern "C" ta_status ta_cuda_sdpa_fwd(const ta_plan *plan, const ta_fwd_args *a,
     /* 64-row CUDA Q tiles; the plan's k tiles and mask */
     if ((st = ta_cuda_tiling(plan, TA_CUDA_TILE, plan->fwd.block_k, TA_TILING_FWD, &t)) != TA_OK)
         return st;
+    if (ta_cuda_fwd_rb_ok(plan, a, &t)) { /* the register-blocked forward */
+        const ta_cuda_rb_smem sm = ta_cuda_rb_smem_make(pr->head_dim, pr->head_dim_v);
+        const void *rb = ta_cuda_fwd_rb_pick(pr->head_dim, ta_cuda_left_bounded(plan));
+        smem = (size_t)sm.floats * sizeof(float);
+        if ((st = ta_cuda_smem_opt_in(rb, smem, (size_t)ta_cuda_rb_smem_make(
+                                                    2 * TA_CUDA_SLOT, 2 * TA_CUDA_SLOT)
+                                                        .floats *
+                                                    sizeof(float))) != TA_OK)
+            return st;
+        return ta_cuda_fwd_launch(rb, smem, plan, &t, a, ws, stream);
+    }
     /* block_k's need (36,352 B at <= 64 .. 88,576 B at <= 256); the opt-in is
      * the largest block_k's, capped at the device's limit */
     smem = (size_t)ta_cuda_sdpa_fwd_smem(ta_cuda_fwd_cols_cap(&t)).floats * sizeof(float);

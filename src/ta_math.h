@@ -111,13 +111,14 @@ TA_MATH_FN float ta_max_nan(float a, float b) { return (a > b || a != a) ? a : b
  * Specials: NaN -> the same NaN, quieted (sign and payload kept); x > TA_EXP_HI
  * (including +inf) -> +inf; x < TA_EXP_LO (including -inf) -> +0; exp(0) = 1.
  */
-TA_MATH_FN float ta_exp(float x) {
-    const uint32_t ux = ta_f32_bits(x);
+/* ta_exp_main: steps 1-4 above, for TA_EXP_LO <= x <= TA_EXP_HI only (the
+ * float-to-int conversion of step 1 is out of range elsewhere). ta_exp is the
+ * special cases, then this; a branch-free version may run it on x clamped
+ * into the domain and select the special results afterwards (docs/
+ * exactness.md section 8). */
+TA_MATH_FN float ta_exp_main(float x) {
     float t, n, r, p;
     int32_t ni, n1, n2;
-    if (ta_isnan_bits(ux)) return ta_f32_from_bits(ux | TA_F32_QNAN_BIT);
-    if (x > TA_EXP_HI) return ta_f32_from_bits(TA_F32_INF_BITS);
-    if (x < TA_EXP_LO) return 0.0f;
     /* step 1: n = round(x * log2e) */
     t = x * TA_EXP_LOG2E + TA_EXP_SHIFTER;
     n = t - TA_EXP_SHIFTER;
@@ -139,6 +140,14 @@ TA_MATH_FN float ta_exp(float x) {
     n2 = ni - n1;
     p = p * ta_f32_from_bits((uint32_t)(n1 + 127) << 23);
     return p * ta_f32_from_bits((uint32_t)(n2 + 127) << 23);
+}
+
+TA_MATH_FN float ta_exp(float x) {
+    const uint32_t ux = ta_f32_bits(x);
+    if (ta_isnan_bits(ux)) return ta_f32_from_bits(ux | TA_F32_QNAN_BIT);
+    if (x > TA_EXP_HI) return ta_f32_from_bits(TA_F32_INF_BITS);
+    if (x < TA_EXP_LO) return 0.0f;
+    return ta_exp_main(x);
 }
 
 /* ------------------------------------------------------------------------- */

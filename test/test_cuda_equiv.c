@@ -68,14 +68,18 @@
  * +-inf scores, SDPA and MTA, issue 15's repro and random ones): CUDA == REF
  * but NaN payloads, and the documented rules (docs/exactness.md section 8).
  *
- *   test_cuda_equiv [--quick] [--problem N] [--count N] [--count-mta N] [--mta | --sdpa]
- *                   [--fwd-only | --bwd-only] [--window] [--strided] [--splits] [--rope]
+ *   test_cuda_equiv [--quick] [--problem N] [--count N] [--count-mta N] [--count-rb N]
+ *                   [--mta | --sdpa] [--fwd-only | --bwd-only] [--window] [--strided]
+ *                   [--splits] [--rope]
  *
  * --quick: 18 small problems (10 SDPA, 4 MTA, then 2 SDPA and 2 MTA with a
  * window, 3 of them strided; 6 with the rotary stage) and the bad-input cases
  * (for compute-sanitizer).
  * --problem N: only problem N of the run (with TA_SEED to replay a failure).
  * --count N, --count-mta N: random SDPA / MTA problems (default 320 each).
+ * --count-rb N: random SDPA problems in the register-blocked forward's domain
+ * (f32, D = D_v in {32, 64, 96, 128}, block_k <= 64, no rotary stage;
+ * random_rb_spec), default 60, after the others (not with --quick).
  * --mta, --sdpa: only the MTA / only the SDPA problems (and no bad-input cases).
  * --fwd-only, --bwd-only: compare only the forward / only the backward outputs.
  * --window, --strided: every random problem has a window / strided tensors.
@@ -104,6 +108,7 @@
 #include "tileattn.h"
 
 #define N_DEFAULT 320
+#define N_RB_DEFAULT 60 /* --count-rb */
 
 /* What to compare (--fwd-only, --bwd-only); set once in main. */
 static int g_check_fwd = 1, g_check_bwd = 1;
@@ -267,6 +272,30 @@ static void random_spec(uint64_t seed, int idx, spec *s) {
     snprintf(s->tag, sizeof s->tag, "random");
     random_splits(seed, idx, 0, s);
     random_rope(seed, idx, 0, s);
+}
+
+/* Random problem idx moved into the register-blocked forward's domain
+ * (cuda/ta_cuda_sdpa_fwd.cu, ta_cuda_fwd_rb_ok): f32, exact, D = D_v in {32,
+ * 64, 96, 128}, block_k 0 (the default, 64) or in [8, 64], no rotary stage;
+ * the mask, GQA, seqlens_k, windows, split-K and strides stay random_spec's
+ * draws (strided layouts off 16 bytes run the general kernel). */
+static void random_rb_spec(uint64_t seed, int idx, spec *s) {
+    static const int32_t dims[] = {32, 64, 96, 128};
+    ta_problem *p = &s->p;
+    ta_rng r;
+    random_spec(seed, 100000 + idx, s);
+    ta_rng_seed(&r, seed ^ (UINT64_C(0x5851f42d4c957f2d) * (uint64_t)(idx + 3)));
+    p->dtype = TA_F32;
+    p->precision = TA_PRECISION_EXACT;
+    p->head_dim = p->head_dim_v = dims[ta_rng_int(&r, 0, 3)];
+    p->block_k = ta_rng_int(&r, 0, 1) ? 0 : ta_rng_int(&r, 8, 64);
+    p->rope = p->rope_pairs = p->rope_rows = p->rope_row_stride = p->rope_head_stride = 0;
+    s->rope_table = s->rope_pos = 0;
+    while (work(p) > 2.5e7) {
+        p->seq_q = p->seq_q / 2 + 1;
+        p->seq_k = p->seq_k / 2 + 1;
+    }
+    snprintf(s->tag, sizeof s->tag, "register-blocked");
 }
 
 /* An MTA tile size: 0 (the default), or one in [TA_BLOCK_MIN, TA_BLOCK_MAX]
@@ -1874,7 +1903,7 @@ static void print_coverage(const spec *specs, int n) {
     int stream = 0, fast = 0, big_s = 0, mta = 0, c611 = 0, c_max = 0, c_1x1 = 0, c_other = 0;
     int win = 0, win_mta = 0, win_left = 0, win_right = 0, win_causal = 0, strided = 0;
     int strided_mta = 0, splits = 0, splits_mta = 0, rope = 0, rope_mta = 0, rope_half = 0;
-    int rope_tab[5] = {0, 0, 0, 0, 0}, rope_pos = 0, rope_heads = 0;
+    int rope_tab[5] = {0, 0, 0, 0, 0}, rope_pos = 0, rope_heads = 0, rb = 0, rb_strided = 0;
     int32_t max_sq = 0, max_sk = 0;
     for (i = 0; i < n; ++i) {
         const ta_problem *p = &specs[i].p;
@@ -1923,6 +1952,14 @@ static void print_coverage(const spec *specs, int n) {
         }
         if (p->seq_q > max_sq) max_sq = p->seq_q;
         if (p->seq_k > max_sk) max_sk = p->seq_k;
+        /* the register-blocked forward's problems (ta_cuda_fwd_rb_ok less the
+         * 16-byte rows, which strided layouts may miss; TA_BLOCK_DEFAULT 64) */
+        if (p->dtype == TA_F32 && !p->conv_q && p->rope == TA_ROPE_NONE &&
+            p->head_dim == p->head_dim_v && p->head_dim % 32 == 0 && p->head_dim <= 128 &&
+            p->block_k <= 64) {
+            ++rb;
+            rb_strided += specs[i].strided;
+        }
     }
     printf("coverage of %d problems: f32 %d, f16 %d, bf16 %d; causal %d; seqlens_k %d; GQA %d; "
            "S_q != S_k %d; S = 1 %d; S >= 4096 %d (max S_q %d, S_k %d); D or D_v <= 8 %d, "
@@ -1931,13 +1968,14 @@ static void print_coverage(const spec *specs, int n) {
            "%d, 1x1 %d, c_q = 16 or c_k = 31 %d, not 6x11 or 3x3 %d); window %d (MTA %d; "
            "left bound %d, right bound %d, with TA_CAUSAL %d); strided %d (MTA %d); split-K %d "
            "(MTA %d); rope %d (MTA %d, half-split %d; tables 1-D %d, 2-D %d, random %d, "
-           "identity %d; positions %d; per-head %d)\n",
+           "identity %d; positions %d; per-head %d); register-blocked forward's domain %d "
+           "(strided %d)\n",
            n, dt[0], dt[1], dt[2], causal, seql, gqa, neq, s1, big_s, (int)max_sq, (int)max_sk,
            d_small, d_big, d_ne, bk_set, bk_odd, bq_set, scale_set, scale_neg, stream, fast, mta,
            c611, c_1x1, c_max, c_other, win, win_mta, win_left, win_right, win_causal, strided,
            strided_mta, splits, splits_mta, rope, rope_mta, rope_half, rope_tab[ROPE_TAB_1D],
            rope_tab[ROPE_TAB_2D], rope_tab[ROPE_TAB_RANDOM], rope_tab[ROPE_TAB_IDENTITY], rope_pos,
-           rope_heads);
+           rope_heads, rb, rb_strided);
 }
 
 /* ---- main ---- */
@@ -2034,6 +2072,7 @@ static void nonfinite_cases(ta_rng *r, int n_random) {
 
 int main(int argc, char **argv) {
     int quick = 0, only = -1, count = N_DEFAULT, count_mta = N_DEFAULT, n_specs = 0, i;
+    int count_rb = N_RB_DEFAULT;
     int n_ok = 0, dev_count = 0, want_sdpa = 1, want_mta = 1;
     uint64_t seed;
     spec *specs;
@@ -2049,6 +2088,8 @@ int main(int argc, char **argv) {
             count = atoi(argv[++i]);
         else if (strcmp(argv[i], "--count-mta") == 0 && i + 1 < argc)
             count_mta = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--count-rb") == 0 && i + 1 < argc)
+            count_rb = atoi(argv[++i]);
         else if (strcmp(argv[i], "--mta") == 0)
             want_sdpa = 0;
         else if (strcmp(argv[i], "--sdpa") == 0)
@@ -2067,12 +2108,13 @@ int main(int argc, char **argv) {
             g_rope_pct = 100;
         else {
             fprintf(stderr, "usage: test_cuda_equiv [--quick] [--problem N] [--count N] "
-                            "[--count-mta N] [--mta | --sdpa] [--fwd-only | --bwd-only] "
+                            "[--count-mta N] [--count-rb N] [--mta | --sdpa] "
+                            "[--fwd-only | --bwd-only] "
                             "[--window] [--strided] [--splits] [--rope]\n");
             return 2;
         }
     }
-    if (count < 0 || count_mta < 0 || (!want_sdpa && !want_mta) || (!g_check_fwd && !g_check_bwd)) {
+    if (count < 0 || count_mta < 0 || count_rb < 0 || (!want_sdpa && !want_mta) || (!g_check_fwd && !g_check_bwd)) {
         fprintf(stderr, "test_cuda_equiv: conflicting or negative options\n");
         return 2;
     }
@@ -2085,7 +2127,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     seed = ta_test_seed("test_cuda_equiv");
-    specs = (spec *)calloc((size_t)count + (size_t)count_mta + 64, sizeof(spec));
+    specs = (spec *)calloc((size_t)count + (size_t)count_mta + (size_t)count_rb + 64, sizeof(spec));
     if (!specs) return 1;
     if (quick) {
         const int n = quick_specs(specs);
@@ -2101,6 +2143,8 @@ int main(int argc, char **argv) {
             random_mta_spec(seed, i, &specs[n_specs++]);
         for (i = 0; want_sdpa && i < count; ++i)
             random_spec(seed, i, &specs[n_specs++]);
+        for (i = 0; want_sdpa && i < count_rb; ++i)
+            random_rb_spec(seed, i, &specs[n_specs++]);
     }
     if (only < 0) print_coverage(specs, n_specs);
     clock_gettime(CLOCK_MONOTONIC, &ts);
