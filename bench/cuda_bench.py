@@ -3,8 +3,9 @@
 exact mode (TA_PRECISION_EXACT, f32, bit-identical to the reference) against
 PyTorch in the same process, on the same tensors and the same stream:
 
-- SDPA: PyTorch's SDPA math backend in f32 (TF32 off), the like-for-like
-  baseline; for context also the flash and cuDNN backends in bf16 (forward
+- SDPA: PyTorch's SDPA memory-efficient backend in f32 (TF32 off: CUDA
+  cores, the fastest f32 baseline, not bit-exact) and its math backend; for
+  context also the flash and cuDNN backends in bf16 (forward
   only; tensor cores, not exact; tileattn's FAST mode is what compares with
   them: bench/cuda_fast_bench.py).
 - MTA (pre-softmax key-query conv, causal): an eager PyTorch MTA in f32 as in
@@ -167,6 +168,14 @@ def run(lib, b, h, s, d, causal, warmup, reps):
             "pt_fwd": median_ms(lambda: torch_fwd(), warmup, reps),
             "pt_bwd": median_ms(torch_bwd, warmup, reps),
         }
+    # PyTorch: memory-efficient backend, f32 (CUDA cores with TF32 off; not exact)
+    with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+        out_e = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+        t["eff_fwd"] = median_ms(
+            lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal), warmup, reps)
+        t["eff_bwd"] = median_ms(
+            lambda: torch.autograd.grad(out_e, (qt, kt, vt), d_o, retain_graph=True), warmup, reps)
+        del out_e
     flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
     del out, grads, qt, kt, vt
     torch.cuda.empty_cache()
@@ -254,14 +263,16 @@ def lowp_sdpa_ms(b, h, s, d, causal, backend, warmup, reps):
 
 
 def sdpa_table(lib, args, rows):
-    problems = [(4, 16, 1024, 64, False), (4, 16, 1024, 64, True), (2, 16, 4096, 64, True),
-                (2, 16, 4096, 128, True), (1, 16, 8192, 128, True), (1, 16, 4096, 256, False)]
+    problems = [(4, 16, 1024, 64, False), (4, 16, 1024, 64, True), (2, 16, 2048, 64, True),
+                (2, 16, 4096, 64, True), (2, 16, 4096, 128, True), (1, 16, 8192, 128, True),
+                (1, 16, 4096, 256, False)]
     if args.quick:
         problems = problems[:3]
-    print("\nSDPA, f32: tileattn CUDA exact vs PyTorch SDPA math backend (f32, TF32 off)")
-    head = (f"{'B':>2} {'H':>3} {'S':>5} {'D':>4} {'mask':>6} | {'tileattn fwd':>12} "
-            f"{'torch fwd':>10} {'ratio':>6} | {'tileattn bwd':>12} {'torch bwd':>10} "
-            f"{'ratio':>6} | {'ta fwd TF/s':>11} {'ta bwd TF/s':>11} {'% f32 peak':>10} | "
+    print("\nSDPA, f32: tileattn CUDA exact vs PyTorch SDPA memory-efficient and math backends "
+          "(f32, TF32 off)")
+    head = (f"{'B':>2} {'H':>3} {'S':>5} {'D':>4} {'mask':>6} | {'ours fwd':>9} {'eff fwd':>9} "
+            f"{'ratio':>5} {'math fwd':>9} | {'ours bwd':>9} {'eff bwd':>9} {'ratio':>5} "
+            f"{'math bwd':>9} | {'fwd TF/s':>8} {'% peak':>6} | {'bwd TF/s':>8} {'% peak':>6} | "
             f"{'flash bf16':>10} {'cuDNN bf16':>10} | max|o-o_pt| max|dx-dx_pt|")
     print(head)
     print("-" * len(head))
@@ -271,18 +282,22 @@ def sdpa_table(lib, args, rows):
         cu = lowp_sdpa_ms(b, h, s, d, causal, SDPBackend.CUDNN_ATTENTION, args.warmup, args.reps)
         tf_fwd, tf_bwd = flops / t['ta_fwd'] / 1e9, 2.5 * flops / t['ta_bwd'] / 1e9
         rows.append(dict(op="sdpa", B=b, H=h, S=s, D=d, mask="causal" if causal else "full",
-                         conv="", ours_fwd_ms=t['ta_fwd'], base_fwd_ms=t['pt_fwd'],
-                         ours_bwd_ms=t['ta_bwd'], base_bwd_ms=t['pt_bwd'], ours_fwd_tflops=tf_fwd,
+                         conv="", ours_fwd_ms=t['ta_fwd'], base_fwd_ms=t['eff_fwd'],
+                         ours_bwd_ms=t['ta_bwd'], base_bwd_ms=t['eff_bwd'], ours_fwd_tflops=tf_fwd,
                          ours_bwd_tflops=tf_bwd, base_gib="", ours_ws_gib="",
-                         baseline="torch math f32"))
+                         baseline="torch efficient f32", math_fwd_ms=t['pt_fwd'],
+                         math_bwd_ms=t['pt_bwd']))
         print(f"{b:>2} {h:>3} {s:>5} {d:>4} {'causal' if causal else 'full':>6} | "
-              f"{t['ta_fwd']:>9.3f} ms {t['pt_fwd']:>7.3f} ms {t['ta_fwd'] / t['pt_fwd']:>6.2f} | "
-              f"{t['ta_bwd']:>9.3f} ms {t['pt_bwd']:>7.3f} ms {t['ta_bwd'] / t['pt_bwd']:>6.2f} | "
-              f"{tf_fwd:>11.2f} {tf_bwd:>11.2f} "
-              f"{100 * max(tf_fwd, tf_bwd) / F32_PEAK_TFLOPS:>9.1f}% | "
+              f"{t['ta_fwd']:>6.3f} ms {t['eff_fwd']:>6.3f} ms {t['ta_fwd'] / t['eff_fwd']:>5.2f} "
+              f"{t['pt_fwd']:>6.3f} ms | "
+              f"{t['ta_bwd']:>6.3f} ms {t['eff_bwd']:>6.3f} ms {t['ta_bwd'] / t['eff_bwd']:>5.2f} "
+              f"{t['pt_bwd']:>6.3f} ms | "
+              f"{tf_fwd:>8.2f} {100 * tf_fwd / F32_PEAK_TFLOPS:>5.1f}% | "
+              f"{tf_bwd:>8.2f} {100 * tf_bwd / F32_PEAK_TFLOPS:>5.1f}% | "
               f"{fl:>7.3f} ms {cu:>7.3f} ms | {err_o:.2e}  {err_g:.2e}", flush=True)
-    print("ratio = tileattn time / PyTorch math time (below 1: tileattn faster); flash/cuDNN: "
-          "bf16 forward times, tensor cores, for context only; % f32 peak: the better of fwd/bwd")
+    print("ratio = tileattn time / PyTorch efficient time (below 1: tileattn faster); math: "
+          "PyTorch's math backend; flash/cuDNN: bf16 forward times, tensor cores, for context "
+          "only; % peak: of the f32 FMA peak")
 
 
 def mta_table(lib, args, rows):
@@ -326,7 +341,7 @@ def mta_table(lib, args, rows):
 
 CSV_FIELDS = ("device", "op", "B", "H", "S", "D", "mask", "conv", "ours_fwd_ms", "base_fwd_ms",
               "ours_bwd_ms", "base_bwd_ms", "ours_fwd_tflops", "ours_bwd_tflops", "base_gib",
-              "ours_ws_gib", "baseline")
+              "ours_ws_gib", "baseline", "math_fwd_ms", "math_bwd_ms")
 
 
 def write_csv(path, rows, device):

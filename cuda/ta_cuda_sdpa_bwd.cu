@@ -46,6 +46,7 @@
 
 #include "ta_cuda_bwd_common.cuh"
 #include "ta_cuda_host.cuh"
+#include "ta_cuda_rb.cuh"
 #include "ta_cuda_tile.cuh"
 
 extern "C" {
@@ -600,6 +601,173 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 }
 
 /* ---------------------------------------------------------------------------- */
+/* dq, register-blocked (issue 17)                                               */
+/* ---------------------------------------------------------------------------- */
+
+/*
+ * The dq kernel's arithmetic, element for element (so REF's bits), organised
+ * as the register-blocked forward (cuda/ta_cuda_rb.cuh): f32 SDPA, D = D_v in
+ * {32, 64, 96, 128}, q, k, v, d_o rows on 16 bytes, no rotary stage and no
+ * latent steps (ta_cuda_dq_rb_ok). Per 64-row tile: q and dO resident, K tiles
+ * double-buffered and the V tile by cp.async; for each k tile (one 64-key
+ * chunk) S = q K^T and dP = dO V^T in registers (rows 4ty + r, keys tx + 16c),
+ * P and dS of the live entries (ta_cuda_probs' operations) into dst[j][i], then
+ * dq_i = fmaf(dS_ij, k_j, dq_i) over the tile's keys ascending from +0 (a
+ * warp whose rows all see the whole tile: no selects) and the chunk's
+ * partial into the (hi, lo) pairs; dq = store(scale * hi).
+ * Shared memory (floats): lse, delta [64], keys [64] int2, q, dO [64][LDQ],
+ * K [2][64][LDQ], V [64][LDQ], dst [64][LDT].
+ */
+typedef struct ta_cuda_dq_rb_smem {
+    int32_t lse, delta, keys, q, d_o, k, v, ds, floats;
+} ta_cuda_dq_rb_smem;
+
+static __host__ __device__ __forceinline__ ta_cuda_dq_rb_smem ta_cuda_dq_rb_smem_make(int32_t d) {
+    ta_cuda_dq_rb_smem m;
+    int32_t end = 0;
+    const int32_t tile = TA_CUDA_TILE * (d + 4);
+    m.lse = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.delta = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.keys = ta_cuda_smem_take(&end, 2 * TA_CUDA_TILE);
+    m.q = ta_cuda_smem_take(&end, tile);
+    m.d_o = ta_cuda_smem_take(&end, tile);
+    m.k = ta_cuda_smem_take(&end, 2 * tile);
+    m.v = ta_cuda_smem_take(&end, tile);
+    m.ds = ta_cuda_smem_take(&end, TA_CUDA_TILE * TA_CUDA_LDT);
+    m.floats = end;
+    return m;
+}
+
+/* Two blocks per SM up to D = 64 (106 KB of shared memory at 64), one above. */
+template <int D, bool WL>
+__global__ void __launch_bounds__(TA_CUDA_THREADS, D <= 64 ? 2 : 1)
+    ta_cuda_dq_rb_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
+    constexpr int NS = (D + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT, LDQ = D + 4;
+    extern __shared__ float4 ta_cuda_dq_rb_dyn_smem[];
+    __shared__ ta_tile_ctx ctx_s;
+    const ta_tiling t = p.t;
+    const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
+    const ta_cuda_dq_rb_smem sm = ta_cuda_dq_rb_smem_make(D);
+    float *base = reinterpret_cast<float *>(ta_cuda_dq_rb_dyn_smem);
+    float *sq = base + sm.q, *sdo = base + sm.d_o, *sv = base + sm.v, *dst = base + sm.ds;
+    float *lse_s = base + sm.lse, *delta_s = base + sm.delta;
+    int2 *keys = reinterpret_cast<int2 *>(base + sm.keys);
+    const int32_t n_qt = t.num_q_tiles;
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
+
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt); /* longest (causal) first */
+        const ta_tile_ctx &c = ctx_s;
+        const int32_t row0 = ta_tile_row_eff_begin(&t, at.qt);
+        const int32_t rows = ta_tile_row_eff_end(&t, at.qt) - row0;
+        float acc[4][NS][4], hi[4][NS][4], lo[4][NS][4];
+        int32_t kt;
+        ta_cuda_acc_zero<NS>(hi);
+        ta_cuda_acc_zero<NS>(lo);
+        __syncthreads(); /* the previous tile is done with shared memory */
+        if (tid == 0) ctx_s = ta_cuda_context(p, at.b_local, at.h, at.qt);
+        __syncthreads();
+        ta_cuda_bwd_rows(p, &t, c.lse, row0, rows, c.key_len, lse_s, delta_s, keys);
+        /* q, dO and the first K and V tiles in flight */
+        ta_cuda_rb_load<D, LDQ>(sq, p.q, c.q, p.lay.q.seq, row0, rows);
+        ta_cuda_rb_load<D, LDQ>(sdo, p.d_o, c.d_o, p.lay.d_o.seq, row0, rows);
+        if (c.k_begin < c.k_end) {
+            const int32_t col0 = ta_tile_col_eff_begin(&t, c.k_begin);
+            const int32_t cols = ta_tile_col_eff_end(&t, c.k_begin) - col0;
+            ta_cuda_rb_load<D, LDQ>(base + sm.k, p.k, c.k, p.lay.k.seq, col0, cols);
+            ta_cuda_rb_load<D, LDQ>(sv, p.v, c.v, p.lay.v.seq, col0, cols);
+        }
+        ta_fast_cp_commit();
+        for (kt = c.k_begin; kt < c.k_end; ++kt) {
+            const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
+            const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
+            const float *sk = base + sm.k + ((kt - c.k_begin) & 1) * TA_CUDA_TILE * LDQ;
+            float s[4][4], dp[4][4];
+            int32_t rb[4], re[4];
+            bool full = cols == TA_CUDA_TILE;
+            ta_fast_cp_wait<0>();
+            __syncthreads(); /* K, V landed; the last tile is done with dst and the other K */
+            if (kt + 1 < c.k_end) {
+                const int32_t c1 = ta_tile_col_eff_begin(&t, kt + 1);
+                ta_cuda_rb_load<D, LDQ>(base + sm.k + ((kt + 1 - c.k_begin) & 1) * TA_CUDA_TILE * LDQ,
+                                        p.k, c.k, p.lay.k.seq, c1,
+                                        ta_tile_col_eff_end(&t, kt + 1) - c1);
+            }
+            ta_fast_cp_commit();
+            /* S = q K^T and dP = dO V^T, f ascending */
+            ta_cuda_rb_dot<D, LDQ>(s, sq, sk);
+            ta_cuda_rb_dot<D, LDQ>(dp, sdo, sv);
+            __syncthreads(); /* every thread is done with sv */
+            if (kt + 1 < c.k_end) {
+                const int32_t c1 = ta_tile_col_eff_begin(&t, kt + 1);
+                ta_cuda_rb_load<D, LDQ>(sv, p.v, c.v, p.lay.v.seq, c1,
+                                        ta_tile_col_eff_end(&t, kt + 1) - c1);
+            }
+            ta_fast_cp_commit();
+            /* P and dS of the live entries (rows 4ty + r: keys [rb, re) of the
+             * tile) into dst[j][i]; the others 0 */
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int32_t i = 4 * ty + r;
+                const int2 kv = keys[i];
+                ta_cuda_tile_cols(kv.x, kv.y, col0, cols, &rb[r], &re[r]);
+                full = full && (i >= rows || (rb[r] == 0 && re[r] == cols));
+#pragma unroll
+                for (int cc = 0; cc < 4; ++cc) {
+                    const int32_t j = tx + 16 * cc;
+                    float pr = 0.0f, dw = 0.0f;
+                    if (j >= rb[r] && j < re[r]) {
+                        pr = ta_cuda_exp_sel(p.scale * s[r][cc] - lse_s[i]);
+                        dw = pr * (dp[r][cc] - delta_s[i]);
+                    }
+                    s[r][cc] = dw;
+                }
+            }
+#pragma unroll
+            for (int cc = 0; cc < 4; ++cc)
+                *reinterpret_cast<float4 *>(dst + (tx + 16 * cc) * TA_CUDA_LDT + 4 * ty) =
+                    make_float4(s[0][cc], s[1][cc], s[2][cc], s[3][cc]);
+            full = __all_sync(0xffffffffu, full);
+            __syncthreads(); /* dst published */
+            /* dq_i = fmaf(dS_ij, k_j, dq_i), keys ascending from +0 (the tile
+             * is one 64-key chunk), then into the pairs */
+            if (full)
+                ta_cuda_rb_pv<NS, LDQ, WL, true>(acc, dst, sk, cols, rb, re);
+            else
+                ta_cuda_rb_pv<NS, LDQ, WL, false>(acc, dst, sk, cols, rb, re);
+            ta_cuda_acc_sum2<NS>(hi, lo, acc);
+        }
+        ta_fast_cp_wait<0>(); /* nothing in flight past the tile */
+        /* dq = store(scale * hi) */
+        ta_cuda_store_block<TA_F32, NS>(row0, rows, D, hi, 1, p.scale, p.dq, c.dq, p.lay.dq.seq);
+    }
+}
+
+template <int D> static const void *ta_cuda_dq_rb_at(bool wl) {
+    return wl ? reinterpret_cast<const void *>(&ta_cuda_dq_rb_kernel<D, true>)
+              : reinterpret_cast<const void *>(&ta_cuda_dq_rb_kernel<D, false>);
+}
+
+/* The register-blocked dq kernel for this call, or NULL (its requirements
+ * above; lat: the latent kernels run). */
+static const void *ta_cuda_dq_rb_pick(const ta_plan *plan, const ta_bwd_args *a, bool lat) {
+    const ta_problem *pr = &plan->p;
+    const int32_t d = pr->head_dim;
+    const bool wl = ta_cuda_left_bounded(plan);
+    if (lat || pr->dtype != TA_F32 || plan->stages.load == TA_LOAD_ROPE ||
+        pr->head_dim_v != d || (d != 32 && d != 64 && d != 96 && d != 128) ||
+        !ta_cuda_rb_rows_aligned(pr, a->q, &plan->layout.q, 0) ||
+        !ta_cuda_rb_rows_aligned(pr, a->d_o, &plan->layout.d_o, 0) ||
+        !ta_cuda_rb_rows_aligned(pr, a->k, &plan->layout.k, 1) ||
+        !ta_cuda_rb_rows_aligned(pr, a->v, &plan->layout.v, 1))
+        return NULL;
+    return d == 32 ? ta_cuda_dq_rb_at<32>(wl)
+           : d == 64 ? ta_cuda_dq_rb_at<64>(wl)
+           : d == 96 ? ta_cuda_dq_rb_at<96>(wl)
+                     : ta_cuda_dq_rb_at<128>(wl);
+}
+
+/* ---------------------------------------------------------------------------- */
 /* launch                                                                         */
 /* ---------------------------------------------------------------------------- */
 
@@ -684,10 +852,14 @@ extern "C" ta_status ta_cuda_sdpa_bwd_kernels(const ta_plan *plan, const ta_bwd_
     const bool lat = ctx_out != NULL || ta_cuda_latent_plan(plan);
     const void *k_dkdv = ta_cuda_pick_plan_lat<ta_cuda_dkdv_family, ta_cuda_dkdv_lat_family, 2>(
         plan, ns_dkdv, lat);
+    const void *k_dq_rb = ta_cuda_dq_rb_pick(plan, a, lat);
     const void *k_dq =
-        ta_cuda_pick_plan_lat<ta_cuda_dq_family, ta_cuda_dq_lat_family, 1>(plan, nk, lat);
+        k_dq_rb ? k_dq_rb
+                : ta_cuda_pick_plan_lat<ta_cuda_dq_family, ta_cuda_dq_lat_family, 1>(plan, nk, lat);
     const size_t smem_dkdv = (size_t)ta_cuda_bwd_smem_make(1).floats * sizeof(float);
-    const size_t smem_dq = (size_t)ta_cuda_bwd_smem_make(0).floats * sizeof(float);
+    const size_t smem_dq = (size_t)(k_dq_rb ? ta_cuda_dq_rb_smem_make(pr->head_dim).floats
+                                            : ta_cuda_bwd_smem_make(0).floats) *
+                           sizeof(float);
     ta_tiling t;
     ta_cuda_bwd_params prm;
     ta_cuda_launch_desc launch[2];

@@ -38,8 +38,8 @@
 
 #include <cuda_runtime.h>
 
-#include "ta_cuda_fast.cuh" /* cp.async (ta_fast_cp16) */
 #include "ta_cuda_host.cuh"
+#include "ta_cuda_rb.cuh"
 #include "ta_cuda_tile.cuh"
 
 extern "C" {
@@ -209,75 +209,12 @@ static __host__ __device__ __forceinline__ ta_cuda_rb_smem ta_cuda_rb_smem_make(
     return m;
 }
 
-/* ta_exp with the special cases selected after the main path (docs/
- * exactness.md section 8): the same operations on every x in range, so the
- * same bits, without branches. */
-TA_CUDA_DEV float ta_cuda_exp_sel(float x) {
-    const uint32_t ux = ta_f32_bits(x);
-    /* the main path on x clamped into its domain (the same x where it is in
-     * range; NaN gives TA_EXP_LO): no float-to-int conversion out of range */
-    float q = ta_exp_main(fminf(fmaxf(x, TA_EXP_LO), TA_EXP_HI));
-    q = x < TA_EXP_LO ? 0.0f : q;
-    q = x > TA_EXP_HI ? ta_f32_from_bits(TA_F32_INF_BITS) : q;
-    return ta_isnan_bits(ux) ? ta_f32_from_bits(ux | TA_F32_QNAN_BIT) : q;
-}
-
-/* Rows [row0, row0 + rows) of a slice (element `slice` of base, rows `ld`
- * apart), N floats each (N a multiple of 4), into dst[64][LDD] by 16-byte
- * cp.async; rows past `rows` are zero-filled. Not waited for. */
-template <int N, int LDD>
-TA_CUDA_DEV void ta_cuda_rb_load(float *dst, const void *base, int64_t slice, int64_t ld,
-                                 int32_t row0, int32_t rows) {
-    constexpr int per_row = N / 4;
-#pragma unroll
-    for (int e0 = 0; e0 < TA_CUDA_TILE * per_row; e0 += TA_CUDA_THREADS) {
-        const int e = e0 + (int)threadIdx.x, r = e / per_row, ch = e % per_row;
-        const bool in = r < rows;
-        const float *src = static_cast<const float *>(base) +
-                           (in ? ta_cuda_row(slice, ld, row0 + r) + 4 * ch : 0);
-        if (TA_CUDA_TILE * per_row % TA_CUDA_THREADS == 0 || e < TA_CUDA_TILE * per_row)
-            ta_fast_cp16(ta_fast_smem_addr(dst + r * LDD + 4 * ch), src, in ? 16 : 0);
-    }
-}
-
 /* One 16-lane row group's maximum (ta_max_nan over the lanes; see above). */
 TA_CUDA_DEV float ta_cuda_rb_group_max(float m) {
 #pragma unroll
     for (int o = 1; o < 16; o <<= 1)
         m = ta_max_nan(__shfl_xor_sync(0xffffffffu, m, o), m);
     return m;
-}
-
-/* One k tile's P V for this thread's rows 4ty+r and features s*64 + 4tx + e:
- * part = fmaf(p_j, v_j, part) from +0, j ascending. FULL (a 64-column tile
- * every row of the warp sees whole): no selects, the loop unrolled; else the
- * visible columns [rb[r], re[r]) of each row only. */
-template <int NS, int LDV, bool WL, bool FULL>
-TA_CUDA_DEV void ta_cuda_rb_pv(float (&part)[4][NS][4], const float *st, const float *sv,
-                               int32_t cols, const int32_t (&rb)[4], const int32_t (&re)[4]) {
-    const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
-    constexpr int unroll = FULL ? TA_CUDA_TILE : 1; /* (a pragma expands no macro) */
-    ta_cuda_acc_zero<NS>(part);
-#pragma unroll(unroll)
-    for (int32_t j = 0; j < (FULL ? TA_CUDA_TILE : cols); ++j) {
-        const float4 p4 = *reinterpret_cast<const float4 *>(st + j * TA_CUDA_LDT + 4 * ty);
-        const float pv[4] = {p4.x, p4.y, p4.z, p4.w};
-        bool live[4];
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-            live[r] = FULL || ta_cuda_in<WL>(j, rb[r], re[r]);
-#pragma unroll
-        for (int sl = 0; sl < NS; ++sl) {
-            const float4 v4 =
-                *reinterpret_cast<const float4 *>(sv + j * LDV + sl * TA_CUDA_SLOT + 4 * tx);
-            const float vv[4] = {v4.x, v4.y, v4.z, v4.w};
-#pragma unroll
-            for (int r = 0; r < 4; ++r)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    part[r][sl][e] = live[r] ? fmaf(pv[r], vv[e], part[r][sl][e]) : part[r][sl][e];
-        }
-    }
 }
 
 /* Steps 2-3 on the registers of one k tile: s = scale * dot, the row max of
@@ -376,33 +313,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, D <= 64 ? 2 : 1)
             ta_cuda_rb_load<D, LDV>(sv, p.v, c.v, p.lay.v.seq, col0, cols);
             ta_fast_cp_commit();
             /* step 1: s = dot(q_i, k_j), f ascending */
-#pragma unroll
-            for (int r = 0; r < 4; ++r)
-#pragma unroll
-                for (int cc = 0; cc < 4; ++cc)
-                    s[r][cc] = 0.0f;
-            {
-                const float *qr = sq + 4 * ty * LDQ, *kr = sk + tx * LDQ;
-#pragma unroll
-                for (int f = 0; f < D; f += 4) {
-                    float4 qa[4], kb[4];
-#pragma unroll
-                    for (int r = 0; r < 4; ++r)
-                        qa[r] = *reinterpret_cast<const float4 *>(qr + r * LDQ + f);
-#pragma unroll
-                    for (int cc = 0; cc < 4; ++cc)
-                        kb[cc] = *reinterpret_cast<const float4 *>(kr + 16 * cc * LDQ + f);
-#pragma unroll
-                    for (int r = 0; r < 4; ++r)
-#pragma unroll
-                        for (int cc = 0; cc < 4; ++cc) {
-                            s[r][cc] = fmaf(qa[r].x, kb[cc].x, s[r][cc]);
-                            s[r][cc] = fmaf(qa[r].y, kb[cc].y, s[r][cc]);
-                            s[r][cc] = fmaf(qa[r].z, kb[cc].z, s[r][cc]);
-                            s[r][cc] = fmaf(qa[r].w, kb[cc].w, s[r][cc]);
-                        }
-                }
-            }
+            ta_cuda_rb_dot<D, LDQ>(s, sq, sk);
             __syncthreads(); /* every thread is done with sk */
             if (kt + 1 < k_last)
                 ta_cuda_rb_load<D, LDQ>(sk, p.k, c.k, p.lay.k.seq,
@@ -470,16 +381,6 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, D <= 64 ? 2 : 1)
         __syncthreads();
         ta_cuda_fwd_store_part<TA_F32, NS>(p, c, split, row0, rows, acc, m_run, l_run);
     }
-}
-
-/* 1 if rows of a q-side (kv = 0) or k/v-side tensor start on 16 bytes in f32:
- * the pointer on 16 bytes, each stride of a dimension with more than one entry
- * a multiple of 4 elements. */
-static int ta_cuda_rb_rows_aligned(const ta_problem *pr, const void *ptr, const ta_strides *s,
-                                   int kv) {
-    const int32_t heads = kv ? pr->heads_kv : pr->heads_q, seq = kv ? pr->seq_k : pr->seq_q;
-    return (uintptr_t)ptr % 16u == 0 && (seq == 1 || s->seq % 4 == 0) &&
-           (heads == 1 || s->head % 4 == 0) && (pr->batch == 1 || s->batch % 4 == 0);
 }
 
 /* 1 if the register-blocked forward runs this call (its requirements above). */
