@@ -496,7 +496,9 @@ ta_status ta_bwd_workspace_size(const ta_problem *p, ta_backend be, size_t *byte
  * @param[in]     be        backend
  * @param[in,out] a         pointers: q, k, v, o, d_o, lse, conv_w read; dq, dk, dv,
  *                          dconv_w and the trace written on TA_OK only (the
- *                          gradients overwritten, not accumulated into)
+ *                          gradients overwritten, not accumulated into, unless
+ *                          a->accumulate: then dq, dk, dv and their lo words
+ *                          are f32 pairs read and added into; ta_bwd_finish)
  * @param[in]     workspace as for ta_fwd, at least what ta_bwd_workspace_size
  *                          returned; scratch, undefined on return
  * @param[in]     workspace_bytes  bytes at workspace (else TA_ERR_WORKSPACE_SIZE)
