@@ -44,7 +44,8 @@ ENTRIES = ("ta_fwd", "ta_bwd", "ta_fwd_workspace_size", "ta_bwd_workspace_size",
            "ta_tune_fwd", "ta_status_string", "ta_backend_available", "ta_version_string",
            "ta_version", "ta_merge", "ta_explain_merge", "ta_fwd_task_plan", "ta_bwd_task_plan",
            "ta_fwd_tasks_prepare", "ta_bwd_tasks_prepare", "ta_explain_fwd_tasks_prepare",
-           "ta_explain_bwd_tasks_prepare", "ta_task_run", "ta_rope_table_1d", "ta_rope_table_2d")
+           "ta_explain_bwd_tasks_prepare", "ta_task_run", "ta_rope_table_1d", "ta_rope_table_2d",
+           "ta_bwd_finish", "ta_explain_bwd_finish")
 # The latent backward's weight-gradient slots of the CPU kernel table.
 LATENT = {"ta_cpu_sums_dq_task": ["cpu_lat_dw_task"],
           "ta_cpu_task_sums_merge": ["cpu_lat_dw_head"]}

@@ -603,10 +603,168 @@ static void check_one(uint64_t seed, int idx) {
     free(c.lse);
 }
 
+/* One refused call: ta_bwd and ta_explain_bwd return want, the line names
+ * field, and the hi and lo words (canary-filled) are untouched. */
+static void expect_bwd(const ta_problem *p, const ta_bwd_args *a, void *ws, size_t wb,
+                       const rb_pairs *g, size_t nq, size_t nk, ta_status want,
+                       const char *field, const char *what) {
+    char line[256];
+    const ta_status st = ta_bwd(p, TA_BACKEND_CPU, a, ws, wb, NULL);
+    const ta_status ex = ta_explain_bwd(p, TA_BACKEND_CPU, a, ws, wb, NULL, line, sizeof line);
+    TA_CHECK(st == want && ex == want, "%s: ta_bwd %d, explain %d, want %d", what, (int)st,
+             (int)ex, (int)want);
+    TA_CHECK(strstr(line, field) != NULL, "%s: \"%s\" does not name %s", what, line, field);
+    TA_CHECK(ta_canary_intact(g->dq, nq * 4) && ta_canary_intact(g->dq_lo, nq * 4) &&
+                 ta_canary_intact(g->dk, nk * 4) && ta_canary_intact(g->dk_lo, nk * 4) &&
+                 ta_canary_intact(g->dv, nk * 4) && ta_canary_intact(g->dv_lo, nk * 4),
+             "%s: a pair buffer was written", what);
+}
+
+/* ta_bwd_finish and ta_explain_bwd_finish return want and name field; the
+ * gradient dq (canary-filled) is untouched on error. */
+static void expect_finish(const ta_problem *p, const ta_bwd_finish_args *f, size_t nq,
+                          ta_status want, const char *field, const char *what) {
+    char line[256];
+    const ta_status ex = ta_explain_bwd_finish(p, TA_BACKEND_REF, f, NULL, line, sizeof line);
+    const ta_status st = ta_bwd_finish(p, TA_BACKEND_REF, f, NULL);
+    TA_CHECK(st == want && ex == want, "%s: ta_bwd_finish %d, explain %d, want %d", what, (int)st,
+             (int)ex, (int)want);
+    TA_CHECK(strstr(line, field) != NULL, "%s: \"%s\" does not name %s", what, line, field);
+    if (want != TA_OK && f && f->dq)
+        TA_CHECK(ta_canary_intact(f->dq, nq * 4), "%s: dq written", what);
+}
+
+/* The mode's and ta_bwd_finish's refusals (docs/api.md, "Backward over key
+ * and query ranges", Checks); the outputs untouched. */
+static void check_bad_input(void) {
+    rb_case c;
+    ta_problem p;
+    ta_bwd_args a;
+    ta_bwd_finish_args f;
+    rb_pairs g;
+    ta_rng r;
+    size_t nq, nk, wb;
+    float *grad, *conv_w, *dconv_w;
+    void *ws;
+    ta_rng_seed(&r, 12345);
+    memset(&c, 0, sizeof c);
+    c.h = 2, c.hkv = 1, c.d = 16, c.s = 70, c.dt = TA_F32, c.eb = 4, c.causal = 1;
+    nq = (size_t)c.h * (size_t)c.s * (size_t)c.d;
+    nk = (size_t)c.hkv * (size_t)c.s * (size_t)c.d;
+    c.q = malloc(nq * 4), c.d_o = malloc(nq * 4), c.o = malloc(nq * 4);
+    c.k = malloc(nk * 4), c.v = malloc(nk * 4);
+    c.lse = malloc((size_t)c.h * (size_t)c.s * 4);
+    grad = malloc(nq * 4);
+    conv_w = calloc(2 * 3, sizeof(float));
+    dconv_w = malloc(2 * 3 * sizeof(float));
+    if (!c.q || !c.d_o || !c.o || !c.k || !c.v || !c.lse || !grad || !conv_w || !dconv_w) exit(1);
+    ta_fill_uniform(&r, c.q, TA_F32, nq, -1.0f, 1.0f);
+    ta_fill_uniform(&r, c.d_o, TA_F32, nq, -1.0f, 1.0f);
+    ta_fill_uniform(&r, c.o, TA_F32, nq, -1.0f, 1.0f);
+    ta_fill_uniform(&r, c.k, TA_F32, nk, -1.0f, 1.0f);
+    ta_fill_uniform(&r, c.v, TA_F32, nk, -1.0f, 1.0f);
+    ta_fill_uniform(&r, c.lse, TA_F32, (size_t)c.h * (size_t)c.s, 1.0f, 2.0f);
+    pairs_alloc(&c, &g);
+    ta_canary_fill(g.dq, nq * 4);
+    ta_canary_fill(g.dq_lo, nq * 4);
+    ta_canary_fill(g.dk, nk * 4);
+    ta_canary_fill(g.dk_lo, nk * 4);
+    ta_canary_fill(g.dv, nk * 4);
+    ta_canary_fill(g.dv_lo, nk * 4);
+    p = full_problem(&c);
+    ws = ws_bwd(&p, TA_BACKEND_CPU, &wb);
+    memset(&a, 0, sizeof a);
+    a.q = c.q, a.k = c.k, a.v = c.v, a.o = c.o, a.d_o = c.d_o, a.lse = c.lse;
+    a.accumulate = TA_BWD_ACCUMULATE;
+    a.dq = g.dq, a.dk = g.dk, a.dv = g.dv;
+    a.dq_lo = g.dq_lo, a.dk_lo = g.dk_lo, a.dv_lo = g.dv_lo;
+    a.accumulate = 2;
+    expect_bwd(&p, &a, ws, wb, &g, nq, nk, TA_ERR_BAD_ARG, "args.accumulate", "accumulate 2");
+    a.accumulate = -1;
+    expect_bwd(&p, &a, ws, wb, &g, nq, nk, TA_ERR_BAD_ARG, "args.accumulate", "accumulate -1");
+    a.accumulate = TA_BWD_ACCUMULATE;
+    a.dk_lo = NULL;
+    expect_bwd(&p, &a, ws, wb, &g, nq, nk, TA_ERR_NULL_ARG, "args.dk_lo", "no dk_lo");
+    a.dk_lo = g.dk; /* its hi words */
+    expect_bwd(&p, &a, ws, wb, &g, nq, nk, TA_ERR_BAD_ARG, "args.dk_lo", "dk_lo = dk");
+    a.dk_lo = g.dk_lo;
+    a.dv_lo = (float *)c.v; /* an input */
+    expect_bwd(&p, &a, ws, wb, &g, nq, nk, TA_ERR_BAD_ARG, "args.dv_lo", "dv_lo = v");
+    a.dv_lo = g.dv_lo;
+    a.dq = (char *)g.dq + 2; /* f32 words need 4-byte alignment (f16 would take 2) */
+    p.dtype = TA_F16;
+    c.eb = 2;
+    {
+        void *ws16;
+        size_t wb16;
+        void *q16 = malloc(nq * 2), *k16 = malloc(nk * 2), *v16 = malloc(nk * 2);
+        void *o16 = malloc(nq * 2), *do16 = malloc(nq * 2);
+        ta_bwd_args a16 = a;
+        if (!q16 || !k16 || !v16 || !o16 || !do16) exit(1);
+        ta_fill_uniform(&r, q16, TA_F16, nq, -1.0f, 1.0f);
+        ta_fill_uniform(&r, k16, TA_F16, nk, -1.0f, 1.0f);
+        ta_fill_uniform(&r, v16, TA_F16, nk, -1.0f, 1.0f);
+        ta_fill_uniform(&r, o16, TA_F16, nq, -1.0f, 1.0f);
+        ta_fill_uniform(&r, do16, TA_F16, nq, -1.0f, 1.0f);
+        a16.q = q16, a16.k = k16, a16.v = v16, a16.o = o16, a16.d_o = do16;
+        ws16 = ws_bwd(&p, TA_BACKEND_CPU, &wb16);
+        expect_bwd(&p, &a16, ws16, wb16, &g, nq, nk, TA_ERR_BAD_ARG, "args.dq",
+                   "f16 problem, dq 2-byte aligned");
+        a16.dq = g.dq; /* the f32 extents: dq's words reach past a 2-byte element's */
+        a16.dq_lo = g.dq + nq / 2 + 8;
+        expect_bwd(&p, &a16, ws16, wb16, &g, nq, nk, TA_ERR_BAD_ARG, "args.dq",
+                   "f16 problem, dq_lo inside dq's f32 words");
+        ta_test_free(ws16);
+        free(q16), free(k16), free(v16), free(o16), free(do16);
+    }
+    p.dtype = TA_F32;
+    c.eb = 4;
+    a.dq = g.dq;
+    p.conv_q = 1, p.conv_k = 3; /* the MTA conv: not with the mode */
+    a.conv_w = conv_w, a.dconv_w = dconv_w;
+    {
+        void *wsc;
+        size_t wbc;
+        wsc = ws_bwd(&p, TA_BACKEND_CPU, &wbc);
+        expect_bwd(&p, &a, wsc, wbc, &g, nq, nk, TA_ERR_UNSUPPORTED, "args.accumulate",
+                   "accumulate with the conv");
+        ta_test_free(wsc);
+    }
+    p.conv_q = p.conv_k = 0;
+    a.conv_w = NULL, a.dconv_w = NULL;
+    /* ta_bwd_finish */
+    memset(&f, 0, sizeof f);
+    ta_canary_fill(grad, nq * 4);
+    f.dq_hi = g.dq;
+    expect_finish(&p, &f, nq, TA_ERR_BAD_ARG, "args.dq", "dq_hi without dq");
+    f.dq_hi = NULL;
+    f.dq = grad;
+    expect_finish(&p, &f, nq, TA_ERR_BAD_ARG, "args.dq_hi", "dq without dq_hi");
+    f.dq_hi = grad; /* the output overlaps its input */
+    expect_finish(&p, &f, nq, TA_ERR_BAD_ARG, "args.dq", "dq = dq_hi");
+    f.dq_hi = g.dq;
+    f.dq_strides.seq = -1;
+    expect_finish(&p, &f, nq, TA_ERR_BAD_ARG, "args.dq_strides", "a negative stride");
+    f.dq_strides.seq = 0;
+    p.conv_q = 1, p.conv_k = 3;
+    expect_finish(&p, &f, nq, TA_ERR_UNSUPPORTED, "problem", "finish with the conv");
+    p.conv_q = p.conv_k = 0;
+    expect_finish(&p, NULL, nq, TA_ERR_NULL_ARG, "args", "NULL args");
+    memset(g.dq, 0, nq * 4); /* hi words 0: dq = +0 */
+    expect_finish(&p, &f, nq, TA_OK, "ok", "dq only");
+    TA_CHECK(ta_get(grad, TA_F32, 0) == 0.0 && ta_get(grad, TA_F32, nq - 1) == 0.0,
+             "finish of zero words: not 0");
+    ta_test_free(ws);
+    pairs_free(&g);
+    free(c.q), free(c.k), free(c.v), free(c.o), free(c.d_o), free(c.lse);
+    free(grad), free(conv_w), free(dconv_w);
+}
+
 int main(int argc, char **argv) {
     const uint64_t seed = ta_test_seed("test_ring_bwd");
     const int count = argc > 1 && strcmp(argv[1], "--quick") == 0 ? 6 : 24;
     int i;
+    check_bad_input();
     for (i = 0; i < count; ++i)
         check_one(seed, i);
     printf("test_ring_bwd: bf16 worst (error - rounding) / magnitude: accumulated ranges %.3g, "
