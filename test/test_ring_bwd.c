@@ -720,6 +720,21 @@ static void check_bad_input(void) {
     p.dtype = TA_F32;
     c.eb = 4;
     a.dq = g.dq;
+    { /* caller-run tasks: a scratch overlapping a lo buffer is refused */
+        ta_task_plan tp;
+        void *shared, *big;
+        ta_bwd_args at = a;
+        TA_CHECK(ta_bwd_task_plan(&p, TA_BACKEND_CPU, &tp) == TA_OK, "task plan");
+        shared = ta_test_alloc(tp.shared_bytes);
+        big = ta_test_alloc(tp.scratch_bytes + nq * 4 + 64);
+        at.dq_lo = (float *)((char *)big + tp.scratch_bytes - 64); /* its last 64 bytes */
+        TA_CHECK(ta_bwd_tasks_prepare(&p, TA_BACKEND_CPU, &at, shared, tp.shared_bytes) == TA_OK,
+                 "tasks prepare with the mode");
+        TA_CHECK(ta_task_run(shared, 0, 0, big, tp.scratch_bytes) == TA_ERR_BAD_ARG,
+                 "a scratch overlapping args.dq_lo: not refused");
+        ta_test_free(big);
+        ta_test_free(shared);
+    }
     p.conv_q = 1, p.conv_k = 3; /* the MTA conv: not with the mode */
     a.conv_w = conv_w, a.dconv_w = dconv_w;
     {
