@@ -360,6 +360,44 @@ static void finish(const rb_case *c, ta_backend be, const rb_pairs *g, void *dq,
     TA_CHECK(ta_bwd_finish(&p, be, &fa, NULL) == TA_OK, "finish on backend %d", (int)be);
 }
 
+/* ta_bwd_finish on CPU into [S, H, D]-laid-out dq and dk (strided): element
+ * for element the contiguous finish's bits dq, dk. */
+static void check_finish_strided(const rb_case *c, const rb_pairs *g, const void *dq,
+                                 const void *dk, int idx) {
+    const ta_problem p = full_problem(c);
+    const size_t nq = (size_t)c->h * (size_t)c->s * (size_t)c->d;
+    const size_t nk = (size_t)c->hkv * (size_t)c->s * (size_t)c->d;
+    void *sq = malloc(nq * c->eb), *sk = malloc(nk * c->eb);
+    ta_bwd_finish_args f;
+    int32_t h, r;
+    int bad = 0;
+    if (!sq || !sk) exit(1);
+    ta_poison(sq, nq * c->eb);
+    ta_poison(sk, nk * c->eb);
+    memset(&f, 0, sizeof f);
+    f.dq_hi = g->dq;
+    f.dk_hi = g->dk;
+    f.dq = sq;
+    f.dk = sk;
+    f.dq_strides = ta_test_strides_bshd(c->h, c->s, c->d);
+    f.dk_strides = ta_test_strides_bshd(c->hkv, c->s, c->d);
+    TA_CHECK(ta_bwd_finish(&p, TA_BACKEND_CPU, &f, NULL) == TA_OK, "strided finish");
+    for (h = 0; h < c->h; ++h)
+        for (r = 0; r < c->s; ++r) {
+            const size_t at = ((size_t)r * (size_t)c->h + (size_t)h) * (size_t)c->d;
+            const size_t ct = ((size_t)h * (size_t)c->s + (size_t)r) * (size_t)c->d;
+            bad |= memcmp((char *)sq + at * c->eb, (const char *)dq + ct * c->eb,
+                          (size_t)c->d * c->eb) != 0;
+            if (h >= c->hkv) continue;
+            bad |= memcmp((char *)sk + ((size_t)r * (size_t)c->hkv + (size_t)h) * (size_t)c->d *
+                                           c->eb,
+                          (const char *)dk + ct * c->eb, (size_t)c->d * c->eb) != 0;
+        }
+    TA_CHECK(!bad, "problem %d: ta_bwd_finish into strided gradients != contiguous", idx);
+    free(sq);
+    free(sk);
+}
+
 /* Elements of x and y (dtype) that differ in their bits. */
 static size_t count_diff(const void *x, const void *y, size_t n, size_t eb) {
     size_t i, diff = 0;
@@ -508,6 +546,7 @@ static void check_one(uint64_t seed, int idx) {
     for (j = 0; j < 3; ++j)
         TA_CHECK(memcmp(acc_r[j], acc_c[j], (j == 0 ? nq : nk) * eb) == 0,
                  "problem %d: CPU gradient %d != REF", idx, j);
+    check_finish_strided(&c, &gc, acc_c[0], acc_c[1], idx);
     /* against one ta_bwd: bitwise where promised, both words of the pairs
      * (those of one accumulating call over everything, whose finish is one
      * ta_bwd's bits for every problem) */
