@@ -395,14 +395,14 @@ static void ta_ref_bwd_pairs_dkdv(const ta_plan *plan, const ta_bwd_args *a,
     if (put) {
         ta_pairs_put((float *)a->dk, a->dk_lo, st->ctx.dk, lay->dk.seq, st->col_begin, st->cols,
                      d_qk, ws->dk_acc, ws->dk_lo, (size_t)d_qk);
-        ta_pairs_put((float *)a->dv, a->dv_lo, st->ctx.dv, lay->dv.seq, st->col_begin, st->cols,
-                     dv, ws->dv_acc, ws->dv_lo, (size_t)dv);
+        ta_pairs_put((float *)a->dv, a->dv_lo, st->ctx.dv, lay->dv.seq, st->col_begin, st->cols, dv,
+                     ws->dv_acc, ws->dv_lo, (size_t)dv);
         return;
     }
-    ta_pairs_get((const float *)a->dk, a->dk_lo, st->ctx.dk, lay->dk.seq, st->col_begin,
-                 st->cols, d_qk, ws->dk_acc, ws->dk_lo, (size_t)d_qk);
-    ta_pairs_get((const float *)a->dv, a->dv_lo, st->ctx.dv, lay->dv.seq, st->col_begin,
-                 st->cols, dv, ws->dv_acc, ws->dv_lo, (size_t)dv);
+    ta_pairs_get((const float *)a->dk, a->dk_lo, st->ctx.dk, lay->dk.seq, st->col_begin, st->cols,
+                 d_qk, ws->dk_acc, ws->dk_lo, (size_t)d_qk);
+    ta_pairs_get((const float *)a->dv, a->dv_lo, st->ctx.dv, lay->dv.seq, st->col_begin, st->cols,
+                 dv, ws->dv_acc, ws->dv_lo, (size_t)dv);
 }
 
 /* 1 if (r, j) is a live entry of the band (S_q = S_k in the backward: p_r = r). */
@@ -719,8 +719,8 @@ void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a, const ta_re
     for (n = 0; n < n_dq; ++n)
         ws->dq_acc[n] = ws->dq_lo[n] = ws->dq_part[n] = 0.0f;
     if (a->accumulate) /* the caller's pairs (ta_bwd_args.accumulate) */
-        ta_pairs_get((const float *)a->dq, a->dq_lo, st->ctx.dq, plan->layout.dq.seq,
-                     st->row_begin, st->rows, d_qk, ws->dq_acc, ws->dq_lo, (size_t)d_qk);
+        ta_pairs_get((const float *)a->dq, a->dq_lo, st->ctx.dq, plan->layout.dq.seq, st->row_begin,
+                     st->rows, d_qk, ws->dq_acc, ws->dq_lo, (size_t)d_qk);
     for (n = 0; plan->has_conv && n < n_w; ++n)
         ws->dw_qtile[n] = ws->dw_qtile_lo[n] = 0.0f;
     for (r = 0; ws->da_hi && r < st->rows; ++r)
@@ -851,7 +851,8 @@ ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
     return TA_OK;
 }
 
-/* ta_bwd_finish (ta_internal.h): each requested gradient from its hi words, rounded once as ta_bwd stores it (dq, dk: scale * hi; dv: hi). */
+/* ta_bwd_finish (ta_internal.h): each requested gradient from its hi words, rounded once as ta_bwd
+ * stores it (dq, dk: scale * hi; dv: hi). */
 static void ta_ref_finish_one(const ta_plan *plan, const float *hi, void *out, int32_t heads,
                               int32_t seq, int32_t dim, const ta_strides *lay, float scale) {
     const ta_problem *p = &plan->p;
@@ -861,8 +862,8 @@ static void ta_ref_finish_one(const ta_plan *plan, const float *hi, void *out, i
     for (b = 0; b < p->batch; ++b)
         for (h = 0; h < heads; ++h)
             for (r = 0; r < seq; ++r) {
-                const size_t first =
-                    (size_t)((int64_t)b * lay->batch + (int64_t)h * lay->head + (int64_t)r * lay->seq);
+                const size_t first = (size_t)((int64_t)b * lay->batch + (int64_t)h * lay->head +
+                                              (int64_t)r * lay->seq);
                 for (d = 0; d < dim; ++d, ++at)
                     ta_store(out, p->dtype, first + (size_t)d, scale * hi[at]);
             }
@@ -871,8 +872,7 @@ static void ta_ref_finish_one(const ta_plan *plan, const float *hi, void *out, i
 void ta_ref_bwd_finish(const ta_plan *plan, const ta_bwd_finish_args *a) {
     const ta_problem *p = &plan->p;
     const ta_layout *lay = &plan->layout;
-    ta_ref_finish_one(plan, a->dq_hi, a->dq, p->heads_q, p->seq_q, plan->dim_k, &lay->dq,
-                      p->scale);
+    ta_ref_finish_one(plan, a->dq_hi, a->dq, p->heads_q, p->seq_q, plan->dim_k, &lay->dq, p->scale);
     ta_ref_finish_one(plan, a->dk_hi, a->dk, p->heads_kv, p->seq_k, plan->dim_k, &lay->dk,
                       p->scale);
     ta_ref_finish_one(plan, a->dv_hi, a->dv, p->heads_kv, p->seq_k, plan->dim_v, &lay->dv, 1.0f);

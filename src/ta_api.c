@@ -478,9 +478,8 @@ ta_status ta_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a, void 
 /* Steps 1-3 as ta_bwd's, its problem checks and the accumulating mode's, the
  * gradients' strides, each (hi, gradient) both set or both NULL, then the
  * buffers (alignment, overlap: the hi words are inputs, contiguous). */
-static ta_status ta_finish_validate(const ta_problem *p, ta_backend be,
-                                    const ta_bwd_finish_args *a, const void *stream, ta_plan *pl,
-                                    ta_diag *d) {
+static ta_status ta_finish_validate(const ta_problem *p, ta_backend be, const ta_bwd_finish_args *a,
+                                    const void *stream, ta_plan *pl, ta_diag *d) {
     static const char *const names[3][2] = {
         {"args.dq_hi", "args.dq"}, {"args.dk_hi", "args.dk"}, {"args.dv_hi", "args.dv"}};
     const ta_backend_ops *ops = NULL;

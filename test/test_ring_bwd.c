@@ -46,8 +46,8 @@ typedef struct rb_case {
     int q_aligned, k_aligned; /* the cut's points are multiples of 64 */
     int32_t nq, nk;
     int32_t qcut[MAX_CUTS + 1], kcut[MAX_CUTS + 1]; /* range r: [cut[r], cut[r + 1]) */
-    void *q, *k, *v, *d_o, *o; /* [H, S, D] / [H_kv, S, D], dtype */
-    float *lse;                /* [H, S] */
+    void *q, *k, *v, *d_o, *o;                      /* [H, S, D] / [H_kv, S, D], dtype */
+    float *lse;                                     /* [H, S] */
     size_t eb;
 } rb_case;
 
@@ -131,10 +131,12 @@ static int32_t pair_order(const rb_case *c, ta_rng *r, int32_t *order) {
     while (n < total) {
         int32_t ready[MAX_CUTS * MAX_CUTS], nr = 0, pick;
         for (a = 0; a < c->nq; ++a) { /* skip the invisible pairs */
-            while (next_b[a] < c->nk && !pair_problem(c, a, next_b[a], &p, &sl)) ++next_b[a];
+            while (next_b[a] < c->nk && !pair_problem(c, a, next_b[a], &p, &sl))
+                ++next_b[a];
         }
         for (b = 0; b < c->nk; ++b)
-            while (next_a[b] < c->nq && !pair_problem(c, next_a[b], b, &p, &sl)) ++next_a[b];
+            while (next_a[b] < c->nq && !pair_problem(c, next_a[b], b, &p, &sl))
+                ++next_a[b];
         for (a = 0; a < c->nq; ++a)
             if (next_b[a] < c->nk && next_a[next_b[a]] == a) ready[nr++] = a * MAX_CUTS + next_b[a];
         if (nr == 0) break; /* cannot happen: the grid's orders are compatible */
@@ -389,9 +391,9 @@ static void check_finish_strided(const rb_case *c, const rb_pairs *g, const void
             bad |= memcmp((char *)sq + at * c->eb, (const char *)dq + ct * c->eb,
                           (size_t)c->d * c->eb) != 0;
             if (h >= c->hkv) continue;
-            bad |= memcmp((char *)sk + ((size_t)r * (size_t)c->hkv + (size_t)h) * (size_t)c->d *
-                                           c->eb,
-                          (const char *)dk + ct * c->eb, (size_t)c->d * c->eb) != 0;
+            bad |=
+                memcmp((char *)sk + ((size_t)r * (size_t)c->hkv + (size_t)h) * (size_t)c->d * c->eb,
+                       (const char *)dk + ct * c->eb, (size_t)c->d * c->eb) != 0;
         }
     TA_CHECK(!bad, "problem %d: ta_bwd_finish into strided gradients != contiguous", idx);
     free(sq);
@@ -531,9 +533,11 @@ static void check_one(uint64_t seed, int idx) {
     printf("  problem %d: H=%d/%d D=%d S=%d %s %s%s, %d q ranges (%s), %d k ranges (%s), %d "
            "pairs\n",
            idx, (int)c.h, (int)c.hkv, (int)c.d, (int)c.s,
-           c.dt == TA_F32 ? "f32" : c.dt == TA_F16 ? "f16" : "bf16",
-           c.causal ? "causal" : "full", c.wide ? " wide" : "", (int)c.nq, c.q_aligned ? "x64" : "any", (int)c.nk,
-           c.k_aligned ? "x64" : "any", (int)n);
+           c.dt == TA_F32   ? "f32"
+           : c.dt == TA_F16 ? "f16"
+                            : "bf16",
+           c.causal ? "causal" : "full", c.wide ? " wide" : "", (int)c.nq,
+           c.q_aligned ? "x64" : "any", (int)c.nk, c.k_aligned ? "x64" : "any", (int)n);
     /* order and backend independence: both words */
     TA_CHECK(same_pairs(gr.dq, gr.dq_lo, gr2.dq, gr2.dq_lo, nq) &&
                  same_pairs(gr.dk, gr.dk_lo, gr2.dk, gr2.dk_lo, nk) &&
@@ -645,13 +649,13 @@ static void check_one(uint64_t seed, int idx) {
 /* One refused call: ta_bwd and ta_explain_bwd return want, the line names
  * field, and the hi and lo words (canary-filled) are untouched. */
 static void expect_bwd(const ta_problem *p, const ta_bwd_args *a, void *ws, size_t wb,
-                       const rb_pairs *g, size_t nq, size_t nk, ta_status want,
-                       const char *field, const char *what) {
+                       const rb_pairs *g, size_t nq, size_t nk, ta_status want, const char *field,
+                       const char *what) {
     char line[256];
     const ta_status st = ta_bwd(p, TA_BACKEND_CPU, a, ws, wb, NULL);
     const ta_status ex = ta_explain_bwd(p, TA_BACKEND_CPU, a, ws, wb, NULL, line, sizeof line);
-    TA_CHECK(st == want && ex == want, "%s: ta_bwd %d, explain %d, want %d", what, (int)st,
-             (int)ex, (int)want);
+    TA_CHECK(st == want && ex == want, "%s: ta_bwd %d, explain %d, want %d", what, (int)st, (int)ex,
+             (int)want);
     TA_CHECK(strstr(line, field) != NULL, "%s: \"%s\" does not name %s", what, line, field);
     TA_CHECK(ta_canary_intact(g->dq, nq * 4) && ta_canary_intact(g->dq_lo, nq * 4) &&
                  ta_canary_intact(g->dk, nk * 4) && ta_canary_intact(g->dk_lo, nk * 4) &&
@@ -827,7 +831,9 @@ int main(int argc, char **argv) {
            g_new_max, g_old_max, g_bf16_old_differs, g_bf16_bitwise_cases);
     TA_CHECK(g_bf16_bitwise_cases == 0 || g_bf16_old_differs > 0,
              "rounding each pair first never changed a bf16 bit");
-    TA_CHECK(g_old_max >= g_new_max, "bf16: the rounded-first recipe (%g) is not worse than the "
-             "accumulated ranges (%g)", g_old_max, g_new_max);
+    TA_CHECK(g_old_max >= g_new_max,
+             "bf16: the rounded-first recipe (%g) is not worse than the "
+             "accumulated ranges (%g)",
+             g_old_max, g_new_max);
     return ta_test_finish("test_ring_bwd");
 }
