@@ -8,7 +8,7 @@
  * the bottom-right alignment: seq_k = q1 - k0, seqlens_k = min(k1, q1) - k0),
  * adding into one set of f32 (hi, lo) pairs, then ta_bwd_finish. Checked on
  * REF and CPU (OpenMP and caller-run tasks), f32 / f16 / bf16, causal or not,
- * GQA sometimes:
+ * GQA and two batch entries sometimes:
  *
  *   - the pairs run in a random order that keeps, for every query range, its
  *     key ranges ascending and, for every key range, its query ranges
@@ -40,7 +40,7 @@
 #define MAX_CUTS 6
 
 typedef struct rb_case {
-    int32_t h, hkv, s, d;
+    int32_t b, h, hkv, s, d; /* batch, heads, kv heads, sequence, head dim */
     ta_dtype dt;
     int causal, wide;
     int q_aligned, k_aligned; /* the cut's points are multiples of 64 */
@@ -79,7 +79,7 @@ static int32_t make_cut(ta_rng *r, int32_t s, int aligned, int32_t *cut) {
 static ta_problem full_problem(const rb_case *c) {
     ta_problem p;
     memset(&p, 0, sizeof p);
-    p.batch = 1;
+    p.batch = c->b;
     p.heads_q = c->h;
     p.heads_kv = c->hkv;
     p.seq_q = p.seq_k = c->s;
@@ -155,8 +155,8 @@ typedef struct rb_pairs {
 } rb_pairs;
 
 static void pairs_alloc(const rb_case *c, rb_pairs *g) {
-    const size_t nq = (size_t)c->h * (size_t)c->s * (size_t)c->d;
-    const size_t nk = (size_t)c->hkv * (size_t)c->s * (size_t)c->d;
+    const size_t nq = (size_t)c->b * (size_t)c->h * (size_t)c->s * (size_t)c->d;
+    const size_t nk = (size_t)c->b * (size_t)c->hkv * (size_t)c->s * (size_t)c->d;
     g->dq = calloc(nq, sizeof(float));
     g->dq_lo = calloc(nq, sizeof(float));
     g->dk = calloc(nk, sizeof(float));
@@ -175,13 +175,13 @@ static void pairs_free(rb_pairs *g) {
     free(g->dv_lo);
 }
 
-/* The lse rows of query range a: [H, q1 - q0]. */
+/* The lse rows of query range a: [B, H, q1 - q0]. */
 static float *range_lse(const rb_case *c, int32_t a) {
     const int32_t q0 = c->qcut[a], n = c->qcut[a + 1] - q0;
-    float *l = malloc((size_t)c->h * (size_t)n * sizeof(float));
+    float *l = malloc((size_t)c->b * (size_t)c->h * (size_t)n * sizeof(float));
     int32_t h;
     if (!l) exit(1);
-    for (h = 0; h < c->h; ++h)
+    for (h = 0; h < c->b * c->h; ++h) /* (batch, head) rows: [B H, S] */
         memcpy(l + (size_t)h * (size_t)n, c->lse + (size_t)h * (size_t)c->s + (size_t)q0,
                (size_t)n * sizeof(float));
     return l;
@@ -193,7 +193,8 @@ static float *range_lse(const rb_case *c, int32_t a) {
  * the gradients' pointers are the caller's. */
 typedef struct rb_call {
     int32_t a, b, seqlen;
-    size_t q0, k0; /* element offsets of rows q0, k0 */
+    int32_t seqlens[2]; /* seqlen for each batch entry (B <= 2) */
+    size_t q0, k0;      /* element offsets of rows q0, k0 */
     ta_problem p;
     ta_bwd_args ba;
     float *lse;
@@ -213,7 +214,8 @@ static void call_begin(const rb_case *c, int32_t code, rb_call *cl) {
     cl->ba.k = (const char *)c->k + cl->k0 * c->eb;
     cl->ba.v = (const char *)c->v + cl->k0 * c->eb;
     cl->ba.lse = cl->lse;
-    cl->ba.seqlens_k = cl->seqlen >= 0 ? &cl->seqlen : NULL;
+    cl->seqlens[0] = cl->seqlens[1] = cl->seqlen;
+    cl->ba.seqlens_k = cl->seqlen >= 0 ? cl->seqlens : NULL;
     cl->ba.q_strides = cl->ba.o_strides = cl->ba.d_o_strides = cl->ba.dq_strides =
         strides_of(c->h, c->s, c->d);
     cl->ba.k_strides = cl->ba.v_strides = cl->ba.dk_strides = cl->ba.dv_strides =
@@ -291,8 +293,8 @@ static int same_pairs(const float *hi, const float *lo, const float *hi2, const 
  * gradients of the f32 sums. */
 static void run_rounded(const rb_case *c, const int32_t *order, int32_t n, void *dq, void *dk,
                         void *dv) {
-    const size_t nq = (size_t)c->h * (size_t)c->s * (size_t)c->d;
-    const size_t nk = (size_t)c->hkv * (size_t)c->s * (size_t)c->d;
+    const size_t nq = (size_t)c->b * (size_t)c->h * (size_t)c->s * (size_t)c->d;
+    const size_t nk = (size_t)c->b * (size_t)c->hkv * (size_t)c->s * (size_t)c->d;
     float *sq = calloc(nq, sizeof(float)), *sk = calloc(nk, sizeof(float));
     float *sv = calloc(nk, sizeof(float));
     void *tq = malloc(nq * c->eb), *tk = malloc(nk * c->eb), *tv = malloc(nk * c->eb);
@@ -311,14 +313,14 @@ static void run_rounded(const rb_case *c, const int32_t *order, int32_t n, void 
         TA_CHECK(ta_bwd(&cl.p, TA_BACKEND_REF, &cl.ba, ws, wb, NULL) == TA_OK, "rounded pair");
         ta_test_free(ws);
         free(cl.lse);
-        for (h = 0; h < c->h; ++h) /* the pair's rows: q rows [q0, q0 + seq_q) */
+        for (h = 0; h < c->b * c->h; ++h) /* (b, h); the pair's q rows [q0, q0 + seq_q) */
             for (rr = 0; rr < cl.p.seq_q; ++rr)
                 for (x = 0; x < c->d; ++x) {
                     e = ((size_t)h * (size_t)c->s + (size_t)(c->qcut[cl.a] + rr)) * (size_t)c->d +
                         (size_t)x;
                     sq[e] += (float)ta_get(tq, c->dt, e);
                 }
-        for (h = 0; h < c->hkv; ++h) /* its keys [k0, k0 + seq_k) */
+        for (h = 0; h < c->b * c->hkv; ++h) /* (b, kv head); its keys [k0, k0 + seq_k) */
             for (rr = 0; rr < cl.p.seq_k; ++rr)
                 for (x = 0; x < c->d; ++x) {
                     e = ((size_t)h * (size_t)c->s + (size_t)(c->kcut[cl.b] + rr)) * (size_t)c->d +
@@ -367,11 +369,11 @@ static void finish(const rb_case *c, ta_backend be, const rb_pairs *g, void *dq,
 static void check_finish_strided(const rb_case *c, const rb_pairs *g, const void *dq,
                                  const void *dk, int idx) {
     const ta_problem p = full_problem(c);
-    const size_t nq = (size_t)c->h * (size_t)c->s * (size_t)c->d;
-    const size_t nk = (size_t)c->hkv * (size_t)c->s * (size_t)c->d;
+    const size_t nq = (size_t)c->b * (size_t)c->h * (size_t)c->s * (size_t)c->d;
+    const size_t nk = (size_t)c->b * (size_t)c->hkv * (size_t)c->s * (size_t)c->d;
     void *sq = malloc(nq * c->eb), *sk = malloc(nk * c->eb);
     ta_bwd_finish_args f;
-    int32_t h, r;
+    int32_t bb, h, r;
     int bad = 0;
     if (!sq || !sk) exit(1);
     ta_poison(sq, nq * c->eb);
@@ -384,17 +386,24 @@ static void check_finish_strided(const rb_case *c, const rb_pairs *g, const void
     f.dq_strides = ta_test_strides_bshd(c->h, c->s, c->d);
     f.dk_strides = ta_test_strides_bshd(c->hkv, c->s, c->d);
     TA_CHECK(ta_bwd_finish(&p, TA_BACKEND_CPU, &f, NULL) == TA_OK, "strided finish");
-    for (h = 0; h < c->h; ++h)
-        for (r = 0; r < c->s; ++r) {
-            const size_t at = ((size_t)r * (size_t)c->h + (size_t)h) * (size_t)c->d;
-            const size_t ct = ((size_t)h * (size_t)c->s + (size_t)r) * (size_t)c->d;
-            bad |= memcmp((char *)sq + at * c->eb, (const char *)dq + ct * c->eb,
-                          (size_t)c->d * c->eb) != 0;
-            if (h >= c->hkv) continue;
-            bad |=
-                memcmp((char *)sk + ((size_t)r * (size_t)c->hkv + (size_t)h) * (size_t)c->d * c->eb,
-                       (const char *)dk + ct * c->eb, (size_t)c->d * c->eb) != 0;
-        }
+    for (bb = 0; bb < c->b; ++bb)
+        for (h = 0; h < c->h; ++h)
+            for (r = 0; r < c->s; ++r) {
+                const size_t bsr = (size_t)bb * (size_t)c->s + (size_t)r; /* [B, S, H, D] */
+                const size_t at = (bsr * (size_t)c->h + (size_t)h) * (size_t)c->d;
+                const size_t ak = (bsr * (size_t)c->hkv + (size_t)h) * (size_t)c->d;
+                const size_t cq =
+                    (((size_t)bb * (size_t)c->h + (size_t)h) * (size_t)c->s + (size_t)r) *
+                    (size_t)c->d;
+                const size_t ck =
+                    (((size_t)bb * (size_t)c->hkv + (size_t)h) * (size_t)c->s + (size_t)r) *
+                    (size_t)c->d;
+                bad |= memcmp((char *)sq + at * c->eb, (const char *)dq + cq * c->eb,
+                              (size_t)c->d * c->eb) != 0;
+                if (h < c->hkv)
+                    bad |= memcmp((char *)sk + ak * c->eb, (const char *)dk + ck * c->eb,
+                                  (size_t)c->d * c->eb) != 0;
+            }
     TA_CHECK(!bad, "problem %d: ta_bwd_finish into strided gradients != contiguous", idx);
     free(sq);
     free(sk);
@@ -450,6 +459,7 @@ static void check_one(uint64_t seed, int idx) {
     int j, dq_bitwise, dkdv_bitwise;
     ta_rng_seed(&r, seed + 104729u * (uint64_t)(idx + 1));
     memset(&c, 0, sizeof c);
+    c.b = ta_rng_int(&r, 0, 3) == 0 ? 2 : 1;
     c.hkv = ta_rng_int(&r, 1, 2);
     c.h = c.hkv * ta_rng_int(&r, 1, 2);
     c.d = dims[ta_rng_int(&r, 0, 2)];
@@ -461,14 +471,14 @@ static void check_one(uint64_t seed, int idx) {
     c.nq = make_cut(&r, c.s, c.q_aligned, c.qcut);
     c.nk = make_cut(&r, c.s, c.k_aligned, c.kcut);
     c.eb = eb = ta_dtype_size(c.dt);
-    nq = (size_t)c.h * (size_t)c.s * (size_t)c.d;
-    nk = (size_t)c.hkv * (size_t)c.s * (size_t)c.d;
+    nq = (size_t)c.b * (size_t)c.h * (size_t)c.s * (size_t)c.d;
+    nk = (size_t)c.b * (size_t)c.hkv * (size_t)c.s * (size_t)c.d;
     c.q = malloc(nq * eb);
     c.d_o = malloc(nq * eb);
     c.o = malloc(nq * eb);
     c.k = malloc(nk * eb);
     c.v = malloc(nk * eb);
-    c.lse = malloc((size_t)c.h * (size_t)c.s * sizeof(float));
+    c.lse = malloc((size_t)c.b * (size_t)c.h * (size_t)c.s * sizeof(float));
     for (j = 0; j < 3; ++j) {
         const size_t n_j = j == 0 ? nq : nk;
         full[j] = malloc(n_j * eb);
@@ -530,9 +540,9 @@ static void check_one(uint64_t seed, int idx) {
     run_accumulate(&c, TA_BACKEND_CPU, &r, order, n, &gc);
     finish(&c, TA_BACKEND_REF, &gr, acc_r[0], acc_r[1], acc_r[2]);
     finish(&c, TA_BACKEND_CPU, &gc, acc_c[0], acc_c[1], acc_c[2]);
-    printf("  problem %d: H=%d/%d D=%d S=%d %s %s%s, %d q ranges (%s), %d k ranges (%s), %d "
+    printf("  problem %d: B=%d H=%d/%d D=%d S=%d %s %s%s, %d q ranges (%s), %d k ranges (%s), %d "
            "pairs\n",
-           idx, (int)c.h, (int)c.hkv, (int)c.d, (int)c.s,
+           idx, (int)c.b, (int)c.h, (int)c.hkv, (int)c.d, (int)c.s,
            c.dt == TA_F32   ? "f32"
            : c.dt == TA_F16 ? "f16"
                             : "bf16",
@@ -691,12 +701,12 @@ static void check_bad_input(void) {
     void *ws;
     ta_rng_seed(&r, 12345);
     memset(&c, 0, sizeof c);
-    c.h = 2, c.hkv = 1, c.d = 16, c.s = 70, c.dt = TA_F32, c.eb = 4, c.causal = 1;
-    nq = (size_t)c.h * (size_t)c.s * (size_t)c.d;
-    nk = (size_t)c.hkv * (size_t)c.s * (size_t)c.d;
+    c.b = 1, c.h = 2, c.hkv = 1, c.d = 16, c.s = 70, c.dt = TA_F32, c.eb = 4, c.causal = 1;
+    nq = (size_t)c.b * (size_t)c.h * (size_t)c.s * (size_t)c.d;
+    nk = (size_t)c.b * (size_t)c.hkv * (size_t)c.s * (size_t)c.d;
     c.q = malloc(nq * 4), c.d_o = malloc(nq * 4), c.o = malloc(nq * 4);
     c.k = malloc(nk * 4), c.v = malloc(nk * 4);
-    c.lse = malloc((size_t)c.h * (size_t)c.s * 4);
+    c.lse = malloc((size_t)c.b * (size_t)c.h * (size_t)c.s * 4);
     grad = malloc(nq * 4);
     conv_w = calloc(2 * 3, sizeof(float));
     dconv_w = malloc(2 * 3 * sizeof(float));
@@ -706,7 +716,7 @@ static void check_bad_input(void) {
     ta_fill_uniform(&r, c.o, TA_F32, nq, -1.0f, 1.0f);
     ta_fill_uniform(&r, c.k, TA_F32, nk, -1.0f, 1.0f);
     ta_fill_uniform(&r, c.v, TA_F32, nk, -1.0f, 1.0f);
-    ta_fill_uniform(&r, c.lse, TA_F32, (size_t)c.h * (size_t)c.s, 1.0f, 2.0f);
+    ta_fill_uniform(&r, c.lse, TA_F32, (size_t)c.b * (size_t)c.h * (size_t)c.s, 1.0f, 2.0f);
     pairs_alloc(&c, &g);
     ta_canary_fill(g.dq, nq * 4);
     ta_canary_fill(g.dq_lo, nq * 4);
