@@ -417,7 +417,30 @@ typedef struct ta_bwd_args {
                                    tokens in a fixed order; overwritten. Required iff
                                    latent_dim > 0 */
     float *dw_vup;            /**< [H, latent_dim, head_dim_v] f32, as dw_qlat */
+    int32_t accumulate;       /**< 0 (default): dq, dk, dv are written in the storage
+                                   dtype, overwritten. TA_BWD_ACCUMULATE (1): the
+                                   backward over key and query ranges (docs/api.md,
+                                   "Backward over key and query ranges"): dq, dk, dv
+                                   and dq_lo, dk_lo, dv_lo are f32 (hi, lo) pairs of
+                                   the unscaled gradient sums (src/ta_sum2.h), laid out
+                                   by dq_strides, dk_strides, dv_strides in f32
+                                   elements (a word and its lo word share one
+                                   offset), read and written: the call adds its sums
+                                   to them in the order ta_bwd sums, and
+                                   ta_bwd_finish turns them into the gradients.
+                                   Zero-fill both words before the first call. SDPA
+                                   only (no conv, rope, band or projections:
+                                   TA_ERR_UNSUPPORTED); REF and CPU, OpenMP or
+                                   caller-run tasks (CUDA: TA_ERR_UNSUPPORTED for
+                                   now). Other values: TA_ERR_BAD_ARG. */
+    /** With accumulate: the lo words of dq, dk, dv (f32, their hi words' layout);
+     *  required then, else ignored. @{ */
+    float *dq_lo, *dk_lo, *dv_lo;
+    /** @} */
 } ta_bwd_args;
+
+/** ta_bwd_args.accumulate: add the backward's sums into f32 (hi, lo) pair buffers. */
+#define TA_BWD_ACCUMULATE 1
 
 /**
  * Workspace bytes ta_fwd needs for problem p on backend be.
@@ -473,7 +496,9 @@ ta_status ta_bwd_workspace_size(const ta_problem *p, ta_backend be, size_t *byte
  * @param[in]     be        backend
  * @param[in,out] a         pointers: q, k, v, o, d_o, lse, conv_w read; dq, dk, dv,
  *                          dconv_w and the trace written on TA_OK only (the
- *                          gradients overwritten, not accumulated into)
+ *                          gradients overwritten, not accumulated into, unless
+ *                          a->accumulate: then dq, dk, dv and their lo words
+ *                          are f32 pairs read and added into; ta_bwd_finish)
  * @param[in]     workspace as for ta_fwd, at least what ta_bwd_workspace_size
  *                          returned; scratch, undefined on return
  * @param[in]     workspace_bytes  bytes at workspace (else TA_ERR_WORKSPACE_SIZE)
@@ -482,6 +507,42 @@ ta_status ta_bwd_workspace_size(const ta_problem *p, ta_backend be, size_t *byte
  */
 ta_status ta_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a, void *workspace,
                  size_t workspace_bytes, void *stream);
+
+/** The hi words of accumulating backward calls (ta_bwd_args.accumulate)
+ *  and the gradients ta_bwd_finish makes of them. Each (hi, gradient) of dq,
+ *  dk, dv is both set or both NULL (that gradient not finished). */
+typedef struct ta_bwd_finish_args {
+    const float *dq_hi; /**< [B, H, S_q, D] f32, contiguous: the unscaled dq sums */
+    const float *dk_hi; /**< [B, H_kv, S_k, D] f32, contiguous */
+    const float *dv_hi; /**< [B, H_kv, S_k, D_v] f32, contiguous */
+    void *dq;           /**< [B, H, S_q, D] dtype, dq_strides; written */
+    void *dk;           /**< [B, H_kv, S_k, D] dtype, dk_strides; written */
+    void *dv;           /**< [B, H_kv, S_k, D_v] dtype, dv_strides; written */
+    /** Strides of dq, dk, dv (ta_strides); zero = contiguous. @{ */
+    ta_strides dq_strides, dk_strides, dv_strides;
+    /** @} */
+} ta_bwd_finish_args;
+
+/**
+ * The gradients of accumulating backward calls: per element, from its hi
+ * word x, dq = store(scale * x), dk = store(scale * x), dv = store(x),
+ * each rounded once to the storage dtype: the arithmetic with which ta_bwd
+ * stores them, so accumulating calls over ranges in ascending order, then
+ * this, give one ta_bwd's bits (docs/api.md, "Backward over key and query
+ * ranges", for the conditions). No workspace.
+ * @param[in]     p       the problem of the backward calls over the whole
+ *                        tensors (sizes, dtype, scale), validated as by ta_bwd
+ * @param[in]     be      TA_BACKEND_REF or TA_BACKEND_CPU (host memory);
+ *                        CUDA: TA_ERR_UNSUPPORTED for now
+ * @param[in,out] a       the hi words and the gradients; written on TA_OK only
+ * @param[in]     stream  NULL (host backends)
+ * @return TA_OK; TA_ERR_NULL_ARG (p, a); TA_ERR_BAD_ARG (a hi pointer
+ *         without its gradient or the reverse, a stride, a misaligned or
+ *         overlapping buffer); the problem's and the backend's statuses as for
+ *         ta_bwd (ta_explain_bwd_finish names a failed check)
+ */
+ta_status ta_bwd_finish(const ta_problem *p, ta_backend be, const ta_bwd_finish_args *a,
+                        void *stream);
 
 /**
  * Partial results to merge (ta_merge): K forwards of the same queries over
@@ -583,6 +644,15 @@ ta_status ta_explain_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *
  */
 ta_status ta_explain_merge(const ta_problem *p, ta_backend be, const ta_merge_args *a,
                            const void *stream, char *buf, size_t buf_len);
+/**
+ * Explains ta_bwd_finish: its checks, nothing computed.
+ * @param[in]  p, be, a, stream  as for ta_bwd_finish; only read
+ * @param[out] buf      the line, NUL-terminated; may be NULL
+ * @param[in]  buf_len  bytes at buf; 0 writes nothing
+ * @return the status ta_bwd_finish would return before computing
+ */
+ta_status ta_explain_bwd_finish(const ta_problem *p, ta_backend be, const ta_bwd_finish_args *a,
+                                const void *stream, char *buf, size_t buf_len);
 /**
  * Explains ta_fwd_workspace_size.
  * @param[in]  p, be    as for ta_fwd_workspace_size

@@ -385,6 +385,26 @@ static void ta_ref_bwd_store_dkdv(const ta_plan *plan, const ta_bwd_args *a,
     }
 }
 
+/* Accumulate mode (ta_bwd_args.accumulate): K tile st's keys' pairs
+ * (dk_acc, dk_lo), (dv_acc, dv_lo) from the caller's pair buffers (get) or
+ * back into them (put), unscaled. */
+static void ta_ref_bwd_pairs_dkdv(const ta_plan *plan, const ta_bwd_args *a,
+                                  const ta_ref_bwd_ws *ws, const ta_ref_step *st, int put) {
+    const ta_layout *lay = &plan->layout;
+    const int32_t d_qk = plan->dim_k, dv = plan->dim_v;
+    if (put) {
+        ta_pairs_put((float *)a->dk, a->dk_lo, st->ctx.dk, lay->dk.seq, st->col_begin, st->cols,
+                     d_qk, ws->dk_acc, ws->dk_lo, (size_t)d_qk);
+        ta_pairs_put((float *)a->dv, a->dv_lo, st->ctx.dv, lay->dv.seq, st->col_begin, st->cols, dv,
+                     ws->dv_acc, ws->dv_lo, (size_t)dv);
+        return;
+    }
+    ta_pairs_get((const float *)a->dk, a->dk_lo, st->ctx.dk, lay->dk.seq, st->col_begin, st->cols,
+                 d_qk, ws->dk_acc, ws->dk_lo, (size_t)d_qk);
+    ta_pairs_get((const float *)a->dv, a->dv_lo, st->ctx.dv, lay->dv.seq, st->col_begin, st->cols,
+                 dv, ws->dv_acc, ws->dv_lo, (size_t)dv);
+}
+
 /* 1 if (r, j) is a live entry of the band (S_q = S_k in the backward: p_r = r). */
 static int ta_ref_bwd_in_band(const ta_plan *plan, const ta_ref_bwd_ws *ws, const ta_ref_step *st,
                               int32_t r, int32_t j) {
@@ -454,6 +474,7 @@ void ta_ref_bwd_k_tile(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_b
         ws->dk_acc[n] = ws->dk_lo[n] = ws->dk_part[n] = 0.0f;
     for (n = 0; n < n_dv; ++n)
         ws->dv_acc[n] = ws->dv_lo[n] = ws->dv_part[n] = 0.0f;
+    if (a->accumulate) ta_ref_bwd_pairs_dkdv(plan, a, ws, st, 0); /* the caller's pairs */
     /* step 2: heads of the group ascending (each with its own kernel), then Q tiles */
     for (g = 0; g < plan->group; ++g) {
         const int32_t h = st->ctx.head_kv * plan->group + g;
@@ -477,8 +498,11 @@ void ta_ref_bwd_k_tile(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_b
         for (j = 0; j < st->cols; ++j)
             ta_ref_bwd_flush_dkdv(plan, ws, j);
     }
-    /* step 3: scale dk, round both once */
-    ta_ref_bwd_store_dkdv(plan, a, ws, st);
+    /* step 3: scale dk, round both once (accumulate: the pairs back, unscaled) */
+    if (a->accumulate)
+        ta_ref_bwd_pairs_dkdv(plan, a, ws, st, 1);
+    else
+        ta_ref_bwd_store_dkdv(plan, a, ws, st);
 }
 
 /* Pass 2: row r's (row rl of the Q tile) partial of the current key chunk
@@ -694,6 +718,9 @@ void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a, const ta_re
     ta_ref_bwd_load_q(plan, a, ws, st);
     for (n = 0; n < n_dq; ++n)
         ws->dq_acc[n] = ws->dq_lo[n] = ws->dq_part[n] = 0.0f;
+    if (a->accumulate) /* the caller's pairs (ta_bwd_args.accumulate) */
+        ta_pairs_get((const float *)a->dq, a->dq_lo, st->ctx.dq, plan->layout.dq.seq, st->row_begin,
+                     st->rows, d_qk, ws->dq_acc, ws->dq_lo, (size_t)d_qk);
     for (n = 0; plan->has_conv && n < n_w; ++n)
         ws->dw_qtile[n] = ws->dw_qtile_lo[n] = 0.0f;
     for (r = 0; ws->da_hi && r < st->rows; ++r)
@@ -731,6 +758,11 @@ void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a, const ta_re
         for (r = 0; r < st->rows; ++r)
             ta_ref_bwd_flush_ctx(plan, ws, r);
         ta_ref_bwd_store_dq_lat(plan, a, ws, st);
+        return;
+    }
+    if (a->accumulate) { /* the pairs back, unscaled (SDPA only: validated) */
+        ta_pairs_put((float *)a->dq, a->dq_lo, st->ctx.dq, plan->layout.dq.seq, st->row_begin,
+                     st->rows, d_qk, ws->dq_acc, ws->dq_lo, (size_t)d_qk);
         return;
     }
     for (r = st->row_begin; r < st->row_begin + st->rows; ++r) {
@@ -817,4 +849,31 @@ ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
             }
     ta_ref_bwd_end(a, &ws);
     return TA_OK;
+}
+
+/* ta_bwd_finish (ta_internal.h): each requested gradient from its hi words, rounded once as ta_bwd
+ * stores it (dq, dk: scale * hi; dv: hi). */
+static void ta_ref_finish_one(const ta_plan *plan, const float *hi, void *out, int32_t heads,
+                              int32_t seq, int32_t dim, const ta_strides *lay, float scale) {
+    const ta_problem *p = &plan->p;
+    int32_t b, h, r, d;
+    size_t at = 0; /* hi is contiguous: element order */
+    if (!hi) return;
+    for (b = 0; b < p->batch; ++b)
+        for (h = 0; h < heads; ++h)
+            for (r = 0; r < seq; ++r) {
+                const size_t first = (size_t)((int64_t)b * lay->batch + (int64_t)h * lay->head +
+                                              (int64_t)r * lay->seq);
+                for (d = 0; d < dim; ++d, ++at)
+                    ta_store(out, p->dtype, first + (size_t)d, scale * hi[at]);
+            }
+}
+
+void ta_ref_bwd_finish(const ta_plan *plan, const ta_bwd_finish_args *a) {
+    const ta_problem *p = &plan->p;
+    const ta_layout *lay = &plan->layout;
+    ta_ref_finish_one(plan, a->dq_hi, a->dq, p->heads_q, p->seq_q, plan->dim_k, &lay->dq, p->scale);
+    ta_ref_finish_one(plan, a->dk_hi, a->dk, p->heads_kv, p->seq_k, plan->dim_k, &lay->dk,
+                      p->scale);
+    ta_ref_finish_one(plan, a->dv_hi, a->dv, p->heads_kv, p->seq_k, plan->dim_v, &lay->dv, 1.0f);
 }

@@ -327,6 +327,50 @@ ta_status ta_tune_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, 
     return TA_OK;
 }
 
+/* The backends and operations the pairs of ta_bwd_args.accumulate and
+ * ta_bwd_finish exist for (field: the name a failure gives). */
+static ta_status ta_check_accumulate_problem(const ta_plan *pl, ta_backend be, const char *field,
+                                             ta_diag *d) {
+    if (be == TA_BACKEND_CUDA)
+        return ta_fail_backend(d, TA_ERR_UNSUPPORTED, be,
+                               "has no accumulating backward yet (REF and CPU only)");
+    if (pl->has_conv || pl->stages.load == TA_LOAD_ROPE || pl->stages.score == TA_SCORE_RBAND ||
+        pl->p.latent_dim > 0)
+        return ta_fail(d, TA_ERR_UNSUPPORTED, field,
+                       "SDPA only (no conv, rope, reciprocal band or latent projections)");
+    return TA_OK;
+}
+
+/* The f32 extent of a gradient whose storage-dtype extent is *bytes (the
+ * same strides; whole elements up to one past the last): 4 / elem_bytes as
+ * many bytes, checked (n fits size_t in the storage dtype, 4 n bytes may
+ * not). */
+static ta_status ta_f32_extent(const ta_plan *pl, size_t *bytes, const char *field, ta_diag *d) {
+    if (!ta_mul_size(*bytes / pl->elem_bytes, sizeof(float), bytes))
+        return ta_fail(d, TA_ERR_OVERFLOW, field, "the f32 buffers' byte counts overflow size_t");
+    return TA_OK;
+}
+
+/* ta_bwd_args.accumulate (docs/api.md, "Backward over key and query ranges"),
+ * after the strides: the mode's value, its backends and operations, the lo
+ * words present; then dq, dk, dv's extents are their f32 ones (their lo
+ * words' too). */
+static ta_status ta_check_bwd_accumulate(const ta_plan *pl, ta_backend be, const ta_bwd_args *a,
+                                         ta_extents *ex, ta_diag *d) {
+    static const char *const names[] = {"args.dq_lo", "args.dk_lo", "args.dv_lo"};
+    const void *const req[] = {a->dq_lo, a->dk_lo, a->dv_lo};
+    ta_status st;
+    if (a->accumulate == 0) return TA_OK;
+    if (a->accumulate != TA_BWD_ACCUMULATE)
+        return ta_fail_value(d, TA_ERR_BAD_ARG, "args.accumulate", a->accumulate,
+                             "not 0 or TA_BWD_ACCUMULATE (1)");
+    if ((st = ta_check_accumulate_problem(pl, be, "args.accumulate", d)) != TA_OK) return st;
+    if ((st = ta_check_required(req, names, 3, d)) != TA_OK) return st;
+    if ((st = ta_f32_extent(pl, &ex->dq, "args.dq", d)) != TA_OK) return st;
+    if ((st = ta_f32_extent(pl, &ex->dk, "args.dk", d)) != TA_OK) return st;
+    return ta_f32_extent(pl, &ex->dv, "args.dv", d);
+}
+
 static ta_status ta_bwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend be,
                                    const ta_bwd_args *a, const void *ws, size_t ws_bytes,
                                    size_t ws_needed, ta_diag *d) {
@@ -353,6 +397,7 @@ static ta_status ta_bwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend
                                lat ? (const void *)a->dw_qlat : (const void *)a,
                                lat ? (const void *)a->dw_vup : (const void *)a};
     const size_t eb = pl->elem_bytes;
+    const size_t eb_g = a->accumulate ? sizeof(float) : eb; /* the gradients' element */
     size_t tr_bytes;
     ta_status st;
     if ((st = ta_check_required(req, names, 16, d)) != TA_OK) return st;
@@ -373,16 +418,19 @@ static ta_status ta_bwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend
             TA_BUF(lat ? a->w_qlat : NULL, pl->n_wq, sizeof(float), "args.w_qlat"),
             TA_BUF(lat ? a->w_vup : NULL, pl->n_wv, sizeof(float), "args.w_vup")};
         const ta_buf out[] = {
-            {a->dq, ex->dq, eb, "args.dq"},
-            {a->dk, ex->dk, eb, "args.dk"},
-            {a->dv, ex->dv, eb, "args.dv"},
+            {a->dq, ex->dq, eb_g, "args.dq"},
+            {a->dk, ex->dk, eb_g, "args.dk"},
+            {a->dv, ex->dv, eb_g, "args.dv"},
+            {a->accumulate ? a->dq_lo : NULL, ex->dq, eb_g, "args.dq_lo"},
+            {a->accumulate ? a->dk_lo : NULL, ex->dk, eb_g, "args.dk_lo"},
+            {a->accumulate ? a->dv_lo : NULL, ex->dv, eb_g, "args.dv_lo"},
             TA_BUF(pl->has_conv ? a->dconv_w : NULL, pl->n_conv, sizeof(float), "args.dconv_w"),
             TA_BUF(rband ? a->d_alpha : NULL, 1, sizeof(float), "args.d_alpha"),
             TA_BUF(lat ? a->dw_qlat : NULL, pl->n_wq, sizeof(float), "args.dw_qlat"),
             TA_BUF(lat ? a->dw_vup : NULL, pl->n_wv, sizeof(float), "args.dw_vup"),
             TA_TRACE_BUFS(a->trace, tr_bytes),
             {ws, ws_needed, 1, "workspace"}};
-        if ((st = ta_check_buffers(in, 14, out, 10, d)) != TA_OK) return st;
+        if ((st = ta_check_buffers(in, 14, out, 13, d)) != TA_OK) return st;
     }
     return ta_check_workspace(ws, ws_bytes, ws_needed, d);
 }
@@ -397,6 +445,7 @@ static ta_status ta_bwd_validate_mode(const ta_problem *p, ta_backend be, const 
     if ((st = ta_call_begin(p, be, a, stream, tasks, pl, ops, d)) != TA_OK) return st;
     if ((st = ta_check_bwd_problem(pl, d)) != TA_OK) return st;
     if ((st = ta_plan_set_bwd_layout(pl, a, ex, d)) != TA_OK) return st;
+    if ((st = ta_check_bwd_accumulate(pl, be, a, ex, d)) != TA_OK) return st;
     if ((st = ta_call_need(be, *ops, pl, 1, tasks, &need, d)) != TA_OK) return st;
     if ((st = ta_bwd_check_ptrs(pl, ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
     if ((st = ta_check_seqlens_host(pl, a->seqlens_k, (*ops)->host_memory, d)) != TA_OK) return st;
@@ -422,6 +471,74 @@ ta_status ta_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a, void 
     st = ta_bwd_validate(p, be, a, workspace, workspace_bytes, stream, &pl, &ops, &d);
     if (st != TA_OK) return st;
     return ops->bwd(&pl, a, workspace, stream);
+}
+
+/* ---- ta_bwd_finish (docs/api.md, "Backward over key and query ranges") ---- */
+
+/* Steps 1-3 as ta_bwd's, its problem checks and the accumulating mode's, the
+ * gradients' strides, each (hi, gradient) both set or both NULL, then the
+ * buffers (alignment, overlap: the hi words are inputs, contiguous). */
+static ta_status ta_finish_validate(const ta_problem *p, ta_backend be, const ta_bwd_finish_args *a,
+                                    const void *stream, ta_plan *pl, ta_diag *d) {
+    static const char *const names[3][2] = {
+        {"args.dq_hi", "args.dq"}, {"args.dk_hi", "args.dk"}, {"args.dv_hi", "args.dv"}};
+    const ta_backend_ops *ops = NULL;
+    ta_bwd_args strides = {0}; /* only the gradients' strides */
+    ta_extents ex;
+    size_t hi_bytes[3];
+    ta_status st;
+    int g;
+    if ((st = ta_call_begin(p, be, a, stream, 0, pl, &ops, d)) != TA_OK) return st;
+    if ((st = ta_check_bwd_problem(pl, d)) != TA_OK) return st;
+    if ((st = ta_check_accumulate_problem(pl, be, "problem", d)) != TA_OK) return st;
+    strides.dq_strides = a->dq_strides;
+    strides.dk_strides = a->dk_strides;
+    strides.dv_strides = a->dv_strides;
+    if ((st = ta_plan_set_bwd_layout(pl, &strides, &ex, d)) != TA_OK) return st;
+    {
+        const void *const his[3] = {a->dq_hi, a->dk_hi, a->dv_hi};
+        const void *const grads[3] = {a->dq, a->dk, a->dv};
+        const size_t counts[3] = {pl->n_q, pl->n_k, pl->n_v};
+        for (g = 0; g < 3; ++g) {
+            if (!his[g] != !grads[g])
+                return ta_fail_pair(d, TA_ERR_BAD_ARG, names[g][his[g] ? 1 : 0],
+                                    "is NULL: must be set with", names[g][his[g] ? 0 : 1]);
+            hi_bytes[g] = counts[g] * pl->elem_bytes; /* fits: checked by the plan */
+            if ((st = ta_f32_extent(pl, hi_bytes + g, names[g][0], d)) != TA_OK) return st;
+        }
+    }
+    {
+        const ta_buf in[] = {{a->dq_hi, hi_bytes[0], sizeof(float), "args.dq_hi"},
+                             {a->dk_hi, hi_bytes[1], sizeof(float), "args.dk_hi"},
+                             {a->dv_hi, hi_bytes[2], sizeof(float), "args.dv_hi"}};
+        const ta_buf out[] = {{a->dq, ex.dq, pl->elem_bytes, "args.dq"},
+                              {a->dk, ex.dk, pl->elem_bytes, "args.dk"},
+                              {a->dv, ex.dv, pl->elem_bytes, "args.dv"}};
+        return ta_check_buffers(in, 3, out, 3, d);
+    }
+}
+
+ta_status ta_bwd_finish(const ta_problem *p, ta_backend be, const ta_bwd_finish_args *a,
+                        void *stream) {
+    ta_plan pl;
+    ta_diag d;
+    ta_status st;
+    ta_diag_init(&d);
+    st = ta_finish_validate(p, be, a, stream, &pl, &d);
+    if (st != TA_OK) return st;
+    ta_ref_bwd_finish(&pl, a); /* host memory (REF and CPU: one loop) */
+    return TA_OK;
+}
+
+ta_status ta_explain_bwd_finish(const ta_problem *p, ta_backend be, const ta_bwd_finish_args *a,
+                                const void *stream, char *buf, size_t buf_len) {
+    ta_plan pl;
+    ta_diag d;
+    ta_status st;
+    ta_diag_init(&d);
+    st = ta_finish_validate(p, be, a, stream, &pl, &d);
+    ta_diag_format(&d, st, buf, buf_len);
+    return st;
 }
 
 /* ---- ta_merge (docs/api.md, "Split-K and merge") ---- */

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "tileattn.h"
 #include "tileattn_tiling.h"
@@ -110,6 +111,40 @@ int ta_mul_size(size_t a, size_t b, size_t *out);
 /* ---- Element access in the storage dtype (f32 arithmetic everywhere). ---- */
 float ta_load(const void *base, ta_dtype dt, size_t idx);
 void ta_store(void *base, ta_dtype dt, size_t idx, float x);
+
+/* ---- The backward's pairs (ta_bwd_args.accumulate; docs/api.md, "Backward
+ * over key and query ranges"): f32 hi and lo words in two buffers of one
+ * layout (plan->layout's dq, dk, dv strides, in f32 elements). ---- */
+
+/* Rows [r0, r0 + rows), w words each, of the slice at element offset slice
+ * (row stride seq) of hi_buf, lo_buf -> hi, lo [rows][ld]. */
+static inline void ta_pairs_get(const float *hi_buf, const float *lo_buf, int64_t slice,
+                                int64_t seq, int32_t r0, int32_t rows, int32_t w, float *hi,
+                                float *lo, size_t ld) {
+    int32_t i;
+    for (i = 0; i < rows; ++i) {
+        const size_t at = (size_t)(slice + (int64_t)(r0 + i) * seq);
+        memcpy(hi + (size_t)i * ld, hi_buf + at, (size_t)w * sizeof(float));
+        memcpy(lo + (size_t)i * ld, lo_buf + at, (size_t)w * sizeof(float));
+    }
+}
+
+/* The reverse: hi, lo [rows][ld] -> those rows of hi_buf, lo_buf. */
+static inline void ta_pairs_put(float *hi_buf, float *lo_buf, int64_t slice, int64_t seq,
+                                int32_t r0, int32_t rows, int32_t w, const float *hi,
+                                const float *lo, size_t ld) {
+    int32_t i;
+    for (i = 0; i < rows; ++i) {
+        const size_t at = (size_t)(slice + (int64_t)(r0 + i) * seq);
+        memcpy(hi_buf + at, hi + (size_t)i * ld, (size_t)w * sizeof(float));
+        memcpy(lo_buf + at, lo + (size_t)i * ld, (size_t)w * sizeof(float));
+    }
+}
+
+/* ta_bwd_finish on host memory (ref/ta_ref_bwd.c; REF's and CPU's: one pass
+ * over the hi words): dq = store(scale hi), dk = store(scale hi), dv =
+ * store(hi) into plan->layout's gradients. */
+void ta_ref_bwd_finish(const ta_plan *plan, const ta_bwd_finish_args *a);
 
 /* ---- Trace (tests): append one entry; count keeps counting past capacity. */
 void ta_trace_add(ta_trace *tr, int32_t pass, int32_t batch, int32_t head, int32_t q_tile,

@@ -10,7 +10,7 @@ Build the library with gcc's per-function stack sizes and call graphs:
 It reads every .ci file (gcc -fcallgraph-info=su: nodes with their frame size,
 direct call edges), resolves the library's indirect calls from its own tables
 (the backend ops tables, the CPU kernel tables per ISA, the micro-kernel switch
-in cpu_k1_panel, the latent backward's weight-gradient slots), adds each OpenMP outlined body under the function that starts the
+in cpu_k1_panel, also where gcc inlined it into a caller, the latent backward's weight-gradient slots), adds each OpenMP outlined body under the function that starts the
 region, and prints the deepest path from each ta_* entry point. Exit 1 if a
 frame is unbounded ("dynamic" without "bounded": a VLA or alloca), if the
 graph has a cycle (recursion), or if an indirect call is left unresolved.
@@ -23,7 +23,7 @@ import re
 import sys
 
 NODE = re.compile(r'node: \{ title: "([^"]+)" label: "([^"]*)"')
-EDGE = re.compile(r'edge: \{ sourcename: "([^"]+)" targetname: "([^"]+)"')
+EDGE = re.compile(r'edge: \{ sourcename: "([^"]+)" targetname: "([^"]+)"(?: label: "([^"]*)")?')
 SIZE = re.compile(r'\\n(\d+) bytes \(([^)]*)\)')
 
 # Indirect call targets, by caller (bare function name) -> target names.
@@ -44,7 +44,8 @@ ENTRIES = ("ta_fwd", "ta_bwd", "ta_fwd_workspace_size", "ta_bwd_workspace_size",
            "ta_tune_fwd", "ta_status_string", "ta_backend_available", "ta_version_string",
            "ta_version", "ta_merge", "ta_explain_merge", "ta_fwd_task_plan", "ta_bwd_task_plan",
            "ta_fwd_tasks_prepare", "ta_bwd_tasks_prepare", "ta_explain_fwd_tasks_prepare",
-           "ta_explain_bwd_tasks_prepare", "ta_task_run", "ta_rope_table_1d", "ta_rope_table_2d")
+           "ta_explain_bwd_tasks_prepare", "ta_task_run", "ta_rope_table_1d", "ta_rope_table_2d",
+           "ta_bwd_finish", "ta_explain_bwd_finish")
 # The latent backward's weight-gradient slots of the CPU kernel table.
 LATENT = {"ta_cpu_sums_dq_task": ["cpu_lat_dw_task"],
           "ta_cpu_task_sums_merge": ["cpu_lat_dw_head"]}
@@ -55,7 +56,7 @@ def bare(title):
 
 
 def main(build):
-    frames, kinds, edges, files = {}, {}, {}, {}
+    frames, kinds, edges, files, sites = {}, {}, {}, {}, {}
     for ci in glob.glob(os.path.join(build, "**", "*.ci"), recursive=True):
         for line in open(ci):
             m = NODE.search(line)
@@ -71,6 +72,8 @@ def main(build):
             m = EDGE.search(line)
             if m:
                 edges.setdefault(m.group(1), []).append(m.group(2))
+                if m.group(2) == "__indirect_call" and m.group(3):
+                    sites.setdefault(m.group(1), []).append(m.group(3))
     by_name = {}
     for t in frames:
         by_name.setdefault(bare(t), []).append(t)
@@ -86,8 +89,9 @@ def main(build):
                     names = VALIDATE_OPS + COMPUTE_OPS.get(name, [])
                 elif name in ("ta_cpu_worker", "ta_cpu_do_task", "ta_cpu_task_run"):
                     names = TASKS
-                elif name in ("cpu_k1", "cpu_k1_visible", "cpu_k1_panel"):
-                    names = MICRO
+                elif (name in ("cpu_k1", "cpu_k1_visible", "cpu_k1_panel") or
+                      all("ta_cpu_micro.inc:" in x for x in sites.get(src, ["-"]))):
+                    names = MICRO  # the switch in cpu_k1_panel, also where gcc inlined it
                 elif name in LATENT:
                     names = LATENT[name]
                 else:

@@ -64,7 +64,9 @@ class BwdArgs(ctypes.Structure):  # ta_bwd_args
                  "dconv_w", "trace")] + [
         (n + "_strides", Strides) for n in ("q", "k", "v", "o", "d_o", "dq", "dk", "dv")] + [
         ("rope", RopeArgs)] + [  # the reciprocal band's d_alpha, the latent projections
-        (n, ctypes.c_void_p) for n in ("d_alpha", "w_qlat", "w_vup", "dw_qlat", "dw_vup")]
+        (n, ctypes.c_void_p) for n in ("d_alpha", "w_qlat", "w_vup", "dw_qlat", "dw_vup")] + [
+        ("accumulate", ctypes.c_int32)] + [  # the backward over ranges: f32 (hi, lo) pairs
+        (n, ctypes.c_void_p) for n in ("dq_lo", "dk_lo", "dv_lo")]
 
 
 def _declare(lib):

@@ -955,9 +955,9 @@ static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wor
 
 /* "tileattn tasks", version 1: a shared workspace that a prepare call filled. */
 #define TA_CPU_TASKS_MAGIC UINT64_C(0x7461736b73000001)
-/* tensors of a backward (17; a forward has 11), the rotary tables and positions (4),
- * the shared workspace */
-#define TA_CPU_TASKS_SPANS 22
+/* tensors of a backward (20: the accumulating mode's lo words included; a forward
+ * has 11), the rotary tables and positions (4), the shared workspace */
+#define TA_CPU_TASKS_SPANS 25
 
 /* A byte range the scratch of a task must not overlap. */
 typedef struct ta_cpu_span {
@@ -1118,9 +1118,12 @@ void ta_cpu_tasks_prepare(const ta_plan *plan, const ta_fwd_args *fa, const ta_b
             {ba && lat ? ba->w_vup : NULL, plan->n_wv * sizeof(float)},
             {ba && lat ? ba->dw_qlat : NULL, plan->n_wq * sizeof(float)},
             {ba && lat ? ba->dw_vup : NULL, plan->n_wv * sizeof(float)},
-            {ba && plan->stages.score == TA_SCORE_RBAND ? ba->d_alpha : NULL, sizeof(float)}};
+            {ba && plan->stages.score == TA_SCORE_RBAND ? ba->d_alpha : NULL, sizeof(float)},
+            {ba && ba->accumulate ? ba->dq_lo : NULL, ex->dq}, /* f32 extents then */
+            {ba && ba->accumulate ? ba->dk_lo : NULL, ex->dk},
+            {ba && ba->accumulate ? ba->dv_lo : NULL, ex->dv}};
         const ta_cpu_span *src = backward ? bwd : fwd;
-        const int n = backward ? 17 : 11;
+        const int n = backward ? 20 : 11;
         const ta_cpu_span rope[] = {
             {plan->rope.cos, plan->n_rope * sizeof(float)},
             {plan->rope.sin, plan->n_rope * sizeof(float)},
