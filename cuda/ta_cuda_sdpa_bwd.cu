@@ -748,23 +748,284 @@ template <int D> static const void *ta_cuda_dq_rb_at(bool wl) {
               : reinterpret_cast<const void *>(&ta_cuda_dq_rb_kernel<D, false>);
 }
 
-/* The register-blocked dq kernel for this call, or NULL (its requirements
- * above; lat: the latent kernels run). */
-static const void *ta_cuda_dq_rb_pick(const ta_plan *plan, const ta_bwd_args *a, bool lat) {
+
+/* ---------------------------------------------------------------------------- */
+/* dk, dv, register-blocked (issue 17)                                            */
+/* ---------------------------------------------------------------------------- */
+
+/*
+ * The dk/dv kernel's arithmetic, element for element (REF's bits), for the
+ * register-blocked problems with D = D_v in {32, 64} (ta_cuda_dkdv_rb_pick;
+ * one feature group holds dk and dv). Per 64-key tile: k and v resident; for
+ * the kv group's query heads ascending, their Q tiles ascending (each one
+ * 64-row chunk), the q and dO tiles double-buffered by cp.async; S^T = K q^T
+ * and dP^T = V dO^T in registers (keys 4ty + r, rows tx + 16c), P and dS of
+ * the live entries into ps[i][j], dss[i][j]; then rows i ascending
+ * dv_j = fmaf(P_ij, dO_i, dv_j) and dk_j = fmaf(dS_ij, q_i, dk_j) from +0
+ * (a warp whose 8 keys every row of a full 64-row tile sees: no selects), the
+ * chunk's partials into the (hi, lo) pairs; dk = store(scale * hi), dv =
+ * store(hi). One block per SM (140 KB of shared memory at D = 64; 221 KB
+ * for one part at D = 128).
+ */
+typedef struct ta_cuda_dkdv_rb_smem {
+    int32_t lse, delta, keys, bounds, q, d_o, k, v, p, ds, floats;
+} ta_cuda_dkdv_rb_smem;
+
+static __host__ __device__ __forceinline__ ta_cuda_dkdv_rb_smem
+ta_cuda_dkdv_rb_smem_make(int32_t d, int32_t part) {
+    ta_cuda_dkdv_rb_smem m;
+    int32_t end = 0;
+    const int32_t tile = TA_CUDA_TILE * (d + 4);
+    m.lse = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.delta = ta_cuda_smem_take(&end, TA_CUDA_TILE);
+    m.keys = ta_cuda_smem_take(&end, 2 * TA_CUDA_TILE);
+    m.bounds = ta_cuda_smem_take(&end, 4);
+    m.q = ta_cuda_smem_take(&end, 2 * tile); /* two buffers; the rows' reads past */
+    m.d_o = ta_cuda_smem_take(&end, 2 * tile); /* D (features never stored) stay inside */
+    m.k = ta_cuda_smem_take(&end, tile);
+    m.v = ta_cuda_smem_take(&end, tile);
+    m.p = ta_cuda_smem_take(&end, TA_CUDA_TILE * TA_CUDA_LDT);
+    /* one part (dk or dv) needs dS or P only: one region (221 KB at D = 128) */
+    m.ds = part == 0 ? ta_cuda_smem_take(&end, TA_CUDA_TILE * TA_CUDA_LDT) : m.p;
+    m.floats = end;
+    return m;
+}
+
+/* The (head, Q tile) pair number `it` of a key tile's loop: heads of the kv
+ * group ascending, then Q tiles [q_begin, q_begin + nq) ascending; its q and
+ * dO rows into buffer `buf` by cp.async (not committed). */
+template <int D>
+TA_CUDA_DEV void ta_cuda_dkdv_rb_load(const ta_cuda_bwd_params &p, const ta_tiling &t,
+                                      const ta_tile_ctx &kc, int32_t h_kv, int32_t q_begin,
+                                      int32_t nq, int32_t it, float *sq, float *sdo) {
+    constexpr int LDQ = D + 4;
+    const ta_cuda_head_slices hd = ta_cuda_head_of(p, kc, h_kv * p.group + it / nq);
+    const int32_t qt = q_begin + it % nq;
+    const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
+    const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
+    ta_cuda_rb_load<D, LDQ>(sq, p.q, hd.q, p.lay.q.seq, row0, rows);
+    ta_cuda_rb_load<D, LDQ>(sdo, p.d_o, hd.d_o, p.lay.d_o.seq, row0, rows);
+}
+
+/* One pair's accumulation of the dk/dv kernel: rows i ascending (FULL: all
+ * 64, no selects; else the tile's rows, entries live for row i's keys
+ * keys[i] only), dv_j = fmaf(P_ij, dO_i, dv_j) (DV) and dk_j = fmaf(dS_ij,
+ * q_i, dk_j) (DK) for this thread's keys col0 + 4ty + r and features
+ * s*64 + 4tx + e; P, dS from ps, dss [i][j], q and dO rows LDQ apart. */
+template <int NS, int LDQ, bool WL, bool DK, bool DV, bool FULL>
+TA_CUDA_DEV void ta_cuda_dkdv_rb_acc(float (&acc_k)[4][NS][4], float (&acc_v)[4][NS][4],
+                                     const float *ps, const float *dss, const float *sq,
+                                     const float *sdo, const int2 *keys, int32_t col0,
+                                     int32_t rows) {
+    const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
+    constexpr int unroll = FULL ? 4 : 1; /* (a pragma expands no macro) */
+#pragma unroll(unroll)
+    for (int32_t i = 0; i < (FULL ? TA_CUDA_TILE : rows); ++i) {
+        const float4 p4 = *reinterpret_cast<const float4 *>(ps + i * TA_CUDA_LDT + 4 * ty);
+        const float4 d4 = *reinterpret_cast<const float4 *>(dss + i * TA_CUDA_LDT + 4 * ty);
+        const float pv[4] = {p4.x, p4.y, p4.z, p4.w}, dv[4] = {d4.x, d4.y, d4.z, d4.w};
+        bool live[4];
+        if (!FULL) {
+            const int2 kv = keys[i];
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+                live[r] = ta_cuda_in<WL>(col0 + 4 * ty + r, kv.x, kv.y);
+        }
+#pragma unroll
+        for (int sl = 0; sl < NS; ++sl) {
+            const float4 x4 =
+                *reinterpret_cast<const float4 *>(sq + i * LDQ + sl * TA_CUDA_SLOT + 4 * tx);
+            const float4 y4 =
+                *reinterpret_cast<const float4 *>(sdo + i * LDQ + sl * TA_CUDA_SLOT + 4 * tx);
+            const float xv[4] = {x4.x, x4.y, x4.z, x4.w}, yv[4] = {y4.x, y4.y, y4.z, y4.w};
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    if (DV)
+                        acc_v[r][sl][e] = FULL || live[r] ? fmaf(pv[r], yv[e], acc_v[r][sl][e])
+                                                          : acc_v[r][sl][e];
+                    if (DK)
+                        acc_k[r][sl][e] = FULL || live[r] ? fmaf(dv[r], xv[e], acc_k[r][sl][e])
+                                                          : acc_k[r][sl][e];
+                }
+        }
+    }
+}
+
+/* PART: 0 dk and dv (D <= 64), 1 dk only, 2 dv only (D = 96, 128: two
+ * launches, so that one block's accumulators and pairs fit its registers;
+ * the dv part computes S and P alone, the dk part S, dP and dS). */
+template <int D, bool WL, int PART>
+__global__ void __launch_bounds__(TA_CUDA_THREADS, 1)
+    ta_cuda_dkdv_rb_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
+    constexpr int NS = (D + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT, LDQ = D + 4;
+    constexpr bool DK = PART != 2, DV = PART != 1;
+    extern __shared__ float4 ta_cuda_dkdv_rb_dyn_smem[];
+    __shared__ ta_tile_ctx kctx_s;
+    const ta_tiling t = p.t;
+    const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
+    const int warp = tid / 32;
+    const ta_cuda_dkdv_rb_smem sm = ta_cuda_dkdv_rb_smem_make(D, PART);
+    float *base = reinterpret_cast<float *>(ta_cuda_dkdv_rb_dyn_smem);
+    float *sk = base + sm.k, *sv = base + sm.v, *ps = base + sm.p, *dss = base + sm.ds;
+    float *lse_s = base + sm.lse, *delta_s = base + sm.delta;
+    int2 *keys = reinterpret_cast<int2 *>(base + sm.keys);
+    int32_t *bounds = reinterpret_cast<int32_t *>(base + sm.bounds);
+    const int32_t n_kt = t.num_k_tiles;
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_kv * n_kt;
+
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const ta_cuda_kv_tile at = ta_cuda_kv_tile_at(p, tile, n_kt, 1);
+        const ta_tile_ctx &kc = kctx_s;
+        const int32_t col0 = ta_tile_col_eff_begin(&t, at.kt);
+        const int32_t cols = ta_tile_col_eff_end(&t, at.kt) - col0;
+        const int32_t kw = col0 + 8 * warp; /* this warp's first key (keys 4ty + r) */
+        float acc_k[4][NS][4], acc_v[4][NS][4];
+        float hi_k[4][NS][4], lo_k[4][NS][4], hi_v[4][NS][4], lo_v[4][NS][4];
+        int32_t q_begin, q_end, nq, n_it, it;
+        ta_cuda_acc_zero<NS>(hi_k);
+        ta_cuda_acc_zero<NS>(lo_k);
+        ta_cuda_acc_zero<NS>(hi_v);
+        ta_cuda_acc_zero<NS>(lo_v);
+        __syncthreads(); /* the previous tile is done with shared memory */
+        if (tid == 0) kctx_s = ta_cuda_context(p, at.b_local, at.h_kv * p.group, 0);
+        __syncthreads();
+        ta_tile_k_rows(&t, at.kt, kc.key_len, &q_begin, &q_end);
+        nq = q_end - q_begin;
+        n_it = nq > 0 ? p.group * nq : 0;
+        /* k, v and the first pair's q, dO in flight */
+        ta_cuda_rb_load<D, LDQ>(sk, p.k, kc.k, p.lay.k.seq, col0, cols);
+        if (DK) ta_cuda_rb_load<D, LDQ>(sv, p.v, kc.v, p.lay.v.seq, col0, cols);
+        if (n_it > 0)
+            ta_cuda_dkdv_rb_load<D>(p, t, kc, at.h_kv, q_begin, nq, 0, base + sm.q, base + sm.d_o);
+        ta_fast_cp_commit();
+        for (it = 0; it < n_it; ++it) {
+            const int32_t qt = q_begin + it % nq;
+            const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
+            const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
+            const float *sq = base + sm.q + (it & 1) * TA_CUDA_TILE * LDQ;
+            const float *sdo = base + sm.d_o + (it & 1) * TA_CUDA_TILE * LDQ;
+            float s[4][4], dp[4][4];
+            bool full;
+            ta_fast_cp_wait<0>();
+            __syncthreads(); /* this pair's rows landed; the last pair is done with the rest */
+            if (it + 1 < n_it)
+                ta_cuda_dkdv_rb_load<D>(p, t, kc, at.h_kv, q_begin, nq, it + 1,
+                                        base + sm.q + ((it + 1) & 1) * TA_CUDA_TILE * LDQ,
+                                        base + sm.d_o + ((it + 1) & 1) * TA_CUDA_TILE * LDQ);
+            ta_fast_cp_commit();
+            /* lse, D and the live keys of the tile's rows; the largest first
+             * and smallest end key over the rows (warps 0 and 1) */
+            ta_cuda_bwd_rows(p, &t, ta_cuda_head_of(p, kc, at.h_kv * p.group + it / nq).lse, row0,
+                             rows, kc.key_len, lse_s, delta_s, keys);
+            if (tid < TA_CUDA_TILE) {
+                const int2 kv = keys[tid];
+                const int32_t lo_max = __reduce_max_sync(0xffffffffu, kv.x);
+                const int32_t hi_min = __reduce_min_sync(0xffffffffu, kv.y);
+                if ((tid & 31) == 0) {
+                    bounds[2 * warp] = lo_max;
+                    bounds[2 * warp + 1] = hi_min;
+                }
+            }
+            /* S^T = K q^T and dP^T = V dO^T, f ascending */
+            ta_cuda_rb_dot<D, LDQ>(s, sk, sq);
+            if (DK) ta_cuda_rb_dot<D, LDQ>(dp, sv, sdo);
+            __syncthreads(); /* the row arrays and bounds published */
+            /* P and dS of the live entries (key col0 + 4ty + r, row tx + 16c)
+             * into ps[i][j], dss[i][j]; the others 0 */
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const int32_t i = tx + 16 * c;
+                const int2 kv = keys[i];
+                const float lse_i = lse_s[i], d_i = delta_s[i];
+                float pw[4], dw[4];
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    pw[r] = dw[r] = 0.0f;
+                    if (ta_cuda_in<WL>(col0 + 4 * ty + r, kv.x, kv.y)) {
+                        pw[r] = ta_cuda_exp_sel(p.scale * s[r][c] - lse_i);
+                        if (DK) dw[r] = pw[r] * (dp[r][c] - d_i);
+                    }
+                }
+                if (DV)
+                    *reinterpret_cast<float4 *>(ps + i * TA_CUDA_LDT + 4 * ty) =
+                        make_float4(pw[0], pw[1], pw[2], pw[3]);
+                if (DK)
+                    *reinterpret_cast<float4 *>(dss + i * TA_CUDA_LDT + 4 * ty) =
+                        make_float4(dw[0], dw[1], dw[2], dw[3]);
+            }
+            full = rows == TA_CUDA_TILE &&
+                   (bounds[0] > bounds[2] ? bounds[0] : bounds[2]) <= kw &&
+                   (bounds[1] < bounds[3] ? bounds[1] : bounds[3]) >= kw + 8;
+            __syncthreads(); /* ps, dss published */
+            /* rows i ascending: dv += P dO, dk += dS q, from +0 */
+            ta_cuda_acc_zero<NS>(acc_k);
+            ta_cuda_acc_zero<NS>(acc_v);
+            if (full)
+                ta_cuda_dkdv_rb_acc<NS, LDQ, WL, DK, DV, true>(acc_k, acc_v, ps, dss, sq, sdo, keys,
+                                                               col0, rows);
+            else
+                ta_cuda_dkdv_rb_acc<NS, LDQ, WL, DK, DV, false>(acc_k, acc_v, ps, dss, sq, sdo,
+                                                                keys, col0, rows);
+            /* the Q tile is one row chunk of its head: the partials into the pairs */
+            if (DK) ta_cuda_acc_sum2<NS>(hi_k, lo_k, acc_k);
+            if (DV) ta_cuda_acc_sum2<NS>(hi_v, lo_v, acc_v);
+        }
+        ta_fast_cp_wait<0>(); /* nothing in flight past the tile */
+        /* dk = store(scale * hi), dv = store(hi), keys < cols */
+        if (DK)
+            ta_cuda_store_block<TA_F32, NS>(col0, cols, D, hi_k, 1, p.scale, p.dk, kc.dk,
+                                            p.lay.dk.seq);
+        if (DV)
+            ta_cuda_store_block<TA_F32, NS>(col0, cols, D, hi_v, 0, 1.0f, p.dv, kc.dv, p.lay.dv.seq);
+    }
+}
+
+template <int D, int PART> static const void *ta_cuda_dkdv_rb_at(bool wl) {
+    return wl ? reinterpret_cast<const void *>(&ta_cuda_dkdv_rb_kernel<D, true, PART>)
+              : reinterpret_cast<const void *>(&ta_cuda_dkdv_rb_kernel<D, false, PART>);
+}
+
+/* 1 if the register-blocked backward kernels may run this call (their
+ * requirements above; lat: the latent kernels run). */
+static bool ta_cuda_bwd_rb_ok(const ta_plan *plan, const ta_bwd_args *a, bool lat) {
     const ta_problem *pr = &plan->p;
     const int32_t d = pr->head_dim;
+    return !lat && pr->dtype == TA_F32 && plan->stages.load != TA_LOAD_ROPE &&
+           pr->head_dim_v == d && (d == 32 || d == 64 || d == 96 || d == 128) &&
+           ta_cuda_rb_rows_aligned(pr, a->q, &plan->layout.q, 0) &&
+           ta_cuda_rb_rows_aligned(pr, a->d_o, &plan->layout.d_o, 0) &&
+           ta_cuda_rb_rows_aligned(pr, a->k, &plan->layout.k, 1) &&
+           ta_cuda_rb_rows_aligned(pr, a->v, &plan->layout.v, 1);
+}
+
+/* The register-blocked dq kernel for this call, or NULL. */
+static const void *ta_cuda_dq_rb_pick(const ta_plan *plan, const ta_bwd_args *a, bool lat) {
+    const int32_t d = plan->p.head_dim;
     const bool wl = ta_cuda_left_bounded(plan);
-    if (lat || pr->dtype != TA_F32 || plan->stages.load == TA_LOAD_ROPE ||
-        pr->head_dim_v != d || (d != 32 && d != 64 && d != 96 && d != 128) ||
-        !ta_cuda_rb_rows_aligned(pr, a->q, &plan->layout.q, 0) ||
-        !ta_cuda_rb_rows_aligned(pr, a->d_o, &plan->layout.d_o, 0) ||
-        !ta_cuda_rb_rows_aligned(pr, a->k, &plan->layout.k, 1) ||
-        !ta_cuda_rb_rows_aligned(pr, a->v, &plan->layout.v, 1))
-        return NULL;
+    if (!ta_cuda_bwd_rb_ok(plan, a, lat)) return NULL;
     return d == 32 ? ta_cuda_dq_rb_at<32>(wl)
            : d == 64 ? ta_cuda_dq_rb_at<64>(wl)
            : d == 96 ? ta_cuda_dq_rb_at<96>(wl)
                      : ta_cuda_dq_rb_at<128>(wl);
+}
+
+/* The register-blocked dk/dv kernels for this call into k[0..n): one (D 32,
+ * 64: dk and dv) or two (D 96, 128: the dk part, then the dv part); n = 0:
+ * the general kernel runs. */
+static int ta_cuda_dkdv_rb_pick(const ta_plan *plan, const ta_bwd_args *a, bool lat,
+                                const void *k[2]) {
+    const int32_t d = plan->p.head_dim;
+    const bool wl = ta_cuda_left_bounded(plan);
+    if (!ta_cuda_bwd_rb_ok(plan, a, lat)) return 0;
+    if (d <= 64) {
+        k[0] = d == 32 ? ta_cuda_dkdv_rb_at<32, 0>(wl) : ta_cuda_dkdv_rb_at<64, 0>(wl);
+        return 1;
+    }
+    k[0] = d == 96 ? ta_cuda_dkdv_rb_at<96, 1>(wl) : ta_cuda_dkdv_rb_at<128, 1>(wl);
+    k[1] = d == 96 ? ta_cuda_dkdv_rb_at<96, 2>(wl) : ta_cuda_dkdv_rb_at<128, 2>(wl);
+    return 2;
 }
 
 /* ---------------------------------------------------------------------------- */
@@ -850,34 +1111,63 @@ extern "C" ta_status ta_cuda_sdpa_bwd_kernels(const ta_plan *plan, const ta_bwd_
     /* the band's steps or the recomputation of ctx~: the latent kernels (a
      * sub-plan of the projections alone has neither stage nor latent_dim) */
     const bool lat = ctx_out != NULL || ta_cuda_latent_plan(plan);
-    const void *k_dkdv = ta_cuda_pick_plan_lat<ta_cuda_dkdv_family, ta_cuda_dkdv_lat_family, 2>(
-        plan, ns_dkdv, lat);
-    const void *k_dq_rb = ta_cuda_dq_rb_pick(plan, a, lat);
-    const void *k_dq =
-        k_dq_rb ? k_dq_rb
-                : ta_cuda_pick_plan_lat<ta_cuda_dq_family, ta_cuda_dq_lat_family, 1>(plan, nk, lat);
-    const size_t smem_dkdv = (size_t)ta_cuda_bwd_smem_make(1).floats * sizeof(float);
-    const size_t smem_dq = (size_t)(k_dq_rb ? ta_cuda_dq_rb_smem_make(pr->head_dim).floats
-                                            : ta_cuda_bwd_smem_make(0).floats) *
-                           sizeof(float);
+    const void *k_rb[2] = {NULL, NULL};
+    int n_rb = ta_cuda_dkdv_rb_pick(plan, a, lat, k_rb);
+    const void *k_dq = ta_cuda_dq_rb_pick(plan, a, lat), *k_dkdv;
+    size_t smem_dkdv, smem_dq;
     ta_tiling t;
     ta_cuda_bwd_params prm;
-    ta_cuda_launch_desc launch[2];
+    ta_cuda_launch_desc launch[3]; /* dk/dv (one or two), then dq */
+    int n = 0;
     ta_status st;
     memset(&prm, 0, sizeof prm);
     /* the backward's own 64 x 64 tiles (its bits depend on no tile size), the plan's mask */
     if ((st = ta_cuda_tiling(plan, TA_CUDA_TILE, TA_CUDA_TILE, TA_TILING_BWD, &t)) != TA_OK)
         return st;
-    /* one size per kernel: need and opt-in are the same */
-    if ((st = ta_cuda_smem_opt_in(k_dkdv, smem_dkdv, smem_dkdv)) != TA_OK) return st;
-    if ((st = ta_cuda_smem_opt_in(k_dq, smem_dq, smem_dq)) != TA_OK) return st;
+    /* one size per kernel: need and opt-in are the same. A register-blocked
+     * kernel past the device's shared memory (D = 128 on sm_80's 163 KB)
+     * leaves the call to the general one */
+    if (n_rb) {
+        smem_dkdv = (size_t)ta_cuda_dkdv_rb_smem_make(pr->head_dim, n_rb == 2).floats * sizeof(float);
+        for (int i = 0; i < n_rb; ++i)
+            if ((st = ta_cuda_smem_opt_in(k_rb[i], smem_dkdv, smem_dkdv)) != TA_OK) {
+                if (st != TA_ERR_UNSUPPORTED) return st;
+                n_rb = 0;
+                break;
+            }
+    }
+    if (k_dq) {
+        smem_dq = (size_t)ta_cuda_dq_rb_smem_make(pr->head_dim).floats * sizeof(float);
+        if ((st = ta_cuda_smem_opt_in(k_dq, smem_dq, smem_dq)) != TA_OK) {
+            if (st != TA_ERR_UNSUPPORTED) return st;
+            k_dq = NULL;
+        }
+    }
+    if (n_rb) {
+        k_dkdv = k_rb[0];
+    } else {
+        k_dkdv = ta_cuda_pick_plan_lat<ta_cuda_dkdv_family, ta_cuda_dkdv_lat_family, 2>(
+            plan, ns_dkdv, lat);
+        smem_dkdv = (size_t)ta_cuda_bwd_smem_make(1).floats * sizeof(float);
+        if ((st = ta_cuda_smem_opt_in(k_dkdv, smem_dkdv, smem_dkdv)) != TA_OK) return st;
+    }
+    if (!k_dq) {
+        k_dq = ta_cuda_pick_plan_lat<ta_cuda_dq_family, ta_cuda_dq_lat_family, 1>(plan, nk, lat);
+        smem_dq = (size_t)ta_cuda_bwd_smem_make(0).floats * sizeof(float);
+        if ((st = ta_cuda_smem_opt_in(k_dq, smem_dq, smem_dq)) != TA_OK) return st;
+    }
     ta_cuda_params_bwd(&prm, plan, &t, a, ws);
-    prm.n_groups = n_groups;
+    prm.n_groups = n_rb ? 1 : n_groups; /* the register-blocked kernels: one group each */
     prm.ctx_out = ctx_out;
-    launch[0] = ta_cuda_launch_of(k_dkdv, &prm, (int64_t)pr->heads_kv * t.num_k_tiles * n_groups, 0,
-                                  smem_dkdv);
-    launch[1] = ta_cuda_launch_of(k_dq, &prm, (int64_t)pr->heads_q * t.num_q_tiles, 0, smem_dq);
     /* the recomputation of ctx~: the dq kernel alone */
-    if (ctx_out) return ta_cuda_launch_batches(launch + 1, 1, a->seqlens_k, pr->batch, stream);
-    return ta_cuda_launch_batches(launch, 2, a->seqlens_k, pr->batch, stream);
+    if (!ctx_out) {
+        launch[n++] = ta_cuda_launch_of(k_dkdv, &prm,
+                                        (int64_t)pr->heads_kv * t.num_k_tiles * prm.n_groups, 0,
+                                        smem_dkdv);
+        if (n_rb == 2)
+            launch[n++] = ta_cuda_launch_of(k_rb[1], &prm, (int64_t)pr->heads_kv * t.num_k_tiles,
+                                            0, smem_dkdv);
+    }
+    launch[n++] = ta_cuda_launch_of(k_dq, &prm, (int64_t)pr->heads_q * t.num_q_tiles, 0, smem_dq);
+    return ta_cuda_launch_batches(launch, n, a->seqlens_k, pr->batch, stream);
 }

@@ -441,16 +441,15 @@ extern "C" ta_status ta_cuda_sdpa_fwd(const ta_plan *plan, const ta_fwd_args *a,
     /* 64-row CUDA Q tiles; the plan's k tiles and mask */
     if ((st = ta_cuda_tiling(plan, TA_CUDA_TILE, plan->fwd.block_k, TA_TILING_FWD, &t)) != TA_OK)
         return st;
-    if (ta_cuda_fwd_rb_ok(plan, a, &t)) { /* the register-blocked forward */
+    if (ta_cuda_fwd_rb_ok(plan, a, &t)) {
+        /* the register-blocked forward; past the device's shared memory
+         * (D = 128 on sm_86 / sm_89's 99 KB) the general kernel below */
         const ta_cuda_rb_smem sm = ta_cuda_rb_smem_make(pr->head_dim, pr->head_dim_v);
         const void *rb = ta_cuda_fwd_rb_pick(pr->head_dim, ta_cuda_left_bounded(plan));
         smem = (size_t)sm.floats * sizeof(float);
-        if ((st = ta_cuda_smem_opt_in(rb, smem, (size_t)ta_cuda_rb_smem_make(
-                                                    2 * TA_CUDA_SLOT, 2 * TA_CUDA_SLOT)
-                                                        .floats *
-                                                    sizeof(float))) != TA_OK)
-            return st;
-        return ta_cuda_fwd_launch(rb, smem, plan, &t, a, ws, stream);
+        st = ta_cuda_smem_opt_in(rb, smem, smem);
+        if (st == TA_OK) return ta_cuda_fwd_launch(rb, smem, plan, &t, a, ws, stream);
+        if (st != TA_ERR_UNSUPPORTED) return st;
     }
     /* block_k's need (36,352 B at <= 64 .. 88,576 B at <= 256); the opt-in is
      * the largest block_k's, capped at the device's limit */
