@@ -728,7 +728,9 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, D <= 64 ? 2 : 1)
                 *reinterpret_cast<float4 *>(dst + (tx + 16 * cc) * TA_CUDA_LDT + 4 * ty) =
                     make_float4(s[0][cc], s[1][cc], s[2][cc], s[3][cc]);
             full = __all_sync(0xffffffffu, full);
-            __syncthreads(); /* dst published */
+            /* dst published to the warp: thread (ty, tx) reads rows 4ty + r of
+             * it only, which lanes of its own warp wrote */
+            __syncwarp();
             /* dq_i = fmaf(dS_ij, k_j, dq_i), keys ascending from +0 (the tile
              * is one 64-key chunk), then into the pairs */
             if (full)

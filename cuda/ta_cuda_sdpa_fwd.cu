@@ -186,8 +186,11 @@ typedef struct ta_cuda_rb_smem {
     int32_t ldq, ldv, floats;
 } ta_cuda_rb_smem;
 
+/* DB: K and V tiles double-buffered (two of each, k then v, TA_CUDA_TILE
+ * rows apart; ta_cuda_fwd_rb_kernel's DB). */
 static __host__ __device__ __forceinline__ ta_cuda_rb_smem ta_cuda_rb_smem_make(int32_t d,
-                                                                                int32_t d_v) {
+                                                                                int32_t d_v,
+                                                                                bool db) {
     ta_cuda_rb_smem m;
     int32_t end = 0;
     /* rows of q and k ldq floats apart: 8 consecutive rows (one phase of a
@@ -202,8 +205,8 @@ static __host__ __device__ __forceinline__ ta_cuda_rb_smem ta_cuda_rb_smem_make(
     m.key_lo = ta_cuda_smem_take(&end, TA_CUDA_TILE);
     m.key_hi = ta_cuda_smem_take(&end, TA_CUDA_TILE);
     m.q = ta_cuda_smem_take(&end, TA_CUDA_TILE * m.ldq);
-    m.k = ta_cuda_smem_take(&end, TA_CUDA_TILE * m.ldq);
-    m.v = ta_cuda_smem_take(&end, TA_CUDA_TILE * m.ldv);
+    m.k = ta_cuda_smem_take(&end, (db ? 2 : 1) * TA_CUDA_TILE * m.ldq);
+    m.v = ta_cuda_smem_take(&end, (db ? 2 : 1) * TA_CUDA_TILE * m.ldv);
     m.st = ta_cuda_smem_take(&end, TA_CUDA_TILE * TA_CUDA_LDT);
     m.floats = end;
     return m;
@@ -262,21 +265,52 @@ TA_CUDA_DEV void ta_cuda_rb_softmax(float (&s)[4][4], float scale, const int32_t
     }
 }
 
-/* Two blocks per SM up to D = 64 (128 registers, 70 KB of shared memory
- * each); one above (D = 128: 118 KB), with the registers that frees. */
-template <int D, bool WL>
+/* Step 4 of one k tile for row `row` (its visible columns [jb, je) of the
+ * tile): l_t = l_t + p_j from +0, j ascending, then (l, l_lo) = (l, l_lo) *
+ * alpha + l_t (ta_sum2_add) and m = m_new; a row that sees no key of the tile
+ * keeps its state. */
+template <bool WL>
+TA_CUDA_DEV void ta_cuda_rb_row_sum(int32_t row, int32_t col0, int32_t cols, const float *st,
+                                    const int32_t *key_lo, const int32_t *key_hi, float *m_run,
+                                    float *l_run, float *l_lo, const float *m_new,
+                                    const float *alpha) {
+    int32_t jb, je;
+    ta_cuda_tile_cols(ta_cuda_lo<WL>(key_lo, row), key_hi[row], col0, cols, &jb, &je);
+    if (jb < je) {
+        float l = 0.0f;
+        for (int32_t j = jb; j < je; ++j)
+            l = l + st[j * TA_CUDA_LDT + row];
+        ta_sum2_add(&l_run[row], &l_lo[row], alpha[row], l);
+        m_run[row] = m_new[row];
+    }
+}
+
+/*
+ * Two blocks per SM up to D = 64 (128 registers); one above (D = 128), with
+ * the registers that frees. DB (double-buffered K and V; the launcher's
+ * choice at D <= 64 where the device's shared memory holds it: 104 KB at
+ * D = 64): K and V of tile kt + 1 land while tile kt computes,
+ * and one barrier per k tile suffices, because everything else a warp reads
+ * in a tile is its own: thread (ty, tx) reads p, m_new and alpha of rows 4ty
+ * + r only, which lanes of its own warp wrote (rows 8w .. 8w + 7 of warp w),
+ * so the row sums (step 4) run in each warp after a __syncwarp, one lane per
+ * row, beside the other warps' work. Without DB (smaller devices: 70 KB at
+ * D = 64): next K and this V in flight, three barriers per tile, step 4 by
+ * threads 0..63 after the second.
+ */
+template <int D, bool WL, bool DB>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, D <= 64 ? 2 : 1)
     ta_cuda_fwd_rb_kernel(const __grid_constant__ ta_cuda_params p) {
     constexpr int NS = (D + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT;
-    constexpr int LDQ = D + 4, LDV = NS * TA_CUDA_SLOT; /* as ta_cuda_rb_smem_make(D, D) */
+    constexpr int LDQ = D + 4, LDV = NS * TA_CUDA_SLOT; /* as ta_cuda_rb_smem_make(D, D, DB) */
     extern __shared__ float4 ta_cuda_rb_dyn_smem[];
     __shared__ ta_tile_ctx ctx_s;
     const ta_tiling t = p.t;
     const int tid = (int)threadIdx.x, tx = ta_cuda_tx(), ty = ta_cuda_ty();
     const int32_t n_qt = t.num_q_tiles, n_split = t.num_splits;
-    const ta_cuda_rb_smem sm = ta_cuda_rb_smem_make(D, D);
+    const ta_cuda_rb_smem sm = ta_cuda_rb_smem_make(D, D, DB);
     float *base = reinterpret_cast<float *>(ta_cuda_rb_dyn_smem);
-    float *sq = base + sm.q, *sk = base + sm.k, *sv = base + sm.v, *st = base + sm.st;
+    float *sq = base + sm.q, *st = base + sm.st;
     float *m_run = base + sm.m_run, *l_run = base + sm.l_run, *l_lo = base + sm.l_lo;
     float *m_new = base + sm.m_new, *alpha = base + sm.alpha;
     int32_t *key_lo = reinterpret_cast<int32_t *>(base + sm.key_lo);
@@ -295,32 +329,54 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, D <= 64 ? 2 : 1)
         ta_cuda_acc_zero<NS>(acc_lo);
         ta_cuda_fwd_tile_begin(p, t, at, row0, rows, ctx_s, m_run, l_run, l_lo, key_lo, key_hi);
         ta_tile_split_visit(&t, c.key_len, split, c.k_begin, c.k_end, &k_first, &k_last);
-        /* the Q tile and the first K tile in flight */
+        /* the Q tile and the first K tile (DB: and its V) in flight */
         ta_cuda_rb_load<D, LDQ>(sq, p.q, c.q, p.lay.q.seq, row0, rows);
-        if (k_first < k_last)
-            ta_cuda_rb_load<D, LDQ>(sk, p.k, c.k, p.lay.k.seq, ta_tile_col_eff_begin(&t, k_first),
-                                    ta_tile_col_eff_end(&t, k_first) -
-                                        ta_tile_col_eff_begin(&t, k_first));
+        if (k_first < k_last) {
+            const int32_t col0 = ta_tile_col_eff_begin(&t, k_first);
+            const int32_t cols = ta_tile_col_eff_end(&t, k_first) - col0;
+            ta_cuda_rb_load<D, LDQ>(base + sm.k, p.k, c.k, p.lay.k.seq, col0, cols);
+            if (DB) ta_cuda_rb_load<D, LDV>(base + sm.v, p.v, c.v, p.lay.v.seq, col0, cols);
+        }
         ta_fast_cp_commit();
         for (kt = k_first; kt < k_last; ++kt) {
             const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
             const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
+            const int buf = DB ? (kt - k_first) & 1 : 0;
+            const float *sk = base + sm.k + buf * TA_CUDA_TILE * LDQ;
+            const float *sv = base + sm.v + buf * TA_CUDA_TILE * LDV;
             float s[4][4];
             int32_t rb[4], re[4];
             bool full = cols == TA_CUDA_TILE;
             ta_fast_cp_wait<0>();
-            __syncthreads(); /* K landed; the last tile's P V is done with st and sv */
-            ta_cuda_rb_load<D, LDV>(sv, p.v, c.v, p.lay.v.seq, col0, cols);
-            ta_fast_cp_commit();
+            /* K (DB: and V) landed; every warp is done with the last tile
+             * (DB: with the buffers the next loads overwrite) */
+            __syncthreads();
+            if (DB) {
+                if (kt + 1 < k_last) {
+                    const int32_t c1 = ta_tile_col_eff_begin(&t, kt + 1);
+                    const int32_t n1 = ta_tile_col_eff_end(&t, kt + 1) - c1;
+                    const int nb = (kt + 1 - k_first) & 1;
+                    ta_cuda_rb_load<D, LDQ>(base + sm.k + nb * TA_CUDA_TILE * LDQ, p.k, c.k,
+                                            p.lay.k.seq, c1, n1);
+                    ta_cuda_rb_load<D, LDV>(base + sm.v + nb * TA_CUDA_TILE * LDV, p.v, c.v,
+                                            p.lay.v.seq, c1, n1);
+                }
+                ta_fast_cp_commit();
+            } else {
+                ta_cuda_rb_load<D, LDV>(base + sm.v, p.v, c.v, p.lay.v.seq, col0, cols);
+                ta_fast_cp_commit();
+            }
             /* step 1: s = dot(q_i, k_j), f ascending */
             ta_cuda_rb_dot<D, LDQ>(s, sq, sk);
-            __syncthreads(); /* every thread is done with sk */
-            if (kt + 1 < k_last)
-                ta_cuda_rb_load<D, LDQ>(sk, p.k, c.k, p.lay.k.seq,
-                                        ta_tile_col_eff_begin(&t, kt + 1),
-                                        ta_tile_col_eff_end(&t, kt + 1) -
-                                            ta_tile_col_eff_begin(&t, kt + 1));
-            ta_fast_cp_commit();
+            if (!DB) {
+                __syncthreads(); /* every thread is done with sk */
+                if (kt + 1 < k_last)
+                    ta_cuda_rb_load<D, LDQ>(base + sm.k, p.k, c.k, p.lay.k.seq,
+                                            ta_tile_col_eff_begin(&t, kt + 1),
+                                            ta_tile_col_eff_end(&t, kt + 1) -
+                                                ta_tile_col_eff_begin(&t, kt + 1));
+                ta_fast_cp_commit();
+            }
             /* steps 2-3: rows 4ty+r's visible columns [rb, re) of the tile; a
              * warp whose 8 rows all see the whole 64-column tile is FULL
              * (rows past the tile see nothing and are never stored) */
@@ -340,20 +396,15 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, D <= 64 ? 2 : 1)
             for (int cc = 0; cc < 4; ++cc)
                 *reinterpret_cast<float4 *>(st + (tx + 16 * cc) * TA_CUDA_LDT + 4 * ty) =
                     make_float4(s[0][cc], s[1][cc], s[2][cc], s[3][cc]);
-            ta_fast_cp_wait<1>(); /* V of this tile (the next K may still fly) */
-            __syncthreads();      /* st, sv, m_new, alpha published */
-            /* step 4: the tile's l_t = l_t + p_j from +0, j ascending, one
-             * thread per row; (l, l_lo) = (l, l_lo) * alpha + l_t */
-            if (tid < TA_CUDA_TILE) {
-                int32_t jb, je;
-                ta_cuda_tile_cols(ta_cuda_lo<WL>(key_lo, tid), key_hi[tid], col0, cols, &jb, &je);
-                if (jb < je) {
-                    float l = 0.0f;
-                    for (int32_t j = jb; j < je; ++j)
-                        l = l + st[j * TA_CUDA_LDT + tid];
-                    ta_sum2_add(&l_run[tid], &l_lo[tid], alpha[tid], l);
-                    m_run[tid] = m_new[tid];
-                }
+            if (DB) {
+                __syncwarp(); /* the warp's rows of st, m_new, alpha */
+            } else {
+                ta_fast_cp_wait<1>(); /* V of this tile (the next K may still fly) */
+                __syncthreads();      /* st, sv, m_new, alpha published */
+                /* step 4: one thread per row */
+                if (tid < TA_CUDA_TILE)
+                    ta_cuda_rb_row_sum<WL>(tid, col0, cols, st, key_lo, key_hi, m_run, l_run,
+                                           l_lo, m_new, alpha);
             }
             /* step 5: the tile's P V, then (acc, acc_lo) = (acc, acc_lo) *
              * alpha + part on the rows that saw a key of it */
@@ -375,6 +426,11 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, D <= 64 ? 2 : 1)
                     }
                 }
             }
+            /* DB: step 4 in the warp, lane tx < 4 of each half its row 4ty + tx
+             * (m_run is read again only after the next barrier) */
+            if (DB && tx < 4)
+                ta_cuda_rb_row_sum<WL>(4 * ty + tx, col0, cols, st, key_lo, key_hi, m_run, l_run,
+                                       l_lo, m_new, alpha);
         }
         ta_fast_cp_wait<0>(); /* nothing in flight past the tile (no k tile: the Q load) */
         /* step 6 as ta_cuda_fwd_kernel's */
@@ -396,17 +452,20 @@ static int ta_cuda_fwd_rb_ok(const ta_plan *plan, const ta_fwd_args *a, const ta
            ta_cuda_rb_rows_aligned(pr, a->v, &plan->layout.v, 1);
 }
 
-template <int D> static const void *ta_cuda_fwd_rb_at(bool wl) {
-    return wl ? reinterpret_cast<const void *>(&ta_cuda_fwd_rb_kernel<D, true>)
-              : reinterpret_cast<const void *>(&ta_cuda_fwd_rb_kernel<D, false>);
+template <int D, bool DB> static const void *ta_cuda_fwd_rb_at(bool wl) {
+    return wl ? reinterpret_cast<const void *>(&ta_cuda_fwd_rb_kernel<D, true, DB>)
+              : reinterpret_cast<const void *>(&ta_cuda_fwd_rb_kernel<D, false, DB>);
 }
 
-/* The instantiation for head dim d (one of 32, 64, 96, 128; ta_cuda_fwd_rb_ok). */
-static const void *ta_cuda_fwd_rb_pick(int32_t d, bool wl) {
-    return d == 32 ? ta_cuda_fwd_rb_at<32>(wl)
-           : d == 64 ? ta_cuda_fwd_rb_at<64>(wl)
-           : d == 96 ? ta_cuda_fwd_rb_at<96>(wl)
-                     : ta_cuda_fwd_rb_at<128>(wl);
+/* The instantiation for head dim d (one of 32, 64, 96, 128; ta_cuda_fwd_rb_ok);
+ * db: the double-buffered one (D <= 64 only: at D = 96 and 128, one block
+ * per SM, it measured 0-6% slower, the warps' own row sums then exposed). */
+static const void *ta_cuda_fwd_rb_pick(int32_t d, bool wl, bool db) {
+    if (db) return d == 32 ? ta_cuda_fwd_rb_at<32, true>(wl) : ta_cuda_fwd_rb_at<64, true>(wl);
+    return d == 32   ? ta_cuda_fwd_rb_at<32, false>(wl)
+           : d == 64 ? ta_cuda_fwd_rb_at<64, false>(wl)
+           : d == 96 ? ta_cuda_fwd_rb_at<96, false>(wl)
+                     : ta_cuda_fwd_rb_at<128, false>(wl);
 }
 
 /* The instantiations, by dtype, slot count (NS = ceil(D_v / 64), 1..4), left
@@ -442,14 +501,20 @@ extern "C" ta_status ta_cuda_sdpa_fwd(const ta_plan *plan, const ta_fwd_args *a,
     if ((st = ta_cuda_tiling(plan, TA_CUDA_TILE, plan->fwd.block_k, TA_TILING_FWD, &t)) != TA_OK)
         return st;
     if (ta_cuda_fwd_rb_ok(plan, a, &t)) {
-        /* the register-blocked forward; past the device's shared memory
-         * (D = 128 on sm_86 / sm_89's 99 KB) the general kernel below */
-        const ta_cuda_rb_smem sm = ta_cuda_rb_smem_make(pr->head_dim, pr->head_dim_v);
-        const void *rb = ta_cuda_fwd_rb_pick(pr->head_dim, ta_cuda_left_bounded(plan));
-        smem = (size_t)sm.floats * sizeof(float);
-        st = ta_cuda_smem_opt_in(rb, smem, smem);
-        if (st == TA_OK) return ta_cuda_fwd_launch(rb, smem, plan, &t, a, ws, stream);
-        if (st != TA_ERR_UNSUPPORTED) return st;
+        /* the register-blocked forward, double-buffered at D <= 64 where the
+         * device's shared memory holds it (104 KB at D = 64: not sm_86 / sm_89's
+         * 99 KB), else single-buffered; past that (D = 128 on sm_86 / sm_89)
+         * the general kernel below */
+        int db;
+        for (db = pr->head_dim <= 64; db >= 0; --db) {
+            const ta_cuda_rb_smem sm = ta_cuda_rb_smem_make(pr->head_dim, pr->head_dim_v, db);
+            const void *rb =
+                ta_cuda_fwd_rb_pick(pr->head_dim, ta_cuda_left_bounded(plan) != 0, db != 0);
+            smem = (size_t)sm.floats * sizeof(float);
+            st = ta_cuda_smem_opt_in(rb, smem, smem);
+            if (st == TA_OK) return ta_cuda_fwd_launch(rb, smem, plan, &t, a, ws, stream);
+            if (st != TA_ERR_UNSUPPORTED) return st;
+        }
     }
     /* block_k's need (36,352 B at <= 64 .. 88,576 B at <= 256); the opt-in is
      * the largest block_k's, capped at the device's limit */
