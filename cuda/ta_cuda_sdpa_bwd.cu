@@ -332,14 +332,18 @@ static __host__ __device__ __forceinline__ ta_cuda_bwd_smem ta_cuda_bwd_smem_mak
 /* dk, dv                                                                         */
 /* ---------------------------------------------------------------------------- */
 
-/* Accumulating mode, the general dk/dv kernel: its pairs (keys col0 + 4ty + r
- * < cols; slot slot0 + s: dk's features below nk slots, then dv's, the store's
- * mapping) from the caller's words (PUT false; the others keep their (+0, +0))
- * or back into them (PUT true), unscaled. */
-template <int NS, bool PUT>
-TA_CUDA_DEV void ta_cuda_dkdv_pairs(const ta_cuda_bwd_params &p, const ta_tile_ctx &kc,
-                                    int32_t col0, int32_t cols, int32_t slot0, int32_t nk,
-                                    int32_t n_slots, float (&hi)[4][NS][4], float (&lo)[4][NS][4]) {
+/* The general dk/dv kernel's outputs, keys col0 + 4ty + r < cols, slot
+ * slot0 + s (s < n_slots): dk's features below nk slots, then dv's. MODE
+ * TA_CUDA_KV_STORE: dk = store(scale * hi), dv = store(hi) in dtype DT (step
+ * 5); the accumulating mode's pairs: TA_CUDA_KV_GET from the caller's f32
+ * words (the entries outside keep their (+0, +0)), TA_CUDA_KV_PUT back into
+ * them, unscaled. */
+enum { TA_CUDA_KV_STORE, TA_CUDA_KV_GET, TA_CUDA_KV_PUT };
+
+template <int DT, int NS, int MODE>
+TA_CUDA_DEV void ta_cuda_dkdv_out(const ta_cuda_bwd_params &p, const ta_tile_ctx &kc, int32_t col0,
+                                  int32_t cols, int32_t slot0, int32_t nk, int32_t n_slots,
+                                  float (&hi)[4][NS][4], float (&lo)[4][NS][4]) {
     const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
@@ -347,7 +351,7 @@ TA_CUDA_DEV void ta_cuda_dkdv_pairs(const ta_cuda_bwd_params &p, const ta_tile_c
         const bool is_dk = u < nk;
         const int32_t len = is_dk ? p.head_dim : p.head_dim_v;
         const int32_t f0 = (is_dk ? u : u - nk) * TA_CUDA_SLOT + 4 * tx;
-        float *hb = static_cast<float *>(is_dk ? p.dk : p.dv);
+        void *dst = is_dk ? p.dk : p.dv;
         float *lb = is_dk ? p.dk_lo : p.dv_lo;
         const int64_t slice = is_dk ? kc.dk : kc.dv;
         const int64_t ld = is_dk ? p.lay.dk.seq : p.lay.dv.seq;
@@ -359,13 +363,16 @@ TA_CUDA_DEV void ta_cuda_dkdv_pairs(const ta_cuda_bwd_params &p, const ta_tile_c
             const int64_t first = ta_cuda_row(slice, ld, col0 + j);
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
+                const int64_t at = first + f0 + e;
                 if (f0 + e >= len) continue;
-                if (PUT) {
-                    hb[first + f0 + e] = hi[r][s][e];
-                    lb[first + f0 + e] = lo[r][s][e];
+                if (MODE == TA_CUDA_KV_STORE) {
+                    ta_cuda_store<DT>(dst, (size_t)at, is_dk ? p.scale * hi[r][s][e] : hi[r][s][e]);
+                } else if (MODE == TA_CUDA_KV_PUT) {
+                    static_cast<float *>(dst)[at] = hi[r][s][e];
+                    lb[at] = lo[r][s][e];
                 } else {
-                    hi[r][s][e] = hb[first + f0 + e];
-                    lo[r][s][e] = lb[first + f0 + e];
+                    hi[r][s][e] = static_cast<const float *>(dst)[at];
+                    lo[r][s][e] = lb[at];
                 }
             }
         }
@@ -413,7 +420,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         if (tid == 0) kctx_s = ta_cuda_context(p, at.b_local, h_kv * p.group, 0);
         __syncthreads();
         if (ACC) /* the caller's pairs (ta_bwd_args.accumulate) */
-            ta_cuda_dkdv_pairs<NS, false>(p, kc, col0, cols, slot0, nk, n_slots, hi, lo);
+            ta_cuda_dkdv_out<DT, NS, TA_CUDA_KV_GET>(p, kc, col0, cols, slot0, nk, n_slots, hi, lo);
         ta_tile_k_rows(&t, kt, kc.key_len, &q_begin, &q_end); /* Q tiles that meet the key tile */
         /* step 1: the kv group's query heads ascending, then Q tiles ascending */
         for (g = 0; g < p.group; ++g) {
@@ -530,31 +537,10 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         if (ROPE && need_ds)
             ta_cuda_rope_grad_block<NS>(p, stage, hi, p.head_dim, TA_CUDA_ROPE_K, kc, col0, cols);
         if (ACC) /* the pairs back, unscaled (SDPA only: validated) */
-            ta_cuda_dkdv_pairs<NS, true>(p, kc, col0, cols, slot0, nk, n_slots, hi, lo);
+            ta_cuda_dkdv_out<DT, NS, TA_CUDA_KV_PUT>(p, kc, col0, cols, slot0, nk, n_slots, hi, lo);
         else
-#pragma unroll
-            for (int s = 0; s < NS; ++s) {
-                const int32_t u = slot0 + s;
-                const bool is_dk = u < nk;
-                const int32_t len = is_dk ? p.head_dim : p.head_dim_v;
-                const int32_t f0 = (is_dk ? u : u - nk) * TA_CUDA_SLOT + 4 * tx;
-                void *dst = is_dk ? p.dk : p.dv;
-                const int64_t slice = is_dk ? kc.dk : kc.dv;
-                const int64_t ld = is_dk ? p.lay.dk.seq : p.lay.dv.seq;
-                if (s >= n_slots) continue;
-#pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    const int j = 4 * ty + r;
-                    if (j >= cols) continue;
-                    const int64_t first = ta_cuda_row(slice, ld, col0 + j);
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        if (f0 + e >= len) continue;
-                        ta_cuda_store<DT>(dst, (size_t)(first + f0 + e),
-                                          is_dk ? p.scale * hi[r][s][e] : hi[r][s][e]);
-                    }
-                }
-            }
+            ta_cuda_dkdv_out<DT, NS, TA_CUDA_KV_STORE>(p, kc, col0, cols, slot0, nk, n_slots, hi,
+                                                      lo);
     }
 }
 

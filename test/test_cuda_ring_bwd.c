@@ -38,11 +38,12 @@
 
 #include <cuda_runtime.h>
 
+#include "ring_cuts.h"
 #include "test_cuda_util.h"
 #include "test_util.h"
 #include "tileattn.h"
 
-#define MAX_CUTS 6
+#define MAX_CUTS TA_RING_MAX_CUTS
 
 typedef struct cr_case {
     int32_t b, h, hkv, s, d;
@@ -59,30 +60,6 @@ typedef struct cr_case {
     float *lse;
     void *q_d, *k_d, *v_d, *d_o_d, *o_d;
 } cr_case;
-
-static int32_t make_cut(ta_rng *r, int32_t s, int aligned, int32_t *cut) {
-    int32_t n = ta_rng_int(r, 2, aligned ? (s / 64 < MAX_CUTS ? s / 64 : MAX_CUTS) : MAX_CUTS);
-    int32_t i, j;
-    cut[0] = 0;
-    cut[n] = s;
-    for (i = 1; i < n; ++i) {
-        int32_t c, dup;
-        do {
-            c = aligned ? 64 * ta_rng_int(r, 1, s / 64 - 1) : ta_rng_int(r, 1, s - 1);
-            for (dup = 0, j = 1; j < i; ++j)
-                dup |= cut[j] == c;
-        } while (dup);
-        cut[i] = c;
-    }
-    for (i = 1; i < n; ++i)
-        for (j = i + 1; j < n; ++j)
-            if (cut[j] < cut[i]) {
-                const int32_t t = cut[i];
-                cut[i] = cut[j];
-                cut[j] = t;
-            }
-    return n;
-}
 
 static ta_problem full_problem(const cr_case *c) {
     ta_problem p;
@@ -109,49 +86,12 @@ static ta_strides contiguous(int32_t heads, int32_t s, int32_t d) {
 /* Pair (query range a, key range b): 0 if nothing is visible; else its
  * problem and seqlens_k value (-1: none). test_ring_bwd's rule. */
 static int pair_problem(const cr_case *c, int32_t a, int32_t b, ta_problem *p, int32_t *seqlen) {
-    const int32_t q0 = c->qcut[a], q1 = c->qcut[a + 1], k0 = c->kcut[b], k1 = c->kcut[b + 1];
     *p = full_problem(c);
-    p->seq_q = q1 - q0;
-    p->seq_k = k1 - k0;
-    *seqlen = -1;
-    if (!c->causal) return 1;
-    if (k0 >= q1) return 0;
-    if (k1 - 1 <= q0) {
-        p->flags = 0;
-        return 1;
-    }
-    p->seq_k = q1 - k0;
-    if (k1 < q1) *seqlen = k1 - k0;
-    return 1;
+    return ta_ring_pair(c->qcut, c->kcut, c->causal, a, b, p, seqlen);
 }
 
 static int32_t pair_order(const cr_case *c, ta_rng *r, int32_t *order) {
-    int32_t next_b[MAX_CUTS], next_a[MAX_CUTS];
-    int32_t n = 0, a, b, total = 0, sl;
-    ta_problem p;
-    for (a = 0; a < c->nq; ++a)
-        for (b = 0; b < c->nk; ++b)
-            total += pair_problem(c, a, b, &p, &sl);
-    memset(next_b, 0, sizeof next_b);
-    memset(next_a, 0, sizeof next_a);
-    while (n < total) {
-        int32_t ready[MAX_CUTS * MAX_CUTS], nr = 0, pick;
-        for (a = 0; a < c->nq; ++a)
-            while (next_b[a] < c->nk && !pair_problem(c, a, next_b[a], &p, &sl))
-                ++next_b[a];
-        for (b = 0; b < c->nk; ++b)
-            while (next_a[b] < c->nq && !pair_problem(c, next_a[b], b, &p, &sl))
-                ++next_a[b];
-        for (a = 0; a < c->nq; ++a)
-            if (next_b[a] < c->nk && next_a[next_b[a]] == a) ready[nr++] = a * MAX_CUTS + next_b[a];
-        if (nr == 0) break;
-        pick = ready[ta_rng_int(r, 0, nr - 1)];
-        order[n++] = pick;
-        ++next_b[pick / MAX_CUTS];
-        ++next_a[pick % MAX_CUTS];
-    }
-    TA_CHECK(n == total, "pair order: %d of %d pairs", (int)n, (int)total);
-    return n;
+    return ta_ring_order(c->qcut, c->nq, c->kcut, c->nk, c->causal, r, order);
 }
 
 /* The six words' buffers: host (REF) or device (CUDA). */
@@ -386,8 +326,8 @@ static void check_one(uint64_t seed, int idx, int fast) {
         c.precision = TA_PRECISION_FAST;
     }
     c.s = c.q_aligned || c.k_aligned ? 64 * ta_rng_int(&r, 2, 5) : ta_rng_int(&r, 90, 300);
-    c.nq = make_cut(&r, c.s, c.q_aligned, c.qcut);
-    c.nk = make_cut(&r, c.s, c.k_aligned, c.kcut);
+    c.nq = ta_ring_make_cut(&r, c.s, c.q_aligned, c.qcut);
+    c.nk = ta_ring_make_cut(&r, c.s, c.k_aligned, c.kcut);
     c.eb = ta_dtype_size(c.dt);
     c.nq_el = (size_t)c.b * (size_t)c.h * (size_t)c.s * (size_t)c.d;
     c.nk_el = (size_t)c.b * (size_t)c.hkv * (size_t)c.s * (size_t)c.d;
