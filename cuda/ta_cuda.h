@@ -314,6 +314,12 @@ ta_status ta_cuda_merge_parts(const ta_plan *plan, const void *o_parts, ta_dtype
  * ta_cuda_merge_parts on the caller's parts (dtype plan->p.dtype). */
 ta_status ta_cuda_merge(const ta_plan *plan, const ta_merge_args *a, void *stream);
 
+/* ta_bwd_finish on CUDA (cuda/ta_cuda_sdpa_bwd.cu): checks the device
+ * pointers (TA_ERR_BAD_ARG), then one launch per requested gradient on
+ * stream: element for element ta_ref_bwd_finish's store (the shared
+ * rounding), the hi words contiguous, the gradients by plan->layout. */
+ta_status ta_cuda_bwd_finish(const ta_plan *plan, const ta_bwd_finish_args *a, void *stream);
+
 /* The index arrays the kernels read: seqlens_k with TA_SEQLENS_DEVICE, the
  * paged KV block table (device memory on CUDA): TA_ERR_BAD_ARG unless the
  * device can read them (pageable host memory, another device's memory), as

@@ -51,7 +51,9 @@ static ta_status ta_cuda_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wo
         return st;
     if (ta_cuda_fast_lat_path(plan)) return ta_cuda_fast_latent_bwd(plan, a, &ws, stream);
     if (ta_cuda_latent_plan(plan)) return ta_cuda_latent_bwd(plan, a, &ws, stream);
-    if (ta_cuda_fast_path(plan)) return ta_cuda_fast_bwd(plan, a, &ws, stream);
+    /* accumulating (SDPA only, validated): the exact kernels in either
+     * precision (the fast ones keep no pairs; exact bits satisfy the bound) */
+    if (ta_cuda_fast_path(plan) && !a->accumulate) return ta_cuda_fast_bwd(plan, a, &ws, stream);
     /* fast MTA: the fold's gradients on tensor cores */
     if (ta_cuda_fast_mta_bwd_path(plan)) return ta_cuda_fast_mta_bwd(plan, a, &ws, stream);
     return plan->has_conv ? ta_cuda_mta_bwd(plan, a, &ws, stream)
@@ -73,5 +75,5 @@ static ta_status ta_cuda_tune_fwd(const ta_plan *plan, const ta_fwd_args *a, voi
 const ta_backend_ops ta_cuda_ops = {
     ta_cuda_available, ta_cuda_supports, ta_cuda_fwd_size, ta_cuda_bwd_size,
     ta_cuda_fwd,       ta_cuda_bwd,      0,
-    ta_cuda_tune_fwd,  ta_cuda_merge,
+    ta_cuda_tune_fwd,  ta_cuda_merge,     ta_cuda_bwd_finish,
 };

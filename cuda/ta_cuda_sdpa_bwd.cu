@@ -55,9 +55,14 @@ extern "C" {
 #include "ta_math.h"
 }
 
-/* The base (t: 64 x 64) and the dk/dv kernel's feature groups. */
+/* The base (t: 64 x 64), the dk/dv kernel's feature groups and the lo
+ * words of the accumulating mode (ta_bwd_args.accumulate; the kernels'
+ * template parameter ACC): then dq, dk, dv of the base are the f32 hi words
+ * of the caller's (hi, lo) pairs and dq_lo, dk_lo, dv_lo their lo words,
+ * both under the gradients' strides (p.lay, f32 elements); NULL otherwise. */
 struct ta_cuda_bwd_params : ta_cuda_params {
     int32_t n_groups; /* dk/dv feature groups per key tile */
+    float *dq_lo, *dk_lo, *dv_lo;
 };
 
 /* ---------------------------------------------------------------------------- */
@@ -158,6 +163,57 @@ TA_CUDA_DEV void ta_cuda_row_sum2(float (&hi)[NS][4], float (&lo)[NS][4], float 
             ta_sum2_add(&hi[s][e], &lo[s][e], 1.0f, part[s][e]);
             part[s][e] = 0.0f;
         }
+}
+
+/*
+ * Accumulating mode (ta_bwd_args.accumulate): a register block's pairs (rows
+ * row0 + 4ty + r < rows, features s*64 + 4tx + e < row_len, ta_cuda_store_block's
+ * mapping) from the caller's words (get: hi_buf, lo_buf at slice + row * ld,
+ * f32 elements), the entries outside the block (+0, +0); or back into them
+ * (put), unscaled and unrounded. A pair is one thread's, so nothing is shared.
+ */
+template <int NS>
+TA_CUDA_DEV void ta_cuda_pairs_get(int32_t row0, int32_t rows, int32_t row_len,
+                                   float (&hi)[4][NS][4], float (&lo)[4][NS][4],
+                                   const float *hi_buf, const float *lo_buf, int64_t slice,
+                                   int64_t ld) {
+    const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const int x = 4 * ty + r;
+        const int64_t first = ta_cuda_row(slice, ld, row0 + x);
+#pragma unroll
+        for (int s = 0; s < NS; ++s)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int32_t f = s * TA_CUDA_SLOT + 4 * tx + e;
+                const bool in = x < rows && f < row_len;
+                hi[r][s][e] = in ? hi_buf[first + f] : 0.0f;
+                lo[r][s][e] = in ? lo_buf[first + f] : 0.0f;
+            }
+    }
+}
+
+template <int NS>
+TA_CUDA_DEV void ta_cuda_pairs_put(int32_t row0, int32_t rows, int32_t row_len,
+                                   const float (&hi)[4][NS][4], const float (&lo)[4][NS][4],
+                                   float *hi_buf, float *lo_buf, int64_t slice, int64_t ld) {
+    const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const int x = 4 * ty + r;
+        if (x >= rows) continue;
+        const int64_t first = ta_cuda_row(slice, ld, row0 + x);
+#pragma unroll
+        for (int s = 0; s < NS; ++s)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int32_t f = s * TA_CUDA_SLOT + 4 * tx + e;
+                if (f >= row_len) continue;
+                hi_buf[first + f] = hi[r][s][e];
+                lo_buf[first + f] = lo[r][s][e];
+            }
+    }
 }
 
 /*
@@ -276,7 +332,54 @@ static __host__ __device__ __forceinline__ ta_cuda_bwd_smem ta_cuda_bwd_smem_mak
 /* dk, dv                                                                         */
 /* ---------------------------------------------------------------------------- */
 
-template <int DT, int NS, bool WL, bool ROPE, bool LAT>
+/* The general dk/dv kernel's outputs, keys col0 + 4ty + r < cols, slot
+ * slot0 + s (s < n_slots): dk's features below nk slots, then dv's. MODE
+ * TA_CUDA_KV_STORE: dk = store(scale * hi), dv = store(hi) in dtype DT (step
+ * 5); the accumulating mode's pairs: TA_CUDA_KV_GET from the caller's f32
+ * words (the entries outside keep their (+0, +0)), TA_CUDA_KV_PUT back into
+ * them, unscaled. */
+enum { TA_CUDA_KV_STORE, TA_CUDA_KV_GET, TA_CUDA_KV_PUT };
+
+template <int DT, int NS, int MODE>
+TA_CUDA_DEV void ta_cuda_dkdv_out(const ta_cuda_bwd_params &p, const ta_tile_ctx &kc, int32_t col0,
+                                  int32_t cols, int32_t slot0, int32_t nk, int32_t n_slots,
+                                  float (&hi)[4][NS][4], float (&lo)[4][NS][4]) {
+    const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+        const int32_t u = slot0 + s;
+        const bool is_dk = u < nk;
+        const int32_t len = is_dk ? p.head_dim : p.head_dim_v;
+        const int32_t f0 = (is_dk ? u : u - nk) * TA_CUDA_SLOT + 4 * tx;
+        void *dst = is_dk ? p.dk : p.dv;
+        float *lb = is_dk ? p.dk_lo : p.dv_lo;
+        const int64_t slice = is_dk ? kc.dk : kc.dv;
+        const int64_t ld = is_dk ? p.lay.dk.seq : p.lay.dv.seq;
+        if (s >= n_slots) continue;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int j = 4 * ty + r;
+            if (j >= cols) continue;
+            const int64_t first = ta_cuda_row(slice, ld, col0 + j);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int64_t at = first + f0 + e;
+                if (f0 + e >= len) continue;
+                if (MODE == TA_CUDA_KV_STORE) {
+                    ta_cuda_store<DT>(dst, (size_t)at, is_dk ? p.scale * hi[r][s][e] : hi[r][s][e]);
+                } else if (MODE == TA_CUDA_KV_PUT) {
+                    static_cast<float *>(dst)[at] = hi[r][s][e];
+                    lb[at] = lo[r][s][e];
+                } else {
+                    hi[r][s][e] = static_cast<const float *>(dst)[at];
+                    lo[r][s][e] = lb[at];
+                }
+            }
+        }
+    }
+}
+
+template <int DT, int NS, bool WL, bool ROPE, bool LAT, bool ACC>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_dkdv_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
     extern __shared__ float4 ta_cuda_dkdv_dyn_smem[];
@@ -316,6 +419,8 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         __syncthreads(); /* the previous tile is done with kctx_s */
         if (tid == 0) kctx_s = ta_cuda_context(p, at.b_local, h_kv * p.group, 0);
         __syncthreads();
+        if (ACC) /* the caller's pairs (ta_bwd_args.accumulate) */
+            ta_cuda_dkdv_out<DT, NS, TA_CUDA_KV_GET>(p, kc, col0, cols, slot0, nk, n_slots, hi, lo);
         ta_tile_k_rows(&t, kt, kc.key_len, &q_begin, &q_end); /* Q tiles that meet the key tile */
         /* step 1: the kv group's query heads ascending, then Q tiles ascending */
         for (g = 0; g < p.group; ++g) {
@@ -431,29 +536,11 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
          * the launcher sees to it) */
         if (ROPE && need_ds)
             ta_cuda_rope_grad_block<NS>(p, stage, hi, p.head_dim, TA_CUDA_ROPE_K, kc, col0, cols);
-#pragma unroll
-        for (int s = 0; s < NS; ++s) {
-            const int32_t u = slot0 + s;
-            const bool is_dk = u < nk;
-            const int32_t len = is_dk ? p.head_dim : p.head_dim_v;
-            const int32_t f0 = (is_dk ? u : u - nk) * TA_CUDA_SLOT + 4 * tx;
-            void *dst = is_dk ? p.dk : p.dv;
-            const int64_t slice = is_dk ? kc.dk : kc.dv;
-            const int64_t ld = is_dk ? p.lay.dk.seq : p.lay.dv.seq;
-            if (s >= n_slots) continue;
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int j = 4 * ty + r;
-                if (j >= cols) continue;
-                const int64_t first = ta_cuda_row(slice, ld, col0 + j);
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    if (f0 + e >= len) continue;
-                    ta_cuda_store<DT>(dst, (size_t)(first + f0 + e),
-                                      is_dk ? p.scale * hi[r][s][e] : hi[r][s][e]);
-                }
-            }
-        }
+        if (ACC) /* the pairs back, unscaled (SDPA only: validated) */
+            ta_cuda_dkdv_out<DT, NS, TA_CUDA_KV_PUT>(p, kc, col0, cols, slot0, nk, n_slots, hi, lo);
+        else
+            ta_cuda_dkdv_out<DT, NS, TA_CUDA_KV_STORE>(p, kc, col0, cols, slot0, nk, n_slots, hi,
+                                                      lo);
     }
 }
 
@@ -461,7 +548,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 /* dq                                                                             */
 /* ---------------------------------------------------------------------------- */
 
-template <int DT, int NS, bool WL, bool ROPE, bool LAT>
+template <int DT, int NS, bool WL, bool ROPE, bool LAT, bool ACC>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_dq_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
     extern __shared__ float4 ta_cuda_dq_dyn_smem[];
@@ -495,6 +582,9 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         __syncthreads(); /* the previous tile is done with the row arrays, ctx_s, slots */
         if (tid == 0) ctx_s = ta_cuda_context(p, at.b_local, at.h, qt);
         __syncthreads();
+        if (ACC) /* the caller's pairs (ta_bwd_args.accumulate) */
+            ta_cuda_pairs_get<NS>(row0, rows, p.head_dim, hi, lo, static_cast<const float *>(p.dq),
+                                  p.dq_lo, c.dq, p.lay.dq.seq);
         ta_cuda_bwd_rows(p, &t, c.lse, row0, rows, c.key_len, lse_s, delta_s, keys);
         if (tid < NS) /* the recomputation of ctx~ (p.ctx_out) sums v rows instead */
             k_slots[tid] = LAT && p.ctx_out
@@ -595,8 +685,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         /* step 3: dq = store(scale * hi); with the rotary stage, the rows turned back first */
         if (ROPE)
             ta_cuda_rope_grad_block<NS>(p, stage, hi, p.head_dim, TA_CUDA_ROPE_Q, c, row0, rows);
-        ta_cuda_store_block<DT, NS>(row0, rows, p.head_dim, hi, 1, p.scale, p.dq, c.dq,
-                                    p.lay.dq.seq);
+        if (ACC) /* the pairs back, unscaled (SDPA only: validated) */
+            ta_cuda_pairs_put<NS>(row0, rows, p.head_dim, hi, lo, static_cast<float *>(p.dq),
+                                  p.dq_lo, c.dq, p.lay.dq.seq);
+        else
+            ta_cuda_store_block<DT, NS>(row0, rows, p.head_dim, hi, 1, p.scale, p.dq, c.dq,
+                                        p.lay.dq.seq);
     }
 }
 
@@ -639,7 +733,7 @@ static __host__ __device__ __forceinline__ ta_cuda_dq_rb_smem ta_cuda_dq_rb_smem
 }
 
 /* Two blocks per SM up to D = 64 (106 KB of shared memory at 64), one above. */
-template <int D, bool WL>
+template <int D, bool WL, bool ACC>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, D <= 64 ? 2 : 1)
     ta_cuda_dq_rb_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
     constexpr int NS = (D + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT, LDQ = D + 4;
@@ -667,6 +761,9 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, D <= 64 ? 2 : 1)
         __syncthreads(); /* the previous tile is done with shared memory */
         if (tid == 0) ctx_s = ta_cuda_context(p, at.b_local, at.h, at.qt);
         __syncthreads();
+        if (ACC) /* the caller's pairs (ta_bwd_args.accumulate) */
+            ta_cuda_pairs_get<NS>(row0, rows, D, hi, lo, static_cast<const float *>(p.dq), p.dq_lo,
+                                  c.dq, p.lay.dq.seq);
         ta_cuda_bwd_rows(p, &t, c.lse, row0, rows, c.key_len, lse_s, delta_s, keys);
         /* q, dO and the first K and V tiles in flight */
         ta_cuda_rb_load<D, LDQ>(sq, p.q, c.q, p.lay.q.seq, row0, rows);
@@ -740,14 +837,22 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, D <= 64 ? 2 : 1)
             ta_cuda_acc_sum2<NS>(hi, lo, acc);
         }
         ta_fast_cp_wait<0>(); /* nothing in flight past the tile */
-        /* dq = store(scale * hi) */
-        ta_cuda_store_block<TA_F32, NS>(row0, rows, D, hi, 1, p.scale, p.dq, c.dq, p.lay.dq.seq);
+        /* dq = store(scale * hi) (accumulating: the pairs back, unscaled) */
+        if (ACC)
+            ta_cuda_pairs_put<NS>(row0, rows, D, hi, lo, static_cast<float *>(p.dq), p.dq_lo, c.dq,
+                                  p.lay.dq.seq);
+        else
+            ta_cuda_store_block<TA_F32, NS>(row0, rows, D, hi, 1, p.scale, p.dq, c.dq,
+                                            p.lay.dq.seq);
     }
 }
 
-template <int D> static const void *ta_cuda_dq_rb_at(bool wl) {
-    return wl ? reinterpret_cast<const void *>(&ta_cuda_dq_rb_kernel<D, true>)
-              : reinterpret_cast<const void *>(&ta_cuda_dq_rb_kernel<D, false>);
+template <int D> static const void *ta_cuda_dq_rb_at(bool wl, bool acc) {
+    if (acc)
+        return wl ? reinterpret_cast<const void *>(&ta_cuda_dq_rb_kernel<D, true, true>)
+                  : reinterpret_cast<const void *>(&ta_cuda_dq_rb_kernel<D, false, true>);
+    return wl ? reinterpret_cast<const void *>(&ta_cuda_dq_rb_kernel<D, true, false>)
+              : reinterpret_cast<const void *>(&ta_cuda_dq_rb_kernel<D, false, false>);
 }
 
 
@@ -858,7 +963,7 @@ TA_CUDA_DEV void ta_cuda_dkdv_rb_acc(float (&acc_k)[4][NS][4], float (&acc_v)[4]
 /* PART: 0 dk and dv (D <= 64), 1 dk only, 2 dv only (D = 96, 128: two
  * launches, so that one block's accumulators and pairs fit its registers;
  * the dv part computes S and P alone, the dk part S, dP and dS). */
-template <int D, bool WL, int PART>
+template <int D, bool WL, int PART, bool ACC>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 1)
     ta_cuda_dkdv_rb_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
     constexpr int NS = (D + TA_CUDA_SLOT - 1) / TA_CUDA_SLOT, LDQ = D + 4;
@@ -893,6 +998,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 1)
         __syncthreads(); /* the previous tile is done with shared memory */
         if (tid == 0) kctx_s = ta_cuda_context(p, at.b_local, at.h_kv * p.group, 0);
         __syncthreads();
+        if (ACC && DK) /* the caller's pairs (ta_bwd_args.accumulate) */
+            ta_cuda_pairs_get<NS>(col0, cols, D, hi_k, lo_k, static_cast<const float *>(p.dk),
+                                  p.dk_lo, kc.dk, p.lay.dk.seq);
+        if (ACC && DV)
+            ta_cuda_pairs_get<NS>(col0, cols, D, hi_v, lo_v, static_cast<const float *>(p.dv),
+                                  p.dv_lo, kc.dv, p.lay.dv.seq);
         ta_tile_k_rows(&t, at.kt, kc.key_len, &q_begin, &q_end);
         nq = q_end - q_begin;
         n_it = nq > 0 ? p.group * nq : 0;
@@ -975,18 +1086,28 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 1)
             if (DV) ta_cuda_acc_sum2<NS>(hi_v, lo_v, acc_v);
         }
         ta_fast_cp_wait<0>(); /* nothing in flight past the tile */
-        /* dk = store(scale * hi), dv = store(hi), keys < cols */
-        if (DK)
+        /* dk = store(scale * hi), dv = store(hi), keys < cols (accumulating:
+         * the pairs back, unscaled) */
+        if (ACC && DK)
+            ta_cuda_pairs_put<NS>(col0, cols, D, hi_k, lo_k, static_cast<float *>(p.dk), p.dk_lo,
+                                  kc.dk, p.lay.dk.seq);
+        if (ACC && DV)
+            ta_cuda_pairs_put<NS>(col0, cols, D, hi_v, lo_v, static_cast<float *>(p.dv), p.dv_lo,
+                                  kc.dv, p.lay.dv.seq);
+        if (!ACC && DK)
             ta_cuda_store_block<TA_F32, NS>(col0, cols, D, hi_k, 1, p.scale, p.dk, kc.dk,
                                             p.lay.dk.seq);
-        if (DV)
+        if (!ACC && DV)
             ta_cuda_store_block<TA_F32, NS>(col0, cols, D, hi_v, 0, 1.0f, p.dv, kc.dv, p.lay.dv.seq);
     }
 }
 
-template <int D, int PART> static const void *ta_cuda_dkdv_rb_at(bool wl) {
-    return wl ? reinterpret_cast<const void *>(&ta_cuda_dkdv_rb_kernel<D, true, PART>)
-              : reinterpret_cast<const void *>(&ta_cuda_dkdv_rb_kernel<D, false, PART>);
+template <int D, int PART> static const void *ta_cuda_dkdv_rb_at(bool wl, bool acc) {
+    if (acc)
+        return wl ? reinterpret_cast<const void *>(&ta_cuda_dkdv_rb_kernel<D, true, PART, true>)
+                  : reinterpret_cast<const void *>(&ta_cuda_dkdv_rb_kernel<D, false, PART, true>);
+    return wl ? reinterpret_cast<const void *>(&ta_cuda_dkdv_rb_kernel<D, true, PART, false>)
+              : reinterpret_cast<const void *>(&ta_cuda_dkdv_rb_kernel<D, false, PART, false>);
 }
 
 /* 1 if the register-blocked backward kernels may run this call (their
@@ -1005,12 +1126,12 @@ static bool ta_cuda_bwd_rb_ok(const ta_plan *plan, const ta_bwd_args *a, bool la
 /* The register-blocked dq kernel for this call, or NULL. */
 static const void *ta_cuda_dq_rb_pick(const ta_plan *plan, const ta_bwd_args *a, bool lat) {
     const int32_t d = plan->p.head_dim;
-    const bool wl = ta_cuda_left_bounded(plan);
+    const bool wl = ta_cuda_left_bounded(plan), acc = a->accumulate != 0;
     if (!ta_cuda_bwd_rb_ok(plan, a, lat)) return NULL;
-    return d == 32 ? ta_cuda_dq_rb_at<32>(wl)
-           : d == 64 ? ta_cuda_dq_rb_at<64>(wl)
-           : d == 96 ? ta_cuda_dq_rb_at<96>(wl)
-                     : ta_cuda_dq_rb_at<128>(wl);
+    return d == 32 ? ta_cuda_dq_rb_at<32>(wl, acc)
+           : d == 64 ? ta_cuda_dq_rb_at<64>(wl, acc)
+           : d == 96 ? ta_cuda_dq_rb_at<96>(wl, acc)
+                     : ta_cuda_dq_rb_at<128>(wl, acc);
 }
 
 /* The register-blocked dk/dv kernels for this call into k[0..n): one (D 32,
@@ -1019,14 +1140,14 @@ static const void *ta_cuda_dq_rb_pick(const ta_plan *plan, const ta_bwd_args *a,
 static int ta_cuda_dkdv_rb_pick(const ta_plan *plan, const ta_bwd_args *a, bool lat,
                                 const void *k[2]) {
     const int32_t d = plan->p.head_dim;
-    const bool wl = ta_cuda_left_bounded(plan);
+    const bool wl = ta_cuda_left_bounded(plan), acc = a->accumulate != 0;
     if (!ta_cuda_bwd_rb_ok(plan, a, lat)) return 0;
     if (d <= 64) {
-        k[0] = d == 32 ? ta_cuda_dkdv_rb_at<32, 0>(wl) : ta_cuda_dkdv_rb_at<64, 0>(wl);
+        k[0] = d == 32 ? ta_cuda_dkdv_rb_at<32, 0>(wl, acc) : ta_cuda_dkdv_rb_at<64, 0>(wl, acc);
         return 1;
     }
-    k[0] = d == 96 ? ta_cuda_dkdv_rb_at<96, 1>(wl) : ta_cuda_dkdv_rb_at<128, 1>(wl);
-    k[1] = d == 96 ? ta_cuda_dkdv_rb_at<96, 2>(wl) : ta_cuda_dkdv_rb_at<128, 2>(wl);
+    k[0] = d == 96 ? ta_cuda_dkdv_rb_at<96, 1>(wl, acc) : ta_cuda_dkdv_rb_at<128, 1>(wl, acc);
+    k[1] = d == 96 ? ta_cuda_dkdv_rb_at<96, 2>(wl, acc) : ta_cuda_dkdv_rb_at<128, 2>(wl, acc);
     return 2;
 }
 
@@ -1040,12 +1161,25 @@ static int ta_cuda_dkdv_rb_pick(const ta_plan *plan, const ta_bwd_args *a, bool 
  * the top). */
 template <bool WL, bool ROPE> struct ta_cuda_dq_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, NS, WL, ROPE, false>);
+        return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, NS, WL, ROPE, false, false>);
     }
 };
 template <bool WL, bool ROPE> struct ta_cuda_dkdv_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, NS, WL, ROPE, false>);
+        return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, NS, WL, ROPE, false, false>);
+    }
+};
+/* The accumulating mode's (ACC: the pairs loaded and stored, SDPA only, so
+ * never the rotary stage: ROPE is ignored, the pick never asks for it), which
+ * the others compile out (their registers and spills stay as they were). */
+template <bool WL, bool ROPE> struct ta_cuda_dq_acc_family {
+    template <int DT, int NS> static const void *at() {
+        return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, NS, WL, false, false, true>);
+    }
+};
+template <bool WL, bool ROPE> struct ta_cuda_dkdv_acc_family {
+    template <int DT, int NS> static const void *at() {
+        return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, NS, WL, false, false, true>);
     }
 };
 /* Latent attention's (cuda/ta_cuda_latent.cu): f32, no rotary stage, with the
@@ -1053,12 +1187,12 @@ template <bool WL, bool ROPE> struct ta_cuda_dkdv_family {
  * out (their registers and spills stay as they were). */
 template <bool WL> struct ta_cuda_dq_lat_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, NS, WL, false, true>);
+        return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, NS, WL, false, true, false>);
     }
 };
 template <bool WL> struct ta_cuda_dkdv_lat_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, NS, WL, false, true>);
+        return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, NS, WL, false, true, false>);
     }
 };
 
@@ -1092,9 +1226,13 @@ ta_status ta_cuda_bwd_delta(const ta_plan *plan, const ta_bwd_args *a, float *de
 
 extern "C" ta_status ta_cuda_sdpa_bwd(const ta_plan *plan, const ta_bwd_args *a,
                                       const ta_cuda_bwd_ws *ws, void *stream) {
-    const void *ptrs[10] = {a->q, a->k, a->v, a->o, a->d_o, a->lse, a->dq, a->dk, a->dv, ws->delta};
+    const void *ptrs[13] = {a->q,   a->k,   a->v,   a->o,   a->d_o,
+                            a->lse, a->dq,  a->dk,  a->dv,  ws->delta,
+                            a->accumulate ? a->dq_lo : NULL,
+                            a->accumulate ? a->dk_lo : NULL,
+                            a->accumulate ? a->dv_lo : NULL};
     ta_status st;
-    if ((st = ta_cuda_check_pointers(ptrs, 10)) != TA_OK) return st;
+    if ((st = ta_cuda_check_pointers(ptrs, 13)) != TA_OK) return st;
     if ((st = ta_cuda_check_rope(plan)) != TA_OK) return st;
     if ((st = ta_cuda_bwd_delta(plan, a, ws->delta, stream)) != TA_OK) return st;
     return ta_cuda_sdpa_bwd_kernels(plan, a, ws, NULL, stream);
@@ -1148,18 +1286,27 @@ extern "C" ta_status ta_cuda_sdpa_bwd_kernels(const ta_plan *plan, const ta_bwd_
     if (n_rb) {
         k_dkdv = k_rb[0];
     } else {
-        k_dkdv = ta_cuda_pick_plan_lat<ta_cuda_dkdv_family, ta_cuda_dkdv_lat_family, 2>(
-            plan, ns_dkdv, lat);
+        k_dkdv = a->accumulate
+                     ? ta_cuda_pick_plan<ta_cuda_dkdv_acc_family, 2>(plan, ns_dkdv)
+                     : ta_cuda_pick_plan_lat<ta_cuda_dkdv_family, ta_cuda_dkdv_lat_family, 2>(
+                           plan, ns_dkdv, lat);
         smem_dkdv = (size_t)ta_cuda_bwd_smem_make(1).floats * sizeof(float);
         if ((st = ta_cuda_smem_opt_in(k_dkdv, smem_dkdv, smem_dkdv)) != TA_OK) return st;
     }
     if (!k_dq) {
-        k_dq = ta_cuda_pick_plan_lat<ta_cuda_dq_family, ta_cuda_dq_lat_family, 1>(plan, nk, lat);
+        k_dq = a->accumulate
+                   ? ta_cuda_pick_plan<ta_cuda_dq_acc_family, 1>(plan, nk)
+                   : ta_cuda_pick_plan_lat<ta_cuda_dq_family, ta_cuda_dq_lat_family, 1>(plan, nk,
+                                                                                       lat);
         smem_dq = (size_t)ta_cuda_bwd_smem_make(0).floats * sizeof(float);
         if ((st = ta_cuda_smem_opt_in(k_dq, smem_dq, smem_dq)) != TA_OK) return st;
     }
     ta_cuda_params_bwd(&prm, plan, &t, a, ws);
     prm.n_groups = n_rb ? 1 : n_groups; /* the register-blocked kernels: one group each */
+    /* accumulating (SDPA only, validated): every kernel picked above is an ACC one */
+    prm.dq_lo = a->accumulate ? a->dq_lo : NULL;
+    prm.dk_lo = a->accumulate ? a->dk_lo : NULL;
+    prm.dv_lo = a->accumulate ? a->dv_lo : NULL;
     prm.ctx_out = ctx_out;
     /* the recomputation of ctx~: the dq kernel alone */
     if (!ctx_out) {
@@ -1172,4 +1319,84 @@ extern "C" ta_status ta_cuda_sdpa_bwd_kernels(const ta_plan *plan, const ta_bwd_
     }
     launch[n++] = ta_cuda_launch_of(k_dq, &prm, (int64_t)pr->heads_q * t.num_q_tiles, 0, smem_dq);
     return ta_cuda_launch_batches(launch, n, a->seqlens_k, pr->batch, stream);
+}
+
+/* ---------------------------------------------------------------------------- */
+/* ta_bwd_finish                                                                  */
+/* ---------------------------------------------------------------------------- */
+
+/* One gradient of ta_bwd_finish: element e of the contiguous hi words
+ * [B, heads, seq, dim] into out (dtype DT, strides st): store(mul * hi[e])
+ * (scaled: dq, dk) or store(hi[e]) (dv), the kernels' own store
+ * (ta_cuda_store_block), so ta_ref_bwd_finish's bits. Grid-stride. */
+struct ta_cuda_finish_params {
+    const float *hi;
+    void *out;
+    ta_strides st;
+    int64_t n; /* B heads seq dim */
+    int32_t heads, seq, dim, scaled;
+    float mul;
+};
+
+template <int DT>
+__global__ void __launch_bounds__(256)
+    ta_cuda_finish_kernel(const __grid_constant__ ta_cuda_finish_params p) {
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < p.n;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = e / p.dim;
+        const int32_t d = (int32_t)(e % p.dim);
+        const int32_t r = (int32_t)(row % p.seq);
+        const int32_t h = (int32_t)(row / p.seq % p.heads);
+        const int32_t b = (int32_t)(row / p.seq / p.heads);
+        const float x = p.hi[e];
+        ta_cuda_store<DT>(p.out, (size_t)(ta_cuda_row(ta_strides_slice(&p.st, b, h), p.st.seq, r) + d),
+                          p.scaled ? p.mul * x : x);
+    }
+}
+
+/* One gradient's launch (hi NULL: not requested, nothing launched). */
+static ta_status ta_cuda_finish_one(const ta_plan *plan, const float *hi, void *out,
+                                    const ta_strides *st, int32_t heads, int32_t seq, int32_t dim,
+                                    int32_t scaled, void *stream) {
+    const int64_t threads = 256, blocks_max = 65536;
+    const void *kernel = reinterpret_cast<const void *>(&ta_cuda_finish_kernel<TA_F32>);
+    ta_cuda_finish_params prm;
+    void *args[1];
+    int64_t blocks;
+    if (!hi) return TA_OK;
+    if (plan->p.dtype == TA_F16)
+        kernel = reinterpret_cast<const void *>(&ta_cuda_finish_kernel<TA_F16>);
+    if (plan->p.dtype == TA_BF16)
+        kernel = reinterpret_cast<const void *>(&ta_cuda_finish_kernel<TA_BF16>);
+    prm.hi = hi;
+    prm.out = out;
+    prm.st = *st;
+    prm.n = (int64_t)plan->p.batch * heads * seq * dim;
+    prm.heads = heads;
+    prm.seq = seq;
+    prm.dim = dim;
+    prm.scaled = scaled;
+    prm.mul = plan->p.scale;
+    blocks = (prm.n + threads - 1) / threads;
+    args[0] = &prm;
+    return ta_cuda_launch_threads(kernel, blocks < blocks_max ? blocks : blocks_max, (int)threads,
+                                  0, args, stream);
+}
+
+extern "C" ta_status ta_cuda_bwd_finish(const ta_plan *plan, const ta_bwd_finish_args *a,
+                                        void *stream) {
+    const ta_problem *pr = &plan->p;
+    const ta_layout *lay = &plan->layout;
+    const void *ptrs[6] = {a->dq_hi, a->dk_hi, a->dv_hi, a->dq, a->dk, a->dv};
+    ta_status st = ta_cuda_check_pointers(ptrs, 6);
+    if (st == TA_OK)
+        st = ta_cuda_finish_one(plan, a->dq_hi, a->dq, &lay->dq, pr->heads_q, pr->seq_q,
+                                plan->dim_k, 1, stream);
+    if (st == TA_OK)
+        st = ta_cuda_finish_one(plan, a->dk_hi, a->dk, &lay->dk, pr->heads_kv, pr->seq_k,
+                                plan->dim_k, 1, stream);
+    if (st == TA_OK)
+        st = ta_cuda_finish_one(plan, a->dv_hi, a->dv, &lay->dv, pr->heads_kv, pr->seq_k,
+                                plan->dim_v, 0, stream);
+    return st;
 }

@@ -430,9 +430,11 @@ typedef struct ta_bwd_args {
                                    ta_bwd_finish turns them into the gradients.
                                    Zero-fill both words before the first call. SDPA
                                    only (no conv, rope, band or projections:
-                                   TA_ERR_UNSUPPORTED); REF and CPU, OpenMP or
-                                   caller-run tasks (CUDA: TA_ERR_UNSUPPORTED for
-                                   now). Other values: TA_ERR_BAD_ARG. */
+                                   TA_ERR_UNSUPPORTED); every backend: REF, CPU
+                                   (OpenMP or caller-run tasks) and CUDA (device
+                                   memory; the exact kernels, in either
+                                   precision), the same words. Other values:
+                                   TA_ERR_BAD_ARG. */
     /** With accumulate: the lo words of dq, dk, dv (f32, their hi words' layout);
      *  required then, else ignored. @{ */
     float *dq_lo, *dk_lo, *dv_lo;
@@ -532,14 +534,17 @@ typedef struct ta_bwd_finish_args {
  * ranges", for the conditions). No workspace.
  * @param[in]     p       the problem of the backward calls over the whole
  *                        tensors (sizes, dtype, scale), validated as by ta_bwd
- * @param[in]     be      TA_BACKEND_REF or TA_BACKEND_CPU (host memory);
- *                        CUDA: TA_ERR_UNSUPPORTED for now
+ * @param[in]     be      TA_BACKEND_REF or TA_BACKEND_CPU (host memory), or
+ *                        TA_BACKEND_CUDA (device memory: one kernel per
+ *                        gradient on stream); the same bits on each
  * @param[in,out] a       the hi words and the gradients; written on TA_OK only
- * @param[in]     stream  NULL (host backends)
+ * @param[in]     stream  NULL for the host backends; CUDA: a cudaStream_t
+ *                        (NULL = the default stream), nothing synchronised
  * @return TA_OK; TA_ERR_NULL_ARG (p, a); TA_ERR_BAD_ARG (a hi pointer
  *         without its gradient or the reverse, a stride, a misaligned or
- *         overlapping buffer); the problem's and the backend's statuses as for
- *         ta_bwd (ta_explain_bwd_finish names a failed check)
+ *         overlapping buffer; CUDA: memory the device cannot read); the
+ *         problem's and the backend's statuses as for ta_bwd; TA_ERR_DEVICE
+ *         when a CUDA call fails (ta_explain_bwd_finish names a failed check)
  */
 ta_status ta_bwd_finish(const ta_problem *p, ta_backend be, const ta_bwd_finish_args *a,
                         void *stream);

@@ -869,11 +869,13 @@ static void ta_ref_finish_one(const ta_plan *plan, const float *hi, void *out, i
             }
 }
 
-void ta_ref_bwd_finish(const ta_plan *plan, const ta_bwd_finish_args *a) {
+ta_status ta_ref_bwd_finish(const ta_plan *plan, const ta_bwd_finish_args *a, void *stream) {
     const ta_problem *p = &plan->p;
     const ta_layout *lay = &plan->layout;
+    (void)stream; /* host backends: NULL (validated) */
     ta_ref_finish_one(plan, a->dq_hi, a->dq, p->heads_q, p->seq_q, plan->dim_k, &lay->dq, p->scale);
     ta_ref_finish_one(plan, a->dk_hi, a->dk, p->heads_kv, p->seq_k, plan->dim_k, &lay->dk,
                       p->scale);
     ta_ref_finish_one(plan, a->dv_hi, a->dv, p->heads_kv, p->seq_k, plan->dim_v, &lay->dv, 1.0f);
+    return TA_OK;
 }

@@ -21,4 +21,5 @@ const ta_backend_ops ta_ref_ops = {
     1,
     NULL, /* no tile configurations to tune */
     ta_ref_merge,
+    ta_ref_bwd_finish,
 };

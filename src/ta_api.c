@@ -327,13 +327,9 @@ ta_status ta_tune_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, 
     return TA_OK;
 }
 
-/* The backends and operations the pairs of ta_bwd_args.accumulate and
- * ta_bwd_finish exist for (field: the name a failure gives). */
-static ta_status ta_check_accumulate_problem(const ta_plan *pl, ta_backend be, const char *field,
-                                             ta_diag *d) {
-    if (be == TA_BACKEND_CUDA)
-        return ta_fail_backend(d, TA_ERR_UNSUPPORTED, be,
-                               "has no accumulating backward yet (REF and CPU only)");
+/* The operations the pairs of ta_bwd_args.accumulate and ta_bwd_finish
+ * exist for, on every backend (field: the name a failure gives). */
+static ta_status ta_check_accumulate_problem(const ta_plan *pl, const char *field, ta_diag *d) {
     if (pl->has_conv || pl->stages.load == TA_LOAD_ROPE || pl->stages.score == TA_SCORE_RBAND ||
         pl->p.latent_dim > 0)
         return ta_fail(d, TA_ERR_UNSUPPORTED, field,
@@ -352,11 +348,11 @@ static ta_status ta_f32_extent(const ta_plan *pl, size_t *bytes, const char *fie
 }
 
 /* ta_bwd_args.accumulate (docs/api.md, "Backward over key and query ranges"),
- * after the strides: the mode's value, its backends and operations, the lo
+ * after the strides: the mode's value, its operations (SDPA), the lo
  * words present; then dq, dk, dv's extents are their f32 ones (their lo
  * words' too). */
-static ta_status ta_check_bwd_accumulate(const ta_plan *pl, ta_backend be, const ta_bwd_args *a,
-                                         ta_extents *ex, ta_diag *d) {
+static ta_status ta_check_bwd_accumulate(const ta_plan *pl, const ta_bwd_args *a, ta_extents *ex,
+                                         ta_diag *d) {
     static const char *const names[] = {"args.dq_lo", "args.dk_lo", "args.dv_lo"};
     const void *const req[] = {a->dq_lo, a->dk_lo, a->dv_lo};
     ta_status st;
@@ -364,7 +360,7 @@ static ta_status ta_check_bwd_accumulate(const ta_plan *pl, ta_backend be, const
     if (a->accumulate != TA_BWD_ACCUMULATE)
         return ta_fail_value(d, TA_ERR_BAD_ARG, "args.accumulate", a->accumulate,
                              "not 0 or TA_BWD_ACCUMULATE (1)");
-    if ((st = ta_check_accumulate_problem(pl, be, "args.accumulate", d)) != TA_OK) return st;
+    if ((st = ta_check_accumulate_problem(pl, "args.accumulate", d)) != TA_OK) return st;
     if ((st = ta_check_required(req, names, 3, d)) != TA_OK) return st;
     if ((st = ta_f32_extent(pl, &ex->dq, "args.dq", d)) != TA_OK) return st;
     if ((st = ta_f32_extent(pl, &ex->dk, "args.dk", d)) != TA_OK) return st;
@@ -445,7 +441,7 @@ static ta_status ta_bwd_validate_mode(const ta_problem *p, ta_backend be, const 
     if ((st = ta_call_begin(p, be, a, stream, tasks, pl, ops, d)) != TA_OK) return st;
     if ((st = ta_check_bwd_problem(pl, d)) != TA_OK) return st;
     if ((st = ta_plan_set_bwd_layout(pl, a, ex, d)) != TA_OK) return st;
-    if ((st = ta_check_bwd_accumulate(pl, be, a, ex, d)) != TA_OK) return st;
+    if ((st = ta_check_bwd_accumulate(pl, a, ex, d)) != TA_OK) return st;
     if ((st = ta_call_need(be, *ops, pl, 1, tasks, &need, d)) != TA_OK) return st;
     if ((st = ta_bwd_check_ptrs(pl, ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
     if ((st = ta_check_seqlens_host(pl, a->seqlens_k, (*ops)->host_memory, d)) != TA_OK) return st;
@@ -479,18 +475,18 @@ ta_status ta_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *a, void 
  * gradients' strides, each (hi, gradient) both set or both NULL, then the
  * buffers (alignment, overlap: the hi words are inputs, contiguous). */
 static ta_status ta_finish_validate(const ta_problem *p, ta_backend be, const ta_bwd_finish_args *a,
-                                    const void *stream, ta_plan *pl, ta_diag *d) {
+                                    const void *stream, ta_plan *pl, const ta_backend_ops **ops,
+                                    ta_diag *d) {
     static const char *const names[3][2] = {
         {"args.dq_hi", "args.dq"}, {"args.dk_hi", "args.dk"}, {"args.dv_hi", "args.dv"}};
-    const ta_backend_ops *ops = NULL;
     ta_bwd_args strides = {0}; /* only the gradients' strides */
     ta_extents ex;
     size_t hi_bytes[3];
     ta_status st;
     int g;
-    if ((st = ta_call_begin(p, be, a, stream, 0, pl, &ops, d)) != TA_OK) return st;
+    if ((st = ta_call_begin(p, be, a, stream, 0, pl, ops, d)) != TA_OK) return st;
     if ((st = ta_check_bwd_problem(pl, d)) != TA_OK) return st;
-    if ((st = ta_check_accumulate_problem(pl, be, "problem", d)) != TA_OK) return st;
+    if ((st = ta_check_accumulate_problem(pl, "problem", d)) != TA_OK) return st;
     strides.dq_strides = a->dq_strides;
     strides.dk_strides = a->dk_strides;
     strides.dv_strides = a->dv_strides;
@@ -520,23 +516,24 @@ static ta_status ta_finish_validate(const ta_problem *p, ta_backend be, const ta
 
 ta_status ta_bwd_finish(const ta_problem *p, ta_backend be, const ta_bwd_finish_args *a,
                         void *stream) {
+    const ta_backend_ops *ops = NULL;
     ta_plan pl;
     ta_diag d;
     ta_status st;
     ta_diag_init(&d);
-    st = ta_finish_validate(p, be, a, stream, &pl, &d);
+    st = ta_finish_validate(p, be, a, stream, &pl, &ops, &d);
     if (st != TA_OK) return st;
-    ta_ref_bwd_finish(&pl, a); /* host memory (REF and CPU: one loop) */
-    return TA_OK;
+    return ops->bwd_finish(&pl, a, stream); /* REF, CPU: one host loop; CUDA: a kernel */
 }
 
 ta_status ta_explain_bwd_finish(const ta_problem *p, ta_backend be, const ta_bwd_finish_args *a,
                                 const void *stream, char *buf, size_t buf_len) {
+    const ta_backend_ops *ops = NULL;
     ta_plan pl;
     ta_diag d;
     ta_status st;
     ta_diag_init(&d);
-    st = ta_finish_validate(p, be, a, stream, &pl, &d);
+    st = ta_finish_validate(p, be, a, stream, &pl, &ops, &d);
     ta_diag_format(&d, st, buf, buf_len);
     return st;
 }

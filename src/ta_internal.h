@@ -141,10 +141,10 @@ static inline void ta_pairs_put(float *hi_buf, float *lo_buf, int64_t slice, int
     }
 }
 
-/* ta_bwd_finish on host memory (ref/ta_ref_bwd.c; REF's and CPU's: one pass
- * over the hi words): dq = store(scale hi), dk = store(scale hi), dv =
- * store(hi) into plan->layout's gradients. */
-void ta_ref_bwd_finish(const ta_plan *plan, const ta_bwd_finish_args *a);
+/* ta_bwd_finish on host memory (ref/ta_ref_bwd.c; REF's and CPU's entry:
+ * one pass over the hi words): dq = store(scale hi), dk = store(scale hi),
+ * dv = store(hi) into plan->layout's gradients. stream: NULL (validated). */
+ta_status ta_ref_bwd_finish(const ta_plan *plan, const ta_bwd_finish_args *a, void *stream);
 
 /* ---- Trace (tests): append one entry; count keeps counting past capacity. */
 void ta_trace_add(ta_trace *tr, int32_t pass, int32_t batch, int32_t head, int32_t q_tile,
@@ -177,6 +177,9 @@ typedef struct ta_backend_ops {
     /* ta_merge after validation (plan->layout.o: o's strides): the parts into
      * o and lse, by the arithmetic of src/ta_merge.h. */
     ta_status (*merge)(const ta_plan *plan, const ta_merge_args *a, void *stream);
+    /* ta_bwd_finish after validation (plan->layout's dq, dk, dv: the
+     * gradients' strides): each requested gradient from its hi words. */
+    ta_status (*bwd_finish)(const ta_plan *plan, const ta_bwd_finish_args *a, void *stream);
 } ta_backend_ops;
 
 /* ta_merge on host memory (ref/ta_ref_fwd.c): REF's entry, and CPU's (the

@@ -34,7 +34,9 @@ VALIDATE_OPS = ["ta_%s_%s" % (b, f) for b in ("ref", "cpu", "cuda")
                           "available", "supports")]
 COMPUTE_OPS = {"ta_fwd": ["ta_ref_fwd", "ta_cpu_fwd", "ta_cuda_fwd"],
                "ta_bwd": ["ta_ref_bwd", "ta_cpu_bwd", "ta_cuda_bwd"],
-               "ta_tune_fwd": ["ta_cuda_tune_fwd", "ta_cuda_tune_fwd_not_linked"]}
+               "ta_tune_fwd": ["ta_cuda_tune_fwd", "ta_cuda_tune_fwd_not_linked"],
+               "ta_bwd_finish": ["ta_ref_bwd_finish", "ta_cuda_bwd_finish",
+                                 "ta_cuda_finish_not_linked"]}
 TASKS = ["cpu_sdpa_fwd_task", "cpu_mta_fwd_task", "cpu_sdpa_dkdv_task", "cpu_mta_dkdv_task",
          "cpu_sdpa_dq_task", "cpu_mta_dq_task", "cpu_mta_bwd1_task"]
 MICRO = ["cpu_k1_b%d_%s" % (b, w) for b in range(1, 7) for w in ("1", "TA_NV")]

@@ -34,10 +34,11 @@
 #include <string.h>
 
 #include "oracle.h"
+#include "ring_cuts.h"
 #include "test_util.h"
 #include "tileattn.h"
 
-#define MAX_CUTS 6
+#define MAX_CUTS TA_RING_MAX_CUTS
 
 typedef struct rb_case {
     int32_t b, h, hkv, s, d; /* batch, heads, kv heads, sequence, head dim */
@@ -50,31 +51,6 @@ typedef struct rb_case {
     float *lse;                                     /* [H, S] */
     size_t eb;
 } rb_case;
-
-/* n + 1 sorted cut points of [0, s): aligned ones on multiples of 64. */
-static int32_t make_cut(ta_rng *r, int32_t s, int aligned, int32_t *cut) {
-    int32_t n = ta_rng_int(r, 2, aligned ? (s / 64 < MAX_CUTS ? s / 64 : MAX_CUTS) : MAX_CUTS);
-    int32_t i, j;
-    cut[0] = 0;
-    cut[n] = s;
-    for (i = 1; i < n; ++i) {
-        int32_t c, dup;
-        do { /* distinct points */
-            c = aligned ? 64 * ta_rng_int(r, 1, s / 64 - 1) : ta_rng_int(r, 1, s - 1);
-            for (dup = 0, j = 1; j < i; ++j)
-                dup |= cut[j] == c;
-        } while (dup);
-        cut[i] = c;
-    }
-    for (i = 1; i < n; ++i) /* sort */
-        for (j = i + 1; j < n; ++j)
-            if (cut[j] < cut[i]) {
-                const int32_t t = cut[i];
-                cut[i] = cut[j];
-                cut[j] = t;
-            }
-    return n;
-}
 
 static ta_problem full_problem(const rb_case *c) {
     ta_problem p;
@@ -100,53 +76,14 @@ static ta_strides strides_of(int32_t heads, int32_t s, int32_t d) {
 /* The call of pair (query range a, key range b): 0 if no entry is visible;
  * else p, the seqlens_k value (or -1: none). */
 static int pair_problem(const rb_case *c, int32_t a, int32_t b, ta_problem *p, int32_t *seqlen) {
-    const int32_t q0 = c->qcut[a], q1 = c->qcut[a + 1], k0 = c->kcut[b], k1 = c->kcut[b + 1];
     *p = full_problem(c);
-    p->seq_q = q1 - q0;
-    p->seq_k = k1 - k0;
-    *seqlen = -1;
-    if (!c->causal) return 1;
-    if (k0 >= q1) return 0; /* every key after every row */
-    if (k1 - 1 <= q0) {     /* every row sees every key */
-        p->flags = 0;
-        return 1;
-    }
-    p->seq_k = q1 - k0; /* row r' at key position r' + q0 - k0 */
-    if (k1 < q1) *seqlen = k1 - k0;
-    return 1;
+    return ta_ring_pair(c->qcut, c->kcut, c->causal, a, b, p, seqlen);
 }
 
 /* A random order of the visible pairs in which each query range's key ranges
  * and each key range's query ranges come in ascending order. */
 static int32_t pair_order(const rb_case *c, ta_rng *r, int32_t *order) {
-    int32_t next_b[MAX_CUTS], next_a[MAX_CUTS]; /* per query range / key range */
-    int32_t n = 0, a, b, total = 0;
-    ta_problem p;
-    int32_t sl;
-    for (a = 0; a < c->nq; ++a)
-        for (b = 0; b < c->nk; ++b)
-            total += pair_problem(c, a, b, &p, &sl);
-    memset(next_b, 0, sizeof next_b);
-    memset(next_a, 0, sizeof next_a);
-    while (n < total) {
-        int32_t ready[MAX_CUTS * MAX_CUTS], nr = 0, pick;
-        for (a = 0; a < c->nq; ++a) { /* skip the invisible pairs */
-            while (next_b[a] < c->nk && !pair_problem(c, a, next_b[a], &p, &sl))
-                ++next_b[a];
-        }
-        for (b = 0; b < c->nk; ++b)
-            while (next_a[b] < c->nq && !pair_problem(c, next_a[b], b, &p, &sl))
-                ++next_a[b];
-        for (a = 0; a < c->nq; ++a)
-            if (next_b[a] < c->nk && next_a[next_b[a]] == a) ready[nr++] = a * MAX_CUTS + next_b[a];
-        if (nr == 0) break; /* cannot happen: the grid's orders are compatible */
-        pick = ready[ta_rng_int(r, 0, nr - 1)];
-        order[n++] = pick;
-        ++next_b[pick / MAX_CUTS];
-        ++next_a[pick % MAX_CUTS];
-    }
-    TA_CHECK(n == total, "pair order: %d of %d pairs", (int)n, (int)total);
-    return n;
+    return ta_ring_order(c->qcut, c->nq, c->kcut, c->nk, c->causal, r, order);
 }
 
 /* The gradients' f32 hi and lo words, [H, S, D] and [H_kv, S, D] each. */
@@ -468,8 +405,8 @@ static void check_one(uint64_t seed, int idx) {
     c.q_aligned = ta_rng_int(&r, 0, 2) != 0;
     c.k_aligned = ta_rng_int(&r, 0, 2) != 0;
     c.s = c.q_aligned || c.k_aligned ? 64 * ta_rng_int(&r, 2, 5) : ta_rng_int(&r, 90, 300);
-    c.nq = make_cut(&r, c.s, c.q_aligned, c.qcut);
-    c.nk = make_cut(&r, c.s, c.k_aligned, c.kcut);
+    c.nq = ta_ring_make_cut(&r, c.s, c.q_aligned, c.qcut);
+    c.nk = ta_ring_make_cut(&r, c.s, c.k_aligned, c.kcut);
     c.eb = eb = ta_dtype_size(c.dt);
     nq = (size_t)c.b * (size_t)c.h * (size_t)c.s * (size_t)c.d;
     nk = (size_t)c.b * (size_t)c.hkv * (size_t)c.s * (size_t)c.d;

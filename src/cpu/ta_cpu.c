@@ -1256,4 +1256,5 @@ const ta_backend_ops ta_cpu_ops = {ta_cpu_available,
                                    ta_cpu_bwd,
                                    1,
                                    NULL /* nothing to tune */,
-                                   ta_ref_merge /* the host merge loop (src/ta_merge.h) */};
+                                   ta_ref_merge /* the host merge loop (src/ta_merge.h) */,
+                                   ta_ref_bwd_finish /* the host loop: one pass, no threads */};
