@@ -13,13 +13,17 @@
  *   row with M = -inf (every part empty): o = 0, lse = -inf
  *   L   = sum_s w_s                    from +0, plain `+`, parts with lse_s = -inf skipped
  *   w_s = ta_exp(lse_s - M)
- *   acc = sum_s fmaf(w_s, o_sd, acc)   from +0, per feature d, same parts skipped
+ *   acc = sum_s fmaf(w_s, o_sd, acc)   from -0, per feature d, same parts skipped
  *   o_d = acc / L                      IEEE division
  *   lse = M + ta_log(L)
  *
- * A single non-empty part gives w = exp(0) = 1, L = 1, acc = o_sd (from +0:
- * fmaf(1, x, +0) = x for every x but -0, which the forward never produces),
- * o_d = o_sd and lse = lse_s + log(1) = lse_s: its bits unchanged.
+ * A single non-empty part gives w = exp(0) = 1, L = 1, acc = o_sd (from -0:
+ * fmaf(1, x, -0) = x for every x, -0 included; from +0 a part's -0, which an
+ * f16 / bf16 forward stores when a tiny negative output rounds to zero, came
+ * back +0: found by test/fuzz/fuzz_calls), o_d = o_sd and lse = lse_s +
+ * log(1) = lse_s: its bits unchanged. With more parts the start matters only
+ * where every live part's product is an exact zero: the sum is then -0 when all
+ * of them are -0, else +0, as before. */
  */
 #ifndef TA_MERGE_H
 #define TA_MERGE_H
@@ -73,7 +77,7 @@ TA_MATH_FN float ta_merge_sum(const float *lse, size_t stride, int32_t n, float 
 TA_MATH_FN float ta_merge_feature(const void *o, ta_dtype dt, size_t idx0, size_t o_stride,
                                   const float *lse, size_t lse_stride, int32_t n, float m,
                                   float l) {
-    float acc = 0.0f;
+    float acc = -0.0f; /* from -0: one part's -0 stays -0 (see the top) */
     int32_t s;
     for (s = 0; s < n; ++s) {
         const float x = lse[(size_t)s * lse_stride];
