@@ -287,8 +287,8 @@ static int pair_problem(const ta_problem *p, const ranges *r, int32_t a, int32_t
 /* A random order (from *s) of the visible pairs, codes a * RG_MAX + b, in
  * which each query range's key ranges and each key range's query ranges come
  * ascending (the documented order; any such schedule gives the same bits). */
-static int32_t pair_order(const ta_problem *p, const ranges *r, const int32_t *sl_full,
-                          uint64_t *s, int32_t *order) {
+static int32_t pair_order(const ta_problem *p, const ranges *r, const int32_t *sl_full, uint64_t *s,
+                          int32_t *order) {
     int32_t next_b[RG_MAX] = {0}, next_a[RG_MAX] = {0}, n = 0, total = 0, a, b, sl[2];
     int vis[RG_MAX][RG_MAX], has_sl;
     ta_problem pp;
@@ -434,8 +434,7 @@ static void run_ranges(const ta_problem *p, ta_backend be, const bufs *in, const
     fa.dk_strides = strides_of(bshd, p->heads_kv, p->seq_k, p->head_dim);
     fa.dv_strides = strides_of(bshd, p->heads_kv, p->seq_k, p->head_dim_v);
     st = ta_bwd_finish(p, be, &fa, NULL);
-    FZ_CHECK(st == TA_OK, "ta_bwd_finish refused on backend %d: %s", (int)be,
-             ta_status_string(st));
+    FZ_CHECK(st == TA_OK, "ta_bwd_finish refused on backend %d: %s", (int)be, ta_status_string(st));
     for (i = 0; i < W_N; ++i)
         FZ_CHECK(fz_guards_intact(&w->b[i]), "backend %d: ranges wrote past word buffer %d",
                  (int)be, (int)i);
