@@ -25,6 +25,12 @@
  *     bit for bit; one key range: dq == ta_bwd's; one query range with
  *     H = H_kv: dk, dv == ta_bwd's (S <= 40, so a cut on multiples of 64 is
  *     one range);
+ *   - the forward again with num_splits from the bytes (0, 2-4, TA_SPLITS_AUTO):
+ *     REF == CPU; the same keys in a paged KV cache (page size 1-8, pages in a
+ *     shuffled order, spare pages, unused table entries -1) on REF and CPU (or
+ *     caller-run tasks) == the contiguous forward bit for bit; without the
+ *     conv, two forwards over key shares [0, k1), [k1, S_k) merged by ta_merge:
+ *     REF == CPU, and one part merged is its own bits;
  *   - every buffer sits between canaries that stay intact, inputs stay unchanged,
  *     and the workspace starts with random contents (results do not depend on it).
  */
@@ -479,6 +485,252 @@ static void check_ranges(fz *f, const ta_problem *p, const bufs *in, const ta_st
     }
 }
 
+/* ---- Forward variants: split-K, a paged KV cache, ta_merge ---- */
+
+/* One forward on be into fa's o and lse from a random workspace (tasks: as
+ * caller-run CPU tasks, each phase shuffled from *s). */
+static ta_status run_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *fa, int tasks,
+                         uint64_t *s) {
+    fz_buf wb, scr;
+    ta_task_plan tp;
+    size_t bytes = 0;
+    ta_status st = tasks ? ta_fwd_task_plan(p, be, &tp) : ta_fwd_workspace_size(p, be, &bytes);
+    if (st != TA_OK) return st;
+    if (tasks) bytes = tp.shared_bytes;
+    fill_random((unsigned char *)fz_buf_alloc(&wb, bytes), bytes, s);
+    if (tasks) {
+        fill_random((unsigned char *)fz_buf_alloc(&scr, tp.scratch_bytes), tp.scratch_bytes, s);
+        st = ta_fwd_tasks_prepare(p, be, fa, fz_data(&wb), bytes);
+        if (st == TA_OK) st = run_tasks(&tp, fz_data(&wb), fz_data(&scr), s);
+        FZ_CHECK(fz_guards_intact(&scr), "forward tasks wrote past their scratch");
+        fz_buf_free(&scr);
+    } else {
+        st = ta_fwd(p, be, fa, fz_data(&wb), bytes, NULL);
+    }
+    FZ_CHECK(fz_guards_intact(&wb), "a forward wrote past its workspace");
+    fz_buf_free(&wb);
+    return st;
+}
+
+/* o and lse of a forward, poisoned, between canaries. */
+typedef struct fwd_out {
+    fz_buf o, lse;
+} fwd_out;
+static void fwd_out_alloc(fwd_out *r, size_t o_bytes, size_t lse_bytes) {
+    memset(fz_buf_alloc(&r->o, o_bytes), 0xFF, o_bytes);
+    memset(fz_buf_alloc(&r->lse, lse_bytes), 0xFF, lse_bytes);
+}
+static void fwd_out_same(const fwd_out *a, const fwd_out *b, const char *what) {
+    FZ_CHECK(fz_guards_intact(&a->o) && fz_guards_intact(&a->lse) && fz_guards_intact(&b->o) &&
+                 fz_guards_intact(&b->lse),
+             "%s: a forward wrote past o or lse", what);
+    FZ_CHECK(memcmp(fz_data(&a->o), fz_data(&b->o), a->o.bytes) == 0, "%s: o differs", what);
+    FZ_CHECK(memcmp(fz_data(&a->lse), fz_data(&b->lse), a->lse.bytes) == 0, "%s: lse differs",
+             what);
+}
+static void fwd_out_free(fwd_out *r) {
+    fz_buf_free(&r->o);
+    fz_buf_free(&r->lse);
+}
+
+/* The forward's tensors from the harness's buffers (o, lse: the caller's). */
+static ta_fwd_args fwd_args(const ta_problem *p, const bufs *in, const ta_strides *bshd) {
+    ta_fwd_args fa;
+    memset(&fa, 0, sizeof fa);
+    fa.q = fz_data(&in->b[B_Q]);
+    fa.k = fz_data(&in->b[B_K]);
+    fa.v = fz_data(&in->b[B_V]);
+    fa.conv_w = p->conv_q ? (const float *)fz_data(&in->b[B_CONV]) : NULL;
+    fa.seqlens_k = in->b[B_SEQL].raw ? (const int32_t *)fz_data(&in->b[B_SEQL]) : NULL;
+    fa.q_strides = strides_of(bshd, p->heads_q, p->seq_q, p->head_dim);
+    fa.k_strides = strides_of(bshd, p->heads_kv, p->seq_k, p->head_dim);
+    fa.v_strides = strides_of(bshd, p->heads_kv, p->seq_k, p->head_dim_v);
+    fa.o_strides = strides_of(bshd, p->heads_q, p->seq_q, p->head_dim_v);
+    return fa;
+}
+
+/* k or v ([B, H_kv, S_k, dim] in the harness's layout) copied into a pool of
+ * pages [pages, page, H_kv, dim] through the block table (the other slots
+ * keep their finite random values). */
+static void gather_pages(const ta_problem *p, const ta_strides *bshd, const void *src, int32_t dim,
+                         const int32_t *table, int32_t max_blocks, int32_t page, void *pool,
+                         size_t eb) {
+    const ta_strides st = full_strides(bshd, p->heads_kv, p->seq_k, dim);
+    int32_t b, h, j;
+    for (b = 0; b < p->batch; ++b)
+        for (h = 0; h < p->heads_kv; ++h)
+            for (j = 0; j < p->seq_k; ++j) {
+                const int64_t row = (int64_t)table[b * max_blocks + j / page] * page + j % page;
+                memcpy((char *)pool + (size_t)((row * p->heads_kv + h) * dim) * eb,
+                       (const char *)src + (size_t)(b * st.batch + h * st.head + j * st.seq) * eb,
+                       (size_t)dim * eb);
+            }
+}
+
+/* Every input's forward again: with num_splits from the bytes (0, 2-4 or
+ * TA_SPLITS_AUTO) REF == CPU; the same keys in a paged KV cache (page size
+ * 1-8, pages shuffled, spare pages, unused table entries -1) on REF and CPU ==
+ * the contiguous forward bit for bit; without the conv, ta_merge of two
+ * forwards over the key shares [0, k1) and [k1, S_k) (docs/api.md, "Split-K
+ * and merge") REF == CPU, and one part merged gives back its own bits. */
+static void check_fwd_variants(fz *f, const ta_problem *p, const bufs *in, const ta_strides *bshd,
+                               const bufs *ref, uint64_t seed, size_t eb) {
+    static const int32_t splits[] = {0, 2, 3, 4, TA_SPLITS_AUTO};
+    const size_t n_q = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    const size_t o_bytes = n_q * (size_t)p->head_dim_v * eb, lse_bytes = n_q * 4;
+    const int32_t *sl = in->b[B_SEQL].raw ? (const int32_t *)fz_data(&in->b[B_SEQL]) : NULL;
+    ta_problem ps = *p, pp;
+    ta_fwd_args fa = fwd_args(p, in, bshd);
+    fwd_out r[4];
+    fz_buf pool_k, pool_v, table;
+    uint64_t s = seed ^ UINT64_C(0xfeedfacecafebeef);
+    int32_t page, n_blk, n_pages, max_blocks, i, *tb, *perm;
+    int tasks;
+    ps.num_splits = splits[fz_range(f, 0, 4)];
+    tasks = ps.num_splits == 0 && (fz_mix(&s) & 1u); /* the task mode runs no split-K */
+    /* split-K (or none): REF == CPU */
+    for (i = 0; i < 2; ++i) {
+        fwd_out_alloc(&r[i], o_bytes, lse_bytes);
+        fa.o = fz_data(&r[i].o);
+        fa.lse = (float *)fz_data(&r[i].lse);
+        FZ_CHECK(run_fwd(&ps, (ta_backend)i, &fa, i == 1 && tasks, &s) == TA_OK,
+                 "forward with num_splits %d refused on backend %d", (int)ps.num_splits, i);
+    }
+    fwd_out_same(&r[0], &r[1], "split-K forward, REF and CPU");
+    if (ps.num_splits == 0)
+        FZ_CHECK(memcmp(fz_data(&r[0].o), fz_data(&ref->b[B_O]), o_bytes) == 0,
+                 "the forward is not the forward of before");
+    /* the same keys in pages */
+    page = fz_range(f, 1, 8);
+    n_blk = (p->seq_k + page - 1) / page;
+    max_blocks = n_blk + fz_range(f, 0, 2);
+    n_pages = p->batch * n_blk + fz_range(f, 0, 3);
+    perm = (int32_t *)malloc((size_t)n_pages * sizeof(int32_t));
+    FZ_CHECK(perm != NULL, "out of memory");
+    for (i = 0; i < n_pages; ++i)
+        perm[i] = i;
+    for (i = n_pages - 1; i > 0; --i) {
+        const int32_t j = (int32_t)(fz_mix(&s) % (uint64_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    tb = (int32_t *)fz_buf_alloc(&table, (size_t)p->batch * (size_t)max_blocks * 4);
+    for (i = 0; i < p->batch * max_blocks; ++i)
+        tb[i] = i % max_blocks < n_blk ? perm[(i / max_blocks) * n_blk + i % max_blocks] : -1;
+    free(perm);
+    {
+        const size_t rows = (size_t)n_pages * (size_t)page * (size_t)p->heads_kv;
+        uint64_t fs = fz_mix(&s);
+        fill(&fs, fz_buf_alloc(&pool_k, rows * (size_t)p->head_dim * eb), p->dtype,
+             rows * (size_t)p->head_dim);
+        fill(&fs, fz_buf_alloc(&pool_v, rows * (size_t)p->head_dim_v * eb), p->dtype,
+             rows * (size_t)p->head_dim_v);
+    }
+    gather_pages(p, bshd, fz_data(&in->b[B_K]), p->head_dim, tb, max_blocks, page, fz_data(&pool_k),
+                 eb);
+    gather_pages(p, bshd, fz_data(&in->b[B_V]), p->head_dim_v, tb, max_blocks, page,
+                 fz_data(&pool_v), eb);
+    pp = ps;
+    pp.kv_page_size = page;
+    pp.kv_num_pages = n_pages;
+    pp.kv_max_blocks = max_blocks;
+    fa.k = fz_data(&pool_k);
+    fa.v = fz_data(&pool_v);
+    memset(&fa.k_strides, 0, sizeof fa.k_strides);
+    memset(&fa.v_strides, 0, sizeof fa.v_strides);
+    fa.block_table = tb;
+    for (i = 2; i < 4; ++i) {
+        fwd_out_alloc(&r[i], o_bytes, lse_bytes);
+        fa.o = fz_data(&r[i].o);
+        fa.lse = (float *)fz_data(&r[i].lse);
+        FZ_CHECK(run_fwd(&pp, (ta_backend)(i - 2), &fa, i == 3 && tasks, &s) == TA_OK,
+                 "paged forward (page %d, %d pages) refused on backend %d", (int)page, (int)n_pages,
+                 i - 2);
+    }
+    fwd_out_same(&r[0], &r[2], "paged forward on REF and the contiguous forward");
+    fwd_out_same(&r[0], &r[3], "paged forward on CPU and the contiguous forward");
+    FZ_CHECK(fz_guards_intact(&pool_k) && fz_guards_intact(&pool_v) && fz_guards_intact(&table),
+             "a paged forward wrote past the pools or the table");
+    fz_buf_free(&pool_k);
+    fz_buf_free(&pool_v);
+    fz_buf_free(&table);
+    for (i = 0; i < 4; ++i)
+        fwd_out_free(&r[i]);
+    /* ta_merge of two key shares (not for the conv: a share's edge keys
+     * would need the conv's halo past it) */
+    if (p->conv_q == 0 && p->seq_k > 1) {
+        const int32_t k1 = fz_range(f, 1, p->seq_k - 1);
+        const ta_strides sk = full_strides(bshd, p->heads_kv, p->seq_k, p->head_dim),
+                         sv = full_strides(bshd, p->heads_kv, p->seq_k, p->head_dim_v);
+        fz_buf parts_o, parts_l, lens;
+        int32_t *ln = (int32_t *)fz_buf_alloc(&lens, 2 * 4);
+        ta_merge_args ma;
+        int be;
+        memset(fz_buf_alloc(&parts_o, 2 * o_bytes), 0xFF, 2 * o_bytes);
+        memset(fz_buf_alloc(&parts_l, 2 * lse_bytes), 0xFF, 2 * lse_bytes);
+        for (i = 0; i < 2; ++i) {
+            const int32_t k0 = i ? k1 : 0;
+            int32_t b;
+            ta_status st;
+            fa = fwd_args(p, in, bshd);
+            pp = *p;
+            pp.seq_k = p->seq_k - k0;
+            fa.k = (const char *)fz_data(&in->b[B_K]) + (size_t)k0 * (size_t)sk.seq * eb;
+            fa.v = (const char *)fz_data(&in->b[B_V]) + (size_t)k0 * (size_t)sv.seq * eb;
+            fa.k_strides = sk;
+            fa.v_strides = sv;
+            memset(&fa.o_strides, 0, sizeof fa.o_strides); /* parts: contiguous */
+            fa.o = (char *)fz_data(&parts_o) + (size_t)i * o_bytes;
+            fa.lse = (float *)fz_data(&parts_l) + (size_t)i * n_q;
+            for (b = 0; b < p->batch; ++b) { /* the share's keys of each entry */
+                const int32_t hi = (sl ? sl[b] : p->seq_k) < (i ? p->seq_k : k1)
+                                       ? (sl ? sl[b] : p->seq_k)
+                                       : (i ? p->seq_k : k1);
+                ln[b] = hi - k0 < 0 ? 0 : hi - k0;
+            }
+            fa.seqlens_k = i == 0 || sl ? ln : NULL;
+            st = run_fwd(&pp, TA_BACKEND_REF, &fa, 0, &s);
+            FZ_CHECK(st == TA_OK, "share %d of the keys [%d, %d) refused: %s", i, (int)k0,
+                     (int)(i ? p->seq_k : k1), ta_status_string(st));
+        }
+        memset(&ma, 0, sizeof ma);
+        ma.num_parts = 2;
+        ma.o_parts = fz_data(&parts_o);
+        ma.lse_parts = (const float *)fz_data(&parts_l);
+        ma.o_strides = strides_of(bshd, p->heads_q, p->seq_q, p->head_dim_v);
+        for (be = 0; be < 2; ++be) {
+            fwd_out_alloc(&r[be], o_bytes, lse_bytes);
+            ma.o = fz_data(&r[be].o);
+            ma.lse = (float *)fz_data(&r[be].lse);
+            FZ_CHECK(ta_merge(p, (ta_backend)be, &ma, NULL) == TA_OK, "merge refused on %d", be);
+        }
+        fwd_out_same(&r[0], &r[1], "ta_merge of two key shares, REF and CPU");
+        /* one part: its own bits */
+        ma.num_parts = 1;
+        ma.lse_parts = (const float *)fz_data(&parts_l) + (fz_mix(&s) & 1u) * n_q;
+        ma.o_parts =
+            (const char *)fz_data(&parts_o) + (size_t)(ma.lse_parts != fz_data(&parts_l)) * o_bytes;
+        memset(&ma.o_strides, 0, sizeof ma.o_strides);
+        memset(fz_data(&r[0].o), 0xFF, o_bytes);
+        memset(fz_data(&r[0].lse), 0xFF, lse_bytes);
+        ma.o = fz_data(&r[0].o);
+        ma.lse = (float *)fz_data(&r[0].lse);
+        FZ_CHECK(ta_merge(p, (ta_backend)(fz_mix(&s) & 1u), &ma, NULL) == TA_OK,
+                 "one-part merge refused");
+        FZ_CHECK(memcmp(fz_data(&r[0].o), ma.o_parts, o_bytes) == 0 &&
+                     memcmp(fz_data(&r[0].lse), ma.lse_parts, lse_bytes) == 0,
+                 "one part merged is not its own bits");
+        FZ_CHECK(fz_guards_intact(&parts_o) && fz_guards_intact(&parts_l) &&
+                     fz_guards_intact(&lens) && fz_guards_intact(&r[0].o) &&
+                     fz_guards_intact(&r[0].lse),
+                 "a share's forward or ta_merge wrote past a buffer");
+        fz_buf_free(&parts_o);
+        fz_buf_free(&parts_l);
+        fz_buf_free(&lens);
+        fwd_out_free(&r[0]);
+        fwd_out_free(&r[1]);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz f = {data, size};
@@ -551,6 +803,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
      * mask (pair_problem) */
     if (p.conv_q == 0 && (!(p.flags & TA_WINDOW) || (p.flags & TA_CAUSAL)))
         check_ranges(&f, &p, &in, &bshd, &ref, seed, eb);
+    check_fwd_variants(&f, &p, &in, &bshd, &ref, seed, eb);
     FZ_CHECK((bad = all_guards(&ref)) < 0, "REF wrote past buffer %d", bad);
     FZ_CHECK((bad = all_guards(&cpu)) < 0, "CPU wrote past buffer %d", bad);
     FZ_CHECK((bad = all_guards(&tsk)) < 0, "caller-run tasks wrote past buffer %d", bad);

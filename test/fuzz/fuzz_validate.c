@@ -13,6 +13,11 @@
  *     overlapping nothing, workspace large enough, computed from this file's own
  *     extents) and, when every buffer lies in the arena, run on REF or CPU: it
  *     writes nothing outside its outputs, its trace entries and its workspace.
+ * About one backward in five is accumulating (args.accumulate = 1, the lo
+ * words placed like the other pointers; docs/api.md, "Backward over key and
+ * query ranges"), one in sixteen has an accumulate value neither 0 nor 1.
+ * Then per input one valid accumulating ta_bwd and one ta_bwd_finish with one
+ * thing broken must give the documented status (check_accumulate_rules).
  */
 #include <math.h>
 #include <stddef.h>
