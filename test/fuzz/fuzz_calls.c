@@ -31,9 +31,14 @@
  *     caller-run tasks) == the contiguous forward bit for bit; without the
  *     conv, two forwards over key shares [0, k1), [k1, S_k) merged by ta_merge:
  *     REF == CPU, and one part merged is its own bits;
+ *   - MTA problems as a chunked prefill: 1-3 chunks of the queries from the
+ *     bytes, each with min(c_q - 1, c0) query history rows (args.q_hist) and
+ *     the keys cut at its cache length, on REF and CPU (or caller-run tasks):
+ *     o and lse == the one forward's bit for bit (docs/mta.md section 2a);
  *   - every buffer sits between canaries that stay intact, inputs stay unchanged,
  *     and the workspace starts with random contents (results do not depend on it).
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -731,6 +736,101 @@ static void check_fwd_variants(fz *f, const ta_problem *p, const bufs *in, const
     }
 }
 
+/* ---- MTA chunked prefill: query history rows (docs/mta.md section 2a) ---- */
+
+/* For MTA problems: the queries cut into 1-3 chunks from the bytes, each one
+ * forward over its rows with n = min(c_q - 1, c0) history rows (q_hist: the n
+ * rows above it, q's strides), the keys cut at the chunk's cache length
+ * (c1 + S_k - S_q: the full problem's alignment; seqlens_k cut there too), a
+ * block_q of its own; on REF and on CPU (or caller-run tasks): o and lse ==
+ * the one forward's bit for bit. Chunks whose rows are all above the keys
+ * (cache length <= 0) see no key: their rows must be the empty rows (o = 0,
+ * lse = -inf) of the one forward and are not called. */
+static void check_chunks(fz *f, const ta_problem *p, const bufs *in, const ta_strides *bshd,
+                         const bufs *ref, uint64_t seed, size_t eb) {
+    const ta_strides sq = full_strides(bshd, p->heads_q, p->seq_q, p->head_dim),
+                     so = full_strides(bshd, p->heads_q, p->seq_q, p->head_dim_v);
+    const size_t n_q = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    const size_t o_bytes = n_q * (size_t)p->head_dim_v * eb;
+    const int32_t *sl = in->b[B_SEQL].raw ? (const int32_t *)fz_data(&in->b[B_SEQL]) : NULL;
+    const int32_t bh = p->batch * p->heads_q;
+    int32_t cut[5], n_chunks, c, j, be;
+    uint64_t s = seed ^ UINT64_C(0x0c0ffee0c0ffee00);
+    n_chunks = make_cut(f, p->seq_q, cut);
+    for (be = 0; be < 2; ++be) {
+        fz_buf o, lse, lens;
+        int32_t *ln = (int32_t *)fz_buf_alloc(&lens, 2 * 4);
+        float *l = (float *)fz_buf_alloc(&lse, n_q * 4);
+        memset(fz_buf_alloc(&o, o_bytes), 0xFF, o_bytes);
+        memset(l, 0xFF, n_q * 4);
+        for (c = 0; c < n_chunks; ++c) {
+            const int32_t c0 = cut[c], c1 = cut[c + 1], n = c0 < p->conv_q - 1 ? c0 : p->conv_q - 1;
+            const int tasks = be == 1 && (fz_mix(&s) % 3u) == 0;
+            ta_problem pc = *p;
+            ta_fwd_args fa = fwd_args(p, in, bshd);
+            fz_buf cl;
+            float *chunk_lse;
+            ta_status st;
+            size_t bytes;
+            pc.seq_q = c1 - c0;
+            pc.seq_k = c1 + p->seq_k - p->seq_q;
+            pc.q_history = n;
+            if (pc.seq_k <= 0) { /* no key for these rows in the one forward either */
+                for (j = 0; j < bh; ++j) {
+                    int32_t r;
+                    for (r = c0; r < c1; ++r)
+                        l[(size_t)j * (size_t)p->seq_q + (size_t)r] = -(float)INFINITY;
+                }
+                for (j = 0; j < bh; ++j) { /* o rows: 0 */
+                    const int32_t b = j / p->heads_q, h = j % p->heads_q;
+                    int32_t r;
+                    for (r = c0; r < c1; ++r)
+                        memset((char *)fz_data(&o) +
+                                   (size_t)(b * so.batch + h * so.head + r * so.seq) * eb,
+                               0, (size_t)p->head_dim_v * eb);
+                }
+                continue;
+            }
+            pc.block_q = fz_range(f, 0, 1) ? fz_range(f, TA_BLOCK_MIN, 64) : p->block_q;
+            if (ta_fwd_workspace_size(&pc, (ta_backend)be, &bytes) != TA_OK)
+                pc.block_q = p->block_q;
+            fa.q = (const char *)fz_data(&in->b[B_Q]) + (size_t)c0 * (size_t)sq.seq * eb;
+            fa.q_strides = sq;
+            fa.q_hist = (const char *)fa.q - (size_t)n * (size_t)sq.seq * eb;
+            fa.q_hist_strides = sq;
+            if (!n) fa.q_hist = NULL;
+            fa.k_strides = full_strides(bshd, p->heads_kv, p->seq_k, p->head_dim);
+            fa.v_strides = full_strides(bshd, p->heads_kv, p->seq_k, p->head_dim_v);
+            fa.o = (char *)fz_data(&o) + (size_t)c0 * (size_t)so.seq * eb;
+            fa.o_strides = so;
+            chunk_lse = (float *)fz_buf_alloc(&cl, (size_t)bh * (size_t)pc.seq_q * 4);
+            fa.lse = chunk_lse;
+            if (sl) {
+                for (j = 0; j < p->batch; ++j)
+                    ln[j] = sl[j] < pc.seq_k ? sl[j] : pc.seq_k;
+                fa.seqlens_k = ln;
+            }
+            st = run_fwd(&pc, (ta_backend)be, &fa, tasks, &s);
+            FZ_CHECK(st == TA_OK, "chunk [%d, %d) with %d history rows refused on %d%s: %s",
+                     (int)c0, (int)c1, (int)n, be, tasks ? " (tasks)" : "", ta_status_string(st));
+            FZ_CHECK(fz_guards_intact(&cl), "a chunk wrote past its lse");
+            for (j = 0; j < bh; ++j)
+                memcpy(l + (size_t)j * (size_t)p->seq_q + (size_t)c0,
+                       chunk_lse + (size_t)j * (size_t)pc.seq_q, (size_t)pc.seq_q * 4);
+            fz_buf_free(&cl);
+        }
+        FZ_CHECK(fz_guards_intact(&o) && fz_guards_intact(&lse) && fz_guards_intact(&lens),
+                 "chunks wrote past o, lse or their key lengths");
+        FZ_CHECK(memcmp(fz_data(&o), fz_data(&ref->b[B_O]), o_bytes) == 0,
+                 "%d chunks on backend %d: o differs from the one forward's", (int)n_chunks, be);
+        FZ_CHECK(memcmp(l, fz_data(&ref->b[B_LSE]), n_q * 4) == 0,
+                 "%d chunks on backend %d: lse differs from the one forward's", (int)n_chunks, be);
+        fz_buf_free(&o);
+        fz_buf_free(&lse);
+        fz_buf_free(&lens);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz f = {data, size};
@@ -804,6 +904,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (p.conv_q == 0 && (!(p.flags & TA_WINDOW) || (p.flags & TA_CAUSAL)))
         check_ranges(&f, &p, &in, &bshd, &ref, seed, eb);
     check_fwd_variants(&f, &p, &in, &bshd, &ref, seed, eb);
+    if (p.conv_q > 0) check_chunks(&f, &p, &in, &bshd, &ref, seed, eb);
     FZ_CHECK((bad = all_guards(&ref)) < 0, "REF wrote past buffer %d", bad);
     FZ_CHECK((bad = all_guards(&cpu)) < 0, "CPU wrote past buffer %d", bad);
     FZ_CHECK((bad = all_guards(&tsk)) < 0, "caller-run tasks wrote past buffer %d", bad);
