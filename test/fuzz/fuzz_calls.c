@@ -35,6 +35,9 @@
  *     bytes, each with min(c_q - 1, c0) query history rows (args.q_hist) and
  *     the keys cut at its cache length, on REF and CPU (or caller-run tasks):
  *     o and lse == the one forward's bit for bit (docs/mta.md section 2a);
+ *   - half of the problems with head_dim >= 2 again with the rotary stage
+ *     (pairing, pairs, table rows, row and head strides, positions from the
+ *     bytes): forward and backward REF == CPU == caller-run tasks bit for bit;
  *   - every buffer sits between canaries that stay intact, inputs stay unchanged,
  *     and the workspace starts with random contents (results do not depend on it).
  */
@@ -152,11 +155,12 @@ static ta_status run_tasks(const ta_task_plan *tp, void *shared, void *scratch, 
 
 /* One backend's forward then backward (from the given o and lse, else its own).
  * tp (CPU only): the forward's and the backward's task plans, run as caller-run
- * tasks (ws is then the shared workspace); NULL: ta_fwd and ta_bwd. */
+ * tasks (ws is then the shared workspace); NULL: ta_fwd and ta_bwd. rope: the
+ * rotary tables and positions (ta_problem.rope), or NULL. */
 static void run_backend(const ta_problem *p, ta_backend be, const bufs *in, const ta_strides *bshd,
                         const void *o_in, const float *lse_in, size_t ws_bytes, uint64_t ws_seed,
-                        const ta_task_plan *tp, bufs *out, size_t eb, ta_status *st_f,
-                        ta_status *st_b) {
+                        const ta_task_plan *tp, bufs *out, size_t eb, const ta_rope_args *rope,
+                        ta_status *st_f, ta_status *st_b) {
     const size_t n_q = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
     const size_t n_k = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k;
     const size_t n_conv = (size_t)p->heads_q * (size_t)p->conv_q * (size_t)p->conv_k;
@@ -184,6 +188,7 @@ static void run_backend(const ta_problem *p, ta_backend be, const bufs *in, cons
     }
     memset(&fa, 0, sizeof fa);
     memset(&ba, 0, sizeof ba);
+    if (rope) fa.rope = ba.rope = *rope;
     fa.q = ba.q = fz_data(&in->b[B_Q]);
     fa.k = ba.k = fz_data(&in->b[B_K]);
     fa.v = ba.v = fz_data(&in->b[B_V]);
@@ -831,6 +836,90 @@ static void check_chunks(fz *f, const ta_problem *p, const bufs *in, const ta_st
     }
 }
 
+/* ---- The rotary load stage (docs/rope.md) ---- */
+
+/* Half of the problems with head_dim >= 2 again with the rotary stage (the
+ * pairing, rope_pairs, table rows, row and head strides and positions from
+ * the bytes; random finite tables): the forward and the backward on REF, on
+ * CPU and as caller-run CPU tasks, bit for bit, as the main check. */
+static void check_rope(fz *f, const ta_problem *p, const bufs *in, const ta_strides *bshd,
+                       uint64_t seed, size_t eb) {
+    const int32_t smax = p->seq_q > p->seq_k ? p->seq_q : p->seq_k;
+    ta_problem pr = *p;
+    ta_rope_args ra;
+    ta_task_plan tp[2];
+    fz_buf cs, sn, pq, pk;
+    bufs r[3];
+    size_t ws[2], floats;
+    ta_status st[3][2];
+    int32_t stride, n_tables, i, use_pos;
+    int be;
+    if (p->head_dim < 2 || !fz_range(f, 0, 1)) return;
+    pr.rope = fz_range(f, TA_ROPE_INTERLEAVED, TA_ROPE_HALF);
+    pr.rope_pairs = fz_range(f, 1, p->head_dim / 2);
+    use_pos = fz_range(f, 0, 1);
+    pr.rope_rows = use_pos ? fz_range(f, 1, 48) : smax + fz_range(f, 0, 3);
+    pr.rope_row_stride = fz_range(f, 0, 1) ? 0 : pr.rope_pairs + fz_range(f, 0, 2);
+    stride = pr.rope_row_stride ? pr.rope_row_stride : pr.rope_pairs;
+    pr.rope_head_stride = fz_range(f, 0, 1) ? 0 : pr.rope_rows * stride + fz_range(f, 0, 2);
+    n_tables = pr.rope_head_stride ? p->heads_kv : 1;
+    floats = (size_t)(n_tables - 1) * (size_t)pr.rope_head_stride +
+             (size_t)pr.rope_rows * (size_t)stride;
+    memset(&ra, 0, sizeof ra);
+    ra.cos = (const float *)fz_buf_alloc(&cs, floats * 4);
+    ra.sin = (const float *)fz_buf_alloc(&sn, floats * 4);
+    fill(&seed, fz_data(&cs), TA_F32, floats);
+    fill(&seed, fz_data(&sn), TA_F32, floats);
+    memset(&pq, 0, sizeof pq);
+    memset(&pk, 0, sizeof pk);
+    if (use_pos) {
+        int32_t *q_pos = (int32_t *)fz_buf_alloc(&pq, (size_t)p->batch * (size_t)p->seq_q * 4);
+        int32_t *k_pos = (int32_t *)fz_buf_alloc(&pk, (size_t)p->batch * (size_t)p->seq_k * 4);
+        for (i = 0; i < p->batch * p->seq_q; ++i)
+            q_pos[i] = (int32_t)(fz_mix(&seed) % (uint64_t)pr.rope_rows);
+        for (i = 0; i < p->batch * p->seq_k; ++i)
+            k_pos[i] = (int32_t)(fz_mix(&seed) % (uint64_t)pr.rope_rows);
+        ra.pos_q = q_pos;
+        ra.pos_k = k_pos;
+    }
+    for (be = 0; be < 2; ++be) {
+        size_t wf = 0, wb = 0;
+        FZ_CHECK(ta_fwd_workspace_size(&pr, (ta_backend)be, &wf) == TA_OK &&
+                     ta_bwd_workspace_size(&pr, (ta_backend)be, &wb) == TA_OK,
+                 "rope: size queries refused on backend %d", be);
+        ws[be] = wf > wb ? wf : wb;
+    }
+    FZ_CHECK(ta_fwd_task_plan(&pr, TA_BACKEND_CPU, &tp[0]) == TA_OK &&
+                 ta_bwd_task_plan(&pr, TA_BACKEND_CPU, &tp[1]) == TA_OK,
+             "rope: task plans refused");
+    run_backend(&pr, TA_BACKEND_REF, in, bshd, NULL, NULL, ws[0], seed, NULL, &r[0], eb, &ra,
+                &st[0][0], &st[0][1]);
+    run_backend(&pr, TA_BACKEND_CPU, in, bshd, fz_data(&r[0].b[B_O]),
+                (const float *)fz_data(&r[0].b[B_LSE]), ws[1], ~seed, NULL, &r[1], eb, &ra,
+                &st[1][0], &st[1][1]);
+    run_backend(&pr, TA_BACKEND_CPU, in, bshd, fz_data(&r[0].b[B_O]),
+                (const float *)fz_data(&r[0].b[B_LSE]),
+                tp[0].shared_bytes > tp[1].shared_bytes ? tp[0].shared_bytes : tp[1].shared_bytes,
+                seed ^ 0x5a5a5a5a5a5a5a5aull, tp, &r[2], eb, &ra, &st[2][0], &st[2][1]);
+    for (i = 0; i < 3; ++i)
+        FZ_CHECK(st[i][0] == TA_OK && st[i][1] == TA_OK,
+                 "rope (%d pairs, pairing %d): run %d refused: %d, %d", (int)pr.rope_pairs,
+                 (int)pr.rope, (int)i, (int)st[i][0], (int)st[i][1]);
+    compare_all(&r[0], &r[1], p->conv_q > 0, "rope: REF and CPU");
+    compare_all(&r[1], &r[2], p->conv_q > 0, "rope: CPU calls and caller-run tasks");
+    for (i = 0; i < 3; ++i)
+        FZ_CHECK(all_guards(&r[i]) < 0, "rope: run %d wrote past a buffer", (int)i);
+    FZ_CHECK(fz_guards_intact(&cs) && fz_guards_intact(&sn) &&
+                 (!use_pos || (fz_guards_intact(&pq) && fz_guards_intact(&pk))),
+             "rope: a call wrote past the tables or positions");
+    for (i = 0; i < 3; ++i)
+        bufs_free(&r[i]);
+    fz_buf_free(&cs);
+    fz_buf_free(&sn);
+    fz_buf_free(&pq);
+    fz_buf_free(&pk);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz f = {data, size};
@@ -875,13 +964,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             memcpy(fz_buf_alloc(&pristine.b[i], in.b[i].bytes), fz_data(&in.b[i]), in.b[i].bytes);
         }
     ws_bytes = ws_f[0] > ws_b[0] ? ws_f[0] : ws_b[0];
-    run_backend(&p, TA_BACKEND_REF, &in, &bshd, NULL, NULL, ws_bytes, seed, NULL, &ref, eb,
+    run_backend(&p, TA_BACKEND_REF, &in, &bshd, NULL, NULL, ws_bytes, seed, NULL, &ref, eb, NULL,
                 &st[0][0], &st[0][1]);
     ws_bytes = ws_f[1] > ws_b[1] ? ws_f[1] : ws_b[1];
     /* the CPU backward takes REF's o and lse, as a training step would take its forward's */
     run_backend(&p, TA_BACKEND_CPU, &in, &bshd, fz_data(&ref.b[B_O]),
-                (const float *)fz_data(&ref.b[B_LSE]), ws_bytes, ~seed, NULL, &cpu, eb, &st[1][0],
-                &st[1][1]);
+                (const float *)fz_data(&ref.b[B_LSE]), ws_bytes, ~seed, NULL, &cpu, eb, NULL,
+                &st[1][0], &st[1][1]);
     /* the same as caller-run tasks (fz_small_problem leaves num_splits 0: no
      * split-K, which the task mode refuses) */
     FZ_CHECK(ta_fwd_task_plan(&p, TA_BACKEND_CPU, &tp[0]) == TA_OK &&
@@ -890,7 +979,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ws_bytes = tp[0].shared_bytes > tp[1].shared_bytes ? tp[0].shared_bytes : tp[1].shared_bytes;
     run_backend(&p, TA_BACKEND_CPU, &in, &bshd, fz_data(&ref.b[B_O]),
                 (const float *)fz_data(&ref.b[B_LSE]), ws_bytes, seed ^ 0x5a5a5a5a5a5a5a5aull, tp,
-                &tsk, eb, &st[2][0], &st[2][1]);
+                &tsk, eb, NULL, &st[2][0], &st[2][1]);
     FZ_CHECK(st[0][0] == TA_OK && st[1][0] == TA_OK, "forward refused: REF %d, CPU %d",
              (int)st[0][0], (int)st[1][0]);
     FZ_CHECK(st[0][1] == TA_OK && st[1][1] == TA_OK, "backward refused: REF %d, CPU %d",
@@ -905,6 +994,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_ranges(&f, &p, &in, &bshd, &ref, seed, eb);
     check_fwd_variants(&f, &p, &in, &bshd, &ref, seed, eb);
     if (p.conv_q > 0) check_chunks(&f, &p, &in, &bshd, &ref, seed, eb);
+    check_rope(&f, &p, &in, &bshd, seed, eb);
     FZ_CHECK((bad = all_guards(&ref)) < 0, "REF wrote past buffer %d", bad);
     FZ_CHECK((bad = all_guards(&cpu)) < 0, "CPU wrote past buffer %d", bad);
     FZ_CHECK((bad = all_guards(&tsk)) < 0, "caller-run tasks wrote past buffer %d", bad);
