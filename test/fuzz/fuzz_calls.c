@@ -13,9 +13,35 @@
  *     ta_*_tasks_prepare, ta_task_run on this thread, each phase's tasks in an
  *     order shuffled from the seed, one scratch buffer between canaries with
  *     random contents): equal bit for bit to ta_fwd / ta_bwd on CPU;
+ *   - the backward over key and query ranges (SDPA problems: no conv; a window
+ *     only with the causal mask): 1-3 query and 1-3 key ranges cut from the
+ *     bytes, each visible (query range, key range) pair one ta_bwd with
+ *     args.accumulate = TA_BWD_ACCUMULATE on views of the full tensors (the
+ *     full problem's bottom-right alignment and key lengths kept), adding into
+ *     zeroed f32 (hi, lo) pairs, on REF and on CPU (ta_bwd or caller-run tasks)
+ *     each in its own random order of the documented kind (every query range's
+ *     key ranges ascending, every key range's query ranges ascending), then
+ *     ta_bwd_finish on each: both words and the finished gradients REF == CPU
+ *     bit for bit; one key range: dq == ta_bwd's; one query range with
+ *     H = H_kv: dk, dv == ta_bwd's (S <= 40, so a cut on multiples of 64 is
+ *     one range);
+ *   - the forward again with num_splits from the bytes (0, 2-4, TA_SPLITS_AUTO):
+ *     REF == CPU; the same keys in a paged KV cache (page size 1-8, pages in a
+ *     shuffled order, spare pages, unused table entries -1) on REF and CPU (or
+ *     caller-run tasks) == the contiguous forward bit for bit; without the
+ *     conv, two forwards over key shares [0, k1), [k1, S_k) merged by ta_merge:
+ *     REF == CPU, and one part merged is its own bits;
+ *   - MTA problems as a chunked prefill: 1-3 chunks of the queries from the
+ *     bytes, each with min(c_q - 1, c0) query history rows (args.q_hist) and
+ *     the keys cut at its cache length, on REF and CPU (or caller-run tasks):
+ *     o and lse == the one forward's bit for bit (docs/mta.md section 2a);
+ *   - half of the problems with head_dim >= 2 again with the rotary stage
+ *     (pairing, pairs, table rows, row and head strides, positions from the
+ *     bytes): forward and backward REF == CPU == caller-run tasks bit for bit;
  *   - every buffer sits between canaries that stay intact, inputs stay unchanged,
  *     and the workspace starts with random contents (results do not depend on it).
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,11 +155,12 @@ static ta_status run_tasks(const ta_task_plan *tp, void *shared, void *scratch, 
 
 /* One backend's forward then backward (from the given o and lse, else its own).
  * tp (CPU only): the forward's and the backward's task plans, run as caller-run
- * tasks (ws is then the shared workspace); NULL: ta_fwd and ta_bwd. */
+ * tasks (ws is then the shared workspace); NULL: ta_fwd and ta_bwd. rope: the
+ * rotary tables and positions (ta_problem.rope), or NULL. */
 static void run_backend(const ta_problem *p, ta_backend be, const bufs *in, const ta_strides *bshd,
                         const void *o_in, const float *lse_in, size_t ws_bytes, uint64_t ws_seed,
-                        const ta_task_plan *tp, bufs *out, size_t eb, ta_status *st_f,
-                        ta_status *st_b) {
+                        const ta_task_plan *tp, bufs *out, size_t eb, const ta_rope_args *rope,
+                        ta_status *st_f, ta_status *st_b) {
     const size_t n_q = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
     const size_t n_k = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k;
     const size_t n_conv = (size_t)p->heads_q * (size_t)p->conv_q * (size_t)p->conv_k;
@@ -161,6 +188,7 @@ static void run_backend(const ta_problem *p, ta_backend be, const bufs *in, cons
     }
     memset(&fa, 0, sizeof fa);
     memset(&ba, 0, sizeof ba);
+    if (rope) fa.rope = ba.rope = *rope;
     fa.q = ba.q = fz_data(&in->b[B_Q]);
     fa.k = ba.k = fz_data(&in->b[B_K]);
     fa.v = ba.v = fz_data(&in->b[B_V]);
@@ -215,6 +243,683 @@ static void compare_all(const bufs *a, const bufs *b, int conv, const char *what
     if (conv) compare(a, b, B_DCONV, "dconv_w", what);
 }
 
+/* ---- The backward over key and query ranges (docs/api.md, "Backward over key
+ * and query ranges"): accumulating pair calls on views, then ta_bwd_finish. ---- */
+#define RG_MAX 3 /* ranges per cut */
+
+typedef struct ranges {
+    int32_t nq, nk;
+    int32_t qcut[RG_MAX + 1], kcut[RG_MAX + 1]; /* range r: [cut[r], cut[r + 1]) */
+} ranges;
+
+/* 1 to RG_MAX ranges of [0, s), cut points from the bytes (duplicates merged). */
+static int32_t make_cut(fz *f, int32_t s, int32_t *cut) {
+    const int32_t want = fz_range(f, 1, RG_MAX);
+    int32_t n = 1, i, j;
+    cut[0] = 0;
+    for (i = 1; i < want && s > 1; ++i) {
+        const int32_t c = fz_range(f, 1, s - 1);
+        for (j = n; j > 1 && cut[j - 1] > c; --j) /* insert sorted */
+            cut[j] = cut[j - 1];
+        if (cut[j - 1] == c) { /* a duplicate: undo the shift */
+            for (; j < n; ++j)
+                cut[j] = cut[j + 1];
+            continue;
+        }
+        cut[j] = c;
+        ++n;
+    }
+    cut[n] = s;
+    return n;
+}
+
+/* The problem of pair (query range a, key range b) of the full problem p, with
+ * the key lengths of each batch entry (full: sl_full, NULL = seq_k): 0 if the
+ * pair cannot see a key (causal, its keys all after its rows). The pair's key
+ * view starts at key k0 and keeps the full problem's bottom-right alignment
+ * (row r of the range at key position r + q0 + S_k - S_q - k0): causal,
+ * seq_k = q1 + S_k - S_q - k0 (keys past it are after every row); no causal
+ * mask, seq_k = k1 - k0. sl[b]: the keys of the range the entry has, clamped
+ * to the view; *has_sl: seqlens_k needed. Windows only with TA_CAUSAL (a
+ * window without it may reach past the view). */
+static int pair_problem(const ta_problem *p, const ranges *r, int32_t a, int32_t b,
+                        const int32_t *sl_full, ta_problem *pp, int32_t *sl, int *has_sl) {
+    const int32_t q0 = r->qcut[a], q1 = r->qcut[a + 1], k0 = r->kcut[b], k1 = r->kcut[b + 1];
+    int32_t i;
+    *pp = *p;
+    pp->seq_q = q1 - q0;
+    pp->seq_k = (p->flags & TA_CAUSAL) ? q1 + p->seq_k - p->seq_q - k0 : k1 - k0;
+    if (pp->seq_k <= 0) return 0;
+    *has_sl = sl_full != NULL;
+    for (i = 0; i < p->batch; ++i) {
+        int32_t hi = sl_full ? sl_full[i] : p->seq_k;
+        hi = (hi < k1 ? hi : k1) - k0;
+        sl[i] = hi < 0 ? 0 : hi > pp->seq_k ? pp->seq_k : hi;
+        if (sl[i] != pp->seq_k) *has_sl = 1;
+    }
+    return 1;
+}
+
+/* A random order (from *s) of the visible pairs, codes a * RG_MAX + b, in
+ * which each query range's key ranges and each key range's query ranges come
+ * ascending (the documented order; any such schedule gives the same bits). */
+static int32_t pair_order(const ta_problem *p, const ranges *r, const int32_t *sl_full, uint64_t *s,
+                          int32_t *order) {
+    int32_t next_b[RG_MAX] = {0}, next_a[RG_MAX] = {0}, n = 0, total = 0, a, b, sl[2];
+    int vis[RG_MAX][RG_MAX], has_sl;
+    ta_problem pp;
+    for (a = 0; a < r->nq; ++a)
+        for (b = 0; b < r->nk; ++b)
+            total += vis[a][b] = pair_problem(p, r, a, b, sl_full, &pp, sl, &has_sl);
+    for (;;) {
+        int32_t ready[RG_MAX], nr = 0, pick;
+        for (a = 0; a < r->nq; ++a)
+            while (next_b[a] < r->nk && !vis[a][next_b[a]])
+                ++next_b[a];
+        for (b = 0; b < r->nk; ++b)
+            while (next_a[b] < r->nq && !vis[next_a[b]][b])
+                ++next_a[b];
+        for (a = 0; a < r->nq; ++a)
+            if (next_b[a] < r->nk && next_a[next_b[a]] == a) ready[nr++] = a * RG_MAX + next_b[a];
+        if (nr == 0) break;
+        pick = ready[fz_mix(s) % (uint64_t)nr];
+        order[n++] = pick;
+        ++next_b[pick / RG_MAX];
+        ++next_a[pick % RG_MAX];
+    }
+    FZ_CHECK(n == total, "pair order: %d of %d pairs", (int)n, (int)total);
+    return n;
+}
+
+enum { W_DQ, W_DQ_LO, W_DK, W_DK_LO, W_DV, W_DV_LO, W_GQ, W_GK, W_GV, W_N };
+typedef struct words {
+    fz_buf b[W_N]; /* f32 (hi, lo) pairs [B, H(_kv), S, D], contiguous; finished gradients */
+} words;
+
+/* [B, heads, seq, dim] strides of the full tensor (the harness's layout) in elements. */
+static ta_strides full_strides(const ta_strides *bshd, int32_t heads, int32_t seq, int32_t dim) {
+    ta_strides s = strides_of(bshd, heads, seq, dim);
+    if (!bshd->batch) {
+        s.seq = dim;
+        s.head = (int64_t)seq * dim;
+        s.batch = (int64_t)heads * s.head;
+    }
+    return s;
+}
+
+/* The pairs of r in `order` on backend be (CPU: ta_bwd or caller-run tasks,
+ * from *s) adding into w, then ta_bwd_finish on be into w's gradients. */
+static void run_ranges(const ta_problem *p, ta_backend be, const bufs *in, const ta_strides *bshd,
+                       const void *o, const float *lse, const ranges *r, const int32_t *order,
+                       int32_t n, uint64_t *s, words *w, size_t eb) {
+    const int32_t *sl_full = in->b[B_SEQL].raw ? (const int32_t *)fz_data(&in->b[B_SEQL]) : NULL;
+    const ta_strides sq = full_strides(bshd, p->heads_q, p->seq_q, p->head_dim),
+                     sk = full_strides(bshd, p->heads_kv, p->seq_k, p->head_dim),
+                     sv = full_strides(bshd, p->heads_kv, p->seq_k, p->head_dim_v),
+                     so = full_strides(bshd, p->heads_q, p->seq_q, p->head_dim_v);
+    const ta_strides none = {0, 0, 0};
+    const ta_strides wq = full_strides(&none, p->heads_q, p->seq_q, p->head_dim),
+                     wk = full_strides(&none, p->heads_kv, p->seq_k, p->head_dim),
+                     wv = full_strides(&none, p->heads_kv, p->seq_k, p->head_dim_v);
+    const size_t n_q = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    const size_t n_k = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k;
+    const size_t sizes[W_N] = {n_q * (size_t)p->head_dim * 4,   n_q * (size_t)p->head_dim * 4,
+                               n_k * (size_t)p->head_dim * 4,   n_k * (size_t)p->head_dim * 4,
+                               n_k * (size_t)p->head_dim_v * 4, n_k * (size_t)p->head_dim_v * 4,
+                               n_q * (size_t)p->head_dim * eb,  n_k * (size_t)p->head_dim * eb,
+                               n_k * (size_t)p->head_dim_v * eb};
+    ta_bwd_finish_args fa;
+    ta_status st;
+    int32_t i, j;
+    memset(w, 0, sizeof *w);
+    for (i = 0; i < W_N; ++i) /* both words zeroed, the gradients poisoned */
+        memset(fz_buf_alloc(&w->b[i], sizes[i]), i < W_GQ ? 0 : 0xFF, sizes[i]);
+    for (i = 0; i < n; ++i) {
+        const int32_t a = order[i] / RG_MAX, b = order[i] % RG_MAX;
+        const int32_t q0 = r->qcut[a], k0 = r->kcut[b], nr = r->qcut[a + 1] - q0;
+        const int32_t bh = p->batch * p->heads_q;
+        ta_problem pp;
+        ta_bwd_args ba;
+        ta_task_plan tp;
+        fz_buf lb, sb, wb, scr;
+        int32_t sl[2];
+        int has_sl, tasks = be == TA_BACKEND_CPU && (fz_mix(s) % 3u) == 0;
+        size_t ws_bytes = 0;
+        float *pl;
+        FZ_CHECK(pair_problem(p, r, a, b, sl_full, &pp, sl, &has_sl), "an invisible pair ran");
+        pl = (float *)fz_buf_alloc(&lb, (size_t)bh * (size_t)nr * 4); /* lse rows [B, H, nr] */
+        for (j = 0; j < bh; ++j)
+            memcpy(pl + (size_t)j * (size_t)nr, lse + (size_t)j * (size_t)p->seq_q + (size_t)q0,
+                   (size_t)nr * 4);
+        memcpy(fz_buf_alloc(&sb, sizeof sl), sl, sizeof sl);
+        memset(&ba, 0, sizeof ba);
+        ba.q = (const char *)fz_data(&in->b[B_Q]) + (size_t)q0 * (size_t)sq.seq * eb;
+        ba.o = (const char *)o + (size_t)q0 * (size_t)so.seq * eb;
+        ba.d_o = (const char *)fz_data(&in->b[B_DO]) + (size_t)q0 * (size_t)so.seq * eb;
+        ba.k = (const char *)fz_data(&in->b[B_K]) + (size_t)k0 * (size_t)sk.seq * eb;
+        ba.v = (const char *)fz_data(&in->b[B_V]) + (size_t)k0 * (size_t)sv.seq * eb;
+        ba.lse = pl;
+        ba.seqlens_k = has_sl ? (const int32_t *)fz_data(&sb) : NULL;
+        ba.q_strides = sq;
+        ba.k_strides = sk;
+        ba.v_strides = sv;
+        ba.o_strides = ba.d_o_strides = so;
+        ba.dq_strides = wq;
+        ba.dk_strides = wk;
+        ba.dv_strides = wv;
+        ba.accumulate = TA_BWD_ACCUMULATE;
+        ba.dq = (float *)fz_data(&w->b[W_DQ]) + (size_t)q0 * (size_t)p->head_dim;
+        ba.dq_lo = (float *)fz_data(&w->b[W_DQ_LO]) + (size_t)q0 * (size_t)p->head_dim;
+        ba.dk = (float *)fz_data(&w->b[W_DK]) + (size_t)k0 * (size_t)p->head_dim;
+        ba.dk_lo = (float *)fz_data(&w->b[W_DK_LO]) + (size_t)k0 * (size_t)p->head_dim;
+        ba.dv = (float *)fz_data(&w->b[W_DV]) + (size_t)k0 * (size_t)p->head_dim_v;
+        ba.dv_lo = (float *)fz_data(&w->b[W_DV_LO]) + (size_t)k0 * (size_t)p->head_dim_v;
+        if (tasks) {
+            FZ_CHECK(ta_bwd_task_plan(&pp, be, &tp) == TA_OK, "pair task plan refused");
+            ws_bytes = tp.shared_bytes;
+        } else {
+            FZ_CHECK(ta_bwd_workspace_size(&pp, be, &ws_bytes) == TA_OK, "pair size query refused");
+        }
+        fill_random((unsigned char *)fz_buf_alloc(&wb, ws_bytes), ws_bytes, s);
+        if (tasks) {
+            fill_random((unsigned char *)fz_buf_alloc(&scr, tp.scratch_bytes), tp.scratch_bytes, s);
+            st = ta_bwd_tasks_prepare(&pp, be, &ba, fz_data(&wb), ws_bytes);
+            if (st == TA_OK) st = run_tasks(&tp, fz_data(&wb), fz_data(&scr), s);
+            FZ_CHECK(fz_guards_intact(&scr), "pair tasks wrote past their scratch");
+            fz_buf_free(&scr);
+        } else {
+            st = ta_bwd(&pp, be, &ba, fz_data(&wb), ws_bytes, NULL);
+        }
+        FZ_CHECK(st == TA_OK, "pair (%d, %d) [%d, %d) x [%d, %d) refused on backend %d%s: %s",
+                 (int)a, (int)b, (int)q0, (int)r->qcut[a + 1], (int)k0, (int)r->kcut[b + 1],
+                 (int)be, tasks ? " (tasks)" : "", ta_status_string(st));
+        FZ_CHECK(fz_guards_intact(&lb) && fz_guards_intact(&sb) && fz_guards_intact(&wb),
+                 "pair call wrote past its lse, seqlens or workspace");
+        fz_buf_free(&lb);
+        fz_buf_free(&sb);
+        fz_buf_free(&wb);
+    }
+    memset(&fa, 0, sizeof fa);
+    fa.dq_hi = (const float *)fz_data(&w->b[W_DQ]);
+    fa.dk_hi = (const float *)fz_data(&w->b[W_DK]);
+    fa.dv_hi = (const float *)fz_data(&w->b[W_DV]);
+    fa.dq = fz_data(&w->b[W_GQ]);
+    fa.dk = fz_data(&w->b[W_GK]);
+    fa.dv = fz_data(&w->b[W_GV]);
+    fa.dq_strides = strides_of(bshd, p->heads_q, p->seq_q, p->head_dim);
+    fa.dk_strides = strides_of(bshd, p->heads_kv, p->seq_k, p->head_dim);
+    fa.dv_strides = strides_of(bshd, p->heads_kv, p->seq_k, p->head_dim_v);
+    st = ta_bwd_finish(p, be, &fa, NULL);
+    FZ_CHECK(st == TA_OK, "ta_bwd_finish refused on backend %d: %s", (int)be, ta_status_string(st));
+    for (i = 0; i < W_N; ++i)
+        FZ_CHECK(fz_guards_intact(&w->b[i]), "backend %d: ranges wrote past word buffer %d",
+                 (int)be, (int)i);
+}
+
+/* The ranges' backward on REF and on CPU (each in its own admissible order)
+ * from REF's o and lse: REF == CPU for both words and the finished gradients;
+ * one key range: dq == ta_bwd's (ref); one query range and H = H_kv: dk, dv
+ * == ta_bwd's (the documented conditions with S <= 40 < 64). */
+static void check_ranges(fz *f, const ta_problem *p, const bufs *in, const ta_strides *bshd,
+                         const bufs *ref, uint64_t seed, size_t eb) {
+    const int32_t *sl_full = in->b[B_SEQL].raw ? (const int32_t *)fz_data(&in->b[B_SEQL]) : NULL;
+    const void *o = fz_data(&ref->b[B_O]);
+    const float *lse = (const float *)fz_data(&ref->b[B_LSE]);
+    ranges r;
+    words w[2];
+    int32_t order[2][RG_MAX * RG_MAX], n[2];
+    uint64_t s = seed ^ UINT64_C(0x0123456789abcdef);
+    int i;
+    r.nq = make_cut(f, p->seq_q, r.qcut);
+    r.nk = make_cut(f, p->seq_k, r.kcut);
+    n[0] = pair_order(p, &r, sl_full, &s, order[0]);
+    n[1] = pair_order(p, &r, sl_full, &s, order[1]);
+    run_ranges(p, TA_BACKEND_REF, in, bshd, o, lse, &r, order[0], n[0], &s, &w[0], eb);
+    run_ranges(p, TA_BACKEND_CPU, in, bshd, o, lse, &r, order[1], n[1], &s, &w[1], eb);
+    for (i = 0; i < W_N; ++i)
+        FZ_CHECK(memcmp(fz_data(&w[0].b[i]), fz_data(&w[1].b[i]), w[0].b[i].bytes) == 0,
+                 "ranges (%d query x %d key): REF and CPU differ in word buffer %d", (int)r.nq,
+                 (int)r.nk, i);
+    if (r.nk == 1)
+        FZ_CHECK(memcmp(fz_data(&w[0].b[W_GQ]), fz_data(&ref->b[B_DQ]), ref->b[B_DQ].bytes) == 0,
+                 "one key range, %d query ranges: dq differs from ta_bwd's", (int)r.nq);
+    if (r.nq == 1 && p->heads_q == p->heads_kv) {
+        FZ_CHECK(memcmp(fz_data(&w[0].b[W_GK]), fz_data(&ref->b[B_DK]), ref->b[B_DK].bytes) == 0,
+                 "one query range, %d key ranges: dk differs from ta_bwd's", (int)r.nk);
+        FZ_CHECK(memcmp(fz_data(&w[0].b[W_GV]), fz_data(&ref->b[B_DV]), ref->b[B_DV].bytes) == 0,
+                 "one query range, %d key ranges: dv differs from ta_bwd's", (int)r.nk);
+    }
+    for (i = 0; i < W_N; ++i) {
+        fz_buf_free(&w[0].b[i]);
+        fz_buf_free(&w[1].b[i]);
+    }
+}
+
+/* ---- Forward variants: split-K, a paged KV cache, ta_merge ---- */
+
+/* One forward on be into fa's o and lse from a random workspace (tasks: as
+ * caller-run CPU tasks, each phase shuffled from *s). */
+static ta_status run_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *fa, int tasks,
+                         uint64_t *s) {
+    fz_buf wb, scr;
+    ta_task_plan tp;
+    size_t bytes = 0;
+    ta_status st = tasks ? ta_fwd_task_plan(p, be, &tp) : ta_fwd_workspace_size(p, be, &bytes);
+    if (st != TA_OK) return st;
+    if (tasks) bytes = tp.shared_bytes;
+    fill_random((unsigned char *)fz_buf_alloc(&wb, bytes), bytes, s);
+    if (tasks) {
+        fill_random((unsigned char *)fz_buf_alloc(&scr, tp.scratch_bytes), tp.scratch_bytes, s);
+        st = ta_fwd_tasks_prepare(p, be, fa, fz_data(&wb), bytes);
+        if (st == TA_OK) st = run_tasks(&tp, fz_data(&wb), fz_data(&scr), s);
+        FZ_CHECK(fz_guards_intact(&scr), "forward tasks wrote past their scratch");
+        fz_buf_free(&scr);
+    } else {
+        st = ta_fwd(p, be, fa, fz_data(&wb), bytes, NULL);
+    }
+    FZ_CHECK(fz_guards_intact(&wb), "a forward wrote past its workspace");
+    fz_buf_free(&wb);
+    return st;
+}
+
+/* o and lse of a forward, poisoned, between canaries. */
+typedef struct fwd_out {
+    fz_buf o, lse;
+} fwd_out;
+static void fwd_out_alloc(fwd_out *r, size_t o_bytes, size_t lse_bytes) {
+    memset(fz_buf_alloc(&r->o, o_bytes), 0xFF, o_bytes);
+    memset(fz_buf_alloc(&r->lse, lse_bytes), 0xFF, lse_bytes);
+}
+static void fwd_out_same(const fwd_out *a, const fwd_out *b, const char *what) {
+    FZ_CHECK(fz_guards_intact(&a->o) && fz_guards_intact(&a->lse) && fz_guards_intact(&b->o) &&
+                 fz_guards_intact(&b->lse),
+             "%s: a forward wrote past o or lse", what);
+    FZ_CHECK(memcmp(fz_data(&a->o), fz_data(&b->o), a->o.bytes) == 0, "%s: o differs", what);
+    FZ_CHECK(memcmp(fz_data(&a->lse), fz_data(&b->lse), a->lse.bytes) == 0, "%s: lse differs",
+             what);
+}
+static void fwd_out_free(fwd_out *r) {
+    fz_buf_free(&r->o);
+    fz_buf_free(&r->lse);
+}
+
+/* The forward's tensors from the harness's buffers (o, lse: the caller's). */
+static ta_fwd_args fwd_args(const ta_problem *p, const bufs *in, const ta_strides *bshd) {
+    ta_fwd_args fa;
+    memset(&fa, 0, sizeof fa);
+    fa.q = fz_data(&in->b[B_Q]);
+    fa.k = fz_data(&in->b[B_K]);
+    fa.v = fz_data(&in->b[B_V]);
+    fa.conv_w = p->conv_q ? (const float *)fz_data(&in->b[B_CONV]) : NULL;
+    fa.seqlens_k = in->b[B_SEQL].raw ? (const int32_t *)fz_data(&in->b[B_SEQL]) : NULL;
+    fa.q_strides = strides_of(bshd, p->heads_q, p->seq_q, p->head_dim);
+    fa.k_strides = strides_of(bshd, p->heads_kv, p->seq_k, p->head_dim);
+    fa.v_strides = strides_of(bshd, p->heads_kv, p->seq_k, p->head_dim_v);
+    fa.o_strides = strides_of(bshd, p->heads_q, p->seq_q, p->head_dim_v);
+    return fa;
+}
+
+/* k or v ([B, H_kv, S_k, dim] in the harness's layout) copied into a pool of
+ * pages [pages, page, H_kv, dim] through the block table (the other slots
+ * keep their finite random values). */
+static void gather_pages(const ta_problem *p, const ta_strides *bshd, const void *src, int32_t dim,
+                         const int32_t *table, int32_t max_blocks, int32_t page, void *pool,
+                         size_t eb) {
+    const ta_strides st = full_strides(bshd, p->heads_kv, p->seq_k, dim);
+    int32_t b, h, j;
+    for (b = 0; b < p->batch; ++b)
+        for (h = 0; h < p->heads_kv; ++h)
+            for (j = 0; j < p->seq_k; ++j) {
+                const int64_t row = (int64_t)table[b * max_blocks + j / page] * page + j % page;
+                memcpy((char *)pool + (size_t)((row * p->heads_kv + h) * dim) * eb,
+                       (const char *)src + (size_t)(b * st.batch + h * st.head + j * st.seq) * eb,
+                       (size_t)dim * eb);
+            }
+}
+
+/* Every input's forward again: with num_splits from the bytes (0, 2-4 or
+ * TA_SPLITS_AUTO) REF == CPU; the same keys in a paged KV cache (page size
+ * 1-8, pages shuffled, spare pages, unused table entries -1) on REF and CPU ==
+ * the contiguous forward bit for bit; without the conv, ta_merge of two
+ * forwards over the key shares [0, k1) and [k1, S_k) (docs/api.md, "Split-K
+ * and merge") REF == CPU, and one part merged gives back its own bits. */
+static void check_fwd_variants(fz *f, const ta_problem *p, const bufs *in, const ta_strides *bshd,
+                               const bufs *ref, uint64_t seed, size_t eb) {
+    static const int32_t splits[] = {0, 2, 3, 4, TA_SPLITS_AUTO};
+    const size_t n_q = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    const size_t o_bytes = n_q * (size_t)p->head_dim_v * eb, lse_bytes = n_q * 4;
+    const int32_t *sl = in->b[B_SEQL].raw ? (const int32_t *)fz_data(&in->b[B_SEQL]) : NULL;
+    ta_problem ps = *p, pp;
+    ta_fwd_args fa = fwd_args(p, in, bshd);
+    fwd_out r[4];
+    fz_buf pool_k, pool_v, table;
+    uint64_t s = seed ^ UINT64_C(0xfeedfacecafebeef);
+    int32_t page, n_blk, n_pages, max_blocks, i, *tb, *perm;
+    int tasks;
+    ps.num_splits = splits[fz_range(f, 0, 4)];
+    tasks = ps.num_splits == 0 && (fz_mix(&s) & 1u); /* the task mode runs no split-K */
+    /* split-K (or none): REF == CPU */
+    for (i = 0; i < 2; ++i) {
+        fwd_out_alloc(&r[i], o_bytes, lse_bytes);
+        fa.o = fz_data(&r[i].o);
+        fa.lse = (float *)fz_data(&r[i].lse);
+        FZ_CHECK(run_fwd(&ps, (ta_backend)i, &fa, i == 1 && tasks, &s) == TA_OK,
+                 "forward with num_splits %d refused on backend %d", (int)ps.num_splits, i);
+    }
+    fwd_out_same(&r[0], &r[1], "split-K forward, REF and CPU");
+    if (ps.num_splits == 0)
+        FZ_CHECK(memcmp(fz_data(&r[0].o), fz_data(&ref->b[B_O]), o_bytes) == 0,
+                 "the forward is not the forward of before");
+    /* the same keys in pages */
+    page = fz_range(f, 1, 8);
+    n_blk = (p->seq_k + page - 1) / page;
+    max_blocks = n_blk + fz_range(f, 0, 2);
+    n_pages = p->batch * n_blk + fz_range(f, 0, 3);
+    perm = (int32_t *)malloc((size_t)n_pages * sizeof(int32_t));
+    FZ_CHECK(perm != NULL, "out of memory");
+    for (i = 0; i < n_pages; ++i)
+        perm[i] = i;
+    for (i = n_pages - 1; i > 0; --i) {
+        const int32_t j = (int32_t)(fz_mix(&s) % (uint64_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    tb = (int32_t *)fz_buf_alloc(&table, (size_t)p->batch * (size_t)max_blocks * 4);
+    for (i = 0; i < p->batch * max_blocks; ++i)
+        tb[i] = i % max_blocks < n_blk ? perm[(i / max_blocks) * n_blk + i % max_blocks] : -1;
+    free(perm);
+    {
+        const size_t rows = (size_t)n_pages * (size_t)page * (size_t)p->heads_kv;
+        uint64_t fs = fz_mix(&s);
+        fill(&fs, fz_buf_alloc(&pool_k, rows * (size_t)p->head_dim * eb), p->dtype,
+             rows * (size_t)p->head_dim);
+        fill(&fs, fz_buf_alloc(&pool_v, rows * (size_t)p->head_dim_v * eb), p->dtype,
+             rows * (size_t)p->head_dim_v);
+    }
+    gather_pages(p, bshd, fz_data(&in->b[B_K]), p->head_dim, tb, max_blocks, page, fz_data(&pool_k),
+                 eb);
+    gather_pages(p, bshd, fz_data(&in->b[B_V]), p->head_dim_v, tb, max_blocks, page,
+                 fz_data(&pool_v), eb);
+    pp = ps;
+    pp.kv_page_size = page;
+    pp.kv_num_pages = n_pages;
+    pp.kv_max_blocks = max_blocks;
+    fa.k = fz_data(&pool_k);
+    fa.v = fz_data(&pool_v);
+    memset(&fa.k_strides, 0, sizeof fa.k_strides);
+    memset(&fa.v_strides, 0, sizeof fa.v_strides);
+    fa.block_table = tb;
+    for (i = 2; i < 4; ++i) {
+        fwd_out_alloc(&r[i], o_bytes, lse_bytes);
+        fa.o = fz_data(&r[i].o);
+        fa.lse = (float *)fz_data(&r[i].lse);
+        FZ_CHECK(run_fwd(&pp, (ta_backend)(i - 2), &fa, i == 3 && tasks, &s) == TA_OK,
+                 "paged forward (page %d, %d pages) refused on backend %d", (int)page, (int)n_pages,
+                 i - 2);
+    }
+    fwd_out_same(&r[0], &r[2], "paged forward on REF and the contiguous forward");
+    fwd_out_same(&r[0], &r[3], "paged forward on CPU and the contiguous forward");
+    FZ_CHECK(fz_guards_intact(&pool_k) && fz_guards_intact(&pool_v) && fz_guards_intact(&table),
+             "a paged forward wrote past the pools or the table");
+    fz_buf_free(&pool_k);
+    fz_buf_free(&pool_v);
+    fz_buf_free(&table);
+    for (i = 0; i < 4; ++i)
+        fwd_out_free(&r[i]);
+    /* ta_merge of two key shares (not for the conv: a share's edge keys
+     * would need the conv's halo past it) */
+    if (p->conv_q == 0 && p->seq_k > 1) {
+        const int32_t k1 = fz_range(f, 1, p->seq_k - 1);
+        const ta_strides sk = full_strides(bshd, p->heads_kv, p->seq_k, p->head_dim),
+                         sv = full_strides(bshd, p->heads_kv, p->seq_k, p->head_dim_v);
+        fz_buf parts_o, parts_l, lens;
+        int32_t *ln = (int32_t *)fz_buf_alloc(&lens, 2 * 4);
+        ta_merge_args ma;
+        int be;
+        memset(fz_buf_alloc(&parts_o, 2 * o_bytes), 0xFF, 2 * o_bytes);
+        memset(fz_buf_alloc(&parts_l, 2 * lse_bytes), 0xFF, 2 * lse_bytes);
+        for (i = 0; i < 2; ++i) {
+            const int32_t k0 = i ? k1 : 0;
+            int32_t b;
+            ta_status st;
+            fa = fwd_args(p, in, bshd);
+            pp = *p;
+            pp.seq_k = p->seq_k - k0;
+            fa.k = (const char *)fz_data(&in->b[B_K]) + (size_t)k0 * (size_t)sk.seq * eb;
+            fa.v = (const char *)fz_data(&in->b[B_V]) + (size_t)k0 * (size_t)sv.seq * eb;
+            fa.k_strides = sk;
+            fa.v_strides = sv;
+            memset(&fa.o_strides, 0, sizeof fa.o_strides); /* parts: contiguous */
+            fa.o = (char *)fz_data(&parts_o) + (size_t)i * o_bytes;
+            fa.lse = (float *)fz_data(&parts_l) + (size_t)i * n_q;
+            for (b = 0; b < p->batch; ++b) { /* the share's keys of each entry */
+                const int32_t hi = (sl ? sl[b] : p->seq_k) < (i ? p->seq_k : k1)
+                                       ? (sl ? sl[b] : p->seq_k)
+                                       : (i ? p->seq_k : k1);
+                ln[b] = hi - k0 < 0 ? 0 : hi - k0;
+            }
+            fa.seqlens_k = i == 0 || sl ? ln : NULL;
+            st = run_fwd(&pp, TA_BACKEND_REF, &fa, 0, &s);
+            FZ_CHECK(st == TA_OK, "share %d of the keys [%d, %d) refused: %s", i, (int)k0,
+                     (int)(i ? p->seq_k : k1), ta_status_string(st));
+        }
+        memset(&ma, 0, sizeof ma);
+        ma.num_parts = 2;
+        ma.o_parts = fz_data(&parts_o);
+        ma.lse_parts = (const float *)fz_data(&parts_l);
+        ma.o_strides = strides_of(bshd, p->heads_q, p->seq_q, p->head_dim_v);
+        for (be = 0; be < 2; ++be) {
+            fwd_out_alloc(&r[be], o_bytes, lse_bytes);
+            ma.o = fz_data(&r[be].o);
+            ma.lse = (float *)fz_data(&r[be].lse);
+            FZ_CHECK(ta_merge(p, (ta_backend)be, &ma, NULL) == TA_OK, "merge refused on %d", be);
+        }
+        fwd_out_same(&r[0], &r[1], "ta_merge of two key shares, REF and CPU");
+        /* one part: its own bits */
+        ma.num_parts = 1;
+        ma.lse_parts = (const float *)fz_data(&parts_l) + (fz_mix(&s) & 1u) * n_q;
+        ma.o_parts =
+            (const char *)fz_data(&parts_o) + (size_t)(ma.lse_parts != fz_data(&parts_l)) * o_bytes;
+        memset(&ma.o_strides, 0, sizeof ma.o_strides);
+        memset(fz_data(&r[0].o), 0xFF, o_bytes);
+        memset(fz_data(&r[0].lse), 0xFF, lse_bytes);
+        ma.o = fz_data(&r[0].o);
+        ma.lse = (float *)fz_data(&r[0].lse);
+        FZ_CHECK(ta_merge(p, (ta_backend)(fz_mix(&s) & 1u), &ma, NULL) == TA_OK,
+                 "one-part merge refused");
+        FZ_CHECK(memcmp(fz_data(&r[0].o), ma.o_parts, o_bytes) == 0 &&
+                     memcmp(fz_data(&r[0].lse), ma.lse_parts, lse_bytes) == 0,
+                 "one part merged is not its own bits");
+        FZ_CHECK(fz_guards_intact(&parts_o) && fz_guards_intact(&parts_l) &&
+                     fz_guards_intact(&lens) && fz_guards_intact(&r[0].o) &&
+                     fz_guards_intact(&r[0].lse),
+                 "a share's forward or ta_merge wrote past a buffer");
+        fz_buf_free(&parts_o);
+        fz_buf_free(&parts_l);
+        fz_buf_free(&lens);
+        fwd_out_free(&r[0]);
+        fwd_out_free(&r[1]);
+    }
+}
+
+/* ---- MTA chunked prefill: query history rows (docs/mta.md section 2a) ---- */
+
+/* For MTA problems: the queries cut into 1-3 chunks from the bytes, each one
+ * forward over its rows with n = min(c_q - 1, c0) history rows (q_hist: the n
+ * rows above it, q's strides), the keys cut at the chunk's cache length
+ * (c1 + S_k - S_q: the full problem's alignment; seqlens_k cut there too), a
+ * block_q of its own; on REF and on CPU (or caller-run tasks): o and lse ==
+ * the one forward's bit for bit. Chunks whose rows are all above the keys
+ * (cache length <= 0) see no key: their rows must be the empty rows (o = 0,
+ * lse = -inf) of the one forward and are not called. */
+static void check_chunks(fz *f, const ta_problem *p, const bufs *in, const ta_strides *bshd,
+                         const bufs *ref, uint64_t seed, size_t eb) {
+    const ta_strides sq = full_strides(bshd, p->heads_q, p->seq_q, p->head_dim),
+                     so = full_strides(bshd, p->heads_q, p->seq_q, p->head_dim_v);
+    const size_t n_q = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    const size_t o_bytes = n_q * (size_t)p->head_dim_v * eb;
+    const int32_t *sl = in->b[B_SEQL].raw ? (const int32_t *)fz_data(&in->b[B_SEQL]) : NULL;
+    const int32_t bh = p->batch * p->heads_q;
+    int32_t cut[5], n_chunks, c, j, be;
+    uint64_t s = seed ^ UINT64_C(0x0c0ffee0c0ffee00);
+    n_chunks = make_cut(f, p->seq_q, cut);
+    for (be = 0; be < 2; ++be) {
+        fz_buf o, lse, lens;
+        int32_t *ln = (int32_t *)fz_buf_alloc(&lens, 2 * 4);
+        float *l = (float *)fz_buf_alloc(&lse, n_q * 4);
+        memset(fz_buf_alloc(&o, o_bytes), 0xFF, o_bytes);
+        memset(l, 0xFF, n_q * 4);
+        for (c = 0; c < n_chunks; ++c) {
+            const int32_t c0 = cut[c], c1 = cut[c + 1], n = c0 < p->conv_q - 1 ? c0 : p->conv_q - 1;
+            const int tasks = be == 1 && (fz_mix(&s) % 3u) == 0;
+            ta_problem pc = *p;
+            ta_fwd_args fa = fwd_args(p, in, bshd);
+            fz_buf cl;
+            float *chunk_lse;
+            ta_status st;
+            size_t bytes;
+            pc.seq_q = c1 - c0;
+            pc.seq_k = c1 + p->seq_k - p->seq_q;
+            pc.q_history = n;
+            if (pc.seq_k <= 0) { /* no key for these rows in the one forward either */
+                for (j = 0; j < bh; ++j) {
+                    int32_t r;
+                    for (r = c0; r < c1; ++r)
+                        l[(size_t)j * (size_t)p->seq_q + (size_t)r] = -(float)INFINITY;
+                }
+                for (j = 0; j < bh; ++j) { /* o rows: 0 */
+                    const int32_t b = j / p->heads_q, h = j % p->heads_q;
+                    int32_t r;
+                    for (r = c0; r < c1; ++r)
+                        memset((char *)fz_data(&o) +
+                                   (size_t)(b * so.batch + h * so.head + r * so.seq) * eb,
+                               0, (size_t)p->head_dim_v * eb);
+                }
+                continue;
+            }
+            pc.block_q = fz_range(f, 0, 1) ? fz_range(f, TA_BLOCK_MIN, 64) : p->block_q;
+            if (ta_fwd_workspace_size(&pc, (ta_backend)be, &bytes) != TA_OK)
+                pc.block_q = p->block_q;
+            fa.q = (const char *)fz_data(&in->b[B_Q]) + (size_t)c0 * (size_t)sq.seq * eb;
+            fa.q_strides = sq;
+            fa.q_hist = (const char *)fa.q - (size_t)n * (size_t)sq.seq * eb;
+            fa.q_hist_strides = sq;
+            if (!n) fa.q_hist = NULL;
+            fa.k_strides = full_strides(bshd, p->heads_kv, p->seq_k, p->head_dim);
+            fa.v_strides = full_strides(bshd, p->heads_kv, p->seq_k, p->head_dim_v);
+            fa.o = (char *)fz_data(&o) + (size_t)c0 * (size_t)so.seq * eb;
+            fa.o_strides = so;
+            chunk_lse = (float *)fz_buf_alloc(&cl, (size_t)bh * (size_t)pc.seq_q * 4);
+            fa.lse = chunk_lse;
+            if (sl) {
+                for (j = 0; j < p->batch; ++j)
+                    ln[j] = sl[j] < pc.seq_k ? sl[j] : pc.seq_k;
+                fa.seqlens_k = ln;
+            }
+            st = run_fwd(&pc, (ta_backend)be, &fa, tasks, &s);
+            FZ_CHECK(st == TA_OK, "chunk [%d, %d) with %d history rows refused on %d%s: %s",
+                     (int)c0, (int)c1, (int)n, be, tasks ? " (tasks)" : "", ta_status_string(st));
+            FZ_CHECK(fz_guards_intact(&cl), "a chunk wrote past its lse");
+            for (j = 0; j < bh; ++j)
+                memcpy(l + (size_t)j * (size_t)p->seq_q + (size_t)c0,
+                       chunk_lse + (size_t)j * (size_t)pc.seq_q, (size_t)pc.seq_q * 4);
+            fz_buf_free(&cl);
+        }
+        FZ_CHECK(fz_guards_intact(&o) && fz_guards_intact(&lse) && fz_guards_intact(&lens),
+                 "chunks wrote past o, lse or their key lengths");
+        FZ_CHECK(memcmp(fz_data(&o), fz_data(&ref->b[B_O]), o_bytes) == 0,
+                 "%d chunks on backend %d: o differs from the one forward's", (int)n_chunks, be);
+        FZ_CHECK(memcmp(l, fz_data(&ref->b[B_LSE]), n_q * 4) == 0,
+                 "%d chunks on backend %d: lse differs from the one forward's", (int)n_chunks, be);
+        fz_buf_free(&o);
+        fz_buf_free(&lse);
+        fz_buf_free(&lens);
+    }
+}
+
+/* ---- The rotary load stage (docs/rope.md) ---- */
+
+/* Half of the problems with head_dim >= 2 again with the rotary stage (the
+ * pairing, rope_pairs, table rows, row and head strides and positions from
+ * the bytes; random finite tables): the forward and the backward on REF, on
+ * CPU and as caller-run CPU tasks, bit for bit, as the main check. */
+static void check_rope(fz *f, const ta_problem *p, const bufs *in, const ta_strides *bshd,
+                       uint64_t seed, size_t eb) {
+    const int32_t smax = p->seq_q > p->seq_k ? p->seq_q : p->seq_k;
+    ta_problem pr = *p;
+    ta_rope_args ra;
+    ta_task_plan tp[2];
+    fz_buf cs, sn, pq, pk;
+    bufs r[3];
+    size_t ws[2], floats;
+    ta_status st[3][2];
+    int32_t stride, n_tables, i, use_pos;
+    int be;
+    if (p->head_dim < 2 || !fz_range(f, 0, 1)) return;
+    pr.rope = fz_range(f, TA_ROPE_INTERLEAVED, TA_ROPE_HALF);
+    pr.rope_pairs = fz_range(f, 1, p->head_dim / 2);
+    use_pos = fz_range(f, 0, 1);
+    pr.rope_rows = use_pos ? fz_range(f, 1, 48) : smax + fz_range(f, 0, 3);
+    pr.rope_row_stride = fz_range(f, 0, 1) ? 0 : pr.rope_pairs + fz_range(f, 0, 2);
+    stride = pr.rope_row_stride ? pr.rope_row_stride : pr.rope_pairs;
+    pr.rope_head_stride = fz_range(f, 0, 1) ? 0 : pr.rope_rows * stride + fz_range(f, 0, 2);
+    n_tables = pr.rope_head_stride ? p->heads_kv : 1;
+    floats = (size_t)(n_tables - 1) * (size_t)pr.rope_head_stride +
+             (size_t)pr.rope_rows * (size_t)stride;
+    memset(&ra, 0, sizeof ra);
+    ra.cos = (const float *)fz_buf_alloc(&cs, floats * 4);
+    ra.sin = (const float *)fz_buf_alloc(&sn, floats * 4);
+    fill(&seed, fz_data(&cs), TA_F32, floats);
+    fill(&seed, fz_data(&sn), TA_F32, floats);
+    memset(&pq, 0, sizeof pq);
+    memset(&pk, 0, sizeof pk);
+    if (use_pos) {
+        int32_t *q_pos = (int32_t *)fz_buf_alloc(&pq, (size_t)p->batch * (size_t)p->seq_q * 4);
+        int32_t *k_pos = (int32_t *)fz_buf_alloc(&pk, (size_t)p->batch * (size_t)p->seq_k * 4);
+        for (i = 0; i < p->batch * p->seq_q; ++i)
+            q_pos[i] = (int32_t)(fz_mix(&seed) % (uint64_t)pr.rope_rows);
+        for (i = 0; i < p->batch * p->seq_k; ++i)
+            k_pos[i] = (int32_t)(fz_mix(&seed) % (uint64_t)pr.rope_rows);
+        ra.pos_q = q_pos;
+        ra.pos_k = k_pos;
+    }
+    for (be = 0; be < 2; ++be) {
+        size_t wf = 0, wb = 0;
+        FZ_CHECK(ta_fwd_workspace_size(&pr, (ta_backend)be, &wf) == TA_OK &&
+                     ta_bwd_workspace_size(&pr, (ta_backend)be, &wb) == TA_OK,
+                 "rope: size queries refused on backend %d", be);
+        ws[be] = wf > wb ? wf : wb;
+    }
+    FZ_CHECK(ta_fwd_task_plan(&pr, TA_BACKEND_CPU, &tp[0]) == TA_OK &&
+                 ta_bwd_task_plan(&pr, TA_BACKEND_CPU, &tp[1]) == TA_OK,
+             "rope: task plans refused");
+    run_backend(&pr, TA_BACKEND_REF, in, bshd, NULL, NULL, ws[0], seed, NULL, &r[0], eb, &ra,
+                &st[0][0], &st[0][1]);
+    run_backend(&pr, TA_BACKEND_CPU, in, bshd, fz_data(&r[0].b[B_O]),
+                (const float *)fz_data(&r[0].b[B_LSE]), ws[1], ~seed, NULL, &r[1], eb, &ra,
+                &st[1][0], &st[1][1]);
+    run_backend(&pr, TA_BACKEND_CPU, in, bshd, fz_data(&r[0].b[B_O]),
+                (const float *)fz_data(&r[0].b[B_LSE]),
+                tp[0].shared_bytes > tp[1].shared_bytes ? tp[0].shared_bytes : tp[1].shared_bytes,
+                seed ^ 0x5a5a5a5a5a5a5a5aull, tp, &r[2], eb, &ra, &st[2][0], &st[2][1]);
+    for (i = 0; i < 3; ++i)
+        FZ_CHECK(st[i][0] == TA_OK && st[i][1] == TA_OK,
+                 "rope (%d pairs, pairing %d): run %d refused: %d, %d", (int)pr.rope_pairs,
+                 (int)pr.rope, (int)i, (int)st[i][0], (int)st[i][1]);
+    compare_all(&r[0], &r[1], p->conv_q > 0, "rope: REF and CPU");
+    compare_all(&r[1], &r[2], p->conv_q > 0, "rope: CPU calls and caller-run tasks");
+    for (i = 0; i < 3; ++i)
+        FZ_CHECK(all_guards(&r[i]) < 0, "rope: run %d wrote past a buffer", (int)i);
+    FZ_CHECK(fz_guards_intact(&cs) && fz_guards_intact(&sn) &&
+                 (!use_pos || (fz_guards_intact(&pq) && fz_guards_intact(&pk))),
+             "rope: a call wrote past the tables or positions");
+    for (i = 0; i < 3; ++i)
+        bufs_free(&r[i]);
+    fz_buf_free(&cs);
+    fz_buf_free(&sn);
+    fz_buf_free(&pq);
+    fz_buf_free(&pk);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz f = {data, size};
@@ -259,13 +964,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             memcpy(fz_buf_alloc(&pristine.b[i], in.b[i].bytes), fz_data(&in.b[i]), in.b[i].bytes);
         }
     ws_bytes = ws_f[0] > ws_b[0] ? ws_f[0] : ws_b[0];
-    run_backend(&p, TA_BACKEND_REF, &in, &bshd, NULL, NULL, ws_bytes, seed, NULL, &ref, eb,
+    run_backend(&p, TA_BACKEND_REF, &in, &bshd, NULL, NULL, ws_bytes, seed, NULL, &ref, eb, NULL,
                 &st[0][0], &st[0][1]);
     ws_bytes = ws_f[1] > ws_b[1] ? ws_f[1] : ws_b[1];
     /* the CPU backward takes REF's o and lse, as a training step would take its forward's */
     run_backend(&p, TA_BACKEND_CPU, &in, &bshd, fz_data(&ref.b[B_O]),
-                (const float *)fz_data(&ref.b[B_LSE]), ws_bytes, ~seed, NULL, &cpu, eb, &st[1][0],
-                &st[1][1]);
+                (const float *)fz_data(&ref.b[B_LSE]), ws_bytes, ~seed, NULL, &cpu, eb, NULL,
+                &st[1][0], &st[1][1]);
     /* the same as caller-run tasks (fz_small_problem leaves num_splits 0: no
      * split-K, which the task mode refuses) */
     FZ_CHECK(ta_fwd_task_plan(&p, TA_BACKEND_CPU, &tp[0]) == TA_OK &&
@@ -274,7 +979,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ws_bytes = tp[0].shared_bytes > tp[1].shared_bytes ? tp[0].shared_bytes : tp[1].shared_bytes;
     run_backend(&p, TA_BACKEND_CPU, &in, &bshd, fz_data(&ref.b[B_O]),
                 (const float *)fz_data(&ref.b[B_LSE]), ws_bytes, seed ^ 0x5a5a5a5a5a5a5a5aull, tp,
-                &tsk, eb, &st[2][0], &st[2][1]);
+                &tsk, eb, NULL, &st[2][0], &st[2][1]);
     FZ_CHECK(st[0][0] == TA_OK && st[1][0] == TA_OK, "forward refused: REF %d, CPU %d",
              (int)st[0][0], (int)st[1][0]);
     FZ_CHECK(st[0][1] == TA_OK && st[1][1] == TA_OK, "backward refused: REF %d, CPU %d",
@@ -283,6 +988,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
              (int)st[2][0], (int)st[2][1]);
     compare_all(&ref, &cpu, p.conv_q > 0, "REF and CPU");
     compare_all(&cpu, &tsk, p.conv_q > 0, "CPU calls and caller-run tasks");
+    /* the ranges' backward: SDPA only (no conv); a window only with the causal
+     * mask (pair_problem) */
+    if (p.conv_q == 0 && (!(p.flags & TA_WINDOW) || (p.flags & TA_CAUSAL)))
+        check_ranges(&f, &p, &in, &bshd, &ref, seed, eb);
+    check_fwd_variants(&f, &p, &in, &bshd, &ref, seed, eb);
+    if (p.conv_q > 0) check_chunks(&f, &p, &in, &bshd, &ref, seed, eb);
+    check_rope(&f, &p, &in, &bshd, seed, eb);
     FZ_CHECK((bad = all_guards(&ref)) < 0, "REF wrote past buffer %d", bad);
     FZ_CHECK((bad = all_guards(&cpu)) < 0, "CPU wrote past buffer %d", bad);
     FZ_CHECK((bad = all_guards(&tsk)) < 0, "caller-run tasks wrote past buffer %d", bad);

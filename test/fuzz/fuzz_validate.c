@@ -13,6 +13,11 @@
  *     overlapping nothing, workspace large enough, computed from this file's own
  *     extents) and, when every buffer lies in the arena, run on REF or CPU: it
  *     writes nothing outside its outputs, its trace entries and its workspace.
+ * About one backward in five is accumulating (args.accumulate = 1, the lo
+ * words placed like the other pointers; docs/api.md, "Backward over key and
+ * query ranges"), one in sixteen has an accumulate value neither 0 nor 1.
+ * Then per input one valid accumulating ta_bwd and one ta_bwd_finish with one
+ * thing broken must give the documented status (check_accumulate_rules).
  */
 #include <math.h>
 #include <stddef.h>
@@ -66,7 +71,25 @@ static void make_problem(fz *f, ta_problem *p) {
 }
 
 /* ---- Tensors of a call: extents from this file's own arithmetic. ---- */
-enum { T_Q, T_K, T_V, T_O, T_DO, T_LSE, T_CONV, T_SEQL, T_DQ, T_DK, T_DV, T_DCONV, T_WS, T_N };
+enum {
+    T_Q,
+    T_K,
+    T_V,
+    T_O,
+    T_DO,
+    T_LSE,
+    T_CONV,
+    T_SEQL,
+    T_DQ,
+    T_DK,
+    T_DV,
+    T_DCONV,
+    T_WS,
+    T_DQL, /* the lo words of an accumulating backward */
+    T_DKL,
+    T_DVL,
+    T_N
+};
 typedef struct tensor {
     int64_t n_b, n_h, n_s, dim; /* [n_b, n_h, n_s, dim]; lse: dim 1; conv: [1,H,cq,ck] */
     int64_t eb;                 /* element bytes */
@@ -139,6 +162,7 @@ typedef struct call {
     ta_trace trace, *tr;
     size_t ws_bytes;
     void *stream;
+    int32_t acc; /* ta_bwd_args.accumulate */
 } call;
 
 static void set_tensor(tensor *t, int64_t n_b, int64_t n_h, int64_t n_s, int64_t dim, int64_t eb) {
@@ -149,7 +173,13 @@ static void set_tensor(tensor *t, int64_t n_b, int64_t n_h, int64_t n_s, int64_t
     t->eb = eb;
 }
 
-static void make_call(fz *f, call *c) {
+/* acc (from the seed's first byte, so that the bytes keep their meaning):
+ * TA_BWD_ACCUMULATE about one call in five, a value neither 0 nor 1 one in
+ * sixteen, else 0. With TA_BWD_ACCUMULATE dq, dk, dv and their lo words are
+ * f32 (their extents in f32 elements). */
+static void make_call(fz *f, call *c, uint64_t seed) {
+    static const int32_t bad_acc[] = {2, -1, 3, 256, INT32_MAX, INT32_MIN};
+    const uint32_t am = (uint32_t)(seed >> 56);
     const ta_problem *p = &c->p;
     const int64_t eb = p->dtype == TA_F32 ? 4 : 2;
     size_t cursor = 64;
@@ -169,6 +199,8 @@ static void make_call(fz *f, call *c) {
     set_tensor(&c->t[T_CONV], 1, p->heads_q, p->conv_q, p->conv_k, 4);
     set_tensor(&c->t[T_DCONV], 1, p->heads_q, p->conv_q, p->conv_k, 4);
     set_tensor(&c->t[T_SEQL], 1, 1, 1, p->batch, 4);
+    c->acc = am < 48 ? TA_BWD_ACCUMULATE : am < 64 ? bad_acc[am % 6] : 0;
+    if (c->acc == TA_BWD_ACCUMULATE) c->t[T_DQ].eb = c->t[T_DK].eb = c->t[T_DV].eb = 4;
     for (i = 0; i < T_WS; ++i) {
         if (i == T_Q || i == T_K || i == T_V || i == T_O || i == T_DO || i == T_DQ || i == T_DK ||
             i == T_DV)
@@ -218,6 +250,14 @@ static void make_call(fz *f, call *c) {
         }
     }
     c->stream = fz_range(f, 0, 15) == 0 ? (void *)&dummy_stream : NULL;
+    /* the lo words last (the bytes before keep their meaning) */
+    for (i = T_DQL; i <= T_DVL && c->acc; ++i) {
+        const tensor *hi = &c->t[T_DQ + (i - T_DQL)];
+        set_tensor(&c->t[i], hi->n_b, hi->n_h, hi->n_s, hi->dim, hi->eb);
+        c->t[i].st = hi->st;
+        c->t[i].extent = extent_of(&c->t[i]);
+        c->t[i].ptr = place(f, &cursor, c->t[i].extent);
+    }
 }
 
 static void fill_args(const call *c, ta_fwd_args *fa, ta_bwd_args *ba) {
@@ -246,6 +286,10 @@ static void fill_args(const call *c, ta_fwd_args *fa, ta_bwd_args *ba) {
     ba->dq_strides = c->t[T_DQ].st;
     ba->dk_strides = c->t[T_DK].st;
     ba->dv_strides = c->t[T_DV].st;
+    ba->accumulate = c->acc;
+    ba->dq_lo = (float *)c->t[T_DQL].ptr;
+    ba->dk_lo = (float *)c->t[T_DKL].ptr;
+    ba->dv_lo = (float *)c->t[T_DVL].ptr;
 }
 
 /* ---- An accepted call, checked from this file's extents. ---- */
@@ -254,12 +298,16 @@ static void fill_args(const call *c, ta_fwd_args *fa, ta_bwd_args *ba) {
 static int check_accepted(const call *c, int bwd, size_t need) {
     const int conv = c->p.conv_q > 0;
     const int out_fwd[] = {T_O, T_LSE, -1}, out_bwd[] = {T_DQ, T_DK, T_DV, T_DCONV, -1};
+    const int out_acc[] = {T_DQ, T_DK, T_DV, T_DCONV, T_DQL, T_DKL, T_DVL, -1};
     const int in_fwd[] = {T_Q, T_K, T_V, T_CONV, T_SEQL, -1};
     const int in_bwd[] = {T_Q, T_K, T_V, T_O, T_DO, T_LSE, T_CONV, T_SEQL, -1};
-    const int *outs = bwd ? out_bwd : out_fwd, *ins = bwd ? in_bwd : in_fwd;
+    const int *outs = !bwd ? out_fwd : c->acc ? out_acc : out_bwd, *ins = bwd ? in_bwd : in_fwd;
     const int64_t tr_bytes =
         c->tr ? (int64_t)(c->tr->capacity * sizeof(ta_trace_entry)) : 0; /* accepted: fits */
     int i, j, all_in = 1;
+    FZ_CHECK(!bwd || c->acc == 0 || c->acc == TA_BWD_ACCUMULATE, "accepted accumulate = %d",
+             (int)c->acc);
+    FZ_CHECK(!bwd || !c->acc || !conv, "accepted accumulate with the MTA conv");
     FZ_CHECK(c->ws_bytes >= need, "accepted a workspace of %zu < %zu bytes", c->ws_bytes, need);
     FZ_CHECK(need == 0 || (c->t[T_WS].ptr && aligned(c->t[T_WS].ptr, TA_WORKSPACE_ALIGN)),
              "accepted a NULL or misaligned workspace");
@@ -310,7 +358,8 @@ static int check_accepted(const call *c, int bwd, size_t need) {
 static void check_writes(const call *c, int bwd, size_t need) {
     static unsigned char after[ARENA];
     const int out_fwd[] = {T_O, T_LSE, -1}, out_bwd[] = {T_DQ, T_DK, T_DV, T_DCONV, -1};
-    const int *outs = bwd ? out_bwd : out_fwd;
+    const int out_acc[] = {T_DQ, T_DK, T_DV, T_DCONV, T_DQL, T_DKL, T_DVL, -1};
+    const int *outs = !bwd ? out_fwd : c->acc ? out_acc : out_bwd;
     size_t i, k;
     memcpy(after, g_arena, ARENA);
 #define MAY(ptr, n)                                                                                \
@@ -379,6 +428,225 @@ static void run_entry(call *c, int entry) {
     check_writes(c, bwd, need);
 }
 
+/* ---- The accumulating backward and ta_bwd_finish, status for status ---- */
+
+/* The next 64-aligned slot of n bytes in the arena (a gap of 64 after it);
+ * NULL when the arena is full. */
+static unsigned char *slot(size_t *cursor, size_t n) {
+    unsigned char *p = g_arena + *cursor;
+    if (*cursor + n + 128 > ARENA) return NULL;
+    *cursor = (*cursor + n + 64 + 63) & ~(size_t)63;
+    return p;
+}
+
+/* After a call that returned st (expected want, explained as st_x with msg):
+ * a refusal wrote nothing; an acceptance wrote only [out[i], out[i] + n[i]). */
+static void check_status_and_writes(const char *what, int mut, ta_status st, ta_status st_x,
+                                    ta_status want, const char *msg, void *const *out,
+                                    const size_t *n, int n_out) {
+    static unsigned char after[ARENA];
+    int i;
+    fz_check_message(msg, 200, st_x);
+    FZ_CHECK(st == want && st_x == want,
+             "%s, mutation %d: status %d, explained %d (\"%s\"), want %d", what, mut, (int)st,
+             (int)st_x, msg, (int)want);
+    memcpy(after, g_arena, ARENA);
+    for (i = 0; st == TA_OK && i < n_out; ++i)
+        if (out[i] && in_arena(out[i], (int64_t)n[i])) {
+            const size_t off = (size_t)((unsigned char *)out[i] - g_arena);
+            memcpy(after + off, g_before + off, n[i]);
+        }
+    FZ_CHECK(memcmp(after, g_before, ARENA) == 0, "%s, mutation %d (status %d): wrote outside %s",
+             what, mut, (int)st, st == TA_OK ? "its outputs" : "nothing (refused)");
+}
+
+/* One valid accumulating backward (docs/api.md, "Backward over key and query
+ * ranges") on a small problem drawn from seed, every buffer in its own arena
+ * slot, then one thing broken: args.accumulate not 0 or 1 (TA_ERR_BAD_ARG), a
+ * lo word NULL (TA_ERR_NULL_ARG), misaligned or overlapping an input, a hi
+ * word or the workspace (TA_ERR_BAD_ARG); the MTA conv or the rotary stage
+ * (TA_ERR_UNSUPPORTED, before every pointer check but the value's). Then
+ * ta_bwd_finish likewise: a hi word without its gradient or the reverse, a
+ * misaligned or overlapping buffer, a negative stride (TA_ERR_BAD_ARG), a
+ * NULL problem or args (TA_ERR_NULL_ARG), conv or rope (TA_ERR_UNSUPPORTED);
+ * every (hi, gradient) pair NULL finishes nothing. Each status is ta_bwd's /
+ * ta_bwd_finish's and its explanation's; a refusal writes nothing, an
+ * accepted call (run on REF or CPU) only its outputs and workspace. */
+static void check_accumulate_rules(uint64_t seed) {
+    static const int32_t bad_acc[] = {2, -1, 3, 256, INT32_MAX, INT32_MIN};
+    uint8_t bytes[64];
+    fz g = {bytes, sizeof bytes};
+    ta_problem p;
+    ta_backend be;
+    ta_bwd_args ba;
+    ta_bwd_finish_args fa;
+    size_t cursor = 64, need = 0, eb, n_q, n_k, n_hi[3], n_g[3], n_lse, n_conv;
+    unsigned char *q, *k, *v, *o, *d_o, *lse, *conv, *dconv, *hi[3], *lo[3], *ws;
+    void *outs[7];
+    size_t out_n[7];
+    char msg[200];
+    ta_status want, st, st_x;
+    int32_t mut, j, i, unsup;
+    for (i = 0; i < (int32_t)sizeof bytes; i += 8) {
+        const uint64_t r = fz_mix(&seed);
+        memcpy(bytes + i, &r, 8);
+    }
+    fz_small_problem(&g, &p, 16, 8);
+    if (!p.conv_q && p.head_dim >= 2 && fz_range(&g, 0, 3) == 0) {
+        p.rope = fz_range(&g, TA_ROPE_INTERLEAVED, TA_ROPE_HALF);
+        p.rope_pairs = 1;
+        p.rope_rows = 64;
+    }
+    be = (ta_backend)fz_range(&g, TA_BACKEND_REF, TA_BACKEND_CPU);
+    if (ta_bwd_workspace_size(&p, be, &need) != TA_OK) return; /* a refused geometry */
+    unsup = p.conv_q > 0 || p.rope != 0;
+    eb = p.dtype == TA_F32 ? 4u : 2u;
+    n_q = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q;
+    n_k = (size_t)p.batch * (size_t)p.heads_kv * (size_t)p.seq_k;
+    n_hi[0] = n_q * (size_t)p.head_dim;
+    n_hi[1] = n_k * (size_t)p.head_dim;
+    n_hi[2] = n_k * (size_t)p.head_dim_v;
+    n_lse = n_q * 4;
+    n_conv = (size_t)p.heads_q * (size_t)p.conv_q * (size_t)p.conv_k * 4;
+    memset(g_arena, 0x3F, ARENA); /* finite in every dtype */
+    q = slot(&cursor, n_hi[0] * eb);
+    k = slot(&cursor, n_hi[1] * eb);
+    v = slot(&cursor, n_hi[2] * eb);
+    o = slot(&cursor, n_q * (size_t)p.head_dim_v * eb);
+    d_o = slot(&cursor, n_q * (size_t)p.head_dim_v * eb);
+    lse = slot(&cursor, n_lse);
+    conv = slot(&cursor, n_conv);
+    dconv = slot(&cursor, n_conv);
+    for (j = 0; j < 3; ++j) {
+        n_g[j] = n_hi[j] * eb;
+        n_hi[j] *= 4;
+        hi[j] = slot(&cursor, n_hi[j]);
+        lo[j] = slot(&cursor, n_hi[j]);
+    }
+    ws = slot(&cursor, need);
+    if (!q || !k || !v || !o || !d_o || !lse || !conv || !dconv || !hi[0] || !hi[1] || !hi[2] ||
+        !lo[0] || !lo[1] || !lo[2] || !ws)
+        return; /* does not fit the arena */
+    memset(&ba, 0, sizeof ba);
+    ba.q = q, ba.k = k, ba.v = v, ba.o = o, ba.d_o = d_o, ba.lse = (const float *)lse;
+    if (p.conv_q) ba.conv_w = (const float *)conv, ba.dconv_w = (float *)dconv;
+    ba.accumulate = TA_BWD_ACCUMULATE;
+    ba.dq = hi[0], ba.dk = hi[1], ba.dv = hi[2];
+    ba.dq_lo = (float *)lo[0], ba.dk_lo = (float *)lo[1], ba.dv_lo = (float *)lo[2];
+    want = unsup ? TA_ERR_UNSUPPORTED : TA_OK;
+    mut = fz_range(&g, 0, 7);
+    j = fz_range(&g, 0, 2);
+    switch (mut) {
+    case 1:
+        ba.accumulate = bad_acc[fz_range(&g, 0, 5)];
+        want = TA_ERR_BAD_ARG; /* the value first, then the operations */
+        break;
+    case 2:
+        *(j == 0 ? &ba.dq_lo : j == 1 ? &ba.dk_lo : &ba.dv_lo) = NULL;
+        if (!unsup) want = TA_ERR_NULL_ARG;
+        break;
+    case 3: /* misaligned, or overlapping an input, a hi word, the workspace */
+    case 4:
+    case 5:
+    case 6: {
+        unsigned char *const ins[] = {q, k, v, o, d_o, lse};
+        unsigned char *x = mut == 3   ? lo[j] + fz_range(&g, 1, 3)
+                           : mut == 4 ? ins[fz_range(&g, 0, 5)]
+                           : mut == 5 ? hi[fz_range(&g, 0, 2)]
+                                      : ws;
+        if (mut == 6 && need == 0) break; /* no workspace to overlap */
+        *(j == 0 ? &ba.dq_lo : j == 1 ? &ba.dk_lo : &ba.dv_lo) = (float *)x;
+        if (!unsup) want = TA_ERR_BAD_ARG;
+        break;
+    }
+    case 7: /* not accumulating: the lo words are ignored */
+        if (unsup) return;
+        ba.accumulate = 0;
+        ba.dq_lo = ba.dk_lo = ba.dv_lo = NULL;
+        break;
+    default: break;
+    }
+    memcpy(g_before, g_arena, ARENA);
+    st_x = ta_explain_bwd(&p, be, &ba, ws, need, NULL, msg, sizeof msg);
+    FZ_CHECK(memcmp(g_before, g_arena, ARENA) == 0, "ta_explain_bwd wrote the arena");
+    st = ta_bwd(&p, be, &ba, ws, need, NULL);
+    outs[0] = ba.dq, outs[1] = ba.dk, outs[2] = ba.dv;
+    outs[3] = ba.dq_lo, outs[4] = ba.dk_lo, outs[5] = ba.dv_lo, outs[6] = ws;
+    for (i = 0; i < 3; ++i)
+        out_n[i] = out_n[i + 3] = n_hi[i];
+    out_n[6] = need;
+    check_status_and_writes("accumulating ta_bwd", mut, st, st_x, want, msg, outs, out_n, 7);
+
+    /* ta_bwd_finish: the hi words into gradients in the storage dtype (the lo
+     * words' slots) */
+    memset(&fa, 0, sizeof fa);
+    fa.dq_hi = (const float *)hi[0], fa.dk_hi = (const float *)hi[1],
+    fa.dv_hi = (const float *)hi[2];
+    fa.dq = lo[0], fa.dk = lo[1], fa.dv = lo[2];
+    want = unsup ? TA_ERR_UNSUPPORTED : TA_OK;
+    mut = fz_range(&g, 0, 9);
+    j = fz_range(&g, 0, 2);
+    {
+        const float **his[3] = {&fa.dq_hi, &fa.dk_hi, &fa.dv_hi};
+        void **grads[3] = {&fa.dq, &fa.dk, &fa.dv};
+        ta_strides *strides[3] = {&fa.dq_strides, &fa.dk_strides, &fa.dv_strides};
+        const ta_problem *pp = &p;
+        const ta_bwd_finish_args *pa = &fa;
+        switch (mut) {
+        case 1:
+            *his[j] = NULL;
+            if (!unsup) want = TA_ERR_BAD_ARG;
+            break;
+        case 2:
+            *grads[j] = NULL;
+            if (!unsup) want = TA_ERR_BAD_ARG;
+            break;
+        case 3: /* pairs not finished: both NULL */
+            for (i = 0; i < 3; ++i)
+                if (i == j || fz_range(&g, 0, 1)) *his[i] = NULL, *grads[i] = NULL;
+            break;
+        case 4:
+            *grads[j] = (unsigned char *)*grads[j] + 1;
+            if (!unsup) want = TA_ERR_BAD_ARG;
+            break;
+        case 5:
+            *his[j] =
+                (const float *)(const void *)((const unsigned char *)*his[j] + fz_range(&g, 1, 3));
+            if (!unsup) want = TA_ERR_BAD_ARG;
+            break;
+        case 6:
+            *grads[j] = hi[fz_range(&g, 0, 2)];
+            if (!unsup) want = TA_ERR_BAD_ARG;
+            break;
+        case 7:
+            pp = NULL;
+            want = TA_ERR_NULL_ARG;
+            break;
+        case 8:
+            pa = NULL;
+            want = TA_ERR_NULL_ARG;
+            break;
+        case 9: /* a negative stride, the others the contiguous ones */
+            strides[j]->seq = -1;
+            strides[j]->head =
+                (j == 0 ? p.seq_q : p.seq_k) * (int64_t)(j == 2 ? p.head_dim_v : p.head_dim);
+            strides[j]->batch = strides[j]->head * (j == 0 ? p.heads_q : p.heads_kv);
+            if (!unsup) want = TA_ERR_BAD_ARG;
+            break;
+        default: break;
+        }
+        memcpy(g_before, g_arena, ARENA);
+        st_x = ta_explain_bwd_finish(pp, be, pa, NULL, msg, sizeof msg);
+        FZ_CHECK(memcmp(g_before, g_arena, ARENA) == 0, "ta_explain_bwd_finish wrote the arena");
+        st = ta_bwd_finish(pp, be, pa, NULL);
+        for (i = 0; i < 3; ++i) {
+            outs[i] = *grads[i];
+            out_n[i] = n_g[i];
+        }
+        check_status_and_writes("ta_bwd_finish", mut, st, st_x, want, msg, outs, out_n, 3);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz f = {data, size};
@@ -390,8 +658,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memset(g_arena, 0x3F, ARENA);
     memcpy(g_arena, &seed, sizeof seed);
     make_problem(&f, &c.p);
-    make_call(&f, &c);
+    make_call(&f, &c, seed);
     for (entry = 0; entry < 4; ++entry)
         run_entry(&c, entry);
+    check_accumulate_rules(seed ^ UINT64_C(0x5eed5eed5eed5eed));
     return 0;
 }
