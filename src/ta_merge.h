@@ -23,7 +23,7 @@
  * back +0: found by test/fuzz/fuzz_calls), o_d = o_sd and lse = lse_s +
  * log(1) = lse_s: its bits unchanged. With more parts the start matters only
  * where every live part's product is an exact zero: the sum is then -0 when all
- * of them are -0, else +0, as before. */
+ * of them are -0, else +0, as before.
  */
 #ifndef TA_MERGE_H
 #define TA_MERGE_H
