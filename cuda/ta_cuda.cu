@@ -160,7 +160,11 @@ ta_status ta_cuda_tiling(const ta_plan *plan, int32_t block_q, int32_t block_k, 
     if (st != TA_OK) return (ta_status)st;
     ta_tiling_set_window(t, plan->fwd.window_left, plan->fwd.window_right);
     /* the forward's query history rows (MTA decode; the backward has none) */
-    if (pass == TA_TILING_FWD) ta_tiling_set_history(t, plan->fwd.q_history);
+    if (pass == TA_TILING_FWD) {
+        ta_tiling_set_history(t, plan->fwd.q_history);
+        /* the output keys and the rows' offset (forward only), as the plan's */
+        ta_tiling_set_keys(t, plan->p.q_offset, plan->fwd.key_begin, plan->fwd.key_end);
+    }
     return TA_OK;
 }
 

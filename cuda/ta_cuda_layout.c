@@ -31,7 +31,7 @@
  * ignores num_splits, as every backward. */
 int ta_cuda_fast_path(const ta_plan *plan) {
     return plan->p.precision == TA_PRECISION_FAST && plan->p.dtype != TA_F32 && !plan->has_conv &&
-           !ta_cuda_latent_plan(plan);
+           !ta_cuda_latent_plan(plan) && !ta_plan_keys_cut(plan);
 }
 
 int ta_cuda_fast_mqa(const ta_plan *plan) {
@@ -84,7 +84,7 @@ static int ta_cuda_fast_mta_any(const ta_plan *plan) {
     const int32_t d = p->head_dim;
     return p->precision == TA_PRECISION_FAST && p->dtype != TA_F32 && plan->has_conv &&
            d == p->head_dim_v && (d == 64 || d == 96 || d == 128) &&
-           plan->stages.load == TA_LOAD_NONE;
+           plan->stages.load == TA_LOAD_NONE && !ta_plan_keys_cut(plan);
 }
 
 int ta_cuda_fast_mta_dec_path(const ta_plan *plan) {

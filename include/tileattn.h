@@ -257,6 +257,25 @@ typedef struct ta_problem {
                                    Forward and backward on REF, CPU and CUDA
                                    (exact kernels in either precision); not with the conv, rope,
                                    pages or split-K (TA_ERR_UNSUPPORTED). */
+    /* ---- A forward over a key range of the keys given, at a chosen position
+     * (context parallelism: docs/api.md, "Key ranges and the query offset");
+     * all zero = every key, the bottom-right alignment, as before. ---- */
+    int32_t q_offset;         /**< added to every query row's position: row r (history
+                                   rows included) sits at key position
+                                   r + S_k - S_q + q_offset, for the causal mask, the
+                                   window and the conv's masks. 0 = the bottom-right
+                                   alignment. |S_k - S_q + q_offset| <= TA_SEQ_MAX, else
+                                   TA_ERR_BAD_ARG. Forward only (ta_bwd:
+                                   TA_ERR_UNSUPPORTED unless 0). */
+    int32_t key_begin;        /**< the forward's keys: o and lse cover keys
+                                   [key_begin, key_end) of the S_k given; the others
+                                   enter only the MTA conv, as raw scores (its halo:
+                                   a K tile's P_k keys past each end). 0 <= key_begin
+                                   < key_end <= S_k, else TA_ERR_BAD_ARG; key_begin a
+                                   multiple of the effective K tile width (block_k,
+                                   minus c_k - 1 with the conv) and key_end one or
+                                   S_k, else TA_ERR_UNSUPPORTED. Forward only. */
+    int32_t key_end;          /**< exclusive; 0 = S_k */
 } ta_problem;
 
 /** ta_problem.rope: the pair convention of the rotary load stage. Pair i in

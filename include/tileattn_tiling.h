@@ -87,6 +87,12 @@ typedef struct ta_tiling {
     int32_t q_history;         /**< query rows [-q_history, 0) exist (ta_problem.q_history):
                                     they are visible like any row; rows further up are
                                     zero padding. 0 after ta_tiling_make. */
+    int32_t key_begin;         /**< the output keys [key_begin, key_end): K tiles outside
+                                    are not visited (ta_tile_k_begin); keys outside
+                                    remain raw scores of the conv. 0, S_k after
+                                    ta_tiling_make (ta_tiling_set_keys) @{ */
+    int32_t key_end;
+    /** @} */
 } ta_tiling;
 
 /** The smaller, the larger of two int32.
@@ -186,6 +192,8 @@ TA_TILING_FN int ta_tiling_make(ta_tiling *t, int32_t seq_q, int32_t seq_k, int3
     t->window_left = -1;
     t->window_right = -1;
     t->q_history = 0;
+    t->key_begin = 0;
+    t->key_end = seq_k;
     return TA_OK;
 }
 
@@ -270,6 +278,22 @@ TA_TILING_FN void ta_tiling_set_window(ta_tiling *t, int32_t window_left, int32_
  *  @param[in]     q_history  rows, in [0, halo_q_top] */
 TA_TILING_FN void ta_tiling_set_history(ta_tiling *t, int32_t q_history) {
     t->q_history = q_history;
+}
+
+/** Move the query rows and cut the output keys (ta_problem.q_offset,
+ *  key_begin, key_end; ta_tiling_make leaves 0, [0, S_k)): every row's
+ *  position moves by q_offset (diag_offset = S_k - S_q + q_offset), and only
+ *  the K tiles of [key_begin, key_end) are visited. The caller has checked
+ *  that the range lies on K tile boundaries (key_begin a multiple of cols_eff,
+ *  key_end one or S_k): a visited tile then holds no key outside the range.
+ *  @param[in,out] t                  the tiling
+ *  @param[in]     q_offset           |S_k - S_q + q_offset| <= TA_SEQ_MAX
+ *  @param[in]     key_begin, key_end 0 <= key_begin < key_end <= S_k */
+TA_TILING_FN void ta_tiling_set_keys(ta_tiling *t, int32_t q_offset, int32_t key_begin,
+                                     int32_t key_end) {
+    t->diag_offset = t->seq_k - t->seq_q + q_offset;
+    t->key_begin = key_begin;
+    t->key_end = key_end;
 }
 
 /** 1 if t has a finite right bound besides key_len (causal or window_right).
@@ -367,21 +391,29 @@ TA_TILING_FN int32_t ta_tile_last_visible_col(const ta_tiling *t, int32_t qt, in
 }
 
 /** K tiles Q tile qt visits: [ta_tile_k_begin, ta_tile_k_end) ascending; the
- *  others hold only masked columns and are skipped. Empty (begin == end == 0)
- *  when every row is masked.
+ *  others hold only masked columns, or keys outside the output range
+ *  [t->key_begin, t->key_end), and are skipped. Empty (begin == end == 0)
+ *  when every row is masked. ta_tile_q_out_keys: the union of the rows'
+ *  visible keys (ta_tile_q_keys) cut to the output range (may be empty).
  *  @param[in] t        the tiling
  *  @param[in] qt       Q tile, in [0, t->num_q_tiles)
  *  @param[in] key_len  keys of this batch entry, in [0, S_k]
  *  @return the first K tile, the end (exclusive); within [0, t->num_k_tiles]
  *  @{ */
+TA_TILING_FN void ta_tile_q_out_keys(const ta_tiling *t, int32_t qt, int32_t key_len,
+                                     int32_t *lo, int32_t *hi) {
+    ta_tile_q_keys(t, qt, key_len, lo, hi);
+    *lo = ta_tiling_max_i32(*lo, t->key_begin);
+    *hi = ta_tiling_min_i32(*hi, t->key_end);
+}
 TA_TILING_FN int32_t ta_tile_k_begin(const ta_tiling *t, int32_t qt, int32_t key_len) {
     int32_t lo, hi;
-    ta_tile_q_keys(t, qt, key_len, &lo, &hi);
+    ta_tile_q_out_keys(t, qt, key_len, &lo, &hi);
     return hi > lo ? lo / t->cols_eff : 0;
 }
 TA_TILING_FN int32_t ta_tile_k_end(const ta_tiling *t, int32_t qt, int32_t key_len) {
     int32_t lo, hi;
-    ta_tile_q_keys(t, qt, key_len, &lo, &hi);
+    ta_tile_q_out_keys(t, qt, key_len, &lo, &hi);
     return hi > lo ? (hi - 1) / t->cols_eff + 1 : 0;
 }
 /** @} */
@@ -459,8 +491,10 @@ TA_TILING_FN void ta_tile_split_range(const ta_tiling *t, int32_t split, int32_t
  *  @param[out] begin, end  the part's K tiles, within [0, n] */
 TA_TILING_FN void ta_tile_split_keys(const ta_tiling *t, int32_t key_len, int32_t split,
                                      int32_t *begin, int32_t *end) {
-    const int32_t n = key_len > 0 ? (key_len - 1) / t->cols_eff + 1 : 0;
-    ta_tile_split_range(t, split, 0, n, begin, end);
+    const int32_t len = ta_tiling_min_i32(key_len, t->key_end);
+    const int32_t n = len > 0 ? (len - 1) / t->cols_eff + 1 : 0;
+    const int32_t b = ta_tiling_min_i32(t->key_begin / t->cols_eff, n);
+    ta_tile_split_range(t, split, b, n, begin, end);
 }
 
 /** The K tiles a Q tile with context K tiles [k_begin, k_end) visits in part

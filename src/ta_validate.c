@@ -117,6 +117,10 @@ static ta_status ta_check_latent_combo(const ta_problem *p, int band, ta_diag *d
         return ta_fail_value(d, TA_ERR_UNSUPPORTED, "num_splits", p->num_splits,
                              band ? "split-K not with TA_RBAND yet (0 or 1)"
                                   : "split-K not with latent_dim yet (0 or 1)");
+    if (p->q_offset != 0) return ta_fail_value(d, TA_ERR_UNSUPPORTED, "q_offset", p->q_offset, rule);
+    if (p->key_begin != 0)
+        return ta_fail_value(d, TA_ERR_UNSUPPORTED, "key_begin", p->key_begin, rule);
+    if (p->key_end != 0) return ta_fail_value(d, TA_ERR_UNSUPPORTED, "key_end", p->key_end, rule);
     return TA_OK;
 }
 
@@ -335,6 +339,43 @@ static ta_status ta_make_pass(ta_tiling *t, const ta_problem *p, int32_t bq, int
 
 static void ta_plan_contiguous_layout(ta_plan *pl);
 
+/* q_offset, key_begin, key_end (docs/api.md, "Key ranges and the query
+ * offset"): the bounds (TA_ERR_BAD_ARG), then the key range on the forward's
+ * K tile boundaries (TA_ERR_UNSUPPORTED: a tile would hold keys inside and
+ * outside the range, which the kernels do not mask). Sets the forward tiling. */
+static ta_status ta_check_keys(ta_plan *pl, ta_diag *d) {
+    const ta_problem *p = &pl->p;
+    const int64_t base = (int64_t)p->seq_k - p->seq_q, diag = base + p->q_offset;
+    const int32_t end = p->key_end != 0 ? p->key_end : p->seq_k, ce = pl->fwd.cols_eff;
+    if (diag < -(int64_t)TA_SEQ_MAX || diag > (int64_t)TA_SEQ_MAX) {
+        ta_fail_bounds(d, TA_ERR_BAD_ARG, "q_offset", p->q_offset, TA_DIAG_LO | TA_DIAG_HI,
+                       -(int64_t)TA_SEQ_MAX - base, (int64_t)TA_SEQ_MAX - base);
+        d->rule = "moves the rows' positions (seq_k - seq_q + q_offset) past TA_SEQ_MAX";
+        return TA_ERR_BAD_ARG;
+    }
+    if (p->key_end < 0 || p->key_end > p->seq_k)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "key_end", p->key_end, TA_DIAG_LO | TA_DIAG_HI, 0,
+                              p->seq_k);
+    if (p->key_begin < 0 || p->key_begin >= end) {
+        ta_fail_bounds(d, TA_ERR_BAD_ARG, "key_begin", p->key_begin, TA_DIAG_LO | TA_DIAG_HI, 0,
+                       end - 1);
+        d->rule = "the key range [key_begin, key_end) (key_end 0 = seq_k) must hold a key";
+        return TA_ERR_BAD_ARG;
+    }
+    if (p->key_begin % ce != 0 || (end != p->seq_k && end % ce != 0)) {
+        const int first = p->key_begin % ce != 0;
+        ta_fail_bounds(d, TA_ERR_UNSUPPORTED, first ? "key_begin" : "key_end",
+                       first ? p->key_begin : p->key_end, TA_DIAG_MULTIPLE, ce, 0);
+        d->rule = first ? "on a K tile boundary: the forward's effective K tile width (block_k, "
+                          "minus conv_k - 1 with the conv)"
+                        : "seq_k, or on a K tile boundary: the forward's effective K tile width "
+                          "(block_k, minus conv_k - 1 with the conv)";
+        return TA_ERR_UNSUPPORTED;
+    }
+    ta_tiling_set_keys(&pl->fwd, p->q_offset, p->key_begin, end);
+    return TA_OK;
+}
+
 /* The forward's split count: num_splits (0 = 1), or TA_SPLITS_AUTO's, at most
  * the key tiles. */
 static int32_t ta_plan_splits(const ta_problem *p, int32_t num_k_tiles) {
@@ -384,9 +425,13 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *pl, ta_diag 
      * forward that runs never leaves its backward unsupported */
     if ((st = ta_make_pass(&pl->fwd, p, bq, bk, TA_TILING_FWD, d)) != TA_OK) return st;
     if ((st = ta_make_pass(&pl->bwd, p, bq, bk, TA_TILING_BWD, d)) != TA_OK) return st;
-    /* split-K (forward only): the count, clamped to the key tiles (the parts
-     * past them would be empty: same bits, less workspace) */
-    pl->fwd.num_splits = ta_plan_splits(p, pl->fwd.num_k_tiles);
+    if ((st = ta_check_keys(pl, d)) != TA_OK) return st;
+    /* split-K (forward only): the count, clamped to the key tiles of the
+     * output range (the parts past them would be empty: same bits, less
+     * workspace) */
+    pl->fwd.num_splits =
+        ta_plan_splits(p, (pl->fwd.key_end - 1) / pl->fwd.cols_eff + 1 -
+                              pl->fwd.key_begin / pl->fwd.cols_eff);
     pl->stages.num_splits = pl->fwd.num_splits;
     ta_tiling_set_history(&pl->fwd, p->q_history); /* the backward refuses history rows */
     pl->has_window = (p->flags & TA_WINDOW) != 0;

@@ -29,14 +29,6 @@ typedef struct ring_case {
     float *q, *k, *v; /* [H, S, D], [Hkv, S, D] */
 } ring_case;
 
-/* rows [r0, r0 + rows) of every head of x [heads, S, D] -> dst [heads, rows, D] */
-static void rows_of(float *dst, const float *x, size_t heads, size_t S, size_t D, size_t r0,
-                    size_t rows) {
-    size_t h;
-    for (h = 0; h < heads; ++h)
-        memcpy(dst + h * rows * D, x + (h * S + r0) * D, rows * D * sizeof(float));
-}
-
 static ta_problem chunk_problem(const ring_case *rc, size_t seq, int causal) {
     ta_problem p;
     memset(&p, 0, sizeof p);
@@ -87,9 +79,9 @@ static void chunked(const ring_case *rc, ta_backend be, ta_rng *r, float *o, flo
             ta_fwd_args fa;
             size_t wb;
             void *ws = ws_for(&p, be, &wb);
-            rows_of(qc, rc->q, rc->h, S, D, qa * C, C);
-            rows_of(kc, rc->k, rc->hkv, S, D, kb * C, C);
-            rows_of(vc, rc->v, rc->hkv, S, D, kb * C, C);
+            ta_test_rows_of(qc, rc->q, rc->h, S, D, qa * C, C);
+            ta_test_rows_of(kc, rc->k, rc->hkv, S, D, kb * C, C);
+            ta_test_rows_of(vc, rc->v, rc->hkv, S, D, kb * C, C);
             memset(&fa, 0, sizeof fa);
             fa.q = qc;
             fa.k = kc;

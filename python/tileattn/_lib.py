@@ -38,7 +38,8 @@ class Problem(ctypes.Structure):  # ta_problem
                                       "rope_head_stride", "q_history", "kv_page_size",
                                       "kv_num_pages", "kv_max_blocks")] + [
         ("rband_alpha", ctypes.c_float), ("rband_width", ctypes.c_int32),  # reciprocal band
-        ("latent_dim", ctypes.c_int32)]  # fused latent projections
+        ("latent_dim", ctypes.c_int32)] + [  # fused latent projections
+        (n, ctypes.c_int32) for n in ("q_offset", "key_begin", "key_end")]  # key ranges
 
 
 class RopeArgs(ctypes.Structure):  # ta_rope_args; all NULL with rope = 0 (no rotation)

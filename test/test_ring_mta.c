@@ -1,0 +1,441 @@
+/*
+ * Chunk pairs over key ranges (docs/api.md, "Key ranges and the query
+ * offset"): the sequence cut into 2N chunks of C rows; each (q chunk a,
+ * k chunk b) pair is one ta_fwd on chunk-sized tensors that carry the conv's
+ * halos, the way a device of a ring holds them:
+ *
+ *   keys   [k0 - E, k1 + R)  E = one effective K tile (0 for chunk 0): the
+ *                            conv's left keys, on a tile boundary; R = P_k
+ *                            keys past the chunk (fewer at the end)
+ *   output key_begin = E, key_end = E + C (the chunk's own keys)
+ *   rows   the q chunk, and q_history = min(c_q - 1, q0) rows above it
+ *   place  q_offset = q0 - k0 - R: row r at the key position of q0 + r
+ *
+ * then per q chunk ta_merge of its parts in key order. REF and CPU, f32
+ * exact mode, MTA (random c_q x c_k, causal, sometimes a sliding window)
+ * and SDPA (causal or not, sometimes a window on both sides):
+ *
+ *   - the chunked result equals one ta_fwd over the whole sequence with
+ *     num_splits = 2N, bit for bit (o and lse): the same K tiles per part,
+ *     the same raw scores in every conv window, the same merge;
+ *   - CPU equals REF bit for bit; pairs run in a random order;
+ *   - the refusals: a range off the tile boundaries, bounds, the backward,
+ *     latent attention; nothing written.
+ * Built again as test_cuda_ring_mta (TA_RING_MTA_CUDA, label cuda): the same
+ * pair calls and merges on CUDA (device copies of every buffer) against REF's,
+ * bit for bit; exits 77 (skipped) without a device.
+ * Fresh seed, printed (TA_SEED replays); outputs poisoned.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+#include "tileattn.h"
+#ifdef TA_RING_MTA_CUDA
+#include "test_cuda_util.h"
+#endif
+
+#define BLOCK_K 64
+#ifdef TA_RING_MTA_CUDA
+#define OTHER TA_BACKEND_CUDA
+#define OTHER_NAME "CUDA"
+#define TEST_NAME "test_cuda_ring_mta"
+#else
+#define OTHER TA_BACKEND_CPU
+#define OTHER_NAME "CPU"
+#define TEST_NAME "test_ring_mta"
+#endif
+
+typedef struct mcase {
+    size_t n, m, c, h, hkv, d, s; /* ranks, tiles per chunk, C, heads, D, S = 2 N C */
+    int32_t cq, ck, pk, ce;       /* conv (0,0 = SDPA), P_k, effective K tile width */
+    int causal, window;
+    int32_t wl, wr;
+    float *q, *k, *v, *w; /* [H, S, D], [Hkv, S, D] x 2, [H, cq, ck] */
+} mcase;
+
+static ta_problem base_problem(const mcase *mc, size_t sq, size_t sk) {
+    ta_problem p;
+    memset(&p, 0, sizeof p);
+    p.batch = 1;
+    p.heads_q = (int32_t)mc->h;
+    p.heads_kv = (int32_t)mc->hkv;
+    p.seq_q = (int32_t)sq;
+    p.seq_k = (int32_t)sk;
+    p.head_dim = p.head_dim_v = (int32_t)mc->d;
+    p.dtype = TA_F32;
+    p.block_k = BLOCK_K;
+    p.conv_q = mc->cq;
+    p.conv_k = mc->ck;
+    p.flags = (mc->causal ? TA_CAUSAL : 0u) | (mc->window ? TA_WINDOW : 0u);
+    p.window_left = mc->window ? mc->wl : 0;
+    p.window_right = mc->window ? mc->wr : 0;
+    return p;
+}
+
+static void *ws_for(const ta_problem *p, ta_backend be, size_t *bytes) {
+    TA_CHECK(ta_fwd_workspace_size(p, be, bytes) == TA_OK, "size query");
+    return ta_test_alloc(*bytes ? *bytes : 64);
+}
+
+/* The pair (q chunk a, k chunk b) as the ring runs it: its problem and the
+ * halo'd key rows [*k_lo, *k_hi) of the full sequence. */
+static ta_problem pair_problem(const mcase *mc, size_t a, size_t b, size_t *k_lo, size_t *k_hi,
+                               size_t *qh) {
+    const size_t q0 = a * mc->c, k0 = b * mc->c, k1 = k0 + mc->c;
+    const size_t e = b > 0 && mc->pk > 0 ? (size_t)mc->ce : 0;
+    const size_t r = k1 + (size_t)mc->pk <= mc->s ? (size_t)mc->pk : mc->s - k1;
+    ta_problem p;
+    *k_lo = k0 - e;
+    *k_hi = k1 + r;
+    *qh = mc->cq > 0 ? (q0 < (size_t)mc->cq - 1 ? q0 : (size_t)mc->cq - 1) : 0;
+    p = base_problem(mc, mc->c, *k_hi - *k_lo);
+    p.q_history = (int32_t)*qh;
+    p.key_begin = (int32_t)e;
+    p.key_end = (int32_t)(e + mc->c);
+    p.q_offset = (int32_t)((int64_t)q0 - (int64_t)k0 - (int64_t)r);
+    return p;
+}
+
+#ifdef TA_RING_MTA_CUDA
+/* A device copy of n host bytes (NULL stays NULL). */
+static void *dev_of(const void *h, size_t n) {
+    void *d = NULL;
+    if (!h) return NULL;
+    CUDA_OK(cudaMalloc(&d, n ? n : 4));
+    CUDA_OK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return d;
+}
+#endif
+
+/* ta_fwd of the pair on backend be, host buffers in and out (CUDA: through
+ * device copies, the outputs poisoned there first). */
+static ta_status run_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *fa) {
+    size_t wb;
+    ta_status st;
+    void *ws;
+#ifdef TA_RING_MTA_CUDA
+    if (be == TA_BACKEND_CUDA) {
+        const size_t h = (size_t)p->heads_q, hkv = (size_t)p->heads_kv, d = (size_t)p->head_dim;
+        const size_t nq = h * (size_t)p->seq_q * d, nk = hkv * (size_t)p->seq_k * d;
+        const size_t nl = h * (size_t)p->seq_q, nh = h * (size_t)p->q_history * d;
+        const size_t nw = p->conv_q > 0 ? h * (size_t)(p->conv_q * p->conv_k) : 0;
+        ta_fwd_args da = *fa;
+        void *in[5];
+        int x;
+        TA_CHECK(ta_fwd_workspace_size(p, be, &wb) == TA_OK, "size query (CUDA)");
+        da.q = in[0] = dev_of(fa->q, nq * 4);
+        da.k = in[1] = dev_of(fa->k, nk * 4);
+        da.v = in[2] = dev_of(fa->v, nk * 4);
+        da.conv_w = (const float *)(in[3] = dev_of(fa->conv_w, nw * 4));
+        da.q_hist = in[4] = dev_of(fa->q_hist, nh * 4);
+        CUDA_OK(cudaMalloc(&da.o, nq * 4));
+        CUDA_OK(cudaMalloc((void **)&da.lse, nl * 4));
+        CUDA_OK(cudaMemset(da.o, 0xFF, nq * 4));
+        CUDA_OK(cudaMemset(da.lse, 0xFF, nl * 4));
+        CUDA_OK(cudaMalloc(&ws, wb ? wb : 64));
+        st = ta_fwd(p, be, &da, ws, wb, NULL);
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaMemcpy(fa->o, da.o, nq * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(fa->lse, da.lse, nl * 4, cudaMemcpyDeviceToHost));
+        for (x = 0; x < 5; ++x) cudaFree(in[x]);
+        cudaFree(da.o);
+        cudaFree(da.lse);
+        cudaFree(ws);
+        return st;
+    }
+#endif
+    ws = ws_for(p, be, &wb);
+    st = ta_fwd(p, be, fa, ws, wb, NULL);
+    ta_test_free(ws);
+    return st;
+}
+
+/* ta_merge on backend be, host buffers (CUDA: device copies). */
+static ta_status run_merge(const ta_problem *p, ta_backend be, const ta_merge_args *m) {
+#ifdef TA_RING_MTA_CUDA
+    if (be == TA_BACKEND_CUDA) {
+        const size_t nl = (size_t)p->heads_q * (size_t)p->seq_q;
+        const size_t no = nl * (size_t)p->head_dim_v, k = (size_t)m->num_parts;
+        ta_merge_args dm = *m;
+        ta_status st;
+        void *parts = dev_of(m->o_parts, k * no * 4), *lparts = dev_of(m->lse_parts, k * nl * 4);
+        dm.o_parts = parts;
+        dm.lse_parts = (const float *)lparts;
+        CUDA_OK(cudaMalloc(&dm.o, no * 4));
+        CUDA_OK(cudaMalloc((void **)&dm.lse, nl * 4));
+        st = ta_merge(p, be, &dm, NULL);
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaMemcpy(m->o, dm.o, no * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(m->lse, dm.lse, nl * 4, cudaMemcpyDeviceToHost));
+        cudaFree(parts);
+        cudaFree(lparts);
+        cudaFree(dm.o);
+        cudaFree(dm.lse);
+        return st;
+    }
+#endif
+    return ta_merge(p, be, m, NULL);
+}
+
+/* The chunked forward on backend be: o [H, S, D], lse [H, S]. */
+static void chunked(const mcase *mc, ta_backend be, ta_rng *r, float *o, float *lse) {
+    const size_t nch = 2 * mc->n, C = mc->c, S = mc->s, D = mc->d;
+    const size_t qn = mc->h * C * D, ln = mc->h * C, kmax = C + 2 * (size_t)BLOCK_K;
+    float *qc = malloc(qn * sizeof(float)), *qhc = malloc(mc->h * 16 * D * sizeof(float));
+    float *kc = malloc(mc->hkv * kmax * D * sizeof(float));
+    float *vc = malloc(mc->hkv * kmax * D * sizeof(float));
+    float *mo = malloc(qn * sizeof(float)), *ml = malloc(ln * sizeof(float));
+    float *all_o = malloc(nch * nch * qn * sizeof(float));
+    float *all_l = malloc(nch * nch * ln * sizeof(float));
+    size_t *order = malloc(nch * nch * sizeof(size_t));
+    size_t a, b, i, np = 0, h;
+    if (!qc || !qhc || !kc || !vc || !mo || !ml || !all_o || !all_l || !order) exit(1);
+    for (a = 0; a < nch; ++a) /* the pairs the mask can leave visible, in a random order */
+        for (b = 0; b < nch; ++b)
+            if (!mc->causal || b <= a) order[np++] = a * nch + b;
+    for (i = np - 1; i > 0; --i) {
+        const size_t j = (size_t)ta_rng_int(r, 0, (int32_t)i), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    ta_poison(all_o, nch * nch * qn * sizeof(float));
+    ta_poison(all_l, nch * nch * ln * sizeof(float));
+    for (i = 0; i < np; ++i) {
+        const size_t qa = order[i] / nch, kb = order[i] % nch;
+        size_t k_lo, k_hi, qh;
+        const ta_problem p = pair_problem(mc, qa, kb, &k_lo, &k_hi, &qh);
+        ta_fwd_args fa;
+        ta_test_rows_of(qc, mc->q, mc->h, S, D, qa * C, C);
+        if (qh > 0) ta_test_rows_of(qhc, mc->q, mc->h, S, D, qa * C - qh, qh);
+        ta_test_rows_of(kc, mc->k, mc->hkv, S, D, k_lo, k_hi - k_lo);
+        ta_test_rows_of(vc, mc->v, mc->hkv, S, D, k_lo, k_hi - k_lo);
+        memset(&fa, 0, sizeof fa);
+        fa.q = qc;
+        fa.k = kc;
+        fa.v = vc;
+        fa.conv_w = mc->cq > 0 ? mc->w : NULL;
+        fa.q_hist = qh > 0 ? qhc : NULL;
+        fa.o = all_o + (qa * nch + kb) * qn;
+        fa.lse = all_l + (qa * nch + kb) * ln;
+        TA_CHECK(run_fwd(&p, be, &fa) == TA_OK, "pair (%zu, %zu) on backend %d", qa, kb, (int)be);
+    }
+    for (a = 0; a < nch; ++a) {
+        const size_t nparts = mc->causal ? a + 1 : nch;
+        const ta_problem p = base_problem(mc, C, C);
+        ta_merge_args mg;
+        memset(&mg, 0, sizeof mg);
+        mg.num_parts = (int32_t)nparts;
+        mg.o_parts = all_o + a * nch * qn;
+        mg.lse_parts = all_l + a * nch * ln;
+        mg.o = mo;
+        mg.lse = ml;
+        TA_CHECK(run_merge(&p, be, &mg) == TA_OK, "merge of q chunk %zu", a);
+        for (h = 0; h < mc->h; ++h) {
+            memcpy(o + (h * S + a * C) * D, mo + h * C * D, C * D * sizeof(float));
+            memcpy(lse + h * S + a * C, ml + h * C, C * sizeof(float));
+        }
+    }
+    free(qc);
+    free(qhc);
+    free(kc);
+    free(vc);
+    free(mo);
+    free(ml);
+    free(all_o);
+    free(all_l);
+    free(order);
+}
+
+static void draw(mcase *mc, ta_rng *r) {
+    static const int32_t dims[3] = {16, 32, 48};
+    const int mta = ta_rng_int(r, 0, 3) != 0;
+    mc->n = (size_t)ta_rng_int(r, 2, 3);
+    mc->m = (size_t)ta_rng_int(r, 1, 2);
+    mc->hkv = (size_t)ta_rng_int(r, 1, 2);
+    mc->h = mc->hkv * (size_t)ta_rng_int(r, 1, 2);
+    mc->d = (size_t)dims[ta_rng_int(r, 0, 2)];
+    mc->cq = mta ? ta_rng_int(r, 1, 6) : 0;
+    mc->ck = mta ? 2 * ta_rng_int(r, 0, 5) + 1 : 0;
+    mc->pk = mta ? (mc->ck - 1) / 2 : 0;
+    mc->ce = BLOCK_K - 2 * mc->pk;
+    mc->c = mc->m * (size_t)mc->ce;
+    mc->s = 2 * mc->n * mc->c;
+    mc->causal = mta || ta_rng_int(r, 0, 2) != 0;
+    mc->window = ta_rng_int(r, 0, 2) == 0;
+    mc->wl = ta_rng_int(r, 0, 1) ? ta_rng_int(r, 1, (int32_t)(2 * mc->c)) : -1;
+    mc->wr = mc->causal ? -1 : ta_rng_int(r, 0, (int32_t)mc->c);
+}
+
+static int n_mta, n_window;
+
+static int check_one(uint64_t seed, int idx) {
+    mcase mc;
+    ta_rng r;
+    size_t nq, nk, nl, nw, wb;
+    float *o_ref, *l_ref, *o_chr, *l_chr, *o_chc, *l_chc;
+    ta_problem p;
+    ta_fwd_args fa;
+    void *ws;
+    int ok;
+    ta_rng_seed(&r, seed + 7919u * (uint64_t)(idx + 1));
+    draw(&mc, &r);
+    n_mta += mc.cq > 0;
+    n_window += mc.window;
+    nq = mc.h * mc.s * mc.d;
+    nk = mc.hkv * mc.s * mc.d;
+    nl = mc.h * mc.s;
+    nw = mc.h * (size_t)(mc.cq > 0 ? mc.cq * mc.ck : 1);
+    mc.q = malloc(nq * sizeof(float));
+    mc.k = malloc(nk * sizeof(float));
+    mc.v = malloc(nk * sizeof(float));
+    mc.w = malloc(nw * sizeof(float));
+    o_ref = malloc(nq * sizeof(float));
+    l_ref = malloc(nl * sizeof(float));
+    o_chr = malloc(nq * sizeof(float));
+    l_chr = malloc(nl * sizeof(float));
+    o_chc = malloc(nq * sizeof(float));
+    l_chc = malloc(nl * sizeof(float));
+    if (!mc.q || !mc.k || !mc.v || !mc.w || !o_ref || !l_ref || !o_chr || !l_chr || !o_chc ||
+        !l_chc)
+        exit(1);
+    ta_fill_uniform(&r, mc.q, TA_F32, nq, -2.0f, 2.0f);
+    ta_fill_uniform(&r, mc.k, TA_F32, nk, -2.0f, 2.0f);
+    ta_fill_uniform(&r, mc.v, TA_F32, nk, -1.0f, 1.0f);
+    ta_fill_uniform(&r, mc.w, TA_F32, nw, -0.5f, 0.5f);
+    ta_poison(o_ref, nq * sizeof(float));
+    ta_poison(l_ref, nl * sizeof(float));
+    ta_poison(o_chr, nq * sizeof(float));
+    ta_poison(o_chc, nq * sizeof(float));
+    /* one call over the whole sequence, num_splits = 2N: part s = chunk s */
+    p = base_problem(&mc, mc.s, mc.s);
+    p.num_splits = (int32_t)(2 * mc.n);
+    ws = ws_for(&p, TA_BACKEND_REF, &wb);
+    memset(&fa, 0, sizeof fa);
+    fa.q = mc.q;
+    fa.k = mc.k;
+    fa.v = mc.v;
+    fa.conv_w = mc.cq > 0 ? mc.w : NULL;
+    fa.o = o_ref;
+    fa.lse = l_ref;
+    TA_CHECK(ta_fwd(&p, TA_BACKEND_REF, &fa, ws, wb, NULL) == TA_OK, "one call");
+    ta_test_free(ws);
+    chunked(&mc, TA_BACKEND_REF, &r, o_chr, l_chr);
+    chunked(&mc, OTHER, &r, o_chc, l_chc);
+    ok = memcmp(o_ref, o_chr, nq * sizeof(float)) == 0 &&
+         memcmp(l_ref, l_chr, nl * sizeof(float)) == 0;
+    TA_CHECK(ok,
+             "problem %d (N=%zu C=%zu H=%zu/%zu D=%zu conv %dx%d %s window %d [%d, %d]): REF "
+             "chunks != one call with %zu splits",
+             idx, mc.n, mc.c, mc.h, mc.hkv, mc.d, (int)mc.cq, (int)mc.ck,
+             mc.causal ? "causal" : "full", mc.window, (int)mc.wl, (int)mc.wr, 2 * mc.n);
+    TA_CHECK(memcmp(o_chr, o_chc, nq * sizeof(float)) == 0 &&
+                 memcmp(l_chr, l_chc, nl * sizeof(float)) == 0,
+             "problem %d: %s chunks != REF chunks", idx, OTHER_NAME);
+    free(mc.q);
+    free(mc.k);
+    free(mc.v);
+    free(mc.w);
+    free(o_ref);
+    free(l_ref);
+    free(o_chr);
+    free(l_chr);
+    free(o_chc);
+    free(l_chc);
+    return ok;
+}
+
+#ifndef TA_RING_MTA_CUDA
+/* One refused forward: the status, ta_explain_fwd naming field, o untouched. */
+static void refused(const ta_problem *p, ta_status want, const char *field, const char *what) {
+    enum { N = 2 * 64 * 16 };
+    static float q[N], k[N], v[N], o[N], lse[2 * 64], w[2 * 3 * 5];
+    static unsigned char ws[1 << 16];
+    ta_fwd_args fa;
+    size_t i;
+    for (i = 0; i < N; ++i) q[i] = k[i] = v[i] = 0.25f;
+    for (i = 0; i < 30; ++i) w[i] = 0.1f;
+    memset(&fa, 0, sizeof fa);
+    fa.q = q;
+    fa.k = k;
+    fa.v = v;
+    fa.conv_w = p->conv_q > 0 ? w : NULL;
+    fa.o = o;
+    fa.lse = lse;
+    ta_test_expect_fwd(p, TA_BACKEND_REF, &fa, ws, sizeof ws, want, field, what);
+}
+
+static void check_refusals(void) {
+    ta_problem p;
+    size_t bytes;
+    memset(&p, 0, sizeof p);
+    p.batch = 1;
+    p.heads_q = p.heads_kv = 2;
+    p.seq_q = p.seq_k = 64;
+    p.head_dim = p.head_dim_v = 16;
+    p.block_k = 32;
+    p.flags = TA_CAUSAL;
+    p.key_begin = 16; /* not on the 32-key tiles */
+    refused(&p, TA_ERR_UNSUPPORTED, "key_begin", "key_begin off the tiles");
+    p.key_begin = 32;
+    p.key_end = 48;
+    refused(&p, TA_ERR_UNSUPPORTED, "key_end", "key_end off the tiles");
+    p.key_end = 65;
+    refused(&p, TA_ERR_BAD_ARG, "key_end", "key_end past seq_k");
+    p.key_end = 32;
+    refused(&p, TA_ERR_BAD_ARG, "key_begin", "empty key range");
+    p.key_end = 0;
+    p.key_begin = -32;
+    refused(&p, TA_ERR_BAD_ARG, "key_begin", "negative key_begin");
+    p.key_begin = 0;
+    p.q_offset = TA_SEQ_MAX; /* seq_k - seq_q + q_offset = TA_SEQ_MAX: accepted */
+    TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_REF, &bytes) == TA_OK, "q_offset at the bound");
+    p.q_offset = TA_SEQ_MAX + 1;
+    refused(&p, TA_ERR_BAD_ARG, "q_offset", "q_offset past TA_SEQ_MAX");
+    /* with the conv: tiles of block_k - (c_k - 1) = 28 keys */
+    p.q_offset = 0;
+    p.conv_q = 3;
+    p.conv_k = 5;
+    p.key_begin = 32;
+    refused(&p, TA_ERR_UNSUPPORTED, "key_begin",
+            "key_begin on block_k, not on the conv's tiles");
+    p.key_begin = 28;
+    TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_REF, &bytes) == TA_OK,
+             "key_begin on the conv's tiles: refused");
+    /* the backward, latent attention */
+    TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_REF, &bytes) == TA_ERR_UNSUPPORTED,
+             "ta_bwd with a key range: not TA_ERR_UNSUPPORTED");
+    p.key_begin = 0;
+    p.q_offset = 5;
+    TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_REF, &bytes) == TA_ERR_UNSUPPORTED,
+             "ta_bwd with q_offset: not TA_ERR_UNSUPPORTED");
+    p.conv_q = p.conv_k = 0;
+    p.heads_kv = 1;
+    p.latent_dim = 8;
+    TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_REF, &bytes) == TA_ERR_UNSUPPORTED,
+             "latent attention with q_offset: not TA_ERR_UNSUPPORTED");
+}
+#endif
+
+int main(void) {
+    const uint64_t seed = ta_test_seed(TEST_NAME);
+    int i, ok = 0;
+#ifdef TA_RING_MTA_CUDA
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev < 1) {
+        printf("%s: no CUDA device: skipped\n", TEST_NAME);
+        return 77;
+    }
+#else
+    check_refusals();
+#endif
+    for (i = 0; i < 16; ++i)
+        ok += check_one(seed, i);
+    printf("%s: %d of 16 problems (%d MTA, %d with a window): chunk pairs over key ranges (conv "
+           "halos, q_history, q_offset) + ta_merge == one ta_fwd with num_splits = 2N on REF, "
+           "%s == REF, bit for bit%s\n",
+           TEST_NAME, ok, n_mta, n_window, OTHER_NAME,
+           OTHER == TA_BACKEND_CPU ? "; refusals checked" : "");
+    return ta_test_finish(TEST_NAME);
+}
