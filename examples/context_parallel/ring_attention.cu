@@ -1096,6 +1096,7 @@ static int check_one(int n, int bf16, int fast, int causal, ncclComm_t *comms, c
 typedef struct mcfg {
     int n;
     int32_t c, h, d, cq, ck, pk, ce, lmax; /* lmax = ce + C + P_k: a halo'd chunk's rows */
+    int32_t wl;                            /* window_left with TA_WINDOW; < 0: no window */
 } mcfg;
 
 typedef struct mrank {
@@ -1111,7 +1112,7 @@ typedef struct mrank {
 
 static int32_t m_owner(const mcfg *c, int32_t ch) { return ch < c->n ? ch : 2 * c->n - 1 - ch; }
 static int m_slot(const mcfg *c, int32_t ch) { return ch < c->n ? 0 : 1; }
-static int32_t m_left(const mcfg *c, int32_t ch) { return ch > 0 ? c->ce : 0; }
+static int32_t m_left(const mcfg *c, int32_t ch) { return ch > 0 && c->pk > 0 ? c->ce : 0; }
 static int32_t m_right(const mcfg *c, int32_t ch) { return ch + 1 < 2 * c->n ? c->pk : 0; }
 static size_t m_slot_elems(const mcfg *c) { return (size_t)c->h * c->lmax * c->d; }
 
@@ -1126,11 +1127,13 @@ static ta_problem m_pair_problem(const mcfg *c, int32_t a, int32_t b) {
     p.seq_k = e + c->c + r;
     p.head_dim = p.head_dim_v = c->d;
     p.dtype = TA_F32;
-    p.flags = TA_CAUSAL;
+    p.flags = TA_CAUSAL | (c->wl >= 0 ? TA_WINDOW : 0u);
+    p.window_left = c->wl >= 0 ? c->wl : 0;
+    p.window_right = c->wl >= 0 ? -1 : 0;
     p.conv_q = c->cq;
     p.conv_k = c->ck;
     p.block_k = 64;
-    p.q_history = a * c->c < c->cq - 1 ? a * c->c : c->cq - 1;
+    p.q_history = c->cq > 0 ? (a * c->c < c->cq - 1 ? a * c->c : c->cq - 1) : 0;
     p.key_begin = e;
     p.key_end = e + c->c;
     p.q_offset = (a - b) * c->c - r;
@@ -1203,11 +1206,13 @@ static void m_fwd_pair(const mcfg *c, mrank *r, int x, const float *blk, int y, 
     a.k_strides.head = a.v_strides.head = (int64_t)c->lmax * c->d; /* the slot's pitch */
     a.k_strides.seq = a.v_strides.seq = c->d;
     a.k_strides.batch = a.v_strides.batch = (int64_t)c->h * c->lmax * c->d;
-    a.conv_w = r->w;
-    a.q_hist = p.q_history > 0 ? r->qh[x] + (size_t)(c->cq - 1 - p.q_history) * c->d : NULL;
-    a.q_hist_strides.head = (int64_t)(c->cq - 1) * c->d;
-    a.q_hist_strides.seq = c->d;
-    a.q_hist_strides.batch = (int64_t)c->h * (c->cq - 1) * c->d;
+    a.conv_w = c->cq > 0 ? r->w : NULL;
+    if (p.q_history > 0) { /* the last q_history of the c_q - 1 rows held */
+        a.q_hist = r->qh[x] + (size_t)(c->cq - 1 - p.q_history) * c->d;
+        a.q_hist_strides.head = (int64_t)(c->cq - 1) * c->d;
+        a.q_hist_strides.seq = c->d;
+        a.q_hist_strides.batch = (int64_t)c->h * (c->cq - 1) * c->d;
+    }
     a.o = r->part_o[x] + (size_t)kc * nq;
     a.lse = r->part_l[x] + (size_t)kc * c->h * c->c;
     TK(ta_fwd(&p, TA_BACKEND_CUDA, &a, r->ws, r->ws_bytes, r->comp));
@@ -1264,9 +1269,10 @@ static void ring_mta_fwd(const mcfg *c, mrank *rk, ncclComm_t *comms) {
     }
 }
 
-/* The MTA ring against one ta_fwd over the whole sequence with num_splits
- * = 2N on device 0 (exact f32: o and lse bit for bit). */
-static int check_mta(int n, int32_t cq, int32_t ck, int32_t tiles, ncclComm_t *comms,
+/* The MTA ring (cq = ck = 0: SDPA) with an optional sliding window (wl >=
+ * 0: window_left, causal) against one ta_fwd over the whole sequence with
+ * num_splits = 2N on device 0 (exact f32: o and lse bit for bit). */
+static int check_mta(int n, int32_t cq, int32_t ck, int32_t tiles, int32_t wl, ncclComm_t *comms,
                      const int *devs) {
     mcfg c;
     mrank rk[MAXR];
@@ -1284,14 +1290,15 @@ static int check_mta(int n, int32_t cq, int32_t ck, int32_t tiles, ncclComm_t *c
     c.d = D;
     c.cq = cq;
     c.ck = ck;
-    c.pk = (ck - 1) / 2;
+    c.wl = wl;
+    c.pk = ck > 0 ? (ck - 1) / 2 : 0;
     c.ce = 64 - 2 * c.pk;
     c.c = tiles * c.ce;
     c.lmax = c.ce + c.c + c.pk;
     S = 2 * n * c.c;
     nt = (size_t)H * S * D;
     nl = (size_t)H * S;
-    nw = (size_t)H * cq * ck;
+    nw = cq > 0 ? (size_t)H * cq * ck : 1;
     /* the whole sequence on device 0: q, k, v [H, S, D] and the weights */
     CK(cudaSetDevice(devs[0]));
     CK(cudaMalloc((void **)&q, nt * 4));
@@ -1354,7 +1361,9 @@ static int check_mta(int n, int32_t cq, int32_t ck, int32_t tiles, ncclComm_t *c
     p.heads_q = p.heads_kv = H;
     p.seq_q = p.seq_k = S;
     p.head_dim = p.head_dim_v = D;
-    p.flags = TA_CAUSAL;
+    p.flags = TA_CAUSAL | (wl >= 0 ? TA_WINDOW : 0u);
+    p.window_left = wl >= 0 ? wl : 0;
+    p.window_right = wl >= 0 ? -1 : 0;
     p.conv_q = cq;
     p.conv_k = ck;
     p.block_k = 64;
@@ -1367,7 +1376,7 @@ static int check_mta(int n, int32_t cq, int32_t ck, int32_t tiles, ncclComm_t *c
     a.v = v;
     a.o = o;
     a.lse = lse;
-    a.conv_w = rk[0].w;
+    a.conv_w = cq > 0 ? rk[0].w : NULL;
     TK(ta_fwd(&p, TA_BACKEND_CUDA, &a, ws, wb, NULL));
     CK(cudaDeviceSynchronize());
     ho = (float *)download(o, nt * 4);
@@ -1387,8 +1396,8 @@ static int check_mta(int n, int32_t cq, int32_t ck, int32_t tiles, ncclComm_t *c
                              (size_t)c.c * 4) == 0;
             }
             if (!eq)
-                fprintf(stderr, "ring_attention: MTA %dx%d chunk %d differs from ta_fwd with %d "
-                        "splits\n", (int)cq, (int)ck, (int)own, 2 * n);
+                fprintf(stderr, "ring_attention: %dx%d window %d: chunk %d differs from ta_fwd "
+                        "with %d splits\n", (int)cq, (int)ck, (int)wl, (int)own, 2 * n);
             ok &= eq;
             free(go);
             free(gl);
@@ -1407,9 +1416,10 @@ static int check_mta(int n, int32_t cq, int32_t ck, int32_t tiles, ncclComm_t *c
         cudaFree(rk[r].ws);
         CK(cudaStreamDestroy(rk[r].comp));
     }
-    printf("%d ranks, MTA %dx%d exact f32, causal, C = %d (halo exchange, key ranges): the "
-           "ring's o, lse == one ta_fwd with num_splits = %d: %s\n",
-           n, (int)cq, (int)ck, (int)c.c, 2 * n, ok ? "bit for bit" : "NO");
+    printf("%d ranks, %s %dx%d exact f32, causal, window_left %d, C = %d (halo exchange, key "
+           "ranges, q_offset): the ring's o, lse == one ta_fwd with num_splits = %d: %s\n",
+           n, cq > 0 ? "MTA" : "SDPA conv", (int)cq, (int)ck, (int)wl, (int)c.c, 2 * n,
+           ok ? "bit for bit" : "NO");
     CK(cudaSetDevice(devs[0]));
     cudaFree(q);
     cudaFree(k);
@@ -1609,9 +1619,11 @@ int main(int argc, char **argv) {
     ok &= check_one(n, 0, 0, 0, comms, devs);
     ok &= check_one(n, 1, 1, 1, comms, devs);
     ok &= check_one(n, 1, 0, 1, comms, devs);
-    ok &= check_mta(n, 6, 11, 2, comms, devs);
-    ok &= check_mta(n, 7, 7, 1, comms, devs);
-    ok &= check_mta(n, 2, 3, 3, comms, devs);
+    ok &= check_mta(n, 6, 11, 2, -1, comms, devs);
+    ok &= check_mta(n, 7, 7, 1, -1, comms, devs);
+    ok &= check_mta(n, 2, 3, 3, -1, comms, devs);
+    ok &= check_mta(n, 6, 11, 2, 150, comms, devs); /* windows with ranges */
+    ok &= check_mta(n, 0, 0, 2, 100, comms, devs);
     for (i = 0; i < n; ++i) ncclCommDestroy(comms[i]);
     printf("ring_attention: %s\n", ok ? "passed" : "FAILED");
     return ok ? 0 : 1;
