@@ -52,9 +52,11 @@
  *            the ring on N GPUs, forward and backward, S = 32k .. 256k; the
  *            scaling efficiency T_1 / (N T_N) and the ring's time with the
  *            sends skipped (communication not hidden = the difference).
+ *   --emulate the checks with 2, 3 and 4 ranks on device 0, each group's
+ *            transfers as device copies (no NCCL; the default with one GPU).
  *
- * Exit status: 0 ok; 1 a failure; 77 fewer than 2 GPUs. Built with
- * -DTILEATTN_CONTEXT_PARALLEL=ON (needs NCCL; off by default: the core library
+ * Exit status: 0 ok; 1 a failure; 77 no GPU (or --bench with fewer than 2).
+ * Built with -DTILEATTN_CONTEXT_PARALLEL=ON (needs NCCL; off by default: the core library
  * has no NCCL dependency).
  */
 #include <math.h>
@@ -99,6 +101,75 @@
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
+
+/* ---- Transfers: NCCL point-to-point, or emulated on one GPU ----
+ * With fewer than 2 GPUs the check runs its ranks on device 0 and each
+ * group's transfers as device copies (g_emul): at the group's end every
+ * stream is drained, then every receive takes the next send from its peer
+ * (NCCL's matching order), then the copies finish. No overlap, the same
+ * data movement: the ring's indexing, halos and orders are checked, NCCL
+ * itself only with 2 GPUs. */
+#define XMAX 1024
+static int g_emul;
+static struct xq {
+    const void *src;
+    void *dst;
+    size_t bytes;
+    int from, to;
+} g_send[XMAX], g_recv[XMAX];
+static int g_nsend, g_nrecv;
+
+static void x_group_start(void) {
+    if (!g_emul) x_group_start();
+}
+static void x_send(const void *p, size_t bytes, int from, int to, ncclComm_t *comms,
+                   cudaStream_t s) {
+    if (!g_emul) {
+        NK(ncclSend(p, bytes, ncclChar, to, comms[from], s));
+        return;
+    }
+    if (g_nsend == XMAX) exit(1);
+    g_send[g_nsend].src = p;
+    g_send[g_nsend].bytes = bytes;
+    g_send[g_nsend].from = from;
+    g_send[g_nsend++].to = to;
+}
+static void x_recv(void *p, size_t bytes, int to, int from, ncclComm_t *comms, cudaStream_t s) {
+    if (!g_emul) {
+        NK(ncclRecv(p, bytes, ncclChar, from, comms[to], s));
+        return;
+    }
+    if (g_nrecv == XMAX) exit(1);
+    g_recv[g_nrecv].dst = p;
+    g_recv[g_nrecv].bytes = bytes;
+    g_recv[g_nrecv].from = from;
+    g_recv[g_nrecv++].to = to;
+}
+static void x_group_end(void) {
+    int i, j;
+    if (!g_emul) {
+        x_group_end();
+        return;
+    }
+    CK(cudaDeviceSynchronize());
+    for (i = 0; i < g_nrecv; ++i) { /* the first unused send from its peer to it */
+        for (j = 0; j < g_nsend; ++j)
+            if (g_send[j].src && g_send[j].from == g_recv[i].from && g_send[j].to == g_recv[i].to)
+                break;
+        if (j == g_nsend || g_send[j].bytes != g_recv[i].bytes) {
+            fprintf(stderr, "ring_attention: emulated receive %d has no matching send\n", i);
+            exit(1);
+        }
+        CK(cudaMemcpy(g_recv[i].dst, g_send[j].src, g_recv[i].bytes, cudaMemcpyDeviceToDevice));
+        g_send[j].src = NULL;
+    }
+    for (j = 0; j < g_nsend; ++j)
+        if (g_send[j].src) {
+            fprintf(stderr, "ring_attention: emulated send %d was not received\n", j);
+            exit(1);
+        }
+    g_nsend = g_nrecv = 0;
+}
 
 /* y[i] += x[i] (x in the storage type: f32, or bf16 when bf16 != 0). */
 __global__ void add_into(float *y, const void *x, size_t n, int bf16) {
@@ -384,14 +455,13 @@ static void ring_fwd(const cfg *c, rank *rk, ncclComm_t *comms, int comm) {
                 CK(cudaSetDevice(rk[r].dev));
                 CK(cudaStreamWaitEvent(rk[r].comm, rk[r].used[b ^ 1], 0));
             }
-            NK(ncclGroupStart());
+            x_group_start();
             for (r = 0; r < c->n; ++r) {
-                NK(ncclSend(rk[r].kv[b], 4 * c->chunk * c->elem, ncclChar, (r + 1) % c->n,
-                            comms[r], rk[r].comm));
-                NK(ncclRecv(rk[r].kv[b ^ 1], 4 * c->chunk * c->elem, ncclChar,
-                            (r + c->n - 1) % c->n, comms[r], rk[r].comm));
+                x_send(rk[r].kv[b], 4 * c->chunk * c->elem, r, (r + 1) % c->n, comms, rk[r].comm);
+                x_recv(rk[r].kv[b ^ 1], 4 * c->chunk * c->elem, r, (r + c->n - 1) % c->n, comms,
+                       rk[r].comm);
             }
-            NK(ncclGroupEnd());
+            x_group_end();
             for (r = 0; r < c->n; ++r) {
                 CK(cudaSetDevice(rk[r].dev));
                 CK(cudaEventRecord(rk[r].arrived[b ^ 1], rk[r].comm));
@@ -448,18 +518,17 @@ static int ring_bwd(const cfg *c, rank *rk, ncclComm_t *comms, int comm) {
             CK(cudaStreamWaitEvent(rk[r].comm, rk[r].used[b], 0));
         }
         if (comm) {
-            NK(ncclGroupStart());
+            x_group_start();
             for (r = 0; r < c->n; ++r) {
                 const int to = (r + 1) % c->n, from = (r + c->n - 1) % c->n;
                 if (s + 1 < c->n) {
-                    NK(ncclSend(rk[r].kv[b], 4 * c->chunk * c->elem, ncclChar, to, comms[r], rk[r].comm));
-                    NK(ncclRecv(rk[r].kv[b ^ 1], 4 * c->chunk * c->elem, ncclChar, from, comms[r],
-                                rk[r].comm));
+                    x_send(rk[r].kv[b], 4 * c->chunk * c->elem, r, to, comms, rk[r].comm);
+                    x_recv(rk[r].kv[b ^ 1], 4 * c->chunk * c->elem, r, from, comms, rk[r].comm);
                 }
-                NK(ncclSend(rk[r].dkv[b], 4 * acc, ncclFloat, to, comms[r], rk[r].comm));
-                NK(ncclRecv(rk[r].dkv[b ^ 1], 4 * acc, ncclFloat, from, comms[r], rk[r].comm));
+                x_send(rk[r].dkv[b], 4 * acc * sizeof(float), r, to, comms, rk[r].comm);
+                x_recv(rk[r].dkv[b ^ 1], 4 * acc * sizeof(float), r, from, comms, rk[r].comm);
             }
-            NK(ncclGroupEnd());
+            x_group_end();
         }
         for (r = 0; r < c->n; ++r) {
             CK(cudaSetDevice(rk[r].dev));
@@ -1156,8 +1225,8 @@ static void m_rows(const mcfg *c, mrank *rk, ncclComm_t *comms, int src, const f
             CK(cudaSetDevice(rk[src].dev));
             CK(cudaMemcpyAsync(to, from, n * 4, cudaMemcpyDeviceToDevice, rk[src].comp));
         } else {
-            NK(ncclSend(from, n, ncclFloat, dst, comms[src], rk[src].comp));
-            NK(ncclRecv(to, n, ncclFloat, src, comms[dst], rk[dst].comp));
+            x_send(from, n * 4, src, dst, comms, rk[src].comp);
+            x_recv(to, n * 4, dst, src, comms, rk[dst].comp);
         }
     }
 }
@@ -1167,7 +1236,7 @@ static void m_rows(const mcfg *c, mrank *rk, ncclComm_t *comms, int src, const f
  * home block holds its chunks' own rows at [E, E + C). */
 static void halo_exchange(const mcfg *c, mrank *rk, ncclComm_t *comms) {
     int32_t ch, kv;
-    NK(ncclGroupStart());
+    x_group_start();
     for (ch = 0; ch < 2 * c->n; ++ch) {
         const int own = m_owner(c, ch), sl = m_slot(c, ch);
         const size_t slot = m_slot_elems(c);
@@ -1190,7 +1259,7 @@ static void halo_exchange(const mcfg *c, mrank *rk, ncclComm_t *comms) {
                        c->pk);
         }
     }
-    NK(ncclGroupEnd());
+    x_group_end();
 }
 
 static void m_fwd_pair(const mcfg *c, mrank *r, int x, const float *blk, int y, int32_t qc,
@@ -1241,13 +1310,12 @@ static void ring_mta_fwd(const mcfg *c, mrank *rk, ncclComm_t *comms) {
                 }
         }
         if (s + 1 < c->n) {
-            NK(ncclGroupStart());
+            x_group_start();
             for (r = 0; r < c->n; ++r) {
-                NK(ncclSend(rk[r].kv[b], blk, ncclFloat, (r + 1) % c->n, comms[r], rk[r].comp));
-                NK(ncclRecv(rk[r].kv[b ^ 1], blk, ncclFloat, (r + c->n - 1) % c->n, comms[r],
-                            rk[r].comp));
+                x_send(rk[r].kv[b], blk * 4, r, (r + 1) % c->n, comms, rk[r].comp);
+                x_recv(rk[r].kv[b ^ 1], blk * 4, r, (r + c->n - 1) % c->n, comms, rk[r].comp);
             }
-            NK(ncclGroupEnd());
+            x_group_end();
         }
     }
     for (r = 0; r < c->n; ++r) {
@@ -1593,28 +1661,9 @@ static void bench_all(int n, ncclComm_t *comms, const int *devs, int32_t smax) {
     for (S = 32768; S <= smax; S *= 2) bench_one(n, S, 16, 128, comms, devs);
 }
 
-int main(int argc, char **argv) {
-    int n_dev = 0, n, i, bench = 0, ok = 1;
-    int32_t smax = 262144;
-    int devs[MAXR];
-    ncclComm_t comms[MAXR];
-    for (i = 1; i < argc; ++i)
-        if (strcmp(argv[i], "--bench") == 0)
-            bench = 1;
-        else if (strcmp(argv[i], "--smax") == 0 && i + 1 < argc)
-            smax = (int32_t)atol(argv[++i]);
-    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev < 2) {
-        printf("ring_attention: fewer than 2 CUDA devices: skipped\n");
-        return SKIP;
-    }
-    n = n_dev < MAXR ? n_dev : MAXR;
-    for (i = 0; i < n; ++i) devs[i] = i;
-    NK(ncclCommInitAll(comms, n, devs));
-    if (bench) {
-        bench_all(n, comms, devs, smax);
-        for (i = 0; i < n; ++i) ncclCommDestroy(comms[i]);
-        return 0;
-    }
+/* The checks with n ranks on devs (g_emul: all on one device). */
+static int check_all(int n, ncclComm_t *comms, const int *devs) {
+    int ok = 1;
     ok &= check_one(n, 0, 0, 1, comms, devs);
     ok &= check_one(n, 0, 0, 0, comms, devs);
     ok &= check_one(n, 1, 1, 1, comms, devs);
@@ -1624,6 +1673,46 @@ int main(int argc, char **argv) {
     ok &= check_mta(n, 2, 3, 3, -1, comms, devs);
     ok &= check_mta(n, 6, 11, 2, 150, comms, devs); /* windows with ranges */
     ok &= check_mta(n, 0, 0, 2, 100, comms, devs);
+    return ok;
+}
+
+int main(int argc, char **argv) {
+    int n_dev = 0, n, i, bench = 0, ok = 1, emulate = 0;
+    int32_t smax = 262144;
+    int devs[MAXR];
+    ncclComm_t comms[MAXR];
+    for (i = 1; i < argc; ++i)
+        if (strcmp(argv[i], "--bench") == 0)
+            bench = 1;
+        else if (strcmp(argv[i], "--emulate") == 0)
+            emulate = 1;
+        else if (strcmp(argv[i], "--smax") == 0 && i + 1 < argc)
+            smax = (int32_t)atol(argv[++i]);
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev < 1 || (bench && n_dev < 2)) {
+        printf("ring_attention: %s: skipped\n",
+               bench ? "the benchmark needs 2 CUDA devices" : "no CUDA device");
+        return SKIP;
+    }
+    if (n_dev < 2 || emulate) { /* 2, 3 and 4 ranks on device 0, transfers as copies */
+        g_emul = 1;
+        memset(devs, 0, sizeof devs);
+        for (n = 2; n <= 4; ++n) {
+            printf("-- %d ranks emulated on device 0 (no NCCL: each group's transfers as "
+                   "copies)\n", n);
+            ok &= check_all(n, comms, devs);
+        }
+        printf("ring_attention (emulated ranks): %s\n", ok ? "passed" : "FAILED");
+        return ok ? 0 : 1;
+    }
+    n = n_dev < MAXR ? n_dev : MAXR;
+    for (i = 0; i < n; ++i) devs[i] = i;
+    NK(ncclCommInitAll(comms, n, devs));
+    if (bench) {
+        bench_all(n, comms, devs, smax);
+        for (i = 0; i < n; ++i) ncclCommDestroy(comms[i]);
+        return 0;
+    }
+    ok &= check_all(n, comms, devs);
     for (i = 0; i < n; ++i) ncclCommDestroy(comms[i]);
     printf("ring_attention: %s\n", ok ? "passed" : "FAILED");
     return ok ? 0 : 1;
