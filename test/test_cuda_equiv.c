@@ -70,7 +70,7 @@
  *
  *   test_cuda_equiv [--quick] [--problem N] [--count N] [--count-mta N] [--count-rb N]
  *                   [--mta | --sdpa] [--fwd-only | --bwd-only] [--window] [--strided]
- *                   [--splits] [--rope]
+ *                   [--splits] [--rope] [--rb-only]
  *
  * --quick: 18 small problems (10 SDPA, 4 MTA, then 2 SDPA and 2 MTA with a
  * window, 3 of them strided; 6 with the rotary stage) and the bad-input cases
@@ -80,6 +80,9 @@
  * --count-rb N: random SDPA problems in the register-blocked forward's domain
  * (f32, D = D_v in {32, 64, 96, 128}, block_k <= 64, no rotary stage;
  * random_rb_spec), default 60, after the others (not with --quick).
+ * --rb-only: only the --count-rb problems, without the fixed problems and the
+ *   extra cases (bad input, merge, history, non-finite): short sanitizer runs
+ *   of the register-blocked kernels (compute-sanitizer --tool racecheck).
  * --mta, --sdpa: only the MTA / only the SDPA problems (and no bad-input cases).
  * --fwd-only, --bwd-only: compare only the forward / only the backward outputs.
  * --window, --strided: every random problem has a window / strided tensors.
@@ -2072,7 +2075,7 @@ static void nonfinite_cases(ta_rng *r, int n_random) {
 
 int main(int argc, char **argv) {
     int quick = 0, only = -1, count = N_DEFAULT, count_mta = N_DEFAULT, n_specs = 0, i;
-    int count_rb = N_RB_DEFAULT;
+    int count_rb = N_RB_DEFAULT, rb_only = 0, extras;
     int n_ok = 0, dev_count = 0, want_sdpa = 1, want_mta = 1;
     uint64_t seed;
     spec *specs;
@@ -2106,15 +2109,18 @@ int main(int argc, char **argv) {
             g_splits_pct = 100;
         else if (strcmp(argv[i], "--rope") == 0)
             g_rope_pct = 100;
+        else if (strcmp(argv[i], "--rb-only") == 0) /* sanitizer runs: nothing else */
+            rb_only = 1;
         else {
             fprintf(stderr, "usage: test_cuda_equiv [--quick] [--problem N] [--count N] "
                             "[--count-mta N] [--count-rb N] [--mta | --sdpa] "
                             "[--fwd-only | --bwd-only] "
-                            "[--window] [--strided] [--splits] [--rope]\n");
+                            "[--window] [--strided] [--splits] [--rope] [--rb-only]\n");
             return 2;
         }
     }
-    if (count < 0 || count_mta < 0 || count_rb < 0 || (!want_sdpa && !want_mta) || (!g_check_fwd && !g_check_bwd)) {
+    if (count < 0 || count_mta < 0 || count_rb < 0 || (!want_sdpa && !want_mta) ||
+        (!g_check_fwd && !g_check_bwd) || (rb_only && (quick || !want_sdpa))) {
         fprintf(stderr, "test_cuda_equiv: conflicting or negative options\n");
         return 2;
     }
@@ -2129,7 +2135,10 @@ int main(int argc, char **argv) {
     seed = ta_test_seed("test_cuda_equiv");
     specs = (spec *)calloc((size_t)count + (size_t)count_mta + (size_t)count_rb + 64, sizeof(spec));
     if (!specs) return 1;
-    if (quick) {
+    if (rb_only) { /* the register-blocked domain's random problems alone */
+        for (i = 0; i < count_rb; ++i)
+            random_rb_spec(seed, i, &specs[n_specs++]);
+    } else if (quick) {
         const int n = quick_specs(specs);
         for (i = 0; i < n; ++i) /* keep the ones the filter wants */
             if (specs[i].p.conv_q ? want_mta : want_sdpa) specs[n_specs++] = specs[i];
@@ -2169,19 +2178,20 @@ int main(int argc, char **argv) {
            : !g_check_fwd ? "backward: dq, dk, dv, dconv_w"
                           : "o, lse, dq, dk, dv, dconv_w",
            (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - t0);
-    if (only < 0 && want_sdpa && want_mta && g_check_fwd && g_check_bwd) {
+    extras = only < 0 && !rb_only; /* the cases below: not with --rb-only */
+    if (extras && want_sdpa && want_mta && g_check_fwd && g_check_bwd) {
         ta_rng_seed(&r, seed ^ UINT64_C(0xbad));
         bad_input_cases(&r);
     }
-    if (only < 0) {
+    if (extras) {
         ta_rng_seed(&r, seed ^ UINT64_C(0x3e6e));
         merge_cases(&r, quick ? 6 : 40);
     }
-    if (only < 0 && want_mta && g_check_fwd) { /* MTA decode / chunked prefill */
+    if (extras && want_mta && g_check_fwd) { /* MTA decode / chunked prefill */
         ta_rng_seed(&r, seed ^ UINT64_C(0x4157));
         history_cases(&r, quick ? 4 : 60, quick ? 3 : 40);
     }
-    if (only < 0 && g_check_fwd && g_check_bwd) {
+    if (extras && g_check_fwd && g_check_bwd) {
         ta_rng_seed(&r, seed ^ UINT64_C(0x4e614e));
         nonfinite_cases(&r, quick ? 8 : 120);
     }
