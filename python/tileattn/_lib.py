@@ -2,8 +2,11 @@
 
 The structs list every field in the header's order (ctypes zero-fills those not
 set, which the header defines as "default"). Keep them in step with the header:
-tests/test_attention.py checks the version the library reports against this
-package's, and a struct grows only by appending (docs/api.md, "Versions and ABI").
+tests/test_mirror.py compares every struct here (C_NAMES) with the compiler's
+layout of the header's (test/abi_layout.c: offsets, sizes, kinds; CTest
+python_layout), tests/test_attention.py checks the version the library reports
+against this package's, and a struct grows only by appending (docs/api.md,
+"Versions and ABI").
 """
 import ctypes
 import os
@@ -68,6 +71,11 @@ class BwdArgs(ctypes.Structure):  # ta_bwd_args
         (n, ctypes.c_void_p) for n in ("d_alpha", "w_qlat", "w_vup", "dw_qlat", "dw_vup")] + [
         ("accumulate", ctypes.c_int32)] + [  # the backward over ranges: f32 (hi, lo) pairs
         (n, ctypes.c_void_p) for n in ("dq_lo", "dk_lo", "dv_lo")]
+
+
+# The C struct each Structure above mirrors (tests/test_mirror.py checks each one).
+C_NAMES = {Problem: "ta_problem", RopeArgs: "ta_rope_args", Strides: "ta_strides",
+           FwdArgs: "ta_fwd_args", BwdArgs: "ta_bwd_args"}
 
 
 def _declare(lib):
