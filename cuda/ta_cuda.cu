@@ -162,8 +162,10 @@ ta_status ta_cuda_tiling(const ta_plan *plan, int32_t block_q, int32_t block_k, 
     /* the forward's query history rows (MTA decode; the backward has none) */
     if (pass == TA_TILING_FWD) {
         ta_tiling_set_history(t, plan->fwd.q_history);
-        /* the output keys and the rows' offset (forward only), as the plan's */
+        /* the output keys (forward only) and the rows' offset, as the plan's */
         ta_tiling_set_keys(t, plan->p.q_offset, plan->fwd.key_begin, plan->fwd.key_end);
+    } else {
+        ta_tiling_set_keys(t, plan->p.q_offset, 0, t->seq_k);
     }
     return TA_OK;
 }

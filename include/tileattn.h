@@ -265,8 +265,7 @@ typedef struct ta_problem {
                                    r + S_k - S_q + q_offset, for the causal mask, the
                                    window and the conv's masks. 0 = the bottom-right
                                    alignment. |S_k - S_q + q_offset| <= TA_SEQ_MAX, else
-                                   TA_ERR_BAD_ARG. Forward only (ta_bwd:
-                                   TA_ERR_UNSUPPORTED unless 0). */
+                                   TA_ERR_BAD_ARG. Forward and backward. */
     int32_t key_begin;        /**< the forward's keys: o and lse cover keys
                                    [key_begin, key_end) of the S_k given; the others
                                    enter only the MTA conv, as raw scores (its halo:

@@ -342,7 +342,8 @@ static void ta_plan_contiguous_layout(ta_plan *pl);
 /* q_offset, key_begin, key_end (docs/api.md, "Key ranges and the query
  * offset"): the bounds (TA_ERR_BAD_ARG), then the key range on the forward's
  * K tile boundaries (TA_ERR_UNSUPPORTED: a tile would hold keys inside and
- * outside the range, which the kernels do not mask). Sets the forward tiling. */
+ * outside the range, which the kernels do not mask). Sets both tilings (the
+ * backward's: the offset only; ta_bwd refuses a key range). */
 static ta_status ta_check_keys(ta_plan *pl, ta_diag *d) {
     const ta_problem *p = &pl->p;
     const int64_t base = (int64_t)p->seq_k - p->seq_q, diag = base + p->q_offset;
@@ -373,6 +374,7 @@ static ta_status ta_check_keys(ta_plan *pl, ta_diag *d) {
         return TA_ERR_UNSUPPORTED;
     }
     ta_tiling_set_keys(&pl->fwd, p->q_offset, p->key_begin, end);
+    ta_tiling_set_keys(&pl->bwd, p->q_offset, 0, p->seq_k); /* the backward takes no range */
     return TA_OK;
 }
 

@@ -346,6 +346,210 @@ static int check_one(uint64_t seed, int idx) {
     return ok;
 }
 
+/* ---- q_offset, forward and backward: an equivalent problem ----
+ * A problem P with q_offset = d >= 0 puts row r at key position r + S_k - S_q
+ * + d. So does P' with S_k + d keys, the last d masked by seqlens_k = S_k, and
+ * q_offset = 0. Every backend must give P and P' the same o, lse, dq, dconv_w
+ * and the same dk, dv rows [0, S_k), bit for bit (P' reads its d extra keys
+ * nowhere: they are masked, raw and convolved). Random SDPA and MTA problems,
+ * causal or not (MTA: causal), sometimes a window, GQA. */
+
+/* ta_bwd on backend be, host buffers (CUDA: device copies, outputs poisoned
+ * there first). n[0..3]: q, k, v, conv_w elements; n[4]: o; n[5]: lse. */
+static ta_status run_bwd(const ta_problem *p, ta_backend be, const ta_bwd_args *ba,
+                         const size_t *n) {
+    size_t wb;
+    ta_status st;
+    void *ws;
+    TA_CHECK(ta_bwd_workspace_size(p, be, &wb) == TA_OK, "bwd size query");
+#ifdef TA_RING_MTA_CUDA
+    if (be == TA_BACKEND_CUDA) {
+        ta_bwd_args da = *ba;
+        void *in[7];
+        float *out[4];
+        const size_t no[4] = {n[0], n[1], n[2], n[3]};
+        int x;
+        da.q = in[0] = dev_of(ba->q, n[0] * 4);
+        da.k = in[1] = dev_of(ba->k, n[1] * 4);
+        da.v = in[2] = dev_of(ba->v, n[2] * 4);
+        da.conv_w = (const float *)(in[3] = dev_of(ba->conv_w, n[3] * 4));
+        da.o = in[4] = dev_of(ba->o, n[4] * 4);
+        da.d_o = in[5] = dev_of(ba->d_o, n[4] * 4);
+        da.lse = (const float *)(in[6] = dev_of(ba->lse, n[5] * 4));
+        for (x = 0; x < 4; ++x) {
+            CUDA_OK(cudaMalloc((void **)&out[x], (no[x] ? no[x] : 1) * 4));
+            CUDA_OK(cudaMemset(out[x], 0xFF, (no[x] ? no[x] : 1) * 4));
+        }
+        da.dq = out[0];
+        da.dk = out[1];
+        da.dv = out[2];
+        da.dconv_w = p->conv_q > 0 ? out[3] : NULL;
+        CUDA_OK(cudaMalloc(&ws, wb ? wb : 64));
+        st = ta_bwd(p, be, &da, ws, wb, NULL);
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaMemcpy(ba->dq, out[0], n[0] * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(ba->dk, out[1], n[1] * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(ba->dv, out[2], n[2] * 4, cudaMemcpyDeviceToHost));
+        if (p->conv_q > 0)
+            CUDA_OK(cudaMemcpy(ba->dconv_w, out[3], n[3] * 4, cudaMemcpyDeviceToHost));
+        for (x = 0; x < 7; ++x) cudaFree(in[x]);
+        for (x = 0; x < 4; ++x) cudaFree(out[x]);
+        cudaFree(ws);
+        return st;
+    }
+#endif
+    (void)n;
+    ws = ta_test_alloc(wb ? wb : 64);
+    st = ta_bwd(p, be, ba, ws, wb, NULL);
+    ta_test_free(ws);
+    return st;
+}
+
+/* Rows [0, rows) of every head of x ([heads, rows_x, D]) == of y ([heads,
+ * rows_y, D]), bitwise. */
+static int same_rows(const float *x, size_t rows_x, const float *y, size_t rows_y, size_t heads,
+                     size_t rows, size_t D) {
+    size_t h;
+    for (h = 0; h < heads; ++h)
+        if (memcmp(x + h * rows_x * D, y + h * rows_y * D, rows * D * sizeof(float)) != 0) return 0;
+    return 1;
+}
+
+static int n_off_mta, n_off_window;
+
+static int check_offset(uint64_t seed, int idx, ta_backend be) {
+    ta_rng r;
+    ta_problem p, pp;
+    ta_fwd_args fa;
+    ta_bwd_args ba;
+    int32_t d, key_len;
+    size_t H, HKV, D, SQ, SK, SKP, nq, nk, nkp, nl, nw, i, h;
+    float *q, *k, *v, *kp, *vp, *w, *d_o, *o[2], *lse[2], *dq[2], *dk[2], *dv[2], *dw[2];
+    int ok;
+    ta_rng_seed(&r, seed ^ (UINT64_C(0x9e3779b97f4a7c15) * (uint64_t)(idx + 11)));
+    memset(&p, 0, sizeof p);
+    p.batch = 1;
+    p.heads_kv = ta_rng_int(&r, 1, 2);
+    p.heads_q = p.heads_kv * ta_rng_int(&r, 1, 2);
+    p.head_dim = p.head_dim_v = 8 * ta_rng_int(&r, 1, 4);
+    p.seq_q = ta_rng_int(&r, 1, 150);
+    p.seq_k = ta_rng_int(&r, 1, 150);
+    p.dtype = TA_F32;
+    if (ta_rng_int(&r, 0, 1)) { /* MTA: causal */
+        p.conv_q = ta_rng_int(&r, 1, 6);
+        p.conv_k = 2 * ta_rng_int(&r, 0, 5) + 1;
+        p.flags = TA_CAUSAL;
+        ++n_off_mta;
+    } else {
+        p.flags = ta_rng_int(&r, 0, 1) ? TA_CAUSAL : 0u;
+    }
+    if (ta_rng_int(&r, 0, 2) == 0) {
+        p.flags |= TA_WINDOW;
+        p.window_left = ta_rng_int(&r, -1, 80);
+        p.window_right = (p.flags & TA_CAUSAL) ? -1 : ta_rng_int(&r, -1, 80);
+        ++n_off_window;
+    }
+    d = ta_rng_int(&r, 0, 70);
+    pp = p;
+    p.q_offset = d;
+    pp.seq_k = p.seq_k + d;
+    key_len = p.seq_k;
+    H = (size_t)p.heads_q;
+    HKV = (size_t)p.heads_kv;
+    D = (size_t)p.head_dim;
+    SQ = (size_t)p.seq_q;
+    SK = (size_t)p.seq_k;
+    SKP = (size_t)pp.seq_k;
+    nq = H * SQ * D;
+    nk = HKV * SK * D;
+    nkp = HKV * SKP * D;
+    nl = H * SQ;
+    nw = p.conv_q > 0 ? H * (size_t)(p.conv_q * p.conv_k) : 0;
+    q = malloc(nq * 4);
+    d_o = malloc(nq * 4);
+    k = malloc(nk * 4);
+    v = malloc(nk * 4);
+    kp = malloc(nkp * 4);
+    vp = malloc(nkp * 4);
+    w = malloc((nw ? nw : 1) * 4);
+    for (i = 0; i < 2; ++i) {
+        o[i] = malloc(nq * 4);
+        lse[i] = malloc(nl * 4);
+        dq[i] = malloc(nq * 4);
+        dk[i] = malloc(nkp * 4);
+        dv[i] = malloc(nkp * 4);
+        dw[i] = malloc((nw ? nw : 1) * 4);
+        if (!o[i] || !lse[i] || !dq[i] || !dk[i] || !dv[i] || !dw[i]) exit(1);
+        ta_poison(o[i], nq * 4);
+        ta_poison(lse[i], nl * 4);
+        ta_poison(dq[i], nq * 4);
+        ta_poison(dk[i], nkp * 4);
+        ta_poison(dv[i], nkp * 4);
+        ta_poison(dw[i], (nw ? nw : 1) * 4);
+    }
+    if (!q || !d_o || !k || !v || !kp || !vp || !w) exit(1);
+    ta_fill_uniform(&r, q, TA_F32, nq, -2.0f, 2.0f);
+    ta_fill_uniform(&r, d_o, TA_F32, nq, -1.0f, 1.0f);
+    ta_fill_uniform(&r, kp, TA_F32, nkp, -2.0f, 2.0f); /* P' keys; P's are the first S_k */
+    ta_fill_uniform(&r, vp, TA_F32, nkp, -1.0f, 1.0f);
+    ta_fill_uniform(&r, w, TA_F32, nw ? nw : 1, -0.5f, 0.5f);
+    for (h = 0; h < HKV; ++h) {
+        memcpy(k + h * SK * D, kp + h * SKP * D, SK * D * 4);
+        memcpy(v + h * SK * D, vp + h * SKP * D, SK * D * 4);
+    }
+    for (i = 0; i < 2; ++i) { /* i = 0: P with q_offset; 1: P' with seqlens_k */
+        const ta_problem *pr = i == 0 ? &p : &pp;
+        const size_t n[6] = {nq, i == 0 ? nk : nkp, i == 0 ? nk : nkp, nw, nq, nl};
+        memset(&fa, 0, sizeof fa);
+        fa.q = q;
+        fa.k = i == 0 ? k : kp;
+        fa.v = i == 0 ? v : vp;
+        fa.conv_w = nw ? w : NULL;
+        fa.seqlens_k = i == 0 ? NULL : &key_len;
+        fa.o = o[i];
+        fa.lse = lse[i];
+        TA_CHECK(run_fwd(pr, be, &fa) == TA_OK, "offset problem %d: forward %d", idx, (int)i);
+        memset(&ba, 0, sizeof ba);
+        ba.q = q;
+        ba.k = fa.k;
+        ba.v = fa.v;
+        ba.conv_w = fa.conv_w;
+        ba.seqlens_k = fa.seqlens_k;
+        ba.o = o[0]; /* the same o and lse for both */
+        ba.lse = lse[0];
+        ba.d_o = d_o;
+        ba.dq = dq[i];
+        ba.dk = dk[i];
+        ba.dv = dv[i];
+        ba.dconv_w = nw ? dw[i] : NULL;
+        TA_CHECK(run_bwd(pr, be, &ba, n) == TA_OK, "offset problem %d: backward %d", idx, (int)i);
+    }
+    ok = memcmp(o[0], o[1], nq * 4) == 0 && memcmp(lse[0], lse[1], nl * 4) == 0 &&
+         memcmp(dq[0], dq[1], nq * 4) == 0 && same_rows(dk[0], SK, dk[1], SKP, HKV, SK, D) &&
+         same_rows(dv[0], SK, dv[1], SKP, HKV, SK, D) && (!nw || memcmp(dw[0], dw[1], nw * 4) == 0);
+    TA_CHECK(ok,
+             "offset problem %d on backend %d (S_q %zu S_k %zu d %d conv %dx%d flags %u window "
+             "[%d, %d]): q_offset != the padded keys with seqlens_k",
+             idx, (int)be, SQ, SK, (int)d, (int)p.conv_q, (int)p.conv_k, p.flags,
+             (int)p.window_left, (int)p.window_right);
+    free(q);
+    free(d_o);
+    free(k);
+    free(v);
+    free(kp);
+    free(vp);
+    free(w);
+    for (i = 0; i < 2; ++i) {
+        free(o[i]);
+        free(lse[i]);
+        free(dq[i]);
+        free(dk[i]);
+        free(dv[i]);
+        free(dw[i]);
+    }
+    return ok;
+}
+
 #ifndef TA_RING_MTA_CUDA
 /* One refused forward: the status, ta_explain_fwd naming field, o untouched. */
 static void refused(const ta_problem *p, ta_status want, const char *field, const char *what) {
@@ -408,8 +612,8 @@ static void check_refusals(void) {
              "ta_bwd with a key range: not TA_ERR_UNSUPPORTED");
     p.key_begin = 0;
     p.q_offset = 5;
-    TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_REF, &bytes) == TA_ERR_UNSUPPORTED,
-             "ta_bwd with q_offset: not TA_ERR_UNSUPPORTED");
+    TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_REF, &bytes) == TA_OK,
+             "ta_bwd with q_offset (no key range): refused");
     p.conv_q = p.conv_k = 0;
     p.heads_kv = 1;
     p.latent_dim = 8;
@@ -437,5 +641,13 @@ int main(void) {
            "%s == REF, bit for bit%s\n",
            TEST_NAME, ok, n_mta, n_window, OTHER_NAME,
            OTHER == TA_BACKEND_CPU ? "; refusals checked" : "");
+    ok = 0;
+    for (i = 0; i < 24; ++i) {
+        ok += check_offset(seed, i, TA_BACKEND_REF);
+        ok += check_offset(seed, i, OTHER);
+    }
+    printf("%s: q_offset, forward and backward: %d of 48 (24 problems x REF, %s; %d MTA, %d "
+           "with a window) equal to the padded keys under seqlens_k, bit for bit\n",
+           TEST_NAME, ok, OTHER_NAME, n_off_mta / 2, n_off_window / 2);
     return ta_test_finish(TEST_NAME);
 }
