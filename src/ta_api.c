@@ -282,9 +282,10 @@ static ta_status ta_fwd_validate_mode(const ta_problem *p, ta_backend be, const 
     /* a block table in device memory (CUDA): not readable here; the kernels
      * clamp its entries into the pool (docs/api.md, "Paged KV cache") */
     if ((*ops)->host_memory && (st = ta_check_block_table(pl, d)) != TA_OK) return st;
-    /* positions in device memory (CUDA): not readable here; the kernels clamp
-     * them into the table (docs/rope.md) */
-    return (*ops)->host_memory ? ta_check_rope_pos(pl, d) : TA_OK;
+    /* positions in device memory (CUDA): not readable here, the kernels clamp
+     * them into the table; a NULL array's sequence is checked on every
+     * backend (docs/rope.md) */
+    return ta_check_rope_pos(pl, (*ops)->host_memory, d);
 }
 
 static ta_status ta_fwd_validate(const ta_problem *p, ta_backend be, const ta_fwd_args *a,
@@ -452,9 +453,10 @@ static ta_status ta_bwd_validate_mode(const ta_problem *p, ta_backend be, const 
     if ((st = ta_call_need(be, *ops, pl, 1, tasks, &need, d)) != TA_OK) return st;
     if ((st = ta_bwd_check_ptrs(pl, ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
     if ((st = ta_check_seqlens_host(pl, a->seqlens_k, (*ops)->host_memory, d)) != TA_OK) return st;
-    /* positions in device memory (CUDA): not readable here; the kernels clamp
-     * them into the table (docs/rope.md) */
-    return (*ops)->host_memory ? ta_check_rope_pos(pl, d) : TA_OK;
+    /* positions in device memory (CUDA): not readable here, the kernels clamp
+     * them into the table; a NULL array's sequence is checked on every
+     * backend (docs/rope.md) */
+    return ta_check_rope_pos(pl, (*ops)->host_memory, d);
 }
 
 static ta_status ta_bwd_validate(const ta_problem *p, ta_backend be, const ta_bwd_args *a,

@@ -646,11 +646,13 @@ ta_status ta_check_block_table(const ta_plan *pl, ta_diag *d) {
     return TA_OK;
 }
 
-/* One position array: [B, seq] values in [0, rows), or NULL with seq <= rows. */
+/* One position array: [B, seq] values in [0, rows) (read: host memory), or
+ * NULL with seq <= rows (every backend). */
 static ta_status ta_check_rope_side(const int32_t *pos, int32_t batch, int32_t seq, int32_t rows,
                                     const char *name, const char *seq_name, const char *null_rule,
-                                    ta_diag *d) {
+                                    int read, ta_diag *d) {
     size_t i, n = (size_t)batch * (size_t)seq; /* fits: the q / k counts do */
+    if (pos && !read) return TA_OK;
     if (!pos) {
         if (seq <= rows) return TA_OK;
         ta_fail_pair(d, TA_ERR_BAD_ARG, "rope_rows", null_rule, seq_name);
@@ -691,16 +693,18 @@ static ta_status ta_check_rope_hist(const ta_plan *pl, ta_diag *d) {
     return TA_OK;
 }
 
-ta_status ta_check_rope_pos(const ta_plan *pl, ta_diag *d) {
+ta_status ta_check_rope_pos(const ta_plan *pl, int host_memory, ta_diag *d) {
     const ta_problem *p = &pl->p;
     ta_status st;
     if (pl->stages.load != TA_LOAD_ROPE) return TA_OK;
     st = ta_check_rope_side(pl->rope.pos_q, p->batch, p->seq_q, p->rope_rows, "args.rope.pos_q",
-                            "seq_q", "below (args.rope.pos_q NULL: query t uses row t)", d);
-    if (st == TA_OK && p->q_history > 0) st = ta_check_rope_hist(pl, d);
+                            "seq_q", "below (args.rope.pos_q NULL: query t uses row t)",
+                            host_memory, d);
+    if (st == TA_OK && p->q_history > 0 && host_memory) st = ta_check_rope_hist(pl, d);
     if (st != TA_OK) return st;
     return ta_check_rope_side(pl->rope.pos_k, p->batch, p->seq_k, p->rope_rows, "args.rope.pos_k",
-                              "seq_k", "below (args.rope.pos_k NULL: key t uses row t)", d);
+                              "seq_k", "below (args.rope.pos_k NULL: key t uses row t)",
+                              host_memory, d);
 }
 
 /* ---- Pointer checks ---- */

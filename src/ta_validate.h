@@ -75,10 +75,12 @@ ta_status ta_check_seqlens_host(const ta_plan *pl, const int32_t *seqlens_k, int
 /* Reads the paged KV block table (host memory; nothing without pages): the
  * entries [0, ceil(seq_k / kv_page_size)) of every row in [0, kv_num_pages). */
 ta_status ta_check_block_table(const ta_plan *pl, ta_diag *d);
-/* Reads the rotary positions (host memory): each in [0, rope_rows); a NULL
- * array needs its sequence length <= rope_rows; with query history rows
- * pos_q[b][0] >= q_history (history row -i uses pos_q[b][0] - i). */
-ta_status ta_check_rope_pos(const ta_plan *pl, ta_diag *d);
+/* The rotary positions: a NULL array needs its sequence length <= rope_rows
+ * (every backend); with host_memory the arrays are read: each value in
+ * [0, rope_rows), and with query history rows pos_q[b][0] >= q_history
+ * (history row -i uses pos_q[b][0] - i). Device memory is not read (CUDA
+ * clamps the values into the table). */
+ta_status ta_check_rope_pos(const ta_plan *pl, int host_memory, ta_diag *d);
 /* The trace: REF only, entries non-NULL when capacity > 0, capacity * entry size
  * fits size_t (*bytes = that extent, for the overlap checks). */
 ta_status ta_check_trace(ta_backend be, const ta_trace *tr, size_t *bytes, ta_diag *d);

@@ -504,6 +504,95 @@ static void check_size_refusals(void) {
              "fast mode, f32: the exact kernels' rotary stage");
 }
 
+/* A NULL position array whose sequence passes the table (S > rope_rows) is
+ * TA_ERR_BAD_ARG on CUDA too (no position is read for that check; the
+ * kernels would clamp every token past the table to its last row), forward
+ * and backward, with o and dq untouched (poisoned). */
+static void check_null_pos_refusal(void) {
+    ta_problem p;
+    ta_fwd_args fa;
+    ta_bwd_args ba;
+    const size_t n = 2 * 80 * 64, tab = 64 * 32;
+    void *q = upload(NULL, n * 2), *k = upload(NULL, n * 2), *v = upload(NULL, n * 2);
+    void *o = upload(NULL, n * 2), *dq = upload(NULL, n * 2), *dk = upload(NULL, n * 2);
+    void *dv = upload(NULL, n * 2), *ws;
+    float *lse = (float *)upload(NULL, 2 * 80 * 4), *cs = (float *)upload(NULL, tab * 4);
+    float *sn = (float *)upload(NULL, tab * 4);
+    uint16_t *h = (uint16_t *)xmalloc(n * 2);
+    size_t wf = 0, wb = 0, i;
+    int pass;
+    CUDA_OK(cudaMemset(q, 0, n * 2));
+    CUDA_OK(cudaMemset(k, 0, n * 2));
+    CUDA_OK(cudaMemset(v, 0, n * 2));
+    CUDA_OK(cudaMemset(lse, 0, 2 * 80 * 4));
+    CUDA_OK(cudaMemset(cs, 0, tab * 4));
+    CUDA_OK(cudaMemset(sn, 0, tab * 4));
+    memset(&p, 0, sizeof p);
+    p.batch = 1;
+    p.heads_q = p.heads_kv = 2;
+    p.seq_q = p.seq_k = 80; /* rows 64 .. 79 past the 64-row table */
+    p.head_dim = p.head_dim_v = 64;
+    p.dtype = TA_BF16;
+    p.precision = TA_PRECISION_FAST;
+    p.rope = TA_ROPE_HALF;
+    p.rope_pairs = 32;
+    p.rope_rows = 64;
+    TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &wf) == TA_OK &&
+                 (!g_sm90 || ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &wb) == TA_OK),
+             "NULL positions: the size queries (which read no positions) refused");
+    ws = upload(NULL, wf > wb ? wf : wb);
+    for (pass = 0; pass < (g_sm90 ? 2 : 1); ++pass) { /* the backward's stage: sm_90 */
+        ta_status st;
+        CUDA_OK(cudaMemset(o, 0xFF, n * 2));
+        CUDA_OK(cudaMemset(dq, 0xFF, n * 2));
+        if (pass == 0) {
+            memset(&fa, 0, sizeof fa);
+            fa.q = q;
+            fa.k = k;
+            fa.v = v;
+            fa.o = o;
+            fa.lse = lse;
+            fa.rope.cos = cs;
+            fa.rope.sin = sn;
+            st = ta_fwd(&p, TA_BACKEND_CUDA, &fa, ws, wf, NULL);
+        } else {
+            memset(&ba, 0, sizeof ba);
+            ba.q = q;
+            ba.k = k;
+            ba.v = v;
+            ba.o = v;
+            ba.d_o = k;
+            ba.lse = lse;
+            ba.dq = dq;
+            ba.dk = dk;
+            ba.dv = dv;
+            ba.rope.cos = cs;
+            ba.rope.sin = sn;
+            st = ta_bwd(&p, TA_BACKEND_CUDA, &ba, ws, wb, NULL);
+        }
+        CUDA_OK(cudaDeviceSynchronize());
+        TA_CHECK(st == TA_ERR_BAD_ARG, "NULL positions past rope_rows on CUDA (%s): status %d",
+                 pass ? "backward" : "forward", (int)st);
+        CUDA_OK(cudaMemcpy(h, pass ? dq : o, n * 2, cudaMemcpyDeviceToHost));
+        for (i = 0; i < n && h[i] == 0xFFFFu; ++i) {
+        }
+        TA_CHECK(i == n, "NULL positions past rope_rows on CUDA (%s): output written",
+                 pass ? "backward" : "forward");
+    }
+    free(h);
+    cudaFree(q);
+    cudaFree(k);
+    cudaFree(v);
+    cudaFree(o);
+    cudaFree(dq);
+    cudaFree(dk);
+    cudaFree(dv);
+    cudaFree(lse);
+    cudaFree(cs);
+    cudaFree(sn);
+    cudaFree(ws);
+}
+
 int main(int argc, char **argv) {
     int count = 24, i, dev_count = 0;
     uint64_t seed;
@@ -532,6 +621,7 @@ int main(int argc, char **argv) {
     }
     seed = ta_test_seed("test_cuda_rope");
     printf("%s device\n", g_sm90 ? "sm_90" : "not an sm_90 (the backward refuses the stage)");
+    check_null_pos_refusal();
     for (i = 0; i < count; ++i)
         check_problem(seed, i, 0);
     for (i = 0; i < 4; ++i)
