@@ -75,14 +75,6 @@ static ta_problem full_problem(const cr_case *c) {
     return p;
 }
 
-static ta_strides contiguous(int32_t heads, int32_t s, int32_t d) {
-    ta_strides st;
-    st.seq = d;
-    st.head = (int64_t)s * d;
-    st.batch = (int64_t)heads * st.head;
-    return st;
-}
-
 /* Pair (query range a, key range b): 0 if nothing is visible; else its
  * problem and seqlens_k value (-1: none). test_ring_bwd's rule. */
 static int pair_problem(const cr_case *c, int32_t a, int32_t b, ta_problem *p, int32_t *seqlen) {
@@ -331,8 +323,8 @@ static void check_one(uint64_t seed, int idx, int fast) {
     c.eb = ta_dtype_size(c.dt);
     c.nq_el = (size_t)c.b * (size_t)c.h * (size_t)c.s * (size_t)c.d;
     c.nk_el = (size_t)c.b * (size_t)c.hkv * (size_t)c.s * (size_t)c.d;
-    c.sq = c.bshd ? ta_test_strides_bshd(c.h, c.s, c.d) : contiguous(c.h, c.s, c.d);
-    c.sk = c.bshd ? ta_test_strides_bshd(c.hkv, c.s, c.d) : contiguous(c.hkv, c.s, c.d);
+    c.sq = c.bshd ? ta_test_strides_bshd(c.h, c.s, c.d) : ta_test_strides_bhsd(c.h, c.s, c.d);
+    c.sk = c.bshd ? ta_test_strides_bshd(c.hkv, c.s, c.d) : ta_test_strides_bhsd(c.hkv, c.s, c.d);
     rb = c.dt == TA_F32 && c.d <= 128 && c.d != 80 && !c.mis;
     c.q = malloc(c.nq_el * c.eb);
     c.o = malloc(c.nq_el * c.eb);

@@ -65,14 +65,6 @@ static ta_problem full_problem(const rb_case *c) {
     return p;
 }
 
-static ta_strides strides_of(int32_t heads, int32_t s, int32_t d) {
-    ta_strides st;
-    st.seq = d;
-    st.head = (int64_t)s * d;
-    st.batch = (int64_t)heads * st.head;
-    return st;
-}
-
 /* The call of pair (query range a, key range b): 0 if no entry is visible;
  * else p, the seqlens_k value (or -1: none). */
 static int pair_problem(const rb_case *c, int32_t a, int32_t b, ta_problem *p, int32_t *seqlen) {
@@ -154,9 +146,9 @@ static void call_begin(const rb_case *c, int32_t code, rb_call *cl) {
     cl->seqlens[0] = cl->seqlens[1] = cl->seqlen;
     cl->ba.seqlens_k = cl->seqlen >= 0 ? cl->seqlens : NULL;
     cl->ba.q_strides = cl->ba.o_strides = cl->ba.d_o_strides = cl->ba.dq_strides =
-        strides_of(c->h, c->s, c->d);
+        ta_test_strides_bhsd(c->h, c->s, c->d);
     cl->ba.k_strides = cl->ba.v_strides = cl->ba.dk_strides = cl->ba.dv_strides =
-        strides_of(c->hkv, c->s, c->d);
+        ta_test_strides_bhsd(c->hkv, c->s, c->d);
 }
 
 static void *ws_bwd(const ta_problem *p, ta_backend be, size_t *bytes) {

@@ -197,6 +197,14 @@ ta_strides ta_test_strides_bshd(int32_t heads, int32_t seq, int32_t dim) {
     return st;
 }
 
+ta_strides ta_test_strides_bhsd(int32_t heads, int32_t seq, int32_t dim) {
+    ta_strides st;
+    st.seq = dim;
+    st.head = (int64_t)seq * dim;
+    st.batch = (int64_t)heads * st.head;
+    return st;
+}
+
 void ta_test_expect_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, void *ws,
                         size_t ws_bytes, ta_status want, const char *field, const char *what) {
     char why[256];

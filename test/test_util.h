@@ -69,6 +69,9 @@ void ta_test_layout_gather(void *dst, const void *src, const ta_test_layout *x, 
 size_t ta_test_layout_bad_gaps(const void *buf, const ta_test_layout *x, size_t eb, int byte);
 /* Strides of a [B, heads, S, dim] tensor held as [B, S, heads, dim] without gaps. */
 ta_strides ta_test_strides_bshd(int32_t heads, int32_t seq, int32_t dim);
+/* The explicit strides of a contiguous [B, heads, seq, dim] tensor (what zero
+ * strides mean). */
+ta_strides ta_test_strides_bhsd(int32_t heads, int32_t seq, int32_t dim);
 /* Rows [r0, r0 + rows) of every head of x ([heads, S, D] f32) into dst
  * ([heads, rows, D]): a chunk of a sequence, as one device of a ring holds it. */
 void ta_test_rows_of(float *dst, const float *x, size_t heads, size_t S, size_t D, size_t r0,
