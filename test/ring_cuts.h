@@ -46,13 +46,15 @@ static inline int32_t ta_ring_make_cut(ta_rng *r, int32_t s, int aligned, int32_
 }
 
 /* The call of pair (query range a, key range b) on p (the full problem on
- * entry): 0 if no entry is visible; else p's seq_q, seq_k and flags for the
- * pair and *seqlen its seqlens_k value (-1: none). Causal: a pair after the
- * rows sees nothing, one before them every key (no TA_CAUSAL); else
- * TA_CAUSAL with seq_k = q1 - k0 (row r at key position r + q0 - k0) and
- * seqlens_k = k1 - k0 when k1 < q1. */
-static inline int ta_ring_pair(const int32_t *qcut, const int32_t *kcut, int causal, int32_t a,
-                               int32_t b, ta_problem *p, int32_t *seqlen) {
+ * entry): 0 if no entry is visible; else p's seq_q, seq_k, q_offset and
+ * flags for the pair and *seqlen its seqlens_k value (-1: none). Causal: a
+ * pair after the rows sees nothing, one before them every key (no
+ * TA_CAUSAL); else TA_CAUSAL with row r at key position r + q0 - k0, by one
+ * of docs/api.md's two recipes: seq_k = q1 - k0 and seqlens_k = k1 - k0 when
+ * k1 < q1 (offset 0), or seq_k = k1 - k0 and q_offset = q1 - k1 (offset 1:
+ * the views span only the range's keys). */
+static inline int ta_ring_pair(const int32_t *qcut, const int32_t *kcut, int causal, int offset,
+                               int32_t a, int32_t b, ta_problem *p, int32_t *seqlen) {
     const int32_t q0 = qcut[a], q1 = qcut[a + 1], k0 = kcut[b], k1 = kcut[b + 1];
     p->seq_q = q1 - q0;
     p->seq_k = k1 - k0;
@@ -61,6 +63,10 @@ static inline int ta_ring_pair(const int32_t *qcut, const int32_t *kcut, int cau
     if (k0 >= q1) return 0; /* every key after every row */
     if (k1 - 1 <= q0) {     /* every row sees every key */
         p->flags &= ~(uint32_t)TA_CAUSAL;
+        return 1;
+    }
+    if (offset) {
+        p->q_offset = q1 - k1;
         return 1;
     }
     p->seq_k = q1 - k0;
@@ -80,16 +86,16 @@ static inline int32_t ta_ring_order(const int32_t *qcut, int32_t nq, const int32
     memset(&p, 0, sizeof p);
     for (a = 0; a < nq; ++a)
         for (b = 0; b < nk; ++b)
-            total += ta_ring_pair(qcut, kcut, causal, a, b, &p, &sl);
+            total += ta_ring_pair(qcut, kcut, causal, 0, a, b, &p, &sl);
     memset(next_b, 0, sizeof next_b);
     memset(next_a, 0, sizeof next_a);
     while (n < total) {
         int32_t ready[TA_RING_MAX_CUTS * TA_RING_MAX_CUTS], nr = 0, pick;
         for (a = 0; a < nq; ++a) /* skip the invisible pairs */
-            while (next_b[a] < nk && !ta_ring_pair(qcut, kcut, causal, a, next_b[a], &p, &sl))
+            while (next_b[a] < nk && !ta_ring_pair(qcut, kcut, causal, 0, a, next_b[a], &p, &sl))
                 ++next_b[a];
         for (b = 0; b < nk; ++b)
-            while (next_a[b] < nq && !ta_ring_pair(qcut, kcut, causal, next_a[b], b, &p, &sl))
+            while (next_a[b] < nq && !ta_ring_pair(qcut, kcut, causal, 0, next_a[b], b, &p, &sl))
                 ++next_a[b];
         for (a = 0; a < nq; ++a)
             if (next_b[a] < nk && next_a[next_b[a]] == a)

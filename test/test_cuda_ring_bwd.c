@@ -49,6 +49,7 @@ typedef struct cr_case {
     int32_t b, h, hkv, s, d;
     ta_dtype dt;
     int causal, bshd, mis; /* mis: device tensors moved by one element */
+    int offset;            /* CUDA's causal pairs by q_offset (REF's by seqlens_k) */
     int q_aligned, k_aligned;
     int precision;
     int32_t nq, nk;
@@ -77,9 +78,10 @@ static ta_problem full_problem(const cr_case *c) {
 
 /* Pair (query range a, key range b): 0 if nothing is visible; else its
  * problem and seqlens_k value (-1: none). test_ring_bwd's rule. */
-static int pair_problem(const cr_case *c, int32_t a, int32_t b, ta_problem *p, int32_t *seqlen) {
+static int pair_problem(const cr_case *c, int offset, int32_t a, int32_t b, ta_problem *p,
+                        int32_t *seqlen) {
     *p = full_problem(c);
-    return ta_ring_pair(c->qcut, c->kcut, c->causal, a, b, p, seqlen);
+    return ta_ring_pair(c->qcut, c->kcut, c->causal, offset, a, b, p, seqlen);
 }
 
 static int32_t pair_order(const cr_case *c, ta_rng *r, int32_t *order) {
@@ -146,7 +148,7 @@ static void run_ranges(const cr_case *c, ta_backend be, const int32_t *order, in
         size_t wb = 0;
         void *ws = NULL;
         ta_status st;
-        pair_problem(c, a, b, &p, &seqlen);
+        pair_problem(c, c->offset && dev, a, b, &p, &seqlen);
         memset(&ba, 0, sizeof ba);
         ba.q = (const char *)(dev ? c->q_d : c->q) + pad + q0 * c->eb;
         ba.o = (const char *)(dev ? c->o_d : c->o) + pad + q0 * c->eb;
@@ -308,6 +310,7 @@ static void check_one(uint64_t seed, int idx, int fast) {
     c.dt = ta_rng_int(&r, 0, 2) == 0 ? TA_BF16 : TA_F32;
     c.causal = ta_rng_int(&r, 0, 2) != 0;
     c.bshd = ta_rng_int(&r, 0, 2) == 0;
+    c.offset = ta_rng_int(&r, 0, 1);
     c.mis = c.dt == TA_F32 && c.d <= 128 && ta_rng_int(&r, 0, 4) == 0;
     c.q_aligned = ta_rng_int(&r, 0, 2) != 0;
     c.k_aligned = ta_rng_int(&r, 0, 2) != 0;
@@ -385,7 +388,9 @@ static void check_one(uint64_t seed, int idx, int fast) {
     printf("  problem %d: B=%d H=%d/%d D=%d S=%d %s %s%s%s%s, %d q ranges (%s), %d k ranges "
            "(%s), %d pairs, %s kernels: %zu pair words and %zu gradients != REF\n",
            idx, (int)c.b, (int)c.h, (int)c.hkv, (int)c.d, (int)c.s,
-           c.dt == TA_F32 ? "f32" : "bf16", c.causal ? "causal" : "full", c.bshd ? " bshd" : "",
+           c.dt == TA_F32 ? "f32" : "bf16",
+           c.causal ? (c.offset ? "causal (CUDA: q_offset)" : "causal") : "full",
+           c.bshd ? " bshd" : "",
            c.mis ? " moved" : "", fast ? " fast" : "", (int)c.nq, c.q_aligned ? "x64" : "any",
            (int)c.nk, c.k_aligned ? "x64" : "any", (int)n, rb ? "register-blocked" : "general",
            diff_pairs, diff_fin);

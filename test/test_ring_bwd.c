@@ -44,6 +44,7 @@ typedef struct rb_case {
     int32_t b, h, hkv, s, d; /* batch, heads, kv heads, sequence, head dim */
     ta_dtype dt;
     int causal, wide;
+    int offset;               /* CPU's causal pairs by q_offset (REF's by seqlens_k) */
     int q_aligned, k_aligned; /* the cut's points are multiples of 64 */
     int32_t nq, nk;
     int32_t qcut[MAX_CUTS + 1], kcut[MAX_CUTS + 1]; /* range r: [cut[r], cut[r + 1]) */
@@ -67,9 +68,10 @@ static ta_problem full_problem(const rb_case *c) {
 
 /* The call of pair (query range a, key range b): 0 if no entry is visible;
  * else p, the seqlens_k value (or -1: none). */
-static int pair_problem(const rb_case *c, int32_t a, int32_t b, ta_problem *p, int32_t *seqlen) {
+static int pair_problem(const rb_case *c, int offset, int32_t a, int32_t b, ta_problem *p,
+                        int32_t *seqlen) {
     *p = full_problem(c);
-    return ta_ring_pair(c->qcut, c->kcut, c->causal, a, b, p, seqlen);
+    return ta_ring_pair(c->qcut, c->kcut, c->causal, offset, a, b, p, seqlen);
 }
 
 /* A random order of the visible pairs in which each query range's key ranges
@@ -129,12 +131,12 @@ typedef struct rb_call {
     float *lse;
 } rb_call;
 
-static void call_begin(const rb_case *c, int32_t code, rb_call *cl) {
+static void call_begin(const rb_case *c, ta_backend be, int32_t code, rb_call *cl) {
     cl->a = code / MAX_CUTS;
     cl->b = code % MAX_CUTS;
     cl->q0 = (size_t)c->qcut[cl->a] * (size_t)c->d;
     cl->k0 = (size_t)c->kcut[cl->b] * (size_t)c->d;
-    pair_problem(c, cl->a, cl->b, &cl->p, &cl->seqlen);
+    pair_problem(c, c->offset && be != TA_BACKEND_REF, cl->a, cl->b, &cl->p, &cl->seqlen);
     cl->lse = range_lse(c, cl->a);
     memset(&cl->ba, 0, sizeof cl->ba);
     cl->ba.q = (const char *)c->q + cl->q0 * c->eb;
@@ -166,7 +168,7 @@ static void run_accumulate(const rb_case *c, ta_backend be, ta_rng *r, const int
         size_t wb;
         void *ws;
         ta_status st;
-        call_begin(c, order[i], &cl);
+        call_begin(c, be, order[i], &cl);
         cl.ba.accumulate = TA_BWD_ACCUMULATE;
         cl.ba.dq = g->dq + cl.q0;
         cl.ba.dq_lo = g->dq_lo + cl.q0;
@@ -234,7 +236,7 @@ static void run_rounded(const rb_case *c, const int32_t *order, int32_t n, void 
         rb_call cl;
         size_t wb;
         void *ws;
-        call_begin(c, order[i], &cl);
+        call_begin(c, TA_BACKEND_REF, order[i], &cl);
         cl.ba.dq = (char *)tq + cl.q0 * c->eb;
         cl.ba.dk = (char *)tk + cl.k0 * c->eb;
         cl.ba.dv = (char *)tv + cl.k0 * c->eb;
@@ -396,6 +398,7 @@ static void check_one(uint64_t seed, int idx) {
     c.causal = ta_rng_int(&r, 0, 2) != 0;
     c.q_aligned = ta_rng_int(&r, 0, 2) != 0;
     c.k_aligned = ta_rng_int(&r, 0, 2) != 0;
+    c.offset = ta_rng_int(&r, 0, 1);
     c.s = c.q_aligned || c.k_aligned ? 64 * ta_rng_int(&r, 2, 5) : ta_rng_int(&r, 90, 300);
     c.nq = ta_ring_make_cut(&r, c.s, c.q_aligned, c.qcut);
     c.nk = ta_ring_make_cut(&r, c.s, c.k_aligned, c.kcut);
@@ -475,7 +478,8 @@ static void check_one(uint64_t seed, int idx) {
            c.dt == TA_F32   ? "f32"
            : c.dt == TA_F16 ? "f16"
                             : "bf16",
-           c.causal ? "causal" : "full", c.wide ? " wide" : "", (int)c.nq,
+           c.causal ? (c.offset ? "causal (CPU: q_offset)" : "causal") : "full",
+           c.wide ? " wide" : "", (int)c.nq,
            c.q_aligned ? "x64" : "any", (int)c.nk, c.k_aligned ? "x64" : "any", (int)n);
     /* order and backend independence: both words */
     TA_CHECK(same_pairs(gr.dq, gr.dq_lo, gr2.dq, gr2.dq_lo, nq) &&
