@@ -38,6 +38,19 @@
  *   - half of the problems with head_dim >= 2 again with the rotary stage
  *     (pairing, pairs, table rows, row and head strides, positions from the
  *     bytes): forward and backward REF == CPU == caller-run tasks bit for bit;
+ *   - key shares with halos (ta_problem.key_begin, key_end, q_offset; docs/api.md,
+ *     "Key ranges and the query offset"), MTA and SDPA, windows too: the keys cut
+ *     into 2-3 shares where split-K with that count cuts them (K tiles of a
+ *     block_k drawn so that there are at least two), each share one ta_fwd over
+ *     views of its halo'd keys [k0 - E, k1 + R) (E: 0-2 whole tiles, at least
+ *     one with the conv; R: P_k to P_k + 2 keys, fewer at the end) with every
+ *     query row at its place; every share REF == CPU (or caller-run tasks), the
+ *     shares merged in key order (ta_merge) REF == CPU and, in f32, == one ta_fwd
+ *     with num_splits = the share count bit for bit (seqlens_k kept when every
+ *     batch entry has the same length, else left out of this check);
+ *   - a third of the problems again with a random key range on the K tiles and
+ *     q_offset (small, or at |S_k - S_q + q_offset| = TA_SEQ_MAX), num_splits 0,
+ *     2, 3 or auto: REF == CPU (or caller-run tasks) bit for bit;
  *   - every buffer sits between canaries that stay intact, inputs stay unchanged,
  *     and the workspace starts with random contents (results do not depend on it).
  */
@@ -48,6 +61,7 @@
 
 #include "fuzz_util.h"
 #include "tileattn.h"
+#include "tileattn_tiling.h"
 
 enum {
     B_Q,
@@ -920,6 +934,233 @@ static void check_rope(fz *f, const ta_problem *p, const bufs *in, const ta_stri
     fz_buf_free(&pk);
 }
 
+/* ---- Key ranges and the query offset (docs/api.md, "Key ranges and the
+ * query offset") ---- */
+
+/* A value in [lo, hi] from the bytes while they last, then from *s (so an
+ * input whose bytes ran out still varies with its seed). */
+static int32_t pick(fz *f, uint64_t *s, int32_t lo, int32_t hi) {
+    if (f->n > 0) return fz_range(f, lo, hi);
+    return hi <= lo ? lo : (int32_t)((int64_t)lo + (int64_t)(fz_mix(s) % (uint64_t)(hi - lo + 1)));
+}
+
+/* The forward's effective K tile width for block_k bk (0 = the default). */
+static int32_t cols_eff_of(const ta_problem *p, int32_t bk) {
+    const int32_t pk = p->conv_k > 0 ? (p->conv_k - 1) / 2 : 0;
+    if (bk == 0) {
+        int32_t bq;
+        ta_tiling_default_blocks(p->conv_q, p->conv_k, &bq, &bk);
+    }
+    return bk - 2 * pk;
+}
+
+/* Key shares as a ring's devices hold them: the keys cut on the forward's K
+ * tiles (B_c, from a block_k drawn here) where split-K with N = 2-3 parts cuts
+ * them (part s: the tiles [floor(n s / N), floor(n (s+1) / N)) of the n below
+ * the key length), each share [k0, k1) one ta_fwd over the halo'd keys
+ * [k0 - E, k1 + R) of views of k and v (E: one or two whole tiles, at least
+ * one with the conv and k0 > 0, at most k0; R: at least P_k, at most the
+ * keys past k1), key_begin = E, key_end = E + (k1 - k0) (0 when that is the
+ * share's S_k, sometimes), every query row at its place in the whole problem
+ * (q_offset = S_k - k1 - R: row r at key position r + S_k - S_q), seqlens_k
+ * moved with the view. Checked: every share REF == CPU (CPU sometimes as
+ * caller-run tasks); ta_merge of the shares in key order REF == CPU; one ta_fwd
+ * over every key with num_splits = N REF == CPU and, in f32, == the merged
+ * shares bit for bit (in f16/bf16 the shares' o are rounded before the merge).
+ * With seqlens_k the shares follow the cut of a key length all batch entries
+ * share; entries of different lengths: the check runs without seqlens_k. */
+static void check_key_shares(fz *f, const ta_problem *p, const bufs *in, const ta_strides *bshd,
+                             uint64_t seed, size_t eb) {
+    const int32_t pk = p->conv_k > 0 ? (p->conv_k - 1) / 2 : 0;
+    const int32_t bk_min = 4 * pk + 1 > TA_BLOCK_MIN ? 4 * pk + 1 : TA_BLOCK_MIN;
+    const size_t n_q = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    const size_t o_bytes = n_q * (size_t)p->head_dim_v * eb, lse_bytes = n_q * 4;
+    const ta_strides sk = full_strides(bshd, p->heads_kv, p->seq_k, p->head_dim),
+                     sv = full_strides(bshd, p->heads_kv, p->seq_k, p->head_dim_v);
+    const int32_t *sl = in->b[B_SEQL].raw ? (const int32_t *)fz_data(&in->b[B_SEQL]) : NULL;
+    uint64_t s = seed ^ UINT64_C(0x6b657973686172ee);
+    ta_problem pf = *p;
+    fz_buf parts_o[2], parts_l[2], lens;
+    fwd_out full[2], merged[2];
+    ta_merge_args ma;
+    int32_t key_len = p->seq_k, ce, n, n_sh, cut[4], i, b, be;
+    int32_t *ln;
+    if (sl) { /* one key length for every entry, or none */
+        for (b = 1; b < p->batch && sl[b] == sl[0]; ++b) {
+        }
+        if (b == p->batch)
+            key_len = sl[0];
+        else
+            sl = NULL;
+    }
+    if (key_len < 2 || bk_min - 2 * pk > key_len - 1) return; /* fewer than two tiles */
+    ce = pick(f, &s, bk_min - 2 * pk, key_len - 1);
+    n = (key_len - 1) / ce + 1;
+    n_sh = pick(f, &s, 2, 3);
+    if (n_sh > n) n_sh = n;
+    pf.block_k = ce + 2 * pk;
+    pf.num_splits = n_sh;
+    for (i = 0; i <= n_sh; ++i) { /* split-K's cut, in keys */
+        const int32_t t = (int32_t)((int64_t)n * i / n_sh);
+        cut[i] = i == n_sh || t * ce > p->seq_k ? p->seq_k : t * ce;
+    }
+    for (be = 0; be < 2; ++be) {
+        memset(fz_buf_alloc(&parts_o[be], (size_t)n_sh * o_bytes), 0xFF, (size_t)n_sh * o_bytes);
+        memset(fz_buf_alloc(&parts_l[be], (size_t)n_sh * lse_bytes), 0xFF,
+               (size_t)n_sh * lse_bytes);
+    }
+    ln = (int32_t *)fz_buf_alloc(&lens, 2 * 4);
+    for (i = 0; i < n_sh; ++i) {
+        const int32_t k0 = cut[i], k1 = cut[i + 1];
+        const int32_t e_lo = p->conv_q > 0 && k0 > 0 ? 1 : 0, e_hi = k0 / ce < 2 ? k0 / ce : 2;
+        const int32_t e = ce * pick(f, &s, e_lo, e_hi);
+        const int32_t r_lo = pk < p->seq_k - k1 ? pk : p->seq_k - k1;
+        const int32_t r = pick(f, &s, r_lo, r_lo + 2 < p->seq_k - k1 ? r_lo + 2 : p->seq_k - k1);
+        ta_problem ps = *p;
+        ta_fwd_args fa = fwd_args(p, in, bshd);
+        FZ_CHECK(k0 < k1 && k0 % ce == 0 && e % ce == 0 && e <= k0, "share %d: [%d, %d), E %d",
+                 (int)i, (int)k0, (int)k1, (int)e);
+        ps.block_k = pf.block_k;
+        ps.seq_k = e + (k1 - k0) + r;
+        ps.key_begin = e;
+        ps.key_end = e + (k1 - k0);
+        if (ps.key_end == ps.seq_k && pick(f, &s, 0, 1)) ps.key_end = 0;
+        ps.q_offset = p->seq_k - k1 - r;
+        fa.k = (const char *)fz_data(&in->b[B_K]) + (size_t)(k0 - e) * (size_t)sk.seq * eb;
+        fa.v = (const char *)fz_data(&in->b[B_V]) + (size_t)(k0 - e) * (size_t)sv.seq * eb;
+        fa.k_strides = sk;
+        fa.v_strides = sv;
+        memset(&fa.o_strides, 0, sizeof fa.o_strides); /* parts: contiguous */
+        fa.seqlens_k = NULL;
+        if (sl) { /* the view's keys of each entry */
+            for (b = 0; b < p->batch; ++b) {
+                const int32_t l = sl[b] - (k0 - e);
+                ln[b] = l < 0 ? 0 : l > ps.seq_k ? ps.seq_k : l;
+            }
+            fa.seqlens_k = ln;
+        }
+        for (be = 0; be < 2; ++be) {
+            const int tasks = be == 1 && (fz_mix(&s) % 3u) == 0;
+            ta_status st;
+            fa.o = (char *)fz_data(&parts_o[be]) + (size_t)i * o_bytes;
+            fa.lse = (float *)fz_data(&parts_l[be]) + (size_t)i * n_q;
+            st = run_fwd(&ps, (ta_backend)be, &fa, tasks, &s);
+            FZ_CHECK(st == TA_OK,
+                     "share %d of %d, keys [%d, %d) as [%d, %d) of %d (q_offset %d, B_c %d) "
+                     "refused on backend %d%s: %s",
+                     (int)i, (int)n_sh, (int)k0, (int)k1, (int)ps.key_begin, (int)(e + (k1 - k0)),
+                     (int)ps.seq_k, (int)ps.q_offset, (int)ce, be, tasks ? " (tasks)" : "",
+                     ta_status_string(st));
+        }
+        FZ_CHECK(memcmp((char *)fz_data(&parts_o[0]) + (size_t)i * o_bytes,
+                        (char *)fz_data(&parts_o[1]) + (size_t)i * o_bytes, o_bytes) == 0 &&
+                     memcmp((float *)fz_data(&parts_l[0]) + (size_t)i * n_q,
+                            (float *)fz_data(&parts_l[1]) + (size_t)i * n_q, lse_bytes) == 0,
+                 "share %d of %d, keys [%d, %d) (E %d, R %d, B_c %d): REF and CPU differ", (int)i,
+                 (int)n_sh, (int)k0, (int)k1, (int)e, (int)r, (int)ce);
+    }
+    /* the shares merged in key order; one forward with N splits */
+    memset(&ma, 0, sizeof ma);
+    ma.num_parts = n_sh;
+    ma.o_strides = strides_of(bshd, p->heads_q, p->seq_q, p->head_dim_v);
+    for (be = 0; be < 2; ++be) {
+        ta_fwd_args fa = fwd_args(p, in, bshd);
+        ta_status st;
+        fwd_out_alloc(&merged[be], o_bytes, lse_bytes);
+        ma.o_parts = fz_data(&parts_o[be]);
+        ma.lse_parts = (const float *)fz_data(&parts_l[be]);
+        ma.o = fz_data(&merged[be].o);
+        ma.lse = (float *)fz_data(&merged[be].lse);
+        FZ_CHECK(ta_merge(p, (ta_backend)be, &ma, NULL) == TA_OK, "merge of the shares refused");
+        fwd_out_alloc(&full[be], o_bytes, lse_bytes);
+        fa.o = fz_data(&full[be].o);
+        fa.lse = (float *)fz_data(&full[be].lse);
+        fa.seqlens_k = sl;
+        st = run_fwd(&pf, (ta_backend)be, &fa, 0, &s);
+        FZ_CHECK(st == TA_OK, "one forward with %d splits (block_k %d) refused on %d: %s",
+                 (int)n_sh, (int)pf.block_k, be, ta_status_string(st));
+    }
+    fwd_out_same(&merged[0], &merged[1], "the key shares merged, REF and CPU");
+    fwd_out_same(&full[0], &full[1], "the forward the key shares are cut from, REF and CPU");
+    if (p->dtype == TA_F32) {
+        char what[160];
+        snprintf(what, sizeof what,
+                 "key shares cut at %d%s%.0d (of %d keys; B_c %d, key length %d%s) merged vs one "
+                 "forward with %d splits",
+                 (int)cut[1], n_sh == 3 ? ", " : "", n_sh == 3 ? (int)cut[2] : 0, (int)p->seq_k,
+                 (int)ce, (int)key_len, sl ? ", seqlens_k" : "", (int)n_sh);
+        fwd_out_same(&merged[0], &full[0], what);
+    }
+    for (be = 0; be < 2; ++be) {
+        FZ_CHECK(fz_guards_intact(&parts_o[be]) && fz_guards_intact(&parts_l[be]),
+                 "a share wrote past its part");
+        fz_buf_free(&parts_o[be]);
+        fz_buf_free(&parts_l[be]);
+        fwd_out_free(&merged[be]);
+        fwd_out_free(&full[be]);
+    }
+    FZ_CHECK(fz_guards_intact(&lens), "a share wrote past its key lengths");
+    fz_buf_free(&lens);
+}
+
+/* A third of the problems: one forward with a random q_offset (small, or at
+ * the bound |S_k - S_q + q_offset| = TA_SEQ_MAX) and a key range on the K
+ * tiles of the problem's own block_k (key_end on a tile boundary, S_k or 0),
+ * num_splits 0, 2, 3 or TA_SPLITS_AUTO, seqlens_k as drawn: REF == CPU (or
+ * caller-run tasks) bit for bit; the whole range with q_offset 0 spelled out
+ * == the plain forward. No oracle for the values. */
+static void check_key_range_fast(fz *f, const ta_problem *p, const bufs *in, const ta_strides *bshd,
+                                 const bufs *ref, uint64_t seed, size_t eb) {
+    static const int32_t splits[] = {0, 2, 3, TA_SPLITS_AUTO};
+    const size_t n_q = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    const size_t o_bytes = n_q * (size_t)p->head_dim_v * eb, lse_bytes = n_q * 4;
+    const int32_t ce = cols_eff_of(p, p->block_k), n = (p->seq_k - 1) / ce + 1;
+    const int64_t base = (int64_t)p->seq_k - p->seq_q;
+    uint64_t s = seed ^ UINT64_C(0x71306f6666736574);
+    ta_problem pr = *p;
+    ta_fwd_args fa = fwd_args(p, in, bshd);
+    fwd_out r[2];
+    int32_t kb, ke, how, be;
+    int tasks;
+    if (pick(f, &s, 0, 2) != 0) return;
+    kb = pick(f, &s, 0, n - 1);
+    ke = pick(f, &s, kb + 1, n + 1); /* n: S_k, n + 1: 0 */
+    pr.key_begin = kb * ce;
+    pr.key_end = ke == n + 1 ? 0 : ke == n ? p->seq_k : ke * ce;
+    how = pick(f, &s, 0, 5);
+    pr.q_offset = how == 0   ? 0
+                  : how == 1 ? (int32_t)((int64_t)TA_SEQ_MAX - base)
+                  : how == 2 ? (int32_t)(-(int64_t)TA_SEQ_MAX - base)
+                             : pick(f, &s, -2 * p->seq_k - 2, 2 * p->seq_k + 2);
+    pr.num_splits = splits[pick(f, &s, 0, 3)];
+    tasks = pr.num_splits == 0 && (fz_mix(&s) & 1u);
+    for (be = 0; be < 2; ++be) {
+        ta_status st;
+        fwd_out_alloc(&r[be], o_bytes, lse_bytes);
+        fa.o = fz_data(&r[be].o);
+        fa.lse = (float *)fz_data(&r[be].lse);
+        st = run_fwd(&pr, (ta_backend)be, &fa, be == 1 && tasks, &s);
+        FZ_CHECK(st == TA_OK,
+                 "keys [%d, %d) of %d (B_c %d), q_offset %d, %d splits refused on %d%s: %s",
+                 (int)pr.key_begin, (int)pr.key_end, (int)p->seq_k, (int)ce, (int)pr.q_offset,
+                 (int)pr.num_splits, be, be == 1 && tasks ? " (tasks)" : "", ta_status_string(st));
+    }
+    {
+        char what[160];
+        snprintf(what, sizeof what, "keys [%d, %d) of %d (B_c %d), q_offset %d, %d splits%s",
+                 (int)pr.key_begin, (int)pr.key_end, (int)p->seq_k, (int)ce, (int)pr.q_offset,
+                 (int)pr.num_splits, tasks ? " (CPU tasks)" : "");
+        fwd_out_same(&r[0], &r[1], what);
+    }
+    if (pr.key_begin == 0 && (pr.key_end == 0 || pr.key_end == p->seq_k) && pr.q_offset == 0 &&
+        pr.num_splits == 0)
+        FZ_CHECK(memcmp(fz_data(&r[0].o), fz_data(&ref->b[B_O]), o_bytes) == 0 &&
+                     memcmp(fz_data(&r[0].lse), fz_data(&ref->b[B_LSE]), lse_bytes) == 0,
+                 "key_end %d (every key) is not the plain forward", (int)pr.key_end);
+    fwd_out_free(&r[0]);
+    fwd_out_free(&r[1]);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz f = {data, size};
@@ -995,6 +1236,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_fwd_variants(&f, &p, &in, &bshd, &ref, seed, eb);
     if (p.conv_q > 0) check_chunks(&f, &p, &in, &bshd, &ref, seed, eb);
     check_rope(&f, &p, &in, &bshd, seed, eb);
+    check_key_shares(&f, &p, &in, &bshd, seed, eb);
+    check_key_range_fast(&f, &p, &in, &bshd, &ref, seed, eb);
     FZ_CHECK((bad = all_guards(&ref)) < 0, "REF wrote past buffer %d", bad);
     FZ_CHECK((bad = all_guards(&cpu)) < 0, "CPU wrote past buffer %d", bad);
     FZ_CHECK((bad = all_guards(&tsk)) < 0, "caller-run tasks wrote past buffer %d", bad);

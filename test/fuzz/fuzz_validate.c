@@ -16,8 +16,14 @@
  * About one backward in five is accumulating (args.accumulate = 1, the lo
  * words placed like the other pointers; docs/api.md, "Backward over key and
  * query ranges"), one in sixteen has an accumulate value neither 0 nor 1.
+ * Now and then q_offset, key_begin or key_end is one of the replaced fields.
  * Then per input one valid accumulating ta_bwd and one ta_bwd_finish with one
- * thing broken must give the documented status (check_accumulate_rules).
+ * thing broken must give the documented status (check_accumulate_rules), and
+ * one problem with q_offset, key_begin, key_end set, valid or broken (off the
+ * K tiles, out of bounds, q_offset past TA_SEQ_MAX, two at once, with
+ * latent_dim or the band), must give the documented status from the size
+ * queries, the task plans, ta_fwd and ta_bwd, writing nothing when refused
+ * (check_key_rules; docs/api.md, "Key ranges and the query offset").
  */
 #include <math.h>
 #include <stddef.h>
@@ -26,6 +32,7 @@
 
 #include "fuzz_util.h"
 #include "tileattn.h"
+#include "tileattn_tiling.h"
 
 #define ARENA 65536
 static _Alignas(64) unsigned char g_arena[ARENA];
@@ -65,6 +72,8 @@ static void make_problem(fz *f, ta_problem *p) {
         case 15: p->num_threads = v; break;
         case 16: p->window_left = v; break;
         case 17: p->window_right = v; break;
+        case 18: p->q_offset = v; break;
+        case 19: *(fz_range(f, 0, 1) ? &p->key_begin : &p->key_end) = v; break;
         default: break;
         }
     }
@@ -647,6 +656,222 @@ static void check_accumulate_rules(uint64_t seed) {
     }
 }
 
+/* ---- Key ranges and the query offset, status for status ---- */
+
+/* The documented status of a problem that is valid but for q_offset,
+ * key_begin, key_end (docs/api.md, "Key ranges and the query offset"), from
+ * this file's own arithmetic: with latent_dim or TA_RBAND any non-zero field
+ * is TA_ERR_UNSUPPORTED; else the bounds (|S_k - S_q + q_offset| <=
+ * TA_SEQ_MAX, 0 <= key_end <= S_k, 0 <= key_begin < key_end or S_k) are
+ * TA_ERR_BAD_ARG in that order, then key_begin off the K tiles of width ce,
+ * key_end off them and not S_k, TA_ERR_UNSUPPORTED; the backward refuses a
+ * non-zero key_begin or key_end (TA_ERR_UNSUPPORTED) after the forward's
+ * checks and takes q_offset. *field: the field the explanation names. */
+static ta_status key_rules(const ta_problem *p, int32_t ce, int bwd, const char **field) {
+    const int64_t diag = (int64_t)p->seq_k - p->seq_q + p->q_offset;
+    const int32_t end = p->key_end != 0 ? p->key_end : p->seq_k;
+    const char *nonzero = p->q_offset != 0    ? "q_offset"
+                          : p->key_begin != 0 ? "key_begin"
+                          : p->key_end != 0   ? "key_end"
+                                              : NULL;
+    *field = nonzero;
+    if (p->latent_dim > 0 || (p->flags & TA_RBAND)) return nonzero ? TA_ERR_UNSUPPORTED : TA_OK;
+    if (diag < -(int64_t)TA_SEQ_MAX || diag > (int64_t)TA_SEQ_MAX)
+        return *field = "q_offset", TA_ERR_BAD_ARG;
+    if (p->key_end < 0 || p->key_end > p->seq_k) return *field = "key_end", TA_ERR_BAD_ARG;
+    if (p->key_begin < 0 || p->key_begin >= end) return *field = "key_begin", TA_ERR_BAD_ARG;
+    if (p->key_begin % ce != 0) return *field = "key_begin", TA_ERR_UNSUPPORTED;
+    if (end != p->seq_k && end % ce != 0) return *field = "key_end", TA_ERR_UNSUPPORTED;
+    if (bwd && (p->key_begin != 0 || p->key_end != 0)) /* q_offset alone: fine */
+        return *field = p->key_begin != 0 ? "key_begin" : "key_end", TA_ERR_UNSUPPORTED;
+    return TA_OK;
+}
+
+/* A key position off the K tiles of width ce (ce >= 2) in [1, hi), or -1 if
+ * there is none. */
+static int32_t off_tile(fz *g, int32_t ce, int32_t hi) {
+    int32_t x;
+    if (hi <= 1) return -1;
+    x = fz_range(g, 1, hi - 1);
+    if (x % ce == 0) x = x + 1 < hi ? x + 1 : x - 1;
+    return x % ce != 0 ? x : -1;
+}
+
+/* One small valid problem drawn from seed, every buffer in its own arena slot,
+ * then q_offset, key_begin, key_end set: on the K tiles (key_end 0, S_k or a
+ * tile boundary) with q_offset small or at |S_k - S_q + q_offset| = TA_SEQ_MAX,
+ * or one or two things broken: key_begin or key_end off the tiles, out of
+ * bounds, q_offset past the bound, a bound and a tile boundary at once (the
+ * bound first); sometimes with latent_dim or the band (TA_ERR_UNSUPPORTED for
+ * any non-zero field). The size queries, ta_explain_*, ta_fwd and ta_bwd (and
+ * the CPU task plans) each return key_rules' status, the explanation names its
+ * field; a refusal writes nothing; an accepted forward (run on REF or CPU)
+ * writes only o, lse and its workspace. */
+static void check_key_rules(uint64_t seed) {
+    uint8_t bytes[64];
+    fz g = {bytes, sizeof bytes};
+    ta_problem p;
+    ta_backend be;
+    ta_fwd_args fa;
+    ta_bwd_args ba;
+    ta_task_plan tp;
+    size_t cursor = 64, need_f = 0, need_b = 0, need, eb, n_q, n_k, n_conv, got;
+    unsigned char *q, *k, *v, *o, *d_o, *lse, *conv, *dq, *dk, *dv, *dconv, *ws;
+    void *outs[3];
+    size_t out_n[3];
+    char msg[200];
+    const char *field;
+    ta_status want, st, st_x;
+    int64_t base;
+    int32_t ce, n_tiles, mut, bq, bk, x, pass;
+    int i;
+    for (i = 0; i < (int)sizeof bytes; i += 8) {
+        const uint64_t r = fz_mix(&seed);
+        memcpy(bytes + i, &r, 8);
+    }
+    fz_small_problem(&g, &p, 16, 8);
+    mut = fz_range(&g, 0, 11);
+    if (mut >= 10) { /* latent attention (10) or the band (11): no conv */
+        p.conv_q = p.conv_k = 0;
+        if (mut == 10) {
+            p.latent_dim = fz_range(&g, 1, 16);
+        } else {
+            p.flags = TA_CAUSAL | TA_RBAND;
+            p.window_left = p.window_right = 0;
+            if (p.seq_q > p.seq_k) p.seq_q = p.seq_k;
+            p.rband_alpha = 0.5f;
+            p.rband_width = fz_range(&g, 0, 4);
+            p.q_history = p.seq_k - p.seq_q < p.rband_width ? p.seq_k - p.seq_q : p.rband_width;
+        }
+    }
+    be = (ta_backend)fz_range(&g, TA_BACKEND_REF, TA_BACKEND_CPU);
+    /* a refused geometry; the band's backward needs S_q = S_k (either refuses
+     * the fields before that) */
+    if (ta_fwd_workspace_size(&p, be, &need_f) != TA_OK ||
+        (ta_bwd_workspace_size(&p, be, &need_b) != TA_OK && mut < 10))
+        return;
+    ta_tiling_default_blocks(p.conv_q, p.conv_k, &bq, &bk);
+    ce = (p.block_k ? p.block_k : bk) - (p.conv_k > 0 ? p.conv_k - 1 : 0);
+    n_tiles = (p.seq_k - 1) / ce + 1;
+    base = (int64_t)p.seq_k - p.seq_q;
+    /* a valid range first, then what mut breaks */
+    p.key_begin = ce * fz_range(&g, 0, n_tiles - 1);
+    x = fz_range(&g, p.key_begin / ce + 1, n_tiles + 1);
+    p.key_end = x == n_tiles + 1 ? 0 : x == n_tiles ? p.seq_k : x * ce;
+    switch (fz_range(&g, 0, 3)) {
+    case 0: p.q_offset = (int32_t)((int64_t)TA_SEQ_MAX - base); break;
+    case 1: p.q_offset = (int32_t)(-(int64_t)TA_SEQ_MAX - base); break;
+    default: p.q_offset = fz_range(&g, -40, 40); break;
+    }
+    switch (mut % 10) {
+    case 1: /* key_begin off the tiles */
+    case 7: /* and key_end out of bounds (the bound first) */
+        p.key_end = 0;
+        if ((x = off_tile(&g, ce, p.seq_k)) >= 0) p.key_begin = x;
+        if (mut == 7) p.key_end = fz_range(&g, 0, 1) ? p.seq_k + fz_range(&g, 1, 40) : -1;
+        break;
+    case 2: /* key_end off the tiles (not S_k) */
+        p.key_begin = 0;
+        if ((x = off_tile(&g, ce, p.seq_k)) >= 0) p.key_end = x;
+        break;
+    case 3: { /* key_end out of bounds */
+        static const int32_t ends[] = {-1, -64, INT32_MIN, INT32_MAX};
+        const int32_t y = fz_range(&g, 0, 5);
+        p.key_end = y < 4 ? ends[y] : p.seq_k + (y == 4 ? 1 : ce);
+        break;
+    }
+    case 4: { /* key_begin out of bounds */
+        const int32_t end = p.key_end != 0 ? p.key_end : p.seq_k, y = fz_range(&g, 0, 5);
+        p.key_begin = y == 0   ? -1
+                      : y == 1 ? -ce
+                      : y == 2 ? INT32_MIN
+                      : y == 3 ? INT32_MAX
+                      : y == 4 ? end
+                               : end + ce;
+        break;
+    }
+    case 5: /* q_offset past the bound */
+    case 6: /* and key_begin off the tiles (the bound first) */
+        switch (fz_range(&g, 0, 3)) {
+        case 0: p.q_offset = (int32_t)((int64_t)TA_SEQ_MAX - base + fz_range(&g, 1, 40)); break;
+        case 1: p.q_offset = (int32_t)(-(int64_t)TA_SEQ_MAX - base - fz_range(&g, 1, 40)); break;
+        case 2: p.q_offset = INT32_MAX; break;
+        default: p.q_offset = INT32_MIN; break;
+        }
+        if (mut == 6) {
+            p.key_end = 0;
+            if ((x = off_tile(&g, ce, p.seq_k)) >= 0) p.key_begin = x;
+        }
+        break;
+    case 8: p.q_offset = p.key_begin = p.key_end = 0; break; /* the plain problem */
+    default: break;                                          /* 0, 9: valid */
+    }
+    if (mut >= 10 && p.q_offset == 0 && p.key_begin == 0 && p.key_end == 0) p.q_offset = 1;
+    eb = p.dtype == TA_F32 ? 4u : 2u;
+    n_q = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q;
+    n_k = (size_t)p.batch * (size_t)p.heads_kv * (size_t)p.seq_k;
+    n_conv = (size_t)p.heads_q * (size_t)p.conv_q * (size_t)p.conv_k * 4;
+    {
+        const size_t dk_in = (size_t)(p.latent_dim > 0 ? p.latent_dim : p.head_dim);
+        const size_t dv_in = (size_t)(p.latent_dim > 0 ? p.latent_dim : p.head_dim_v);
+        memset(g_arena, 0x3F, ARENA); /* finite in every dtype */
+        q = slot(&cursor, n_q * (size_t)p.head_dim * eb);
+        k = slot(&cursor, n_k * dk_in * eb);
+        v = slot(&cursor, n_k * dv_in * eb);
+        o = slot(&cursor, n_q * (size_t)p.head_dim_v * eb);
+        d_o = slot(&cursor, n_q * (size_t)p.head_dim_v * eb);
+        lse = slot(&cursor, n_q * 4);
+        conv = slot(&cursor, n_conv);
+        dconv = slot(&cursor, n_conv);
+        dq = slot(&cursor, n_q * (size_t)p.head_dim * eb);
+        dk = slot(&cursor, n_k * dk_in * eb);
+        dv = slot(&cursor, n_k * dv_in * eb);
+    }
+    need = need_f > need_b ? need_f : need_b;
+    ws = slot(&cursor, need);
+    if (!q || !k || !v || !o || !d_o || !lse || !conv || !dconv || !dq || !dk || !dv || !ws)
+        return; /* does not fit the arena */
+    memset(&fa, 0, sizeof fa);
+    memset(&ba, 0, sizeof ba);
+    fa.q = ba.q = q, fa.k = ba.k = k, fa.v = ba.v = v;
+    fa.o = o, fa.lse = (float *)lse;
+    ba.o = o, ba.d_o = d_o, ba.lse = (const float *)lse;
+    ba.dq = dq, ba.dk = dk, ba.dv = dv;
+    if (p.conv_q) fa.conv_w = ba.conv_w = (const float *)conv, ba.dconv_w = (float *)dconv;
+    for (pass = 0; pass < 2; ++pass) {
+        want = key_rules(&p, ce, pass, &field);
+        /* the size query and its explanation */
+        got = 0xC0FFEE;
+        memcpy(g_before, g_arena, ARENA);
+        st_x = pass ? ta_explain_bwd_workspace_size(&p, be, msg, sizeof msg)
+                    : ta_explain_fwd_workspace_size(&p, be, msg, sizeof msg);
+        st = pass ? ta_bwd_workspace_size(&p, be, &got) : ta_fwd_workspace_size(&p, be, &got);
+        check_status_and_writes(pass ? "key fields, ta_bwd_workspace_size"
+                                     : "key fields, ta_fwd_workspace_size",
+                                mut, st, st_x, want, msg, NULL, NULL, 0);
+        FZ_CHECK(st == TA_OK || got == 0xC0FFEE, "a refused size query wrote bytes");
+        FZ_CHECK(want == TA_OK || strstr(msg, field) != NULL,
+                 "key fields (mutation %d): \"%s\" does not name %s", (int)mut, msg, field);
+        st = pass ? ta_bwd_task_plan(&p, TA_BACKEND_CPU, &tp)
+                  : ta_fwd_task_plan(&p, TA_BACKEND_CPU, &tp);
+        FZ_CHECK(st == want, "key fields (mutation %d): %s task plan %d, want %d", (int)mut,
+                 pass ? "backward" : "forward", (int)st, (int)want);
+        /* the call (the plain backward is covered elsewhere: not run) */
+        if (pass && want == TA_OK) continue;
+        memcpy(g_before, g_arena, ARENA);
+        st_x = pass ? ta_explain_bwd(&p, be, &ba, ws, need, NULL, msg, sizeof msg)
+                    : ta_explain_fwd(&p, be, &fa, ws, need, NULL, msg, sizeof msg);
+        FZ_CHECK(memcmp(g_before, g_arena, ARENA) == 0, "ta_explain wrote the arena");
+        st = pass ? ta_bwd(&p, be, &ba, ws, need, NULL) : ta_fwd(&p, be, &fa, ws, need, NULL);
+        outs[0] = o, outs[1] = lse, outs[2] = ws;
+        out_n[0] = n_q * (size_t)p.head_dim_v * eb, out_n[1] = n_q * 4, out_n[2] = need;
+        check_status_and_writes(pass ? "key fields, ta_bwd" : "key fields, ta_fwd", mut, st, st_x,
+                                want, msg, outs, out_n, 3);
+        FZ_CHECK(want == TA_OK || strstr(msg, field) != NULL,
+                 "key fields (mutation %d): \"%s\" does not name %s", (int)mut, msg, field);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz f = {data, size};
@@ -662,5 +887,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (entry = 0; entry < 4; ++entry)
         run_entry(&c, entry);
     check_accumulate_rules(seed ^ UINT64_C(0x5eed5eed5eed5eed));
+    check_key_rules(seed ^ UINT64_C(0x6b6579736b657973));
     return 0;
 }
