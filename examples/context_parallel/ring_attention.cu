@@ -195,6 +195,8 @@ __global__ void store_as(void *y, const float *x, size_t n, int bf16) {
 /* The run: N ranks (GPUs), chunk length C, heads H, head dim D. */
 typedef struct cfg {
     int n, bf16, causal, fast;
+    int window;  /* a sliding window (with causal): window_left = wl */
+    int32_t wl;
     int32_t c, h, d;
     size_t elem;   /* bytes per element */
     size_t chunk;  /* elements per chunk of q, k, v, o, dO: H C D */
@@ -230,7 +232,12 @@ static size_t acc_words(const cfg *c) { return c->fast ? 1 : 2; }
 
 static int32_t chunk_of(const cfg *c, int r, int x) { return x == 0 ? r : 2 * c->n - 1 - r; }
 
-static ta_problem pair_problem(const cfg *c, int diag) {
+/* The pair of a q chunk and a k chunk dist = qc - kc chunks before it (0:
+ * the diagonal). With a window every pair is placed by q_offset = dist C
+ * (row r at the key position of row qc C + r) under TA_CAUSAL | TA_WINDOW;
+ * without one an off-diagonal pair needs no mask (keeping fast mode's
+ * tensor-core kernels, which take no q_offset). */
+static ta_problem pair_problem(const cfg *c, int32_t dist) {
     ta_problem p;
     memset(&p, 0, sizeof p);
     p.batch = 1;
@@ -239,13 +246,20 @@ static ta_problem pair_problem(const cfg *c, int diag) {
     p.head_dim = p.head_dim_v = c->d;
     p.dtype = c->bf16 ? TA_BF16 : TA_F32;
     p.precision = c->fast ? TA_PRECISION_FAST : TA_PRECISION_EXACT;
-    p.flags = diag && c->causal ? TA_CAUSAL : 0;
+    if (c->window) {
+        p.flags = TA_CAUSAL | TA_WINDOW;
+        p.window_left = c->wl;
+        p.window_right = -1;
+        p.q_offset = dist * c->c;
+    } else {
+        p.flags = dist == 0 && c->causal ? TA_CAUSAL : 0;
+    }
     return p;
 }
 
-/* 1 if q chunk qc meets k chunk kc (*diag: on the diagonal). */
-static int visible(const cfg *c, int32_t qc, int32_t kc, int *diag) {
-    *diag = qc == kc;
+/* 1 if q chunk qc meets k chunk kc (*dist = qc - kc: 0 on the diagonal). */
+static int visible(const cfg *c, int32_t qc, int32_t kc, int32_t *dist) {
+    *dist = qc - kc;
     return !c->causal || kc <= qc;
 }
 
@@ -253,7 +267,7 @@ static char *at(void *base, size_t elems, size_t elem) { return (char *)base + e
 
 static void rank_alloc(const cfg *c, rank *r, int dev) {
     size_t fb = 0, bb = 0, x;
-    ta_problem p = pair_problem(c, 1);
+    ta_problem p = pair_problem(c, 0); /* the diagonal */
     memset(r, 0, sizeof *r);
     r->dev = dev;
     CK(cudaSetDevice(dev));
@@ -284,7 +298,7 @@ static void rank_alloc(const cfg *c, rank *r, int dev) {
     /* the workspace: the max over the pair problems (accumulate changes no size) */
     TK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &fb));
     TK(ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &bb));
-    p = pair_problem(c, 0);
+    p = pair_problem(c, 1); /* off the diagonal */
     TK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &x));
     if (x > fb) fb = x;
     TK(ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &x));
@@ -324,8 +338,9 @@ static void rank_free(rank *r) {
 
 /* The pair (q chunk x of rank r, k chunk y of the block in buffer b): ta_fwd
  * into part kc of q chunk x. */
-static void fwd_pair(const cfg *c, rank *r, int x, const void *kvb, int y, int32_t kc, int diag) {
-    const ta_problem p = pair_problem(c, diag);
+static void fwd_pair(const cfg *c, rank *r, int x, const void *kvb, int y, int32_t kc,
+                     int32_t dist) {
+    const ta_problem p = pair_problem(c, dist);
     ta_fwd_args a;
     memset(&a, 0, sizeof a);
     a.q = r->q[x];
@@ -352,8 +367,9 @@ static ta_bwd_args bwd_inputs(const cfg *c, const rank *r, int x, const void *kv
 
 /* Fast mode's pair: ta_bwd into the storage type, then dq_acc[x], dkv[y] and
  * dkv[2 + y] += its outputs. */
-static void bwd_pair_sum(const cfg *c, rank *r, int x, const void *kvb, float *dkv, int y, int diag) {
-    const ta_problem p = pair_problem(c, diag);
+static void bwd_pair_sum(const cfg *c, rank *r, int x, const void *kvb, float *dkv, int y,
+                         int32_t dist) {
+    const ta_problem p = pair_problem(c, dist);
     const unsigned blocks = 1024, threads = 256;
     ta_bwd_args a = bwd_inputs(c, r, x, kvb, y);
     a.dq = r->gq;
@@ -369,8 +385,9 @@ static void bwd_pair_sum(const cfg *c, rank *r, int x, const void *kvb, float *d
 
 /* Exact mode's pair: one accumulating ta_bwd into the (hi, lo) pairs of q
  * chunk x (dq_acc[x]) and of k chunk y of the travelling block (dkv). */
-static void bwd_pair_acc(const cfg *c, rank *r, int x, const void *kvb, float *dkv, int y, int diag) {
-    const ta_problem p = pair_problem(c, diag);
+static void bwd_pair_acc(const cfg *c, rank *r, int x, const void *kvb, float *dkv, int y,
+                         int32_t dist) {
+    const ta_problem p = pair_problem(c, dist);
     float *lo = dkv + 4 * c->chunk; /* the block's lo words */
     ta_bwd_args a = bwd_inputs(c, r, x, kvb, y);
     a.accumulate = TA_BWD_ACCUMULATE;
@@ -385,11 +402,12 @@ static void bwd_pair_acc(const cfg *c, rank *r, int x, const void *kvb, float *d
 
 /* The backward pair (q chunk x of rank r, k chunk y of the block kvb, whose
  * accumulators are dkv). */
-static void bwd_pair(const cfg *c, rank *r, int x, const void *kvb, float *dkv, int y, int diag) {
+static void bwd_pair(const cfg *c, rank *r, int x, const void *kvb, float *dkv, int y,
+                     int32_t dist) {
     if (c->fast)
-        bwd_pair_sum(c, r, x, kvb, dkv, y, diag);
+        bwd_pair_sum(c, r, x, kvb, dkv, y, dist);
     else
-        bwd_pair_acc(c, r, x, kvb, dkv, y, diag);
+        bwd_pair_acc(c, r, x, kvb, dkv, y, dist);
 }
 
 /* The end of rank r's backward, its own block's accumulators in dkv: dq, dk,
@@ -421,7 +439,7 @@ static void bwd_finish(const cfg *c, rank *r, const float *dkv) {
 
 /* q chunk x of rank r: o, lse = ta_merge of its parts 0 .. last (ascending). */
 static void merge(const cfg *c, rank *r, int x, int32_t nparts) {
-    const ta_problem p = pair_problem(c, 1);
+    const ta_problem p = pair_problem(c, 0);
     ta_merge_args m;
     memset(&m, 0, sizeof m);
     m.num_parts = nparts;
@@ -473,8 +491,8 @@ static void ring_fwd(const cfg *c, rank *rk, ncclComm_t *comms, int comm) {
             for (x = 0; x < 2; ++x)
                 for (y = 0; y < 2; ++y) {
                     const int32_t qc = chunk_of(c, r, x), kc = chunk_of(c, src, y);
-                    int diag;
-                    if (visible(c, qc, kc, &diag)) fwd_pair(c, &rk[r], x, rk[r].kv[b], y, kc, diag);
+                    int32_t dist;
+                    if (visible(c, qc, kc, &dist)) fwd_pair(c, &rk[r], x, rk[r].kv[b], y, kc, dist);
                 }
             CK(cudaEventRecord(rk[r].used[b], rk[r].comp));
             if (comm && s + 1 < c->n) CK(cudaStreamWaitEvent(rk[r].comp, rk[r].arrived[b ^ 1], 0));
@@ -510,9 +528,9 @@ static int ring_bwd(const cfg *c, rank *rk, ncclComm_t *comms, int comm) {
             for (x = 0; x < 2; ++x)
                 for (y = 0; y < 2; ++y) {
                     const int32_t qc = chunk_of(c, r, x), kc = chunk_of(c, src, y);
-                    int diag;
-                    if (visible(c, qc, kc, &diag))
-                        bwd_pair(c, &rk[r], x, rk[r].kv[b], rk[r].dkv[b], y, diag);
+                    int32_t dist;
+                    if (visible(c, qc, kc, &dist))
+                        bwd_pair(c, &rk[r], x, rk[r].kv[b], rk[r].dkv[b], y, dist);
                 }
             CK(cudaEventRecord(rk[r].used[b], rk[r].comp));
             CK(cudaStreamWaitEvent(rk[r].comm, rk[r].used[b], 0));
@@ -642,13 +660,15 @@ static int same(const void *a, const void *b, size_t bytes, const char *what, in
     return 0;
 }
 
-static cfg small_cfg(int n, int bf16, int fast, int causal) {
+static cfg small_cfg(int n, int bf16, int fast, int causal, int32_t wl) {
     cfg c;
     memset(&c, 0, sizeof c);
     c.n = n;
     c.bf16 = bf16;
     c.fast = fast;
-    c.causal = causal;
+    c.causal = causal || wl >= 0;
+    c.window = wl >= 0;
+    c.wl = wl;
     c.c = 128;
     c.h = 2;
     c.d = 64;
@@ -674,8 +694,8 @@ static void run_ring(const cfg *c, rank *rk, ncclComm_t *comms, const int *devs,
 /* A visible chunk pair of a ring step: q chunk x of the rank, k chunk y of
  * the block it meets (the sequence's chunk kc; diag: on the diagonal). */
 typedef struct step_pair {
-    int x, y, diag;
-    int32_t kc;
+    int x, y;
+    int32_t kc, dist;
 } step_pair;
 
 /* The visible pairs of rank r meeting the block of rank src, in the ring's
@@ -685,11 +705,11 @@ static int step_pairs(const cfg *c, int r, int src, step_pair *out) {
     for (x = 0; x < 2; ++x)
         for (y = 0; y < 2; ++y) {
             const int32_t qc = chunk_of(c, r, x), kc = chunk_of(c, src, y);
-            int diag;
-            if (!visible(c, qc, kc, &diag)) continue;
+            int32_t dist;
+            if (!visible(c, qc, kc, &dist)) continue;
             out[n].x = x;
             out[n].y = y;
-            out[n].diag = diag;
+            out[n].dist = dist;
             out[n].kc = kc;
             ++n;
         }
@@ -709,7 +729,7 @@ static void emulate(const cfg *c, rank *em) {
             const int src = (r + n - s) % n;
             np = step_pairs(c, r, src, pr);
             for (i = 0; i < np; ++i)
-                fwd_pair(c, &em[r], pr[i].x, em[src].kv[0], pr[i].y, pr[i].kc, pr[i].diag);
+                fwd_pair(c, &em[r], pr[i].x, em[src].kv[0], pr[i].y, pr[i].kc, pr[i].dist);
         }
     for (r = 0; r < n; ++r)
         for (x = 0; x < 2; ++x) merge(c, &em[r], x, c->causal ? chunk_of(c, r, x) + 1 : 2 * n);
@@ -726,7 +746,7 @@ static void emulate(const cfg *c, rank *em) {
             np = step_pairs(c, r, src, pr);
             for (i = 0; i < np; ++i) {
                 CK(cudaStreamSynchronize(em[src].comp));
-                bwd_pair(c, &em[r], pr[i].x, em[src].kv[0], em[src].dkv[0], pr[i].y, pr[i].diag);
+                bwd_pair(c, &em[r], pr[i].x, em[src].kv[0], em[src].dkv[0], pr[i].y, pr[i].dist);
                 CK(cudaStreamSynchronize(em[r].comp));
             }
         }
@@ -828,9 +848,10 @@ static double rel_err(const float *a, const float *ref, size_t n) {
 
 /* The whole sequence's problem: S_q = S_k = 2 N C. */
 static ta_problem seq_problem(const cfg *c) {
-    ta_problem p = pair_problem(c, 1);
+    ta_problem p = pair_problem(c, 0);
     p.seq_q = p.seq_k = 2 * c->n * c->c;
-    p.flags = c->causal ? TA_CAUSAL : 0;
+    p.flags = (c->causal ? TA_CAUSAL : 0u) | (c->window ? TA_WINDOW : 0u);
+    p.q_offset = 0;
     return p;
 }
 
@@ -1066,7 +1087,7 @@ static int check_fast_fwd(const cfg *c, const rank *em, const outs *got) {
  * fast-backward bound is per call against the float64 oracle's magnitudes,
  * not a simple bound for these sums. */
 static void report_fast_bwd(const cfg *c, ncclComm_t *comms, const int *devs, const outs *got) {
-    const cfg e = small_cfg(c->n, 0, 0, c->causal);
+    const cfg e = small_cfg(c->n, 0, 0, c->causal, c->window ? c->wl : -1);
     const size_t nt = (size_t)c->h * 2 * c->n * c->c * c->d;
     rank rk[MAXR];
     outs ex[MAXR];
@@ -1092,8 +1113,9 @@ static void report_fast_bwd(const cfg *c, ncclComm_t *comms, const int *devs, co
  * GPU (N ranks emulated on device 0, no NCCL: the blocks copied around);
  * then the checks of the configuration (exact f32: against whole-sequence
  * calls; fast bf16: against float64 and the exact ring). */
-static int check_one(int n, int bf16, int fast, int causal, ncclComm_t *comms, const int *devs) {
-    const cfg c = small_cfg(n, bf16, fast, causal);
+static int check_one(int n, int bf16, int fast, int causal, int32_t wl, ncclComm_t *comms,
+                     const int *devs) {
+    const cfg c = small_cfg(n, bf16, fast, causal, wl);
     const size_t wb = 3 * acc_words(&c) * c.chunk * sizeof(float);
     rank rk[MAXR], em[MAXR];
     outs got[MAXR], want[MAXR];
@@ -1116,8 +1138,9 @@ static int check_one(int n, int bf16, int fast, int causal, ncclComm_t *comms, c
             ok &= same(got[r].words[x], want[r].words[x], wb,
                        fast ? "the f32 sums" : "the hi and lo words", r, x);
         }
-    printf("%d ranks, %s %s, %s: ring == one GPU, same chunk calls and order: %s\n", n,
-           bf16 ? "bf16" : "f32", fast ? "fast" : "exact", causal ? "causal" : "full",
+    printf("%d ranks, %s %s, %s%s: ring == one GPU, same chunk calls and order: %s\n", n,
+           bf16 ? "bf16" : "f32", fast ? "fast" : "exact", c.causal ? "causal" : "full",
+           c.window ? " window" : "",
            ok ? (fast ? "o, lse, dq, dk, dv and the f32 sums bit for bit"
                       : "o, lse, dq, dk, dv and the hi and lo words bit for bit")
               : "DIFFERENT");
@@ -1543,7 +1566,7 @@ static void bench_one(int n, int32_t S, int32_t H, int32_t D, ncclComm_t *comms,
     c.chunk = (size_t)c.h * c.c * c.d;
     c.chunkl = (size_t)c.h * c.c;
     { /* one GPU, one call over S */
-        ta_problem p = pair_problem(&c, 1);
+        ta_problem p = pair_problem(&c, 0);
         const size_t nt = (size_t)H * S * D;
         void *q, *k, *v, *o, *d_o, *dq, *dk, *dv, *ws;
         float *lse;
@@ -1664,10 +1687,12 @@ static void bench_all(int n, ncclComm_t *comms, const int *devs, int32_t smax) {
 /* The checks with n ranks on devs (g_emul: all on one device). */
 static int check_all(int n, ncclComm_t *comms, const int *devs) {
     int ok = 1;
-    ok &= check_one(n, 0, 0, 1, comms, devs);
-    ok &= check_one(n, 0, 0, 0, comms, devs);
-    ok &= check_one(n, 1, 1, 1, comms, devs);
-    ok &= check_one(n, 1, 0, 1, comms, devs);
+    ok &= check_one(n, 0, 0, 1, -1, comms, devs);
+    ok &= check_one(n, 0, 0, 0, -1, comms, devs);
+    ok &= check_one(n, 1, 1, 1, -1, comms, devs);
+    ok &= check_one(n, 1, 0, 1, -1, comms, devs);
+    ok &= check_one(n, 0, 0, 1, 150, comms, devs); /* windows with ranges, fwd + bwd */
+    ok &= check_one(n, 1, 0, 1, 150, comms, devs);
     ok &= check_mta(n, 6, 11, 2, -1, comms, devs);
     ok &= check_mta(n, 7, 7, 1, -1, comms, devs);
     ok &= check_mta(n, 2, 3, 3, -1, comms, devs);
