@@ -13,7 +13,8 @@
  *
  * then per q chunk ta_merge of its parts in key order. REF and CPU, f32
  * exact mode, MTA (random c_q x c_k, causal, sometimes a sliding window)
- * and SDPA (causal or not, sometimes a window on both sides):
+ * and SDPA (causal or not, sometimes a window on both sides; on REF and CPU
+ * sometimes the rotary stage, each pair passing its absolute positions):
  *
  *   - the chunked result equals one ta_fwd over the whole sequence with
  *     num_splits = 2N, bit for bit (o and lse): the same K tiles per part,
@@ -52,7 +53,11 @@ typedef struct mcase {
     int32_t cq, ck, pk, ce;       /* conv (0,0 = SDPA), P_k, effective K tile width */
     int causal, window;
     int32_t wl, wr;
+    int rope;             /* the rotary stage (REF, CPU only): pairs rope_pairs, tables of S rows */
+    int32_t rope_pairs;
     float *q, *k, *v, *w; /* [H, S, D], [Hkv, S, D] x 2, [H, cq, ck] */
+    float *cs, *sn;       /* rope tables [S, rope_pairs] */
+    int32_t *pos;         /* 0 .. S - 1: absolute positions */
 } mcase;
 
 static ta_problem base_problem(const mcase *mc, size_t sq, size_t sk) {
@@ -71,6 +76,11 @@ static ta_problem base_problem(const mcase *mc, size_t sq, size_t sk) {
     p.flags = (mc->causal ? TA_CAUSAL : 0u) | (mc->window ? TA_WINDOW : 0u);
     p.window_left = mc->window ? mc->wl : 0;
     p.window_right = mc->window ? mc->wr : 0;
+    if (mc->rope) {
+        p.rope = mc->rope;
+        p.rope_pairs = mc->rope_pairs;
+        p.rope_rows = (int32_t)mc->s;
+    }
     return p;
 }
 
@@ -217,6 +227,12 @@ static void chunked(const mcase *mc, ta_backend be, ta_rng *r, float *o, float *
         fa.v = vc;
         fa.conv_w = mc->cq > 0 ? mc->w : NULL;
         fa.q_hist = qh > 0 ? qhc : NULL;
+        if (mc->rope) { /* the rows' and the halo'd keys' absolute positions */
+            fa.rope.cos = mc->cs;
+            fa.rope.sin = mc->sn;
+            fa.rope.pos_q = mc->pos + qa * C;
+            fa.rope.pos_k = mc->pos + k_lo;
+        }
         fa.o = all_o + (qa * nch + kb) * qn;
         fa.lse = all_l + (qa * nch + kb) * ln;
         TA_CHECK(run_fwd(&p, be, &fa) == TA_OK, "pair (%zu, %zu) on backend %d", qa, kb, (int)be);
@@ -266,14 +282,20 @@ static void draw(mcase *mc, ta_rng *r) {
     mc->window = ta_rng_int(r, 0, 2) == 0;
     mc->wl = ta_rng_int(r, 0, 1) ? ta_rng_int(r, 1, (int32_t)(2 * mc->c)) : -1;
     mc->wr = mc->causal ? -1 : ta_rng_int(r, 0, (int32_t)mc->c);
+#ifdef TA_RING_MTA_CUDA
+    mc->rope = 0; /* the device copies here carry no tables */
+#else
+    mc->rope = ta_rng_int(r, 0, 2) == 0 ? ta_rng_int(r, TA_ROPE_INTERLEAVED, TA_ROPE_HALF) : 0;
+#endif
+    mc->rope_pairs = (int32_t)mc->d / (ta_rng_int(r, 0, 1) ? 2 : 4);
 }
 
-static int n_mta, n_window;
+static int n_mta, n_window, n_rope;
 
 static int check_one(uint64_t seed, int idx) {
     mcase mc;
     ta_rng r;
-    size_t nq, nk, nl, nw, wb;
+    size_t nq, nk, nl, nw, wb, t;
     float *o_ref, *l_ref, *o_chr, *l_chr, *o_chc, *l_chc;
     ta_problem p;
     ta_fwd_args fa;
@@ -283,6 +305,7 @@ static int check_one(uint64_t seed, int idx) {
     draw(&mc, &r);
     n_mta += mc.cq > 0;
     n_window += mc.window;
+    n_rope += mc.rope != 0;
     nq = mc.h * mc.s * mc.d;
     nk = mc.hkv * mc.s * mc.d;
     nl = mc.h * mc.s;
@@ -291,6 +314,13 @@ static int check_one(uint64_t seed, int idx) {
     mc.k = malloc(nk * sizeof(float));
     mc.v = malloc(nk * sizeof(float));
     mc.w = malloc(nw * sizeof(float));
+    mc.cs = malloc(mc.s * (size_t)mc.rope_pairs * sizeof(float));
+    mc.sn = malloc(mc.s * (size_t)mc.rope_pairs * sizeof(float));
+    mc.pos = malloc(mc.s * sizeof(int32_t));
+    if (!mc.cs || !mc.sn || !mc.pos) exit(1);
+    ta_fill_uniform(&r, mc.cs, TA_F32, mc.s * (size_t)mc.rope_pairs, -1.0f, 1.0f);
+    ta_fill_uniform(&r, mc.sn, TA_F32, mc.s * (size_t)mc.rope_pairs, -1.0f, 1.0f);
+    for (t = 0; t < mc.s; ++t) mc.pos[t] = (int32_t)t;
     o_ref = malloc(nq * sizeof(float));
     l_ref = malloc(nl * sizeof(float));
     o_chr = malloc(nq * sizeof(float));
@@ -317,6 +347,10 @@ static int check_one(uint64_t seed, int idx) {
     fa.k = mc.k;
     fa.v = mc.v;
     fa.conv_w = mc.cq > 0 ? mc.w : NULL;
+    if (mc.rope) { /* positions NULL: token t at row t */
+        fa.rope.cos = mc.cs;
+        fa.rope.sin = mc.sn;
+    }
     fa.o = o_ref;
     fa.lse = l_ref;
     TA_CHECK(ta_fwd(&p, TA_BACKEND_REF, &fa, ws, wb, NULL) == TA_OK, "one call");
@@ -326,10 +360,11 @@ static int check_one(uint64_t seed, int idx) {
     ok = memcmp(o_ref, o_chr, nq * sizeof(float)) == 0 &&
          memcmp(l_ref, l_chr, nl * sizeof(float)) == 0;
     TA_CHECK(ok,
-             "problem %d (N=%zu C=%zu H=%zu/%zu D=%zu conv %dx%d %s window %d [%d, %d]): REF "
-             "chunks != one call with %zu splits",
+             "problem %d (N=%zu C=%zu H=%zu/%zu D=%zu conv %dx%d %s window %d [%d, %d] rope %d "
+             "pairs %d): REF chunks != one call with %zu splits",
              idx, mc.n, mc.c, mc.h, mc.hkv, mc.d, (int)mc.cq, (int)mc.ck,
-             mc.causal ? "causal" : "full", mc.window, (int)mc.wl, (int)mc.wr, 2 * mc.n);
+             mc.causal ? "causal" : "full", mc.window, (int)mc.wl, (int)mc.wr, mc.rope,
+             (int)mc.rope_pairs, 2 * mc.n);
     TA_CHECK(memcmp(o_chr, o_chc, nq * sizeof(float)) == 0 &&
                  memcmp(l_chr, l_chc, nl * sizeof(float)) == 0,
              "problem %d: %s chunks != REF chunks", idx, OTHER_NAME);
@@ -337,6 +372,9 @@ static int check_one(uint64_t seed, int idx) {
     free(mc.k);
     free(mc.v);
     free(mc.w);
+    free(mc.cs);
+    free(mc.sn);
+    free(mc.pos);
     free(o_ref);
     free(l_ref);
     free(o_chr);
@@ -636,10 +674,10 @@ int main(void) {
 #endif
     for (i = 0; i < 16; ++i)
         ok += check_one(seed, i);
-    printf("%s: %d of 16 problems (%d MTA, %d with a window): chunk pairs over key ranges (conv "
-           "halos, q_history, q_offset) + ta_merge == one ta_fwd with num_splits = 2N on REF, "
-           "%s == REF, bit for bit%s\n",
-           TEST_NAME, ok, n_mta, n_window, OTHER_NAME,
+    printf("%s: %d of 16 problems (%d MTA, %d with a window, %d with the rotary stage): chunk "
+           "pairs over key ranges (conv halos, q_history, q_offset) + ta_merge == one ta_fwd with "
+           "num_splits = 2N on REF, %s == REF, bit for bit%s\n",
+           TEST_NAME, ok, n_mta, n_window, n_rope, OTHER_NAME,
            OTHER == TA_BACKEND_CPU ? "; refusals checked" : "");
     ok = 0;
     for (i = 0; i < 24; ++i) {
