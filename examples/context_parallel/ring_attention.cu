@@ -44,10 +44,13 @@
  *              pair's o to bf16 before ta_merge; lse: 1e-5 lse_mag), and
  *              dq, dk, dv against the exact f32 ring on the same inputs
  *              (printed only: no simple documented bound for the ring's sums
- *              of bf16 pairs).
- *            - the MTA forward over the ring (6x11, 7x7, 2x3; exact f32: a
- *              halo exchange, halo'd K/V chunks, key ranges) against one
- *              ta_fwd with num_splits = 2N, bit for bit.
+ *              of bf16 pairs);
+ *            - SDPA under a sliding window (exact f32 and bf16, forward and
+ *              backward; every pair placed by q_offset), as above;
+ *            - the MTA forward over the ring (6x11, 7x7, 2x3, and 6x11 and
+ *              SDPA under a window; exact f32: a halo exchange, halo'd K/V
+ *              chunks, key ranges) against one ta_fwd with num_splits = 2N,
+ *              bit for bit.
  *   --bench  fast bf16, causal, D = 128: one GPU's single call over S against
  *            the ring on N GPUs, forward and backward, S = 32k .. 256k; the
  *            scaling efficiency T_1 / (N T_N) and the ring's time with the
