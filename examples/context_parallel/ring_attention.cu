@@ -123,35 +123,35 @@ static struct xq {
 static int g_nsend, g_nrecv;
 
 static void x_group_start(void) {
-    if (!g_emul) x_group_start();
+    if (!g_emul) NK(ncclGroupStart());
+}
+/* One emulated transfer side into its queue (src for a send, dst for a receive). */
+static void x_queue(struct xq *q, int *n, const void *src, void *dst, size_t bytes, int from,
+                    int to) {
+    if (*n == XMAX) exit(1);
+    q[*n].src = src;
+    q[*n].dst = dst;
+    q[*n].bytes = bytes;
+    q[*n].from = from;
+    q[(*n)++].to = to;
 }
 static void x_send(const void *p, size_t bytes, int from, int to, ncclComm_t *comms,
                    cudaStream_t s) {
-    if (!g_emul) {
+    if (!g_emul)
         NK(ncclSend(p, bytes, ncclChar, to, comms[from], s));
-        return;
-    }
-    if (g_nsend == XMAX) exit(1);
-    g_send[g_nsend].src = p;
-    g_send[g_nsend].bytes = bytes;
-    g_send[g_nsend].from = from;
-    g_send[g_nsend++].to = to;
+    else
+        x_queue(g_send, &g_nsend, p, NULL, bytes, from, to);
 }
 static void x_recv(void *p, size_t bytes, int to, int from, ncclComm_t *comms, cudaStream_t s) {
-    if (!g_emul) {
+    if (!g_emul)
         NK(ncclRecv(p, bytes, ncclChar, from, comms[to], s));
-        return;
-    }
-    if (g_nrecv == XMAX) exit(1);
-    g_recv[g_nrecv].dst = p;
-    g_recv[g_nrecv].bytes = bytes;
-    g_recv[g_nrecv].from = from;
-    g_recv[g_nrecv++].to = to;
+    else
+        x_queue(g_recv, &g_nrecv, NULL, p, bytes, from, to);
 }
 static void x_group_end(void) {
     int i, j;
     if (!g_emul) {
-        x_group_end();
+        NK(ncclGroupEnd());
         return;
     }
     CK(cudaDeviceSynchronize());
