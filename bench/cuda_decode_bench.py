@@ -22,6 +22,8 @@ rows the bottom-right causal mask would hide 120 of 16 x S_k scores, and
 PyTorch's is_causal aligns top-left, so both sides run unmasked). PyTorch gets
 enable_gqa=True for GQA.
 
+--mta-cfgs 1,2,... also times those tile_configs of the MTA decode kernel
+(its candidates; printed); --only-mta skips the baselines (and the CSV rows).
 With --mta, each shape also runs the MTA 6 x 11 decode step in fast mode
 (causal, q_history = 5: the c_q - 1 query rows above the new ones passed as
 history, TA_SPLITS_AUTO; the decode-shaped kernel with the conv on raw
@@ -107,6 +109,11 @@ def main():
                     help="the tile_configs --explore times")
     ap.add_argument("--mta", action="store_true",
                     help="also time the MTA 6x11 decode step on the same cache")
+    ap.add_argument("--mta-cfgs", default="",
+                    help="with --mta: also time these tile_configs of the MTA decode kernel "
+                         "(its candidates, cuda/ta_cuda_fast_decode.cu; printed, not in the CSV)")
+    ap.add_argument("--only-mta", action="store_true",
+                    help="with --mta: skip the flash / cuDNN baselines and the unsplit call")
     a = ap.parse_args()
     lib = load(a.lib)
     d, h = 128, 32
@@ -136,7 +143,18 @@ def main():
                     mta.k, mta.v = split.k, split.v
                     mta.fa.k, mta.fa.v = split.k.data_ptr(), split.v.data_ptr()
                     t["mta"] = median_ms(mta, a.warmup, a.reps)
+                    if a.mta_cfgs:
+                        seen = []
+                        for cfg in (int(x) for x in a.mta_cfgs.split(",")):
+                            mta.p.tile_config = cfg
+                            seen.append("%d %.3f" % (cfg, median_ms(mta, a.warmup, a.reps)))
+                        print("    MTA tile_config ms: " + ", ".join(seen)
+                              + " (split %.3f)" % t["split"], flush=True)
                     del mta
+                    if a.only_mta:
+                        del split, fast
+                        torch.cuda.empty_cache()
+                        continue
                 if a.explore:
                     seen = []
                     for n_split in (8, 16, 32, 64):
@@ -188,7 +206,7 @@ def main():
                           % (t["mta"], row["mta_vs_split"]), flush=True)
                 del split, fast, ref
                 torch.cuda.empty_cache()
-    if a.csv:
+    if a.csv and rows:
         with open(a.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()

@@ -210,6 +210,30 @@ TA_FAST_FN void ta_fast_load_rows(uint16_t *dst, const uint16_t *base, int64_t o
                                   int32_t row0, int32_t n_valid,
                                   const ta_cuda_pages &pg = ta_cuda_pages{}) {
     constexpr int LD = D + 8, CH = D / 8;
+    if constexpr (THREADS % CH == 0) {
+        /* Without pages a thread's chunks are one column c of rows r0,
+         * r0 + RS, ...: the row offset steps by RS rows, so each chunk costs
+         * a compare and an add, not the division and 64-bit product of the
+         * general loop below (which was a third of the MTA decode kernel's
+         * instructions; ncu, bench/results/decode_mta_ncu_h100_2026-11-25b.log).
+         * Same chunks, same thread for each. */
+        if (!pg.pages) {
+            constexpr int RS = THREADS / CH, NS = (R + RS - 1) / RS;
+            const int c = (int)threadIdx.x % CH, r0 = (int)threadIdx.x / CH;
+            const int64_t at0 = off + (int64_t)(row0 + r0) * seq + 8 * c, step = RS * seq;
+            const uint32_t d0 = ta_fast_smem_addr(dst + r0 * LD + 8 * c);
+#pragma unroll
+            for (int k = 0; k < NS; ++k) {
+                const int32_t row = row0 + r0 + k * RS;
+                if (R % RS == 0 || r0 + k * RS < R) {
+                    const bool ok = (!NEG || row >= 0) && row < n_valid;
+                    ta_fast_cp16(d0 + (uint32_t)(k * RS * LD * 2), ok ? base + at0 + k * step : base,
+                                 ok ? 16 : 0);
+                }
+            }
+            return;
+        }
+    }
     for (int i = (int)threadIdx.x; i < R * CH; i += THREADS) {
         const int r = i / CH, c = i % CH;
         const int32_t row = row0 + r;

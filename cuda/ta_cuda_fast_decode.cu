@@ -299,19 +299,23 @@ template <bool BF16> static int ta_fast_dec_candidates(int32_t d, ta_fast_launch
  * and G c_q c_k weights fit; head slot s owns its rows of each, its weights,
  * history rows and output addresses (its own tile context); the conv never
  * reads across slots. */
-template <int D, int MT, int NH> struct ta_fast_mdec_traits {
-    static constexpr int NW = 8, THREADS = 32 * NW, BM = TA_CUDA_DEC_ROWS, BN = 128, KW = BN / NW;
-    static constexpr int ST = D <= 64 ? 3 : 2;
+template <int D, int MT, int NH, int NW_, int ST_, bool TC_> struct ta_fast_mdec_traits {
+    static constexpr int NW = NW_, THREADS = 32 * NW, BM = TA_CUDA_DEC_ROWS, KW = 16, BN = KW * NW;
+    static constexpr int ST = ST_;
+    static constexpr bool TC = TC_;          /* the conv on tensor cores (tf32 mma) */
     static constexpr int LD = D + 8;
     static constexpr int HALO = 8 * NH;
     static constexpr int RC = KW + 2 * HALO; /* raw score columns per warp */
     static constexpr int KR = BN + 2 * HALO; /* key rows per K buffer */
     static constexpr int RM = 16 * MT;       /* raw score rows */
+    static constexpr int MTILES = MT;        /* m16 tiles of raw rows */
     static_assert(16 * 2 == TA_CUDA_DEC_RAW_ROWS && BM == 16,
                   "MT = 2 holds the raw rows the host admits; one m16 tile of output rows");
-    /* a raw score row in shared memory, floats: RLD = 1 mod 32, so the conv's
-     * lanes (8 rows x 4 key quads) meet at most 2 to a bank */
-    static constexpr int RLD = RC + 1;
+    /* a raw score row in shared memory, floats. CUDA cores: RLD = 1 mod 32, so
+     * the conv's lanes (8 rows x 4 key quads) meet at most 2 to a bank; tensor
+     * cores: RLD = 4 mod 32 (RC = 32) or 20 mod 32 (RC = 48), so the A
+     * fragment's loads (8 rows x 4 columns) meet no two in a bank. */
+    static constexpr int RLD = TC ? RC + 4 : RC + 1;
     static constexpr int NT = KW / 8;        /* the softmax / p v view: a warp's KW keys */
     static constexpr int DT = D / 8;
     static constexpr int MLD = D + 4;
@@ -322,21 +326,191 @@ template <int D, int MT, int NH> struct ta_fast_mdec_traits {
         static constexpr int LD = D + 8;
     };
     static constexpr size_t LOADS = (size_t)(RM + ST * KR + ST * BN) * LD * 2;
-    static constexpr size_t SMEM = LOADS + (size_t)(NW * RM * RLD + W_MAX + NW * BM * CLD) * 4;
+    static constexpr size_t SMEM =
+        LOADS + (size_t)(NW * RM * RLD + W_MAX + (TC ? 0 : NW * BM * CLD)) * 4;
     static_assert((size_t)NW * BM * (MLD + 2) * 4 <= LOADS, "the merge fits over the loads");
     static_assert(LOADS % 16 == 0, "f32 regions on 16 bytes");
+    static_assert(ST >= 2, "one K tile loads while another computes");
 };
+
+/* Step 3 on CUDA cores, one (row, key): sum over a in [a0, a1), then b
+ * ascending, of w[a][b] S~[rb + a][col + b] (col: the key's first raw
+ * column; raw rows RLD floats apart), one fma chain. */
+TA_FAST_FN float ta_fast_mdec_conv1(const float *col, const float *ws, int rld, int32_t rb,
+                                    int32_t a0, int32_t a1, int32_t ck) {
+    float acc = 0.0f;
+    for (int32_t a = a0; a < a1; ++a) {
+        const float *srow = col + (rb + a) * rld, *wrow = ws + a * ck;
+#pragma unroll 4
+        for (int32_t b = 0; b < ck; ++b) acc = __fmaf_rn(wrow[b], srow[b], acc);
+    }
+    return acc;
+}
+
+/* The same for four adjacent keys (c[0..3] += ...), sharing each raw-score
+ * load: the window slides by one column per b. */
+TA_FAST_FN void ta_fast_mdec_conv4(const float *col, const float *ws, int rld, int32_t rb,
+                                   int32_t a0, int32_t a1, int32_t ck, float c[4]) {
+    for (int32_t a = a0; a < a1; ++a) {
+        const float *srow = col + (rb + a) * rld, *wrow = ws + a * ck;
+        float x0 = srow[0], x1 = srow[1], x2 = srow[2];
+#pragma unroll 4
+        for (int32_t b = 0; b < ck; ++b) {
+            const float x3 = srow[b + 3], w = wrow[b];
+            c[0] = __fmaf_rn(w, x0, c[0]);
+            c[1] = __fmaf_rn(w, x1, c[1]);
+            c[2] = __fmaf_rn(w, x2, c[2]);
+            c[3] = __fmaf_rn(w, x3, c[3]);
+            x0 = x1;
+            x1 = x2;
+            x2 = x3;
+        }
+    }
+}
+
+/* f32 -> tf32 (round to nearest, ties away), as the mma's operand bits. */
+TA_FAST_FN uint32_t ta_fast_tf32(float x) {
+    uint32_t u;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(u) : "f"(x));
+    return u;
+}
+
+/* c += a b, a: 16 x 8 (row), b: 8 x 8 (col), tf32 operands, f32 accumulate. */
+TA_FAST_FN void ta_fast_mma_tf32(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                 uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* One tf32 product term of the conv: c += A B with A (4 values of a lane)
+ * and B (2 values) split into tf32 parts: one product (PASSES = 1: both
+ * operands rounded to tf32, relative 2^-11 each; A_TF32: the A values are
+ * tf32 already, rounded when the raw scores were stored) or three (hi hi,
+ * hi lo, lo hi: the dropped lo lo term is about 2^-22 relative, f32-like). */
+template <int PASSES, bool A_TF32>
+TA_FAST_FN void ta_fast_conv_mma(float *c, const float a[4], float b0, float b1) {
+    const uint32_t ah0 = A_TF32 ? __float_as_uint(a[0]) : ta_fast_tf32(a[0]);
+    const uint32_t ah1 = A_TF32 ? __float_as_uint(a[1]) : ta_fast_tf32(a[1]);
+    const uint32_t ah2 = A_TF32 ? __float_as_uint(a[2]) : ta_fast_tf32(a[2]);
+    const uint32_t ah3 = A_TF32 ? __float_as_uint(a[3]) : ta_fast_tf32(a[3]);
+    const uint32_t bh0 = ta_fast_tf32(b0), bh1 = ta_fast_tf32(b1);
+    if (PASSES == 3) {
+        const uint32_t bl0 = ta_fast_tf32(b0 - __uint_as_float(bh0));
+        const uint32_t bl1 = ta_fast_tf32(b1 - __uint_as_float(bh1));
+        ta_fast_mma_tf32(c, ta_fast_tf32(a[0] - __uint_as_float(ah0)),
+                         ta_fast_tf32(a[1] - __uint_as_float(ah1)),
+                         ta_fast_tf32(a[2] - __uint_as_float(ah2)),
+                         ta_fast_tf32(a[3] - __uint_as_float(ah3)), bh0, bh1);
+        ta_fast_mma_tf32(c, ah0, ah1, ah2, ah3, bl0, bl1);
+    }
+    ta_fast_mma_tf32(c, ah0, ah1, ah2, ah3, bh0, bh1);
+}
+
+/* The raw scores as the tensor-core conv wants them stored: bf16 problems
+ * (one tf32 pass) round them to tf32 once here; f16 ones keep f32 (split
+ * into two tf32 parts at the product). */
+template <class T, bool BF16> TA_FAST_FN float ta_fast_mdec_raw(float v) {
+    if constexpr (T::TC && BF16) return __uint_as_float(ta_fast_tf32(v));
+    return v;
+}
+
+/* The products of one head slot's weights ws: acc[nb][a & 1] += S~_a T_a
+ * over k-steps ks0 .. ks1; rb: the lane's rows' first raw rows; SEL: the A
+ * rows of other slots (on0 / on1 false) read as zero. */
+template <class T, bool BF16, bool SEL>
+TA_FAST_FN void ta_fast_mdec_conv_tc_slot(float (&acc)[2][2][4], const float *wr, const float *ws,
+                                          int32_t cq, int32_t ck, int32_t off, int32_t ks0,
+                                          int32_t ks1, const int32_t rb[2], bool on0, bool on1,
+                                          int g, int tq) {
+    constexpr int PASSES = BF16 ? 1 : 3; /* f16's u = 2^-11: the conv keeps f32's accuracy */
+    for (int32_t a = 0; a < cq; a += 2) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int32_t aa = a + e;
+            if (aa < cq) {
+                const float *p0 = wr + (rb[0] + aa) * T::RLD + tq;
+                const float *p1 = wr + (rb[1] + aa) * T::RLD + tq;
+                for (int32_t ks = ks0; ks <= ks1; ++ks) {
+                    const int32_t b0 = 8 * ks + tq - g - off, b1 = b0 + 4;
+                    const float w0 = b0 >= 0 && b0 < ck ? ws[aa * ck + b0] : 0.0f;
+                    const float w1 = b1 >= 0 && b1 < ck ? ws[aa * ck + b1] : 0.0f;
+#pragma unroll
+                    for (int nb = 0; nb < 2; ++nb) {
+                        const int32_t col = 8 * nb + 8 * ks;
+                        float av[4] = {p0[col], p1[col], p0[col + 4], p1[col + 4]};
+                        if (SEL) {
+                            av[0] = on0 ? av[0] : 0.0f;
+                            av[1] = on1 ? av[1] : 0.0f;
+                            av[2] = on0 ? av[2] : 0.0f;
+                            av[3] = on1 ? av[3] : 0.0f;
+                        }
+                        ta_fast_conv_mma<PASSES, BF16>(acc[nb][e], av, w0, w1);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/*
+ * Step 3 on tensor cores: the warp's 16 output rows x KW = 16 keys as
+ * C = sum_a S~_a T_a, S~_a the raw rows a below each output row's first raw
+ * row (16 x RC, from shared memory), T_a the banded Toeplitz matrix of
+ * w[a][.]: T_a[x][n] = w[a][x - n - (HALO - P)] (0 outside [0, c_k)), for
+ * raw column x of key n's window. Per 8-key block nb and k-step ks (raw
+ * columns 8 nb + 8 ks .. + 7) one m16n8k8 product; only the k-steps where
+ * T_a has a nonzero entry run (ks0 .. ks1, the same for both blocks). Packed
+ * heads have their own w: one pass per head slot, the A rows of the other
+ * slots zero. Rows past `live` compute garbage from row 0 (finite: every
+ * raw score in the region was written this tile) that the caller drops.
+ * Accumulators for even and odd a are separate (two chains), added at the
+ * end: deterministic, in the tensor cores' order within each product.
+ */
+template <class T, bool BF16>
+TA_FAST_FN void ta_fast_mdec_conv_tc(float (&s)[4 * T::NT], const float *wr, const float *sw,
+                                     int32_t cq, int32_t ck, int32_t pk, int32_t live,
+                                     int32_t pack, int32_t or1, int32_t r1, int g, int tq) {
+    const int32_t off = T::HALO - pk;    /* raw column of key 0's b = 0 term */
+    const int32_t ks0 = off / 8, ks1 = (off + ck + 6) / 8;
+    int32_t rb[2], slot[2];
+    float acc[2][2][4];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int32_t i = g + 8 * r;
+        slot[r] = i < live ? i / or1 : -1;
+        rb[r] = i < live ? (i / or1) * r1 + i % or1 : 0;
+    }
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[nb][e][i] = 0.0f;
+    if (pack == 1)
+        ta_fast_mdec_conv_tc_slot<T, BF16, false>(acc, wr, sw, cq, ck, off, ks0, ks1, rb, true,
+                                                  true, g, tq);
+    else
+        for (int32_t sl = 0; sl < pack; ++sl)
+            ta_fast_mdec_conv_tc_slot<T, BF16, true>(acc, wr, sw + sl * cq * ck, cq, ck, off, ks0,
+                                                     ks1, rb, slot[0] == sl, slot[1] == sl, g, tq);
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[4 * nb + i] = acc[nb][0][i] + acc[nb][1][i];
+}
 
 /* The base, and how many query heads of a kv head one block takes. */
 struct ta_fast_mdec_params : ta_cuda_params {
     int32_t pack; /* G = H / H_kv when packed (one Q tile of G S_q rows), else 1 */
 };
 
-template <int D, int MT, int NH, bool BF16>
-__global__ void __launch_bounds__(256)
+template <class T, int D, bool BF16>
+__global__ void __launch_bounds__(T::THREADS)
     ta_cuda_fast_mta_decode_kernel(const __grid_constant__ ta_fast_mdec_params p) {
-    typedef ta_fast_mdec_traits<D, MT, NH> T;
     typedef typename T::QK QK;
+    constexpr int MT = T::MTILES;
     extern __shared__ float4 ta_fast_dyn_smem[];
     uint16_t *sq = reinterpret_cast<uint16_t *>(ta_fast_dyn_smem); /* [RM][LD] raw rows */
     uint16_t *sk = sq + T::RM * T::LD;                             /* [ST][KR][LD] */
@@ -457,45 +631,64 @@ __global__ void __launch_bounds__(256)
                 for (int i = 0; i < 4 * QK::NT; i += 2) {
                     const int r = (i >> 1) & 1;
                     const int32_t jj = col0 - T::HALO + 8 * (i / 4) + 2 * tq;
-                    const float v0 = jj >= rlo[mt][r] && jj < rhi[mt][r] ? sr[i] : 0.0f;
-                    const float v1 = jj + 1 >= rlo[mt][r] && jj + 1 < rhi[mt][r] ? sr[i + 1] : 0.0f;
+                    const float v0 =
+                        jj >= rlo[mt][r] && jj < rhi[mt][r] ? ta_fast_mdec_raw<T, BF16>(sr[i]) : 0.0f;
+                    const float v1 = jj + 1 >= rlo[mt][r] && jj + 1 < rhi[mt][r]
+                                         ? ta_fast_mdec_raw<T, BF16>(sr[i + 1])
+                                         : 0.0f;
                     float *dst = wr + (16 * mt + g + 8 * r) * T::RLD + 8 * (i / 4) + 2 * tq;
                     dst[0] = v0;
                     dst[1] = v1;
                 }
             }
             __syncwarp();
-            /* step 3: lane j convolves key j of the warp's slice for every live
-             * row, then takes its accumulator entries (rows past S_q: 0,
-             * masked by the softmax) */
-            {
-                for (int32_t e = lane; e < live * (T::KW / 4); e += 32) {
-                    /* four adjacent keys per lane share the raw-score loads;
-                     * output row r is slot r / or1's row r % or1, whose raw
-                     * rows start at slot r1 rows in */
+            /* step 3: the conv, on tensor cores (ta_fast_mdec_conv_tc) or
+             * on CUDA cores: lanes take (row, 4 adjacent keys) quads */
+            if constexpr (T::TC) {
+                ta_fast_mdec_conv_tc<T, BF16>(s, wr, sw, cq, ck, pk, live, pack, or1, r1, g, tq);
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    if (g + 8 * r >= live)
+#pragma unroll
+                        for (int n = 0; n < T::NT; ++n) s[4 * n + 2 * r] = s[4 * n + 2 * r + 1] = 0.0f;
+            } else {
+                if (live == 1) {
+                    /* one live row: one key per lane, lanes 16-31 over the
+                     * second half of the a range, added to the first half's
+                     * sum by lanes 0-15 (quads would leave 28 lanes idle) */
+                    const int32_t kc = lane & 15, ah = (cq + 1) / 2;
+                    float acc = ta_fast_mdec_conv1(wr + kc + T::HALO - pk, sw, T::RLD, 0,
+                                                   lane < 16 ? 0 : ah, lane < 16 ? ah : cq, ck);
+                    acc += __shfl_down_sync(0xffffffffu, acc, 16);
+                    if (lane < 16) wc[kc] = acc;
+                } else if (live <= 4) {
+                    /* 2-4 rows: their (row, 4 keys) quads on lanes 0-15, the
+                     * second half of the a range on lanes 16-31, added */
+                    const int32_t e = lane & 15, ah = (cq + 1) / 2;
                     const int32_t r = e / (T::KW / 4), kc = 4 * (e % (T::KW / 4));
                     const int32_t slot = r / or1, rb = slot * r1 + r % or1;
-                    const float *col = wr + kc + T::HALO - pk, *ws = sw + slot * cq * ck;
-                    float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f;
-                    for (int32_t a = 0; a < cq; ++a) {
-                        const float *srow = col + (rb + a) * T::RLD, *wrow = ws + a * ck;
-                        float x0 = srow[0], x1 = srow[1], x2 = srow[2];
-#pragma unroll 4
-                        for (int32_t b = 0; b < ck; ++b) {
-                            const float x3 = srow[b + 3], w = wrow[b];
-                            c0 = __fmaf_rn(w, x0, c0);
-                            c1 = __fmaf_rn(w, x1, c1);
-                            c2 = __fmaf_rn(w, x2, c2);
-                            c3 = __fmaf_rn(w, x3, c3);
-                            x0 = x1;
-                            x1 = x2;
-                            x2 = x3;
-                        }
+                    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    if (r < live)
+                        ta_fast_mdec_conv4(wr + kc + T::HALO - pk, sw + slot * cq * ck, T::RLD,
+                                           rb, lane < 16 ? 0 : ah, lane < 16 ? ah : cq, ck, c);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) c[i] += __shfl_down_sync(0xffffffffu, c[i], 16);
+                    if (lane < 16 && r < live)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) wc[r * T::CLD + kc + i] = c[i];
+                } else {
+                    /* (row, 4 adjacent keys) quads dealt to the lanes in turn;
+                     * output row r is slot r / or1's row r % or1, whose raw
+                     * rows start at slot r1 rows in */
+                    for (int32_t e = lane; e < live * (T::KW / 4); e += 32) {
+                        const int32_t r = e / (T::KW / 4), kc = 4 * (e % (T::KW / 4));
+                        const int32_t slot = r / or1, rb = slot * r1 + r % or1;
+                        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        ta_fast_mdec_conv4(wr + kc + T::HALO - pk, sw + slot * cq * ck, T::RLD,
+                                           rb, 0, cq, ck, c);
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) wc[r * T::CLD + kc + i] = c[i];
                     }
-                    wc[r * T::CLD + kc] = c0;
-                    wc[r * T::CLD + kc + 1] = c1;
-                    wc[r * T::CLD + kc + 2] = c2;
-                    wc[r * T::CLD + kc + 3] = c3;
                 }
                 __syncwarp();
 #pragma unroll
@@ -520,19 +713,41 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-template <int D, int MT, int NH, bool BF16> static ta_fast_launch ta_fast_mdec_launch_of() {
-    typedef ta_fast_mdec_traits<D, MT, NH> T;
-    const void *k = reinterpret_cast<const void *>(&ta_cuda_fast_mta_decode_kernel<D, MT, NH, BF16>);
+template <int D, int MT, int NH, int NW, int ST, bool TC, bool BF16>
+static ta_fast_launch ta_fast_mdec_launch_of() {
+    typedef ta_fast_mdec_traits<D, MT, NH, NW, ST, TC> T;
+    const void *k = reinterpret_cast<const void *>(&ta_cuda_fast_mta_decode_kernel<T, D, BF16>);
     /* pages: the same kernel, reading through the block table when it is set */
     return ta_fast_mma_launch(k, k, T::SMEM, T::THREADS, T::BM, T::BN);
 }
 
-template <int D, bool BF16> static ta_fast_launch ta_fast_mdec_pick(int mt, int nh) {
-    return mt == 1 ? (nh == 1 ? ta_fast_mdec_launch_of<D, 1, 1, BF16>()
-                              : ta_fast_mdec_launch_of<D, 1, 2, BF16>())
-                   : (nh == 1 ? ta_fast_mdec_launch_of<D, 2, 1, BF16>()
-                              : ta_fast_mdec_launch_of<D, 2, 2, BF16>());
+/* Candidate cfg (1 .. TA_CUDA_FAST_MTA_CFGS) of the raw-row tiles and halo:
+ *   1 (and 3): 8 warps, 128-key tiles, 3 buffers at D = 64 (2 above), the
+ *              conv on CUDA cores
+ *   2 (and 4): as 1, the conv on tensor cores (ta_fast_mdec_conv_tc)
+ * (4 warps with 64-key tiles and 4 buffers, either conv, measured 1.7-2.3x
+ * slower on an H100: each warp's tile is a latency-bound chain, and half the
+ * warps hide half as much: bench/results/decode_mta_cands_h100_2026-11-25.log) */
+template <int D, int MT, int NH, bool BF16> static ta_fast_launch ta_fast_mdec_cand(int cfg) {
+    constexpr int ST8 = D <= 64 ? 3 : 2;
+    return cfg % 2 == 1 ? ta_fast_mdec_launch_of<D, MT, NH, 8, ST8, false, BF16>()
+                        : ta_fast_mdec_launch_of<D, MT, NH, 8, ST8, true, BF16>();
 }
+
+template <int D, bool BF16> static ta_fast_launch ta_fast_mdec_pick(int mt, int nh, int cfg) {
+    return mt == 1 ? (nh == 1 ? ta_fast_mdec_cand<D, 1, 1, BF16>(cfg)
+                              : ta_fast_mdec_cand<D, 1, 2, BF16>(cfg))
+                   : (nh == 1 ? ta_fast_mdec_cand<D, 2, 1, BF16>(cfg)
+                              : ta_fast_mdec_cand<D, 2, 2, BF16>(cfg));
+}
+
+/* tile_config 0's candidate (docs/cuda.md section 7, "Decode"): the conv on
+ * tensor cores for more than 4 query rows per head, where the CUDA-core conv
+ * needs a lane per 4 keys of a row (H100, S_q = 16: 5 % faster before the
+ * tf32 rounding moved to the raw-score store); on CUDA cores for up to 4,
+ * where the tensor-core conv's fixed 36 products per 16 keys (6 x 11) cost
+ * more than one row's (one query: 1.5x slower). */
+#define TA_FAST_MDEC_TC_ROWS 4
 
 /* The MTA decode kernel for the plan: 1 and *l, or 0 (a head dim it lacks). */
 template <bool BF16> static int ta_fast_mdec_for(const ta_plan *plan, ta_fast_launch *l) {
@@ -540,10 +755,13 @@ template <bool BF16> static int ta_fast_mdec_for(const ta_plan *plan, ta_fast_la
     const int32_t g = ta_cuda_fast_mta_dec_pack(plan);
     const int mt = (int64_t)g * (pr->seq_q + pr->conv_q - 1) <= 16 ? 1 : 2; /* m16 tiles */
     const int nh = (pr->conv_k - 1) / 2 <= 8 ? 1 : 2;
+    const int cfg = pr->tile_config > 0                 ? (int)pr->tile_config
+                    : pr->seq_q > TA_FAST_MDEC_TC_ROWS ? 2
+                                                        : 1;
     switch (pr->head_dim) {
-    case 64: *l = ta_fast_mdec_pick<64, BF16>(mt, nh); return 1;
-    case 96: *l = ta_fast_mdec_pick<96, BF16>(mt, nh); return 1;
-    case 128: *l = ta_fast_mdec_pick<128, BF16>(mt, nh); return 1;
+    case 64: *l = ta_fast_mdec_pick<64, BF16>(mt, nh, cfg); return 1;
+    case 96: *l = ta_fast_mdec_pick<96, BF16>(mt, nh, cfg); return 1;
+    case 128: *l = ta_fast_mdec_pick<128, BF16>(mt, nh, cfg); return 1;
     default: return 0;
     }
 }

@@ -28,7 +28,8 @@
  * A quarter of part 1's problems are decode-shaped (1..16 query rows against
  * up to 3000 keys, split-K), part 2 runs one-row and 16-row chunks with
  * splits too: those run the decode-shaped kernel (cuda/ta_cuda_fast_decode.cu,
- * ta_cuda_fast_mta_dec_path), whose tile_configs are all one configuration.
+ * ta_cuda_fast_mta_dec_path), whose tile_configs name its candidates
+ * (ta_test_fast_mdec_twin: 0 and the default give the same bytes).
  *  6. paged KV: decode-shaped problems (history rows, splits, seqlens) with k
  *     and v in shuffled pages of a pool equal the contiguous call bit for bit.
  *
@@ -329,7 +330,10 @@ static int check_problem(uint64_t seed, int idx) {
         float *lse2 = (float *)malloc(m.nlse * sizeof(float));
         ta_status st2;
         if (!o2 || !lse2) exit(1);
-        p2.tile_config = ta_test_fast_mta_twin(m.p.tile_config);
+        /* at most 16 rows: the decode-shaped kernel (all problems here
+         * with more rows have one split and no pages: the fold) */
+        p2.tile_config = m.p.seq_q <= 16 ? ta_test_fast_mdec_twin(m.p.tile_config, m.p.seq_q)
+                                         : ta_test_fast_mta_twin(m.p.tile_config);
         st2 = mdev_run(&d, &m, &p2, 0x7F, o2, lse2);
         TA_CHECK(st2 == TA_OK && memcmp(o, o2, m.no * m.eb) == 0 &&
                      memcmp(lse, lse2, m.nlse * sizeof(float)) == 0,
