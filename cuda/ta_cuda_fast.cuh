@@ -220,16 +220,23 @@ TA_FAST_FN void ta_fast_load_rows(uint16_t *dst, const uint16_t *base, int64_t o
         if (!pg.pages) {
             constexpr int RS = THREADS / CH, NS = (R + RS - 1) / RS;
             const int c = (int)threadIdx.x % CH, r0 = (int)threadIdx.x / CH;
-            const int64_t at0 = off + (int64_t)(row0 + r0) * seq + 8 * c, step = RS * seq;
-            const uint32_t d0 = ta_fast_smem_addr(dst + r0 * LD + 8 * c);
+            /* chunk k (row row0 + r0 + k RS) is valid iff k RS in [lo, hi) */
+            const int32_t hi = n_valid - row0 - r0, lo = NEG ? -(row0 + r0) : INT32_MIN;
+            /* byte addresses in unsigned arithmetic: a row outside the slice
+             * gets an address (never read) without pointer overflow */
+            uintptr_t src = reinterpret_cast<uintptr_t>(base) +
+                            2u * (uint64_t)(off + (int64_t)(row0 + r0) * seq + 8 * c);
+            const uintptr_t step = 2u * (uint64_t)((int64_t)RS * seq);
+            uint32_t d = ta_fast_smem_addr(dst + r0 * LD + 8 * c);
 #pragma unroll
             for (int k = 0; k < NS; ++k) {
-                const int32_t row = row0 + r0 + k * RS;
                 if (R % RS == 0 || r0 + k * RS < R) {
-                    const bool ok = (!NEG || row >= 0) && row < n_valid;
-                    ta_fast_cp16(d0 + (uint32_t)(k * RS * LD * 2), ok ? base + at0 + k * step : base,
+                    const bool ok = k * RS >= lo && k * RS < hi;
+                    ta_fast_cp16(d, ok ? reinterpret_cast<const uint16_t *>(src) : base,
                                  ok ? 16 : 0);
                 }
+                src += step;
+                d += (uint32_t)(RS * LD * 2);
             }
             return;
         }

@@ -226,7 +226,10 @@ __global__ void __launch_bounds__(128)
             {
                 float corr[2];
                 ta_fast_softmax_tile<T::NT>(s, m, l, lo, hi, col0, tq, scale_log2, corr);
-                ta_fast_rescale<T::DT>(o, corr);
+                /* o *= 1 changes no bit: skipped while no row's max moves
+                 * (most K tiles of a long cache; 64 multiplies a lane) */
+                if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f))
+                    ta_fast_rescale<T::DT>(o, corr);
             }
             ta_fast_pv<T, D, T::KW, BF16>(o, s, svj, lane);
         }
@@ -507,7 +510,7 @@ struct ta_fast_mdec_params : ta_cuda_params {
 };
 
 template <class T, int D, bool BF16>
-__global__ void __launch_bounds__(T::THREADS)
+__global__ void __launch_bounds__(T::THREADS, 1) /* one block per SM: its shared memory */
     ta_cuda_fast_mta_decode_kernel(const __grid_constant__ ta_fast_mdec_params p) {
     typedef typename T::QK QK;
     constexpr int MT = T::MTILES;
@@ -548,6 +551,7 @@ __global__ void __launch_bounds__(T::THREADS)
         const int32_t n_raw = pack > 1 ? pack * r1 : T::RM;
         const ta_cuda_pages pg = ta_cuda_pages_of(p, p.batch_begin + at.b_local); /* NULL: none */
         int32_t lo[2], hi[2], rlo[MT][2], rhi[MT][2];
+        bool rzero[MT][2]; /* the raw row's q is zero-filled: its raw scores are 0 */
         float o[4 * T::DT], m[2] = {ta_fast_neg_inf(), ta_fast_neg_inf()}, l[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int r = 0; r < 2; ++r) { /* the lane's output rows g, g + 8 */
@@ -561,8 +565,8 @@ __global__ void __launch_bounds__(T::THREADS)
             for (int r = 0; r < 2; ++r) {
                 const int32_t e = 16 * mt + g + 8 * r, rr = raw0 + e % r1;
                 rlo[mt][r] = rhi[mt][r] = 0;
-                if (e < n_raw && rr >= -t.q_history && rr < t.seq_q)
-                    ta_tile_row_keys(&t, rr, c.key_len, &rlo[mt][r], &rhi[mt][r]);
+                rzero[mt][r] = !(e < n_raw && rr >= -t.q_history && rr < t.seq_q);
+                if (!rzero[mt][r]) ta_tile_row_keys(&t, rr, c.key_len, &rlo[mt][r], &rhi[mt][r]);
             }
 #pragma unroll
         for (int i = 0; i < 4 * T::DT; ++i) o[i] = 0.0f;
@@ -622,7 +626,24 @@ __global__ void __launch_bounds__(T::THREADS)
             }
             /* steps 1-2: raw scores of the warp's keys and halos, masked, to
              * shared memory (the previous tile's conv reads are done: the
-             * block barrier above) */
+             * block barrier above). Keys outside [0, key_len) load as zeros
+             * and so do the q rows of rzero: the mask is skipped when every
+             * other raw row of the warp sees the slice's keys in that range
+             * (warp-uniform; most K tiles of a long cache) */
+            bool raw_mask;
+            {
+                const int32_t c_lo = col0 - T::HALO > 0 ? col0 - T::HALO : 0;
+                const int32_t c_hi = col0 + T::KW + T::HALO < c.key_len ? col0 + T::KW + T::HALO
+                                                                         : c.key_len;
+                bool whole = true;
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int r = 0; r < 2; ++r)
+                        whole = whole && (rzero[mt][r] ||
+                                          (rlo[mt][r] <= c_lo && rhi[mt][r] >= c_hi));
+                raw_mask = __any_sync(0xffffffffu, !whole);
+            }
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
                 float sr[4 * QK::NT];
@@ -631,11 +652,12 @@ __global__ void __launch_bounds__(T::THREADS)
                 for (int i = 0; i < 4 * QK::NT; i += 2) {
                     const int r = (i >> 1) & 1;
                     const int32_t jj = col0 - T::HALO + 8 * (i / 4) + 2 * tq;
-                    const float v0 =
-                        jj >= rlo[mt][r] && jj < rhi[mt][r] ? ta_fast_mdec_raw<T, BF16>(sr[i]) : 0.0f;
-                    const float v1 = jj + 1 >= rlo[mt][r] && jj + 1 < rhi[mt][r]
-                                         ? ta_fast_mdec_raw<T, BF16>(sr[i + 1])
-                                         : 0.0f;
+                    float v0 = ta_fast_mdec_raw<T, BF16>(sr[i]);
+                    float v1 = ta_fast_mdec_raw<T, BF16>(sr[i + 1]);
+                    if (raw_mask) {
+                        v0 = jj >= rlo[mt][r] && jj < rhi[mt][r] ? v0 : 0.0f;
+                        v1 = jj + 1 >= rlo[mt][r] && jj + 1 < rhi[mt][r] ? v1 : 0.0f;
+                    }
                     float *dst = wr + (16 * mt + g + 8 * r) * T::RLD + 8 * (i / 4) + 2 * tq;
                     dst[0] = v0;
                     dst[1] = v1;
@@ -705,7 +727,10 @@ __global__ void __launch_bounds__(T::THREADS)
             { /* step 4 */
                 float corr[2];
                 ta_fast_softmax_tile<T::NT>(s, m, l, lo, hi, col0, tq, scale_log2, corr);
-                ta_fast_rescale<T::DT>(o, corr);
+                /* o *= 1 changes no bit: skipped while no row's max moves
+                 * (most K tiles of a long cache; 64 multiplies a lane) */
+                if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f))
+                    ta_fast_rescale<T::DT>(o, corr);
             }
             ta_fast_pv<T, D, T::KW, BF16>(o, s, svj, lane);
         }
