@@ -51,7 +51,18 @@ typedef enum ta_cpu_isa {
 /* ... and an MTA forward task of at most this many (the conv with lanes over
  * keys costs c_q c_k FMAs per row and key vector; lanes over rows share them
  * between the rows of a vector). Measured: docs/cpu.md section 3d. */
-#define TA_CPU_KEYLANE_MTA_ROWS 8
+#define TA_CPU_KEYLANE_MTA_ROWS 48
+/* ... or of at most this many effective rows when it packs several query
+ * heads of a kv group (GQA; their conv still runs per head, blocks of
+ * TA_RB rows sharing each raw-score load), with at most
+ * TA_CPU_KEYLANE_MTA_LOADED loaded rows (history rows included): the qr and
+ * srm tiles' rows. */
+#define TA_CPU_KEYLANE_MTA_PACK_ROWS 64
+#define TA_CPU_KEYLANE_MTA_LOADED 96
+_Static_assert(TA_CPU_KEYLANE_MTA_PACK_ROWS >= TA_CPU_KEYLANE_ROWS &&
+                   TA_CPU_KEYLANE_MTA_LOADED >= TA_CPU_KEYLANE_ROWS + 16 &&
+                   TA_CPU_KEYLANE_MTA_LOADED >= TA_CPU_KEYLANE_MTA_ROWS + 16,
+               "an MTA slab's lanes-over-keys tiles hold the SDPA path's rows too");
 
 /* Rows per block of the band's T (cpu_lat_rband_scores: one k1 block of
  * TA_RB = 6 rows; the union of their band keys is W + 6 keys at most). */
