@@ -57,6 +57,10 @@ typedef enum ta_cpu_isa {
  * TA_RB rows sharing each raw-score load), with at most
  * TA_CPU_KEYLANE_MTA_LOADED loaded rows (history rows included): the qr and
  * srm tiles' rows. */
+/* The decode path's softmax with lanes over keys for at most this many
+ * rows; above, the tile is moved to [key][row] (cpu_fwd_sr_to_st) for the
+ * softmax with lanes over rows. Measured: docs/cpu.md section 3d. */
+#define TA_CPU_KEYLANE_SOFTMAX_ROWS 4
 #define TA_CPU_KEYLANE_MTA_PACK_ROWS 64
 #define TA_CPU_KEYLANE_MTA_LOADED 96
 _Static_assert(TA_CPU_KEYLANE_MTA_PACK_ROWS >= TA_CPU_KEYLANE_ROWS &&
