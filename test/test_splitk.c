@@ -24,11 +24,13 @@
  *   3. GQA decode, the CPU's packed heads (ta_cpu_head_pack: a kv group's
  *      query heads as one block of rows) and the decode path with lanes over
  *      keys (tasks of at most 32 rows): groups of 1 to 32 query heads per
- *      kv head, S_q 1..16 new rows (MTA, a third: 1..4) against 1..700 keys,
+ *      kv head, S_q 1..16 new rows (MTA, a third: 1..4 or 5..48) against 1..700 keys,
  *      causal or not, seqlens_k, windows, every dtype, head dims up to 128,
  *      one in six strided; num_splits 0, 3 and TA_SPLITS_AUTO; CPU on every ISA path
  *      this machine has, 1 to 3 threads, memcmp-equal to REF (o, lse).
- *      Counts the runs that packed more than one head (must be most).
+ *      Then MTA 6x11 with 16 new rows and 4 query heads per kv head (64
+ *      packed rows, 84 loaded; the default tiles), the same checks.
+ *      Counts the runs that packed more than one head (must be some).
  * Usage: test_splitk [--quick]
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
@@ -501,9 +503,15 @@ static void check_packed(ta_rng *r, int mta, long *n_runs, long *n_packed) {
     p->flags = mta || ta_rng_int(r, 0, 3) ? TA_CAUSAL : 0u;
     p->block_k = ta_rng_int(r, 0, 2) == 0 ? 0 : ta_rng_int(r, 8, 64);
     p->block_q = ta_rng_int(r, 0, 2) == 0 ? ta_rng_int(r, 8, 80) : 0;
-    if (mta) { /* MTA packs into its lanes-over-keys path (at most 8 rows) */
-        const int32_t c = ta_rng_int(r, 0, 1);
-        p->seq_q = ta_rng_int(r, 1, 4);
+    if (mta) { /* MTA packs into its lanes-over-keys path (at most 64 rows) */
+        const int32_t c = mta == 2 ? 0 : ta_rng_int(r, 0, 1);
+        p->seq_q = ta_rng_int(r, 0, 1) ? ta_rng_int(r, 1, 4) : ta_rng_int(r, 5, 48);
+        if (mta == 2) { /* 16 new rows of 4 heads per kv head: 64 packed rows */
+            p->heads_q = 4 * p->heads_kv;
+            p->seq_q = 16;
+            p->block_q = 0;
+            if (p->seq_k < 40) p->seq_k = ta_rng_int(r, 40, 700);
+        }
         if (p->seq_k < p->seq_q) p->seq_k = p->seq_q;
         p->conv_q = c == 0 ? 6 : ta_rng_int(r, 1, 5);
         p->conv_k = c == 0 ? 11 : 2 * ta_rng_int(r, 0, 4) + 1;
@@ -577,9 +585,12 @@ int main(int argc, char **argv) {
         long n_packed_runs = 0, n_packed = 0;
         for (i = 0; i < n_packed_problems; ++i)
             check_packed(&r, i % 3 == 2, &n_packed_runs, &n_packed);
-        printf("GQA decode (packed heads): %d problems (a third MTA), %ld CPU runs bit-identical "
-               "to REF, %ld of them packed several heads\n",
-               n_packed_problems, n_packed_runs, n_packed);
+        for (i = 0; i < (quick ? 1 : 4); ++i) /* MTA 6x11, 16 rows x 4 heads packed */
+            check_packed(&r, 2, &n_packed_runs, &n_packed);
+        printf("GQA decode (packed heads): %d problems (a third MTA) and %d of MTA 6x11 with 16 "
+               "rows x 4 heads, %ld CPU runs bit-identical to REF, %ld of them packed several "
+               "heads\n",
+               n_packed_problems, quick ? 1 : 4, n_packed_runs, n_packed);
         /* the share of packed runs depends on the draws (group 1 never packs,
          * a group of 2 packs only with one thread): --quick's 4 problems gave
          * 36 of 72 with seed 1795533746326169753, so "more than half" was a

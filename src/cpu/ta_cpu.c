@@ -135,10 +135,10 @@ int32_t ta_cpu_head_pack(const ta_plan *plan, int32_t n_threads) {
     const ta_tiling *t = &plan->fwd;
     const int32_t rows = ta_tiling_min_i32(t->rows_eff, t->seq_q); /* a Q tile's, at most */
     const int64_t units = (int64_t)plan->p.batch * plan->p.heads_kv * t->num_q_tiles;
-    /* MTA: only into the lanes-over-keys path (TA_CPU_KEYLANE_MTA_ROWS
+    /* MTA: only into the lanes-over-keys path (TA_CPU_KEYLANE_MTA_PACK_ROWS
      * effective rows, their loaded rows within the qr and srm tiles) */
     const int32_t loaded = rows + (plan->has_conv ? plan->p.conv_q - 1 : 0);
-    const int32_t max_rows = plan->has_conv ? TA_CPU_KEYLANE_MTA_ROWS : 256;
+    const int32_t max_rows = plan->has_conv ? TA_CPU_KEYLANE_MTA_PACK_ROWS : 256;
     int32_t pk;
     if (plan->stages.score == TA_SCORE_RBAND || plan->p.latent_dim > 0 ||
         (!plan->has_conv && t->q_history > 0) ||
@@ -147,7 +147,7 @@ int32_t ta_cpu_head_pack(const ta_plan *plan, int32_t n_threads) {
         return 1;
     for (pk = ta_tiling_min_i32(plan->group, TA_CPU_HEAD_PACK_MAX); pk > 1; --pk)
         if (plan->group % pk == 0 && (int64_t)pk * rows <= max_rows &&
-            (!plan->has_conv || (int64_t)pk * loaded <= TA_CPU_KEYLANE_ROWS + TA_CPU_PAD) &&
+            (!plan->has_conv || (int64_t)pk * loaded <= TA_CPU_KEYLANE_MTA_LOADED) &&
             units * (plan->group / pk) >= (int64_t)n_threads)
             break;
     return pk;
@@ -183,6 +183,10 @@ static size_t ta_cpu_lane_ld(size_t bq_pad) {
 void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int band, int32_t n_splits, ta_ws_cursor *c,
                       ta_cpu_fwd_ws *ws) {
     const size_t bq = (size_t)dm->rows_max, bk = (size_t)dm->block_k;
+    /* the lanes-over-keys tiles' rows: loaded (qr, srm) and effective (sr);
+     * MTA's packed heads take more (TA_CPU_KEYLANE_MTA_PACK_ROWS) */
+    const size_t kl_load = conv ? TA_CPU_KEYLANE_MTA_LOADED : TA_CPU_KEYLANE_ROWS + TA_CPU_PAD;
+    const size_t kl_rows = conv ? TA_CPU_KEYLANE_MTA_PACK_ROWS : TA_CPU_KEYLANE_ROWS;
     ws->dm = *dm;
     ws->ld = ta_cpu_lane_ld(dm->bq_pad);
     ws->qt = TA_WS_TAKE(c, float, (size_t)dm->d * ws->ld);
@@ -198,8 +202,10 @@ void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int band, int32_t n_split
     ws->ld_sraw = conv ? dm->bq_pad + TA_CPU_PAD : 0;
     ws->sraw = conv ? TA_WS_TAKE(c, float, bk * ws->ld_sraw) : NULL;
     ws->nlo = TA_WS_TAKE(c, int32_t, dm->bq_pad);
-    ws->row_lo = TA_WS_TAKE(c, int32_t, conv ? ws->ld_sraw : dm->bq_pad);
-    ws->row_hi = TA_WS_TAKE(c, int32_t, conv ? ws->ld_sraw : dm->bq_pad);
+    /* MTA: the loaded rows' intervals (lane = sraw lane), or with packed heads
+     * one head's loaded rows' then every head's effective rows' (n_ld + P r) */
+    ws->row_lo = TA_WS_TAKE(c, int32_t, conv ? ws->ld_sraw + dm->bq_pad : dm->bq_pad);
+    ws->row_hi = TA_WS_TAKE(c, int32_t, conv ? ws->ld_sraw + dm->bq_pad : dm->bq_pad);
     ws->acc_lo = TA_WS_TAKE(c, float, bq * dm->dv_pad);
     ws->part = TA_WS_TAKE(c, float, bq * dm->dv_pad);
     ws->l_lo = TA_WS_TAKE(c, float, dm->bq_pad);
@@ -223,11 +229,10 @@ void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int band, int32_t n_split
     ws->k_rows = band ? TA_WS_TAKE(c, float, (size_t)TA_CPU_RBAND_ROWS * dm->d_pad) : NULL;
     ws->tvec = band ? TA_WS_TAKE(c, float, (size_t)TA_CPU_RBAND_ROWS * dm->bk_pad) : NULL;
     ws->kt = TA_WS_TAKE(c, float, dm->d_pad * dm->bk_pad);
-    ws->qr = TA_WS_TAKE(c, float, (size_t)(TA_CPU_KEYLANE_ROWS + TA_CPU_PAD) * dm->d_pad);
-    ws->sr = TA_WS_TAKE(c, float, (size_t)TA_CPU_KEYLANE_ROWS * dm->bk_pad);
+    ws->qr = TA_WS_TAKE(c, float, (size_t)kl_load * dm->d_pad);
+    ws->sr = TA_WS_TAKE(c, float, (size_t)kl_rows * dm->bk_pad);
     ws->ld_srm = conv ? dm->bk_pad + TA_CPU_PAD : 0;
-    ws->srm = conv ? TA_WS_TAKE(c, float, (size_t)(TA_CPU_KEYLANE_ROWS + TA_CPU_PAD) * ws->ld_srm)
-                   : NULL;
+    ws->srm = conv ? TA_WS_TAKE(c, float, (size_t)kl_load * ws->ld_srm) : NULL;
 }
 
 /* The dk/dv pairs' lo words and row-chunk partials of `group` slots (after

@@ -48,10 +48,26 @@ typedef enum ta_cpu_isa {
 /* A forward task of at most this many rows (decode) runs its scores and
  * softmax with lanes over keys (K^T per tile; docs/cpu.md section 3d). */
 #define TA_CPU_KEYLANE_ROWS 32
-/* ... and an MTA forward task of at most this many (the conv with lanes over
- * keys costs c_q c_k FMAs per row and key vector; lanes over rows share them
- * between the rows of a vector). Measured: docs/cpu.md section 3d. */
-#define TA_CPU_KEYLANE_MTA_ROWS 8
+/* ... and an MTA forward task of at most this many effective rows (its conv
+ * with lanes over keys runs in blocks of TA_RB rows of one head that share
+ * each raw-score load; above, the lanes-over-rows path; the default prefill
+ * tile, 59 rows, stays there). Measured: docs/cpu.md section 3d. */
+#define TA_CPU_KEYLANE_MTA_ROWS 48
+/* ... or of at most this many effective rows when it packs several query
+ * heads of a kv group (GQA: 16 new rows x 4 heads), with at most
+ * TA_CPU_KEYLANE_MTA_LOADED loaded rows (history rows included): the rows of
+ * an MTA slab's qr and srm tiles (sr: TA_CPU_KEYLANE_MTA_PACK_ROWS). */
+#define TA_CPU_KEYLANE_MTA_PACK_ROWS 64
+#define TA_CPU_KEYLANE_MTA_LOADED 96
+/* The decode path's softmax with lanes over keys for at most this many
+ * rows; above, the tile is moved to [key][row] (cpu_fwd_sr_to_st) for the
+ * softmax with lanes over rows. Measured: docs/cpu.md section 3d. */
+#define TA_CPU_KEYLANE_SOFTMAX_ROWS 4
+_Static_assert(TA_CPU_KEYLANE_MTA_PACK_ROWS >= TA_CPU_KEYLANE_ROWS &&
+                   TA_CPU_KEYLANE_MTA_PACK_ROWS >= TA_CPU_KEYLANE_MTA_ROWS &&
+                   TA_CPU_KEYLANE_MTA_LOADED >= TA_CPU_KEYLANE_ROWS + 16 &&
+                   TA_CPU_KEYLANE_MTA_LOADED >= TA_CPU_KEYLANE_MTA_ROWS + 16,
+               "an MTA slab's lanes-over-keys tiles hold the SDPA path's rows too");
 
 /* Rows per block of the band's T (cpu_lat_rband_scores: one k1 block of
  * TA_RB = 6 rows; the union of their band keys is W + 6 keys at most). */
@@ -84,8 +100,10 @@ typedef struct ta_cpu_dims {
  *   | lat_in, lat_out pad(lat_w) |  (the fused projections only)
  *   | qlat B_k x d_pad | qlat_t D x bk_pad | k_rows R x d_pad | tvec R x bk_pad |
  *   (the band only; R = TA_CPU_RBAND_ROWS)
- *   | kt d_pad x bk_pad | qr (R' + 16) x d_pad | sr R' x bk_pad |  (R' = TA_CPU_KEYLANE_ROWS)
- *   | srm (R' + 16) x (bk_pad + 16) |  (conv only)
+ *   | kt d_pad x bk_pad | qr R'' x d_pad | sr R' x bk_pad |
+ *   | srm R'' x (bk_pad + 16) |  (conv only)
+ *   (R' = TA_CPU_KEYLANE_ROWS, R'' = R' + 16; with a conv R' =
+ *   TA_CPU_KEYLANE_MTA_PACK_ROWS, R'' = TA_CPU_KEYLANE_MTA_LOADED)
  *   (the interval arrays, then the pairs' lo words and the P V partial, come
  *   last, so the other regions keep the offsets they had before windows and
  *   the compensated sums: no change of L1 set placement to measure)
@@ -135,11 +153,13 @@ typedef struct ta_cpu_fwd_ws {
      * lanes [g n, (g + 1) n), n = r + c_q - 1, the effective rows as SDPA */
     int32_t head_pack;
     /* lanes over keys (tasks of at most R = TA_CPU_KEYLANE_ROWS effective
-     * rows): K^T of a tile [d_pad, bk_pad], the task's (loaded) Q rows [R +
-     * 16, d_pad], their scores (MTA: the conv's output) [R, bk_pad] */
+     * rows; MTA: R = TA_CPU_KEYLANE_MTA_PACK_ROWS): K^T of a tile [d_pad,
+     * bk_pad], the task's (loaded) Q rows [R'', d_pad] (R'' = R + 16; MTA:
+     * TA_CPU_KEYLANE_MTA_LOADED), their scores (MTA: the conv's output) [R,
+     * bk_pad] */
     float *kt, *qr, *sr;
     /* MTA only (NULL without a conv): the raw scores of the loaded rows,
-     * row-major [R + 16, ld_srm], ld_srm = bk_pad + 16 (the conv's reach) */
+     * row-major [R'', ld_srm], ld_srm = bk_pad + 16 (the conv's reach) */
     float *srm;
     size_t ld_srm;
 } ta_cpu_fwd_ws;
@@ -324,8 +344,8 @@ int32_t ta_cpu_q_group(const ta_plan *plan, const ta_tiling *t, int32_t n_thread
  * 3d). 1 (none) unless the task holds one Q tile (q_group 1: decode, split-K)
  * of a plain SDPA forward (no band, projections or history rows) or an MTA
  * forward without the rotary stage; else the largest divisor of the group
- * with at most 256 rows (MTA: TA_CPU_KEYLANE_MTA_ROWS, and at most
- * TA_CPU_KEYLANE_ROWS + 16 loaded rows) and TA_CPU_HEAD_PACK_MAX heads that
+ * with at most 256 rows (MTA: TA_CPU_KEYLANE_MTA_PACK_ROWS, and at most
+ * TA_CPU_KEYLANE_MTA_LOADED loaded rows) and TA_CPU_HEAD_PACK_MAX heads that
  * leaves at least one task per thread. Rows are independent, so this
  * changes no bit; part of the workspace layout. */
 int32_t ta_cpu_head_pack(const ta_plan *plan, int32_t n_threads);
