@@ -273,8 +273,30 @@ typedef struct ta_problem {
                                    < key_end <= S_k, else TA_ERR_BAD_ARG; key_begin a
                                    multiple of the effective K tile width (block_k,
                                    minus c_k - 1 with the conv) and key_end one or
-                                   S_k, else TA_ERR_UNSUPPORTED. Forward only. */
+                                   S_k, else TA_ERR_UNSUPPORTED. In the forward on
+                                   the forward's K tiles; in the backward (ta_bwd)
+                                   dk, dv are written for the range's keys only, on
+                                   the backward's K tiles (block_k, minus
+                                   2 (c_k - 1) with the conv): docs/mta.md 2b.
+                                   REF and CPU (CUDA's backward:
+                                   TA_ERR_UNSUPPORTED for now). */
     int32_t key_end;          /**< exclusive; 0 = S_k */
+    /* ---- Appended: the backward's row range (docs/api.md, "Key ranges
+     * and the query offset"; docs/mta.md section 2b); both zero = every row. ---- */
+    int32_t row_begin;        /**< the backward's output rows: dq is written, and dk,
+                                   dv, dconv_w are summed, for the query rows
+                                   [row_begin, row_end) of the S_q given only; the
+                                   other rows enter only as the MTA conv's halo (raw
+                                   scores above, dO, o, lse below). 0 <= row_begin <
+                                   row_end <= S_q, else TA_ERR_BAD_ARG; row_begin a
+                                   multiple of the backward's effective Q tile height
+                                   (block_q, minus 2 (c_q - 1) with the conv) and
+                                   row_end one or S_q, else TA_ERR_UNSUPPORTED.
+                                   Backward only: the forward refuses a row range
+                                   (TA_ERR_UNSUPPORTED). REF and CPU (CUDA:
+                                   TA_ERR_UNSUPPORTED for now); not with latent
+                                   attention or the band. */
+    int32_t row_end;          /**< exclusive; 0 = S_q */
 } ta_problem;
 
 /** ta_problem.rope: the pair convention of the rotary load stage. Pair i in
@@ -447,16 +469,26 @@ typedef struct ta_bwd_args {
                                    to them in the order ta_bwd sums, and
                                    ta_bwd_finish turns them into the gradients.
                                    Zero-fill both words before the first call. SDPA
-                                   only (no conv, rope, band or projections:
-                                   TA_ERR_UNSUPPORTED); every backend: REF, CPU
-                                   (OpenMP or caller-run tasks) and CUDA (device
-                                   memory; the exact kernels, in either
-                                   precision), the same words. Other values:
-                                   TA_ERR_BAD_ARG. */
+                                   and the MTA conv (then dconv_w too, with
+                                   dconv_w_lo); not with rope, the band or the
+                                   projections (TA_ERR_UNSUPPORTED). SDPA on every
+                                   backend: REF, CPU (OpenMP or caller-run tasks)
+                                   and CUDA (device memory; the exact kernels, in
+                                   either precision), the same words; the MTA conv
+                                   on REF and CPU (CUDA: TA_ERR_UNSUPPORTED for
+                                   now). Other values: TA_ERR_BAD_ARG. */
     /** With accumulate: the lo words of dq, dk, dv (f32, their hi words' layout);
      *  required then, else ignored. @{ */
     float *dq_lo, *dk_lo, *dv_lo;
     /** @} */
+    float *dconv_w_lo;        /**< With accumulate and the MTA conv: the lo words of
+                                   dconv_w (f32 [H, c_q, c_k]); required then, else
+                                   ignored. (dconv_w, dconv_w_lo) is then a pair the
+                                   call adds its sum over its rows and keys to (each
+                                   Q tile's sum R(b, qt), b and Q tiles ascending,
+                                   docs/mta.md 2b); dconv_w, the hi word, is the
+                                   weight gradient (no ta_bwd_finish step). Zero both
+                                   before the first call. Appended. */
 } ta_bwd_args;
 
 /** ta_bwd_args.accumulate: add the backward's sums into f32 (hi, lo) pair buffers. */
@@ -518,7 +550,12 @@ ta_status ta_bwd_workspace_size(const ta_problem *p, ta_backend be, size_t *byte
  *                          dconv_w and the trace written on TA_OK only (the
  *                          gradients overwritten, not accumulated into, unless
  *                          a->accumulate: then dq, dk, dv and their lo words
- *                          are f32 pairs read and added into; ta_bwd_finish)
+ *                          are f32 pairs read and added into, and with the
+ *                          conv (dconv_w, dconv_w_lo) too; ta_bwd_finish).
+ *                          With a row or key range (ta_problem.row_begin,
+ *                          key_begin, ...) only the range's dq rows and dk,
+ *                          dv keys are written (read and added into), and
+ *                          dconv_w sums the range's entries only.
  * @param[in]     workspace as for ta_fwd, at least what ta_bwd_workspace_size
  *                          returned; scratch, undefined on return
  * @param[in]     workspace_bytes  bytes at workspace (else TA_ERR_WORKSPACE_SIZE)

@@ -93,6 +93,13 @@ typedef struct ta_tiling {
                                     ta_tiling_make (ta_tiling_set_keys) @{ */
     int32_t key_end;
     /** @} */
+    int32_t row_begin;         /**< the backward's output rows [row_begin, row_end): Q
+                                    tiles outside are not visited by either pass
+                                    (ta_tile_q_in_range); rows outside remain the
+                                    conv's halo. 0, S_q after ta_tiling_make
+                                    (ta_tiling_set_rows) @{ */
+    int32_t row_end;
+    /** @} */
 } ta_tiling;
 
 /** The smaller, the larger of two int32.
@@ -194,6 +201,8 @@ TA_TILING_FN int ta_tiling_make(ta_tiling *t, int32_t seq_q, int32_t seq_k, int3
     t->q_history = 0;
     t->key_begin = 0;
     t->key_end = seq_k;
+    t->row_begin = 0;
+    t->row_end = seq_q;
     return TA_OK;
 }
 
@@ -295,6 +304,36 @@ TA_TILING_FN void ta_tiling_set_keys(ta_tiling *t, int32_t q_offset, int32_t key
     t->key_begin = key_begin;
     t->key_end = key_end;
 }
+
+/** Cut the output rows (ta_problem.row_begin, row_end; the backward only;
+ *  ta_tiling_make leaves [0, S_q)): only the Q tiles of [row_begin, row_end)
+ *  are visited, by pass 2 (ta_tile_q_in_range) and pass 1 (ta_tile_k_rows).
+ *  The caller has checked that the range lies on Q tile boundaries (row_begin
+ *  a multiple of rows_eff, row_end one or S_q).
+ *  @param[in,out] t                  the tiling
+ *  @param[in]     row_begin, row_end 0 <= row_begin < row_end <= S_q */
+TA_TILING_FN void ta_tiling_set_rows(ta_tiling *t, int32_t row_begin, int32_t row_end) {
+    t->row_begin = row_begin;
+    t->row_end = row_end;
+}
+
+/** 1 if Q tile qt lies in the output rows [row_begin, row_end), K tile kt in
+ *  the output keys [key_begin, key_end) (both on tile boundaries: a tile is
+ *  inside or outside as a whole). A backward writes the gradients of the
+ *  tiles inside only.
+ *  @param[in] t       the tiling
+ *  @param[in] qt, kt  Q tile in [0, num_q_tiles), K tile in [0, num_k_tiles)
+ *  @return 1 or 0
+ *  @{ */
+TA_TILING_FN int ta_tile_q_in_range(const ta_tiling *t, int32_t qt) {
+    const int32_t r0 = qt * t->rows_eff;
+    return r0 >= t->row_begin && r0 < t->row_end;
+}
+TA_TILING_FN int ta_tile_k_in_range(const ta_tiling *t, int32_t kt) {
+    const int32_t c0 = kt * t->cols_eff;
+    return c0 >= t->key_begin && c0 < t->key_end;
+}
+/** @} */
 
 /** 1 if t has a finite right bound besides key_len (causal or window_right).
  *  @param[in] t  the tiling
@@ -402,6 +441,10 @@ TA_TILING_FN int32_t ta_tile_last_visible_col(const ta_tiling *t, int32_t qt, in
  *  @{ */
 TA_TILING_FN void ta_tile_q_out_keys(const ta_tiling *t, int32_t qt, int32_t key_len,
                                      int32_t *lo, int32_t *hi) {
+    if (!ta_tile_q_in_range(t, qt)) { /* outside the output rows: nothing */
+        *lo = *hi = 0;
+        return;
+    }
     ta_tile_q_keys(t, qt, key_len, lo, hi);
     *lo = ta_tiling_max_i32(*lo, t->key_begin);
     *hi = ta_tiling_min_i32(*hi, t->key_end);
@@ -419,8 +462,9 @@ TA_TILING_FN int32_t ta_tile_k_end(const ta_tiling *t, int32_t qt, int32_t key_l
 /** @} */
 
 /** Q tiles that see a key of K tile kt (the transpose, for the dk/dv pass):
- *  [ta_tile_q_begin, ta_tile_q_end) ascending; empty (begin == end ==
- *  num_q_tiles) when none does.
+ *  [ta_tile_q_begin, ta_tile_q_end) ascending, within the output rows; empty
+ *  (begin == end == num_q_tiles) when none does, or when kt lies outside the
+ *  output keys.
  *  @param[in]  t                the tiling
  *  @param[in]  kt               K tile, in [0, t->num_k_tiles)
  *  @param[in]  key_len          keys of this batch entry, in [0, S_k]
@@ -431,7 +475,10 @@ TA_TILING_FN void ta_tile_k_rows(const ta_tiling *t, int32_t kt, int32_t key_len
     const int32_t c1 = ta_tiling_min_i32(ta_tile_col_eff_end(t, kt), key_len); /* keys [c0, c1) */
     int64_t r_min = 0, r_max = (int64_t)t->seq_q - 1; /* rows that see some key of [c0, c1) */
     *q_begin = *q_end = t->num_q_tiles;
-    if (c0 >= c1) return;
+    if (c0 >= c1 || !ta_tile_k_in_range(t, kt)) return;
+    /* the output rows only (ta_tiling_set_rows) */
+    if (t->row_begin > r_min) r_min = t->row_begin;
+    if ((int64_t)t->row_end - 1 < r_max) r_max = (int64_t)t->row_end - 1;
     /* hi(r) > c0: r + diag + reach + 1 > c0 (rows before see nothing of the tile) */
     if (ta_tiling_right_bounded(t)) {
         const int64_t need = (int64_t)c0 - (ta_tiling_row_hi_uncut(t, 0) - 1);

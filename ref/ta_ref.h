@@ -223,8 +223,9 @@ void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a, const ta_re
 void ta_ref_bwd_q_tile_merge(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws,
                              const ta_ref_step *st);
 
-/* After every step: d_alpha = its pair's hi word (band). */
-void ta_ref_bwd_end(const ta_bwd_args *a, const ta_ref_bwd_ws *ws);
+/* After every step: d_alpha = its pair's hi word (band); accumulate with the conv:
+ * dconv_w's lo words back into args.dconv_w_lo. */
+void ta_ref_bwd_end(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws);
 
 /* ---- ref/ta_ref_tile.c ---- */
 

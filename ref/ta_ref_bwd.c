@@ -55,6 +55,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ta_internal.h"
 #include "ta_math.h"
@@ -760,7 +761,7 @@ void ta_ref_bwd_q_tile_dq(const ta_plan *plan, const ta_bwd_args *a, const ta_re
         ta_ref_bwd_store_dq_lat(plan, a, ws, st);
         return;
     }
-    if (a->accumulate) { /* the pairs back, unscaled (SDPA only: validated) */
+    if (a->accumulate) { /* the pairs back, unscaled (no rope: validated) */
         ta_pairs_put((float *)a->dq, a->dq_lo, st->ctx.dq, plan->layout.dq.seq, st->row_begin,
                      st->rows, d_qk, ws->dq_acc, ws->dq_lo, (size_t)d_qk);
         return;
@@ -798,8 +799,10 @@ void ta_ref_bwd_q_tile_merge(const ta_plan *plan, const ta_bwd_args *a, const ta
 void ta_ref_bwd_begin(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws) {
     const ta_problem *p = &plan->p;
     size_t n;
-    for (n = 0; plan->has_conv && n < plan->n_conv; ++n)
-        a->dconv_w[n] = ws->dw_lo[n] = 0.0f;
+    for (n = 0; plan->has_conv && n < plan->n_conv; ++n) { /* accumulate: the caller's pair */
+        if (!a->accumulate) a->dconv_w[n] = 0.0f;
+        ws->dw_lo[n] = a->accumulate ? a->dconv_w_lo[n] : 0.0f;
+    }
     if (ws->da_g) ws->da_g[0] = ws->da_g[1] = 0.0f;
     for (n = 0; ws->dwq_lo && n < plan->n_wq; ++n) /* the weight gradients' pairs */
         a->dw_qlat[n] = ws->dwq_lo[n] = 0.0f;
@@ -811,15 +814,20 @@ void ta_ref_bwd_begin(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bw
         ws->dwv_part[n] = 0.0f;
 }
 
-/* The call's end: d_alpha = the pair's hi word (band). */
-void ta_ref_bwd_end(const ta_bwd_args *a, const ta_ref_bwd_ws *ws) {
+/* The call's end: d_alpha = the pair's hi word (band); accumulate with the
+ * conv: dconv_w's lo words back to the caller. */
+void ta_ref_bwd_end(const ta_plan *plan, const ta_bwd_args *a, const ta_ref_bwd_ws *ws) {
     if (ws->da_g) *a->d_alpha = ws->da_g[0];
+    if (plan->has_conv && a->accumulate)
+        memcpy(a->dconv_w_lo, ws->dw_lo, plan->n_conv * sizeof(float));
 }
 
-/* Pass 1 over every (b, kv head, K tile), then pass 2 over every (b, h, Q tile).
- * dconv_w is overwritten: its pairs (dconv_w, dw_lo) zeroed here, then the Q
- * tiles' sums added in ascending (b, Q tile) order per head; dconv_w is the
- * pairs' hi words. */
+/* Pass 1 over every (b, kv head, K tile), then pass 2 over every (b, h, Q tile),
+ * of the output ranges (ta_tile_k_in_range, ta_tile_q_in_range: the tiles
+ * outside are not visited and their gradients not written; docs/mta.md 2b).
+ * dconv_w is overwritten: its pairs (dconv_w, dw_lo) zeroed here (accumulate:
+ * the caller's pair, continued), then the Q tiles' sums added in ascending
+ * (b, Q tile) order per head; dconv_w is the pairs' hi words. */
 ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace, void *stream) {
     const ta_problem *p = &plan->p;
     const ta_tiling *t = &plan->bwd;
@@ -836,6 +844,7 @@ ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
     for (b = 0; b < p->batch; ++b)
         for (h = 0; h < p->heads_kv; ++h)
             for (kt = 0; kt < t->num_k_tiles; ++kt) {
+                if (!ta_tile_k_in_range(t, kt)) continue;
                 ta_ref_step_k(plan, t, a->seqlens_k, b, h, kt, &st);
                 ta_ref_bwd_k_tile(plan, a, &ws, &st);
             }
@@ -843,11 +852,12 @@ ta_status ta_ref_bwd(const ta_plan *plan, const ta_bwd_args *a, void *workspace,
     for (b = 0; b < p->batch; ++b)
         for (h = 0; h < p->heads_q; ++h)
             for (qt = 0; qt < t->num_q_tiles; ++qt) {
+                if (!ta_tile_q_in_range(t, qt)) continue;
                 ta_ref_step_q(plan, t, a->seqlens_k, b, h, qt, &st);
                 ta_ref_bwd_q_tile_dq(plan, a, &ws, &st);
                 ta_ref_bwd_q_tile_merge(plan, a, &ws, &st);
             }
-    ta_ref_bwd_end(a, &ws);
+    ta_ref_bwd_end(plan, a, &ws);
     return TA_OK;
 }
 

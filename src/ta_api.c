@@ -50,11 +50,12 @@ static ta_status ta_fail_backend(ta_diag *d, ta_status st, ta_backend be, const 
 
 /* Steps 1-2 of the check order: the problem, then the backend. A query needs
  * the backend's layout (not its hardware); a call also needs it available. */
-static ta_status ta_plan_for(const ta_problem *p, ta_backend be, int for_call, ta_plan *pl,
-                             const ta_backend_ops **ops_out, ta_diag *d) {
+static ta_status ta_plan_for(const ta_problem *p, ta_backend be, int for_call, int pass,
+                             ta_plan *pl, const ta_backend_ops **ops_out, ta_diag *d) {
     const ta_backend_ops *ops = ta_ops(be);
-    const ta_status st = ta_plan_make(p, be, pl, d);
+    ta_status st = ta_plan_make(p, be, pl, d);
     if (st != TA_OK) return st;
+    if ((st = ta_check_ranges(pl, pass, d)) != TA_OK) return st; /* on the pass's tiles */
     if (!ops)
         return ta_fail_backend(d, TA_ERR_BAD_ARG, be,
                                "not TA_BACKEND_REF (0), TA_BACKEND_CPU (1) or TA_BACKEND_CUDA (2)");
@@ -76,18 +77,24 @@ static ta_status ta_plan_for(const ta_problem *p, ta_backend be, int for_call, t
  * query history rows (ta_problem.q_history) are forward only: their scores
  * enter the conv, so dk, dv and dconv_w would need their terms and their own
  * gradient would be another output (docs/mta.md section 2a). */
-static ta_status ta_check_bwd_problem(const ta_plan *pl, ta_diag *d) {
+static ta_status ta_check_bwd_problem(const ta_plan *pl, ta_backend be, ta_diag *d) {
     if (pl->p.q_history > 0)
         return ta_fail_value(d, TA_ERR_UNSUPPORTED, "q_history", pl->p.q_history,
                              "the backward has no query history rows yet (forward only; "
                              "must be 0 for ta_bwd)");
-    /* a key range: the halo keys' gradients would be outputs of their own
-     * (docs/api.md, "Key ranges and the query offset"; q_offset is fine) */
-    if (pl->p.key_begin != 0 || pl->p.key_end != 0)
-        return ta_fail_value(d, TA_ERR_UNSUPPORTED, pl->p.key_begin != 0 ? "key_begin" : "key_end",
-                             pl->p.key_begin != 0 ? pl->p.key_begin : pl->p.key_end,
-                             "the backward has no key range yet (forward only; must be 0 for "
-                             "ta_bwd)");
+    /* the backward's ranges (docs/mta.md 2b): REF and CPU; CUDA's kernels do
+     * not keep to them yet */
+    if (be == TA_BACKEND_CUDA && (pl->bwd.row_begin != 0 || pl->bwd.row_end != pl->p.seq_q ||
+                                  pl->bwd.key_begin != 0 || pl->bwd.key_end != pl->p.seq_k)) {
+        const int rows = pl->bwd.row_begin != 0 || pl->bwd.row_end != pl->p.seq_q;
+        return ta_fail_value(d, TA_ERR_UNSUPPORTED,
+                             rows ? (pl->p.row_begin != 0 ? "row_begin" : "row_end")
+                                  : (pl->p.key_begin != 0 ? "key_begin" : "key_end"),
+                             rows ? (pl->p.row_begin != 0 ? pl->p.row_begin : pl->p.row_end)
+                                  : (pl->p.key_begin != 0 ? pl->p.key_begin : pl->p.key_end),
+                             "the CUDA backward has no row or key range yet (REF and CPU; "
+                             "must be 0 for ta_bwd on TA_BACKEND_CUDA)");
+    }
     if (pl->p.kv_page_size > 0) /* the gradients would be pools too: not built */
         return ta_fail_value(d, TA_ERR_UNSUPPORTED, "kv_page_size", pl->p.kv_page_size,
                              "the backward has no paged KV cache yet (forward only; "
@@ -118,8 +125,8 @@ static ta_status ta_size_validate(const ta_problem *p, ta_backend be, int bwd, s
     const ta_backend_ops *ops = NULL;
     ta_plan pl;
     ta_status st;
-    if ((st = ta_plan_for(p, be, 0, &pl, &ops, d)) != TA_OK) return st;
-    if (bwd && (st = ta_check_bwd_problem(&pl, d)) != TA_OK) return st;
+    if ((st = ta_plan_for(p, be, 0, bwd, &pl, &ops, d)) != TA_OK) return st;
+    if (bwd && (st = ta_check_bwd_problem(&pl, be, d)) != TA_OK) return st;
     if ((st = (bwd ? ops->bwd_size : ops->fwd_size)(&pl, n)) != TA_OK)
         return ta_fail(d, st, "workspace size", "the backend's workspace layout overflows size_t");
     return TA_OK;
@@ -238,12 +245,12 @@ static ta_status ta_tasks_backend(ta_backend be, ta_diag *d) {
 /* Steps 1-3 of a call: the problem, the backend (tasks: CPU only), the stream
  * (a: the args, NULL-checked). */
 static ta_status ta_call_begin(const ta_problem *p, ta_backend be, const void *a,
-                               const void *stream, int tasks, ta_plan *pl,
+                               const void *stream, int tasks, int pass, ta_plan *pl,
                                const ta_backend_ops **ops, ta_diag *d) {
     ta_status st;
     if (!p) return ta_fail(d, TA_ERR_NULL_ARG, "problem", "must not be NULL");
     if (!a) return ta_fail(d, TA_ERR_NULL_ARG, "args", "must not be NULL");
-    if ((st = ta_plan_for(p, be, 1, pl, ops, d)) != TA_OK) return st;
+    if ((st = ta_plan_for(p, be, 1, pass, pl, ops, d)) != TA_OK) return st;
     if (tasks && (st = ta_tasks_backend(be, d)) != TA_OK) return st;
     return ta_check_stream(*ops, stream, d);
 }
@@ -274,7 +281,8 @@ static ta_status ta_fwd_validate_mode(const ta_problem *p, ta_backend be, const 
                                       ta_extents *ex, ta_diag *d) {
     size_t need = 0;
     ta_status st;
-    if ((st = ta_call_begin(p, be, a, stream, tasks, pl, ops, d)) != TA_OK) return st;
+    if ((st = ta_call_begin(p, be, a, stream, tasks, TA_TILING_FWD, pl, ops, d)) != TA_OK)
+        return st;
     if ((st = ta_plan_set_fwd_layout(pl, a, ex, d)) != TA_OK) return st;
     if ((st = ta_call_need(be, *ops, pl, 0, tasks, &need, d)) != TA_OK) return st;
     if ((st = ta_fwd_check_ptrs(pl, ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
@@ -338,10 +346,11 @@ ta_status ta_tune_fwd(const ta_problem *p, ta_backend be, const ta_fwd_args *a, 
 /* The operations the pairs of ta_bwd_args.accumulate and ta_bwd_finish
  * exist for, on every backend (field: the name a failure gives). */
 static ta_status ta_check_accumulate_problem(const ta_plan *pl, const char *field, ta_diag *d) {
-    if (pl->has_conv || pl->stages.load == TA_LOAD_ROPE || pl->stages.score == TA_SCORE_RBAND ||
+    if (pl->stages.load == TA_LOAD_ROPE || pl->stages.score == TA_SCORE_RBAND ||
         pl->p.latent_dim > 0)
         return ta_fail(d, TA_ERR_UNSUPPORTED, field,
-                       "SDPA only (no conv, rope, reciprocal band or latent projections)");
+                       "SDPA or the MTA conv only (no rope, reciprocal band or latent "
+                       "projections)");
     return TA_OK;
 }
 
@@ -359,8 +368,8 @@ static ta_status ta_f32_extent(const ta_plan *pl, size_t *bytes, const char *fie
  * after the strides: the mode's value, its operations (SDPA), the lo
  * words present; then dq, dk, dv's extents are their f32 ones (their lo
  * words' too). */
-static ta_status ta_check_bwd_accumulate(const ta_plan *pl, const ta_bwd_args *a, ta_extents *ex,
-                                         ta_diag *d) {
+static ta_status ta_check_bwd_accumulate(const ta_plan *pl, ta_backend be, const ta_bwd_args *a,
+                                         ta_extents *ex, ta_diag *d) {
     static const char *const names[] = {"args.dq_lo", "args.dk_lo", "args.dv_lo"};
     const void *const req[] = {a->dq_lo, a->dk_lo, a->dv_lo};
     ta_status st;
@@ -369,7 +378,13 @@ static ta_status ta_check_bwd_accumulate(const ta_plan *pl, const ta_bwd_args *a
         return ta_fail_value(d, TA_ERR_BAD_ARG, "args.accumulate", a->accumulate,
                              "not 0 or TA_BWD_ACCUMULATE (1)");
     if ((st = ta_check_accumulate_problem(pl, "args.accumulate", d)) != TA_OK) return st;
+    if (be == TA_BACKEND_CUDA && pl->has_conv) /* CUDA's MTA kernels keep no pairs yet */
+        return ta_fail(d, TA_ERR_UNSUPPORTED, "args.accumulate",
+                       "with the MTA conv: REF and CPU (CUDA: SDPA only, for now)");
     if ((st = ta_check_required(req, names, 3, d)) != TA_OK) return st;
+    if (pl->has_conv && !a->dconv_w_lo) /* the conv: dconv_w's pair too */
+        return ta_fail(d, TA_ERR_NULL_ARG, "args.dconv_w_lo",
+                       "must not be NULL with args.accumulate and the conv");
     if ((st = ta_f32_extent(pl, &ex->dq, "args.dq", d)) != TA_OK) return st;
     if ((st = ta_f32_extent(pl, &ex->dk, "args.dk", d)) != TA_OK) return st;
     return ta_f32_extent(pl, &ex->dv, "args.dv", d);
@@ -429,12 +444,14 @@ static ta_status ta_bwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend
             {a->accumulate ? a->dk_lo : NULL, ex->dk, eb_g, "args.dk_lo"},
             {a->accumulate ? a->dv_lo : NULL, ex->dv, eb_g, "args.dv_lo"},
             TA_BUF(pl->has_conv ? a->dconv_w : NULL, pl->n_conv, sizeof(float), "args.dconv_w"),
+            TA_BUF(pl->has_conv && a->accumulate ? a->dconv_w_lo : NULL, pl->n_conv,
+                   sizeof(float), "args.dconv_w_lo"),
             TA_BUF(rband ? a->d_alpha : NULL, 1, sizeof(float), "args.d_alpha"),
             TA_BUF(lat ? a->dw_qlat : NULL, pl->n_wq, sizeof(float), "args.dw_qlat"),
             TA_BUF(lat ? a->dw_vup : NULL, pl->n_wv, sizeof(float), "args.dw_vup"),
             TA_TRACE_BUFS(a->trace, tr_bytes),
             {ws, ws_needed, 1, "workspace"}};
-        if ((st = ta_check_buffers(in, 14, out, 13, d)) != TA_OK) return st;
+        if ((st = ta_check_buffers(in, 14, out, 14, d)) != TA_OK) return st;
     }
     return ta_check_workspace(ws, ws_bytes, ws_needed, d);
 }
@@ -446,10 +463,11 @@ static ta_status ta_bwd_validate_mode(const ta_problem *p, ta_backend be, const 
                                       ta_extents *ex, ta_diag *d) {
     size_t need = 0;
     ta_status st;
-    if ((st = ta_call_begin(p, be, a, stream, tasks, pl, ops, d)) != TA_OK) return st;
-    if ((st = ta_check_bwd_problem(pl, d)) != TA_OK) return st;
+    if ((st = ta_call_begin(p, be, a, stream, tasks, TA_TILING_BWD, pl, ops, d)) != TA_OK)
+        return st;
+    if ((st = ta_check_bwd_problem(pl, be, d)) != TA_OK) return st;
     if ((st = ta_plan_set_bwd_layout(pl, a, ex, d)) != TA_OK) return st;
-    if ((st = ta_check_bwd_accumulate(pl, a, ex, d)) != TA_OK) return st;
+    if ((st = ta_check_bwd_accumulate(pl, be, a, ex, d)) != TA_OK) return st;
     if ((st = ta_call_need(be, *ops, pl, 1, tasks, &need, d)) != TA_OK) return st;
     if ((st = ta_bwd_check_ptrs(pl, ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
     if ((st = ta_check_seqlens_host(pl, a->seqlens_k, (*ops)->host_memory, d)) != TA_OK) return st;
@@ -493,8 +511,8 @@ static ta_status ta_finish_validate(const ta_problem *p, ta_backend be, const ta
     size_t hi_bytes[3];
     ta_status st;
     int g;
-    if ((st = ta_call_begin(p, be, a, stream, 0, pl, ops, d)) != TA_OK) return st;
-    if ((st = ta_check_bwd_problem(pl, d)) != TA_OK) return st;
+    if ((st = ta_call_begin(p, be, a, stream, 0, TA_TILING_BWD, pl, ops, d)) != TA_OK) return st;
+    if ((st = ta_check_bwd_problem(pl, be, d)) != TA_OK) return st;
     if ((st = ta_check_accumulate_problem(pl, "problem", d)) != TA_OK) return st;
     strides.dq_strides = a->dq_strides;
     strides.dk_strides = a->dk_strides;
@@ -559,7 +577,7 @@ static ta_status ta_merge_validate(const ta_problem *p, ta_backend be, const ta_
     ta_extents ex;
     size_t n_parts_o, n_parts_lse, bytes;
     ta_status st;
-    if ((st = ta_call_begin(p, be, a, stream, 0, pl, ops, d)) != TA_OK) return st;
+    if ((st = ta_call_begin(p, be, a, stream, 0, TA_TILING_FWD, pl, ops, d)) != TA_OK) return st;
     if (!(*ops)->merge)
         return ta_fail_backend(d, TA_ERR_UNSUPPORTED, be, "does not implement ta_merge");
     if (a->num_parts < 1)
@@ -606,9 +624,9 @@ static ta_status ta_task_plan_query(const ta_problem *p, ta_backend be, int bwd,
     ta_status st;
     ta_diag_init(&d);
     if (!p || !out) return TA_ERR_NULL_ARG;
-    if ((st = ta_plan_for(p, be, 0, &pl, &ops, &d)) != TA_OK) return st;
+    if ((st = ta_plan_for(p, be, 0, bwd, &pl, &ops, &d)) != TA_OK) return st;
     if ((st = ta_tasks_backend(be, &d)) != TA_OK) return st;
-    if (bwd && (st = ta_check_bwd_problem(&pl, &d)) != TA_OK) return st;
+    if (bwd && (st = ta_check_bwd_problem(&pl, be, &d)) != TA_OK) return st;
     if ((st = ta_cpu_tasks_plan(&pl, bwd, &tp)) != TA_OK) return st;
     *out = tp;
     return TA_OK;

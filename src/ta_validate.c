@@ -121,6 +121,9 @@ static ta_status ta_check_latent_combo(const ta_problem *p, int band, ta_diag *d
     if (p->key_begin != 0)
         return ta_fail_value(d, TA_ERR_UNSUPPORTED, "key_begin", p->key_begin, rule);
     if (p->key_end != 0) return ta_fail_value(d, TA_ERR_UNSUPPORTED, "key_end", p->key_end, rule);
+    if (p->row_begin != 0)
+        return ta_fail_value(d, TA_ERR_UNSUPPORTED, "row_begin", p->row_begin, rule);
+    if (p->row_end != 0) return ta_fail_value(d, TA_ERR_UNSUPPORTED, "row_end", p->row_end, rule);
     return TA_OK;
 }
 
@@ -339,15 +342,16 @@ static ta_status ta_make_pass(ta_tiling *t, const ta_problem *p, int32_t bq, int
 
 static void ta_plan_contiguous_layout(ta_plan *pl);
 
-/* q_offset, key_begin, key_end (docs/api.md, "Key ranges and the query
- * offset"): the bounds (TA_ERR_BAD_ARG), then the key range on the forward's
- * K tile boundaries (TA_ERR_UNSUPPORTED: a tile would hold keys inside and
- * outside the range, which the kernels do not mask). Sets both tilings (the
- * backward's: the offset only; ta_bwd refuses a key range). */
+/* q_offset, key_begin, key_end, row_begin, row_end (docs/api.md, "Key ranges
+ * and the query offset"): the bounds (TA_ERR_BAD_ARG). Sets both tilings'
+ * offset and ranges (the forward's rows stay whole: ta_check_ranges refuses a
+ * row range there); whether the ranges lie on the pass's tiles is
+ * ta_check_ranges's (each pass has its own tile widths). */
 static ta_status ta_check_keys(ta_plan *pl, ta_diag *d) {
     const ta_problem *p = &pl->p;
     const int64_t base = (int64_t)p->seq_k - p->seq_q, diag = base + p->q_offset;
-    const int32_t end = p->key_end != 0 ? p->key_end : p->seq_k, ce = pl->fwd.cols_eff;
+    const int32_t end = p->key_end != 0 ? p->key_end : p->seq_k;
+    const int32_t rend = p->row_end != 0 ? p->row_end : p->seq_q;
     if (diag < -(int64_t)TA_SEQ_MAX || diag > (int64_t)TA_SEQ_MAX) {
         ta_fail_bounds(d, TA_ERR_BAD_ARG, "q_offset", p->q_offset, TA_DIAG_LO | TA_DIAG_HI,
                        -(int64_t)TA_SEQ_MAX - base, (int64_t)TA_SEQ_MAX - base);
@@ -363,18 +367,65 @@ static ta_status ta_check_keys(ta_plan *pl, ta_diag *d) {
         d->rule = "the key range [key_begin, key_end) (key_end 0 = seq_k) must hold a key";
         return TA_ERR_BAD_ARG;
     }
-    if (p->key_begin % ce != 0 || (end != p->seq_k && end % ce != 0)) {
-        const int first = p->key_begin % ce != 0;
-        ta_fail_bounds(d, TA_ERR_UNSUPPORTED, first ? "key_begin" : "key_end",
-                       first ? p->key_begin : p->key_end, TA_DIAG_MULTIPLE, ce, 0);
-        d->rule = first ? "on a K tile boundary: the forward's effective K tile width (block_k, "
-                          "minus conv_k - 1 with the conv)"
-                        : "seq_k, or on a K tile boundary: the forward's effective K tile width "
-                          "(block_k, minus conv_k - 1 with the conv)";
-        return TA_ERR_UNSUPPORTED;
+    if (p->row_end < 0 || p->row_end > p->seq_q)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "row_end", p->row_end, TA_DIAG_LO | TA_DIAG_HI, 0,
+                              p->seq_q);
+    if (p->row_begin < 0 || p->row_begin >= rend) {
+        ta_fail_bounds(d, TA_ERR_BAD_ARG, "row_begin", p->row_begin, TA_DIAG_LO | TA_DIAG_HI, 0,
+                       rend - 1);
+        d->rule = "the row range [row_begin, row_end) (row_end 0 = seq_q) must hold a row";
+        return TA_ERR_BAD_ARG;
     }
     ta_tiling_set_keys(&pl->fwd, p->q_offset, p->key_begin, end);
-    ta_tiling_set_keys(&pl->bwd, p->q_offset, 0, p->seq_k); /* the backward takes no range */
+    ta_tiling_set_keys(&pl->bwd, p->q_offset, p->key_begin, end);
+    ta_tiling_set_rows(&pl->bwd, p->row_begin, rend);
+    return TA_OK;
+}
+
+/* One bound of a range off its pass's tiles (TA_ERR_UNSUPPORTED). */
+static ta_status ta_fail_tile_bound(ta_diag *d, const char *field, int32_t value, int32_t width,
+                                    const char *rule) {
+    ta_fail_bounds(d, TA_ERR_UNSUPPORTED, field, value, TA_DIAG_MULTIPLE, width, 0);
+    d->rule = rule;
+    return TA_ERR_UNSUPPORTED;
+}
+
+ta_status ta_check_ranges(const ta_plan *pl, int pass, ta_diag *d) {
+    const ta_problem *p = &pl->p;
+    const ta_tiling *t = pass == TA_TILING_BWD ? &pl->bwd : &pl->fwd;
+    const int32_t ce = t->cols_eff, re = t->rows_eff;
+    const int32_t end = p->key_end != 0 ? p->key_end : p->seq_k;
+    const int32_t rend = p->row_end != 0 ? p->row_end : p->seq_q;
+    const int bwd = pass == TA_TILING_BWD;
+    if (!bwd && (p->row_begin != 0 || p->row_end != 0))
+        return ta_fail_value(d, TA_ERR_UNSUPPORTED, p->row_begin != 0 ? "row_begin" : "row_end",
+                             p->row_begin != 0 ? p->row_begin : p->row_end,
+                             "the forward has no row range (backward only; must be 0 for "
+                             "ta_fwd)");
+    if (p->key_begin % ce != 0)
+        return ta_fail_tile_bound(d, "key_begin", p->key_begin, ce,
+                                  bwd ? "on a K tile boundary of the backward: its effective K "
+                                        "tile width (block_k, minus 2 (conv_k - 1) with the "
+                                        "conv)"
+                                      : "on a K tile boundary: the forward's effective K tile "
+                                        "width (block_k, minus conv_k - 1 with the conv)");
+    if (end != p->seq_k && end % ce != 0)
+        return ta_fail_tile_bound(d, "key_end", p->key_end, ce,
+                                  bwd ? "seq_k, or on a K tile boundary of the backward: its "
+                                        "effective K tile width (block_k, minus 2 (conv_k - 1) "
+                                        "with the conv)"
+                                      : "seq_k, or on a K tile boundary: the forward's "
+                                        "effective K tile width (block_k, minus conv_k - 1 "
+                                        "with the conv)");
+    if (p->row_begin % re != 0)
+        return ta_fail_tile_bound(d, "row_begin", p->row_begin, re,
+                                  "on a Q tile boundary of the backward: its effective Q tile "
+                                  "height (block_q, minus 2 (conv_q - 1) with the conv)");
+    if (rend != p->seq_q && rend % re != 0)
+        return ta_fail_tile_bound(d, "row_end", p->row_end, re,
+                                  "seq_q, or on a Q tile boundary of the backward: its "
+                                  "effective Q tile height (block_q, minus 2 (conv_q - 1) "
+                                  "with the conv)");
     return TA_OK;
 }
 

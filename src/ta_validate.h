@@ -84,5 +84,10 @@ ta_status ta_check_rope_pos(const ta_plan *pl, int host_memory, ta_diag *d);
 /* The trace: REF only, entries non-NULL when capacity > 0, capacity * entry size
  * fits size_t (*bytes = that extent, for the overlap checks). */
 ta_status ta_check_trace(ta_backend be, const ta_trace *tr, size_t *bytes, ta_diag *d);
+/* The ranges of ta_problem (key_begin, key_end, row_begin, row_end) on the
+ * tiles of one pass (TA_TILING_FWD: keys on the forward's K tiles, no row
+ * range; TA_TILING_BWD: rows and keys on the backward's tiles), else
+ * TA_ERR_UNSUPPORTED. Right after ta_plan_make, whose bounds they assume. */
+ta_status ta_check_ranges(const ta_plan *pl, int pass, ta_diag *d);
 
 #endif /* TA_VALIDATE_H */

@@ -89,6 +89,8 @@ static const field problem_fields[] = {
     F(ta_problem, q_offset),
     F(ta_problem, key_begin),
     F(ta_problem, key_end),
+    F(ta_problem, row_begin),
+    F(ta_problem, row_end),
 };
 
 static const field rope_args_fields[] = {
@@ -124,7 +126,7 @@ static const field bwd_args_fields[] = {
     F(ta_bwd_args, rope),       F(ta_bwd_args, d_alpha),    F(ta_bwd_args, w_qlat),
     F(ta_bwd_args, w_vup),      F(ta_bwd_args, dw_qlat),    F(ta_bwd_args, dw_vup),
     F(ta_bwd_args, accumulate), F(ta_bwd_args, dq_lo),      F(ta_bwd_args, dk_lo),
-    F(ta_bwd_args, dv_lo),
+    F(ta_bwd_args, dv_lo),      F(ta_bwd_args, dconv_w_lo),
 };
 
 typedef struct layout {

@@ -721,14 +721,14 @@ static void check_bad_input(void) {
         ta_test_free(big);
         ta_test_free(shared);
     }
-    p.conv_q = 1, p.conv_k = 3; /* the MTA conv: not with the mode */
+    p.conv_q = 1, p.conv_k = 3; /* the MTA conv: dconv_w's lo words required too */
     a.conv_w = conv_w, a.dconv_w = dconv_w;
     {
         void *wsc;
         size_t wbc;
         wsc = ws_bwd(&p, TA_BACKEND_CPU, &wbc);
-        expect_bwd(&p, &a, wsc, wbc, &g, nq, nk, TA_ERR_UNSUPPORTED, "args.accumulate",
-                   "accumulate with the conv");
+        expect_bwd(&p, &a, wsc, wbc, &g, nq, nk, TA_ERR_NULL_ARG, "args.dconv_w_lo",
+                   "accumulate with the conv, no dconv_w_lo");
         ta_test_free(wsc);
     }
     p.conv_q = p.conv_k = 0;
@@ -747,9 +747,9 @@ static void check_bad_input(void) {
     f.dq_strides.seq = -1;
     expect_finish(&p, &f, nq, TA_ERR_BAD_ARG, "args.dq_strides", "a negative stride");
     f.dq_strides.seq = 0;
-    p.conv_q = 1, p.conv_k = 3;
-    expect_finish(&p, &f, nq, TA_ERR_UNSUPPORTED, "problem", "finish with the conv");
-    p.conv_q = p.conv_k = 0;
+    p.rope = TA_ROPE_INTERLEAVED, p.rope_pairs = 1, p.rope_rows = p.seq_q + p.seq_k;
+    expect_finish(&p, &f, nq, TA_ERR_UNSUPPORTED, "problem", "finish with the rotary stage");
+    p.rope = p.rope_pairs = p.rope_rows = 0;
     expect_finish(&p, NULL, nq, TA_ERR_NULL_ARG, "args", "NULL args");
     memset(g.dq, 0, nq * 4); /* hi words 0: dq = +0 */
     expect_finish(&p, &f, nq, TA_OK, "ok", "dq only");

@@ -20,11 +20,15 @@
  *     num_splits = 2N, bit for bit (o and lse): the same K tiles per part,
  *     the same raw scores in every conv window, the same merge;
  *   - CPU equals REF bit for bit; pairs run in a random order;
- *   - the refusals: a range off the tile boundaries, bounds, the backward,
- *     latent attention; nothing written.
+ *   - the refusals: a range off the tile boundaries, bounds, the backward's
+ *     own tiles, latent attention; nothing written.
+ * Then q_offset in both passes (check_offset), and the backward over ring
+ * pairs with row and key ranges (check_bwd_ring: its comment says what is
+ * bit for bit and what is not; REF and CPU only).
  * Built again as test_cuda_ring_mta (TA_RING_MTA_CUDA, label cuda): the same
- * pair calls and merges on CUDA (device copies of every buffer) against REF's,
- * bit for bit; exits 77 (skipped) without a device.
+ * forward pair calls and merges and the q_offset problems on CUDA (device
+ * copies of every buffer) against REF's, bit for bit, and CUDA's refusal of
+ * the backward's ranges; exits 77 (skipped) without a device.
  * Fresh seed, printed (TA_SEED replays); outputs poisoned.
  */
 #include <stdio.h>
@@ -588,7 +592,606 @@ static int check_offset(uint64_t seed, int idx, ta_backend be) {
     return ok;
 }
 
+#ifndef TA_RING_MTA_CUDA /* CUDA's backward refuses the ranges for now (checked in main) */
+/* ---- The backward over ring pairs: row and key ranges (docs/mta.md 2b) ----
+ * A random problem of S = nch C rows and keys (S_q = S_k; MTA causal, SDPA
+ * causal or not, windows, GQA, B = 1 or 2), its o and lse from one ta_fwd, a
+ * random dO. Each visible pair (q chunk a, k chunk b) is one accumulating
+ * ta_bwd on views into the whole tensors that carry the halos a device of a
+ * ring holds:
+ *
+ *   rows  [q0 - Ht, q1 + Hb)   Ht: a whole backward Q tile above (MTA: the
+ *                              conv's c_q - 1 rows, on a tile boundary; 0 for
+ *                              chunk 0), Hb = c_q - 1 rows below (fewer at
+ *                              the end) with their dO, o, lse
+ *   keys  [k0 - E, k1 + R)     E: a whole backward K tile left (2 P_k keys
+ *                              needed), R = 2 P_k keys right
+ *   row_begin = Ht, row_end = Ht + C; key_begin = E, key_end = E + C;
+ *   q_offset places row r at the position of q0 - Ht + r
+ *
+ * (SDPA needs no halos; its pairs take random ones anyway, to exercise the
+ * ranges.) The pairs run q chunks ascending, each one's k chunks ascending
+ * (the documented order: each range's partners ascending), into f32 (hi, lo)
+ * pairs of dq, dk, dv and (dconv_w, dconv_w_lo); ta_bwd_finish of the whole
+ * problem rounds dq, dk, dv once. Expected:
+ *   - OTHER == REF, every word of every pair, bit for bit (both run the same
+ *     calls in the same order; the CPU build also through caller-run tasks);
+ *   - with the backward's tiles 64 rows x 64 keys (block_q = 64 + 2 P_q,
+ *     block_k = 64 + 4 P_k, C a multiple of 64: "aligned"), dq == one
+ *     ta_bwd over the whole sequence bit for bit, and dk, dv too when H =
+ *     H_kv (every 64-index chunk partial is the same, added in the same
+ *     order; docs/api.md, "Backward over key and query ranges");
+ *   - otherwise (other tiles, GQA for dk, dv), and dconv_w always, within
+ *     TOL_REL of the largest entry of one ta_bwd: dconv_w's Q tile sums
+ *     R(b, qt) are cut at the k chunks, each part rounded once more, and
+ *     added in pair order; measured and printed;
+ *   - a plain (non-accumulating) pair call writes dq only in its row range,
+ *     dk, dv only in its key range (the rest stays poisoned);
+ *   - one accumulating call over everything + ta_bwd_finish == ta_bwd,
+ *     dconv_w included, bit for bit. */
+#define TOL_REL 1e-5
+
+typedef struct bcase {
+    int32_t B, H, HKV, D, S, C, nch;
+    int32_t cq, ck, pq, pk, re, ce, bq, bk; /* conv, halves, bwd tile widths, blocks */
+    int causal, window, aligned;
+    int32_t wl, wr;
+    int32_t ht[8], hb[8], e[8], rr[8]; /* each chunk's halos: rows above, below; keys left, right */
+    float *q, *k, *v, *w, *d_o, *o, *lse;
+} bcase;
+
+static ta_problem bcase_problem(const bcase *bc, int32_t sq, int32_t sk) {
+    ta_problem p;
+    memset(&p, 0, sizeof p);
+    p.batch = bc->B;
+    p.heads_q = bc->H;
+    p.heads_kv = bc->HKV;
+    p.seq_q = sq;
+    p.seq_k = sk;
+    p.head_dim = p.head_dim_v = bc->D;
+    p.dtype = TA_F32;
+    p.block_q = bc->bq;
+    p.block_k = bc->bk;
+    p.conv_q = bc->cq;
+    p.conv_k = bc->ck;
+    p.flags = (bc->causal ? TA_CAUSAL : 0u) | (bc->window ? TA_WINDOW : 0u);
+    p.window_left = bc->window ? bc->wl : 0;
+    p.window_right = bc->window ? bc->wr : 0;
+    return p;
+}
+
+static void bcase_draw(bcase *bc, ta_rng *r) {
+    const int mta = ta_rng_int(r, 0, 3) != 0;
+    int32_t i;
+    bc->B = ta_rng_int(r, 1, 2);
+    bc->HKV = ta_rng_int(r, 1, 2);
+    bc->H = bc->HKV * ta_rng_int(r, 1, 2);
+    bc->D = 16 * ta_rng_int(r, 1, 2);
+    bc->cq = mta ? ta_rng_int(r, 1, 6) : 0;
+    bc->ck = mta ? 2 * ta_rng_int(r, 0, 5) + 1 : 0;
+    bc->pq = mta ? bc->cq - 1 : 0;
+    bc->pk = mta ? (bc->ck - 1) / 2 : 0;
+    bc->aligned = ta_rng_int(r, 0, 1);
+    bc->re = bc->ce = bc->aligned ? 64 : ta_rng_int(r, 10, 40); /* >= P_q, >= 2 P_k */
+    bc->bq = bc->re + 2 * bc->pq;
+    bc->bk = bc->ce + 4 * bc->pk;
+    bc->C = bc->re * ta_rng_int(r, 1, bc->aligned ? 2 : 3);
+    bc->nch = ta_rng_int(r, 2, 4);
+    bc->S = bc->nch * bc->C;
+    bc->causal = mta || ta_rng_int(r, 0, 2) != 0;
+    bc->window = ta_rng_int(r, 0, 2) == 0;
+    bc->wl = ta_rng_int(r, 0, 1) ? ta_rng_int(r, 1, 2 * bc->C) : -1;
+    bc->wr = bc->causal ? -1 : ta_rng_int(r, 0, bc->C);
+    for (i = 0; i < bc->nch; ++i) {
+        const int32_t c0 = i * bc->C, c1 = c0 + bc->C;
+        if (mta) { /* what the conv reads: a whole tile above / left, P_q below, 2 P_k right */
+            bc->ht[i] = c0 > 0 && bc->pq > 0 ? bc->re : 0;
+            bc->e[i] = c0 > 0 && bc->pk > 0 ? bc->ce : 0;
+            bc->hb[i] = bc->pq < bc->S - c1 ? bc->pq : bc->S - c1;
+            bc->rr[i] = 2 * bc->pk < bc->S - c1 ? 2 * bc->pk : bc->S - c1;
+        } else { /* SDPA reads none: random halos */
+            bc->ht[i] = c0 > 0 && ta_rng_int(r, 0, 1) ? bc->re : 0;
+            bc->e[i] = c0 > 0 && ta_rng_int(r, 0, 1) ? bc->ce : 0;
+            bc->hb[i] = ta_rng_int(r, 0, 3);
+            bc->rr[i] = ta_rng_int(r, 0, 3);
+            if (bc->hb[i] > bc->S - c1) bc->hb[i] = bc->S - c1;
+            if (bc->rr[i] > bc->S - c1) bc->rr[i] = bc->S - c1;
+        }
+    }
+}
+
+/* Pair (a, b): its problem (ranges, q_offset) and the first row and key of
+ * its views; 0 if the causal mask hides it (keys after every row). */
+static int bpair(const bcase *bc, int32_t a, int32_t b, ta_problem *p, int32_t *q_lo,
+                 int32_t *k_lo) {
+    const int32_t q0 = a * bc->C, q1 = q0 + bc->C, k0 = b * bc->C, k1 = k0 + bc->C;
+    const int32_t sq = bc->ht[a] + bc->C + bc->hb[a], sk = bc->e[b] + bc->C + bc->rr[b];
+    if (bc->causal && k0 >= q1) return 0;
+    *q_lo = q0 - bc->ht[a];
+    *k_lo = k0 - bc->e[b];
+    (void)k1;
+    *p = bcase_problem(bc, sq, sk);
+    p->row_begin = bc->ht[a];
+    p->row_end = bc->ht[a] + bc->C;
+    p->key_begin = bc->e[b];
+    p->key_end = bc->e[b] + bc->C;
+    p->q_offset = *q_lo - *k_lo - sk + sq; /* row r at key position q_lo + r - k_lo */
+    return 1;
+}
+
+/* The buffers of a ring backward: (hi, lo) pairs of dq [B, H, S, D], dk, dv
+ * [B, H_kv, S, D] and dconv_w [H, c_q, c_k]. */
+typedef struct bsums {
+    float *dq, *dq_lo, *dk, *dk_lo, *dv, *dv_lo, *dw, *dw_lo;
+} bsums;
+
+static void bsums_alloc(const bcase *bc, bsums *s) {
+    const size_t nq = (size_t)bc->B * (size_t)bc->H * (size_t)bc->S * (size_t)bc->D;
+    const size_t nk = (size_t)bc->B * (size_t)bc->HKV * (size_t)bc->S * (size_t)bc->D;
+    const size_t nw = (size_t)bc->H * (bc->cq > 0 ? (size_t)bc->cq * (size_t)bc->ck : 1);
+    s->dq = calloc(nq, 4);
+    s->dq_lo = calloc(nq, 4);
+    s->dk = calloc(nk, 4);
+    s->dk_lo = calloc(nk, 4);
+    s->dv = calloc(nk, 4);
+    s->dv_lo = calloc(nk, 4);
+    s->dw = calloc(nw, 4);
+    s->dw_lo = calloc(nw, 4);
+    if (!s->dq || !s->dq_lo || !s->dk || !s->dk_lo || !s->dv || !s->dv_lo || !s->dw || !s->dw_lo)
+        exit(1);
+}
+
+static void bsums_free(bsums *s) {
+    free(s->dq);
+    free(s->dq_lo);
+    free(s->dk);
+    free(s->dk_lo);
+    free(s->dv);
+    free(s->dv_lo);
+    free(s->dw);
+    free(s->dw_lo);
+}
+
+/* The backward args of pair views from rows q_lo, keys k_lo (lse: the pair's
+ * rows, contiguous, in lse_buf), into sums s (NULL: the caller sets dq, dk,
+ * dv, dconv_w). */
+static ta_bwd_args bpair_args(const bcase *bc, const ta_problem *p, int32_t q_lo, int32_t k_lo,
+                              float *lse_buf, const bsums *s) {
+    const ta_strides sq = ta_test_strides_bhsd(bc->H, bc->S, bc->D);
+    const ta_strides sk = ta_test_strides_bhsd(bc->HKV, bc->S, bc->D);
+    const size_t oq = (size_t)q_lo * (size_t)bc->D, ok = (size_t)k_lo * (size_t)bc->D;
+    ta_bwd_args a;
+    int32_t b, h;
+    memset(&a, 0, sizeof a);
+    a.q = bc->q + oq;
+    a.o = bc->o + oq;
+    a.d_o = bc->d_o + oq;
+    a.k = bc->k + ok;
+    a.v = bc->v + ok;
+    a.q_strides = a.o_strides = a.d_o_strides = a.dq_strides = sq;
+    a.k_strides = a.v_strides = a.dk_strides = a.dv_strides = sk;
+    a.conv_w = bc->cq > 0 ? bc->w : NULL;
+    for (b = 0; b < bc->B; ++b)
+        for (h = 0; h < bc->H; ++h)
+            memcpy(lse_buf + ((size_t)b * (size_t)bc->H + (size_t)h) * (size_t)p->seq_q,
+                   bc->lse + ((size_t)b * (size_t)bc->H + (size_t)h) * (size_t)bc->S + (size_t)q_lo, (size_t)p->seq_q * 4);
+    a.lse = lse_buf;
+    if (!s) return a;
+    a.accumulate = TA_BWD_ACCUMULATE;
+    a.dq = s->dq + oq;
+    a.dq_lo = s->dq_lo + oq;
+    a.dk = s->dk + ok;
+    a.dk_lo = s->dk_lo + ok;
+    a.dv = s->dv + ok;
+    a.dv_lo = s->dv_lo + ok;
+    a.dconv_w = bc->cq > 0 ? s->dw : NULL;
+    a.dconv_w_lo = bc->cq > 0 ? s->dw_lo : NULL;
+    return a;
+}
+
+/* ta_bwd of p on be (tasks: the CPU's caller-run tasks), host memory. */
+static ta_status bcall(const ta_problem *p, ta_backend be, int tasks, const ta_bwd_args *a) {
+    size_t wb;
+    void *ws;
+    ta_status st;
+    if (tasks) return ta_test_bwd_tasks(p, a);
+    st = ta_bwd_workspace_size(p, be, &wb);
+    if (st != TA_OK) return st;
+    ws = ta_test_alloc(wb ? wb : 64);
+    st = ta_bwd(p, be, a, ws, wb, NULL);
+    ta_test_free(ws);
+    return st;
+}
+
+/* Every visible pair, q chunks ascending, each one's k chunks ascending, on be
+ * into s (zeroed first). */
+static void bring(const bcase *bc, ta_backend be, int tasks, bsums *s) {
+    float *lse_buf = malloc((size_t)bc->B * (size_t)bc->H * (size_t)bc->S * 4);
+    int32_t a, b, q_lo, k_lo;
+    if (!lse_buf) exit(1);
+    for (a = 0; a < bc->nch; ++a)
+        for (b = 0; b < bc->nch; ++b) {
+            ta_problem p;
+            ta_bwd_args ba;
+            if (!bpair(bc, a, b, &p, &q_lo, &k_lo)) continue;
+            ba = bpair_args(bc, &p, q_lo, k_lo, lse_buf, s);
+            TA_CHECK(bcall(&p, be, tasks, &ba) == TA_OK, "ring pair (%d, %d) on backend %d%s",
+                     (int)a, (int)b, (int)be, tasks ? " (tasks)" : "");
+        }
+    free(lse_buf);
+}
+
+/* max |x - y| / max |y| over n floats (0 when y is all zero and x == y). */
+static double rel_diff(const float *x, const float *y, size_t n) {
+    double m = 0.0, d = 0.0;
+    size_t i;
+    for (i = 0; i < n; ++i) {
+        const double e = (double)x[i] - (double)y[i], ay = y[i] < 0 ? -(double)y[i] : (double)y[i];
+        if (ay > m) m = ay;
+        if ((e < 0 ? -e : e) > d) d = e < 0 ? -e : e;
+    }
+    return m > 0.0 ? d / m : d;
+}
+
+/* 1 if each of the n floats is poison (0xFF bytes), 0 if none, -1 if mixed. */
+static int poisoned(const float *x, size_t n) {
+    size_t i, c = 0;
+    const unsigned char *b = (const unsigned char *)x;
+    for (i = 0; i < n; ++i)
+        c += b[4 * i] == 0xFF && b[4 * i + 1] == 0xFF && b[4 * i + 2] == 0xFF &&
+             b[4 * i + 3] == 0xFF;
+    return c == n ? 1 : c == 0 ? 0 : -1;
+}
+
+static int n_b_mta, n_b_aligned, n_b_gqa, n_b_window, n_b_exact;
+static double worst_dw, worst_grad;
+
+static int check_bwd_ring(uint64_t seed, int idx) {
+    bcase bc;
+    ta_rng r;
+    ta_problem p;
+    ta_fwd_args fa;
+    ta_bwd_args ba;
+    ta_bwd_finish_args fin;
+    bsums sr, so, st, one;
+    size_t nq, nk, nl, nw, wb, i;
+    float *dq1, *dk1, *dv1, *dw1, *dq2, *dk2, *dv2, *dqp, *dkp, *dvp, *dwp, *lse_buf;
+    void *ws;
+    int ok = 1, exact_dq, exact_kv;
+    double e_dq, e_dk, e_dv, e_dw;
+    const int failures0 = ta_test_failures;
+    ta_rng_seed(&r, seed ^ (UINT64_C(0xd1b54a32d192ed03) * (uint64_t)(idx + 3)));
+    bcase_draw(&bc, &r);
+    nq = (size_t)bc.B * (size_t)bc.H * (size_t)bc.S * (size_t)bc.D;
+    nk = (size_t)bc.B * (size_t)bc.HKV * (size_t)bc.S * (size_t)bc.D;
+    nl = (size_t)bc.B * (size_t)bc.H * (size_t)bc.S;
+    nw = (size_t)bc.H * (bc.cq > 0 ? (size_t)bc.cq * (size_t)bc.ck : 1);
+    bc.q = malloc(nq * 4);
+    bc.d_o = malloc(nq * 4);
+    bc.o = malloc(nq * 4);
+    bc.lse = malloc(nl * 4);
+    bc.k = malloc(nk * 4);
+    bc.v = malloc(nk * 4);
+    bc.w = malloc(nw * 4);
+    dq1 = malloc(nq * 4);
+    dk1 = malloc(nk * 4);
+    dv1 = malloc(nk * 4);
+    dw1 = malloc(nw * 4);
+    dq2 = malloc(nq * 4);
+    dk2 = malloc(nk * 4);
+    dv2 = malloc(nk * 4);
+    dqp = malloc(nq * 4);
+    dkp = malloc(nk * 4);
+    dvp = malloc(nk * 4);
+    dwp = malloc(nw * 4);
+    lse_buf = malloc(nl * 4);
+    if (!bc.q || !bc.d_o || !bc.o || !bc.lse || !bc.k || !bc.v || !bc.w || !dq1 || !dk1 || !dv1 ||
+        !dw1 || !dq2 || !dk2 || !dv2 || !dqp || !dkp || !dvp || !dwp || !lse_buf)
+        exit(1);
+    ta_fill_uniform(&r, bc.q, TA_F32, nq, -2.0f, 2.0f);
+    ta_fill_uniform(&r, bc.k, TA_F32, nk, -2.0f, 2.0f);
+    ta_fill_uniform(&r, bc.v, TA_F32, nk, -1.0f, 1.0f);
+    ta_fill_uniform(&r, bc.d_o, TA_F32, nq, -1.0f, 1.0f);
+    ta_fill_uniform(&r, bc.w, TA_F32, nw, -0.5f, 0.5f);
+    n_b_mta += bc.cq > 0;
+    n_b_aligned += bc.aligned;
+    n_b_gqa += bc.H != bc.HKV;
+    n_b_window += bc.window;
+    /* the whole sequence: one forward (o, lse), one backward */
+    p = bcase_problem(&bc, bc.S, bc.S);
+    memset(&fa, 0, sizeof fa);
+    fa.q = bc.q;
+    fa.k = bc.k;
+    fa.v = bc.v;
+    fa.conv_w = bc.cq > 0 ? bc.w : NULL;
+    fa.o = bc.o;
+    fa.lse = bc.lse;
+    ta_poison(bc.o, nq * 4);
+    ta_poison(bc.lse, nl * 4);
+    ws = ws_for(&p, TA_BACKEND_REF, &wb);
+    TA_CHECK(ta_fwd(&p, TA_BACKEND_REF, &fa, ws, wb, NULL) == TA_OK, "bwd ring %d: forward", idx);
+    ta_test_free(ws);
+    memset(&ba, 0, sizeof ba);
+    ba.q = bc.q;
+    ba.k = bc.k;
+    ba.v = bc.v;
+    ba.o = bc.o;
+    ba.d_o = bc.d_o;
+    ba.lse = bc.lse;
+    ba.conv_w = fa.conv_w;
+    ba.dq = dq1;
+    ba.dk = dk1;
+    ba.dv = dv1;
+    ba.dconv_w = bc.cq > 0 ? dw1 : NULL;
+    ta_poison(dq1, nq * 4);
+    ta_poison(dk1, nk * 4);
+    ta_poison(dv1, nk * 4);
+    ta_poison(dw1, nw * 4);
+    TA_CHECK(bcall(&p, TA_BACKEND_REF, 0, &ba) == TA_OK, "bwd ring %d: one ta_bwd", idx);
+    /* one accumulating call over everything, finished == ta_bwd (both backends) */
+    for (i = 0; i < 2; ++i) {
+        const ta_backend be = i == 0 ? TA_BACKEND_REF : OTHER;
+        bsums_alloc(&bc, &one);
+        ba.accumulate = TA_BWD_ACCUMULATE;
+        ba.dq = one.dq, ba.dq_lo = one.dq_lo, ba.dk = one.dk, ba.dk_lo = one.dk_lo;
+        ba.dv = one.dv, ba.dv_lo = one.dv_lo;
+        ba.dconv_w = bc.cq > 0 ? one.dw : NULL;
+        ba.dconv_w_lo = bc.cq > 0 ? one.dw_lo : NULL;
+        TA_CHECK(bcall(&p, be, 0, &ba) == TA_OK, "bwd ring %d: one accumulating call", idx);
+        memset(&fin, 0, sizeof fin);
+        fin.dq_hi = one.dq, fin.dk_hi = one.dk, fin.dv_hi = one.dv;
+        fin.dq = dq2, fin.dk = dk2, fin.dv = dv2;
+        ta_poison(dq2, nq * 4);
+        ta_poison(dk2, nk * 4);
+        ta_poison(dv2, nk * 4);
+        TA_CHECK(ta_bwd_finish(&p, TA_BACKEND_REF, &fin, NULL) == TA_OK, "finish");
+        TA_CHECK(memcmp(dq1, dq2, nq * 4) == 0 && memcmp(dk1, dk2, nk * 4) == 0 &&
+                     memcmp(dv1, dv2, nk * 4) == 0 &&
+                     (bc.cq == 0 || memcmp(dw1, one.dw, nw * 4) == 0),
+                 "bwd ring %d on backend %d: one accumulating call + finish != ta_bwd", idx,
+                 (int)be);
+        bsums_free(&one);
+    }
+    /* the ring: REF, OTHER (and the CPU's caller-run tasks) */
+    bsums_alloc(&bc, &sr);
+    bsums_alloc(&bc, &so);
+    bring(&bc, TA_BACKEND_REF, 0, &sr);
+    bring(&bc, OTHER, 0, &so);
+    ok = memcmp(sr.dq, so.dq, nq * 4) == 0 && memcmp(sr.dq_lo, so.dq_lo, nq * 4) == 0 &&
+         memcmp(sr.dk, so.dk, nk * 4) == 0 && memcmp(sr.dk_lo, so.dk_lo, nk * 4) == 0 &&
+         memcmp(sr.dv, so.dv, nk * 4) == 0 && memcmp(sr.dv_lo, so.dv_lo, nk * 4) == 0 &&
+         memcmp(sr.dw, so.dw, nw * 4) == 0 && memcmp(sr.dw_lo, so.dw_lo, nw * 4) == 0;
+    TA_CHECK(ok, "bwd ring %d: %s pairs != REF pairs (a word of dq, dk, dv or dconv_w)", idx,
+             OTHER_NAME);
+    bsums_alloc(&bc, &st); /* the CPU's caller-run tasks */
+    bring(&bc, TA_BACKEND_CPU, 1, &st);
+    TA_CHECK(memcmp(sr.dq, st.dq, nq * 4) == 0 && memcmp(sr.dk, st.dk, nk * 4) == 0 &&
+                 memcmp(sr.dv, st.dv, nk * 4) == 0 && memcmp(sr.dw, st.dw, nw * 4) == 0 &&
+                 memcmp(sr.dw_lo, st.dw_lo, nw * 4) == 0 &&
+                 memcmp(sr.dq_lo, st.dq_lo, nq * 4) == 0 &&
+                 memcmp(sr.dk_lo, st.dk_lo, nk * 4) == 0 &&
+                 memcmp(sr.dv_lo, st.dv_lo, nk * 4) == 0,
+             "bwd ring %d: CPU caller-run tasks != REF pairs", idx);
+    bsums_free(&st);
+    /* against one ta_bwd */
+    memset(&fin, 0, sizeof fin);
+    fin.dq_hi = sr.dq, fin.dk_hi = sr.dk, fin.dv_hi = sr.dv;
+    fin.dq = dq2, fin.dk = dk2, fin.dv = dv2;
+    ta_poison(dq2, nq * 4);
+    ta_poison(dk2, nk * 4);
+    ta_poison(dv2, nk * 4);
+    TA_CHECK(ta_bwd_finish(&p, TA_BACKEND_REF, &fin, NULL) == TA_OK, "finish of the ring");
+    exact_dq = bc.aligned;
+    exact_kv = bc.aligned && bc.H == bc.HKV;
+    n_b_exact += exact_dq + exact_kv;
+    e_dq = rel_diff(dq2, dq1, nq);
+    e_dk = rel_diff(dk2, dk1, nk);
+    e_dv = rel_diff(dv2, dv1, nk);
+    e_dw = bc.cq > 0 ? rel_diff(sr.dw, dw1, nw) : 0.0;
+    if (e_dw > worst_dw) worst_dw = e_dw;
+    if (!exact_dq && e_dq > worst_grad) worst_grad = e_dq;
+    if (!exact_kv && e_dk > worst_grad) worst_grad = e_dk;
+    if (!exact_kv && e_dv > worst_grad) worst_grad = e_dv;
+    TA_CHECK(!exact_dq || memcmp(dq2, dq1, nq * 4) == 0,
+             "bwd ring %d (aligned): dq != one ta_bwd bit for bit (rel %.3g)", idx, e_dq);
+    TA_CHECK(!exact_kv || (memcmp(dk2, dk1, nk * 4) == 0 && memcmp(dv2, dv1, nk * 4) == 0),
+             "bwd ring %d (aligned, H = H_kv): dk, dv != one ta_bwd bit for bit (rel %.3g, %.3g)",
+             idx, e_dk, e_dv);
+    TA_CHECK(e_dq <= TOL_REL && e_dk <= TOL_REL && e_dv <= TOL_REL && e_dw <= TOL_REL,
+             "bwd ring %d: against one ta_bwd: dq %.3g dk %.3g dv %.3g dconv_w %.3g of the "
+             "largest (tolerance %g)",
+             idx, e_dq, e_dk, e_dv, e_dw, TOL_REL);
+    /* a plain pair call (the last q chunk, k chunk 1 or 0): only its ranges written */
+    {
+        const int32_t a = bc.nch - 1, b = bc.causal ? 0 : 1;
+        int32_t q_lo, k_lo, bb, h, j;
+        ta_problem pp;
+        ta_bwd_args pa;
+        TA_CHECK(bpair(&bc, a, b, &pp, &q_lo, &k_lo), "pair (%d, %d) hidden", (int)a, (int)b);
+        for (i = 0; i < 2; ++i) {
+            const ta_backend be = i == 0 ? TA_BACKEND_REF : OTHER;
+            pa = bpair_args(&bc, &pp, q_lo, k_lo, lse_buf, NULL);
+            ta_poison(dqp, nq * 4);
+            ta_poison(dkp, nk * 4);
+            ta_poison(dvp, nk * 4);
+            ta_poison(dwp, nw * 4);
+            pa.dq = dqp + (size_t)q_lo * (size_t)bc.D;
+            pa.dk = dkp + (size_t)k_lo * (size_t)bc.D;
+            pa.dv = dvp + (size_t)k_lo * (size_t)bc.D;
+            pa.dconv_w = bc.cq > 0 ? dwp : NULL;
+            TA_CHECK(bcall(&pp, be, 0, &pa) == TA_OK, "plain pair call on backend %d", (int)be);
+            for (bb = 0; bb < bc.B; ++bb)
+                for (h = 0; h < bc.H; ++h)
+                    for (j = 0; j < bc.S; ++j) {
+                        const int in = j >= a * bc.C && j < (a + 1) * bc.C;
+                        const float *row = dqp + (((size_t)bb * (size_t)bc.H + (size_t)h) * (size_t)bc.S + (size_t)j) * (size_t)bc.D;
+                        TA_CHECK(poisoned(row, (size_t)bc.D) == !in,
+                                 "plain pair (%d, %d) on backend %d: dq row %d %s", (int)a,
+                                 (int)b, (int)be, (int)j, in ? "not written" : "written");
+                    }
+            for (bb = 0; bb < bc.B; ++bb)
+                for (h = 0; h < bc.HKV; ++h)
+                    for (j = 0; j < bc.S; ++j) {
+                        const int in = j >= b * bc.C && j < (b + 1) * bc.C;
+                        const size_t at = (((size_t)bb * (size_t)bc.HKV + (size_t)h) * (size_t)bc.S + (size_t)j) * (size_t)bc.D;
+                        TA_CHECK(poisoned(dkp + at, (size_t)bc.D) == !in &&
+                                     poisoned(dvp + at, (size_t)bc.D) == !in,
+                                 "plain pair (%d, %d) on backend %d: dk/dv key %d %s", (int)a,
+                                 (int)b, (int)be, (int)j, in ? "not written" : "written");
+                    }
+            TA_CHECK(bc.cq == 0 || poisoned(dwp, nw) == 0, "plain pair: dconv_w not written");
+            if (i == 0) { /* REF's, kept in dq2 / dk2 / dv2 / dw1 for OTHER's */
+                memcpy(dq2, dqp, nq * 4);
+                memcpy(dk2, dkp, nk * 4);
+                memcpy(dv2, dvp, nk * 4);
+                memcpy(dw1, dwp, nw * 4);
+            } else {
+                TA_CHECK(memcmp(dq2, dqp, nq * 4) == 0 && memcmp(dk2, dkp, nk * 4) == 0 &&
+                             memcmp(dv2, dvp, nk * 4) == 0 &&
+                             (bc.cq == 0 || memcmp(dw1, dwp, nw * 4) == 0),
+                         "plain pair: %s != REF", OTHER_NAME);
+            }
+        }
+    }
+    TA_CHECK(ta_test_failures == failures0,
+             "bwd ring %d: B %d H %d/%d D %d conv %dx%d S %d C %d (%d chunks) tiles %d x %d "
+             "(blocks %d, %d) %s window %d [%d, %d]",
+             idx, (int)bc.B, (int)bc.H, (int)bc.HKV, (int)bc.D, (int)bc.cq, (int)bc.ck, (int)bc.S,
+             (int)bc.C, (int)bc.nch, (int)bc.re, (int)bc.ce, (int)bc.bq, (int)bc.bk,
+             bc.causal ? "causal" : "full", bc.window, (int)bc.wl, (int)bc.wr);
+    ok = ok && ta_test_failures == failures0;
+    bsums_free(&sr);
+    bsums_free(&so);
+    free(bc.q);
+    free(bc.d_o);
+    free(bc.o);
+    free(bc.lse);
+    free(bc.k);
+    free(bc.v);
+    free(bc.w);
+    free(dq1);
+    free(dk1);
+    free(dv1);
+    free(dw1);
+    free(dq2);
+    free(dk2);
+    free(dv2);
+    free(dqp);
+    free(dkp);
+    free(dvp);
+    free(dwp);
+    free(lse_buf);
+    return ok;
+}
+
+#endif /* !TA_RING_MTA_CUDA */
+
 #ifndef TA_RING_MTA_CUDA
+/* One refused backward problem: the size query returns want and its
+ * explanation starts with field. */
+static void bwd_refused(const ta_problem *p, ta_status want, const char *field, const char *what) {
+    char buf[512];
+    size_t bytes;
+    const ta_status st = ta_bwd_workspace_size(p, TA_BACKEND_REF, &bytes);
+    const ta_status se = ta_explain_bwd_workspace_size(p, TA_BACKEND_REF, buf, sizeof buf);
+    TA_CHECK(st == want && se == want && strncmp(buf, field, strlen(field)) == 0,
+             "%s: status %d (want %d), explanation '%s'", what, (int)st, (int)want, buf);
+}
+
+/* The backward's ranges: bounds (TA_ERR_BAD_ARG), the backward's own tiles
+ * (TA_ERR_UNSUPPORTED), the forward's refusal of a row range, and the
+ * accumulating conv call's dconv_w_lo (TA_ERR_NULL_ARG; nothing written). */
+static void check_bwd_refusals(void) {
+    enum { N = 64 * 16 * 2 };
+    static float q[N], k[N], v[N], o[N], d_o[N], lse[128], w[2 * 15];
+    static float dq[N], dk[N], dv[N], dqlo[N], dklo[N], dvlo[N], dw[2 * 15];
+    static unsigned char ws[1 << 20];
+    ta_problem p;
+    ta_bwd_args a;
+    size_t bytes, i;
+    char buf[512];
+    ta_status st;
+    memset(&p, 0, sizeof p);
+    p.batch = 1;
+    p.heads_q = p.heads_kv = 2;
+    p.seq_q = p.seq_k = 64;
+    p.head_dim = p.head_dim_v = 16;
+    p.block_q = p.block_k = 32;
+    p.flags = TA_CAUSAL;
+    p.conv_q = 3; /* backward tiles: 32 - 4 = 28 rows, 32 - 8 = 24 keys */
+    p.conv_k = 5;
+    p.row_begin = 14;
+    bwd_refused(&p, TA_ERR_UNSUPPORTED, "row_begin", "row_begin off the backward's Q tiles");
+    p.row_begin = 28;
+    bwd_refused(&p, TA_OK, "ok", "row_begin on the backward's Q tiles");
+    p.row_end = 40;
+    bwd_refused(&p, TA_ERR_UNSUPPORTED, "row_end", "row_end off the backward's Q tiles");
+    p.row_end = 56;
+    bwd_refused(&p, TA_OK, "ok", "row_end on the backward's Q tiles");
+    TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_REF, &bytes) == TA_ERR_UNSUPPORTED,
+             "the forward with a row range: not TA_ERR_UNSUPPORTED");
+    p.row_begin = 0;
+    TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_REF, &bytes) == TA_ERR_UNSUPPORTED,
+             "the forward with row_end: not TA_ERR_UNSUPPORTED");
+    p.row_end = 64;
+    bwd_refused(&p, TA_OK, "ok", "row_end = seq_q");
+    p.row_end = 65;
+    bwd_refused(&p, TA_ERR_BAD_ARG, "row_end", "row_end past seq_q");
+    p.row_begin = 56;
+    p.row_end = 56;
+    bwd_refused(&p, TA_ERR_BAD_ARG, "row_begin", "an empty row range");
+    p.row_begin = -28;
+    p.row_end = 0;
+    bwd_refused(&p, TA_ERR_BAD_ARG, "row_begin", "a negative row_begin");
+    p.row_begin = 0;
+    p.key_begin = 28; /* the forward's K tiles (28 keys), not the backward's (24) */
+    bwd_refused(&p, TA_ERR_UNSUPPORTED, "key_begin", "key_begin off the backward's K tiles");
+    p.key_begin = 24;
+    bwd_refused(&p, TA_OK, "ok", "key_begin on the backward's K tiles");
+    TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_REF, &bytes) == TA_ERR_UNSUPPORTED,
+             "the forward with key_begin off its own K tiles: not TA_ERR_UNSUPPORTED");
+    p.key_end = 50;
+    bwd_refused(&p, TA_ERR_UNSUPPORTED, "key_end", "key_end off the backward's K tiles");
+    p.key_end = 48;
+    bwd_refused(&p, TA_OK, "ok", "key_end on the backward's K tiles");
+    p.key_end = 24;
+    bwd_refused(&p, TA_ERR_BAD_ARG, "key_begin", "an empty key range");
+    p.key_end = 0;
+    /* SDPA: the tiles are the blocks */
+    p.conv_q = p.conv_k = 0;
+    p.key_begin = 0;
+    p.row_begin = 28;
+    bwd_refused(&p, TA_ERR_UNSUPPORTED, "row_begin", "SDPA row_begin off block_q");
+    p.row_begin = 32;
+    p.key_begin = 32;
+    bwd_refused(&p, TA_OK, "ok", "SDPA ranges on the blocks");
+    /* accumulating with the conv: dconv_w_lo required; nothing written */
+    p.conv_q = 3;
+    p.conv_k = 5;
+    p.row_begin = 28;
+    p.key_begin = 24;
+    for (i = 0; i < N; ++i) q[i] = k[i] = v[i] = o[i] = d_o[i] = 0.25f;
+    for (i = 0; i < 128; ++i) lse[i] = 1.0f;
+    for (i = 0; i < 30; ++i) w[i] = 0.1f;
+    memset(&a, 0, sizeof a);
+    a.q = q, a.k = k, a.v = v, a.o = o, a.d_o = d_o, a.lse = lse, a.conv_w = w;
+    a.dq = dq, a.dk = dk, a.dv = dv, a.dconv_w = dw;
+    a.accumulate = TA_BWD_ACCUMULATE;
+    a.dq_lo = dqlo, a.dk_lo = dklo, a.dv_lo = dvlo;
+    ta_canary_fill(dq, sizeof dq);
+    ta_canary_fill(dw, sizeof dw);
+    TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_REF, &bytes) == TA_OK && bytes <= sizeof ws,
+             "accumulating conv problem: size query");
+    st = ta_bwd(&p, TA_BACKEND_REF, &a, ws, bytes, NULL);
+    (void)ta_explain_bwd(&p, TA_BACKEND_REF, &a, ws, bytes, NULL, buf, sizeof buf);
+    TA_CHECK(st == TA_ERR_NULL_ARG && strncmp(buf, "args.dconv_w_lo", 15) == 0 &&
+                 ta_canary_intact(dq, sizeof dq) && ta_canary_intact(dw, sizeof dw),
+             "accumulate with the conv, no dconv_w_lo: status %d, '%s'", (int)st, buf);
+    a.dconv_w_lo = dw; /* overlapping dconv_w */
+    st = ta_bwd(&p, TA_BACKEND_REF, &a, ws, bytes, NULL);
+    TA_CHECK(st == TA_ERR_BAD_ARG, "dconv_w_lo overlapping dconv_w: status %d", (int)st);
+}
+
 /* One refused forward: the status, ta_explain_fwd naming field, o untouched. */
 static void refused(const ta_problem *p, ta_status want, const char *field, const char *what) {
     enum { N = 2 * 64 * 16 };
@@ -645,9 +1248,9 @@ static void check_refusals(void) {
     p.key_begin = 28;
     TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_REF, &bytes) == TA_OK,
              "key_begin on the conv's tiles: refused");
-    /* the backward, latent attention */
+    /* the backward: its own tiles (block_k - 2 (c_k - 1) = 24 keys), latent attention */
     TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_REF, &bytes) == TA_ERR_UNSUPPORTED,
-             "ta_bwd with a key range: not TA_ERR_UNSUPPORTED");
+             "ta_bwd with a key range on the forward's tiles only: not TA_ERR_UNSUPPORTED");
     p.key_begin = 0;
     p.q_offset = 5;
     TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_REF, &bytes) == TA_OK,
@@ -657,6 +1260,10 @@ static void check_refusals(void) {
     p.latent_dim = 8;
     TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_REF, &bytes) == TA_ERR_UNSUPPORTED,
              "latent attention with q_offset: not TA_ERR_UNSUPPORTED");
+    p.q_offset = 0;
+    p.row_begin = 32;
+    bwd_refused(&p, TA_ERR_UNSUPPORTED, "row_begin", "latent attention with a row range");
+    check_bwd_refusals();
 }
 #endif
 
@@ -687,5 +1294,37 @@ int main(void) {
     printf("%s: q_offset, forward and backward: %d of 48 (24 problems x REF, %s; %d MTA, %d "
            "with a window) equal to the padded keys under seqlens_k, bit for bit\n",
            TEST_NAME, ok, OTHER_NAME, n_off_mta / 2, n_off_window / 2);
+#ifdef TA_RING_MTA_CUDA
+    { /* the backward's ranges and the MTA accumulating mode: not on CUDA yet */
+        ta_problem p;
+        size_t bytes;
+        memset(&p, 0, sizeof p);
+        p.batch = 1;
+        p.heads_q = p.heads_kv = 1;
+        p.seq_q = p.seq_k = 128;
+        p.head_dim = p.head_dim_v = 16;
+        p.flags = TA_CAUSAL;
+        p.row_begin = 64;
+        TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
+                 "CUDA backward with a row range: not TA_ERR_UNSUPPORTED");
+        p.row_begin = 0;
+        p.key_begin = 64;
+        TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
+                 "CUDA backward with a key range: not TA_ERR_UNSUPPORTED");
+        printf("%s: the backward's row and key ranges: refused on CUDA (REF and CPU only, "
+               "test_ring_mta)\n", TEST_NAME);
+    }
+#else
+    ok = 0;
+    for (i = 0; i < 12; ++i)
+        ok += check_bwd_ring(seed, i);
+    printf("%s: backward over ring pairs (row and key ranges, halos, accumulating): %d of 12 "
+           "problems (%d MTA, %d aligned, %d GQA, %d with a window): %s == REF bit for bit "
+           "(every pair word%s); %d of dq / dk+dv == one ta_bwd bit for bit where expected; "
+           "worst dconv_w %.3g, worst other gradient %.3g of the largest (tolerance %g)\n",
+           TEST_NAME, ok, n_b_mta, n_b_aligned, n_b_gqa, n_b_window, OTHER_NAME,
+           OTHER == TA_BACKEND_CPU ? "; also the CPU's caller-run tasks" : "", n_b_exact,
+           worst_dw, worst_grad, TOL_REL);
+#endif
     return ta_test_finish(TEST_NAME);
 }

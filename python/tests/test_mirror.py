@@ -167,6 +167,7 @@ def _configs(m):
         "latent": dict(latent_dim=4),
         "rband": dict(flags=m.TA_CAUSAL | m.TA_RBAND, rband_alpha=0.5, rband_width=2),
         "accumulate": {},
+        "conv_accumulate": dict(conv_q=2, conv_k=3, flags=m.TA_CAUSAL),
     }
 
 
@@ -176,7 +177,7 @@ _FWD_CONFIG = dict(conv_w="conv", rope="rope", q_hist="history", q_hist_strides=
 _BWD_CONFIG = dict(conv_w="conv", dconv_w="conv", rope="rope", d_alpha="rband",
                    w_qlat="latent", w_vup="latent", dw_qlat="latent", dw_vup="latent",
                    accumulate="accumulate", dq_lo="accumulate", dk_lo="accumulate",
-                   dv_lo="accumulate")
+                   dv_lo="accumulate", dconv_w_lo="conv_accumulate")
 
 # Refused values of the Problem fields (each alone on _BASE), as the library
 # documents them (include/tileattn.h); a float NaN / non-zero without its flag.
@@ -186,7 +187,7 @@ _PROBLEM_BAD = dict(
     num_threads=-1, window_left=1, window_right=1, tile_config=-1, num_splits=-2, rope=9,
     rope_pairs=1, rope_rows=1, rope_row_stride=1, rope_head_stride=1, q_history=1,
     kv_page_size=-1, kv_num_pages=1, kv_max_blocks=1, rband_alpha=1.0, rband_width=1,
-    latent_dim=-1, q_offset=(1 << 30) + 1, key_begin=-1, key_end=17)
+    latent_dim=-1, q_offset=(1 << 30) + 1, key_begin=-1, key_end=17, row_begin=-1, row_end=17)
 
 
 def _names(explanation, name):
@@ -233,7 +234,7 @@ class TestProbes(unittest.TestCase):
             setattr(a, name, self._floats())
         if config != "rband":  # no key lengths with the band
             a.seqlens_k = self._ints([_BASE["seq_k"]])
-        if config in ("conv", "history"):
+        if config in ("conv", "history", "conv_accumulate"):
             a.conv_w = self._floats()
         if config == "rope":
             a.rope = m.RopeArgs(self._floats(), self._floats(), self._ints(list(range(16))),
@@ -246,15 +247,17 @@ class TestProbes(unittest.TestCase):
             if config == "pages":
                 a.block_table = self._ints([0, 1])
         else:
-            if config == "conv":
+            if config in ("conv", "conv_accumulate"):
                 a.dconv_w = self._floats()
             if config == "rband":
                 a.d_alpha = self._floats()
             if config == "latent":
                 a.dw_qlat, a.dw_vup = self._floats(), self._floats()
-            if config == "accumulate":
+            if config in ("accumulate", "conv_accumulate"):
                 a.accumulate = 1
                 a.dq_lo, a.dk_lo, a.dv_lo = self._floats(), self._floats(), self._floats()
+            if config == "conv_accumulate":
+                a.dconv_w_lo = self._floats()
         return a
 
     def _explain(self, kind, p, a=None):

@@ -42,7 +42,8 @@ class Problem(ctypes.Structure):  # ta_problem
                                       "kv_num_pages", "kv_max_blocks")] + [
         ("rband_alpha", ctypes.c_float), ("rband_width", ctypes.c_int32),  # reciprocal band
         ("latent_dim", ctypes.c_int32)] + [  # fused latent projections
-        (n, ctypes.c_int32) for n in ("q_offset", "key_begin", "key_end")]  # key ranges
+        (n, ctypes.c_int32) for n in ("q_offset", "key_begin", "key_end")] + [  # key ranges
+        (n, ctypes.c_int32) for n in ("row_begin", "row_end")]  # the backward's row range
 
 
 class RopeArgs(ctypes.Structure):  # ta_rope_args; all NULL with rope = 0 (no rotation)
@@ -70,7 +71,8 @@ class BwdArgs(ctypes.Structure):  # ta_bwd_args
         ("rope", RopeArgs)] + [  # the reciprocal band's d_alpha, the latent projections
         (n, ctypes.c_void_p) for n in ("d_alpha", "w_qlat", "w_vup", "dw_qlat", "dw_vup")] + [
         ("accumulate", ctypes.c_int32)] + [  # the backward over ranges: f32 (hi, lo) pairs
-        (n, ctypes.c_void_p) for n in ("dq_lo", "dk_lo", "dv_lo")]
+        (n, ctypes.c_void_p) for n in ("dq_lo", "dk_lo", "dv_lo")] + [
+        ("dconv_w_lo", ctypes.c_void_p)]  # with the MTA conv: dconv_w's lo words
 
 
 # The C struct each Structure above mirrors (tests/test_mirror.py checks each one).

@@ -914,13 +914,18 @@ TA_CPU_NOINLINE static void ta_cpu_bwd_sums(const ta_plan *plan, const ta_bwd_ar
     size_t total, n;
     int32_t h;
     (void)ta_cpu_layout(plan, 1, n_threads, workspace, 0, &slab, &total);
+    if (plan->has_conv && !begin && a->accumulate) /* the lo words back to the caller */
+        memcpy(a->dconv_w_lo, slab.dw_lo, plan->n_conv * sizeof(float));
     if (!begin) {
         if (slab.da_g) *a->d_alpha = slab.da_g[0]; /* the pair's hi word */
         return;
     }
-    if (plan->has_conv) { /* the pairs (dconv_w, dw_lo) = 0, then the in-order merge */
-        for (n = 0; n < plan->n_conv; ++n)
-            a->dconv_w[n] = slab.dw_lo[n] = 0.0f;
+    if (plan->has_conv) { /* the pairs (dconv_w, dw_lo) = 0 (accumulate: the caller's
+                           * pair, continued), then the in-order merge */
+        for (n = 0; n < plan->n_conv; ++n) {
+            if (!a->accumulate) a->dconv_w[n] = 0.0f;
+            slab.dw_lo[n] = a->accumulate ? a->dconv_w_lo[n] : 0.0f;
+        }
         for (h = 0; h < plan->p.heads_q; ++h)
             TA_CPU_TASK_INIT(slab.dw_turn + h);
     }
@@ -960,9 +965,9 @@ static ta_status ta_cpu_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wor
 
 /* "tileattn tasks", version 1: a shared workspace that a prepare call filled. */
 #define TA_CPU_TASKS_MAGIC UINT64_C(0x7461736b73000001)
-/* tensors of a backward (20: the accumulating mode's lo words included; a forward
+/* tensors of a backward (21: the accumulating mode's lo words included; a forward
  * has 11), the rotary tables and positions (4), the shared workspace */
-#define TA_CPU_TASKS_SPANS 25
+#define TA_CPU_TASKS_SPANS 26
 
 /* A byte range the scratch of a task must not overlap. */
 typedef struct ta_cpu_span {
@@ -1126,9 +1131,10 @@ void ta_cpu_tasks_prepare(const ta_plan *plan, const ta_fwd_args *fa, const ta_b
             {ba && plan->stages.score == TA_SCORE_RBAND ? ba->d_alpha : NULL, sizeof(float)},
             {ba && ba->accumulate ? ba->dq_lo : NULL, ex->dq}, /* f32 extents then */
             {ba && ba->accumulate ? ba->dk_lo : NULL, ex->dk},
-            {ba && ba->accumulate ? ba->dv_lo : NULL, ex->dv}};
+            {ba && ba->accumulate ? ba->dv_lo : NULL, ex->dv},
+            {ba && ba->accumulate && plan->has_conv ? ba->dconv_w_lo : NULL, n_w}};
         const ta_cpu_span *src = backward ? bwd : fwd;
-        const int n = backward ? 20 : 11;
+        const int n = backward ? 21 : 11;
         const ta_cpu_span rope[] = {
             {plan->rope.cos, plan->n_rope * sizeof(float)},
             {plan->rope.sin, plan->n_rope * sizeof(float)},
@@ -1146,7 +1152,7 @@ void ta_cpu_tasks_prepare(const ta_plan *plan, const ta_fwd_args *fa, const ta_b
 }
 
 /* Phase 1 of the MTA backward, head h: per weight the pair (dconv_w[h], lo) =
- * 0, then + R(b, qt) for every (b, Q tile) that sees a K tile, ascending:
+ * 0 (accumulate: the caller's pair, args.dconv_w_lo), then + R(b, qt) for every (b, Q tile) that sees a K tile, ascending:
  * ta_cpu_dw_merge's sequence per element (the weights are independent, so
  * the lo word is a local here, no workspace). */
 static void ta_cpu_task_dw_merge(const ta_cpu_tasks_hdr *h, int32_t head) {
@@ -1156,13 +1162,15 @@ static void ta_cpu_task_dw_merge(const ta_cpu_tasks_hdr *h, int32_t head) {
     float *dw = h->ba.dconv_w + (size_t)head * n_w; /* [c_q, c_k] of head h */
     int64_t turn;
     size_t n;
+    float *dw_lo = h->ba.accumulate ? h->ba.dconv_w_lo + (size_t)head * n_w : NULL;
     for (n = 0; n < n_w; ++n) {
-        float hi = 0.0f, lo = 0.0f;
+        float hi = dw_lo ? dw[n] : 0.0f, lo = dw_lo ? dw_lo[n] : 0.0f; /* accumulate: continued */
         for (turn = 0; turn < turns; ++turn) {
             const size_t slot = (size_t)turn * (size_t)plan->p.heads_q + (size_t)head;
             if (h->dw_add[slot]) ta_sum2_add(&hi, &lo, 1.0f, h->dw_sum[slot * n_w + n]);
         }
         dw[n] = hi;
+        if (dw_lo) dw_lo[n] = lo;
     }
 }
 

@@ -316,7 +316,8 @@ static int check_accepted(const call *c, int bwd, size_t need) {
     int i, j, all_in = 1;
     FZ_CHECK(!bwd || c->acc == 0 || c->acc == TA_BWD_ACCUMULATE, "accepted accumulate = %d",
              (int)c->acc);
-    FZ_CHECK(!bwd || !c->acc || !conv, "accepted accumulate with the MTA conv");
+    /* with the conv the mode needs dconv_w_lo, which these calls never set */
+    FZ_CHECK(!bwd || !c->acc || !conv, "accepted accumulate with the MTA conv, no dconv_w_lo");
     FZ_CHECK(c->ws_bytes >= need, "accepted a workspace of %zu < %zu bytes", c->ws_bytes, need);
     FZ_CHECK(need == 0 || (c->t[T_WS].ptr && aligned(c->t[T_WS].ptr, TA_WORKSPACE_ALIGN)),
              "accepted a NULL or misaligned workspace");
@@ -473,11 +474,12 @@ static void check_status_and_writes(const char *what, int mut, ta_status st, ta_
  * ranges") on a small problem drawn from seed, every buffer in its own arena
  * slot, then one thing broken: args.accumulate not 0 or 1 (TA_ERR_BAD_ARG), a
  * lo word NULL (TA_ERR_NULL_ARG), misaligned or overlapping an input, a hi
- * word or the workspace (TA_ERR_BAD_ARG); the MTA conv or the rotary stage
- * (TA_ERR_UNSUPPORTED, before every pointer check but the value's). Then
+ * word or the workspace (TA_ERR_BAD_ARG; with the MTA conv dconv_w_lo is a
+ * fourth lo word); the rotary stage (TA_ERR_UNSUPPORTED, before every pointer
+ * check but the value's). Then
  * ta_bwd_finish likewise: a hi word without its gradient or the reverse, a
  * misaligned or overlapping buffer, a negative stride (TA_ERR_BAD_ARG), a
- * NULL problem or args (TA_ERR_NULL_ARG), conv or rope (TA_ERR_UNSUPPORTED);
+ * NULL problem or args (TA_ERR_NULL_ARG), rope (TA_ERR_UNSUPPORTED);
  * every (hi, gradient) pair NULL finishes nothing. Each status is ta_bwd's /
  * ta_bwd_finish's and its explanation's; a refusal writes nothing, an
  * accepted call (run on REF or CPU) only its outputs and workspace. */
@@ -490,12 +492,13 @@ static void check_accumulate_rules(uint64_t seed) {
     ta_bwd_args ba;
     ta_bwd_finish_args fa;
     size_t cursor = 64, need = 0, eb, n_q, n_k, n_hi[3], n_g[3], n_lse, n_conv;
-    unsigned char *q, *k, *v, *o, *d_o, *lse, *conv, *dconv, *hi[3], *lo[3], *ws;
-    void *outs[7];
-    size_t out_n[7];
+    unsigned char *q, *k, *v, *o, *d_o, *lse, *conv, *dconv, *dconv_lo, *hi[3], *lo[3], *ws;
+    void *outs[9];
+    size_t out_n[9];
     char msg[200];
     ta_status want, st, st_x;
     int32_t mut, j, i, unsup;
+    float **lo_of[4];
     for (i = 0; i < (int32_t)sizeof bytes; i += 8) {
         const uint64_t r = fz_mix(&seed);
         memcpy(bytes + i, &r, 8);
@@ -508,7 +511,7 @@ static void check_accumulate_rules(uint64_t seed) {
     }
     be = (ta_backend)fz_range(&g, TA_BACKEND_REF, TA_BACKEND_CPU);
     if (ta_bwd_workspace_size(&p, be, &need) != TA_OK) return; /* a refused geometry */
-    unsup = p.conv_q > 0 || p.rope != 0;
+    unsup = p.rope != 0;
     eb = p.dtype == TA_F32 ? 4u : 2u;
     n_q = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q;
     n_k = (size_t)p.batch * (size_t)p.heads_kv * (size_t)p.seq_k;
@@ -526,6 +529,7 @@ static void check_accumulate_rules(uint64_t seed) {
     lse = slot(&cursor, n_lse);
     conv = slot(&cursor, n_conv);
     dconv = slot(&cursor, n_conv);
+    dconv_lo = slot(&cursor, n_conv);
     for (j = 0; j < 3; ++j) {
         n_g[j] = n_hi[j] * eb;
         n_hi[j] *= 4;
@@ -533,25 +537,28 @@ static void check_accumulate_rules(uint64_t seed) {
         lo[j] = slot(&cursor, n_hi[j]);
     }
     ws = slot(&cursor, need);
-    if (!q || !k || !v || !o || !d_o || !lse || !conv || !dconv || !hi[0] || !hi[1] || !hi[2] ||
-        !lo[0] || !lo[1] || !lo[2] || !ws)
+    if (!q || !k || !v || !o || !d_o || !lse || !conv || !dconv || !dconv_lo || !hi[0] ||
+        !hi[1] || !hi[2] || !lo[0] || !lo[1] || !lo[2] || !ws)
         return; /* does not fit the arena */
     memset(&ba, 0, sizeof ba);
     ba.q = q, ba.k = k, ba.v = v, ba.o = o, ba.d_o = d_o, ba.lse = (const float *)lse;
-    if (p.conv_q) ba.conv_w = (const float *)conv, ba.dconv_w = (float *)dconv;
+    if (p.conv_q) /* the conv: dconv_w is a pair too */
+        ba.conv_w = (const float *)conv, ba.dconv_w = (float *)dconv,
+        ba.dconv_w_lo = (float *)dconv_lo;
     ba.accumulate = TA_BWD_ACCUMULATE;
     ba.dq = hi[0], ba.dk = hi[1], ba.dv = hi[2];
     ba.dq_lo = (float *)lo[0], ba.dk_lo = (float *)lo[1], ba.dv_lo = (float *)lo[2];
+    lo_of[0] = &ba.dq_lo, lo_of[1] = &ba.dk_lo, lo_of[2] = &ba.dv_lo, lo_of[3] = &ba.dconv_w_lo;
     want = unsup ? TA_ERR_UNSUPPORTED : TA_OK;
     mut = fz_range(&g, 0, 7);
-    j = fz_range(&g, 0, 2);
+    j = fz_range(&g, 0, p.conv_q ? 3 : 2); /* 3: dconv_w_lo */
     switch (mut) {
     case 1:
         ba.accumulate = bad_acc[fz_range(&g, 0, 5)];
         want = TA_ERR_BAD_ARG; /* the value first, then the operations */
         break;
     case 2:
-        *(j == 0 ? &ba.dq_lo : j == 1 ? &ba.dk_lo : &ba.dv_lo) = NULL;
+        *lo_of[j] = NULL;
         if (!unsup) want = TA_ERR_NULL_ARG;
         break;
     case 3: /* misaligned, or overlapping an input, a hi word, the workspace */
@@ -559,19 +566,19 @@ static void check_accumulate_rules(uint64_t seed) {
     case 5:
     case 6: {
         unsigned char *const ins[] = {q, k, v, o, d_o, lse};
-        unsigned char *x = mut == 3   ? lo[j] + fz_range(&g, 1, 3)
+        unsigned char *x = mut == 3   ? (j < 3 ? lo[j] : dconv_lo) + fz_range(&g, 1, 3)
                            : mut == 4 ? ins[fz_range(&g, 0, 5)]
                            : mut == 5 ? hi[fz_range(&g, 0, 2)]
                                       : ws;
         if (mut == 6 && need == 0) break; /* no workspace to overlap */
-        *(j == 0 ? &ba.dq_lo : j == 1 ? &ba.dk_lo : &ba.dv_lo) = (float *)x;
+        *lo_of[j] = (float *)x;
         if (!unsup) want = TA_ERR_BAD_ARG;
         break;
     }
     case 7: /* not accumulating: the lo words are ignored */
         if (unsup) return;
         ba.accumulate = 0;
-        ba.dq_lo = ba.dk_lo = ba.dv_lo = NULL;
+        ba.dq_lo = ba.dk_lo = ba.dv_lo = ba.dconv_w_lo = NULL;
         break;
     default: break;
     }
@@ -581,10 +588,12 @@ static void check_accumulate_rules(uint64_t seed) {
     st = ta_bwd(&p, be, &ba, ws, need, NULL);
     outs[0] = ba.dq, outs[1] = ba.dk, outs[2] = ba.dv;
     outs[3] = ba.dq_lo, outs[4] = ba.dk_lo, outs[5] = ba.dv_lo, outs[6] = ws;
+    outs[7] = ba.dconv_w, outs[8] = ba.dconv_w_lo;
     for (i = 0; i < 3; ++i)
         out_n[i] = out_n[i + 3] = n_hi[i];
     out_n[6] = need;
-    check_status_and_writes("accumulating ta_bwd", mut, st, st_x, want, msg, outs, out_n, 7);
+    out_n[7] = out_n[8] = ba.dconv_w ? n_conv : 0;
+    check_status_and_writes("accumulating ta_bwd", mut, st, st_x, want, msg, outs, out_n, 9);
 
     /* ta_bwd_finish: the hi words into gradients in the storage dtype (the lo
      * words' slots) */
@@ -663,10 +672,10 @@ static void check_accumulate_rules(uint64_t seed) {
  * this file's own arithmetic: with latent_dim or TA_RBAND any non-zero field
  * is TA_ERR_UNSUPPORTED; else the bounds (|S_k - S_q + q_offset| <=
  * TA_SEQ_MAX, 0 <= key_end <= S_k, 0 <= key_begin < key_end or S_k) are
- * TA_ERR_BAD_ARG in that order, then key_begin off the K tiles of width ce,
- * key_end off them and not S_k, TA_ERR_UNSUPPORTED; the backward refuses a
- * non-zero key_begin or key_end (TA_ERR_UNSUPPORTED) after the forward's
- * checks and takes q_offset. *field: the field the explanation names. */
+ * TA_ERR_BAD_ARG in that order, then key_begin off the pass's K tiles of
+ * width ce (the forward's, or the backward's: block_k minus 2 (c_k - 1)),
+ * key_end off them and not S_k, TA_ERR_UNSUPPORTED. *field: the field the
+ * explanation names. */
 static ta_status key_rules(const ta_problem *p, int32_t ce, int bwd, const char **field) {
     const int64_t diag = (int64_t)p->seq_k - p->seq_q + p->q_offset;
     const int32_t end = p->key_end != 0 ? p->key_end : p->seq_k;
@@ -682,8 +691,7 @@ static ta_status key_rules(const ta_problem *p, int32_t ce, int bwd, const char 
     if (p->key_begin < 0 || p->key_begin >= end) return *field = "key_begin", TA_ERR_BAD_ARG;
     if (p->key_begin % ce != 0) return *field = "key_begin", TA_ERR_UNSUPPORTED;
     if (end != p->seq_k && end % ce != 0) return *field = "key_end", TA_ERR_UNSUPPORTED;
-    if (bwd && (p->key_begin != 0 || p->key_end != 0)) /* q_offset alone: fine */
-        return *field = p->key_begin != 0 ? "key_begin" : "key_end", TA_ERR_UNSUPPORTED;
+    (void)bwd; /* the pass is in ce */
     return TA_OK;
 }
 
@@ -839,7 +847,8 @@ static void check_key_rules(uint64_t seed) {
     ba.dq = dq, ba.dk = dk, ba.dv = dv;
     if (p.conv_q) fa.conv_w = ba.conv_w = (const float *)conv, ba.dconv_w = (float *)dconv;
     for (pass = 0; pass < 2; ++pass) {
-        want = key_rules(&p, ce, pass, &field);
+        /* the backward's K tiles: its halo is twice the forward's */
+        want = key_rules(&p, pass ? ce - (p.conv_k > 0 ? p.conv_k - 1 : 0) : ce, pass, &field);
         /* the size query and its explanation */
         got = 0xC0FFEE;
         memcpy(g_before, g_arena, ARENA);
