@@ -364,7 +364,7 @@ static int fl_check(ta_rng *r, int t, int *n_bwd) {
         xl = fl_host(glse2, c.nl * 4);
         for (size_t e = 0; e < c.no; ++e) o[e] = x[e], o_mag[e] = 1.0;
         for (size_t e = 0; e < c.nl; ++e)
-            lse[e] = ((float *)xl)[e], lse_mag[e] = lse[e] == -HUGE_VAL ? 0.0 : 1.0 + fabs(lse[e]);
+            lse[e] = (double)((float *)xl)[e], lse_mag[e] = lse[e] == -HUGE_VAL ? 0.0 : 1.0 + fabs(lse[e]);
         free(x), ta_test_free(xl);
         ++g_wild;
     } else {

@@ -402,7 +402,7 @@ static void check_one(uint64_t seed, int idx, int fast) {
     /* one plain CUDA ta_bwd: the ranges' dq where the key cut is on 64 (dk,
      * dv too with the query cut on 64 and H = H_kv) */
     if (c.k_aligned || (c.q_aligned && c.h == c.hkv)) {
-        const ta_precision prec = (ta_precision)c.precision;
+        const int prec = c.precision;
         c.precision = TA_PRECISION_EXACT; /* fast mode's plain ta_bwd is other bits */
         cuda_full_bwd(&c, full_c);
         c.precision = prec;

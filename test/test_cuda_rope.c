@@ -350,7 +350,7 @@ static void check_turned_back(const rspec *s, int kv_side, const void *got, cons
                 const size_t at = ((zs(b) * zs(heads) + zs(h)) * zs(seq) + zs(t)) * zs(d);
                 const size_t off = tab_off(s, kv_side, b, h, t);
                 for (f = 0; f < d; ++f) {
-                    const double x = get_f(got, p->dtype, at + zs(f));
+                    const double x = (double)get_f(got, p->dtype, at + zs(f));
                     double want, ra = 0.0, rb = 0.0, allow, c, sn;
                     int32_t i = -1, fa = f, fb = f;
                     int is_b = 0;
@@ -368,13 +368,13 @@ static void check_turned_back(const rspec *s, int kv_side, const void *got, cons
                         }
                     }
                     if (i < 0) {
-                        want = get_f(ref, p->dtype, at + zs(f));
+                        want = (double)get_f(ref, p->dtype, at + zs(f));
                         allow = 0.0;
                     } else {
-                        c = s->cos[off + (size_t)i];
-                        sn = s->sin[off + (size_t)i];
-                        ra = get_f(ref, p->dtype, at + zs(fa));
-                        rb = get_f(ref, p->dtype, at + zs(fb));
+                        c = (double)s->cos[off + (size_t)i];
+                        sn = (double)s->sin[off + (size_t)i];
+                        ra = (double)get_f(ref, p->dtype, at + zs(fa));
+                        rb = (double)get_f(ref, p->dtype, at + zs(fb));
                         /* transpose: g'_a = g_a c + g_b s, g'_b = g_b c - g_a s */
                         want = is_b ? rb * c - ra * sn : ra * c + rb * sn;
                         allow = u * (fabs(x) + 2.0 * (fabs(ra) + fabs(rb))) + tiny;
