@@ -12,7 +12,9 @@
  *      through query history rows (a decode step) and split-K (same
  *      num_splits on both sides), and the rotary load stage (k rotated by its
  *      logical position); a quarter of the unsplit CPU runs through the
- *      caller-run tasks. Outputs poisoned first.
+ *      caller-run tasks; a sixth over a key range on the forward's K tiles
+ *      (key_begin, key_end: both sides the same range). Outputs poisoned
+ *      first.
  *   2. bad input: a table entry outside [0, num_pages), too few blocks for
  *      seq_k, a NULL table, strides given for a paged k, the backward with
  *      pages (every backend): the documented status, the explanation naming
@@ -31,7 +33,7 @@
 #include "tileattn.h"
 #include "tileattn_tiling.h"
 
-static long n_cases, n_mta, n_hist, n_split, n_rope;
+static long n_cases, n_mta, n_hist, n_split, n_rope, n_range;
 
 /* The paged copy of one [B, H_kv, S_k, dim] tensor: pool [num_pages,
  * page_size, H_kv, dim], key j of sequence b at page table[b][j / ps], slot
@@ -131,6 +133,20 @@ static void check_case(ta_rng *r) {
         p.rope_pairs = p.head_dim / 2;
         p.rope_rows = p.seq_q > p.seq_k ? p.seq_q : p.seq_k;
     }
+    if (p.block_k > 0 && ta_rng_int(r, 0, 2) == 0) {
+        /* a key range on the forward's K tiles (docs/api.md, "Key ranges"):
+         * both sides take the same range; cleared if the plan's tiles differ */
+        const int32_t ce = p.block_k - (mta ? p.conv_k - 1 : 0);
+        const int32_t nt = (p.seq_k + ce - 1) / ce;
+        if (nt >= 2) {
+            const int32_t t0 = ta_rng_int(r, 0, nt - 1), t1 = ta_rng_int(r, t0 + 1, nt);
+            size_t bytes;
+            p.key_begin = t0 * ce;
+            p.key_end = t1 == nt ? p.seq_k : t1 * ce;
+            if (ta_fwd_workspace_size(&p, TA_BACKEND_REF, &bytes) != TA_OK)
+                p.key_begin = p.key_end = 0;
+        }
+    }
     tc.p = p;
     ta_oc_random_seqlens(r, &tc);
     ta_test_random_window(r, &tc.p, 25);
@@ -191,6 +207,7 @@ static void check_case(ta_rng *r) {
     n_hist += p.q_history > 0;
     n_rope += p.rope != 0;
     n_split += p.num_splits > 1;
+    n_range += p.key_begin != 0 || p.key_end != 0;
     ta_test_free(o0), ta_test_free(o1), ta_test_free(l0), ta_test_free(l1);
     ta_test_free(kp), ta_test_free(vp), ta_test_free(hist);
     free(table), free(rope_cos), free(rope_sin);
@@ -291,7 +308,8 @@ int main(int argc, char **argv) {
     for (i = 0; i < n && ta_test_failures == 0; ++i)
         check_case(&r);
     printf("test_paged_kv: %ld problems (%ld MTA, %ld with query history rows, %ld split-K, "
-           "%ld rotary): paged == contiguous on REF and CPU\n",
-           n_cases, n_mta, n_hist, n_split, n_rope);
+           "%ld rotary, %ld over a key range): paged == contiguous on REF and CPU\n",
+           n_cases, n_mta, n_hist, n_split, n_rope, n_range);
+    if (!quick) TA_CHECK(n_range > 0, "no problem ran over a key range");
     return ta_test_finish("test_paged_kv");
 }
