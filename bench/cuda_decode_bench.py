@@ -135,8 +135,9 @@ def main():
                 fast.q.copy_(split.q)
                 fast.k, fast.v = split.k, split.v
                 fast.fa.k, fast.fa.v = split.k.data_ptr(), split.v.data_ptr()
-                t = {"split": median_ms(split, a.warmup, a.reps),
-                     "fast": median_ms(fast, a.warmup, max(3, a.reps // 4))}
+                t = {"split": median_ms(split, a.warmup, a.reps)}
+                if not a.only_mta:
+                    t["fast"] = median_ms(fast, a.warmup, max(3, a.reps // 4))
                 if a.mta:
                     mta = Decode(lib, h, h_kv, s_q, s_k, d, TA_SPLITS_AUTO, conv=(6, 11))
                     mta.q.copy_(split.q)

@@ -373,6 +373,13 @@ template <int NO> TA_FAST_FN void ta_fast_rescale(float (&o)[4 * NO], const floa
     for (int i = 0; i < 4 * NO; ++i) o[i] *= corr[(i >> 1) & 1];
 }
 
+/* The same, skipped (warp-uniform) while no row of the warp has a factor
+ * other than 1: o * 1 changes no bit, and in a long cache a row's max rarely
+ * moves (the decode-shaped kernels: 64 multiplies a lane per K tile). */
+template <int NO> TA_FAST_FN void ta_fast_rescale_moved(float (&o)[4 * NO], const float corr[2]) {
+    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) ta_fast_rescale<NO>(o, corr);
+}
+
 /* The A fragment (16 rows x 16 keys) of p for keys 16 kk .. 16 kk + 15 of the
  * tile, rounded to the storage type: the accumulator layout of two 8-key
  * blocks is the mma A layout. */

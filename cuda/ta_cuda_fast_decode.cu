@@ -226,10 +226,7 @@ __global__ void __launch_bounds__(128)
             {
                 float corr[2];
                 ta_fast_softmax_tile<T::NT>(s, m, l, lo, hi, col0, tq, scale_log2, corr);
-                /* o *= 1 changes no bit: skipped while no row's max moves
-                 * (most K tiles of a long cache; 64 multiplies a lane) */
-                if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f))
-                    ta_fast_rescale<T::DT>(o, corr);
+                ta_fast_rescale_moved<T::DT>(o, corr);
             }
             ta_fast_pv<T, D, T::KW, BF16>(o, s, svj, lane);
         }
@@ -335,6 +332,13 @@ template <int D, int MT, int NH, int NW_, int ST_, bool TC_> struct ta_fast_mdec
     static_assert(LOADS % 16 == 0, "f32 regions on 16 bytes");
     static_assert(ST >= 2, "one K tile loads while another computes");
 };
+
+/* Output row r of a Q tile: its head slot (r / or1, or1 output rows per
+ * slot) and the first of its raw rows (r1 raw rows per slot; unpacked:
+ * or1 = 16, r1 = RM, so row r). */
+TA_FAST_FN int32_t ta_fast_mdec_raw_row(int32_t r, int32_t or1, int32_t r1) {
+    return (r / or1) * r1 + r % or1;
+}
 
 /* Step 3 on CUDA cores, one (row, key): sum over a in [a0, a1), then b
  * ascending, of w[a][b] S~[rb + a][col + b] (col: the key's first raw
@@ -483,7 +487,7 @@ TA_FAST_FN void ta_fast_mdec_conv_tc(float (&s)[4 * T::NT], const float *wr, con
     for (int r = 0; r < 2; ++r) {
         const int32_t i = g + 8 * r;
         slot[r] = i < live ? i / or1 : -1;
-        rb[r] = i < live ? (i / or1) * r1 + i % or1 : 0;
+        rb[r] = i < live ? ta_fast_mdec_raw_row(i, or1, r1) : 0;
     }
 #pragma unroll
     for (int nb = 0; nb < 2; ++nb)
@@ -688,7 +692,7 @@ __global__ void __launch_bounds__(T::THREADS, 1) /* one block per SM: its shared
                      * second half of the a range on lanes 16-31, added */
                     const int32_t e = lane & 15, ah = (cq + 1) / 2;
                     const int32_t r = e / (T::KW / 4), kc = 4 * (e % (T::KW / 4));
-                    const int32_t slot = r / or1, rb = slot * r1 + r % or1;
+                    const int32_t slot = r / or1, rb = ta_fast_mdec_raw_row(r, or1, r1);
                     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                     if (r < live)
                         ta_fast_mdec_conv4(wr + kc + T::HALO - pk, sw + slot * cq * ck, T::RLD,
@@ -704,7 +708,7 @@ __global__ void __launch_bounds__(T::THREADS, 1) /* one block per SM: its shared
                      * rows start at slot r1 rows in */
                     for (int32_t e = lane; e < live * (T::KW / 4); e += 32) {
                         const int32_t r = e / (T::KW / 4), kc = 4 * (e % (T::KW / 4));
-                        const int32_t slot = r / or1, rb = slot * r1 + r % or1;
+                        const int32_t slot = r / or1, rb = ta_fast_mdec_raw_row(r, or1, r1);
                         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                         ta_fast_mdec_conv4(wr + kc + T::HALO - pk, sw + slot * cq * ck, T::RLD,
                                            rb, 0, cq, ck, c);
@@ -727,10 +731,7 @@ __global__ void __launch_bounds__(T::THREADS, 1) /* one block per SM: its shared
             { /* step 4 */
                 float corr[2];
                 ta_fast_softmax_tile<T::NT>(s, m, l, lo, hi, col0, tq, scale_log2, corr);
-                /* o *= 1 changes no bit: skipped while no row's max moves
-                 * (most K tiles of a long cache; 64 multiplies a lane) */
-                if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f))
-                    ta_fast_rescale<T::DT>(o, corr);
+                ta_fast_rescale_moved<T::DT>(o, corr);
             }
             ta_fast_pv<T, D, T::KW, BF16>(o, s, svj, lane);
         }

@@ -342,6 +342,21 @@ static ta_status ta_make_pass(ta_tiling *t, const ta_problem *p, int32_t bq, int
 
 static void ta_plan_contiguous_layout(ta_plan *pl);
 
+/* One range [begin, end) of n items (end 0 = n): end in [0, n], begin in
+ * [0, end) (TA_ERR_BAD_ARG, end's bounds first; rule: an empty range's). */
+static ta_status ta_check_range_bounds(ta_diag *d, const char *f_begin, const char *f_end,
+                                       int32_t begin, int32_t end, int32_t n, const char *rule) {
+    const int32_t e = end != 0 ? end : n;
+    if (end < 0 || end > n)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, f_end, end, TA_DIAG_LO | TA_DIAG_HI, 0, n);
+    if (begin < 0 || begin >= e) {
+        ta_fail_bounds(d, TA_ERR_BAD_ARG, f_begin, begin, TA_DIAG_LO | TA_DIAG_HI, 0, e - 1);
+        d->rule = rule;
+        return TA_ERR_BAD_ARG;
+    }
+    return TA_OK;
+}
+
 /* q_offset, key_begin, key_end, row_begin, row_end (docs/api.md, "Key ranges
  * and the query offset"): the bounds (TA_ERR_BAD_ARG). Sets both tilings'
  * offset and ranges (the forward's rows stay whole: ta_check_ranges refuses a
@@ -352,30 +367,20 @@ static ta_status ta_check_keys(ta_plan *pl, ta_diag *d) {
     const int64_t base = (int64_t)p->seq_k - p->seq_q, diag = base + p->q_offset;
     const int32_t end = p->key_end != 0 ? p->key_end : p->seq_k;
     const int32_t rend = p->row_end != 0 ? p->row_end : p->seq_q;
+    ta_status st;
     if (diag < -(int64_t)TA_SEQ_MAX || diag > (int64_t)TA_SEQ_MAX) {
         ta_fail_bounds(d, TA_ERR_BAD_ARG, "q_offset", p->q_offset, TA_DIAG_LO | TA_DIAG_HI,
                        -(int64_t)TA_SEQ_MAX - base, (int64_t)TA_SEQ_MAX - base);
         d->rule = "moves the rows' positions (seq_k - seq_q + q_offset) past TA_SEQ_MAX";
         return TA_ERR_BAD_ARG;
     }
-    if (p->key_end < 0 || p->key_end > p->seq_k)
-        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "key_end", p->key_end, TA_DIAG_LO | TA_DIAG_HI, 0,
-                              p->seq_k);
-    if (p->key_begin < 0 || p->key_begin >= end) {
-        ta_fail_bounds(d, TA_ERR_BAD_ARG, "key_begin", p->key_begin, TA_DIAG_LO | TA_DIAG_HI, 0,
-                       end - 1);
-        d->rule = "the key range [key_begin, key_end) (key_end 0 = seq_k) must hold a key";
-        return TA_ERR_BAD_ARG;
-    }
-    if (p->row_end < 0 || p->row_end > p->seq_q)
-        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "row_end", p->row_end, TA_DIAG_LO | TA_DIAG_HI, 0,
-                              p->seq_q);
-    if (p->row_begin < 0 || p->row_begin >= rend) {
-        ta_fail_bounds(d, TA_ERR_BAD_ARG, "row_begin", p->row_begin, TA_DIAG_LO | TA_DIAG_HI, 0,
-                       rend - 1);
-        d->rule = "the row range [row_begin, row_end) (row_end 0 = seq_q) must hold a row";
-        return TA_ERR_BAD_ARG;
-    }
+    if ((st = ta_check_range_bounds(d, "key_begin", "key_end", p->key_begin, p->key_end, p->seq_k,
+                                    "the key range [key_begin, key_end) (key_end 0 = seq_k) "
+                                    "must hold a key")) != TA_OK ||
+        (st = ta_check_range_bounds(d, "row_begin", "row_end", p->row_begin, p->row_end, p->seq_q,
+                                    "the row range [row_begin, row_end) (row_end 0 = seq_q) "
+                                    "must hold a row")) != TA_OK)
+        return st;
     ta_tiling_set_keys(&pl->fwd, p->q_offset, p->key_begin, end);
     ta_tiling_set_keys(&pl->bwd, p->q_offset, p->key_begin, end);
     ta_tiling_set_rows(&pl->bwd, p->row_begin, rend);
