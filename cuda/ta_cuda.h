@@ -406,9 +406,10 @@ ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan, const ta_bwd_args *a, const 
  * D = D_v in {64, 96, 128}, no load stage, and at most 16 query rows, or
  * split-K, or a paged cache (ta_cuda_fast_mta_path is 0 for those).
  * ta_cuda_fast_mta_dec_fwd: as ta_cuda_fast_mta_fwd (the exact kernels for
- * rows off 16 bytes, pages included); tile_config 1 and 3 name the candidate
- * with the conv on CUDA cores, 2 and 4 the one with the conv on tensor cores
- * (tf32 mma), 0 the default (cuda/ta_cuda_fast_decode.cu, ta_fast_mdec_cand). */
+ * rows off 16 bytes, pages included); tile_config 1 and 3 name candidates
+ * with the conv on CUDA cores, 2 and 4 with the conv on tensor cores (tf32
+ * mma), 3 and 4 with the raw scores shared by the block (twins of 1 and 2),
+ * 0 the default (cuda/ta_cuda_fast_decode.cu, ta_fast_mdec_cand). */
 int ta_cuda_fast_mta_dec_path(const ta_plan *plan);
 /* Its GQA packing: G = H / H_kv query heads of a kv head per block when
  * G > 1, G S_q <= 16, G (S_q + c_q - 1) <= 32 and G c_q c_k <= 512, else 1;

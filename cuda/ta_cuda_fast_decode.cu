@@ -299,10 +299,15 @@ template <bool BF16> static int ta_fast_dec_candidates(int32_t d, ta_fast_launch
  * and G c_q c_k weights fit; head slot s owns its rows of each, its weights,
  * history rows and output addresses (its own tile context); the conv never
  * reads across slots. */
-template <int D, int MT, int NH, int NW_, int ST_, bool TC_> struct ta_fast_mdec_traits {
+template <int D, int MT, int NH, int NW_, int ST_, bool TC_, bool SR_ = false>
+struct ta_fast_mdec_traits {
     static constexpr int NW = NW_, THREADS = 32 * NW, BM = TA_CUDA_DEC_ROWS, KW = 16, BN = KW * NW;
     static constexpr int ST = ST_;
     static constexpr bool TC = TC_;          /* the conv on tensor cores (tf32 mma) */
+    /* the raw scores shared by the block (one region of KR columns: each
+     * key's raw scores computed once), or per warp (its KW keys and both
+     * halos: RC columns, the halos computed again by the neighbours) */
+    static constexpr bool SR = SR_;
     static constexpr int LD = D + 8;
     static constexpr int HALO = 8 * NH;
     static constexpr int RC = KW + 2 * HALO; /* raw score columns per warp */
@@ -311,11 +316,12 @@ template <int D, int MT, int NH, int NW_, int ST_, bool TC_> struct ta_fast_mdec
     static constexpr int MTILES = MT;        /* m16 tiles of raw rows */
     static_assert(16 * 2 == TA_CUDA_DEC_RAW_ROWS && BM == 16,
                   "MT = 2 holds the raw rows the host admits; one m16 tile of output rows");
-    /* a raw score row in shared memory, floats. CUDA cores: RLD = 1 mod 32, so
-     * the conv's lanes (8 rows x 4 key quads) meet at most 2 to a bank; tensor
-     * cores: RLD = 4 mod 32 (RC = 32) or 20 mod 32 (RC = 48), so the A
-     * fragment's loads (8 rows x 4 columns) meet no two in a bank. */
-    static constexpr int RLD = TC ? RC + 4 : RC + 1;
+    /* a raw score row in shared memory, floats. CUDA cores: RLD = 1 mod 32
+     * (per warp) or 17 (shared: KR = 144 or 160), so the conv's lanes (8 rows
+     * x 4 key quads) meet at most 2 to a bank; tensor cores: RLD = 4 mod 32
+     * (RC = 32; shared, KR = 160) or 20 mod 32 (RC = 48; shared, KR = 144),
+     * so the A fragment's loads (8 rows x 4 columns) meet no two in a bank. */
+    static constexpr int RLD = (SR ? KR : RC) + (TC ? 4 : 1);
     static constexpr int NT = KW / 8;        /* the softmax / p v view: a warp's KW keys */
     static constexpr int DT = D / 8;
     static constexpr int MLD = D + 4;
@@ -325,9 +331,13 @@ template <int D, int MT, int NH, int NW_, int ST_, bool TC_> struct ta_fast_mdec
         static constexpr int NT = RC / 8;
         static constexpr int LD = D + 8;
     };
+    struct QK16 { /* a 16-key unit of the shared raw scores */
+        static constexpr int NT = 2;
+        static constexpr int LD = D + 8;
+    };
     static constexpr size_t LOADS = (size_t)(RM + ST * KR + ST * BN) * LD * 2;
     static constexpr size_t SMEM =
-        LOADS + (size_t)(NW * RM * RLD + W_MAX + (TC ? 0 : NW * BM * CLD)) * 4;
+        LOADS + (size_t)((SR ? 1 : NW) * RM * RLD + W_MAX + (TC ? 0 : NW * BM * CLD)) * 4;
     static_assert((size_t)NW * BM * (MLD + 2) * 4 <= LOADS, "the merge fits over the loads");
     static_assert(LOADS % 16 == 0, "f32 regions on 16 bytes");
     static_assert(ST >= 2, "one K tile loads while another computes");
@@ -421,6 +431,31 @@ TA_FAST_FN void ta_fast_conv_mma(float *c, const float a[4], float b0, float b1)
 template <class T, bool BF16> TA_FAST_FN float ta_fast_mdec_raw(float v) {
     if constexpr (T::TC && BF16) return __uint_as_float(ta_fast_tf32(v));
     return v;
+}
+
+/* Step 2 for the 8-column blocks nb0 .. nb0 + NB - 1 of an accumulator tile
+ * sr of NT blocks (raw m-tile mt; its column 0 is key j0): the raw scores
+ * masked to the rows' intervals [rlo, rhi) when `mask`, to region wr (column
+ * 0 there is key j0 - x0: the block's columns at x0 + 8 nb0 .. on). */
+template <class T, bool BF16, int NT>
+TA_FAST_FN void ta_fast_mdec_raw_store(float *wr, const float (&sr)[4 * NT], int nb0, int nb1,
+                                       int mt, int x0, int32_t j0, const int32_t rlo[2],
+                                       const int32_t rhi[2], bool mask, int g, int tq) {
+#pragma unroll
+    for (int i = 0; i < 4 * NT; i += 2) {
+        if (i / 4 < nb0 || i / 4 >= nb1) continue;
+        const int r = (i >> 1) & 1;
+        const int32_t jj = j0 + 8 * (i / 4) + 2 * tq;
+        float v0 = ta_fast_mdec_raw<T, BF16>(sr[i]);
+        float v1 = ta_fast_mdec_raw<T, BF16>(sr[i + 1]);
+        if (mask) {
+            v0 = jj >= rlo[r] && jj < rhi[r] ? v0 : 0.0f;
+            v1 = jj + 1 >= rlo[r] && jj + 1 < rhi[r] ? v1 : 0.0f;
+        }
+        float *dst = wr + (16 * mt + g + 8 * r) * T::RLD + x0 + 8 * (i / 4) + 2 * tq;
+        dst[0] = v0;
+        dst[1] = v1;
+    }
 }
 
 /* The products of one head slot's weights ws: acc[nb][a & 1] += S~_a T_a
@@ -522,8 +557,8 @@ __global__ void __launch_bounds__(T::THREADS, 1) /* one block per SM: its shared
     uint16_t *sq = reinterpret_cast<uint16_t *>(ta_fast_dyn_smem); /* [RM][LD] raw rows */
     uint16_t *sk = sq + T::RM * T::LD;                             /* [ST][KR][LD] */
     uint16_t *sv = sk + T::ST * T::KR * T::LD;                     /* [ST][BN][LD] */
-    float *sraw = reinterpret_cast<float *>(sv + T::ST * T::BN * T::LD); /* [NW][RM][RLD] */
-    float *sw = sraw + T::NW * T::RM * T::RLD;                           /* [c_q][c_k] */
+    float *sraw = reinterpret_cast<float *>(sv + T::ST * T::BN * T::LD); /* [NW or 1][RM][RLD] */
+    float *sw = sraw + (T::SR ? 1 : T::NW) * T::RM * T::RLD;            /* [c_q][c_k] */
     float *sconv = sw + T::W_MAX;                                        /* [NW][BM][CLD] */
     const ta_tiling t = p.t;
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
@@ -537,7 +572,9 @@ __global__ void __launch_bounds__(T::THREADS, 1) /* one block per SM: its shared
     const int32_t or1 = pack > 1 ? t.seq_q : T::BM;         /* output rows per head slot */
     const int64_t n_tiles = (int64_t)p.batch_count * n_hg * n_qt * n_split;
     const float scale_log2 = p.scale * 1.4426950408889634f;
-    float *wr = sraw + warp * T::RM * T::RLD;
+    /* the warp's raw scores: column 0 is key col0 - HALO (shared: the
+     * block's region, whose column 0 is key kt BN - HALO) */
+    float *wr = sraw + (T::SR ? warp * T::KW : warp * T::RM * T::RLD);
     float *wc = sconv + warp * T::BM * T::CLD;
 
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
@@ -636,9 +673,12 @@ __global__ void __launch_bounds__(T::THREADS, 1) /* one block per SM: its shared
              * (warp-uniform; most K tiles of a long cache) */
             bool raw_mask;
             {
-                const int32_t c_lo = col0 - T::HALO > 0 ? col0 - T::HALO : 0;
-                const int32_t c_hi = col0 + T::KW + T::HALO < c.key_len ? col0 + T::KW + T::HALO
-                                                                         : c.key_len;
+                /* the keys this warp stores: its slice and halos, or (shared)
+                 * its slice */
+                constexpr int XH = T::SR ? 0 : T::HALO;
+                const int32_t c_lo = col0 - XH > 0 ? col0 - XH : 0;
+                const int32_t c_hi = col0 + T::KW + XH < c.key_len ? col0 + T::KW + XH
+                                                                    : c.key_len;
                 bool whole = true;
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
@@ -648,26 +688,48 @@ __global__ void __launch_bounds__(T::THREADS, 1) /* one block per SM: its shared
                                           (rlo[mt][r] <= c_lo && rhi[mt][r] >= c_hi));
                 raw_mask = __any_sync(0xffffffffu, !whole);
             }
+            if constexpr (!T::SR) {
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                float sr[4 * QK::NT];
-                ta_fast_qk<QK, D, T::RC, BF16>(sr, sq + 16 * mt * T::LD, skj, lane, 0);
-#pragma unroll
-                for (int i = 0; i < 4 * QK::NT; i += 2) {
-                    const int r = (i >> 1) & 1;
-                    const int32_t jj = col0 - T::HALO + 8 * (i / 4) + 2 * tq;
-                    float v0 = ta_fast_mdec_raw<T, BF16>(sr[i]);
-                    float v1 = ta_fast_mdec_raw<T, BF16>(sr[i + 1]);
-                    if (raw_mask) {
-                        v0 = jj >= rlo[mt][r] && jj < rhi[mt][r] ? v0 : 0.0f;
-                        v1 = jj + 1 >= rlo[mt][r] && jj + 1 < rhi[mt][r] ? v1 : 0.0f;
-                    }
-                    float *dst = wr + (16 * mt + g + 8 * r) * T::RLD + 8 * (i / 4) + 2 * tq;
-                    dst[0] = v0;
-                    dst[1] = v1;
+                for (int mt = 0; mt < MT; ++mt) {
+                    float sr[4 * QK::NT];
+                    ta_fast_qk<QK, D, T::RC, BF16>(sr, sq + 16 * mt * T::LD, skj, lane, 0);
+                    ta_fast_mdec_raw_store<T, BF16, QK::NT>(wr, sr, 0, QK::NT, mt, 0,
+                                                            col0 - T::HALO, rlo[mt], rhi[mt],
+                                                            raw_mask, g, tq);
                 }
+                __syncwarp();
+            } else {
+                /* shared: the warp's own 16 keys (K rows HALO on in its
+                 * slice), then edge units: 16 K rows at either end of the
+                 * buffer, of which the HALO keys outside the tile are stored
+                 * (always masked); edge e (left for even e, m-tile e / 2) on
+                 * warp ta_fast_mdec_edge_warp. Each raw score's products are
+                 * those of the per-warp view, in the same order. */
+                typedef typename T::QK16 Q16;
+                constexpr int HB = T::HALO / 8; /* 8-column blocks of a halo */
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    float sr[4 * Q16::NT];
+                    ta_fast_qk<Q16, D, 16, BF16>(sr, sq + 16 * mt * T::LD,
+                                                 skj + T::HALO * T::LD, lane, 0);
+                    ta_fast_mdec_raw_store<T, BF16, Q16::NT>(wr, sr, 0, 2, mt, T::HALO, col0,
+                                                             rlo[mt], rhi[mt], raw_mask, g, tq);
+                }
+#pragma unroll
+                for (int e = 0; e < 2 * MT; ++e) {
+                    if (warp != (e * T::NW) / (2 * MT) + (e & 1)) continue;
+                    const int mt = e / 2, right = e & 1;
+                    const int x = right ? T::KR - 16 : 0; /* the unit's first K row / column */
+                    float sr[4 * Q16::NT];
+                    ta_fast_qk<Q16, D, 16, BF16>(sr, sq + 16 * mt * T::LD,
+                                                 sk + (j % T::ST) * T::KR * T::LD + x * T::LD,
+                                                 lane, 0);
+                    ta_fast_mdec_raw_store<T, BF16, Q16::NT>(
+                        sraw, sr, right ? 2 - HB : 0, right ? 2 : HB, mt, x,
+                        kt * T::BN - T::HALO + x, rlo[mt], rhi[mt], true, g, tq);
+                }
+                __syncthreads();
             }
-            __syncwarp();
             /* step 3: the conv, on tensor cores (ta_fast_mdec_conv_tc) or
              * on CUDA cores: lanes take (row, 4 adjacent keys) quads */
             if constexpr (T::TC) {
@@ -739,25 +801,36 @@ __global__ void __launch_bounds__(T::THREADS, 1) /* one block per SM: its shared
     }
 }
 
-template <int D, int MT, int NH, int NW, int ST, bool TC, bool BF16>
+template <int D, int MT, int NH, int NW, int ST, bool TC, bool SR, bool BF16>
 static ta_fast_launch ta_fast_mdec_launch_of() {
-    typedef ta_fast_mdec_traits<D, MT, NH, NW, ST, TC> T;
+    typedef ta_fast_mdec_traits<D, MT, NH, NW, ST, TC, SR> T;
     const void *k = reinterpret_cast<const void *>(&ta_cuda_fast_mta_decode_kernel<T, D, BF16>);
     /* pages: the same kernel, reading through the block table when it is set */
     return ta_fast_mma_launch(k, k, T::SMEM, T::THREADS, T::BM, T::BN);
 }
 
 /* Candidate cfg (1 .. TA_CUDA_FAST_MTA_CFGS) of the raw-row tiles and halo:
- *   1 (and 3): 8 warps, 128-key tiles, 3 buffers at D = 64 (2 above), the
- *              conv on CUDA cores
- *   2 (and 4): as 1, the conv on tensor cores (ta_fast_mdec_conv_tc)
+ *   1: 8 warps, 128-key tiles, 3 buffers at D = 64 (2 above), the conv on
+ *      CUDA cores, each warp's raw scores (its keys and halos) its own
+ *   2: as 1, the conv on tensor cores (ta_fast_mdec_conv_tc)
+ *   3, 4: as 1, 2 with the raw scores shared by the block (each key's
+ *      computed once, the tile's edge halos by four warps, one more block
+ *      barrier per tile): the same products per raw score, so the bits of
+ *      1, 2 (twins), with up to 44 % fewer raw-score products
+ * (a pair of warps per 16-key slice, 16 warps, each with half the raw score
+ * units, one 8-key conv block and half of o's features: the bits of 2, but
+ * 10-12 % slower at 16 queries on an H100, run 16 of 2026-11-25; not kept)
  * (4 warps with 64-key tiles and 4 buffers, either conv, measured 1.7-2.3x
  * slower on an H100: each warp's tile is a latency-bound chain, and half the
  * warps hide half as much: bench/results/decode_mta_cands_h100_2026-11-25.log) */
 template <int D, int MT, int NH, bool BF16> static ta_fast_launch ta_fast_mdec_cand(int cfg) {
     constexpr int ST8 = D <= 64 ? 3 : 2;
-    return cfg % 2 == 1 ? ta_fast_mdec_launch_of<D, MT, NH, 8, ST8, false, BF16>()
-                        : ta_fast_mdec_launch_of<D, MT, NH, 8, ST8, true, BF16>();
+    switch (cfg) {
+    case 1: return ta_fast_mdec_launch_of<D, MT, NH, 8, ST8, false, false, BF16>();
+    case 2: return ta_fast_mdec_launch_of<D, MT, NH, 8, ST8, true, false, BF16>();
+    case 3: return ta_fast_mdec_launch_of<D, MT, NH, 8, ST8, false, true, BF16>();
+    default: return ta_fast_mdec_launch_of<D, MT, NH, 8, ST8, true, true, BF16>();
+    }
 }
 
 template <int D, bool BF16> static ta_fast_launch ta_fast_mdec_pick(int mt, int nh, int cfg) {
@@ -770,9 +843,12 @@ template <int D, bool BF16> static ta_fast_launch ta_fast_mdec_pick(int mt, int 
 /* tile_config 0's candidate (docs/cuda.md section 7, "Decode"): the conv on
  * tensor cores for more than 4 query rows per head, where the CUDA-core conv
  * needs a lane per 4 keys of a row (H100, S_q = 16: 5 % faster before the
- * tf32 rounding moved to the raw-score store); on CUDA cores for up to 4,
- * where the tensor-core conv's fixed 36 products per 16 keys (6 x 11) cost
- * more than one row's (one query: 1.5x slower). */
+ * tf32 rounding moved to the raw-score store), with the raw scores shared by
+ * the block (4: 4-8 % faster than 2 at 16 queries, H100 run 17 of
+ * 2026-11-25); on CUDA cores with each warp's raw scores for up to 4, where
+ * the tensor-core conv's fixed 36 products per 16 keys (6 x 11) cost more
+ * than one row's (one query: 1.5x slower) and sharing the raw scores gains
+ * nothing (1 vs 3: within 3 %, the step is bound by the cache's bytes). */
 #define TA_FAST_MDEC_TC_ROWS 4
 
 /* The MTA decode kernel for the plan: 1 and *l, or 0 (a head dim it lacks). */
@@ -782,7 +858,7 @@ template <bool BF16> static int ta_fast_mdec_for(const ta_plan *plan, ta_fast_la
     const int mt = (int64_t)g * (pr->seq_q + pr->conv_q - 1) <= 16 ? 1 : 2; /* m16 tiles */
     const int nh = (pr->conv_k - 1) / 2 <= 8 ? 1 : 2;
     const int cfg = pr->tile_config > 0                 ? (int)pr->tile_config
-                    : pr->seq_q > TA_FAST_MDEC_TC_ROWS ? 2
+                    : pr->seq_q > TA_FAST_MDEC_TC_ROWS ? 4
                                                         : 1;
     switch (pr->head_dim) {
     case 64: *l = ta_fast_mdec_pick<64, BF16>(mt, nh, cfg); return 1;

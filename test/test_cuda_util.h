@@ -40,11 +40,12 @@ static inline int32_t ta_test_fast_mta_twin(int32_t cfg) {
 }
 /* The decode-shaped MTA kernel's candidates (at most 16 query rows:
  * cuda/ta_cuda_fast_decode.cu, ta_fast_mdec_cand): odd tile_configs the conv
- * on CUDA cores, even ones on tensor cores; 0 the tensor cores for more than
- * 4 query rows, else the CUDA cores. A twin has the same conv. */
+ * on CUDA cores, even ones on tensor cores, 1 and 2 with raw scores per warp,
+ * 3 and 4 shared by the block; 0 is 4 for more than 4 query rows, else 1. A
+ * twin has the same conv and the other raw scores. */
 static inline int32_t ta_test_fast_mdec_twin(int32_t cfg, int32_t seq_q) {
-    const int32_t c = cfg > 0 ? cfg : seq_q > 4 ? 2 : 1;
-    return cfg == 0 ? c + 2 : (cfg + 1) % 4 + 1; /* 1 <-> 3, 2 <-> 4 */
+    const int32_t c = cfg > 0 ? cfg : seq_q > 4 ? 4 : 1; /* 0: the default */
+    return (c + 1) % 4 + 1;                              /* 1 <-> 3, 2 <-> 4 */
 }
 
 /* The fast MTA tests' conv sizes (kind = a draw in [0, 5]): 6 x 11 (the
