@@ -388,9 +388,11 @@ int32_t ta_cuda_fast_splits(const ta_plan *plan);
 /* Fast-mode MTA forward (cuda/ta_cuda_fast_mta.cu; docs/cuda.md section 7,
  * "Fast MTA"). ta_cuda_fast_mta_path (cuda/ta_cuda_layout.c): 1 if the plan's
  * forward runs it: TA_PRECISION_FAST, f16 / bf16, the MTA conv, D = D_v in
- * {64, 96, 128}, no load stage, more than 16 query rows, one split, no
- * paged KV (ta_cuda_fast_mta_dec_path takes the others with those heads and
- * no stage; the rest of MTA in fast mode runs the exact kernels). ta_cuda_fast_mta_edge: P = (c_k - 1)
+ * {64, 96, 128}, no load stage or the rotary stage with rope_pairs in whole
+ * 16-byte chunks (then on turned copies: ta_cuda_fast_mta_rope_plan), more
+ * than 16 query rows, one split, no paged KV (ta_cuda_fast_mta_dec_path
+ * takes the others with those heads and stages; the rest of MTA in fast mode
+ * runs the exact kernels). ta_cuda_fast_mta_edge: P = (c_k - 1)
  * / 2 with a left window bound below S_k (the keys from a row's window start
  * on whose convolved score has terms the window hides), else 0. ta_cuda_fast_mta_band: E =
  * (c_k - 1) / 2 + c_q - 1, the keys left of the diagonal whose convolved
@@ -408,8 +410,9 @@ ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan, const ta_fwd_args *a, const 
 /* Fast-mode MTA backward (cuda/ta_cuda_fast_mta_bwd.cu; docs/cuda.md section
  * 7, "Fast MTA: the backward"): ta_cuda_fast_mta_bwd_path is 1 for the
  * problems of the fast MTA kernels (TA_PRECISION_FAST, f16 / bf16, the conv,
- * D = D_v in {64, 96, 128}, no load stage); the rest of MTA's backward in
- * fast mode runs the exact kernels. ta_cuda_fast_mta_bwd: as ta_cuda_mta_bwd (whose
+ * D = D_v in {64, 96, 128}, no load stage or the rotary stage with pairs in
+ * whole chunks: dq, dk then turned back from f32 copies); the rest of MTA's
+ * backward in fast mode runs the exact kernels. ta_cuda_fast_mta_bwd: as ta_cuda_mta_bwd (whose
  * kernels it runs instead when a row of q, k, v, o, dO, dq, dk or dv is not
  * on 16 bytes or a kernel's shared memory exceeds the device's). */
 int ta_cuda_fast_mta_bwd_path(const ta_plan *plan);
@@ -431,8 +434,9 @@ ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan, const ta_bwd_args *a, const 
  * "Decode"): the conv computed from raw scores in the decode-shaped kernel,
  * for the fast MTA problems the fold serves badly: ta_cuda_fast_mta_dec_path
  * (cuda/ta_cuda_layout.c) is 1 for TA_PRECISION_FAST, f16 / bf16, the conv,
- * D = D_v in {64, 96, 128}, no load stage, and at most 16 query rows, or
- * split-K, or a paged cache (ta_cuda_fast_mta_path is 0 for those).
+ * D = D_v in {64, 96, 128}, the stages ta_cuda_fast_mta_path takes, and at
+ * most 16 query rows, or split-K, or a paged cache (ta_cuda_fast_mta_path is
+ * 0 for those).
  * ta_cuda_fast_mta_dec_fwd: as ta_cuda_fast_mta_fwd (the exact kernels for
  * rows off 16 bytes, pages included); tile_config 1 and 3 name the candidate
  * with the conv on CUDA cores, 2 and 4 the one with the conv on tensor cores

@@ -16,10 +16,12 @@
  * on tensor cores (cuda/ta_cuda_fast_fwd.cu, cuda/ta_cuda_fast_bwd_sm90.cu;
  * D = D_v in {64, 96, 128, 256}, other head dims TA_ERR_UNSUPPORTED in fast
  * mode; the backward on sm_90 only, elsewhere the exact kernels); the MTA
- * forward of f16 / bf16 problems too (cuda/ta_cuda_fast_mta.cu:
- * ta_cuda_fast_mta_path below); f32 problems, the other MTA problems and the
- * MTA backward run the exact kernels (bit-identical results satisfy any
- * FAST bound) until their fast kernels land.
+ * forward and backward of f16 / bf16 problems with D = D_v in {64, 96, 128}
+ * too (cuda/ta_cuda_fast_mta.cu, cuda/ta_cuda_fast_decode.cu,
+ * cuda/ta_cuda_fast_mta_bwd.cu: ta_cuda_fast_mta_path and its siblings below;
+ * with the rotary stage on turned copies); f32 problems and the other MTA
+ * problems run the exact kernels (bit-identical results satisfy any FAST
+ * bound).
  */
 #include <stddef.h>
 
