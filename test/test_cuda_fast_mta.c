@@ -271,7 +271,9 @@ static double *widen_f32(const float *w, size_t n) {
  * the case fc (m itself, or the same problem over more rows: row r of m is row
  * row0 + r of fc), whose inputs it widens. With the rotary stage (tr set: m's
  * tables and positions) the widened q and k are turned in double first, fc's
- * q row r as token r - row0 of m (its history rows: tokens -1, -2, ...). */
+ * q row r as token r - row0 of m (its history rows: tokens -1, -2, ...),
+ * then rounded to the storage type as the fast path's turned copies are (the
+ * same inputs the kernels read, so part 1's bounds hold as they do there). */
 static size_t compare_oracle(const mcase *m, const mcase *fc, int32_t row0, const void *o,
                              const float *lse, const char *desc, const ta_trope *tr) {
     const ta_problem *p = &m->p;
@@ -292,9 +294,11 @@ static size_t compare_oracle(const mcase *m, const mcase *fc, int32_t row0, cons
     ta_oracle_in in;
     size_t i, bad = 0;
     if (!o_ref || !o_mag || !lse_ref || !lse_mag) exit(1);
-    if (tr) { /* the oracle turns exactly, then runs without the stage */
+    if (tr) { /* the oracle turns in double, rounds as the copies are, runs without the stage */
         ta_trope_turn_double(p, tr, 0, wq, full->seq_q, -row0, 0);
         ta_trope_turn_double(p, tr, 1, wk, full->seq_k, 0, 0);
+        ta_trope_round(wq, fc->nq, full->dtype);
+        ta_trope_round(wk, fc->nk, full->dtype);
         full_p.rope = full_p.rope_pairs = full_p.rope_rows = 0;
         full_p.rope_row_stride = full_p.rope_head_stride = 0;
     }
@@ -828,7 +832,8 @@ static void check_paged(uint64_t seed, int idx, int rope) {
  * every tile_config), a third with query history rows, with random tables
  * (one in five: identity rows) and positions:
  *   a. o, lse against the float64 oracle on q, k (and the history rows)
- *      turned in double, the same bounds as part 1;
+ *      turned in double and rounded to the storage type as the copies are,
+ *      the same bounds as part 1;
  *   b. the fast kernels ran on the turned copies: the same bytes as the call
  *      without the stage on q, k, q_hist turned on the host by the same
  *      arithmetic (ta_trope_turn_store), which takes the fast path (the

@@ -28,8 +28,9 @@
  *     conventions; one in five identity tables): the fast forward and
  *     backward on q, k turned once (dq, dk of the turned tensors in f32,
  *     turned back, rounded once) against the oracle on q, k turned in
- *     double, its dq, dk turned back (magnitudes |c| m_a + |s| m_b), the
- *     same bounds; dv and dconv_w bit for bit the call's without the stage
+ *     double and rounded to the storage type as the copies are (the inputs
+ *     the kernels read), its dq, dk turned back in double (magnitudes |c| m_a
+ *     + |s| m_b), the same bounds; dv and dconv_w bit for bit the call's without the stage
  *     on q, k turned on the host as the copies are (the fast kernels ran on
  *     them: exact mode's dv differs, and the test fails if it never does);
  *     identity tables: every gradient that call's on the same q, k.
@@ -439,9 +440,11 @@ static int check_problem(uint64_t seed, int idx, int flat, int rope) {
         ww = ta_oracle_widen(c.h_w, TA_F32, c.nw);
         if (!wq || !wk || !wv || !wdo || !wo || !ww) exit(1);
         p0 = c.p;
-        if (rope) { /* the oracle on q, k turned in double, without the stage */
+        if (rope) { /* the oracle on q, k turned in double and rounded as the copies are */
             ta_trope_turn_double(&c.p, &c.tr, 0, wq, c.p.seq_q, 0, 0);
             ta_trope_turn_double(&c.p, &c.tr, 1, wk, c.p.seq_k, 0, 0);
+            ta_trope_round(wq, c.n[0], c.p.dtype);
+            ta_trope_round(wk, c.n[1], c.p.dtype);
             p0.rope = p0.rope_pairs = p0.rope_rows = p0.rope_row_stride = p0.rope_head_stride = 0;
         }
         memset(&in, 0, sizeof in);

@@ -2,8 +2,9 @@
  * test_cuda_fast_mta_bwd.c): random tables and positions for a problem, q / k
  * rows turned on the host as the fast path turns them (widen, ta_rope_row in
  * f32, round to the storage type: the copies the kernels read), and turned
- * in double as the float64 oracle wants them (and the gradients turned back,
- * with their magnitudes). Tensors are contiguous [B, heads, rows, D]; row r
+ * in double as the float64 oracle wants them, then rounded to the storage
+ * type as the copies are (and the gradients turned back, with their
+ * magnitudes). Tensors are contiguous [B, heads, rows, D]; row r
  * of a tensor is token r + tok0 of its side (tok0 = -n: n query history rows
  * first, whose token -i uses pos_q[b][0] - i, docs/rope.md "Positions"). */
 #ifndef TA_TEST_CUDA_ROPE_UTIL_H
@@ -147,6 +148,19 @@ static inline void ta_trope_turn_double(const ta_problem *p, const ta_trope *t, 
                     }
                 }
             }
+}
+
+/* x [n] rounded to the storage type dt as the turned copies are (through
+ * f32): the oracle's inputs after an exact turn are the copies' values up to
+ * the f32 arithmetic of the turn (docs/exactness.md section 9, "The rotary
+ * stage in fast MTA"). */
+static inline void ta_trope_round(double *x, size_t n, ta_dtype dt) {
+    size_t i;
+    for (i = 0; i < n; ++i) {
+        const float f = (float)x[i];
+        x[i] = (double)(dt == TA_BF16 ? ta_bf16_to_f32(ta_f32_to_bf16(f))
+                                      : ta_f16_to_f32(ta_f32_to_f16(f)));
+    }
 }
 
 /* Two results equal bit for bit, except that +0 and -0 count as equal (an
