@@ -329,7 +329,8 @@ template <bool BF16> TA_FAST_FN uint4 ta_rope_pack8(const float *v) {
 }
 
 TA_FAST_FN void ta_rope_ld8f(const float *p, float *v) {
-    const float4 a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
+    const float4 a = *reinterpret_cast<const float4 *>(p);
+    const float4 b = *reinterpret_cast<const float4 *>(p + 4);
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 

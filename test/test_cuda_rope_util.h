@@ -60,9 +60,9 @@ static inline void ta_trope_make(ta_rng *r, ta_problem *p, int identity, ta_trop
         for (b = 0; b < p->batch; ++b) {
             const int32_t off = ta_rng_int(r, p->q_history, p->rope_rows - p->seq_q);
             for (i = 0; i < p->seq_q; ++i)
-                t->pos_q[b * p->seq_q + i] =
-                    p->q_history > 0 || ta_rng_int(r, 0, 1) ? off + i
-                                                            : ta_rng_int(r, 0, p->rope_rows - 1);
+                t->pos_q[b * p->seq_q + i] = p->q_history > 0 || ta_rng_int(r, 0, 1)
+                                                 ? off + i
+                                                 : ta_rng_int(r, 0, p->rope_rows - 1);
         }
     }
     if (ta_rng_int(r, 0, 1)) {
@@ -89,7 +89,8 @@ static inline size_t ta_trope_at(const ta_problem *p, const ta_trope *t, int kv,
     const int32_t *pos = kv ? t->pos_k : t->pos_q;
     const int32_t g = kv ? h : h / (p->heads_q / p->heads_kv);
     const int32_t t0 = tok < 0 ? 0 : tok;
-    const int32_t row = ta_rope_token_row(pos ? pos[(size_t)b * (size_t)seq + (size_t)t0] : t0, tok);
+    const int32_t row =
+        ta_rope_token_row(pos ? pos[(size_t)b * (size_t)seq + (size_t)t0] : t0, tok);
     const int32_t rs = p->rope_row_stride ? p->rope_row_stride : p->rope_pairs;
     return (size_t)g * (size_t)p->rope_head_stride + (size_t)row * (size_t)rs;
 }
@@ -104,10 +105,10 @@ static inline void ta_trope_turn_store(const ta_problem *p, const ta_trope *t, i
     for (b = 0; b < p->batch; ++b)
         for (h = 0; h < heads; ++h)
             for (s = 0; s < n_rows; ++s) {
-                uint16_t *xr = (uint16_t *)x + (((size_t)b * (size_t)heads + (size_t)h) *
-                                                    (size_t)n_rows +
-                                                (size_t)s) *
-                                                   (size_t)d;
+                uint16_t *xr =
+                    (uint16_t *)x +
+                    (((size_t)b * (size_t)heads + (size_t)h) * (size_t)n_rows + (size_t)s) *
+                        (size_t)d;
                 const size_t at = ta_trope_at(p, t, kv, b, h, s + tok0);
                 for (f = 0; f < d; ++f)
                     row[f] = p->dtype == TA_BF16 ? ta_bf16_to_f32(xr[f]) : ta_f16_to_f32(xr[f]);
@@ -129,9 +130,9 @@ static inline void ta_trope_turn_double(const ta_problem *p, const ta_trope *t, 
     for (b = 0; b < p->batch; ++b)
         for (h = 0; h < heads; ++h)
             for (s = 0; s < n_rows; ++s) {
-                double *xr = x + (((size_t)b * (size_t)heads + (size_t)h) * (size_t)n_rows +
-                                  (size_t)s) *
-                                     (size_t)d;
+                double *xr =
+                    x + (((size_t)b * (size_t)heads + (size_t)h) * (size_t)n_rows + (size_t)s) *
+                            (size_t)d;
                 const size_t at = ta_trope_at(p, t, kv, b, h, s + tok0);
                 for (i = 0; i < p->rope_pairs; ++i) {
                     const int32_t ia = p->rope == TA_ROPE_HALF ? i : 2 * i;
