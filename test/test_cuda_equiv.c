@@ -368,6 +368,13 @@ static void random_mta_spec(uint64_t seed, int idx, spec *s) {
     snprintf(s->tag, sizeof s->tag, "mta");
     random_splits(seed, idx, UINT64_C(0x5bd1e995), s);
     random_rope(seed, idx, UINT64_C(0x5bd1e995), s);
+    /* the fast MTA kernels take f16 / bf16 with D = D_v in {64, 96, 128}, no
+     * rotary stage or pairs in whole 16-byte chunks (not bit-identical to
+     * REF: test_cuda_fast_mta checks them); those run in exact mode here */
+    if (p->precision == TA_PRECISION_FAST && p->dtype != TA_F32 && p->head_dim == p->head_dim_v &&
+        (p->head_dim == 64 || p->head_dim == 96 || p->head_dim == 128) &&
+        (p->rope == TA_ROPE_NONE || p->rope_pairs % (p->rope == TA_ROPE_HALF ? 8 : 4) == 0))
+        p->precision = TA_PRECISION_EXACT;
 }
 
 /* A fixed problem: the tables below. */
