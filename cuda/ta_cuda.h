@@ -28,6 +28,8 @@ extern "C" {
  *
  *   +--------------------------------------+
  *   | rot_q, rot_k (fast, rotary stage)     |
+ *   | [rot_qh] [rot_v] (fast MTA, the stage: |
+ *   |  history rows; v of a paged cache)    |
  *   +--------------------------------------+
  *   | part_o   [n, B, H, S_q, D_v] f32      |  part s's normalised o_s
  *   +--------------------------------------+
@@ -49,6 +51,10 @@ typedef struct ta_cuda_fwd_ws {
     float *part_lse; /* [n, B, H, S_q]; NULL with one split */
     void *rot_q;     /* fast path with the rotary stage: q and k turned once, */
     void *rot_k;     /* contiguous [B, H, S_q, D] / [B, H_kv, S_k, D]; else NULL */
+    void *rot_qh;    /* fast MTA with the stage and q_history = n > 0: the history
+                        rows turned, [B, H, n, D]; else NULL */
+    void *rot_v;     /* fast MTA with the stage and a paged cache: v gathered,
+                        [B, H_kv, S_k, D_v] (k's gathered rows are rot_k); else NULL */
     void *mta_kf;    /* fast MTA (ta_cuda_fast_mta_path): [B, H, S_k, c_q, D] storage
                         type, the filtered keys; else NULL */
     float *mta_diag; /* fast MTA: [B, H, S_q, E] f32, E = ta_cuda_fast_mta_band (NULL
@@ -96,6 +102,8 @@ typedef struct ta_cuda_bwd_ws {
     float *dw_lo;   /* [H, c_q, c_k]: lo words of dconv_w's pairs; MTA only, else NULL */
     void *rot_q;    /* as in ta_cuda_fwd_ws: the rotary stage's turned q and k */
     void *rot_k;
+    float *rot_dq;  /* fast MTA with the stage: the gradients of the turned q and k, */
+    float *rot_dk;  /* f32 [B, H, S_q, D] / [B, H_kv, S_k, D], before the turn back; else NULL */
     /* the fast MTA backward (ta_cuda_fast_mta_bwd_path; else NULL), after the
      * exact regions above (its fallback): kf, diag (and edge, below) as the
      * forward's, then
@@ -146,6 +154,26 @@ typedef struct ta_cuda_bwd_ws {
 void ta_cuda_fast_rope_plan(const ta_plan *plan, ta_plan *sub);
 ta_status ta_cuda_fast_rope_turn(const ta_plan *plan, const void *q, const void *k, void *rot_q,
                                  void *rot_k, void *stream);
+
+/* The same for the fast MTA kernels (cuda/ta_cuda_fast_rope.cu; docs/rope.md,
+ * "On CUDA (fast path)"): ta_cuda_fast_mta_rope_plan: *sub = the plan the
+ * un-rotated fast MTA kernels run on the copies (ta_cuda_fast_rope_plan's;
+ * the forward's (bwd 0) history rows contiguous too and, with a paged cache,
+ * v contiguous and no block table (kv_page_size kept: the path and split
+ * rules give the plan's answers); the backward's (bwd 1) dq and dk the f32
+ * copies' contiguous strides). ta_cuda_fast_mta_rope_turn: q, k (through the
+ * block table with pages) and the history rows (rot_qh non-NULL: row -i by
+ * row 0's table row - i) turned into the copies, v gathered into rot_v
+ * (rot_v non-NULL: pages) on stream. ta_cuda_fast_mta_rope_back: the
+ * backward's f32 dq32, dk32 (contiguous) turned back by ta_rope_pair_t and
+ * rounded once into the caller's dq, dk (plan->layout's strides). */
+void ta_cuda_fast_mta_rope_plan(const ta_plan *plan, int bwd, ta_plan *sub);
+ta_status ta_cuda_fast_mta_rope_turn(const ta_plan *plan, const void *q, const void *k,
+                                     const void *q_hist, const void *v, const int32_t *block_table,
+                                     void *rot_q, void *rot_k, void *rot_qh, void *rot_v,
+                                     void *stream);
+ta_status ta_cuda_fast_mta_rope_back(const ta_plan *plan, const float *dq32, const float *dk32,
+                                     void *dq, void *dk, void *stream);
 
 /* Shared by both tables (cuda/ta_cuda_layout.c, core): the operations the
  * backend runs, and the one layout routine per pass that sizes (base NULL) and
@@ -360,9 +388,11 @@ int32_t ta_cuda_fast_splits(const ta_plan *plan);
 /* Fast-mode MTA forward (cuda/ta_cuda_fast_mta.cu; docs/cuda.md section 7,
  * "Fast MTA"). ta_cuda_fast_mta_path (cuda/ta_cuda_layout.c): 1 if the plan's
  * forward runs it: TA_PRECISION_FAST, f16 / bf16, the MTA conv, D = D_v in
- * {64, 96, 128}, no load stage, more than 16 query rows, one split, no
- * paged KV (ta_cuda_fast_mta_dec_path takes the others with those heads and
- * no stage; the rest of MTA in fast mode runs the exact kernels). ta_cuda_fast_mta_edge: P = (c_k - 1)
+ * {64, 96, 128}, no load stage or the rotary stage with rope_pairs in whole
+ * 16-byte chunks (then on turned copies: ta_cuda_fast_mta_rope_plan), more
+ * than 16 query rows, one split, no paged KV (ta_cuda_fast_mta_dec_path
+ * takes the others with those heads and stages; the rest of MTA in fast mode
+ * runs the exact kernels). ta_cuda_fast_mta_edge: P = (c_k - 1)
  * / 2 with a left window bound below S_k (the keys from a row's window start
  * on whose convolved score has terms the window hides), else 0. ta_cuda_fast_mta_band: E =
  * (c_k - 1) / 2 + c_q - 1, the keys left of the diagonal whose convolved
@@ -380,8 +410,9 @@ ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan, const ta_fwd_args *a, const 
 /* Fast-mode MTA backward (cuda/ta_cuda_fast_mta_bwd.cu; docs/cuda.md section
  * 7, "Fast MTA: the backward"): ta_cuda_fast_mta_bwd_path is 1 for the
  * problems of the fast MTA kernels (TA_PRECISION_FAST, f16 / bf16, the conv,
- * D = D_v in {64, 96, 128}, no load stage); the rest of MTA's backward in
- * fast mode runs the exact kernels. ta_cuda_fast_mta_bwd: as ta_cuda_mta_bwd (whose
+ * D = D_v in {64, 96, 128}, no load stage or the rotary stage with pairs in
+ * whole chunks: dq, dk then turned back from f32 copies); the rest of MTA's
+ * backward in fast mode runs the exact kernels. ta_cuda_fast_mta_bwd: as ta_cuda_mta_bwd (whose
  * kernels it runs instead when a row of q, k, v, o, dO, dq, dk or dv is not
  * on 16 bytes or a kernel's shared memory exceeds the device's). */
 int ta_cuda_fast_mta_bwd_path(const ta_plan *plan);
@@ -403,8 +434,9 @@ ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan, const ta_bwd_args *a, const 
  * "Decode"): the conv computed from raw scores in the decode-shaped kernel,
  * for the fast MTA problems the fold serves badly: ta_cuda_fast_mta_dec_path
  * (cuda/ta_cuda_layout.c) is 1 for TA_PRECISION_FAST, f16 / bf16, the conv,
- * D = D_v in {64, 96, 128}, no load stage, and at most 16 query rows, or
- * split-K, or a paged cache (ta_cuda_fast_mta_path is 0 for those).
+ * D = D_v in {64, 96, 128}, the stages ta_cuda_fast_mta_path takes, and at
+ * most 16 query rows, or split-K, or a paged cache (ta_cuda_fast_mta_path is
+ * 0 for those).
  * ta_cuda_fast_mta_dec_fwd: as ta_cuda_fast_mta_fwd (the exact kernels for
  * rows off 16 bytes, pages included); tile_config 1 and 3 name candidates
  * with the conv on CUDA cores, 2 and 4 with the conv on tensor cores (tf32

@@ -103,6 +103,22 @@ int ta_cuda_fast_rows_aligned(const ta_problem *pr, const void *ptr, const ta_st
  * fold and the decode-shaped kernel run the exact kernels otherwise). */
 int ta_cuda_fast_mta_aligned(const ta_plan *plan, const ta_fwd_args *a);
 
+/* The rotary stage of the fast MTA forwards (cuda/ta_cuda_fast_mta.cu; the
+ * fold and the decode-shaped kernel): ta_cuda_fast_mta_rope_view points *pl,
+ * *aa at what the kernels run: the plan and args themselves without the
+ * stage; with it the tables' pointers checked (TA_ERR_BAD_ARG), *sub =
+ * ta_cuda_fast_mta_rope_plan's (forward) and *a2 = *a with q, k, q_hist
+ * (and with pages v, no block table) at the workspace's copies; nothing
+ * launched. The caller has checked the rows of the plan's q, k, v, o and
+ * q_hist on 16 bytes (ta_cuda_fast_mta_aligned: the turn reads them in
+ * 16-byte chunks). ta_cuda_fast_mta_rope_fwd_turn launches the turn
+ * (nothing without the stage). */
+ta_status ta_cuda_fast_mta_rope_view(const ta_plan *plan, const ta_fwd_args *a,
+                                     const ta_cuda_fwd_ws *ws, ta_plan *sub, ta_fwd_args *a2,
+                                     const ta_plan **pl, const ta_fwd_args **aa);
+ta_status ta_cuda_fast_mta_rope_fwd_turn(const ta_plan *plan, const ta_fwd_args *a,
+                                         const ta_cuda_fwd_ws *ws, void *stream);
+
 /* The configuration table for one call (cuda/ta_cuda_fast_fwd.cu): the
  * candidates of the plan's head dim and storage type, as tile_config = k
  * names them (cand[k - 1]), and what this device runs of them. */

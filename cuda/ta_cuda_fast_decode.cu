@@ -874,20 +874,29 @@ int ta_cuda_fast_decode_launch(int32_t d, int bf16, ta_fast_launch *l) {
     return bf16 ? ta_fast_dec_candidates<true>(d, l) : ta_fast_dec_candidates<false>(d, l);
 }
 
-extern "C" ta_status ta_cuda_fast_mta_dec_fwd(const ta_plan *plan, const ta_fwd_args *a,
+extern "C" ta_status ta_cuda_fast_mta_dec_fwd(const ta_plan *plan0, const ta_fwd_args *a0,
                                               const ta_cuda_fwd_ws *ws, void *stream) {
-    const ta_problem *pr = &plan->p;
+    const ta_problem *pr = &plan0->p;
     const void *ptrs[7] = {
-        a->q, a->k, a->v, a->o, a->lse, a->conv_w, pr->q_history > 0 ? a->q_hist : NULL};
+        a0->q, a0->k, a0->v, a0->o, a0->lse, a0->conv_w, pr->q_history > 0 ? a0->q_hist : NULL};
     ta_fast_launch fl;
     ta_fast_mdec_params prm;
     ta_cuda_launch_desc launch;
     ta_tiling t;
+    ta_plan sub;
+    ta_fwd_args a2;
+    const ta_plan *plan;
+    const ta_fwd_args *a;
     ta_status st;
     if ((st = ta_cuda_check_pointers(ptrs, 7)) != TA_OK) return st;
     if (pr->tile_config > TA_CUDA_FAST_MTA_CFGS) return TA_ERR_UNSUPPORTED;
-    /* rows off 16 bytes: the exact kernels (pages included) */
-    if (!ta_cuda_fast_mta_aligned(plan, a)) return ta_cuda_mta_fwd(plan, a, ws, stream);
+    /* rows off 16 bytes: the exact kernels (pages included; with the rotary
+     * stage they turn q and k as they load them) */
+    if (!ta_cuda_fast_mta_aligned(plan0, a0)) return ta_cuda_mta_fwd(plan0, a0, ws, stream);
+    /* the rotary stage: the kernel on the turned (and with pages gathered)
+     * copies (plan, a), whose path and split rules are plan0's */
+    if ((st = ta_cuda_fast_mta_rope_view(plan0, a0, ws, &sub, &a2, &plan, &a)) != TA_OK)
+        return st;
     if (!(pr->dtype == TA_BF16 ? ta_fast_mdec_for<true>(plan, &fl)
                                : ta_fast_mdec_for<false>(plan, &fl)))
         return TA_ERR_UNSUPPORTED;
@@ -907,6 +916,7 @@ extern "C" ta_status ta_cuda_fast_mta_dec_fwd(const ta_plan *plan, const ta_fwd_
                                (int64_t)(pr->heads_q / prm.pack) * t.num_q_tiles * t.num_splits,
                                0, fl.smem);
     launch.threads = fl.threads;
+    if ((st = ta_cuda_fast_mta_rope_fwd_turn(plan0, a0, ws, stream)) != TA_OK) return st;
     if ((st = ta_cuda_launch_batches(&launch, 1, a->seqlens_k, pr->batch, stream)) != TA_OK)
         return st;
     return ta_cuda_merge_splits(plan, t.num_splits, a, ws, stream);

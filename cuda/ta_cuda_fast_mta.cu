@@ -295,22 +295,62 @@ int ta_cuda_fast_mta_aligned(const ta_plan *plan, const ta_fwd_args *a) {
             ta_cuda_fast_rows_aligned(&hist, a->q_hist, &plan->layout.q_hist, 0));
 }
 
-extern "C" ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan, const ta_fwd_args *a,
+/* (cuda/ta_cuda_fast.cuh) */
+ta_status ta_cuda_fast_mta_rope_view(const ta_plan *plan, const ta_fwd_args *a,
+                                     const ta_cuda_fwd_ws *ws, ta_plan *sub, ta_fwd_args *a2,
+                                     const ta_plan **pl, const ta_fwd_args **aa) {
+    ta_status st;
+    *pl = plan;
+    *aa = a;
+    if (plan->stages.load != TA_LOAD_ROPE) return TA_OK;
+    if ((st = ta_cuda_check_rope(plan)) != TA_OK) return st;
+    ta_cuda_fast_mta_rope_plan(plan, 0, sub);
+    *a2 = *a;
+    a2->q = ws->rot_q;
+    a2->k = ws->rot_k;
+    if (plan->p.q_history > 0) a2->q_hist = ws->rot_qh;
+    if (plan->p.kv_page_size > 0) {
+        a2->v = ws->rot_v;
+        a2->block_table = NULL;
+    }
+    *pl = sub;
+    *aa = a2;
+    return TA_OK;
+}
+
+ta_status ta_cuda_fast_mta_rope_fwd_turn(const ta_plan *plan, const ta_fwd_args *a,
+                                         const ta_cuda_fwd_ws *ws, void *stream) {
+    if (plan->stages.load != TA_LOAD_ROPE) return TA_OK;
+    return ta_cuda_fast_mta_rope_turn(plan, a->q, a->k, a->q_hist, a->v, a->block_table,
+                                      ws->rot_q, ws->rot_k,
+                                      plan->p.q_history > 0 ? ws->rot_qh : NULL,
+                                      plan->p.kv_page_size > 0 ? ws->rot_v : NULL, stream);
+}
+
+extern "C" ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan0, const ta_fwd_args *a0,
                                           const ta_cuda_fwd_ws *ws, void *stream) {
-    const ta_problem *pr = &plan->p;
+    const ta_problem *pr = &plan0->p;
     const void *ptrs[7] = {
-        a->q, a->k, a->v, a->o, a->lse, a->conv_w, pr->q_history > 0 ? a->q_hist : NULL};
+        a0->q, a0->k, a0->v, a0->o, a0->lse, a0->conv_w, pr->q_history > 0 ? a0->q_hist : NULL};
     const int bf16 = pr->dtype == TA_BF16;
     ta_fast_mta_cfg cand[TA_CUDA_FAST_MTA_CFGS];
     ta_fast_mta_params prm;
     ta_cuda_launch_desc launch[3];
     ta_tiling t;
+    ta_plan sub;
+    ta_fwd_args a2;
+    const ta_plan *plan;
+    const ta_fwd_args *a;
     size_t smem;
     int n, nl = 0;
     ta_status st;
     if ((st = ta_cuda_check_pointers(ptrs, 7)) != TA_OK) return st;
-    /* rows off 16 bytes: the exact kernels (nothing launched yet) */
-    if (!ta_cuda_fast_mta_aligned(plan, a)) return ta_cuda_mta_fwd(plan, a, ws, stream);
+    /* rows off 16 bytes: the exact kernels (nothing launched yet; with the
+     * rotary stage they turn q and k as they load them) */
+    if (!ta_cuda_fast_mta_aligned(plan0, a0)) return ta_cuda_mta_fwd(plan0, a0, ws, stream);
+    /* the rotary stage: the kernels below on the turned copies (plan, a) */
+    if ((st = ta_cuda_fast_mta_rope_view(plan0, a0, ws, &sub, &a2, &plan, &a)) != TA_OK)
+        return st;
     n = bf16 ? ta_fast_mta_candidates<true>(pr->head_dim, cand)
              : ta_fast_mta_candidates<false>(pr->head_dim, cand);
     if (n == 0 || pr->tile_config > n) return TA_ERR_UNSUPPORTED;
@@ -352,5 +392,6 @@ extern "C" ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan, const ta_fwd_args
     launch[nl].threads = cf.threads;
     for (int i = 0; i < nl; ++i)
         launch[i].threads = PREP_THREADS;
+    if ((st = ta_cuda_fast_mta_rope_fwd_turn(plan0, a0, ws, stream)) != TA_OK) return st;
     return ta_cuda_launch_batches(launch, nl + 1, a->seqlens_k, pr->batch, stream);
 }

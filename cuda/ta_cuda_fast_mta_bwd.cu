@@ -402,8 +402,9 @@ template <int D> struct ta_fmb_dq_traits {
  *   v:               s = diag at the direct entries; P; dp = dO v^T;
  *                    dC = scale P (dp - D), 0 at the direct entries -> shared
  *   kf_a again:      dq += dC(rows shifted by c_q-1-a) kf_a     (warps 0 .. 3)
- * then dq + dq_band stored in the storage type. */
-template <int D, bool BF16>
+ * then dq + dq_band stored in the storage type (F32: in f32, for the rotary
+ * stage's turn back, cuda/ta_cuda_fast_rope.cu). */
+template <int D, bool BF16, bool F32 = false>
 __global__ void __launch_bounds__(DQ_THREADS, 2)
     ta_fmb_dq_kernel(const __grid_constant__ ta_fmb_params p) {
     typedef ta_fmb_dq_traits<D> T;
@@ -523,6 +524,18 @@ __global__ void __launch_bounds__(DQ_THREADS, 2)
                 if (row >= t.seq_q) continue;
                 /* the band's share (none when E = 0: no band kernel ran) */
                 const float *bq = E > 0 ? p.dq_band + (head * t.seq_q + row) * D : nullptr;
+                if constexpr (F32) {
+                    float *dst = static_cast<float *>(p.dq) + c.dq + (int64_t)row * p.lay.dq.seq;
+#pragma unroll
+                    for (int d = 0; d < T::DT; ++d) {
+                        const int32_t col = 8 * d + 2 * tq;
+                        const float2 b = bq ? *reinterpret_cast<const float2 *>(bq + col)
+                                            : make_float2(0.0f, 0.0f);
+                        *reinterpret_cast<float2 *>(dst + col) =
+                            make_float2(dq[4 * d + 2 * r] + b.x, dq[4 * d + 2 * r + 1] + b.y);
+                    }
+                    continue;
+                }
                 uint16_t *dst = static_cast<uint16_t *>(p.dq) + c.dq + (int64_t)row * p.lay.dq.seq;
 #pragma unroll
                 for (int d = 0; d < T::DT; ++d) {
@@ -790,8 +803,9 @@ static size_t ta_fmb_dk_smem(const ta_problem *pr) {
  *   dw_fold[blk][a][b] = sum_{8-feature chunks ascending} (sum_{j, then d
  *            ascending} dkf_a[j][d] k_{j + b - P}[d])
  * then the band: dk_m += sum_{s ascending} dsb[r][s] q_r, r = m - off - (s -
- * (NE-1)) in [0, S_q). dk stored (0 at keys past key_len). */
-template <int D, bool BF16>
+ * (NE-1)) in [0, S_q). dk stored (0 at keys past key_len; F32: in f32, for
+ * the rotary stage's turn back). */
+template <int D, bool BF16, bool F32 = false>
 __global__ void __launch_bounds__(PREP_THREADS)
     ta_fmb_dk_kernel(const __grid_constant__ ta_fmb_params p) {
     extern __shared__ float4 ta_fmb_prep_smem[];
@@ -906,10 +920,16 @@ __global__ void __launch_bounds__(PREP_THREADS)
             const bool in = m < c.key_len;
             if (item >= DK_KEYS * CH4) break;
             if (m >= p.t.seq_k) continue;
-            *reinterpret_cast<uint2 *>(static_cast<uint16_t *>(p.dk) + c.dk +
-                                       (int64_t)m * p.lay.dk.seq + 4 * ch) =
-                make_uint2(ta_fast_pack<BF16>(in ? acc[it][0] : 0.0f, in ? acc[it][1] : 0.0f),
-                           ta_fast_pack<BF16>(in ? acc[it][2] : 0.0f, in ? acc[it][3] : 0.0f));
+            if constexpr (F32)
+                *reinterpret_cast<float4 *>(static_cast<float *>(p.dk) + c.dk +
+                                            (int64_t)m * p.lay.dk.seq + 4 * ch) =
+                    make_float4(in ? acc[it][0] : 0.0f, in ? acc[it][1] : 0.0f,
+                                in ? acc[it][2] : 0.0f, in ? acc[it][3] : 0.0f);
+            else
+                *reinterpret_cast<uint2 *>(static_cast<uint16_t *>(p.dk) + c.dk +
+                                           (int64_t)m * p.lay.dk.seq + 4 * ch) =
+                    make_uint2(ta_fast_pack<BF16>(in ? acc[it][0] : 0.0f, in ? acc[it][1] : 0.0f),
+                               ta_fast_pack<BF16>(in ? acc[it][2] : 0.0f, in ? acc[it][3] : 0.0f));
         }
     }
 }
@@ -947,16 +967,19 @@ struct ta_fmb_kernels {
     int32_t a_group; /* a's per dk/dv block (ta_fmb_kv_traits::AG) */
 };
 
-template <int D, bool BF16> static ta_fmb_kernels ta_fmb_kernels_of() {
+/* F32: the dq and dk kernels that store f32 (the rotary stage). */
+template <int D, bool BF16> static ta_fmb_kernels ta_fmb_kernels_of(bool f32) {
     ta_fmb_kernels k;
     k.kf = reinterpret_cast<const void *>(&ta_fast_mta_kf_kernel<BF16>);
     k.diag = reinterpret_cast<const void *>(&ta_fast_mta_diag_kernel<BF16>);
     k.g = reinterpret_cast<const void *>(&ta_fmb_g_kernel<BF16>);
     k.band = reinterpret_cast<const void *>(&ta_fmb_band_kernel<BF16>);
-    k.dq = reinterpret_cast<const void *>(&ta_fmb_dq_kernel<D, BF16>);
+    k.dq = f32 ? reinterpret_cast<const void *>(&ta_fmb_dq_kernel<D, BF16, true>)
+               : reinterpret_cast<const void *>(&ta_fmb_dq_kernel<D, BF16>);
     k.kv = reinterpret_cast<const void *>(&ta_fmb_kv_kernel<D, 1, BF16>);
     k.kv2 = reinterpret_cast<const void *>(&ta_fmb_kv_kernel<D, 2, BF16>);
-    k.dk = reinterpret_cast<const void *>(&ta_fmb_dk_kernel<D, BF16>);
+    k.dk = f32 ? reinterpret_cast<const void *>(&ta_fmb_dk_kernel<D, BF16, true>)
+               : reinterpret_cast<const void *>(&ta_fmb_dk_kernel<D, BF16>);
     k.dq_smem = &ta_fmb_dq_traits<D>::smem;
     k.kv_smem = &ta_fmb_kv_traits<D, 1>::smem;
     k.kv2_smem = &ta_fmb_kv_traits<D, 2>::smem;
@@ -964,34 +987,43 @@ template <int D, bool BF16> static ta_fmb_kernels ta_fmb_kernels_of() {
     return k;
 }
 
-template <bool BF16> static int ta_fmb_kernels_for(int32_t d, ta_fmb_kernels *k) {
+template <bool BF16> static int ta_fmb_kernels_for(int32_t d, bool f32, ta_fmb_kernels *k) {
     switch (d) {
-    case 64: *k = ta_fmb_kernels_of<64, BF16>(); return 1;
-    case 96: *k = ta_fmb_kernels_of<96, BF16>(); return 1;
-    case 128: *k = ta_fmb_kernels_of<128, BF16>(); return 1;
+    case 64: *k = ta_fmb_kernels_of<64, BF16>(f32); return 1;
+    case 96: *k = ta_fmb_kernels_of<96, BF16>(f32); return 1;
+    case 128: *k = ta_fmb_kernels_of<128, BF16>(f32); return 1;
     default: return 0;
     }
 }
 
 } /* namespace */
 
-extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
+extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan0, const ta_bwd_args *a0,
                                           const ta_cuda_bwd_ws *ws, void *stream) {
-    const ta_problem *pr = &plan->p;
-    const void *ptrs[12] = {a->q,  a->k,  a->v,  a->o,      a->d_o,     a->lse,
-                            a->dq, a->dk, a->dv, a->conv_w, a->dconv_w, ws->delta};
+    const ta_problem *pr = &plan0->p;
+    const void *ptrs[12] = {a0->q,  a0->k,  a0->v,  a0->o,      a0->d_o,     a0->lse,
+                            a0->dq, a0->dk, a0->dv, a0->conv_w, a0->dconv_w, ws->delta};
     const int bf16 = pr->dtype == TA_BF16;
-    const int32_t band = ta_cuda_fast_mta_band(plan), edge_n = ta_cuda_fast_mta_edge(plan);
+    /* the rotary stage: the kernels on q and k turned once (the forward's
+     * copies, bit for bit), dq and dk of the turned tensors in f32, turned
+     * back and rounded once (ta_cuda_fast_mta_rope_back) */
+    const bool rope = plan0->stages.load == TA_LOAD_ROPE;
+    const int32_t band = ta_cuda_fast_mta_band(plan0), edge_n = ta_cuda_fast_mta_edge(plan0);
     ta_fmb_kernels k;
     ta_fmb_params prm, prm_kv;
     ta_tiling t_dq, t_kv;
     ta_cuda_launch_desc launch[7];
+    ta_plan sub;
+    ta_bwd_args a2;
+    const ta_plan *plan = plan0;
+    const ta_bwd_args *a = a0;
     size_t sm[7];
     int nl = 0, i;
     ta_status st;
     if ((st = ta_cuda_check_pointers(ptrs, 12)) != TA_OK) return st;
-    if (!(bf16 ? ta_fmb_kernels_for<true>(pr->head_dim, &k)
-               : ta_fmb_kernels_for<false>(pr->head_dim, &k)))
+    if (rope && (st = ta_cuda_check_rope(plan0)) != TA_OK) return st;
+    if (!(bf16 ? ta_fmb_kernels_for<true>(pr->head_dim, rope, &k)
+               : ta_fmb_kernels_for<false>(pr->head_dim, rope, &k)))
         return TA_ERR_UNSUPPORTED;
     sm[0] = ta_fast_mta_kf_smem(pr);
     sm[1] = ta_fast_mta_diag_smem(pr, band, edge_n);
@@ -1001,8 +1033,19 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan, const ta_bwd_args
     sm[5] = k.kv_smem(pr->conv_q);
     sm[6] = ta_fmb_dk_smem(pr);
     /* rows off 16 bytes: the exact kernels (their workspace regions are in
-     * ours: ta_cuda_bwd_layout) */
-    if (!ta_cuda_fast_bwd_aligned(plan, a)) return ta_cuda_mta_bwd(plan, a, ws, stream);
+     * ours: ta_cuda_bwd_layout; with the rotary stage they turn q and k as
+     * they load them and dq, dk back as they store them) */
+    if (!ta_cuda_fast_bwd_aligned(plan0, a0)) return ta_cuda_mta_bwd(plan0, a0, ws, stream);
+    if (rope) { /* the kernels below on the copies: plan, a */
+        ta_cuda_fast_mta_rope_plan(plan0, 1, &sub);
+        a2 = *a0;
+        a2.q = ws->rot_q;
+        a2.k = ws->rot_k;
+        a2.dq = ws->rot_dq;
+        a2.dk = ws->rot_dk;
+        plan = &sub;
+        a = &a2;
+    }
     /* the dk/dv kernel with two Q tile buffers where the device holds them
      * (3-4 % faster on an H100, docs/cuda.md; the same bits: only the loads
      * move) */
@@ -1017,7 +1060,7 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan, const ta_bwd_args
         const void *ks[7] = {k.kf, k.diag, k.g, k.band, k.dq, k.kv, k.dk};
         for (i = 0; i < 7; ++i)
             if (sm[i] > 0 && (st = ta_cuda_smem_opt_in(ks[i], sm[i], sm[i])) != TA_OK)
-                return st == TA_ERR_UNSUPPORTED ? ta_cuda_mta_bwd(plan, a, ws, stream) : st;
+                return st == TA_ERR_UNSUPPORTED ? ta_cuda_mta_bwd(plan0, a0, ws, stream) : st;
     }
     {
         ta_plan no_halo = *plan;
@@ -1026,6 +1069,9 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan, const ta_bwd_args
             (st = ta_cuda_tiling(&no_halo, KV_ROWS, KV_KEYS, TA_TILING_BWD, &t_kv)) != TA_OK)
             return st;
     }
+    if (rope && (st = ta_cuda_fast_mta_rope_turn(plan0, a0->q, a0->k, NULL, NULL, NULL, ws->rot_q,
+                                                 ws->rot_k, NULL, NULL, stream)) != TA_OK)
+        return st;
     if ((st = ta_cuda_fast_delta(plan, a, ws->delta, stream)) != TA_OK) return st;
     memset(&prm, 0, sizeof prm);
     ta_cuda_params_bwd(&prm, plan, &t_dq, a, ws);
@@ -1079,6 +1125,8 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan, const ta_bwd_args
             reinterpret_cast<const void *>(&ta_fmb_dw_kernel), &prm, 0,
             ((int64_t)pr->heads_q * pr->conv_q * pr->conv_k + PREP_THREADS - 1) / PREP_THREADS, 0);
         d.threads = PREP_THREADS;
-        return ta_cuda_launch_batches(&d, 1, NULL, pr->batch, stream);
+        if ((st = ta_cuda_launch_batches(&d, 1, NULL, pr->batch, stream)) != TA_OK) return st;
     }
+    if (!rope) return TA_OK;
+    return ta_cuda_fast_mta_rope_back(plan0, ws->rot_dq, ws->rot_dk, a0->dq, a0->dk, stream);
 }

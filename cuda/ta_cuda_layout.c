@@ -16,10 +16,12 @@
  * on tensor cores (cuda/ta_cuda_fast_fwd.cu, cuda/ta_cuda_fast_bwd_sm90.cu;
  * D = D_v in {64, 96, 128, 256}, other head dims TA_ERR_UNSUPPORTED in fast
  * mode; the backward on sm_90 only, elsewhere the exact kernels); the MTA
- * forward of f16 / bf16 problems too (cuda/ta_cuda_fast_mta.cu:
- * ta_cuda_fast_mta_path below); f32 problems, the other MTA problems and the
- * MTA backward run the exact kernels (bit-identical results satisfy any
- * FAST bound) until their fast kernels land.
+ * forward and backward of f16 / bf16 problems with D = D_v in {64, 96, 128}
+ * too (cuda/ta_cuda_fast_mta.cu, cuda/ta_cuda_fast_decode.cu,
+ * cuda/ta_cuda_fast_mta_bwd.cu: ta_cuda_fast_mta_path and its siblings below;
+ * with the rotary stage on turned copies); f32 problems and the other MTA
+ * problems run the exact kernels (bit-identical results satisfy any FAST
+ * bound).
  */
 #include <stddef.h>
 
@@ -75,16 +77,32 @@ int32_t ta_cuda_rband_w1(const ta_plan *plan) {
     return plan->stages.score == TA_SCORE_RBAND ? (w < last ? w : last) + 1 : 1;
 }
 
+/* The rotary stage's pairs in whole 16-byte chunks of the turned copies
+ * (cuda/ta_cuda_fast_rope.cu): rope_pairs a multiple of 4 (interleaved) or 8
+ * (half-split). */
+static int ta_cuda_fast_rope_pairs_ok(const ta_plan *plan) {
+    return plan->p.rope_pairs % (plan->p.rope == TA_ROPE_HALF ? 8 : 4) == 0;
+}
+
 /* The fast MTA kernels' problems: fast, f16 / bf16, the conv, D = D_v in
- * {64, 96, 128}, no load stage; the fold (cuda/ta_cuda_fast_mta.cu) for
- * prefill, the decode-shaped kernel (cuda/ta_cuda_fast_decode.cu) for a few
- * rows, split-K or pages. */
+ * {64, 96, 128}, no load stage or the rotary stage with pairs in whole
+ * chunks (the kernels then run on turned copies: cuda/ta_cuda_fast_rope.cu;
+ * other pairs run the exact kernels, which turn any); the fold
+ * (cuda/ta_cuda_fast_mta.cu) for prefill, the decode-shaped kernel
+ * (cuda/ta_cuda_fast_decode.cu) for a few rows, split-K or pages. */
 static int ta_cuda_fast_mta_any(const ta_plan *plan) {
     const ta_problem *p = &plan->p;
     const int32_t d = p->head_dim;
     return p->precision == TA_PRECISION_FAST && p->dtype != TA_F32 && plan->has_conv &&
            d == p->head_dim_v && (d == 64 || d == 96 || d == 128) &&
-           plan->stages.load == TA_LOAD_NONE && !ta_plan_keys_cut(plan);
+           (plan->stages.load == TA_LOAD_NONE ||
+            (plan->stages.load == TA_LOAD_ROPE && ta_cuda_fast_rope_pairs_ok(plan))) &&
+           !ta_plan_keys_cut(plan);
+}
+
+/* 1 if the plan runs the fast MTA kernels on turned copies (either pass). */
+static int ta_cuda_fast_mta_rope(const ta_plan *plan) {
+    return plan->stages.load == TA_LOAD_ROPE && ta_cuda_fast_mta_any(plan);
 }
 
 int ta_cuda_fast_mta_dec_path(const ta_plan *plan) {
@@ -204,8 +222,7 @@ static int ta_cuda_fast_table_has(const ta_plan *plan) {
 static int ta_cuda_fast_rope_ok(const ta_plan *plan) {
     /* split-K with the stage: not yet (the turned copies and the parts have
      * not been made to share a workspace), in either pass (the plan is one) */
-    return plan->p.rope_pairs % (plan->p.rope == TA_ROPE_HALF ? 8 : 4) == 0 &&
-           plan->fwd.num_splits == 1;
+    return ta_cuda_fast_rope_pairs_ok(plan) && plan->fwd.num_splits == 1;
 }
 
 /* Every operation of the plan: SDPA and the MTA conv, any mask (causal,
@@ -264,11 +281,30 @@ int32_t ta_cuda_fast_splits(const ta_plan *plan) {
 }
 
 /* The fast path's rotary stage: q and k turned once, in the storage type
- * (ta_cuda_fast_rope_turn), at the front of either pass's workspace. */
+ * (ta_cuda_fast_rope_turn, ta_cuda_fast_mta_rope_turn), at the front of
+ * either pass's workspace (n_k counts the keys of a paged cache too: its k
+ * is gathered into the copy). */
 static void ta_cuda_rope_take(const ta_plan *plan, ta_ws_cursor *c, void **rot_q, void **rot_k) {
-    if (plan->stages.load != TA_LOAD_ROPE || !ta_cuda_fast_path(plan)) return;
+    if (plan->stages.load != TA_LOAD_ROPE ||
+        !(ta_cuda_fast_path(plan) || ta_cuda_fast_mta_rope(plan)))
+        return;
     *rot_q = ta_ws_take(c, plan->n_q, plan->elem_bytes);
     *rot_k = ta_ws_take(c, plan->n_k, plan->elem_bytes);
+}
+
+/* The fast MTA forward's other copies with the stage: the history rows
+ * turned, and v of a paged cache gathered. */
+static ta_status ta_cuda_mta_rope_fwd_take(const ta_plan *plan, ta_ws_cursor *c,
+                                           ta_cuda_fwd_ws *ws) {
+    const ta_problem *p = &plan->p;
+    size_t n_h = 0;
+    if (!ta_cuda_fast_mta_rope(plan)) return TA_OK;
+    if (!ta_mul_size((size_t)p->batch * (size_t)p->heads_q, (size_t)p->q_history, &n_h) ||
+        !ta_mul_size(n_h, (size_t)p->head_dim, &n_h))
+        return TA_ERR_OVERFLOW;
+    if (n_h > 0) ws->rot_qh = ta_ws_take(c, n_h, plan->elem_bytes);
+    if (p->kv_page_size > 0) ws->rot_v = ta_ws_take(c, plan->n_v, plan->elem_bytes);
+    return TA_OK;
 }
 
 /* The fast MTA forward's regions (ta_cuda.h draws them), which the backward
@@ -420,12 +456,13 @@ ta_status ta_cuda_fwd_layout(const ta_plan *plan, void *base, ta_cuda_fwd_ws *ws
     ta_status st;
     ta_ws_begin(&c, base);
     ws->part_o = ws->part_lse = NULL;
-    ws->rot_q = ws->rot_k = ws->mta_kf = NULL;
+    ws->rot_q = ws->rot_k = ws->rot_qh = ws->rot_v = ws->mta_kf = NULL;
     ws->mta_diag = ws->mta_edge = NULL;
     ws->lat_q = ws->lat_k = ws->lat_v = ws->lat_t = ws->lat_o = ws->lat_lse = NULL;
     ws->fl_q = ws->fl_o = NULL;
     ws->fl_lse = ws->fl_ctx = NULL;
     ta_cuda_rope_take(plan, &c, &ws->rot_q, &ws->rot_k);
+    if ((st = ta_cuda_mta_rope_fwd_take(plan, &c, ws)) != TA_OK) return st;
     if (ta_cuda_latent_plan(plan) && (st = ta_cuda_latent_fwd_take(plan, &c, ws)) != TA_OK)
         return st;
     if (ta_cuda_fast_lat_path(plan) && (st = ta_cuda_fast_lat_fwd_take(plan, &c, ws)) != TA_OK)
@@ -512,6 +549,7 @@ ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws
     ws->delta = TA_WS_TAKE(&c, float, plan->n_lse);
     ws->dw_rows = ws->dw_lo = NULL;
     ws->rot_q = ws->rot_k = NULL;
+    ws->rot_dq = ws->rot_dk = NULL;
     ws->lat_q = ws->lat_k = ws->lat_v = ws->lat_t = ws->lat_dl = ws->lat_da = NULL;
     ws->lat_do = ws->lat_dq = ws->lat_dk = ws->lat_dv = ws->lat_ctx = NULL;
     ws->fl_q = ws->fl_dq = ws->fl_dk = ws->fl_dv = ws->fl_do = ws->fl_ctxs = ws->fl_o = NULL;
@@ -519,6 +557,10 @@ ta_status ta_cuda_bwd_layout(const ta_plan *plan, void *base, ta_cuda_bwd_ws *ws
     ws->fl_da = ws->fl_dw = NULL;
     ws->mqa_dk = ws->mqa_dv = NULL;
     ta_cuda_rope_take(plan, &c, &ws->rot_q, &ws->rot_k);
+    if (ta_cuda_fast_mta_rope(plan)) { /* dq, dk of the turned q, k, f32, before the turn back */
+        ws->rot_dq = TA_WS_TAKE(&c, float, plan->n_q);
+        ws->rot_dk = TA_WS_TAKE(&c, float, plan->n_k);
+    }
     if (ta_cuda_latent_plan(plan) && (st = ta_cuda_latent_bwd_take(plan, &c, ws)) != TA_OK)
         return st;
     if (ta_cuda_fast_lat_path(plan) && (st = ta_cuda_fast_lat_bwd_take(plan, &c, ws)) != TA_OK)

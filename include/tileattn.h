@@ -189,7 +189,9 @@ typedef struct ta_problem {
                                    TA_ROPE_INTERLEAVED or TA_ROPE_HALF = q and k rows
                                    rotated as they are loaded, dq and dk rotated back.
                                    Other values: TA_ERR_BAD_ARG. With TA_ROPE_NONE
-                                   every rope_* field below must be 0. */
+                                   every rope_* field below must be 0. CUDA fast mode
+                                   (f16/bf16 SDPA and MTA) turns q and k once into the
+                                   workspace instead (docs/rope.md, "On CUDA"). */
     int32_t rope_pairs;       /**< pairs rotated per row, n >= 1, 2 n <= head_dim
                                    (dims [2 n, head_dim) pass through) */
     int32_t rope_rows;        /**< rows of each table, >= 1; every position used
@@ -228,7 +230,8 @@ typedef struct ta_problem {
                                    j % kv_page_size. 0 = no pages. Forward only
                                    (ta_bwd refuses it); REF, CPU and CUDA (exact
                                    kernels; fast mode: the f16/bf16 SDPA forward
-                                   without the rotary stage). */
+                                   without the rotary stage, the f16/bf16 MTA
+                                   forward with or without it). */
     int32_t kv_num_pages;     /**< pages in the pool, >= 1 with kv_page_size */
     int32_t kv_max_blocks;    /**< entries per batch entry of args.block_table, with
                                    kv_max_blocks * kv_page_size >= seq_k */

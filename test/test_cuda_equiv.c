@@ -49,7 +49,8 @@
  * TA_ERR_BAD_ARG. Then 40 more (--quick: 3) with the rotary load
  * stage: each chunk passes its rows' absolute positions and the history rows
  * turn by row 0's table row - i (docs/rope.md), a quarter in fast mode (which
- * runs the exact kernels with the stage); pos_q NULL with history rows is
+ * runs the exact kernels with the stage; the problems the fast MTA kernels
+ * would take run in exact mode); pos_q NULL with history rows is
  * TA_ERR_BAD_ARG.
  * The rotary load stage (docs/rope.md): about 25% of the random problems (SDPA
  * and MTA; --rope: all), drawn from their own stream, turn q and k:
@@ -367,6 +368,13 @@ static void random_mta_spec(uint64_t seed, int idx, spec *s) {
     snprintf(s->tag, sizeof s->tag, "mta");
     random_splits(seed, idx, UINT64_C(0x5bd1e995), s);
     random_rope(seed, idx, UINT64_C(0x5bd1e995), s);
+    /* the fast MTA kernels take f16 / bf16 with D = D_v in {64, 96, 128}, no
+     * rotary stage or pairs in whole 16-byte chunks (not bit-identical to
+     * REF: test_cuda_fast_mta checks them); those run in exact mode here */
+    if (p->precision == TA_PRECISION_FAST && p->dtype != TA_F32 && p->head_dim == p->head_dim_v &&
+        (p->head_dim == 64 || p->head_dim == 96 || p->head_dim == 128) &&
+        (p->rope == TA_ROPE_NONE || p->rope_pairs % (p->rope == TA_ROPE_HALF ? 8 : 4) == 0))
+        p->precision = TA_PRECISION_EXACT;
 }
 
 /* A fixed problem: the tables below. */
@@ -1669,7 +1677,8 @@ static int history_refused(const ta_problem *pc, const ta_fwd_args *bad, void *w
  * the gathered o and lse must equal REF's full forward bit for bit. A
  * pageable host q_hist is TA_ERR_BAD_ARG. with_rope: the rotary stage
  * (history_rope; a quarter in TA_PRECISION_FAST, which runs the exact
- * kernels with the stage), each chunk with its rows' absolute positions;
+ * kernels with the stage, except the fast MTA kernels' problems: those in
+ * exact mode), each chunk with its rows' absolute positions;
  * pos_q NULL with history rows is TA_ERR_BAD_ARG on CUDA too. Returns 1 if
  * it passed. */
 static int history_case(ta_rng *r, int idx, int with_rope) {
@@ -1717,6 +1726,13 @@ static int history_case(ta_rng *r, int idx, int with_rope) {
     if (with_rope) {
         const size_t used = strlen(desc);
         history_rope(r, &p, prefix, &hr, desc);
+        /* the fast MTA kernels take f16 / bf16, D = D_v in {64, 96, 128} with
+         * pairs in whole 16-byte chunks (on turned copies, not bit-identical
+         * to REF: test_cuda_fast_mta checks them); those run in exact mode */
+        if (p.precision == TA_PRECISION_FAST && p.dtype != TA_F32 && p.head_dim == p.head_dim_v &&
+            (p.head_dim == 64 || p.head_dim == 96 || p.head_dim == 128) &&
+            p.rope_pairs % (p.rope == TA_ROPE_HALF ? 8 : 4) == 0)
+            p.precision = TA_PRECISION_EXACT;
         snprintf(desc + used, sizeof desc - used,
                  " rope=%d pairs=%d rows=%d row_stride=%d head_stride=%d pos_k=%s precision=%d",
                  (int)p.rope, (int)p.rope_pairs, (int)p.rope_rows, (int)p.rope_row_stride,

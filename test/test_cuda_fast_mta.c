@@ -31,7 +31,14 @@
  * ta_cuda_fast_mta_dec_path), whose tile_configs name its candidates
  * (ta_test_fast_mdec_twin: 0 and the default give the same bytes).
  *  6. paged KV: decode-shaped problems (history rows, splits, seqlens) with k
- *     and v in shuffled pages of a pool equal the contiguous call bit for bit.
+ *     and v in shuffled pages of a pool equal the contiguous call bit for bit,
+ *     also with the rotary stage (8 problems: k gathered and turned, v
+ *     gathered into the workspace).
+ *  7. the rotary stage (--count / 2 + 4 problems of part 1's kinds, half of
+ *     those with c_q > 1 with query history rows; check_rope says what is
+ *     checked: the oracle on q, k turned in double, the same bounds; the
+ *     bytes of the call without the stage on q, k turned on the host, which
+ *     shows the fast kernels ran; identity tables).
  *
  *   test_cuda_fast_mta [--count N]     TA_SEED replays a run.
  * Without a CUDA device: prints "no CUDA device: skipped" (after part 5) and
@@ -46,6 +53,7 @@
 #include <cuda_runtime.h>
 
 #include "oracle.h"
+#include "test_cuda_rope_util.h"
 #include "test_cuda_util.h"
 #include "test_util.h"
 #include "tileattn.h"
@@ -60,6 +68,7 @@
 #define TA_FAST_MTA_LSE_BOUND(dt) (2.0 * TA_FAST_U(dt))
 
 static double g_err_o[2], g_err_lse[2]; /* [bf16] worst errors over the bounds' units */
+static double g_rope_err_o[2], g_rope_err_lse[2]; /* the same over part 7's problems */
 
 /* One problem and its host inputs. */
 typedef struct mcase {
@@ -154,6 +163,33 @@ static void mdev_free(mdev *d) {
     cudaFree(d->a.lse);
 }
 
+/* The rotary stage's device tables and positions of t for d->a (freed by
+ * mrope_free). */
+typedef struct mrope {
+    float *cos, *sin;
+    int32_t *pos_q, *pos_k;
+} mrope;
+
+static void mrope_make(mrope *r, mdev *d, const ta_trope *t, const ta_problem *p) {
+    r->cos = (float *)dev_copy(t->cos, t->n_tab * sizeof(float));
+    r->sin = (float *)dev_copy(t->sin, t->n_tab * sizeof(float));
+    r->pos_q = t->pos_q ? (int32_t *)dev_copy(t->pos_q, (size_t)p->batch * (size_t)p->seq_q * 4)
+                        : NULL;
+    r->pos_k = t->pos_k ? (int32_t *)dev_copy(t->pos_k, (size_t)p->batch * (size_t)p->seq_k * 4)
+                        : NULL;
+    d->a.rope.cos = r->cos;
+    d->a.rope.sin = r->sin;
+    d->a.rope.pos_q = r->pos_q;
+    d->a.rope.pos_k = r->pos_k;
+}
+
+static void mrope_free(mrope *r) {
+    cudaFree(r->cos);
+    cudaFree(r->sin);
+    cudaFree(r->pos_q);
+    cudaFree(r->pos_k);
+}
+
 /* ta_fwd on CUDA with o, lse and the workspace poisoned (bytes `byte`, ~byte)
  * first; the outputs copied back. */
 static ta_status mdev_run(mdev *d, const mcase *m, const ta_problem *p, int byte, void *o,
@@ -234,10 +270,16 @@ static double *widen_f32(const float *w, size_t n) {
 
 /* o, lse of the run m, rows [row0, row0 + S_q), against the oracle's rows of
  * the case fc (m itself, or the same problem over more rows: row r of m is row
- * row0 + r of fc), whose inputs it widens. */
+ * row0 + r of fc), whose inputs it widens. With the rotary stage (tr set: m's
+ * tables and positions) the widened q and k are turned in double first, fc's
+ * q row r as token r - row0 of m (its history rows: tokens -1, -2, ...),
+ * then rounded to the storage type as the fast path's turned copies are (the
+ * same inputs the kernels read, so part 1's bounds hold as they do there). */
 static size_t compare_oracle(const mcase *m, const mcase *fc, int32_t row0, const void *o,
-                             const float *lse, const char *desc) {
-    const ta_problem *p = &m->p, *full = &fc->p;
+                             const float *lse, const char *desc, const ta_trope *tr) {
+    const ta_problem *p = &m->p;
+    ta_problem full_p = fc->p;
+    const ta_problem *full = &full_p;
     double *wq = ta_oracle_widen(fc->q, full->dtype, fc->nq);
     double *wk = ta_oracle_widen(fc->k, full->dtype, fc->nk);
     double *wv = ta_oracle_widen(fc->v, full->dtype, fc->nv);
@@ -253,6 +295,14 @@ static size_t compare_oracle(const mcase *m, const mcase *fc, int32_t row0, cons
     ta_oracle_in in;
     size_t i, bad = 0;
     if (!o_ref || !o_mag || !lse_ref || !lse_mag) exit(1);
+    if (tr) { /* the oracle turns in double, rounds as the copies are, runs without the stage */
+        ta_trope_turn_double(p, tr, 0, wq, full->seq_q, -row0, 0);
+        ta_trope_turn_double(p, tr, 1, wk, full->seq_k, 0, 0);
+        ta_trope_round(wq, fc->nq, full->dtype);
+        ta_trope_round(wk, fc->nk, full->dtype);
+        full_p.rope = full_p.rope_pairs = full_p.rope_rows = 0;
+        full_p.rope_row_stride = full_p.rope_head_stride = 0;
+    }
     memset(&in, 0, sizeof in);
     in.q = wq;
     in.k = wk;
@@ -282,6 +332,7 @@ static size_t compare_oracle(const mcase *m, const mcase *fc, int32_t row0, cons
                 TA_CHECK(0, "%s: o[%zu][%zu] = %.8g, oracle %.8g, error %.3g u of %g", desc, i, d,
                          got, o_ref[f * dv + d], e / u, o_mag[f * dv + d]);
             if (e / u > g_err_o[ti] || e != e) g_err_o[ti] = e / u;
+            if (tr && (e / u > g_rope_err_o[ti] || e != e)) g_rope_err_o[ti] = e / u;
         }
         {
             const double e = fabs((double)lse[i] - lse_ref[f]) / fmax(lse_mag[f], 1e-300);
@@ -289,6 +340,7 @@ static size_t compare_oracle(const mcase *m, const mcase *fc, int32_t row0, cons
                 TA_CHECK(0, "%s: lse[%zu] = %.9g, oracle %.9g, error %.3g u", desc, i,
                          (double)lse[i], lse_ref[f], e / u);
             if (e / u > g_err_lse[ti] || e != e) g_err_lse[ti] = e / u;
+            if (tr && (e / u > g_rope_err_lse[ti] || e != e)) g_rope_err_lse[ti] = e / u;
         }
     }
     free(o_ref);
@@ -323,7 +375,7 @@ static int check_problem(uint64_t seed, int idx) {
     if (st == TA_OK) st = mdev_run(&d, &m, &m.p, 0xFF, o, lse);
     TA_CHECK(st == TA_OK, "problem %d (%s): ta_fwd: %s", idx, desc, ta_status_string(st));
     snprintf(desc + strlen(desc), sizeof desc - strlen(desc), " #%d", idx);
-    bad = st == TA_OK ? compare_oracle(&m, &m, 0, o, lse, desc) : 1;
+    bad = st == TA_OK ? compare_oracle(&m, &m, 0, o, lse, desc, NULL) : 1;
     if (st == TA_OK) { /* twins compute each row alike: the same bytes */
         ta_problem p2 = m.p;
         void *o2 = malloc(m.no * m.eb);
@@ -404,7 +456,7 @@ static void check_history(uint64_t seed, ta_dtype dt, int32_t s_full, int32_t n_
     st = mdev_make(&d, &part, &part.p);
     if (st == TA_OK) st = mdev_run(&d, &part, &part.p, 0xEE, o, lse);
     TA_CHECK(st == TA_OK, "history (%s): %s", desc, ta_status_string(st));
-    t = st == TA_OK ? compare_oracle(&part, &full, s_full - n_rows, o, lse, desc) : 1;
+    t = st == TA_OK ? compare_oracle(&part, &full, s_full - n_rows, o, lse, desc, NULL) : 1;
     TA_CHECK(t == 0, "history (%s): %zu elements out of bound", desc, t);
     if (st == TA_OK) mdev_free(&d);
     free(o);
@@ -610,12 +662,50 @@ static void check_size_query(void) {
     p.tile_config = TA_TEST_FAST_MTA_CFGS + 1;
     TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &fast) == TA_ERR_UNSUPPORTED,
              "a tile_config past the table must be refused by the size query");
+    p.tile_config = 0;
+    { /* the rotary stage: the turned q, k (and history rows; with pages v
+         gathered) in front; pairs off whole chunks: the exact kernels */
+        size_t plain = 0, rot = 0, want;
+        const size_t eb = 2, nq = (size_t)2 * 8 * 1000 * 128, nk = (size_t)2 * 2 * 1000 * 128;
+        p.seq_q = 10; /* the decode-shaped kernel, with history rows */
+        p.q_history = 5;
+        TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &plain) == TA_OK, "size query");
+        p.rope = TA_ROPE_HALF;
+        p.rope_pairs = 64;
+        p.rope_rows = 2000;
+        TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &rot) == TA_OK, "rope size query");
+        want = plain + (nq / 100 + nk + (size_t)2 * 8 * 5 * 128) * eb;
+        TA_CHECK(rot >= want && rot <= want + 3 * 64,
+                 "fast MTA workspace with the stage %zu, want %zu (+ alignment)", rot, want);
+        p.rope_pairs = 60; /* not a multiple of 8: the exact kernels, their workspace */
+        TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &rot) == TA_OK, "rope size query");
+        p.precision = TA_PRECISION_EXACT;
+        TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &exact) == TA_OK, "rope size query");
+        TA_CHECK(rot == exact, "pairs off whole chunks: workspace %zu, exact mode's %zu", rot,
+                 exact);
+        p.precision = TA_PRECISION_FAST;
+        p.rope_pairs = 64;
+        p.q_history = 0;
+        p.kv_page_size = 16; /* pages: v gathered too */
+        p.kv_max_blocks = 63;
+        p.kv_num_pages = 200;
+        p.rope = 0;
+        p.rope_pairs = p.rope_rows = 0;
+        TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &plain) == TA_OK, "paged size query");
+        p.rope = TA_ROPE_INTERLEAVED;
+        p.rope_pairs = 32;
+        p.rope_rows = 2000;
+        TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &rot) == TA_OK, "paged rope size");
+        want = plain + (nq / 100 + 2 * nk) * eb;
+        TA_CHECK(rot >= want && rot <= want + 3 * 64,
+                 "paged fast MTA workspace with the stage %zu, want %zu (+ alignment)", rot, want);
+    }
 }
 
 /* Part 6: decode-shaped problem idx with k and v as pools of shuffled pages
  * (unused slots and pages filled with other values) against the contiguous
  * call: the same bytes. */
-static void check_paged(uint64_t seed, int idx) {
+static void check_paged(uint64_t seed, int idx, int rope) {
     static const int32_t sizes[4] = {1, 16, 64, 100};
     mcase m;
     mdev dc, dp;
@@ -626,7 +716,12 @@ static void check_paged(uint64_t seed, int idx) {
     int32_t *table, *table_d, nb, b, j, h;
     unsigned char *kpool, *vpool, *o1, *o2;
     float *l1, *l2;
+    ta_trope tr;
+    mrope r1, r2;
     ta_status st1, st2;
+    memset(&tr, 0, sizeof tr);
+    memset(&r1, 0, sizeof r1);
+    memset(&r2, 0, sizeof r2);
     ta_rng_seed(&r, seed ^ (UINT64_C(0x7a9e5) * (uint64_t)(idx + 3)));
     memset(&m, 0, sizeof m);
     m.p.batch = ta_rng_int(&r, 1, 3);
@@ -646,6 +741,7 @@ static void check_paged(uint64_t seed, int idx) {
     for (b = 0; b < m.p.batch; ++b)
         m.seqlens[b] = ta_rng_int(&r, 0, m.p.seq_k);
     mcase_fill(&m, &r, 0);
+    if (rope) ta_trope_make(&r, &m.p, 0, &tr);
     pp = m.p;
     pp.kv_page_size = sizes[ta_rng_int(&r, 0, 3)];
     nb = (m.p.seq_k + pp.kv_page_size - 1) / pp.kv_page_size;
@@ -693,6 +789,7 @@ static void check_paged(uint64_t seed, int idx) {
                 }
             }
     st1 = mdev_make(&dc, &m, &m.p);
+    if (st1 == TA_OK && rope) mrope_make(&r1, &dc, &tr, &m.p);
     if (st1 == TA_OK) st1 = mdev_run(&dc, &m, &m.p, 0x3C, o1, l1);
     st2 = mdev_make(&dp, &m, &pp);
     if (st2 == TA_OK) {
@@ -703,16 +800,24 @@ static void check_paged(uint64_t seed, int idx) {
         table_d = (int32_t *)dev_copy(table, (size_t)m.p.batch * (size_t)pp.kv_max_blocks *
                                                  sizeof(int32_t));
         dp.a.block_table = table_d;
+        if (rope) mrope_make(&r2, &dp, &tr, &m.p);
         st2 = mdev_run(&dp, &m, &pp, 0xC3, o2, l2);
         cudaFree(table_d);
     }
-    TA_CHECK(st1 == TA_OK && st2 == TA_OK, "paged %d (%s, page %d): %s / %s", idx, desc,
-             (int)pp.kv_page_size, ta_status_string(st1), ta_status_string(st2));
+    TA_CHECK(st1 == TA_OK && st2 == TA_OK, "paged %d (%s, page %d, rope %d): %s / %s", idx, desc,
+             (int)pp.kv_page_size, rope, ta_status_string(st1), ta_status_string(st2));
     if (st1 == TA_OK && st2 == TA_OK)
         TA_CHECK(memcmp(o1, o2, m.no * m.eb) == 0 && memcmp(l1, l2, m.nlse * sizeof(float)) == 0,
                  "paged %d (%s, page %d): o / lse differ from the contiguous call", idx, desc,
                  (int)pp.kv_page_size);
-    if (idx == 0) printf("paged 0: %s, page %d\n", desc, (int)pp.kv_page_size);
+    if (idx == 0 || idx == 100)
+        printf("paged %d: %s, page %d%s\n", idx, desc, (int)pp.kv_page_size,
+               rope ? ", rotary stage" : "");
+    if (rope) {
+        mrope_free(&r1);
+        mrope_free(&r2);
+        ta_trope_free(&tr);
+    }
     if (st1 == TA_OK) mdev_free(&dc);
     if (st2 == TA_OK) mdev_free(&dp);
     free(kpool);
@@ -723,6 +828,140 @@ static void check_paged(uint64_t seed, int idx) {
     free(l1);
     free(l2);
     mcase_free(&m);
+}
+
+/* Part 7: the rotary stage (docs/rope.md, "On CUDA (fast path)"): problem
+ * idx of part 1's kinds (fold and decode-shaped, split-K, windows, seqlens,
+ * every tile_config), a third with query history rows, with random tables
+ * (one in five: identity rows) and positions:
+ *   a. o, lse against the float64 oracle on q, k (and the history rows)
+ *      turned in double and rounded to the storage type as the copies are,
+ *      the same bounds as part 1;
+ *   b. the fast kernels ran on the turned copies: the same bytes as the call
+ *      without the stage on q, k, q_hist turned on the host by the same
+ *      arithmetic (ta_trope_turn_store), which takes the fast path (the
+ *      exact kernels turn in f32 without the copies' rounding: their bytes
+ *      differ, counted in g_rope_vs_exact, which must not stay 0);
+ *   c. identity tables: the bytes of the call without the stage on the same
+ *      q, k (up to the sign of a zero). */
+static int g_rope_vs_exact, g_rope_problems;
+
+static int check_rope(uint64_t seed, int idx) {
+    mcase m, turned, full;
+    mdev d, d2;
+    mrope rd;
+    ta_trope tr;
+    ta_rng r;
+    char desc[300];
+    void *o, *o2;
+    float *lse, *lse2;
+    size_t bad = 0;
+    int identity, kernel_id;
+    ta_problem p2;
+    ta_status st, st2;
+    ta_rng_seed(&r, seed + UINT64_C(0x40be5) * (uint64_t)(idx + 7));
+    kernel_id = random_case(seed, idx, &m, &r);
+    if (m.p.conv_q > 1 && ta_rng_int(&r, 0, 1) == 0) /* history rows, at most c_q - 1 */
+        m.p.q_history = ta_rng_int(&r, 1, m.p.conv_q - 1);
+    mcase_fill(&m, &r, kernel_id);
+    identity = ta_rng_int(&r, 0, 4) == 0;
+    ta_trope_make(&r, &m.p, identity, &tr);
+    describe(&m, desc, sizeof desc);
+    snprintf(desc + strlen(desc), sizeof desc - strlen(desc),
+             " rope %s pairs %d rows %d hs %d pos %s/%s%s #%d",
+             m.p.rope == TA_ROPE_HALF ? "half" : "interleaved", (int)m.p.rope_pairs,
+             (int)m.p.rope_rows, (int)m.p.rope_head_stride, tr.pos_q ? "given" : "NULL",
+             tr.pos_k ? "given" : "NULL", identity ? " identity" : "", idx);
+    o = malloc(m.no * m.eb);
+    o2 = malloc(m.no * m.eb);
+    lse = (float *)malloc(m.nlse * sizeof(float));
+    lse2 = (float *)malloc(m.nlse * sizeof(float));
+    if (!o || !o2 || !lse || !lse2) exit(1);
+    st = mdev_make(&d, &m, &m.p);
+    TA_CHECK(st == TA_OK, "rope (%s): size query: %s", desc, ta_status_string(st));
+    if (st != TA_OK) exit(1);
+    mrope_make(&rd, &d, &tr, &m.p);
+    st = mdev_run(&d, &m, &m.p, 0xFF, o, lse);
+    TA_CHECK(st == TA_OK, "rope (%s): ta_fwd: %s", desc, ta_status_string(st));
+    /* a. the oracle on the whole sequence (history rows first) */
+    full = m;
+    if (m.p.q_history > 0) {
+        const size_t nh = (size_t)m.p.q_history, sq = (size_t)m.p.seq_q, dd = (size_t)m.p.head_dim;
+        size_t bh;
+        full.p.seq_q = m.p.seq_q + m.p.q_history;
+        full.p.q_history = 0;
+        full.nq = count4(m.p.batch, m.p.heads_q, full.p.seq_q, m.p.head_dim);
+        full.q = malloc(full.nq * m.eb);
+        if (!full.q) exit(1);
+        for (bh = 0; bh < (size_t)(m.p.batch * m.p.heads_q); ++bh) {
+            char *dst = (char *)full.q + bh * (nh + sq) * dd * m.eb;
+            memcpy(dst, (const char *)m.q_hist + bh * nh * dd * m.eb, nh * dd * m.eb);
+            memcpy(dst + nh * dd * m.eb, (const char *)m.q + bh * sq * dd * m.eb, sq * dd * m.eb);
+        }
+    }
+    if (st == TA_OK) bad = compare_oracle(&m, &full, m.p.q_history, o, lse, desc, &tr);
+    if (full.q != m.q) free(full.q);
+    /* b. the call without the stage on the host-turned inputs */
+    turned = m;
+    turned.q = malloc(m.nq * m.eb);
+    turned.k = malloc(m.nk * m.eb);
+    turned.q_hist = m.nh ? malloc(m.nh * m.eb) : NULL;
+    if (!turned.q || !turned.k || (m.nh && !turned.q_hist)) exit(1);
+    memcpy(turned.q, m.q, m.nq * m.eb);
+    memcpy(turned.k, m.k, m.nk * m.eb);
+    if (m.nh) memcpy(turned.q_hist, m.q_hist, m.nh * m.eb);
+    ta_trope_turn_store(&m.p, &tr, 0, turned.q, m.p.seq_q, 0);
+    ta_trope_turn_store(&m.p, &tr, 1, turned.k, m.p.seq_k, 0);
+    if (m.nh) ta_trope_turn_store(&m.p, &tr, 0, turned.q_hist, m.p.q_history, -m.p.q_history);
+    p2 = m.p;
+    p2.rope = p2.rope_pairs = p2.rope_rows = p2.rope_row_stride = p2.rope_head_stride = 0;
+    st2 = mdev_make(&d2, &turned, &p2);
+    if (st2 == TA_OK) st2 = mdev_run(&d2, &turned, &p2, 0x5C, o2, lse2);
+    TA_CHECK(st == TA_OK && st2 == TA_OK && memcmp(o, o2, m.no * m.eb) == 0 &&
+                 memcmp(lse, lse2, m.nlse * sizeof(float)) == 0,
+             "rope (%s): o / lse differ from the call without the stage on q, k turned on the "
+             "host (%s)",
+             desc, ta_status_string(st2));
+    if (st2 == TA_OK) mdev_free(&d2);
+    free(turned.q);
+    free(turned.k);
+    free(turned.q_hist);
+    /* c. identity tables: the call without the stage on the same q, k */
+    if (identity) {
+        st2 = mdev_make(&d2, &m, &p2);
+        if (st2 == TA_OK) st2 = mdev_run(&d2, &m, &p2, 0x6D, o2, lse2);
+        TA_CHECK(st2 == TA_OK && ta_trope_same(o, o2, m.no, m.eb) &&
+                     ta_trope_same(lse, lse2, m.nlse, sizeof(float)),
+                 "rope (%s): identity tables differ from the call without the stage (%s)", desc,
+                 ta_status_string(st2));
+        if (st2 == TA_OK) mdev_free(&d2);
+    }
+    { /* the exact kernels' bytes (which part b must tell apart) */
+        ta_problem px = m.p;
+        mdev dx;
+        mrope rx;
+        px.precision = TA_PRECISION_EXACT;
+        st2 = mdev_make(&dx, &m, &px);
+        if (st2 == TA_OK) {
+            mrope_make(&rx, &dx, &tr, &m.p);
+            st2 = mdev_run(&dx, &m, &px, 0x2B, o2, lse2);
+            mrope_free(&rx);
+            mdev_free(&dx);
+        }
+        TA_CHECK(st2 == TA_OK, "rope (%s): exact mode: %s", desc, ta_status_string(st2));
+        if (st2 == TA_OK && memcmp(o, o2, m.no * m.eb) != 0) ++g_rope_vs_exact;
+    }
+    if (bad) fprintf(stderr, "rope (%s): %zu elements out of bound\n", desc, bad);
+    if (g_rope_problems++ < 2) printf("rope problem: %s\n", desc);
+    mrope_free(&rd);
+    mdev_free(&d);
+    free(o);
+    free(o2);
+    free(lse);
+    free(lse2);
+    ta_trope_free(&tr);
+    mcase_free(&m);
+    return bad == 0;
 }
 
 int main(int argc, char **argv) {
@@ -743,7 +982,17 @@ int main(int argc, char **argv) {
     check_history(seed, TA_F16, 1500, 16, 5);
     check_history(seed, TA_BF16, 700, 3, 0);
     for (i = 0; i < 12; ++i)
-        check_paged(seed, i);
+        check_paged(seed, i, 0);
+    for (i = 0; i < 8; ++i) /* the rotary stage over pages: k gathered and turned, v gathered */
+        check_paged(seed, 100 + i, 1);
+    for (i = 0; i < count / 2 + 4; ++i)
+        failed += !check_rope(seed, 1000 + i);
+    TA_CHECK(g_rope_vs_exact > 0, "rope: all %d problems gave exact mode's bytes: the check "
+             "that the fast kernels ran cannot fail", g_rope_problems);
+    printf("rope: %d problems, %d of them differ from exact mode's bytes; worst errors (units of "
+           "u): f16 o %.3g lse %.3g, bf16 o %.3g lse %.3g\n",
+           g_rope_problems, g_rope_vs_exact, g_rope_err_o[0], g_rope_err_lse[0], g_rope_err_o[1],
+           g_rope_err_lse[1]);
     check_determinism(seed);
     check_fallbacks_and_refusals(seed);
     printf("%d problems, %d failed; worst errors (units of u): f16 o %.3g lse %.3g, bf16 o %.3g "

@@ -23,6 +23,17 @@
  *  2. determinism: each problem's backward run again (outputs and workspace
  *     poisoned with other bytes): the same bytes.
  *  3. the size query counts the fast backward's regions (no GPU needed).
+ *  4. the rotary stage (--count / 2 + 4 problems of part 1's kinds with
+ *     random tables, positions, one table or one per kv head, both pair
+ *     conventions; one in five identity tables): the fast forward and
+ *     backward on q, k turned once (dq, dk of the turned tensors in f32,
+ *     turned back, rounded once) against the oracle on q, k turned in
+ *     double and rounded to the storage type as the copies are (the inputs
+ *     the kernels read), its dq, dk turned back in double (magnitudes |c| m_a
+ *     + |s| m_b), the same bounds; dv and dconv_w bit for bit the call's without the stage
+ *     on q, k turned on the host as the copies are (the fast kernels ran on
+ *     them: exact mode's dv differs, and the test fails if it never does);
+ *     identity tables: every gradient that call's on the same q, k.
  *
  *   test_cuda_fast_mta_bwd [--count N]     TA_SEED replays a run.
  * Without a CUDA device: prints "no CUDA device: skipped" (after part 3) and
@@ -37,6 +48,7 @@
 #include <cuda_runtime.h>
 
 #include "oracle.h"
+#include "test_cuda_rope_util.h"
 #include "test_cuda_util.h"
 #include "test_util.h"
 #include "tileattn.h"
@@ -55,8 +67,8 @@
  * dw's f32 keep f32's range, where only p below 2^-126 is flushed. */
 #define TA_FAST_MTA_SLACK(dt) ((dt) == TA_F16 ? 0x1p-24 : 1e-30)
 
-/* worst errors in units of u: [bf16][dq, dk, dv, dw] */
-static double g_worst[2][4];
+/* worst errors in units of u: [bf16][dq, dk, dv, dw]; g_rope_worst: part 4's */
+static double g_worst[2][4], g_rope_worst[2][4];
 /* problems with a window start inside the keys (the edge entries' path) */
 static int g_edge_problems;
 
@@ -71,6 +83,12 @@ typedef struct bcase {
     void *q, *k, *v, *o, *d_o, *dq, *dk, *dv, *ws;
     float *w, *lse, *dw;
     size_t ws_bytes, fws_bytes;
+    /* the rotary stage (p.rope != 0): host tables and positions, their
+     * device copies; rope_id: identity tables */
+    ta_trope tr;
+    int rope_id;
+    float *dcos, *dsin;
+    int32_t *dpos_q, *dpos_k;
 } bcase;
 
 static size_t cnt(int32_t b, int32_t h, int32_t s, int32_t d) {
@@ -101,7 +119,7 @@ static int32_t any_len(ta_rng *r) {
  * (most random kernels make one): a window start at least E keys left of
  * the diagonal inside the keys, a small scale and a kernel near the
  * identity, so that every visible entry carries weight. */
-static void make_case(bcase *c, ta_rng *r, int flat) {
+static void make_case(bcase *c, ta_rng *r, int flat, int rope) {
     static const int32_t dims[3] = {64, 96, 128};
     ta_problem *p = &c->p;
     const int32_t kind = ta_rng_int(r, 0, 5);
@@ -156,6 +174,10 @@ static void make_case(bcase *c, ta_rng *r, int flat) {
                     : c->flat   ? id + ta_rng_uniform(r, -0.1f, 0.1f)
                                 : ta_rng_uniform(r, -0.6f, 0.6f);
     }
+    if (rope) { /* drawn last: the problems without the stage keep their draws */
+        c->rope_id = ta_rng_int(r, 0, 4) == 0;
+        ta_trope_make(r, p, c->rope_id, &c->tr);
+    }
 }
 
 static void describe(const bcase *c, char *buf, size_t n) {
@@ -165,6 +187,11 @@ static void describe(const bcase *c, char *buf, size_t n) {
              (int)p->seq_q, (int)p->seq_k, (int)p->head_dim, (int)p->conv_q, (int)p->conv_k,
              c->identity ? " identity" : "", c->use_seqlens ? " seqlens" : "", (double)p->scale,
              (int)p->window_left, (int)p->window_right);
+    if (p->rope)
+        snprintf(buf + strlen(buf), n - strlen(buf), " rope %s pairs %d rows %d hs %d pos %s/%s%s",
+                 p->rope == TA_ROPE_HALF ? "half" : "interleaved", (int)p->rope_pairs,
+                 (int)p->rope_rows, (int)p->rope_head_stride, c->tr.pos_q ? "given" : "NULL",
+                 c->tr.pos_k ? "given" : "NULL", c->rope_id ? " identity" : "");
 }
 
 /* The forward (fast) into c->o, c->lse on the device. */
@@ -182,6 +209,12 @@ static ta_status run_fwd(bcase *c) {
     a.lse = c->lse;
     a.conv_w = c->w;
     a.seqlens_k = c->use_seqlens ? c->seqlens : NULL;
+    if (c->p.rope) {
+        a.rope.cos = c->dcos;
+        a.rope.sin = c->dsin;
+        a.rope.pos_q = c->dpos_q;
+        a.rope.pos_k = c->dpos_k;
+    }
     st = ta_fwd(&c->p, TA_BACKEND_CUDA, &a, ws, c->fws_bytes, NULL);
     CUDA_OK(cudaDeviceSynchronize());
     cudaFree(ws);
@@ -211,6 +244,12 @@ static ta_status run_bwd(bcase *c, int byte, void *out[4]) {
     a.dv = c->dv;
     a.dconv_w = c->dw;
     a.seqlens_k = c->use_seqlens ? c->seqlens : NULL;
+    if (c->p.rope) {
+        a.rope.cos = c->dcos;
+        a.rope.sin = c->dsin;
+        a.rope.pos_q = c->dpos_q;
+        a.rope.pos_k = c->dpos_k;
+    }
     st = ta_bwd(&c->p, TA_BACKEND_CUDA, &a, c->ws, c->ws_bytes, NULL);
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemcpy(out[0], c->dq, c->n[0] * c->eb, cudaMemcpyDeviceToHost));
@@ -244,12 +283,93 @@ static size_t compare(const bcase *c, int t, const void *got, const double *orc,
             TA_CHECK(0, "%s: %s[%zu] = %.8g, oracle %.8g, error %.3g u of %g", desc, names[t], i, x,
                      orc[i], e / u, mag[i]);
         if (e / u > g_worst[ti][t] || e != e) g_worst[ti][t] = e / u;
+        if (c->p.rope && (e / u > g_rope_worst[ti][t] || e != e)) g_rope_worst[ti][t] = e / u;
     }
     return bad;
 }
 
-/* Parts 1 and 2 for problem idx (flat: make_case's): returns 1 if it passed. */
-static int check_problem(uint64_t seed, int idx, int flat) {
+/* Problem p's forward and backward on the host inputs hq, hk (c's others),
+ * the gradients into out[0..3] as run_bwd; c's device q, k, o, lse are
+ * overwritten (q, k restored from c's host inputs after). */
+static ta_status rerun(bcase *c, const ta_problem *p, const void *hq, const void *hk,
+                       void *out[4]) {
+    const ta_problem keep = c->p;
+    void *const keep_ws = c->ws;
+    const size_t keep_bytes = c->ws_bytes;
+    ta_status st;
+    c->p = *p;
+    CUDA_OK(cudaMemcpy(c->q, hq, c->n[0] * c->eb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(c->k, hk, c->n[1] * c->eb, cudaMemcpyHostToDevice));
+    st = run_fwd(c);
+    if (st == TA_OK) st = ta_bwd_workspace_size(&c->p, TA_BACKEND_CUDA, &c->ws_bytes);
+    if (st == TA_OK) {
+        c->ws = dmalloc(c->ws_bytes);
+        st = run_bwd(c, 0x5E, out);
+        cudaFree(c->ws);
+    }
+    c->p = keep;
+    c->ws = keep_ws;
+    c->ws_bytes = keep_bytes;
+    CUDA_OK(cudaMemcpy(c->q, c->h_q, c->n[0] * c->eb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(c->k, c->h_k, c->n[1] * c->eb, cudaMemcpyHostToDevice));
+    return st;
+}
+
+/* Part 4's problems (the rotary stage): problems whose fast dv differs from
+ * exact mode's (the check that the fast kernels ran must be able to fail),
+ * and their count. */
+static int g_rope_vs_exact, g_rope_problems;
+
+/* Part 4 for a problem with the rotary stage, after part 1 (got: its
+ * gradients): (a) dv and dconv_w bit for bit those of the call without the
+ * stage on q, k turned on the host as the fast path turns its copies (so
+ * the fast kernels ran on the copies: the exact kernels' bits differ, which
+ * g_rope_vs_exact counts); (b) identity tables: every gradient bit for bit
+ * the call's without the stage on the same q, k (up to the sign of a zero). */
+static void check_rope_extra(bcase *c, void *const got[4], const char *desc) {
+    const size_t bytes[4] = {c->n[0] * c->eb, c->n[1] * c->eb, c->n[2] * c->eb,
+                             c->nw * sizeof(float)};
+    void *alt[4], *tq = malloc(bytes[0] ? bytes[0] : 1), *tk = malloc(bytes[1] ? bytes[1] : 1);
+    ta_problem p2 = c->p, px = c->p;
+    ta_status st;
+    int t;
+    if (!tq || !tk) exit(1);
+    for (t = 0; t < 4; ++t)
+        if (!(alt[t] = malloc(bytes[t] ? bytes[t] : 1))) exit(1);
+    p2.rope = p2.rope_pairs = p2.rope_rows = p2.rope_row_stride = p2.rope_head_stride = 0;
+    memcpy(tq, c->h_q, bytes[0]);
+    memcpy(tk, c->h_k, bytes[1]);
+    ta_trope_turn_store(&c->p, &c->tr, 0, tq, c->p.seq_q, 0);
+    ta_trope_turn_store(&c->p, &c->tr, 1, tk, c->p.seq_k, 0);
+    st = rerun(c, &p2, tq, tk, alt);
+    TA_CHECK(st == TA_OK && memcmp(got[2], alt[2], bytes[2]) == 0 &&
+                 memcmp(got[3], alt[3], bytes[3]) == 0,
+             "%s: dv / dconv_w differ from the call without the stage on q, k turned on the "
+             "host (%s)",
+             desc, ta_status_string(st));
+    if (c->rope_id) {
+        st = rerun(c, &p2, c->h_q, c->h_k, alt);
+        for (t = 0; t < 4; ++t)
+            TA_CHECK(st == TA_OK && ta_trope_same(got[t], alt[t], bytes[t] / (t == 3 ? 4 : c->eb),
+                                                  t == 3 ? 4 : c->eb),
+                     "%s: identity tables: gradient %d differs from the call without the stage "
+                     "(%s)",
+                     desc, t, ta_status_string(st));
+    }
+    px.precision = TA_PRECISION_EXACT;
+    st = rerun(c, &px, c->h_q, c->h_k, alt);
+    TA_CHECK(st == TA_OK, "%s: exact mode: %s", desc, ta_status_string(st));
+    if (st == TA_OK && memcmp(got[2], alt[2], bytes[2]) != 0) ++g_rope_vs_exact;
+    if (g_rope_problems++ < 2) printf("rope problem: %s\n", desc);
+    for (t = 0; t < 4; ++t)
+        free(alt[t]);
+    free(tq);
+    free(tk);
+}
+
+/* Parts 1 and 2 for problem idx (flat: make_case's; rope: with the rotary
+ * stage, and part 4): returns 1 if it passed. */
+static int check_problem(uint64_t seed, int idx, int flat, int rope) {
     bcase c;
     ta_rng r;
     char desc[256];
@@ -258,10 +378,11 @@ static int check_problem(uint64_t seed, int idx, int flat) {
     size_t ns[4], bad = 0, i;
     ta_oracle_in in;
     ta_oracle_grads g, gm;
+    ta_problem p0;
     ta_status st;
     int t;
     ta_rng_seed(&r, seed + UINT64_C(0x51ed27) * (uint64_t)(idx + 1));
-    make_case(&c, &r, flat);
+    make_case(&c, &r, flat, rope);
     if ((c.p.flags & TA_WINDOW) && c.p.window_left >= 0 && c.p.window_left < c.p.seq_k)
         ++g_edge_problems;
     describe(&c, desc, sizeof desc);
@@ -277,6 +398,14 @@ static int check_problem(uint64_t seed, int idx, int flat) {
     c.dk = dmalloc(c.n[1] * c.eb);
     c.dv = dmalloc(c.n[2] * c.eb);
     c.dw = (float *)dmalloc(c.nw * sizeof(float));
+    if (rope) {
+        c.dcos = (float *)dcopy(c.tr.cos, c.tr.n_tab * sizeof(float));
+        c.dsin = (float *)dcopy(c.tr.sin, c.tr.n_tab * sizeof(float));
+        if (c.tr.pos_q)
+            c.dpos_q = (int32_t *)dcopy(c.tr.pos_q, cnt(c.p.batch, 1, c.p.seq_q, 4));
+        if (c.tr.pos_k)
+            c.dpos_k = (int32_t *)dcopy(c.tr.pos_k, cnt(c.p.batch, 1, c.p.seq_k, 4));
+    }
     ns[0] = c.n[0];
     ns[1] = c.n[1];
     ns[2] = c.n[2];
@@ -311,6 +440,14 @@ static int check_problem(uint64_t seed, int idx, int flat) {
         wo = ta_oracle_widen(ho, c.p.dtype, c.no);
         ww = ta_oracle_widen(c.h_w, TA_F32, c.nw);
         if (!wq || !wk || !wv || !wdo || !wo || !ww) exit(1);
+        p0 = c.p;
+        if (rope) { /* the oracle on q, k turned in double and rounded as the copies are */
+            ta_trope_turn_double(&c.p, &c.tr, 0, wq, c.p.seq_q, 0, 0);
+            ta_trope_turn_double(&c.p, &c.tr, 1, wk, c.p.seq_k, 0, 0);
+            ta_trope_round(wq, c.n[0], c.p.dtype);
+            ta_trope_round(wk, c.n[1], c.p.dtype);
+            p0.rope = p0.rope_pairs = p0.rope_rows = p0.rope_row_stride = p0.rope_head_stride = 0;
+        }
         memset(&in, 0, sizeof in);
         in.q = wq;
         in.k = wk;
@@ -327,8 +464,14 @@ static int check_problem(uint64_t seed, int idx, int flat) {
         gm.dk = mag[1];
         gm.dv = mag[2];
         gm.dconv_w = mag[3];
-        if (ta_oracle_bwd_grads(&c.p, &in, &g) != 0 || ta_oracle_bwd_grads_mag(&c.p, &in, &gm) != 0)
+        if (ta_oracle_bwd_grads(&p0, &in, &g) != 0 || ta_oracle_bwd_grads_mag(&p0, &in, &gm) != 0)
             exit(1);
+        if (rope) { /* dq, dk of the stored q, k: R^T of the turned ones', and their magnitudes */
+            ta_trope_turn_double(&c.p, &c.tr, 0, orc[0], c.p.seq_q, 0, 1);
+            ta_trope_turn_double(&c.p, &c.tr, 1, orc[1], c.p.seq_k, 0, 1);
+            ta_trope_turn_double(&c.p, &c.tr, 0, mag[0], c.p.seq_q, 0, 2);
+            ta_trope_turn_double(&c.p, &c.tr, 1, mag[1], c.p.seq_k, 0, 2);
+        }
         for (t = 0; t < 4; ++t)
             bad += compare(&c, t, got[t], orc[t], mag[t], ns[t], desc);
         /* part 2: again, other poison: the same bytes */
@@ -337,6 +480,7 @@ static int check_problem(uint64_t seed, int idx, int flat) {
         for (t = 0; t < 4 && st == TA_OK; ++t)
             TA_CHECK(memcmp(got[t], again[t], ns[t] * (t == 3 ? sizeof(float) : c.eb)) == 0,
                      "%s: gradient %d differs between two runs", desc, t);
+        if (rope && st == TA_OK) check_rope_extra(&c, got, desc);
         free(ho);
         free(wq);
         free(wk);
@@ -359,6 +503,11 @@ static int check_problem(uint64_t seed, int idx, int flat) {
     cudaFree(c.dv);
     cudaFree(c.dw);
     cudaFree(c.ws);
+    cudaFree(c.dcos);
+    cudaFree(c.dsin);
+    cudaFree(c.dpos_q);
+    cudaFree(c.dpos_k);
+    ta_trope_free(&c.tr);
     for (i = 0; i < 4; ++i) {
         free(got[i]);
         free(again[i]);
@@ -398,6 +547,19 @@ static void check_size_query(void) {
            bh * ((s + 31) / 32) * ncw * 4 * 2;
     TA_CHECK(fast >= exact + want && fast <= exact + want + 8 * 64,
              "fast MTA backward workspace %zu, want %zu + %zu (+ alignment)", fast, exact, want);
+    { /* the rotary stage: the turned q, k (storage type) and the f32 dq, dk
+         before the turn back */
+        size_t rot = 0;
+        const size_t nq = bh * s * d, nk = (size_t)2 * 2 * s * d;
+        p.rope = TA_ROPE_INTERLEAVED;
+        p.rope_pairs = 16;
+        p.rope_rows = 1000;
+        TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &rot) == TA_OK, "rope size query");
+        want = fast + (nq + nk) * (2 + 4);
+        TA_CHECK(rot >= want && rot <= want + 4 * 64,
+                 "fast MTA backward workspace with the stage %zu, want %zu (+ alignment)", rot,
+                 want);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -411,9 +573,20 @@ int main(int argc, char **argv) {
         return ta_test_failures ? ta_test_finish("test_cuda_fast_mta_bwd") : TA_TEST_SKIP;
     }
     for (i = 0; i < count; ++i)
-        failed += !check_problem(seed, i, 0);
+        failed += !check_problem(seed, i, 0, 0);
     for (i = 0; i < count / 4 + 4; ++i) /* part 1b: the window start's entries, flat */
-        failed += !check_problem(seed, 100000 + i, 1);
+        failed += !check_problem(seed, 100000 + i, 1, 0);
+    for (i = 0; i < count / 2 + 4; ++i) /* part 4: the rotary stage */
+        failed += !check_problem(seed, 200000 + i, 0, 1);
+    TA_CHECK(g_rope_vs_exact > 0,
+             "rope: all %d problems gave exact mode's dv: the check that the fast kernels ran "
+             "cannot fail",
+             g_rope_problems);
+    printf("rope: %d problems, %d of them differ from exact mode's dv; worst errors (units of u) "
+           "dq dk dv dconv_w: f16 %.3g %.3g %.3g %.3g, bf16 %.3g %.3g %.3g %.3g\n",
+           g_rope_problems, g_rope_vs_exact, g_rope_worst[0][0], g_rope_worst[0][1],
+           g_rope_worst[0][2], g_rope_worst[0][3], g_rope_worst[1][0], g_rope_worst[1][1],
+           g_rope_worst[1][2], g_rope_worst[1][3]);
     printf("%d problems with a window start inside the keys\n", g_edge_problems);
     printf("%d problems and %d flat ones, %d failed; worst errors (units of u) dq dk dv dconv_w: "
            "f16 %.3g %.3g %.3g "

@@ -23,9 +23,10 @@
  *      un-rotated call's on the same q, k.
  * Plus: the workspace holds the turned copies (|q| + |k| more bytes); the
  * size queries need no device: the fast path refuses rope_pairs that do not
- * fill 16-byte chunks and split-K, the exact kernels (also f32 and the MTA
- * conv in fast mode) accept any (test_cuda_equiv compares them bitwise with
- * REF). Outputs are poisoned (NaN bytes) first.
+ * fill 16-byte chunks and split-K, the exact kernels (also f32, and the MTA
+ * conv in fast mode with such pairs; with whole chunks fast MTA runs its own
+ * kernels on turned copies, test_cuda_fast_mta) accept any (test_cuda_equiv
+ * compares them bitwise with REF). Outputs are poisoned (NaN bytes) first.
  *
  *   test_cuda_rope [--count N]     TA_SEED replays a run.
  * Without a CUDA device: "no CUDA device: skipped", exit 77.
@@ -493,7 +494,9 @@ static void check_size_refusals(void) {
     TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_OK &&
                  ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_OK,
              "exact CUDA kernels: the rotary stage with the MTA conv");
-    p.precision = TA_PRECISION_FAST; /* the MTA conv runs the exact kernels in fast mode too */
+    /* fast mode, MTA, 61 pairs (not whole 16-byte chunks): the exact kernels
+     * (whole chunks run the fast MTA kernels on turned copies: test_cuda_fast_mta) */
+    p.precision = TA_PRECISION_FAST;
     TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_OK,
              "fast mode, MTA: the exact kernels' rotary stage");
     p.conv_q = p.conv_k = 0;
