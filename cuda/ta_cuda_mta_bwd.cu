@@ -177,7 +177,19 @@ struct ta_cuda_mta_bwd_params : ta_cuda_params {
     int32_t n_slots;         /* dq: slots of D, ceil(D / 64) */
     int32_t acc_blocks;      /* dq: ceil(rows_eff / 64) x n_slots accumulator blocks in all */
     int32_t dw_paired; /* dq: dconv_w partials of two tile pairs at once (one band per tile) */
-    float *dw_lo;      /* merge: [H, c_q, c_k] lo words of dconv_w's pairs (ws->dw_lo) */
+    float *dw_lo;      /* merge: [H, c_q, c_k] lo words of dconv_w's pairs (ws->dw_lo; the
+                          caller's args.dconv_w_lo in the accumulating mode) */
+    int32_t dw_cont;   /* merge: 1 in the accumulating mode: the first batch chunk
+                          continues the caller's pair (dconv_w, dw_lo) instead of (0, 0) */
+    /* the accumulating mode (ta_bwd_args.accumulate; the kernels' template
+     * parameter ACC): dq, dk, dv of the base are the hi words of the caller's
+     * f32 pairs, these their lo words (the gradients' strides); NULL otherwise */
+    float *dq_lo, *dk_lo, *dv_lo;
+    /* dk/dv: the output rows [rg_row0, rg_row1) and keys [rg_key0, rg_key1)
+     * (the call's ranges, on plan->bwd's tiles but not on the kernel's own:
+     * it cuts its tiles to them, ta_cuda_cut_range). dq and merge run
+     * plan->bwd, which holds the ranges itself. */
+    int32_t rg_row0, rg_row1, rg_key0, rg_key1;
 };
 
 /* A band: effective rows [row0, row0 + rows), columns [col0, col0 + cols). */
@@ -554,6 +566,43 @@ TA_CUDA_DEV void ta_cuda_mta_rope_dq(const ta_cuda_mta_bwd_params &p, float *xbu
     }
 }
 
+/*
+ * The accumulating mode's dq pairs of one dq block (group fg, NB accumulator
+ * blocks: row unit blk / n_slots, feature slot blk % n_slots, blk = fg NB + u;
+ * rows r0 + 64 unit + 4 ty + r < r1, features 64 slot + 4 tx + e < D): from
+ * the caller's words (PUT false; the entries outside keep (+0, +0)) or back
+ * into them (PUT true), unscaled and unrounded. A pair is one thread's.
+ */
+template <int NB, bool PUT>
+TA_CUDA_DEV void ta_cuda_mta_dq_pairs(const ta_cuda_mta_bwd_params &p, float (&hi)[NB][4][4],
+                                      float (&lo)[NB][4][4], int32_t fg, const ta_tile_ctx &c,
+                                      int32_t r0, int32_t r1) {
+    const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
+#pragma unroll
+    for (int u = 0; u < NB; ++u) {
+        const int32_t blk = fg * NB + u;
+        if (blk >= p.acc_blocks) continue;
+        const int32_t unit = blk / p.n_slots, f0 = (blk % p.n_slots) * TA_CUDA_SLOT + 4 * tx;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int32_t row = r0 + unit * TA_CUDA_TILE + 4 * ty + r;
+            if (row >= r1) continue;
+            const int64_t first = ta_cuda_row(c.dq, p.lay.dq.seq, row) + f0;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                if (f0 + e >= p.head_dim) continue;
+                if (PUT) {
+                    static_cast<float *>(p.dq)[first + e] = hi[u][r][e];
+                    p.dq_lo[first + e] = lo[u][r][e];
+                } else {
+                    hi[u][r][e] = static_cast<const float *>(p.dq)[first + e];
+                    lo[u][r][e] = p.dq_lo[first + e];
+                }
+            }
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------------- */
 /* dq and the dconv_w partials                                                   */
 /* ---------------------------------------------------------------------------- */
@@ -566,7 +615,7 @@ TA_CUDA_DEV void ta_cuda_mta_rope_dq(const ta_cuda_mta_bwd_params &p, float *xbu
  * forms the dconv_w partials (all bands); other groups skip the bands of row
  * units they hold no accumulator of.
  */
-template <int DT, int NB, bool WL, bool ROPE>
+template <int DT, int NB, bool WL, bool ROPE, bool ACC, bool RNG>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_mta_dq_kernel(const __grid_constant__ ta_cuda_mta_bwd_params p) {
     extern __shared__ float4 ta_cuda_mta_dq_dyn_smem[];
@@ -594,6 +643,8 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         const ta_tile_ctx &c = ctx_s; /* the tile's context: made once, read where used */
         const int32_t r0 = ta_tile_row_eff_begin(&t, qt), r1 = ta_tile_row_eff_end(&t, qt);
         const bool do_dw = fg == 0;
+        if (RNG && !ta_tile_q_in_range(&t, qt))
+            continue; /* outside the output rows: nothing written (the merge skips its R) */
         float acc[NB][4][4];             /* the key chunk's partials */
         float hi[NB][4][4], lo[NB][4][4]; /* the running pairs (src/ta_sum2.h) */
         /* R(b, qt) of entries n0, n1: pairs (src/ta_sum2.h) in shared memory,
@@ -611,6 +662,8 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         __syncthreads(); /* the previous tile is done with ctx_s */
         if (tid == 0) ctx_s = ta_cuda_context(p, at.b_local, at.h, qt);
         ta_cuda_mta_bwd_load_w(p, bf, at.h); /* its barrier publishes ctx_s */
+        if (ACC) /* the caller's pairs (ta_bwd_args.accumulate) */
+            ta_cuda_mta_dq_pairs<NB, false>(p, hi, lo, fg, c, r0, r1);
         /* step 2: the context's k tiles [k_begin, k_end) ascending */
         for (int32_t kt = c.k_begin; kt < c.k_end; ++kt) {
             const int32_t c0 = ta_tile_col_eff_begin(&t, kt);
@@ -770,8 +823,10 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                     ta_sum2_add(&hi[u][r][e], &lo[u][r][e], 1.0f, acc[u][r][e]);
         }
         if (ROPE) ta_cuda_mta_rope_dq<NB>(p, bf.stage, hi, fg, c, r0, r1);
+        if (ACC) /* the pairs back, unscaled (no rotary stage: validated) */
+            ta_cuda_mta_dq_pairs<NB, true>(p, hi, lo, fg, c, r0, r1);
 #pragma unroll
-        for (int u = 0; u < NB; ++u) {
+        for (int u = 0; !ACC && u < NB; ++u) {
             const int32_t blk = fg * NB + u;
             if (blk >= p.acc_blocks) continue;
             {
@@ -811,7 +866,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
  * order dk slots, then dv slots. Each band is one Q tile of p.t (effective
  * rows <= 64, loaded rows <= 64).
  */
-template <int DT, int NS, bool WL, bool ROPE>
+template <int DT, int NS, bool WL, bool ROPE, bool ACC, bool RNG>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_mta_dkdv_kernel(const __grid_constant__ ta_cuda_mta_bwd_params p) {
     extern __shared__ float4 ta_cuda_mta_dkdv_dyn_smem[];
@@ -831,14 +886,18 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         const ta_cuda_kv_tile at = ta_cuda_kv_tile_at(p, tile, n_kt, p.n_groups);
         const int32_t fg = at.fg, kt = at.kt, h_kv = at.h_kv;
         const ta_tile_ctx &c = ctx_s; /* made once per head, read where used */
-        const int32_t c0 = ta_tile_col_eff_begin(&t, kt);
-        const int32_t cols = ta_tile_col_eff_end(&t, kt) - c0;
+        int32_t c0 = ta_tile_col_eff_begin(&t, kt);
+        int32_t cols = ta_tile_col_eff_end(&t, kt) - c0;
         const int32_t slot0 = fg * NS; /* this group's first slot */
         const int32_t n_slots = ta_tiling_min_i32(NS, n_slots_all - slot0);
         const bool need_ds = slot0 < nk; /* the group holds dk slots */
         int32_t q_begin, q_end;
         float acc[4][NS][4]; /* acc[key 4ty+r][slot s feature 4tx+e]: the row chunk's partial */
         float sum_hi[4][NS][4], sum_lo[4][NS][4]; /* the running pairs (src/ta_sum2.h) */
+        if (RNG) { /* the output keys */
+            ta_cuda_cut_range(p.rg_key0, p.rg_key1, &c0, &cols);
+            if (cols <= 0) continue; /* none of the tile's keys is an output: nothing written */
+        }
         ta_cuda_acc_zero<NS>(acc);
         ta_cuda_acc_zero<NS>(sum_hi);
         ta_cuda_acc_zero<NS>(sum_lo);
@@ -847,6 +906,9 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         __syncthreads(); /* the previous tile is done with ctx_s */
         if (tid == 0) ctx_s = ta_cuda_context(p, at.b_local, h_kv * p.group, 0);
         __syncthreads();
+        if (ACC) /* the caller's pairs (ta_bwd_args.accumulate) */
+            ta_cuda_dkdv_out<DT, NS, TA_CUDA_KV_GET>(p, c, c0, cols, slot0, nk, n_slots,
+                                                            sum_hi, sum_lo);
         ta_tile_k_rows(&t, kt, c.key_len, &q_begin, &q_end); /* Q tiles that meet the key tile */
         /* step 1: the kv group's query heads ascending (each with its kernel), then Q tiles */
         for (int32_t g = 0; g < p.group; ++g) {
@@ -871,8 +933,13 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
             }
             ta_cuda_mta_bwd_load_w(p, bf, h);
             for (int32_t qt = q_begin; qt < q_end; ++qt) {
-                const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
-                const ta_cuda_mta_band bd = {row0, ta_tile_row_eff_end(&t, qt) - row0, c0, cols};
+                int32_t row0 = ta_tile_row_eff_begin(&t, qt);
+                int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
+                if (RNG) { /* the output rows */
+                    ta_cuda_cut_range(p.rg_row0, p.rg_row1, &row0, &rows);
+                    if (rows <= 0) continue; /* uniform: the block skips the Q tile */
+                }
+                const ta_cuda_mta_band bd = {row0, rows, c0, cols};
                 /* step 2: S, P (and dC, dS) of the tile pair */
                 ta_cuda_mta_band_recompute<DT, WL, ROPE>(p, t, m, bf, bd, c, need_ds);
                 /* step 3: dv_j = fmaf(P_ij, dO_i, dv_j), dk_j = fmaf(dS_ij, q_i, dk_j), rows
@@ -929,29 +996,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         if (ROPE && need_ds)
             ta_cuda_rope_grad_block<NS>(p, bf.stage, sum_hi, p.head_dim, TA_CUDA_ROPE_K, c, c0,
                                         cols);
-#pragma unroll
-        for (int s = 0; s < NS; ++s) {
-            const int32_t u = slot0 + s;
-            const bool is_dk = u < nk;
-            const int32_t len = is_dk ? p.head_dim : p.head_dim_v;
-            const int32_t f0 = (is_dk ? u : u - nk) * TA_CUDA_SLOT + 4 * tx;
-            void *dst = is_dk ? p.dk : p.dv;
-            const int64_t slice = is_dk ? c.dk : c.dv;
-            const int64_t ld = is_dk ? p.lay.dk.seq : p.lay.dv.seq;
-            if (s >= n_slots) continue;
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int32_t j = 4 * ty + r;
-                if (j >= cols) continue;
-                const int64_t first = ta_cuda_row(slice, ld, c0 + j);
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    if (f0 + e >= len) continue;
-                    ta_cuda_store<DT>(dst, (size_t)(first + f0 + e),
-                                      is_dk ? p.scale * sum_hi[r][s][e] : sum_hi[r][s][e]);
-                }
-            }
-        }
+        if (ACC) /* the pairs back, unscaled (no rotary stage: validated) */
+            ta_cuda_dkdv_out<DT, NS, TA_CUDA_KV_PUT>(p, c, c0, cols, slot0, nk, n_slots,
+                                                            sum_hi, sum_lo);
+        else
+            ta_cuda_dkdv_out<DT, NS, TA_CUDA_KV_STORE>(p, c, c0, cols, slot0, nk,
+                                                              n_slots, sum_hi, sum_lo);
     }
 }
 
@@ -975,8 +1025,10 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS)
     for (int64_t idx = (int64_t)blockIdx.x * TA_CUDA_THREADS + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * TA_CUDA_THREADS) {
         const int32_t h = (int32_t)(idx / n_w), n = (int32_t)(idx % n_w);
-        float acc = p.batch_begin == 0 ? 0.0f : p.dconv_w[idx]; /* later chunks continue */
-        float acc_lo = p.batch_begin == 0 ? 0.0f : p.dw_lo[idx];
+        /* later chunks continue, and the first in the accumulating mode */
+        const bool cont = p.batch_begin != 0 || p.dw_cont != 0;
+        float acc = cont ? p.dconv_w[idx] : 0.0f;
+        float acc_lo = cont ? p.dw_lo[idx] : 0.0f;
         for (int32_t b_local = 0; b_local < p.batch_count; ++b_local) {
             const int32_t b = p.batch_begin + b_local;
             const int32_t key_len = ta_cuda_key_len(p, b_local);
@@ -1012,12 +1064,45 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS)
  * slots 2..4 (D + D_v >= 2 features, as the SDPA kernel). */
 template <bool WL, bool ROPE> struct ta_cuda_mta_dq_family {
     template <int DT, int NB> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_mta_dq_kernel<DT, NB, WL, ROPE>);
+        return reinterpret_cast<const void *>(
+            &ta_cuda_mta_dq_kernel<DT, NB, WL, ROPE, false, false>);
     }
 };
 template <bool WL, bool ROPE> struct ta_cuda_mta_dkdv_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_mta_dkdv_kernel<DT, NS, WL, ROPE>);
+        return reinterpret_cast<const void *>(
+            &ta_cuda_mta_dkdv_kernel<DT, NS, WL, ROPE, false, false>);
+    }
+};
+/* A call with a row or key range (RNG: Q tiles outside the row range skipped,
+ * the dk/dv kernel's tiles cut to the ranges), and the accumulating mode's
+ * (ACC: the pairs loaded and stored, and the ranges kept; never the rotary
+ * stage, validated, so ROPE is ignored there). Always with the left bound (WL
+ * true is right for every mask: a row's lo is 0 without a window), which
+ * halves their instantiations; the plain ones compile both out (their
+ * registers and spills stay as they were). */
+template <bool WL, bool ROPE> struct ta_cuda_mta_dq_rng_family {
+    template <int DT, int NB> static const void *at() {
+        return reinterpret_cast<const void *>(
+            &ta_cuda_mta_dq_kernel<DT, NB, true, ROPE, false, true>);
+    }
+};
+template <bool WL, bool ROPE> struct ta_cuda_mta_dkdv_rng_family {
+    template <int DT, int NS> static const void *at() {
+        return reinterpret_cast<const void *>(
+            &ta_cuda_mta_dkdv_kernel<DT, NS, true, ROPE, false, true>);
+    }
+};
+template <bool WL, bool ROPE> struct ta_cuda_mta_dq_acc_family {
+    template <int DT, int NB> static const void *at() {
+        return reinterpret_cast<const void *>(
+            &ta_cuda_mta_dq_kernel<DT, NB, true, false, true, true>);
+    }
+};
+template <bool WL, bool ROPE> struct ta_cuda_mta_dkdv_acc_family {
+    template <int DT, int NS> static const void *at() {
+        return reinterpret_cast<const void *>(
+            &ta_cuda_mta_dkdv_kernel<DT, NS, true, false, true, true>);
     }
 };
 
@@ -1095,18 +1180,25 @@ extern "C" ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
         rope ? (units + upg - 1) / upg
              : (acc_blocks + TA_CUDA_MTA_ACC_BLOCKS - 1) / TA_CUDA_MTA_ACC_BLOCKS;
     const int nb_dq = rope ? upg * nk : (acc_blocks + n_groups_dq - 1) / n_groups_dq;
-    const void *ptrs[14] = {a->q,      a->k,        a->v,      a->o,       a->d_o,
+    const bool acc = a->accumulate != 0, ranged = ta_cuda_bwd_ranged(plan);
+    const void *ptrs[18] = {a->q,      a->k,        a->v,      a->o,       a->d_o,
                             a->lse,    a->dq,       a->dk,     a->dv,      ws->delta,
-                            a->conv_w, a->dconv_w, ws->dw_rows, ws->dw_lo};
-    const void *k_dq = ta_cuda_pick_plan<ta_cuda_mta_dq_family, 1>(plan, nb_dq);
-    const void *k_dkdv = ta_cuda_pick_plan<ta_cuda_mta_dkdv_family, 2>(plan, ns_dkdv);
+                            a->conv_w, a->dconv_w, ws->dw_rows, ws->dw_lo,
+                            acc ? a->dq_lo : NULL, acc ? a->dk_lo : NULL,
+                            acc ? a->dv_lo : NULL, acc ? a->dconv_w_lo : NULL};
+    const void *k_dq = acc      ? ta_cuda_pick_plan<ta_cuda_mta_dq_acc_family, 1>(plan, nb_dq)
+                       : ranged ? ta_cuda_pick_plan<ta_cuda_mta_dq_rng_family, 1>(plan, nb_dq)
+                                : ta_cuda_pick_plan<ta_cuda_mta_dq_family, 1>(plan, nb_dq);
+    const void *k_dkdv = acc ? ta_cuda_pick_plan<ta_cuda_mta_dkdv_acc_family, 2>(plan, ns_dkdv)
+                         : ranged ? ta_cuda_pick_plan<ta_cuda_mta_dkdv_rng_family, 2>(plan, ns_dkdv)
+                                  : ta_cuda_pick_plan<ta_cuda_mta_dkdv_family, 2>(plan, ns_dkdv);
     const void *k_merge = reinterpret_cast<const void *>(&ta_cuda_mta_dw_merge_kernel);
     ta_cuda_mta_bwd_params prm_dq, prm_kv;
     ta_cuda_launch_desc launch[3];
     size_t smem_dq, smem_kv;
     int64_t merge_blocks;
     ta_status st;
-    if ((st = ta_cuda_check_pointers(ptrs, 14)) != TA_OK) return st;
+    if ((st = ta_cuda_check_pointers(ptrs, 18)) != TA_OK) return st;
     if ((st = ta_cuda_check_rope(plan)) != TA_OK) return st;
     memset(&prm_dq, 0, sizeof prm_dq);
     memset(&prm_kv, 0, sizeof prm_kv);
@@ -1115,11 +1207,21 @@ extern "C" ta_status ta_cuda_mta_bwd(const ta_plan *plan, const ta_bwd_args *a,
     prm_dq.n_groups = n_groups_dq;
     prm_dq.n_slots = nk;
     prm_dq.acc_blocks = acc_blocks;
-    prm_dq.dw_lo = ws->dw_lo;
+    /* accumulating: dconv_w's pair continues the caller's (dconv_w, dconv_w_lo) */
+    prm_dq.dw_lo = acc ? a->dconv_w_lo : ws->dw_lo;
+    prm_dq.dw_cont = acc ? 1 : 0;
+    prm_dq.dq_lo = acc ? a->dq_lo : NULL;
     if ((st = ta_cuda_mta_dq_geometry(plan, &prm_dq)) != TA_OK) return st;
-    /* dk/dv: the kernel's own tiles (the geometry replaces t) */
+    /* dk/dv: the kernel's own tiles (the geometry replaces t), cut to the
+     * call's ranges */
     ta_cuda_params_bwd(&prm_kv, plan, tb, a, ws);
     prm_kv.n_groups = n_groups_kv;
+    prm_kv.dk_lo = acc ? a->dk_lo : NULL;
+    prm_kv.dv_lo = acc ? a->dv_lo : NULL;
+    prm_kv.rg_row0 = tb->row_begin;
+    prm_kv.rg_row1 = tb->row_end;
+    prm_kv.rg_key0 = tb->key_begin;
+    prm_kv.rg_key1 = tb->key_end;
     if ((st = ta_cuda_mta_dkdv_geometry(plan, &prm_kv)) != TA_OK) return st;
     smem_dq = (size_t)prm_dq.sm.floats * sizeof(float);
     smem_kv = (size_t)prm_kv.sm.floats * sizeof(float);

@@ -51,11 +51,13 @@ static ta_status ta_cuda_bwd(const ta_plan *plan, const ta_bwd_args *a, void *wo
         return st;
     if (ta_cuda_fast_lat_path(plan)) return ta_cuda_fast_latent_bwd(plan, a, &ws, stream);
     if (ta_cuda_latent_plan(plan)) return ta_cuda_latent_bwd(plan, a, &ws, stream);
-    /* accumulating (SDPA only, validated): the exact kernels in either
-     * precision (the fast ones keep no pairs; exact bits satisfy the bound) */
+    /* accumulating, or a row or key range (ta_plan_keys_cut: not a fast
+     * path): the exact kernels in either precision (the fast ones keep no
+     * pairs and no ranges; exact bits satisfy the bound) */
     if (ta_cuda_fast_path(plan) && !a->accumulate) return ta_cuda_fast_bwd(plan, a, &ws, stream);
     /* fast MTA: the fold's gradients on tensor cores */
-    if (ta_cuda_fast_mta_bwd_path(plan)) return ta_cuda_fast_mta_bwd(plan, a, &ws, stream);
+    if (ta_cuda_fast_mta_bwd_path(plan) && !a->accumulate)
+        return ta_cuda_fast_mta_bwd(plan, a, &ws, stream);
     return plan->has_conv ? ta_cuda_mta_bwd(plan, a, &ws, stream)
                           : ta_cuda_sdpa_bwd(plan, a, &ws, stream);
 }

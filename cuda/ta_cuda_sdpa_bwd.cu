@@ -63,6 +63,10 @@ extern "C" {
 struct ta_cuda_bwd_params : ta_cuda_params {
     int32_t n_groups; /* dk/dv feature groups per key tile */
     float *dq_lo, *dk_lo, *dv_lo;
+    /* the output rows [rg_row0, rg_row1) and keys [rg_key0, rg_key1) (the
+     * call's ranges, plan->bwd; [0, S_q), [0, S_k) without): the general
+     * kernels cut their tiles to them (ta_cuda_cut_range) */
+    int32_t rg_row0, rg_row1, rg_key0, rg_key1;
 };
 
 /* ---------------------------------------------------------------------------- */
@@ -332,54 +336,7 @@ static __host__ __device__ __forceinline__ ta_cuda_bwd_smem ta_cuda_bwd_smem_mak
 /* dk, dv                                                                         */
 /* ---------------------------------------------------------------------------- */
 
-/* The general dk/dv kernel's outputs, keys col0 + 4ty + r < cols, slot
- * slot0 + s (s < n_slots): dk's features below nk slots, then dv's. MODE
- * TA_CUDA_KV_STORE: dk = store(scale * hi), dv = store(hi) in dtype DT (step
- * 5); the accumulating mode's pairs: TA_CUDA_KV_GET from the caller's f32
- * words (the entries outside keep their (+0, +0)), TA_CUDA_KV_PUT back into
- * them, unscaled. */
-enum { TA_CUDA_KV_STORE, TA_CUDA_KV_GET, TA_CUDA_KV_PUT };
-
-template <int DT, int NS, int MODE>
-TA_CUDA_DEV void ta_cuda_dkdv_out(const ta_cuda_bwd_params &p, const ta_tile_ctx &kc, int32_t col0,
-                                  int32_t cols, int32_t slot0, int32_t nk, int32_t n_slots,
-                                  float (&hi)[4][NS][4], float (&lo)[4][NS][4]) {
-    const int tx = ta_cuda_tx(), ty = ta_cuda_ty();
-#pragma unroll
-    for (int s = 0; s < NS; ++s) {
-        const int32_t u = slot0 + s;
-        const bool is_dk = u < nk;
-        const int32_t len = is_dk ? p.head_dim : p.head_dim_v;
-        const int32_t f0 = (is_dk ? u : u - nk) * TA_CUDA_SLOT + 4 * tx;
-        void *dst = is_dk ? p.dk : p.dv;
-        float *lb = is_dk ? p.dk_lo : p.dv_lo;
-        const int64_t slice = is_dk ? kc.dk : kc.dv;
-        const int64_t ld = is_dk ? p.lay.dk.seq : p.lay.dv.seq;
-        if (s >= n_slots) continue;
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const int j = 4 * ty + r;
-            if (j >= cols) continue;
-            const int64_t first = ta_cuda_row(slice, ld, col0 + j);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int64_t at = first + f0 + e;
-                if (f0 + e >= len) continue;
-                if (MODE == TA_CUDA_KV_STORE) {
-                    ta_cuda_store<DT>(dst, (size_t)at, is_dk ? p.scale * hi[r][s][e] : hi[r][s][e]);
-                } else if (MODE == TA_CUDA_KV_PUT) {
-                    static_cast<float *>(dst)[at] = hi[r][s][e];
-                    lb[at] = lo[r][s][e];
-                } else {
-                    hi[r][s][e] = static_cast<const float *>(dst)[at];
-                    lo[r][s][e] = lb[at];
-                }
-            }
-        }
-    }
-}
-
-template <int DT, int NS, bool WL, bool ROPE, bool LAT, bool ACC>
+template <int DT, int NS, bool WL, bool ROPE, bool LAT, bool ACC, bool RNG>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_dkdv_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
     extern __shared__ float4 ta_cuda_dkdv_dyn_smem[];
@@ -403,14 +360,18 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         const int32_t fg = at.fg, kt = at.kt, h_kv = at.h_kv;
         const ta_tile_ctx &kc = kctx_s;         /* made once, read where used */
         const ta_cuda_head_slices &hc = head_s; /* likewise, per query head */
-        const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
-        const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
+        int32_t col0 = ta_tile_col_eff_begin(&t, kt);
+        int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
         const int32_t slot0 = fg * NS; /* this group's first slot */
         const int32_t n_slots = ta_tiling_min_i32(NS, n_slots_all - slot0);
         const bool need_ds = slot0 < nk; /* the group holds dk slots */
         float acc[4][NS][4]; /* acc[key 4ty+r][slot s feature 4tx+e]: the chunk's partial */
         float hi[4][NS][4], lo[4][NS][4]; /* the running pairs (src/ta_sum2.h) */
         int32_t g, q_begin, q_end;
+        if (RNG) { /* the output keys */
+            ta_cuda_cut_range(p.rg_key0, p.rg_key1, &col0, &cols);
+            if (cols <= 0) continue; /* none of the tile's keys is an output: nothing written */
+        }
         ta_cuda_acc_zero<NS>(acc);
         ta_cuda_acc_zero<NS>(hi);
         ta_cuda_acc_zero<NS>(lo);
@@ -443,8 +404,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
                                                  p.head_dim_v, (u - nk) * TA_CUDA_SLOT);
             }
             for (qt = q_begin; qt < q_end; ++qt) {
-                const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
-                const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
+                int32_t row0 = ta_tile_row_eff_begin(&t, qt);
+                int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
+                if (RNG) { /* the output rows */
+                    ta_cuda_cut_range(p.rg_row0, p.rg_row1, &row0, &rows);
+                    if (rows <= 0) continue; /* uniform: the block skips the Q tile */
+                }
                 /* the rotary stage's rows: k (A), q (B); the q slots (the group's
                  * first nk - slot0) as side_a of the staging; kv head kc.head_kv */
                 const ta_cuda_rope_src rope =
@@ -548,7 +513,7 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
 /* dq                                                                             */
 /* ---------------------------------------------------------------------------- */
 
-template <int DT, int NS, bool WL, bool ROPE, bool LAT, bool ACC>
+template <int DT, int NS, bool WL, bool ROPE, bool LAT, bool ACC, bool RNG>
 __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
     ta_cuda_dq_kernel(const __grid_constant__ ta_cuda_bwd_params p) {
     extern __shared__ float4 ta_cuda_dq_dyn_smem[];
@@ -568,12 +533,16 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt); /* longest (causal) first */
         const int32_t qt = at.qt;
         const ta_tile_ctx &c = ctx_s; /* the tile's context: made once, read where used */
-        const int32_t row0 = ta_tile_row_eff_begin(&t, qt);
-        const int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
+        int32_t row0 = ta_tile_row_eff_begin(&t, qt);
+        int32_t rows = ta_tile_row_eff_end(&t, qt) - row0;
         float acc[4][NS][4]; /* acc[row 4ty+r][feature s*64 + 4tx + e]: the chunk's partial */
         float hi[4][NS][4], lo[4][NS][4]; /* the running pairs (src/ta_sum2.h) */
         int2 row_keys[4];    /* live keys [lo, hi) of rows 4ty+r (NS < 3; else read from keys) */
         int32_t kt;
+        if (RNG) { /* the output rows */
+            ta_cuda_cut_range(p.rg_row0, p.rg_row1, &row0, &rows);
+            if (rows <= 0) continue; /* none of the tile's rows is an output: nothing written */
+        }
         ta_cuda_acc_zero<NS>(acc);
         ta_cuda_acc_zero<NS>(hi);
         ta_cuda_acc_zero<NS>(lo);
@@ -599,8 +568,12 @@ __global__ void __launch_bounds__(TA_CUDA_THREADS, 2)
         }
         /* step 2: the context's k tiles [k_begin, k_end) ascending */
         for (kt = c.k_begin; kt < c.k_end; ++kt) {
-            const int32_t col0 = ta_tile_col_eff_begin(&t, kt);
-            const int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
+            int32_t col0 = ta_tile_col_eff_begin(&t, kt);
+            int32_t cols = ta_tile_col_eff_end(&t, kt) - col0;
+            if (RNG) { /* the output keys */
+                ta_cuda_cut_range(p.rg_key0, p.rg_key1, &col0, &cols);
+                if (cols <= 0) continue; /* uniform: the block skips the k tile */
+            }
             /* the rotary stage's rows: q (A), k (B); every k slot */
             const ta_cuda_rope_src rope = ta_cuda_rope_of(p, c, TA_CUDA_ROPE_Q, TA_CUDA_ROPE_K);
             const ta_cuda_rope_src rope_k =
@@ -1115,7 +1088,9 @@ template <int D, int PART> static const void *ta_cuda_dkdv_rb_at(bool wl, bool a
 static bool ta_cuda_bwd_rb_ok(const ta_plan *plan, const ta_bwd_args *a, bool lat) {
     const ta_problem *pr = &plan->p;
     const int32_t d = pr->head_dim;
-    return !lat && pr->dtype == TA_F32 && plan->stages.load != TA_LOAD_ROPE &&
+    /* a row or key range: the general kernels, which cut their tiles to it */
+    return !lat && !ta_cuda_bwd_ranged(plan) && pr->dtype == TA_F32 &&
+           plan->stages.load != TA_LOAD_ROPE &&
            pr->head_dim_v == d && (d == 32 || d == 64 || d == 96 || d == 128) &&
            ta_cuda_rb_rows_aligned(pr, a->q, &plan->layout.q, 0) &&
            ta_cuda_rb_rows_aligned(pr, a->d_o, &plan->layout.d_o, 0) &&
@@ -1161,12 +1136,14 @@ static int ta_cuda_dkdv_rb_pick(const ta_plan *plan, const ta_bwd_args *a, bool 
  * the top). */
 template <bool WL, bool ROPE> struct ta_cuda_dq_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, NS, WL, ROPE, false, false>);
+        return reinterpret_cast<const void *>(
+            &ta_cuda_dq_kernel<DT, NS, WL, ROPE, false, false, false>);
     }
 };
 template <bool WL, bool ROPE> struct ta_cuda_dkdv_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, NS, WL, ROPE, false, false>);
+        return reinterpret_cast<const void *>(
+            &ta_cuda_dkdv_kernel<DT, NS, WL, ROPE, false, false, false>);
     }
 };
 /* The accumulating mode's (ACC: the pairs loaded and stored, SDPA only, so
@@ -1174,12 +1151,14 @@ template <bool WL, bool ROPE> struct ta_cuda_dkdv_family {
  * the others compile out (their registers and spills stay as they were). */
 template <bool WL, bool ROPE> struct ta_cuda_dq_acc_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, NS, WL, false, false, true>);
+        return reinterpret_cast<const void *>(
+            &ta_cuda_dq_kernel<DT, NS, WL, false, false, true, false>);
     }
 };
 template <bool WL, bool ROPE> struct ta_cuda_dkdv_acc_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, NS, WL, false, false, true>);
+        return reinterpret_cast<const void *>(
+            &ta_cuda_dkdv_kernel<DT, NS, WL, false, false, true, false>);
     }
 };
 /* Latent attention's (cuda/ta_cuda_latent.cu): f32, no rotary stage, with the
@@ -1187,12 +1166,44 @@ template <bool WL, bool ROPE> struct ta_cuda_dkdv_acc_family {
  * out (their registers and spills stay as they were). */
 template <bool WL> struct ta_cuda_dq_lat_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_dq_kernel<DT, NS, WL, false, true, false>);
+        return reinterpret_cast<const void *>(
+            &ta_cuda_dq_kernel<DT, NS, WL, false, true, false, false>);
     }
 };
 template <bool WL> struct ta_cuda_dkdv_lat_family {
     template <int DT, int NS> static const void *at() {
-        return reinterpret_cast<const void *>(&ta_cuda_dkdv_kernel<DT, NS, WL, false, true, false>);
+        return reinterpret_cast<const void *>(
+            &ta_cuda_dkdv_kernel<DT, NS, WL, false, true, false, false>);
+    }
+};
+/* A call with a row or key range (RNG: the tiles cut to the ranges,
+ * ta_cuda_cut_range), plain (with or without the rotary stage) or
+ * accumulating (never the rotary stage: ROPE ignored). Always with the left
+ * bound (WL true is right for every mask, a row's lo is 0 without a window),
+ * so each dtype and count has two plain twins and one accumulating one; the
+ * others compile the cut out (their registers and spills stay as they were). */
+template <bool WL, bool ROPE> struct ta_cuda_dq_rng_family {
+    template <int DT, int NS> static const void *at() {
+        return reinterpret_cast<const void *>(
+            &ta_cuda_dq_kernel<DT, NS, true, ROPE, false, false, true>);
+    }
+};
+template <bool WL, bool ROPE> struct ta_cuda_dkdv_rng_family {
+    template <int DT, int NS> static const void *at() {
+        return reinterpret_cast<const void *>(
+            &ta_cuda_dkdv_kernel<DT, NS, true, ROPE, false, false, true>);
+    }
+};
+template <bool WL, bool ROPE> struct ta_cuda_dq_acc_rng_family {
+    template <int DT, int NS> static const void *at() {
+        return reinterpret_cast<const void *>(
+            &ta_cuda_dq_kernel<DT, NS, true, false, false, true, true>);
+    }
+};
+template <bool WL, bool ROPE> struct ta_cuda_dkdv_acc_rng_family {
+    template <int DT, int NS> static const void *at() {
+        return reinterpret_cast<const void *>(
+            &ta_cuda_dkdv_kernel<DT, NS, true, false, false, true, true>);
     }
 };
 
@@ -1251,6 +1262,7 @@ extern "C" ta_status ta_cuda_sdpa_bwd_kernels(const ta_plan *plan, const ta_bwd_
     /* the band's steps or the recomputation of ctx~: the latent kernels (a
      * sub-plan of the projections alone has neither stage nor latent_dim) */
     const bool lat = ctx_out != NULL || ta_cuda_latent_plan(plan);
+    const bool ranged = ta_cuda_bwd_ranged(plan); /* a row or key range */
     const void *k_rb[2] = {NULL, NULL};
     int n_rb = ta_cuda_dkdv_rb_pick(plan, a, lat, k_rb);
     const void *k_dq = ta_cuda_dq_rb_pick(plan, a, lat), *k_dkdv;
@@ -1285,6 +1297,11 @@ extern "C" ta_status ta_cuda_sdpa_bwd_kernels(const ta_plan *plan, const ta_bwd_
     }
     if (n_rb) {
         k_dkdv = k_rb[0];
+    } else if (ranged) { /* the tiles cut to the ranges (never latent: validated) */
+        k_dkdv = a->accumulate ? ta_cuda_pick_plan<ta_cuda_dkdv_acc_rng_family, 2>(plan, ns_dkdv)
+                               : ta_cuda_pick_plan<ta_cuda_dkdv_rng_family, 2>(plan, ns_dkdv);
+        smem_dkdv = (size_t)ta_cuda_bwd_smem_make(1).floats * sizeof(float);
+        if ((st = ta_cuda_smem_opt_in(k_dkdv, smem_dkdv, smem_dkdv)) != TA_OK) return st;
     } else {
         k_dkdv = a->accumulate
                      ? ta_cuda_pick_plan<ta_cuda_dkdv_acc_family, 2>(plan, ns_dkdv)
@@ -1294,7 +1311,9 @@ extern "C" ta_status ta_cuda_sdpa_bwd_kernels(const ta_plan *plan, const ta_bwd_
         if ((st = ta_cuda_smem_opt_in(k_dkdv, smem_dkdv, smem_dkdv)) != TA_OK) return st;
     }
     if (!k_dq) {
-        k_dq = a->accumulate
+        k_dq = ranged && a->accumulate ? ta_cuda_pick_plan<ta_cuda_dq_acc_rng_family, 1>(plan, nk)
+               : ranged                ? ta_cuda_pick_plan<ta_cuda_dq_rng_family, 1>(plan, nk)
+               : a->accumulate
                    ? ta_cuda_pick_plan<ta_cuda_dq_acc_family, 1>(plan, nk)
                    : ta_cuda_pick_plan_lat<ta_cuda_dq_family, ta_cuda_dq_lat_family, 1>(plan, nk,
                                                                                        lat);
@@ -1307,6 +1326,12 @@ extern "C" ta_status ta_cuda_sdpa_bwd_kernels(const ta_plan *plan, const ta_bwd_
     prm.dq_lo = a->accumulate ? a->dq_lo : NULL;
     prm.dk_lo = a->accumulate ? a->dk_lo : NULL;
     prm.dv_lo = a->accumulate ? a->dv_lo : NULL;
+    /* the output ranges (the RNG kernels read them; the whole sequence without
+     * ranges, when the register-blocked kernels may run) */
+    prm.rg_row0 = plan->bwd.row_begin;
+    prm.rg_row1 = plan->bwd.row_end;
+    prm.rg_key0 = plan->bwd.key_begin;
+    prm.rg_key1 = plan->bwd.key_end;
     prm.ctx_out = ctx_out;
     /* the recomputation of ctx~: the dq kernel alone */
     if (!ctx_out) {

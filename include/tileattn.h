@@ -281,8 +281,8 @@ typedef struct ta_problem {
                                    dk, dv are written for the range's keys only, on
                                    the backward's K tiles (block_k, minus
                                    2 (c_k - 1) with the conv): docs/mta.md 2b.
-                                   REF and CPU (CUDA's backward:
-                                   TA_ERR_UNSUPPORTED for now). */
+                                   REF, CPU and CUDA (its exact kernels, in either
+                                   precision). */
     int32_t key_end;          /**< exclusive; 0 = S_k */
     /* ---- Appended: the backward's row range (docs/api.md, "Key ranges
      * and the query offset"; docs/mta.md section 2b); both zero = every row. ---- */
@@ -296,9 +296,9 @@ typedef struct ta_problem {
                                    (block_q, minus 2 (c_q - 1) with the conv) and
                                    row_end one or S_q, else TA_ERR_UNSUPPORTED.
                                    Backward only: the forward refuses a row range
-                                   (TA_ERR_UNSUPPORTED). REF and CPU (CUDA:
-                                   TA_ERR_UNSUPPORTED for now); not with latent
-                                   attention or the band. */
+                                   (TA_ERR_UNSUPPORTED). REF, CPU and CUDA (its
+                                   exact kernels, in either precision); not with
+                                   latent attention or the band. */
     int32_t row_end;          /**< exclusive; 0 = S_q */
 } ta_problem;
 
@@ -474,12 +474,11 @@ typedef struct ta_bwd_args {
                                    Zero-fill both words before the first call. SDPA
                                    and the MTA conv (then dconv_w too, with
                                    dconv_w_lo); not with rope, the band or the
-                                   projections (TA_ERR_UNSUPPORTED). SDPA on every
-                                   backend: REF, CPU (OpenMP or caller-run tasks)
-                                   and CUDA (device memory; the exact kernels, in
-                                   either precision), the same words; the MTA conv
-                                   on REF and CPU (CUDA: TA_ERR_UNSUPPORTED for
-                                   now). Other values: TA_ERR_BAD_ARG. */
+                                   projections (TA_ERR_UNSUPPORTED). Every backend:
+                                   REF, CPU (OpenMP or caller-run tasks) and CUDA
+                                   (device memory; the exact kernels, in either
+                                   precision), the same words, SDPA and the MTA
+                                   conv. Other values: TA_ERR_BAD_ARG. */
     /** With accumulate: the lo words of dq, dk, dv (f32, their hi words' layout);
      *  required then, else ignored. @{ */
     float *dq_lo, *dk_lo, *dv_lo;

@@ -77,24 +77,11 @@ static ta_status ta_plan_for(const ta_problem *p, ta_backend be, int for_call, i
  * query history rows (ta_problem.q_history) are forward only: their scores
  * enter the conv, so dk, dv and dconv_w would need their terms and their own
  * gradient would be another output (docs/mta.md section 2a). */
-static ta_status ta_check_bwd_problem(const ta_plan *pl, ta_backend be, ta_diag *d) {
+static ta_status ta_check_bwd_problem(const ta_plan *pl, ta_diag *d) {
     if (pl->p.q_history > 0)
         return ta_fail_value(d, TA_ERR_UNSUPPORTED, "q_history", pl->p.q_history,
                              "the backward has no query history rows yet (forward only; "
                              "must be 0 for ta_bwd)");
-    /* the backward's ranges (docs/mta.md 2b): REF and CPU; CUDA's kernels do
-     * not keep to them yet */
-    if (be == TA_BACKEND_CUDA && (pl->bwd.row_begin != 0 || pl->bwd.row_end != pl->p.seq_q ||
-                                  pl->bwd.key_begin != 0 || pl->bwd.key_end != pl->p.seq_k)) {
-        const int rows = pl->bwd.row_begin != 0 || pl->bwd.row_end != pl->p.seq_q;
-        return ta_fail_value(d, TA_ERR_UNSUPPORTED,
-                             rows ? (pl->p.row_begin != 0 ? "row_begin" : "row_end")
-                                  : (pl->p.key_begin != 0 ? "key_begin" : "key_end"),
-                             rows ? (pl->p.row_begin != 0 ? pl->p.row_begin : pl->p.row_end)
-                                  : (pl->p.key_begin != 0 ? pl->p.key_begin : pl->p.key_end),
-                             "the CUDA backward has no row or key range yet (REF and CPU; "
-                             "must be 0 for ta_bwd on TA_BACKEND_CUDA)");
-    }
     if (pl->p.kv_page_size > 0) /* the gradients would be pools too: not built */
         return ta_fail_value(d, TA_ERR_UNSUPPORTED, "kv_page_size", pl->p.kv_page_size,
                              "the backward has no paged KV cache yet (forward only; "
@@ -126,7 +113,7 @@ static ta_status ta_size_validate(const ta_problem *p, ta_backend be, int bwd, s
     ta_plan pl;
     ta_status st;
     if ((st = ta_plan_for(p, be, 0, bwd, &pl, &ops, d)) != TA_OK) return st;
-    if (bwd && (st = ta_check_bwd_problem(&pl, be, d)) != TA_OK) return st;
+    if (bwd && (st = ta_check_bwd_problem(&pl, d)) != TA_OK) return st;
     if ((st = (bwd ? ops->bwd_size : ops->fwd_size)(&pl, n)) != TA_OK)
         return ta_fail(d, st, "workspace size", "the backend's workspace layout overflows size_t");
     return TA_OK;
@@ -365,10 +352,11 @@ static ta_status ta_f32_extent(const ta_plan *pl, size_t *bytes, const char *fie
 }
 
 /* ta_bwd_args.accumulate (docs/api.md, "Backward over key and query ranges"),
- * after the strides: the mode's value, its operations (SDPA), the lo
+ * after the strides: the mode's value, its operations (not the rotary stage,
+ * the band or the projections), the lo
  * words present; then dq, dk, dv's extents are their f32 ones (their lo
  * words' too). */
-static ta_status ta_check_bwd_accumulate(const ta_plan *pl, ta_backend be, const ta_bwd_args *a,
+static ta_status ta_check_bwd_accumulate(const ta_plan *pl, const ta_bwd_args *a,
                                          ta_extents *ex, ta_diag *d) {
     static const char *const names[] = {"args.dq_lo", "args.dk_lo", "args.dv_lo"};
     const void *const req[] = {a->dq_lo, a->dk_lo, a->dv_lo};
@@ -378,9 +366,6 @@ static ta_status ta_check_bwd_accumulate(const ta_plan *pl, ta_backend be, const
         return ta_fail_value(d, TA_ERR_BAD_ARG, "args.accumulate", a->accumulate,
                              "not 0 or TA_BWD_ACCUMULATE (1)");
     if ((st = ta_check_accumulate_problem(pl, "args.accumulate", d)) != TA_OK) return st;
-    if (be == TA_BACKEND_CUDA && pl->has_conv) /* CUDA's MTA kernels keep no pairs yet */
-        return ta_fail(d, TA_ERR_UNSUPPORTED, "args.accumulate",
-                       "with the MTA conv: REF and CPU (CUDA: SDPA only, for now)");
     if ((st = ta_check_required(req, names, 3, d)) != TA_OK) return st;
     if (pl->has_conv && !a->dconv_w_lo) /* the conv: dconv_w's pair too */
         return ta_fail(d, TA_ERR_NULL_ARG, "args.dconv_w_lo",
@@ -465,9 +450,9 @@ static ta_status ta_bwd_validate_mode(const ta_problem *p, ta_backend be, const 
     ta_status st;
     if ((st = ta_call_begin(p, be, a, stream, tasks, TA_TILING_BWD, pl, ops, d)) != TA_OK)
         return st;
-    if ((st = ta_check_bwd_problem(pl, be, d)) != TA_OK) return st;
+    if ((st = ta_check_bwd_problem(pl, d)) != TA_OK) return st;
     if ((st = ta_plan_set_bwd_layout(pl, a, ex, d)) != TA_OK) return st;
-    if ((st = ta_check_bwd_accumulate(pl, be, a, ex, d)) != TA_OK) return st;
+    if ((st = ta_check_bwd_accumulate(pl, a, ex, d)) != TA_OK) return st;
     if ((st = ta_call_need(be, *ops, pl, 1, tasks, &need, d)) != TA_OK) return st;
     if ((st = ta_bwd_check_ptrs(pl, ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
     if ((st = ta_check_seqlens_host(pl, a->seqlens_k, (*ops)->host_memory, d)) != TA_OK) return st;
@@ -512,7 +497,7 @@ static ta_status ta_finish_validate(const ta_problem *p, ta_backend be, const ta
     ta_status st;
     int g;
     if ((st = ta_call_begin(p, be, a, stream, 0, TA_TILING_BWD, pl, ops, d)) != TA_OK) return st;
-    if ((st = ta_check_bwd_problem(pl, be, d)) != TA_OK) return st;
+    if ((st = ta_check_bwd_problem(pl, d)) != TA_OK) return st;
     if ((st = ta_check_accumulate_problem(pl, "problem", d)) != TA_OK) return st;
     strides.dq_strides = a->dq_strides;
     strides.dk_strides = a->dk_strides;
@@ -626,7 +611,7 @@ static ta_status ta_task_plan_query(const ta_problem *p, ta_backend be, int bwd,
     if (!p || !out) return TA_ERR_NULL_ARG;
     if ((st = ta_plan_for(p, be, 0, bwd, &pl, &ops, &d)) != TA_OK) return st;
     if ((st = ta_tasks_backend(be, &d)) != TA_OK) return st;
-    if (bwd && (st = ta_check_bwd_problem(&pl, be, &d)) != TA_OK) return st;
+    if (bwd && (st = ta_check_bwd_problem(&pl, &d)) != TA_OK) return st;
     if ((st = ta_cpu_tasks_plan(&pl, bwd, &tp)) != TA_OK) return st;
     *out = tp;
     return TA_OK;

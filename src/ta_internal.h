@@ -83,12 +83,14 @@ static inline void ta_plan_context(const ta_plan *plan, const ta_tiling *t,
                     ta_tiling_key_len(t, seqlens_k, b), b, h, qt);
 }
 
-/* 1 if the forward covers a key range of its keys or moves its rows
- * (ta_problem.key_begin, key_end, q_offset; docs/api.md, "Key ranges and the
- * query offset"): only the exact kernels take them (CUDA's fast mode runs
- * those, whose bits satisfy its bound). */
+/* 1 if the call covers a key range of its keys, moves its rows or (the
+ * backward) covers a row range of its rows (ta_problem.key_begin, key_end,
+ * q_offset, row_begin, row_end; docs/api.md, "Key ranges and the query
+ * offset", "The backward over row and key ranges"): only the exact kernels
+ * take them (CUDA's fast mode runs those, whose bits satisfy its bound). */
 static inline int ta_plan_keys_cut(const ta_plan *plan) {
-    return plan->p.q_offset != 0 || plan->fwd.key_begin != 0 || plan->fwd.key_end != plan->p.seq_k;
+    return plan->p.q_offset != 0 || plan->fwd.key_begin != 0 || plan->fwd.key_end != plan->p.seq_k ||
+           plan->bwd.row_begin != 0 || plan->bwd.row_end != plan->p.seq_q;
 }
 
 /* ---- Workspace: one cursor both sizes and carves (zstd cwksp-style). ----

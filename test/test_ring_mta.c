@@ -24,12 +24,15 @@
  *     own tiles, latent attention; nothing written.
  * Then q_offset in both passes (check_offset), and the backward over ring
  * pairs with row and key ranges (check_bwd_ring: its comment says what is
- * bit for bit and what is not; REF and CPU only).
+ * bit for bit and what is not).
  * Built again as test_cuda_ring_mta (TA_RING_MTA_CUDA, label cuda): the same
- * forward pair calls and merges and the q_offset problems on CUDA (device
- * copies of every buffer) against REF's, bit for bit, and CUDA's refusal of
- * the backward's ranges; exits 77 (skipped) without a device.
+ * forward pair calls and merges, the q_offset problems and the backward's
+ * ring pairs (ranges, accumulating, MTA and SDPA, dconv_w's pair included) on
+ * CUDA (device copies of every buffer) against REF's, bit for bit, and the
+ * range checks CUDA shares with REF; exits 77 (skipped) without a device.
  * Fresh seed, printed (TA_SEED replays); outputs poisoned.
+ *
+ *   test_ring_mta [--count N]      N backward ring problems (default 12)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -592,7 +595,6 @@ static int check_offset(uint64_t seed, int idx, ta_backend be) {
     return ok;
 }
 
-#ifndef TA_RING_MTA_CUDA /* CUDA's backward refuses the ranges for now (checked in main) */
 /* ---- The backward over ring pairs: row and key ranges (docs/mta.md 2b) ----
  * A random problem of S = nch C rows and keys (S_q = S_k; MTA causal, SDPA
  * causal or not, windows, GQA, B = 1 or 2), its o and lse from one ta_fwd, a
@@ -615,7 +617,9 @@ static int check_offset(uint64_t seed, int idx, ta_backend be) {
  * pairs of dq, dk, dv and (dconv_w, dconv_w_lo); ta_bwd_finish of the whole
  * problem rounds dq, dk, dv once. Expected:
  *   - OTHER == REF, every word of every pair, bit for bit (both run the same
- *     calls in the same order; the CPU build also through caller-run tasks);
+ *     calls in the same order; the CPU build also through caller-run tasks;
+ *     the CUDA build on device copies of every buffer, the general SDPA
+ *     kernels and the MTA ones, which cut their own tiles to the ranges);
  *   - with the backward's tiles 64 rows x 64 keys (block_q = 64 + 2 P_q,
  *     block_k = 64 + 4 P_k, C a multiple of 64: "aligned"), dq == one
  *     ta_bwd over the whole sequence bit for bit, and dk, dv too when H =
@@ -626,7 +630,8 @@ static int check_offset(uint64_t seed, int idx, ta_backend be) {
  *     R(b, qt) are cut at the k chunks, each part rounded once more, and
  *     added in pair order; measured and printed;
  *   - a plain (non-accumulating) pair call writes dq only in its row range,
- *     dk, dv only in its key range (the rest stays poisoned);
+ *     dk, dv only in its key range (the rest stays poisoned), and the same
+ *     words on OTHER as on REF;
  *   - one accumulating call over everything + ta_bwd_finish == ta_bwd,
  *     dconv_w included, bit for bit. */
 #define TOL_REL 1e-5
@@ -789,11 +794,112 @@ static ta_bwd_args bpair_args(const bcase *bc, const ta_problem *p, int32_t q_lo
     return a;
 }
 
-/* ta_bwd of p on be (tasks: the CPU's caller-run tasks), host memory. */
+#ifdef TA_RING_MTA_CUDA
+/* The device mirror of a problem's host buffers: each registered host buffer
+ * has a device twin of its size; a call's host pointers (views into them) map
+ * to the same offsets of the twins. Before a call every twin gets its host
+ * buffer's bytes, after it the outputs' twins go back. */
+typedef struct dreg {
+    const void *h;
+    void *d;
+    size_t bytes;
+    int out;
+} dreg;
+static dreg g_regs[32];
+static int g_nregs;
+
+static void dreg_add(const void *h, size_t bytes, int out) {
+    TA_CHECK(g_nregs < 32, "too many device twins");
+    if (g_nregs >= 32) exit(1);
+    g_regs[g_nregs].h = h;
+    g_regs[g_nregs].bytes = bytes;
+    g_regs[g_nregs].out = out;
+    CUDA_OK(cudaMalloc(&g_regs[g_nregs].d, bytes ? bytes : 4));
+    ++g_nregs;
+}
+
+/* The last n twins (of buffers about to be freed), or all. */
+static void dreg_pop(int n) {
+    while (n-- > 0 && g_nregs > 0) cudaFree(g_regs[--g_nregs].d);
+}
+static void dreg_free_all(void) { dreg_pop(g_nregs); }
+
+/* The twins of sums s (outputs). */
+static void dreg_sums(const bcase *bc, const bsums *s) {
+    const size_t nq = (size_t)bc->B * (size_t)bc->H * (size_t)bc->S * (size_t)bc->D * 4;
+    const size_t nk = (size_t)bc->B * (size_t)bc->HKV * (size_t)bc->S * (size_t)bc->D * 4;
+    const size_t nw = (size_t)bc->H * (bc->cq > 0 ? (size_t)bc->cq * (size_t)bc->ck : 1) * 4;
+    dreg_add(s->dq, nq, 1);
+    dreg_add(s->dq_lo, nq, 1);
+    dreg_add(s->dk, nk, 1);
+    dreg_add(s->dk_lo, nk, 1);
+    dreg_add(s->dv, nk, 1);
+    dreg_add(s->dv_lo, nk, 1);
+    dreg_add(s->dw, nw, 1);
+    dreg_add(s->dw_lo, nw, 1);
+}
+
+/* The twin of host pointer x (NULL stays NULL); exits if x is in no buffer. */
+static void *dmap(const void *x) {
+    const unsigned char *c = (const unsigned char *)x;
+    int i;
+    if (!x) return NULL;
+    for (i = 0; i < g_nregs; ++i) {
+        const unsigned char *b = (const unsigned char *)g_regs[i].h;
+        if (c >= b && c < b + g_regs[i].bytes) return (unsigned char *)g_regs[i].d + (c - b);
+    }
+    fprintf(stderr, "test_cuda_ring_mta: a pointer in no registered buffer\n");
+    exit(1);
+}
+
+/* ta_bwd of p on CUDA with a's host pointers mapped to their twins. */
+static ta_status cuda_bcall(const ta_problem *p, const ta_bwd_args *a) {
+    ta_bwd_args d = *a;
+    size_t wb;
+    void *ws;
+    ta_status st;
+    int i;
+    st = ta_bwd_workspace_size(p, TA_BACKEND_CUDA, &wb);
+    if (st != TA_OK) return st;
+    for (i = 0; i < g_nregs; ++i)
+        CUDA_OK(cudaMemcpy(g_regs[i].d, g_regs[i].h, g_regs[i].bytes, cudaMemcpyHostToDevice));
+    d.q = dmap(a->q);
+    d.k = dmap(a->k);
+    d.v = dmap(a->v);
+    d.o = dmap(a->o);
+    d.d_o = dmap(a->d_o);
+    d.lse = (const float *)dmap(a->lse);
+    d.conv_w = (const float *)dmap(a->conv_w);
+    d.dq = dmap(a->dq);
+    d.dk = dmap(a->dk);
+    d.dv = dmap(a->dv);
+    d.dconv_w = (float *)dmap(a->dconv_w);
+    d.dq_lo = (float *)dmap(a->dq_lo);
+    d.dk_lo = (float *)dmap(a->dk_lo);
+    d.dv_lo = (float *)dmap(a->dv_lo);
+    d.dconv_w_lo = (float *)dmap(a->dconv_w_lo);
+    CUDA_OK(cudaMalloc(&ws, wb ? wb : 64));
+    st = ta_bwd(p, TA_BACKEND_CUDA, &d, ws, wb, NULL);
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaFree(ws));
+    for (i = 0; i < g_nregs; ++i)
+        if (g_regs[i].out)
+            CUDA_OK(
+                cudaMemcpy((void *)(uintptr_t)g_regs[i].h, g_regs[i].d, g_regs[i].bytes,
+                           cudaMemcpyDeviceToHost));
+    return st;
+}
+#endif
+
+/* ta_bwd of p on be (tasks: the CPU's caller-run tasks), host memory (CUDA:
+ * through the device twins). */
 static ta_status bcall(const ta_problem *p, ta_backend be, int tasks, const ta_bwd_args *a) {
     size_t wb;
     void *ws;
     ta_status st;
+#ifdef TA_RING_MTA_CUDA
+    if (be == TA_BACKEND_CUDA) return cuda_bcall(p, a);
+#endif
     if (tasks) return ta_test_bwd_tasks(p, a);
     st = ta_bwd_workspace_size(p, be, &wb);
     if (st != TA_OK) return st;
@@ -804,11 +910,9 @@ static ta_status bcall(const ta_problem *p, ta_backend be, int tasks, const ta_b
 }
 
 /* Every visible pair, q chunks ascending, each one's k chunks ascending, on be
- * into s (zeroed first). */
-static void bring(const bcase *bc, ta_backend be, int tasks, bsums *s) {
-    float *lse_buf = malloc((size_t)bc->B * (size_t)bc->H * (size_t)bc->S * 4);
+ * into s (zeroed first); lse_buf: B H S floats (CUDA: a registered twin). */
+static void bring(const bcase *bc, ta_backend be, int tasks, bsums *s, float *lse_buf) {
     int32_t a, b, q_lo, k_lo;
-    if (!lse_buf) exit(1);
     for (a = 0; a < bc->nch; ++a)
         for (b = 0; b < bc->nch; ++b) {
             ta_problem p;
@@ -818,7 +922,6 @@ static void bring(const bcase *bc, ta_backend be, int tasks, bsums *s) {
             TA_CHECK(bcall(&p, be, tasks, &ba) == TA_OK, "ring pair (%d, %d) on backend %d%s",
                      (int)a, (int)b, (int)be, tasks ? " (tasks)" : "");
         }
-    free(lse_buf);
 }
 
 /* max |x - y| / max |y| over n floats (0 when y is all zero and x == y). */
@@ -853,7 +956,10 @@ static int check_bwd_ring(uint64_t seed, int idx) {
     ta_fwd_args fa;
     ta_bwd_args ba;
     ta_bwd_finish_args fin;
-    bsums sr, so, st, one;
+    bsums sr, so, one;
+#ifndef TA_RING_MTA_CUDA
+    bsums st;
+#endif
     size_t nq, nk, nl, nw, wb, i;
     float *dq1, *dk1, *dv1, *dw1, *dq2, *dk2, *dv2, *dqp, *dkp, *dvp, *dwp, *lse_buf;
     void *ws;
@@ -893,6 +999,20 @@ static int check_bwd_ring(uint64_t seed, int idx) {
     ta_fill_uniform(&r, bc.v, TA_F32, nk, -1.0f, 1.0f);
     ta_fill_uniform(&r, bc.d_o, TA_F32, nq, -1.0f, 1.0f);
     ta_fill_uniform(&r, bc.w, TA_F32, nw, -0.5f, 0.5f);
+#ifdef TA_RING_MTA_CUDA
+    dreg_add(bc.q, nq * 4, 0);
+    dreg_add(bc.d_o, nq * 4, 0);
+    dreg_add(bc.o, nq * 4, 0);
+    dreg_add(bc.lse, nl * 4, 0);
+    dreg_add(bc.k, nk * 4, 0);
+    dreg_add(bc.v, nk * 4, 0);
+    dreg_add(bc.w, nw * 4, 0);
+    dreg_add(lse_buf, nl * 4, 0);
+    dreg_add(dqp, nq * 4, 1);
+    dreg_add(dkp, nk * 4, 1);
+    dreg_add(dvp, nk * 4, 1);
+    dreg_add(dwp, nw * 4, 1);
+#endif
     n_b_mta += bc.cq > 0;
     n_b_aligned += bc.aligned;
     n_b_gqa += bc.H != bc.HKV;
@@ -932,6 +1052,9 @@ static int check_bwd_ring(uint64_t seed, int idx) {
     for (i = 0; i < 2; ++i) {
         const ta_backend be = i == 0 ? TA_BACKEND_REF : OTHER;
         bsums_alloc(&bc, &one);
+#ifdef TA_RING_MTA_CUDA
+        if (be == TA_BACKEND_CUDA) dreg_sums(&bc, &one);
+#endif
         ba.accumulate = TA_BWD_ACCUMULATE;
         ba.dq = one.dq, ba.dq_lo = one.dq_lo, ba.dk = one.dk, ba.dk_lo = one.dk_lo;
         ba.dv = one.dv, ba.dv_lo = one.dv_lo;
@@ -950,21 +1073,28 @@ static int check_bwd_ring(uint64_t seed, int idx) {
                      (bc.cq == 0 || memcmp(dw1, one.dw, nw * 4) == 0),
                  "bwd ring %d on backend %d: one accumulating call + finish != ta_bwd", idx,
                  (int)be);
+#ifdef TA_RING_MTA_CUDA
+        if (be == TA_BACKEND_CUDA) dreg_pop(8);
+#endif
         bsums_free(&one);
     }
     /* the ring: REF, OTHER (and the CPU's caller-run tasks) */
     bsums_alloc(&bc, &sr);
     bsums_alloc(&bc, &so);
-    bring(&bc, TA_BACKEND_REF, 0, &sr);
-    bring(&bc, OTHER, 0, &so);
+#ifdef TA_RING_MTA_CUDA
+    dreg_sums(&bc, &so);
+#endif
+    bring(&bc, TA_BACKEND_REF, 0, &sr, lse_buf);
+    bring(&bc, OTHER, 0, &so, lse_buf);
     ok = memcmp(sr.dq, so.dq, nq * 4) == 0 && memcmp(sr.dq_lo, so.dq_lo, nq * 4) == 0 &&
          memcmp(sr.dk, so.dk, nk * 4) == 0 && memcmp(sr.dk_lo, so.dk_lo, nk * 4) == 0 &&
          memcmp(sr.dv, so.dv, nk * 4) == 0 && memcmp(sr.dv_lo, so.dv_lo, nk * 4) == 0 &&
          memcmp(sr.dw, so.dw, nw * 4) == 0 && memcmp(sr.dw_lo, so.dw_lo, nw * 4) == 0;
     TA_CHECK(ok, "bwd ring %d: %s pairs != REF pairs (a word of dq, dk, dv or dconv_w)", idx,
              OTHER_NAME);
+#ifndef TA_RING_MTA_CUDA
     bsums_alloc(&bc, &st); /* the CPU's caller-run tasks */
-    bring(&bc, TA_BACKEND_CPU, 1, &st);
+    bring(&bc, TA_BACKEND_CPU, 1, &st, lse_buf);
     TA_CHECK(memcmp(sr.dq, st.dq, nq * 4) == 0 && memcmp(sr.dk, st.dk, nk * 4) == 0 &&
                  memcmp(sr.dv, st.dv, nk * 4) == 0 && memcmp(sr.dw, st.dw, nw * 4) == 0 &&
                  memcmp(sr.dw_lo, st.dw_lo, nw * 4) == 0 &&
@@ -973,6 +1103,7 @@ static int check_bwd_ring(uint64_t seed, int idx) {
                  memcmp(sr.dv_lo, st.dv_lo, nk * 4) == 0,
              "bwd ring %d: CPU caller-run tasks != REF pairs", idx);
     bsums_free(&st);
+#endif
     /* against one ta_bwd */
     memset(&fin, 0, sizeof fin);
     fin.dq_hi = sr.dq, fin.dk_hi = sr.dk, fin.dv_hi = sr.dv;
@@ -1060,6 +1191,9 @@ static int check_bwd_ring(uint64_t seed, int idx) {
              (int)bc.C, (int)bc.nch, (int)bc.re, (int)bc.ce, (int)bc.bq, (int)bc.bk,
              bc.causal ? "causal" : "full", bc.window, (int)bc.wl, (int)bc.wr);
     ok = ok && ta_test_failures == failures0;
+#ifdef TA_RING_MTA_CUDA
+    dreg_free_all();
+#endif
     bsums_free(&sr);
     bsums_free(&so);
     free(bc.q);
@@ -1083,8 +1217,6 @@ static int check_bwd_ring(uint64_t seed, int idx) {
     free(lse_buf);
     return ok;
 }
-
-#endif /* !TA_RING_MTA_CUDA */
 
 #ifndef TA_RING_MTA_CUDA
 /* One refused backward problem: the size query returns want and its
@@ -1267,9 +1399,12 @@ static void check_refusals(void) {
 }
 #endif
 
-int main(void) {
+int main(int argc, char **argv) {
     const uint64_t seed = ta_test_seed(TEST_NAME);
-    int i, ok = 0;
+    int i, ok = 0, n_bwd = 12;
+    for (i = 1; i < argc; ++i)
+        if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) n_bwd = atoi(argv[++i]);
+    if (n_bwd < 1) n_bwd = 1;
 #ifdef TA_RING_MTA_CUDA
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev < 1) {
@@ -1295,7 +1430,7 @@ int main(void) {
            "with a window) equal to the padded keys under seqlens_k, bit for bit\n",
            TEST_NAME, ok, OTHER_NAME, n_off_mta / 2, n_off_window / 2);
 #ifdef TA_RING_MTA_CUDA
-    { /* the backward's ranges and the MTA accumulating mode: not on CUDA yet */
+    { /* the backward's range checks are REF's (shared): on the tiles accepted, off refused */
         ta_problem p;
         size_t bytes;
         memset(&p, 0, sizeof p);
@@ -1305,26 +1440,33 @@ int main(void) {
         p.head_dim = p.head_dim_v = 16;
         p.flags = TA_CAUSAL;
         p.row_begin = 64;
-        TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
-                 "CUDA backward with a row range: not TA_ERR_UNSUPPORTED");
+        TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_OK,
+                 "CUDA backward with a row range on the tiles: refused");
         p.row_begin = 0;
         p.key_begin = 64;
+        TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_OK,
+                 "CUDA backward with a key range on the tiles: refused");
+        p.conv_q = 3; /* backward tiles: 64 - 4 = 60 rows, 64 - 8 = 56 keys */
+        p.conv_k = 5;
         TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
-                 "CUDA backward with a key range: not TA_ERR_UNSUPPORTED");
-        printf("%s: the backward's row and key ranges: refused on CUDA (REF and CPU only, "
-               "test_ring_mta)\n", TEST_NAME);
+                 "CUDA MTA backward with a key range off its tiles: not TA_ERR_UNSUPPORTED");
+        p.key_begin = 56;
+        p.row_begin = 60;
+        TA_CHECK(ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_OK,
+                 "CUDA MTA backward with ranges on its tiles: refused");
+        TA_CHECK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &bytes) == TA_ERR_UNSUPPORTED,
+                 "CUDA forward with a row range: not TA_ERR_UNSUPPORTED");
     }
-#else
+#endif
     ok = 0;
-    for (i = 0; i < 12; ++i)
+    for (i = 0; i < n_bwd; ++i)
         ok += check_bwd_ring(seed, i);
-    printf("%s: backward over ring pairs (row and key ranges, halos, accumulating): %d of 12 "
+    printf("%s: backward over ring pairs (row and key ranges, halos, accumulating): %d of %d "
            "problems (%d MTA, %d aligned, %d GQA, %d with a window): %s == REF bit for bit "
            "(every pair word%s); %d of dq / dk+dv == one ta_bwd bit for bit where expected; "
            "worst dconv_w %.3g, worst other gradient %.3g of the largest (tolerance %g)\n",
-           TEST_NAME, ok, n_b_mta, n_b_aligned, n_b_gqa, n_b_window, OTHER_NAME,
+           TEST_NAME, ok, n_bwd, n_b_mta, n_b_aligned, n_b_gqa, n_b_window, OTHER_NAME,
            OTHER == TA_BACKEND_CPU ? "; also the CPU's caller-run tasks" : "", n_b_exact,
            worst_dw, worst_grad, TOL_REL);
-#endif
     return ta_test_finish(TEST_NAME);
 }

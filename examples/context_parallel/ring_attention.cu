@@ -50,7 +50,13 @@
  *            - the MTA forward over the ring (6x11, 7x7, 2x3, and 6x11 and
  *              SDPA under a window; exact f32: a halo exchange, halo'd K/V
  *              chunks, key ranges) against one ta_fwd with num_splits = 2N,
- *              bit for bit.
+ *              bit for bit;
+ *            - the MTA backward over the ring (6x11, 7x7, 2x3 under a window;
+ *              exact f32: the backward's halo exchange, row and key ranges,
+ *              accumulating pairs in the documented order, a fixed-order
+ *              cross-rank dconv_w merge) against the same calls on one GPU
+ *              (every word bit for bit) and one ta_bwd (dq, dk, dv bit for
+ *              bit; dconv_w within 1e-5).
  *   --bench  fast bf16, causal, D = 128: one GPU's single call over S against
  *            the ring on N GPUs, forward and backward, S = 32k .. 256k; the
  *            scaling efficiency T_1 / (N T_N) and the ring's time with the
@@ -1185,8 +1191,7 @@ static int check_one(int n, int bf16, int fast, int causal, int32_t wl, ncclComm
  * (row r at the position of row a C + r). The parts merge in key order, as
  * for SDPA, and in exact f32 the result is one ta_fwd over the sequence with
  * num_splits = 2N, bit for bit (checked below; test_ring_mta checks the same
- * calls on REF, CPU and CUDA). The backward over key ranges does not exist
- * yet (ta_bwd refuses key ranges): forward only.
+ * calls on REF, CPU and CUDA). The backward: check_mta_bwd below.
  */
 typedef struct mcfg {
     int n;
@@ -1235,26 +1240,35 @@ static ta_problem m_pair_problem(const mcfg *c, int32_t a, int32_t b) {
     return p;
 }
 
-/* Rows [r0, r0 + rows) of every head of x ([H, len, D] f32) on rank src to
- * rows [d0, ..) of y ([H, ylen, D]) on rank dst (NCCL inside the caller's
- * group, or a copy on one rank). */
+/* Rows [r0, r0 + rows) of every head (heads) of x ([heads, len, w] f32) on
+ * rank src (device sdev, stream ss) to rows [d0, ..) of y ([heads, ylen, w])
+ * on rank dst (stream ds): NCCL inside the caller's group, or a copy on one
+ * rank. */
+static void xfer_rows(ncclComm_t *comms, int32_t heads, int src, int sdev, cudaStream_t ss,
+                      const float *x, int32_t len, int32_t r0, int dst, cudaStream_t ds, float *y,
+                      int32_t ylen, int32_t d0, int32_t rows, int32_t w) {
+    int32_t h;
+    if (rows <= 0) return;
+    for (h = 0; h < heads; ++h) {
+        const float *from = x + ((size_t)h * len + r0) * w;
+        float *to = y + ((size_t)h * ylen + d0) * w;
+        const size_t n = (size_t)rows * w;
+        if (src == dst) {
+            CK(cudaSetDevice(sdev));
+            CK(cudaMemcpyAsync(to, from, n * 4, cudaMemcpyDeviceToDevice, ss));
+        } else {
+            x_send(from, n * 4, src, dst, comms, ss);
+            x_recv(to, n * 4, dst, src, comms, ds);
+        }
+    }
+}
+
+/* xfer_rows of D-wide rows between the forward's ranks. */
 static void m_rows(const mcfg *c, mrank *rk, ncclComm_t *comms, int src, const float *x,
                    int32_t len, int32_t r0, int dst, float *y, int32_t ylen, int32_t d0,
                    int32_t rows) {
-    int32_t h;
-    if (rows <= 0) return;
-    for (h = 0; h < c->h; ++h) {
-        const float *from = x + ((size_t)h * len + r0) * c->d;
-        float *to = y + ((size_t)h * ylen + d0) * c->d;
-        const size_t n = (size_t)rows * c->d;
-        if (src == dst) {
-            CK(cudaSetDevice(rk[src].dev));
-            CK(cudaMemcpyAsync(to, from, n * 4, cudaMemcpyDeviceToDevice, rk[src].comp));
-        } else {
-            x_send(from, n * 4, src, dst, comms, rk[src].comp);
-            x_recv(to, n * 4, dst, src, comms, rk[dst].comp);
-        }
-    }
+    xfer_rows(comms, c->h, src, rk[src].dev, rk[src].comp, x, len, r0, dst, rk[dst].comp, y, ylen,
+              d0, rows, c->d);
 }
 
 /* The halo exchange (once): every chunk's left and right halo rows of k and
@@ -1363,6 +1377,15 @@ static void ring_mta_fwd(const mcfg *c, mrank *rk, ncclComm_t *comms) {
     }
 }
 
+/* The conv weights of the MTA checks (host, nw floats; free()). */
+static float *conv_weights(size_t nw) {
+    float *w = (float *)malloc(nw * 4);
+    size_t x;
+    if (!w) exit(1);
+    for (x = 0; x < nw; ++x) w[x] = 0.05f * (float)((x * 7) % 11) - 0.2f;
+    return w;
+}
+
 /* The MTA ring (cq = ck = 0: SDPA) with an optional sliding window (wl >=
  * 0: window_left, causal) against one ta_fwd over the whole sequence with
  * num_splits = 2N on device 0 (exact f32: o and lse bit for bit). */
@@ -1403,9 +1426,7 @@ static int check_mta(int n, int32_t cq, int32_t ck, int32_t tiles, int32_t wl, n
     fill(q, nt, 0, 11u, 1.0f);
     fill(k, nt, 0, 12u, 1.0f);
     fill(v, nt, 0, 13u, 1.0f);
-    w_host = (float *)malloc(nw * 4);
-    if (!w_host) exit(1);
-    for (x = 0; x < (int)nw; ++x) w_host[x] = 0.05f * (float)((x * 7) % 11) - 0.2f;
+    w_host = conv_weights(nw);
     /* the ranks: their q chunks and their chunks' own k, v rows at [E, E + C) */
     for (r = 0; r < n; ++r) {
         mrank *m = &rk[r];
@@ -1527,6 +1548,639 @@ static int check_mta(int n, int32_t cq, int32_t ck, int32_t tiles, int32_t wl, n
     return ok;
 }
 
+
+/* ---- MTA over the ring (backward): row and key ranges with the halos ----
+ *
+ * The backward of a chunk pair (q chunk a, k chunk b <= a) is one
+ * accumulating ta_bwd with row and key ranges (docs/mta.md 2b; docs/api.md,
+ * "The backward over row and key ranges"). Its tiles are the backward's,
+ * 64 x 64 effective (block_q = 64 + 2 P_q, block_k = 64 + 4 P_k), the chunks
+ * C = 64 t rows, so a pair call holds, as rows and keys of its tensors:
+ *   rows  [a C - Ht, a C + C + Hb)  Ht = 64 (0 for chunk 0): one backward Q
+ *                                   tile above (raw scores); Hb = P_q rows
+ *                                   below (fewer at the end) with their dO,
+ *                                   o, lse (their dC reaches the chunk's rows)
+ *   keys  [b C - E, b C + C + R)    E = 64 (0 for chunk 0), R = 2 P_k (fewer
+ *                                   at the end)
+ *   row_begin = Ht, row_end = Ht + C, key_begin = E, key_end = E + C, and
+ *   q_offset puts call row r at sequence row a C - Ht + r.
+ * Defined exchange, once before the backward (bwd_halo_exchange): chunk c's
+ * owner receives the last Ht rows of q, o, dO, lse of chunk c - 1 and the
+ * first Hb rows of chunk c + 1 (its q-side buffers), the last E rows of k, v
+ * of chunk c - 1 and the first R rows of chunk c + 1 (its halo'd K/V block).
+ * The halo'd blocks then travel the ring (n - 1 steps, each rank keeping
+ * every block it sees: a pair (a, b) runs on a's owner, which needs every
+ * b <= a).
+ *
+ * The order: a wavefront over the pairs, time t = a + b, every pair of a
+ * time on its q chunk's owner (the ranks of one time run at once). Each q
+ * chunk's k chunks then come ascending (dq's (hi, lo) pairs stay on the q
+ * chunk's owner) and each k chunk's q chunks ascending: the dk, dv pairs of
+ * k chunk b travel along its pairs, from a - 1's owner to a's before time
+ * a + b. That is docs/api.md's documented order, so dq, dk and dv equal one
+ * ta_bwd over the sequence bit for bit (H = H_kv, 64 x 64 tiles, chunks of
+ * 64 t). dconv_w: every rank continues its own (hi, lo) pair over its pairs
+ * in time order (a ascending within a time), then rank 0 adds the ranks'
+ * pairs in rank order (hi, then lo: a fixed-order cross-rank merge), within
+ * 1e-5 of one ta_bwd's (the pairs round each part once more). Checked: the
+ * ring's words (dq, dk, dv pairs, the merged dconv_w) == the same calls run
+ * on device 0 on views of the whole sequence, bit for bit; dq, dk, dv
+ * finished == one ta_bwd bit for bit; dconv_w printed against one ta_bwd.
+ * Exact f32, causal (MTA), optionally a sliding window; o and lse from one
+ * ta_fwd over the sequence (the ring forward's bits with its split count:
+ * check_mta), dO random.
+ */
+typedef struct bcfg {
+    int n;
+    int32_t c, h, d, cq, ck, pq, pk, s; /* S = 2 N C */
+    int32_t wl;                          /* window_left with TA_WINDOW; < 0: none */
+} bcfg;
+
+static int32_t b_ht(const bcfg *c, int32_t ch) { return ch > 0 && c->n > 0 ? 64 : 0; }
+static int32_t b_hb(const bcfg *c, int32_t ch) {
+    const int32_t left = c->s - (ch + 1) * c->c;
+    return c->pq < left ? c->pq : left;
+}
+static int32_t b_e(const bcfg *c, int32_t ch) { return ch > 0 && c->n > 0 ? 64 : 0; }
+static int32_t b_r(const bcfg *c, int32_t ch) {
+    const int32_t left = c->s - (ch + 1) * c->c;
+    return 2 * c->pk < left ? 2 * c->pk : left;
+}
+static int32_t b_sq(const bcfg *c, int32_t ch) { return b_ht(c, ch) + c->c + b_hb(c, ch); }
+static int32_t b_sk(const bcfg *c, int32_t ch) { return b_e(c, ch) + c->c + b_r(c, ch); }
+static int b_owner(const bcfg *c, int32_t ch) { return ch < c->n ? ch : 2 * c->n - 1 - ch; }
+static int b_slot(const bcfg *c, int32_t ch) { return ch < c->n ? 0 : 1; }
+
+/* The problem of the whole sequence (seq_q = seq_k = S; ranges none). */
+static ta_problem b_problem(const bcfg *c, int32_t sq, int32_t sk) {
+    ta_problem p;
+    memset(&p, 0, sizeof p);
+    p.batch = 1;
+    p.heads_q = p.heads_kv = c->h;
+    p.seq_q = sq;
+    p.seq_k = sk;
+    p.head_dim = p.head_dim_v = c->d;
+    p.dtype = TA_F32;
+    p.flags = TA_CAUSAL | (c->wl >= 0 ? TA_WINDOW : 0u);
+    p.window_left = c->wl >= 0 ? c->wl : 0;
+    p.window_right = c->wl >= 0 ? -1 : 0;
+    p.conv_q = c->cq;
+    p.conv_k = c->ck;
+    p.block_q = 64 + 2 * c->pq; /* the backward's tiles: 64 x 64 effective */
+    p.block_k = 64 + 4 * c->pk;
+    return p;
+}
+
+/* The pair (q chunk a, k chunk b): its problem (the recipe above). */
+static ta_problem b_pair_problem(const bcfg *c, int32_t a, int32_t b) {
+    const int32_t sq = b_sq(c, a), sk = b_sk(c, b);
+    ta_problem p = b_problem(c, sq, sk);
+    p.row_begin = b_ht(c, a);
+    p.row_end = b_ht(c, a) + c->c;
+    p.key_begin = b_e(c, b);
+    p.key_end = b_e(c, b) + c->c;
+    p.q_offset = (a * c->c - b_ht(c, a)) - (b * c->c - b_e(c, b)) - sk + sq;
+    return p;
+}
+
+/* One rank of the backward: per q chunk slot x its halo'd rows (q, o, dO
+ * [H, sq, D], lse [H, sq], each chunk's own sq pitch: contiguous) and dq's
+ * (hi, lo) words [2][H, sq, D]; per chunk ch (2N) the halo'd K/V block [k, v]
+ * [2][H, sk, D] once it has arrived, and the travelling dk, dv words
+ * [dk hi, dk lo, dv hi, dv lo][H, sk, D] while they are here; its dconv_w
+ * pair [2][H, c_q, c_k]. */
+typedef struct brank {
+    int dev;
+    cudaStream_t comp;
+    float *q[2], *o[2], *d_o[2], *lse[2], *dq[2];
+    float *kv[2 * MAXR], *dkv[2 * MAXR];
+    float *dw, *w;
+    void *ws;
+    size_t ws_bytes;
+} brank;
+
+static size_t b_qn(const bcfg *c, int32_t ch) { return (size_t)c->h * b_sq(c, ch) * c->d; }
+static size_t b_kn(const bcfg *c, int32_t ch) { return (size_t)c->h * b_sk(c, ch) * c->d; }
+static size_t b_wn(const bcfg *c) { return (size_t)c->h * c->cq * c->ck; }
+
+/* xfer_rows of w-wide rows between the backward's ranks. */
+static void b_rows(const bcfg *c, brank *rk, ncclComm_t *comms, int src, const float *x,
+                   int32_t len, int32_t r0, int dst, float *y, int32_t ylen, int32_t d0,
+                   int32_t rows, int32_t w) {
+    xfer_rows(comms, c->h, src, rk[src].dev, rk[src].comp, x, len, r0, dst, rk[dst].comp, y, ylen,
+              d0, rows, w);
+}
+
+/* The backward's halo exchange (once): each q chunk's rows above (Ht) and
+ * below (Hb) of q, o, dO, lse, each k chunk's keys left (E) and right (R) of
+ * k and v, from the neighbouring chunks' own rows (at [Ht, Ht + C) of their
+ * q-side buffers, [E, E + C) of their blocks). */
+static void bwd_halo_exchange(const bcfg *c, brank *rk, ncclComm_t *comms) {
+    int32_t ch, t;
+    x_group_start();
+    for (ch = 0; ch < 2 * c->n; ++ch) {
+        const int own = b_owner(c, ch), sl = b_slot(c, ch);
+        const int32_t sq = b_sq(c, ch), sk = b_sk(c, ch);
+        int nb;
+        for (nb = -1; nb <= 1; nb += 2) { /* the chunk above / left, below / right */
+            const int32_t o = ch + nb;
+            int from, fs;
+            int32_t fsq, fsk, fht, fe, rq, rk_, q_src, q_dst, k_src, k_dst;
+            if (o < 0 || o >= 2 * c->n) continue;
+            from = b_owner(c, o);
+            fs = b_slot(c, o);
+            fsq = b_sq(c, o);
+            fsk = b_sk(c, o);
+            fht = b_ht(c, o);
+            fe = b_e(c, o);
+            rq = nb < 0 ? b_ht(c, ch) : b_hb(c, ch);
+            rk_ = nb < 0 ? b_e(c, ch) : b_r(c, ch);
+            q_src = nb < 0 ? fht + c->c - rq : fht; /* the last rows above, the first below */
+            q_dst = nb < 0 ? 0 : b_ht(c, ch) + c->c;
+            k_src = nb < 0 ? fe + c->c - rk_ : fe;
+            k_dst = nb < 0 ? 0 : b_e(c, ch) + c->c;
+            {
+                float *const dq_side[3] = {rk[own].q[sl], rk[own].o[sl], rk[own].d_o[sl]};
+                const float *const sq_side[3] = {rk[from].q[fs], rk[from].o[fs],
+                                                 rk[from].d_o[fs]};
+                for (t = 0; t < 3; ++t)
+                    b_rows(c, rk, comms, from, sq_side[t], fsq, q_src, own, dq_side[t], sq, q_dst,
+                           rq, c->d);
+                b_rows(c, rk, comms, from, rk[from].lse[fs], fsq, q_src, own, rk[own].lse[sl], sq,
+                       q_dst, rq, 1);
+            }
+            for (t = 0; t < 2; ++t) /* k, v of the chunk's own block on its owner */
+                b_rows(c, rk, comms, from, rk[from].kv[o] + (size_t)t * b_kn(c, o), fsk, k_src,
+                       own, rk[own].kv[ch] + (size_t)t * b_kn(c, ch), sk, k_dst, rk_, c->d);
+        }
+    }
+    x_group_end();
+}
+
+/* (hi, lo) += x, then += y: the (hi, lo) pair arithmetic of src/ta_sum2.h
+ * (2Sum, then Fast2Sum; alpha = 1), element by element: the cross-rank
+ * merge of dconv_w's pairs. */
+__device__ static void b_sum2(float *hi, float *lo, float part) {
+    const float a = *hi, cl = *lo;
+    const float s = __fadd_rn(a, part), b = __fsub_rn(s, a);
+    const float e = __fadd_rn(__fsub_rn(a, __fsub_rn(s, b)), __fsub_rn(part, b));
+    const float w = __fadd_rn(cl, e);
+    const float h = w != w ? s : __fadd_rn(s, w);
+    *hi = h;
+    *lo = __fsub_rn(w, __fsub_rn(h, s));
+}
+__global__ void b_merge_pair(float *hi, float *lo, const float *x, const float *y, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        b_sum2(hi + i, lo + i, x[i]);
+        b_sum2(hi + i, lo + i, y[i]);
+    }
+}
+
+/* The views of pair (a, b): q-side pointers from q_lo rows of tensors of
+ * head pitch qp rows, k-side from k_lo rows of head pitch kp rows; lse
+ * contiguous [H, sq]; accumulators dq (hi, lo) with the q side's layout, dk,
+ * dv (hi, lo) with the k side's, dconv_w's pair. */
+typedef struct bviews {
+    const float *q, *o, *d_o, *lse, *k, *v, *w;
+    float *dq, *dq_lo, *dk, *dk_lo, *dv, *dv_lo, *dw, *dw_lo;
+    int32_t qp, kp;
+} bviews;
+
+static void b_pair_call(const bcfg *c, int32_t a, int32_t b, const bviews *vw, void *ws,
+                        size_t ws_bytes, cudaStream_t s) {
+    const ta_problem p = b_pair_problem(c, a, b);
+    ta_bwd_args g;
+    memset(&g, 0, sizeof g);
+    g.q = vw->q;
+    g.o = vw->o;
+    g.d_o = vw->d_o;
+    g.lse = vw->lse;
+    g.k = vw->k;
+    g.v = vw->v;
+    g.conv_w = vw->w;
+    g.q_strides.batch = g.o_strides.batch = g.d_o_strides.batch = g.dq_strides.batch =
+        (int64_t)c->h * vw->qp * c->d;
+    g.q_strides.head = g.o_strides.head = g.d_o_strides.head = g.dq_strides.head =
+        (int64_t)vw->qp * c->d;
+    g.q_strides.seq = g.o_strides.seq = g.d_o_strides.seq = g.dq_strides.seq = c->d;
+    g.k_strides.batch = g.v_strides.batch = g.dk_strides.batch = g.dv_strides.batch =
+        (int64_t)c->h * vw->kp * c->d;
+    g.k_strides.head = g.v_strides.head = g.dk_strides.head = g.dv_strides.head =
+        (int64_t)vw->kp * c->d;
+    g.k_strides.seq = g.v_strides.seq = g.dk_strides.seq = g.dv_strides.seq = c->d;
+    g.accumulate = TA_BWD_ACCUMULATE;
+    g.dq = vw->dq;
+    g.dq_lo = vw->dq_lo;
+    g.dk = vw->dk;
+    g.dk_lo = vw->dk_lo;
+    g.dv = vw->dv;
+    g.dv_lo = vw->dv_lo;
+    g.dconv_w = vw->dw;
+    g.dconv_w_lo = vw->dw_lo;
+    TK(ta_bwd(&p, TA_BACKEND_CUDA, &g, ws, ws_bytes, s));
+}
+
+/* The ring's backward: the wavefront above, then the cross-rank dconv_w
+ * merge into (dw_hi, dw_lo) on rank 0 (zeroed here). */
+static void ring_mta_bwd(const bcfg *c, brank *rk, ncclComm_t *comms, float *dw_hi, float *dw_lo,
+                         float *dw_stage) {
+    const size_t nw = b_wn(c);
+    int s, r, x;
+    int32_t t, a, ch;
+    /* the blocks travel the ring: after step s rank r holds the blocks of
+     * ranks r, r - 1, .., r - s (each block: the rank's two k chunks) */
+    for (s = 0; s + 1 < c->n; ++s) {
+        x_group_start();
+        for (r = 0; r < c->n; ++r) {
+            const int src = (r + c->n - s) % c->n, to = (r + 1) % c->n;
+            for (x = 0; x < 2; ++x) {
+                ch = x == 0 ? src : 2 * c->n - 1 - src;
+                x_send(rk[r].kv[ch], 2 * b_kn(c, ch) * 4, r, to, comms, rk[r].comp);
+                x_recv(rk[to].kv[ch], 2 * b_kn(c, ch) * 4, to, r, comms, rk[to].comp);
+            }
+        }
+        x_group_end();
+    }
+    for (t = 0; t <= 2 * (2 * c->n - 1); ++t) {
+        /* the dk, dv words of k chunk b = t - a move to a's owner from a - 1's */
+        x_group_start();
+        for (a = (t + 1) / 2; a <= t && a < 2 * c->n; ++a) {
+            const int32_t b = t - a;
+            const int from = a > b ? b_owner(c, a - 1) : b_owner(c, a), to = b_owner(c, a);
+            if (from != to) {
+                x_send(rk[from].dkv[b], 4 * b_kn(c, b) * 4, from, to, comms, rk[from].comp);
+                x_recv(rk[to].dkv[b], 4 * b_kn(c, b) * 4, to, from, comms, rk[to].comp);
+            }
+        }
+        x_group_end();
+        for (a = (t + 1) / 2; a <= t && a < 2 * c->n; ++a) {
+            const int32_t b = t - a;
+            const int own = b_owner(c, a), sl = b_slot(c, a);
+            brank *m = &rk[own];
+            const size_t qn = b_qn(c, a), kn = b_kn(c, b);
+            bviews vw;
+            vw.q = m->q[sl];
+            vw.o = m->o[sl];
+            vw.d_o = m->d_o[sl];
+            vw.lse = m->lse[sl];
+            vw.k = m->kv[b];
+            vw.v = m->kv[b] + kn;
+            vw.w = m->w;
+            vw.dq = m->dq[sl];
+            vw.dq_lo = m->dq[sl] + qn;
+            vw.dk = m->dkv[b];
+            vw.dk_lo = m->dkv[b] + kn;
+            vw.dv = m->dkv[b] + 2 * kn;
+            vw.dv_lo = m->dkv[b] + 3 * kn;
+            vw.dw = m->dw;
+            vw.dw_lo = m->dw + nw;
+            vw.qp = b_sq(c, a);
+            vw.kp = b_sk(c, b);
+            CK(cudaSetDevice(m->dev));
+            b_pair_call(c, a, b, &vw, m->ws, m->ws_bytes, m->comp);
+        }
+    }
+    /* dconv_w: rank 0 adds the ranks' pairs in rank order */
+    CK(cudaSetDevice(rk[0].dev));
+    CK(cudaMemsetAsync(dw_hi, 0, nw * 4, rk[0].comp));
+    CK(cudaMemsetAsync(dw_lo, 0, nw * 4, rk[0].comp));
+    for (r = 0; r < c->n; ++r) {
+        x_group_start();
+        if (r == 0) {
+            CK(cudaMemcpyAsync(dw_stage, rk[0].dw, 2 * nw * 4, cudaMemcpyDeviceToDevice,
+                               rk[0].comp));
+        } else {
+            x_send(rk[r].dw, 2 * nw * 4, r, 0, comms, rk[r].comp);
+            x_recv(dw_stage, 2 * nw * 4, 0, r, comms, rk[0].comp);
+        }
+        x_group_end();
+        CK(cudaSetDevice(rk[0].dev));
+        b_merge_pair<<<8, 256, 0, rk[0].comp>>>(dw_hi, dw_lo, dw_stage, dw_stage + nw, nw);
+        CK(cudaGetLastError());
+    }
+}
+
+/* The same calls on device 0, on views of the whole sequence (q, o, dO, k,
+ * v, dq / dk / dv words [H, S, D]; lse copied per pair), each rank's dconv_w
+ * pair its own, merged in rank order: the ring's words, bit for bit. */
+static void one_gpu_mta_bwd(const bcfg *c, const float *q, const float *o, const float *d_o,
+                            const float *lse, const float *k, const float *v, const float *w,
+                            float *dq2, float *dk2, float *dv2, float *dw_ranks, float *dw_hi,
+                            float *dw_lo, void *ws, size_t ws_bytes) {
+    const size_t nt = (size_t)c->h * c->s * c->d, nw = b_wn(c);
+    float *lbuf;
+    int32_t t, a, h, r;
+    CK(cudaMalloc((void **)&lbuf, (size_t)c->h * c->s * 4));
+    for (t = 0; t <= 2 * (2 * c->n - 1); ++t)
+        for (a = (t + 1) / 2; a <= t && a < 2 * c->n; ++a) {
+            const int32_t b = t - a, q0 = a * c->c - b_ht(c, a), k0 = b * c->c - b_e(c, b);
+            const int32_t sq = b_sq(c, a);
+            const int own = b_owner(c, a);
+            const size_t oq = (size_t)q0 * c->d, ok = (size_t)k0 * c->d;
+            bviews vw;
+            for (h = 0; h < c->h; ++h)
+                CK(cudaMemcpy(lbuf + (size_t)h * sq, lse + (size_t)h * c->s + q0,
+                              (size_t)sq * 4, cudaMemcpyDeviceToDevice));
+            vw.q = q + oq;
+            vw.o = o + oq;
+            vw.d_o = d_o + oq;
+            vw.lse = lbuf;
+            vw.k = k + ok;
+            vw.v = v + ok;
+            vw.w = w;
+            vw.dq = dq2 + oq;
+            vw.dq_lo = dq2 + nt + oq;
+            vw.dk = dk2 + ok;
+            vw.dk_lo = dk2 + nt + ok;
+            vw.dv = dv2 + ok;
+            vw.dv_lo = dv2 + nt + ok;
+            vw.dw = dw_ranks + (size_t)own * 2 * nw;
+            vw.dw_lo = vw.dw + nw;
+            vw.qp = c->s;
+            vw.kp = c->s;
+            b_pair_call(c, a, b, &vw, ws, ws_bytes, NULL);
+        }
+    CK(cudaMemset(dw_hi, 0, nw * 4));
+    CK(cudaMemset(dw_lo, 0, nw * 4));
+    for (r = 0; r < c->n; ++r)
+        b_merge_pair<<<8, 256>>>(dw_hi, dw_lo, dw_ranks + (size_t)r * 2 * nw,
+                                 dw_ranks + (size_t)r * 2 * nw + nw, nw);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    CK(cudaFree(lbuf));
+}
+
+/* max |x - y| / max |y| over n floats of host copies. */
+static double b_rel(const float *x, const float *y, size_t n) {
+    double m = 0.0, d = 0.0;
+    size_t i;
+    for (i = 0; i < n; ++i) {
+        const double e = fabs((double)x[i] - (double)y[i]), ay = fabs((double)y[i]);
+        if (ay > m) m = ay;
+        if (e > d) d = e;
+    }
+    return m > 0.0 ? d / m : d;
+}
+
+/* The MTA ring's backward (c_q x c_k, chunks of 64 t rows, optional window)
+ * against the same calls on device 0 and one ta_bwd (the comment above). */
+static int check_mta_bwd(int n, int32_t cq, int32_t ck, int32_t tiles, int32_t wl,
+                         ncclComm_t *comms, const int *devs) {
+    bcfg c;
+    brank rk[MAXR];
+    const int32_t H = 2, D = 64;
+    size_t nt, nl, nw, wb = 0, wb1 = 0;
+    float *q, *k, *v, *o, *lse, *d_o, *w, *g[3], *dq2, *dk2, *dv2, *dw_ranks, *dw_hi, *dw_lo;
+    float *rdw_hi, *rdw_lo, *dw_stage, *dw1, *w_host, *hq, *hr, *oq, *ok2, *ov;
+    void *ws;
+    ta_problem p;
+    ta_fwd_args fa;
+    ta_bwd_args ba;
+    ta_bwd_finish_args fin;
+    int r, x, ok = 1, words = 1, grads = 1;
+    int32_t ch, h, a, b;
+    double e_dw;
+    memset(&c, 0, sizeof c);
+    c.n = n;
+    c.h = H;
+    c.d = D;
+    c.cq = cq;
+    c.ck = ck;
+    c.pq = cq - 1;
+    c.pk = (ck - 1) / 2;
+    c.c = 64 * tiles;
+    c.s = 2 * n * c.c;
+    c.wl = wl;
+    nt = (size_t)H * c.s * D;
+    nl = (size_t)H * c.s;
+    nw = b_wn(&c);
+    /* the whole sequence on device 0: inputs, o and lse of one ta_fwd, dO */
+    CK(cudaSetDevice(devs[0]));
+    CK(cudaMalloc((void **)&q, nt * 4));
+    CK(cudaMalloc((void **)&k, nt * 4));
+    CK(cudaMalloc((void **)&v, nt * 4));
+    CK(cudaMalloc((void **)&o, nt * 4));
+    CK(cudaMalloc((void **)&d_o, nt * 4));
+    CK(cudaMalloc((void **)&lse, nl * 4));
+    CK(cudaMalloc((void **)&w, nw * 4));
+    fill(q, nt, 0, 21u, 1.0f);
+    fill(k, nt, 0, 22u, 1.0f);
+    fill(v, nt, 0, 23u, 1.0f);
+    fill(d_o, nt, 0, 24u, 1.0f);
+    w_host = conv_weights(nw);
+    CK(cudaMemcpy(w, w_host, nw * 4, cudaMemcpyHostToDevice));
+    p = b_problem(&c, c.s, c.s);
+    TK(ta_fwd_workspace_size(&p, TA_BACKEND_CUDA, &wb));
+    TK(ta_bwd_workspace_size(&p, TA_BACKEND_CUDA, &wb1));
+    for (a = 0; a < 2 * n; ++a) /* the pair problems' workspace too */
+        for (b = 0; b <= a; ++b) {
+            const ta_problem pp = b_pair_problem(&c, a, b);
+            size_t bb = 0;
+            TK(ta_bwd_workspace_size(&pp, TA_BACKEND_CUDA, &bb));
+            if (bb > wb1) wb1 = bb;
+        }
+    if (wb1 > wb) wb = wb1;
+    CK(cudaMalloc(&ws, wb ? wb : 64));
+    memset(&fa, 0, sizeof fa);
+    fa.q = q;
+    fa.k = k;
+    fa.v = v;
+    fa.conv_w = w;
+    fa.o = o;
+    fa.lse = lse;
+    TK(ta_fwd(&p, TA_BACKEND_CUDA, &fa, ws, wb, NULL));
+    /* the ranks: each chunk's own rows; the accumulators zeroed */
+    for (r = 0; r < n; ++r) {
+        brank *m = &rk[r];
+        memset(m, 0, sizeof *m);
+        m->dev = devs[r];
+        m->ws_bytes = wb1;
+        CK(cudaSetDevice(m->dev));
+        CK(cudaStreamCreateWithFlags(&m->comp, cudaStreamNonBlocking));
+        CK(cudaMalloc((void **)&m->w, nw * 4));
+        CK(cudaMemcpy(m->w, w_host, nw * 4, cudaMemcpyHostToDevice));
+        CK(cudaMalloc((void **)&m->dw, 2 * nw * 4));
+        CK(cudaMemset(m->dw, 0, 2 * nw * 4));
+        CK(cudaMalloc(&m->ws, wb1 ? wb1 : 64));
+        for (ch = 0; ch < 2 * n; ++ch) {
+            CK(cudaMalloc((void **)&m->kv[ch], 2 * b_kn(&c, ch) * 4));
+            CK(cudaMalloc((void **)&m->dkv[ch], 4 * b_kn(&c, ch) * 4));
+            CK(cudaMemset(m->dkv[ch], 0, 4 * b_kn(&c, ch) * 4));
+        }
+        for (x = 0; x < 2; ++x) {
+            const int32_t own = x == 0 ? r : 2 * n - 1 - r, sq = b_sq(&c, own);
+            const int32_t sk = b_sk(&c, own), ht = b_ht(&c, own), e = b_e(&c, own);
+            const size_t qn = b_qn(&c, own), kn = b_kn(&c, own);
+            float **side[3] = {&m->q[x], &m->o[x], &m->d_o[x]};
+            const float *src[3] = {q, o, d_o};
+            int t;
+            CK(cudaMalloc((void **)&m->lse[x], (size_t)H * sq * 4));
+            CK(cudaMalloc((void **)&m->dq[x], 2 * qn * 4));
+            CK(cudaMemset(m->dq[x], 0, 2 * qn * 4));
+            for (t = 0; t < 3; ++t) CK(cudaMalloc((void **)side[t], qn * 4));
+            for (h = 0; h < H; ++h) {
+                const size_t at = ((size_t)h * c.s + (size_t)own * c.c) * D;
+                const size_t rows = (size_t)c.c * D;
+                for (t = 0; t < 3; ++t)
+                    CK(cudaMemcpy(*side[t] + ((size_t)h * sq + ht) * D, src[t] + at, rows * 4,
+                                  cudaMemcpyDefault));
+                CK(cudaMemcpy(m->lse[x] + (size_t)h * sq + ht,
+                              lse + (size_t)h * c.s + (size_t)own * c.c, (size_t)c.c * 4,
+                              cudaMemcpyDefault));
+                CK(cudaMemcpy(m->kv[own] + ((size_t)h * sk + e) * D, k + at, rows * 4,
+                              cudaMemcpyDefault));
+                CK(cudaMemcpy(m->kv[own] + kn + ((size_t)h * sk + e) * D, v + at, rows * 4,
+                              cudaMemcpyDefault));
+            }
+        }
+        CK(cudaDeviceSynchronize());
+    }
+    CK(cudaSetDevice(devs[0]));
+    CK(cudaMalloc((void **)&rdw_hi, nw * 4));
+    CK(cudaMalloc((void **)&rdw_lo, nw * 4));
+    CK(cudaMalloc((void **)&dw_stage, 2 * nw * 4));
+    bwd_halo_exchange(&c, rk, comms);
+    ring_mta_bwd(&c, rk, comms, rdw_hi, rdw_lo, dw_stage);
+    for (r = 0; r < n; ++r) {
+        CK(cudaSetDevice(rk[r].dev));
+        CK(cudaDeviceSynchronize());
+    }
+    /* the same calls on device 0, and one ta_bwd */
+    CK(cudaSetDevice(devs[0]));
+    CK(cudaMalloc((void **)&dq2, 2 * nt * 4));
+    CK(cudaMalloc((void **)&dk2, 2 * nt * 4));
+    CK(cudaMalloc((void **)&dv2, 2 * nt * 4));
+    CK(cudaMalloc((void **)&dw_ranks, (size_t)n * 2 * nw * 4));
+    CK(cudaMalloc((void **)&dw_hi, nw * 4));
+    CK(cudaMalloc((void **)&dw_lo, nw * 4));
+    CK(cudaMalloc((void **)&dw1, nw * 4));
+    for (x = 0; x < 3; ++x) CK(cudaMalloc((void **)&g[x], 2 * nt * 4));
+    CK(cudaMemset(dq2, 0, 2 * nt * 4));
+    CK(cudaMemset(dk2, 0, 2 * nt * 4));
+    CK(cudaMemset(dv2, 0, 2 * nt * 4));
+    CK(cudaMemset(dw_ranks, 0, (size_t)n * 2 * nw * 4));
+    one_gpu_mta_bwd(&c, q, o, d_o, lse, k, v, w, dq2, dk2, dv2, dw_ranks, dw_hi, dw_lo, ws, wb);
+    /* the ring's words == the one-GPU calls' words */
+    oq = (float *)download(dq2, 2 * nt * 4);
+    ok2 = (float *)download(dk2, 2 * nt * 4);
+    ov = (float *)download(dv2, 2 * nt * 4);
+    for (a = 0; a < 2 * n; ++a) {
+        const int own = b_owner(&c, a), sl = b_slot(&c, a);
+        const int32_t sq = b_sq(&c, a), ht = b_ht(&c, a), sk = b_sk(&c, a), e = b_e(&c, a);
+        const int32_t kown = b_owner(&c, 2 * n - 1); /* every k chunk's words end there */
+        const size_t qn = b_qn(&c, a), kn = b_kn(&c, a);
+        float *rq = (float *)download(rk[own].dq[sl], 2 * qn * 4);
+        float *rkv = (float *)download(rk[kown].dkv[a], 4 * kn * 4);
+        int wd;
+        for (wd = 0; wd < 2; ++wd) /* hi, lo */
+            for (h = 0; h < H; ++h) {
+                const size_t whole = (size_t)wd * nt + ((size_t)h * c.s + (size_t)a * c.c) * D;
+                const size_t rows = (size_t)c.c * D;
+                words &= memcmp(rq + (size_t)wd * qn + ((size_t)h * sq + ht) * D, oq + whole,
+                                rows * 4) == 0;
+                words &= memcmp(rkv + (size_t)wd * kn + ((size_t)h * sk + e) * D, ok2 + whole,
+                                rows * 4) == 0;
+                words &= memcmp(rkv + (size_t)(2 + wd) * kn + ((size_t)h * sk + e) * D,
+                                ov + whole, rows * 4) == 0;
+            }
+        free(rq);
+        free(rkv);
+    }
+    free(oq);
+    free(ok2);
+    free(ov);
+    hq = (float *)download(rdw_hi, nw * 4);
+    hr = (float *)download(dw_hi, nw * 4);
+    words &= memcmp(hq, hr, nw * 4) == 0;
+    free(hq);
+    free(hr);
+    hq = (float *)download(rdw_lo, nw * 4);
+    hr = (float *)download(dw_lo, nw * 4);
+    words &= memcmp(hq, hr, nw * 4) == 0;
+    free(hq);
+    free(hr);
+    /* one ta_bwd over the sequence (the same tiles) against the finished words */
+    memset(&ba, 0, sizeof ba);
+    ba.q = q;
+    ba.k = k;
+    ba.v = v;
+    ba.o = o;
+    ba.d_o = d_o;
+    ba.lse = lse;
+    ba.conv_w = w;
+    ba.dq = g[0];
+    ba.dk = g[1];
+    ba.dv = g[2];
+    ba.dconv_w = dw1;
+    TK(ta_bwd(&p, TA_BACKEND_CUDA, &ba, ws, wb, NULL));
+    memset(&fin, 0, sizeof fin);
+    fin.dq_hi = dq2;
+    fin.dk_hi = dk2;
+    fin.dv_hi = dv2;
+    fin.dq = g[0] + nt;
+    fin.dk = g[1] + nt;
+    fin.dv = g[2] + nt;
+    TK(ta_bwd_finish(&p, TA_BACKEND_CUDA, &fin, NULL));
+    CK(cudaDeviceSynchronize());
+    for (x = 0; x < 3; ++x) {
+        float *gg = (float *)download(g[x], 2 * nt * 4);
+        grads &= memcmp(gg, gg + nt, nt * 4) == 0;
+        free(gg);
+    }
+    hq = (float *)download(rdw_hi, nw * 4);
+    hr = (float *)download(dw1, nw * 4);
+    e_dw = b_rel(hq, hr, nw);
+    free(hq);
+    free(hr);
+    ok = words && grads && e_dw <= 1e-5;
+    printf("%d ranks, MTA %dx%d exact f32, causal, window_left %d, C = %d (backward: halo "
+           "exchange, row and key ranges, accumulating pairs in the documented order): the "
+           "ring's words == the same calls on one GPU: %s; dq, dk, dv == one ta_bwd: %s; "
+           "dconv_w %.3g of the largest from one ta_bwd (tolerance 1e-5)\n",
+           n, (int)cq, (int)ck, (int)wl, (int)c.c, words ? "bit for bit" : "NO",
+           grads ? "bit for bit" : "NO", e_dw);
+    for (r = 0; r < n; ++r) {
+        CK(cudaSetDevice(rk[r].dev));
+        for (x = 0; x < 2; ++x) {
+            cudaFree(rk[r].q[x]);
+            cudaFree(rk[r].o[x]);
+            cudaFree(rk[r].d_o[x]);
+            cudaFree(rk[r].lse[x]);
+            cudaFree(rk[r].dq[x]);
+        }
+        for (ch = 0; ch < 2 * n; ++ch) {
+            cudaFree(rk[r].kv[ch]);
+            cudaFree(rk[r].dkv[ch]);
+        }
+        cudaFree(rk[r].dw);
+        cudaFree(rk[r].w);
+        cudaFree(rk[r].ws);
+        CK(cudaStreamDestroy(rk[r].comp));
+    }
+    CK(cudaSetDevice(devs[0]));
+    cudaFree(q);
+    cudaFree(k);
+    cudaFree(v);
+    cudaFree(o);
+    cudaFree(d_o);
+    cudaFree(lse);
+    cudaFree(w);
+    cudaFree(ws);
+    cudaFree(dq2);
+    cudaFree(dk2);
+    cudaFree(dv2);
+    cudaFree(dw_ranks);
+    cudaFree(dw_hi);
+    cudaFree(dw_lo);
+    cudaFree(dw1);
+    cudaFree(rdw_hi);
+    cudaFree(rdw_lo);
+    cudaFree(dw_stage);
+    for (x = 0; x < 3; ++x) cudaFree(g[x]);
+    free(w_host);
+    return ok;
+}
 
 /* ---- bench mode ---- */
 
@@ -1701,6 +2355,9 @@ static int check_all(int n, ncclComm_t *comms, const int *devs) {
     ok &= check_mta(n, 2, 3, 3, -1, comms, devs);
     ok &= check_mta(n, 6, 11, 2, 150, comms, devs); /* windows with ranges */
     ok &= check_mta(n, 0, 0, 2, 100, comms, devs);
+    ok &= check_mta_bwd(n, 6, 11, 1, -1, comms, devs); /* the backward with ranges */
+    ok &= check_mta_bwd(n, 7, 7, 2, -1, comms, devs);
+    ok &= check_mta_bwd(n, 2, 3, 1, 150, comms, devs);
     return ok;
 }
 
