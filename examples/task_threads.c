@@ -13,7 +13,9 @@
  * dconv_w sums) the same way.
  *
  * The program runs an MTA forward and backward this way and through ta_fwd /
- * ta_bwd (OpenMP inside the call), and compares: the caller-run tasks give the
+ * ta_bwd (OpenMP inside the call), then a split-K decode step (one new query
+ * row per head against the 96 keys, its keys cut into 3 parts: each part a
+ * task, the last one in merges), and compares: the caller-run tasks give the
  * same bits. Exit status 0 iff every call returned TA_OK and every output is
  * equal.
  */
@@ -40,6 +42,8 @@ enum { B = 2, H = 4, HKV = 2, S = 96, D = 32, CQ = 3, CK = 5, WORKERS = 3 };
 static float q[N_Q], k[N_KV], v[N_KV], d_o[N_Q], conv_w[N_W];
 /* [0]: caller-run tasks, [1]: ta_fwd / ta_bwd */
 static float o[2][N_Q], lse[2][N_LSE], dq[2][N_Q], dk[2][N_KV], dv[2][N_KV], dconv_w[2][N_W];
+/* the decode step: one new row per (b, h) [B, H, 1, D]; [0] tasks, [1] ta_fwd */
+static float q_new[B * H * D], o_new[2][B * H * D], lse_new[2][B * H];
 static _Alignas(TA_WORKSPACE_ALIGN) unsigned char shared_ws[SHARED_BYTES];
 static _Alignas(TA_WORKSPACE_ALIGN) unsigned char scratch[WORKERS][SCRATCH_BYTES];
 static _Alignas(TA_WORKSPACE_ALIGN) unsigned char arena[ARENA_BYTES];
@@ -101,6 +105,38 @@ static int report(const char *what, ta_status st) {
     return st != TA_OK;
 }
 
+/* A decode step with split-K on the pool and through ta_fwd: SDPA, one new
+ * query row per head against the S cached keys, the keys cut into 3 parts.
+ * Each part is a task of phase 0; the task that finishes a row block's last
+ * part merges them, so there is still one phase. 0 iff both match. */
+static int decode_step(const ta_problem *prefill) {
+    ta_problem p = *prefill;
+    ta_task_plan tp;
+    size_t bytes = 0;
+    const ta_fwd_args fa[2] = {{.q = q_new, .k = k, .v = v, .o = o_new[0], .lse = lse_new[0]},
+                               {.q = q_new, .k = k, .v = v, .o = o_new[1], .lse = lse_new[1]}};
+    p.conv_q = p.conv_k = 0;
+    p.seq_q = 1; /* bottom-right: the new row sees every cached key */
+    p.block_k = 32;   /* 3 K tiles of the 96 keys: a part each (a part is whole K tiles) */
+    p.num_splits = 3; /* more parts than K tiles would be clamped to their number */
+    if (report("decode ta_fwd_task_plan", ta_fwd_task_plan(&p, TA_BACKEND_CPU, &tp)) ||
+        report("decode ta_fwd_workspace_size",
+               ta_fwd_workspace_size(&p, TA_BACKEND_CPU, &bytes)))
+        return 1;
+    if (tp.shared_bytes > SHARED_BYTES || tp.scratch_bytes > SCRATCH_BYTES || bytes > ARENA_BYTES)
+        return report("decode plan", TA_ERR_WORKSPACE_SIZE);
+    memset(o_new[0], 0xff, sizeof o_new[0]), memset(lse_new[0], 0xff, sizeof lse_new[0]);
+    if (report("decode ta_fwd_tasks_prepare",
+               ta_fwd_tasks_prepare(&p, TA_BACKEND_CPU, &fa[0], shared_ws, SHARED_BYTES)) ||
+        report("decode tasks", run_pass(&tp)) ||
+        report("decode ta_fwd", ta_fwd(&p, TA_BACKEND_CPU, &fa[1], arena, ARENA_BYTES, NULL)))
+        return 1;
+    printf("task_threads: decode step, 3 key parts: %lld tasks in %d phase(s), shared %zu "
+           "bytes\n", (long long)tp.num_tasks[0], (int)tp.num_phases, tp.shared_bytes);
+    return memcmp(o_new[0], o_new[1], sizeof o_new[0]) != 0 ||
+           memcmp(lse_new[0], lse_new[1], sizeof lse_new[0]) != 0;
+}
+
 int main(void) {
     ta_problem p;
     ta_task_plan fwd_tp, bwd_tp;
@@ -142,6 +178,7 @@ int main(void) {
     fill(v, N_KV, &state);
     fill(d_o, N_Q, &state);
     fill(conv_w, N_W, &state);
+    fill(q_new, (size_t)B * H * D, &state);
     /* the pool's outputs start as NaN bits: a value it never wrote cannot compare equal */
     memset(o[0], 0xff, sizeof o[0]), memset(lse[0], 0xff, sizeof lse[0]);
     memset(dq[0], 0xff, sizeof dq[0]), memset(dk[0], 0xff, sizeof dk[0]);
@@ -174,7 +211,13 @@ int main(void) {
         }
     }
 
-    /* 4. stop the pool */
+    /* 4. a split-K decode step on the pool and through ta_fwd */
+    if (!bad && decode_step(&p)) {
+        fprintf(stderr, "task_threads: the decode step's tasks DIFFER from ta_fwd's bits\n");
+        bad = 2;
+    }
+
+    /* 5. stop the pool */
     g_pool.tp = NULL;
     pthread_barrier_wait(&g_pool.start);
     for (w = 1; w < WORKERS; ++w)

@@ -736,7 +736,7 @@ ta_status ta_explain_bwd_workspace_size(const ta_problem *p, ta_backend be, char
 /**
  * Explains ta_fwd_tasks_prepare (caller-run tasks): its checks, nothing
  * recorded; unlike ta_explain_fwd, it judges shared against the task plan's
- * shared_bytes and names the checks of the task mode (backend, num_splits).
+ * shared_bytes and names the checks of the task mode (the backend).
  * @param[in]  p, be, a, shared, shared_bytes  as for ta_fwd_tasks_prepare; only read
  * @param[out] buf      the line, NUL-terminated; may be NULL
  * @param[in]  buf_len  bytes at buf; 0 writes nothing
@@ -921,7 +921,9 @@ ta_status ta_rope_table_2d(const ta_rope_2d *cfg, float *cos, float *sin);
  * Phases: the forward and the SDPA backward have one; the MTA backward has
  * two (phase 0: dk/dv and dq tasks, each dq task leaving its Q tile's dconv_w
  * sum in the shared workspace; phase 1: one task per head adds those sums
- * into dconv_w in the reference's order).
+ * into dconv_w in the reference's order). A split-K forward runs one task
+ * per part, its part in the shared workspace; the task that finishes the
+ * last part of a Q tile merges them in ascending order (still one phase).
  * No allocation, no OpenMP, no lock, no wait inside a task (the OpenMP path's
  * dconv_w merge waits for its turn; the phases replace that wait), nothing
  * printed. ta_problem.num_threads is the number of workers the caller expects
@@ -946,7 +948,9 @@ typedef struct ta_task_plan {
                                it holds the validated call (about 2 KiB) and,
                                for the MTA backward, every Q tile's dconv_w sum
                                (4 (c_q c_k + 1) B H n_q bytes, n_q Q tiles of
-                               the backward's tiling: grows with S_q) */
+                               the backward's tiling: grows with S_q); for a
+                               split-K forward, its parts (about 4 n B H S_q
+                               (D_v + 1) bytes) */
     size_t scratch_bytes; /**< scratch of one running task (one thread's tile
                                buffers; independent of B and S): each task that
                                runs at the same time as another needs its own */
@@ -986,8 +990,9 @@ ta_status ta_bwd_task_plan(const ta_problem *p, ta_backend be, ta_task_plan *out
  * @return TA_OK, or the status ta_fwd would return in ta_fwd's order of
  *         checks (judging the workspace against shared_bytes), with
  *         TA_ERR_UNSUPPORTED for a backend other than CPU right after the
- *         backend's own checks and for num_splits > 1
- *         (ta_explain_fwd_tasks_prepare names the failed check)
+ *         backend's own checks (ta_explain_fwd_tasks_prepare names the
+ *         failed check); a split-K forward (num_splits > 1) runs one task
+ *         per part, in one phase
  */
 ta_status ta_fwd_tasks_prepare(const ta_problem *p, ta_backend be, const ta_fwd_args *a,
                                void *shared, size_t shared_bytes);

@@ -250,9 +250,6 @@ static ta_status ta_call_need(ta_backend be, const ta_backend_ops *ops, const ta
     ta_status st;
     if (!ops->supports(pl))
         return ta_fail_backend(d, TA_ERR_UNSUPPORTED, be, "does not run this strided layout");
-    if (tasks && !bwd && pl->fwd.num_splits > 1)
-        return ta_fail(d, TA_ERR_UNSUPPORTED, "num_splits",
-                       "caller-run tasks run the unsplit forward only (num_splits 0 or 1)");
     st = tasks ? ta_cpu_tasks_plan(pl, bwd, &tp) : (bwd ? ops->bwd_size : ops->fwd_size)(pl, need);
     if (st != TA_OK)
         return ta_fail(d, st, "workspace size", "the backend's workspace layout overflows size_t");

@@ -10,7 +10,7 @@ Build the library with gcc's per-function stack sizes and call graphs:
 It reads every .ci file (gcc -fcallgraph-info=su: nodes with their frame size,
 direct call edges), resolves the library's indirect calls from its own tables
 (the backend ops tables, the CPU kernel tables per ISA, the micro-kernel switch
-in cpu_k1_panel, also where gcc inlined it into a caller, the latent backward's weight-gradient slots), adds each OpenMP outlined body under the function that starts the
+in cpu_k1_panel and the conv switch in cpu_conv_kl, also where gcc inlined them into a caller, the latent backward's weight-gradient slots), adds each OpenMP outlined body under the function that starts the
 region, and prints the deepest path from each ta_* entry point. Exit 1 if a
 frame is unbounded ("dynamic" without "bounded": a VLA or alloca), if the
 graph has a cycle (recursion), or if an indirect call is left unresolved.
@@ -37,9 +37,11 @@ COMPUTE_OPS = {"ta_fwd": ["ta_ref_fwd", "ta_cpu_fwd", "ta_cuda_fwd"],
                "ta_tune_fwd": ["ta_cuda_tune_fwd", "ta_cuda_tune_fwd_not_linked"],
                "ta_bwd_finish": ["ta_ref_bwd_finish", "ta_cuda_bwd_finish",
                                  "ta_cuda_finish_not_linked"]}
-TASKS = ["cpu_sdpa_fwd_task", "cpu_mta_fwd_task", "cpu_sdpa_dkdv_task", "cpu_mta_dkdv_task",
-         "cpu_sdpa_dq_task", "cpu_mta_dq_task", "cpu_mta_bwd1_task"]
+TASKS = ["cpu_sdpa_fwd_task", "cpu_mta_fwd_task", "cpu_fwd_merge_task", "cpu_sdpa_dkdv_task",
+         "cpu_mta_dkdv_task", "cpu_sdpa_dq_task", "cpu_mta_dq_task", "cpu_mta_bwd1_task"]
 MICRO = ["cpu_k1_b%d_%s" % (b, w) for b in range(1, 7) for w in ("1", "TA_NV")]
+# The MTA decode conv's switch in cpu_conv_kl (ta_cpu_mta.inc), also where gcc inlined it.
+CONV_KL = ["cpu_conv_kl_b%d_%s" % (b, w) for b in range(1, 7) for w in ("1", "TA_NV")]
 # The public entry points (include/tileattn.h).
 ENTRIES = ("ta_fwd", "ta_bwd", "ta_fwd_workspace_size", "ta_bwd_workspace_size", "ta_explain_fwd",
            "ta_explain_bwd", "ta_explain_fwd_workspace_size", "ta_explain_bwd_workspace_size",
@@ -94,6 +96,9 @@ def main(build):
                 elif (name in ("cpu_k1", "cpu_k1_visible", "cpu_k1_panel") or
                       all("ta_cpu_micro.inc:" in x for x in sites.get(src, ["-"]))):
                     names = MICRO  # the switch in cpu_k1_panel, also where gcc inlined it
+                elif name == "cpu_conv_kl" or all(
+                        "ta_cpu_mta.inc:" in x for x in sites.get(src, ["-"])):
+                    names = CONV_KL  # cpu_conv_kl's switch, inlined or not
                 elif name in LATENT:
                     names = LATENT[name]
                 else:

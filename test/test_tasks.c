@@ -4,9 +4,12 @@
  * in any order, and get the bits of the ordinary call.
  *
  * For each problem (SDPA in every dtype, causal, GQA, sliding windows,
- * seqlens_k, explicit tiles; the MTA conv, whose backward has two phases):
+ * seqlens_k, explicit tiles; the MTA conv, whose backward has two phases;
+ * a third of them split-K forwards, num_splits 2-4 or TA_SPLITS_AUTO, whose
+ * parts are tasks of their own and whose last part merges):
  *   1. expected: ta_fwd, then ta_bwd from its o and lse, on TA_BACKEND_CPU
- *      (OpenMP, num_threads 0 = the runtime's default);
+ *      (OpenMP, num_threads 0 = the runtime's default); a split-K forward
+ *      also on TA_BACKEND_REF, bit for bit the same;
  *   2. for several worker counts W (ta_problem.num_threads = W, which sets
  *      the task grouping): ta_fwd_task_plan, ta_fwd_tasks_prepare, then W
  *      pthreads, each with its own scratch (random bytes), take the tasks of
@@ -147,7 +150,7 @@ static void poison_out(const tcase *tc, run_out *out) {
     if (out->dw) ta_poison(out->dw, tc->n_w * sizeof(float));
 }
 
-static long g_calls, g_tasks, g_lat_calls, g_lat_bwd_calls;
+static long g_calls, g_tasks, g_lat_calls, g_lat_bwd_calls, g_split;
 
 /* Forward and backward of tc as caller-run tasks on `workers` threads; compares with exp. */
 static void run_tasks(ta_rng *r, const tcase *tc, const run_out *exp, int workers, int reversed,
@@ -224,6 +227,10 @@ static void make_problem(ta_rng *r, int x, tcase *tc) {
         p->block_q = p->block_k = 0;
         break;
     }
+    if (x % 3 == 1) { /* split-K (every mask in turn): 2-4 parts or the library's choice */
+        const int n = ta_rng_int(r, 1, 4);
+        p->num_splits = n == 1 ? TA_SPLITS_AUTO : n;
+    }
     ta_oc_make_buffers(r, tc);
     if (x % 4 != 3 && ta_rng_int(r, 0, 2) == 0) ta_oc_random_seqlens(r, tc);
     if (tc->n_w) ta_fill_uniform(r, tc->conv_w, TA_F32, tc->n_w, -0.5f, 0.5f);
@@ -233,11 +240,11 @@ static void describe(const tcase *tc, int x, char *buf, size_t n) {
     const ta_problem *p = &tc->p;
     snprintf(buf, n,
              "problem %d: B=%d H=%d/%d S=%d/%d D=%d/%d dt=%d flags=%u win=%d,%d conv=%dx%d "
-             "bq=%d bk=%d seqlens=%d",
+             "bq=%d bk=%d seqlens=%d splits=%d",
              x, (int)p->batch, (int)p->heads_q, (int)p->heads_kv, (int)p->seq_q, (int)p->seq_k,
              (int)p->head_dim, (int)p->head_dim_v, (int)p->dtype, (unsigned)p->flags,
              (int)p->window_left, (int)p->window_right, (int)p->conv_q, (int)p->conv_k,
-             (int)p->block_q, (int)p->block_k, tc->seqlens != NULL);
+             (int)p->block_q, (int)p->block_k, tc->seqlens != NULL, (int)p->num_splits);
 }
 
 /* ---- Refused calls ---- */
@@ -306,18 +313,23 @@ static void bad_cases(ta_rng *r) {
         EXPECT(TA_ERR_BAD_SHAPE, ta_fwd_task_plan(&q, TA_BACKEND_CPU, &tp));
         q = p, q.num_threads = -1;
         EXPECT(TA_ERR_BAD_ARG, ta_bwd_task_plan(&q, TA_BACKEND_CPU, &tp));
-        /* split-K: not as caller-run tasks yet (the forward refuses more than one
-         * part; the backward ignores num_splits) */
+        /* split-K: each part a task of its own (the backward ignores num_splits) */
         memset(&q, 0, sizeof q);
         q.batch = q.heads_q = q.heads_kv = 1;
         q.seq_q = q.seq_k = 300; /* several key tiles at any default block_k */
         q.head_dim = q.head_dim_v = 16;
         q.dtype = TA_F32;
-        q.num_splits = 2;
-        EXPECT(TA_ERR_UNSUPPORTED, ta_fwd_task_plan(&q, TA_BACKEND_CPU, &tp));
-        EXPECT(TA_OK, ta_bwd_task_plan(&q, TA_BACKEND_CPU, &tp));
         q.num_splits = 1;
+        EXPECT(TA_OK, ta_fwd_task_plan(&q, TA_BACKEND_CPU, &tf));
+        q.num_splits = 2;
         EXPECT(TA_OK, ta_fwd_task_plan(&q, TA_BACKEND_CPU, &tp));
+        /* one Q tile per unit, two parts each: twice as many tasks as Q tiles */
+        TA_CHECK(tp.num_phases == 1 && tp.num_tasks[0] % 2 == 0 &&
+                     tp.num_tasks[0] >= 2 * tf.num_tasks[0] && tp.shared_bytes > tf.shared_bytes,
+                 "split-K plan: %d phases, %lld tasks (unsplit %lld), shared %zu (unsplit %zu)",
+                 (int)tp.num_phases, (long long)tp.num_tasks[0], (long long)tf.num_tasks[0],
+                 tp.shared_bytes, tf.shared_bytes);
+        EXPECT(TA_OK, ta_bwd_task_plan(&q, TA_BACKEND_CPU, &tp));
     }
     EXPECT(TA_OK, ta_fwd_task_plan(&p, TA_BACKEND_CPU, &tf));
     EXPECT(TA_OK, ta_bwd_task_plan(&p, TA_BACKEND_CPU, &tp));
@@ -356,16 +368,13 @@ static void bad_cases(ta_rng *r) {
         b2 = ba, b2.dq = shared; /* an output inside the shared workspace */
         expect_prepare(TA_ERR_BAD_ARG, "dq", &p, TA_BACKEND_CPU, NULL, &b2, shared,
                        tp.shared_bytes);
-        /* split-K: the task mode's own check (before the pointers'), which
-         * ta_explain_fwd does not make; several key tiles at any default block_k */
-        memset(&q, 0, sizeof q);
-        q.batch = q.heads_q = q.heads_kv = 1;
-        q.seq_q = q.seq_k = 300;
-        q.head_dim = q.head_dim_v = 16;
-        q.dtype = TA_F32;
-        q.num_splits = 2;
-        expect_prepare(TA_ERR_UNSUPPORTED, "num_splits", &q, TA_BACKEND_CPU, &fa, NULL, shared,
-                       tf.shared_bytes);
+        /* split-K: the shared workspace holds the parts (a short one is refused) */
+        q = p;
+        q.num_splits = 3;
+        EXPECT(TA_OK, ta_fwd_task_plan(&q, TA_BACKEND_CPU, &tf));
+        expect_prepare(TA_ERR_WORKSPACE_SIZE, "workspace", &q, TA_BACKEND_CPU, &fa, NULL, shared,
+                       tf.shared_bytes - 64);
+        EXPECT(TA_OK, ta_fwd_task_plan(&p, TA_BACKEND_CPU, &tf));
     }
     /* never prepared */
     EXPECT(TA_ERR_BAD_ARG, ta_task_run(shared, 0, 0, scratch, tp.scratch_bytes));
@@ -664,6 +673,15 @@ int main(int argc, char **argv) {
         ta_oc_alloc_out(&tc, &exp);
         TA_CHECK(ta_oc_run_step_on(TA_BACKEND_CPU, &r, &tc, &tc.p, &exp, 1) == TA_OK,
                  "%s: ta_fwd / ta_bwd", desc);
+        if (tc.p.num_splits != 0) { /* split-K: the OpenMP call is REF's bits */
+            run_out ref;
+            ta_oc_alloc_out(&tc, &ref);
+            TA_CHECK(ta_oc_run_fwd_on(TA_BACKEND_REF, &r, &tc, &tc.p, &ref, 1, NULL) == TA_OK &&
+                         ta_oc_same_fwd(&tc, &ref, &exp),
+                     "%s: split-K forward: CPU differs from REF", desc);
+            ++g_split;
+            ta_oc_free_out(&ref);
+        }
         for (wi = 0; wi < n_workers; ++wi)
             run_tasks(&r, &tc, &exp, workers_full[quick ? wi + 1 : wi], 0, desc);
         run_tasks(&r, &tc, &exp, 1, 1, desc);
@@ -674,9 +692,10 @@ int main(int argc, char **argv) {
     for (x = 0; x < n_lat; ++x)
         lat_problem(&r, x, workers_full + (quick ? 1 : 0), n_workers);
     bad_cases(&r);
-    printf("test_tasks: %d problems, %ld caller-run forward + backward pairs; %d latent "
-           "problems (band, projections), %ld caller-run forwards, %ld backwards (%ld tasks "
-           "in all) compared with ta_fwd / ta_bwd (== REF)\n",
-           n_problems, g_calls, n_lat, g_lat_calls, g_lat_bwd_calls, g_tasks);
+    printf("test_tasks: %d problems (%ld split-K forwards, CPU == REF), %ld caller-run forward + "
+           "backward pairs; %d latent problems (band, projections), %ld caller-run forwards, %ld "
+           "backwards (%ld tasks in all) compared with ta_fwd / ta_bwd (== REF)\n",
+           n_problems, g_split, g_calls, n_lat, g_lat_calls, g_lat_bwd_calls, g_tasks);
+    TA_CHECK(g_split > 0, "no split-K problem drawn");
     return ta_test_finish("test_tasks");
 }

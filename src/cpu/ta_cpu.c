@@ -42,6 +42,9 @@
 /* The dconv_w merge's turn counters (one per head): acquire / release. */
 #define TA_CPU_TURN_LOAD(c)     ((int64_t)atomic_load_explicit((c), memory_order_acquire))
 #define TA_CPU_TURN_STORE(c, v) atomic_store_explicit((c), (v), memory_order_release)
+/* Split-K's finished parts per unit: acquire and release, so the task that
+ * counts a unit's last part sees every part written before it. */
+#define TA_CPU_COUNT_DONE(c) ((int64_t)atomic_fetch_add_explicit((c), 1, memory_order_acq_rel))
 #else
 #define TA_CPU_TASK_COUNTER     int64_t
 #define TA_CPU_TASK_INIT(c)     (*(c) = 0)
@@ -69,6 +72,15 @@ static void ta_cpu_turn_store(int64_t *c, int64_t v) {
         *c = v;
     }
     (void)old;
+}
+#define TA_CPU_COUNT_DONE(c) ta_cpu_count_done(c)
+static int64_t ta_cpu_count_done(int64_t *c) {
+    int64_t v;
+    TA_OMP("omp flush")
+    TA_OMP("omp atomic capture")
+    v = (*c)++;
+    TA_OMP("omp flush")
+    return v;
 }
 #endif
 #if defined(__x86_64__) || defined(__i386__)
@@ -134,7 +146,9 @@ int32_t ta_cpu_q_group(const ta_plan *plan, const ta_tiling *t, int32_t n_thread
 int32_t ta_cpu_head_pack(const ta_plan *plan, int32_t n_threads) {
     const ta_tiling *t = &plan->fwd;
     const int32_t rows = ta_tiling_min_i32(t->rows_eff, t->seq_q); /* a Q tile's, at most */
-    const int64_t units = (int64_t)plan->p.batch * plan->p.heads_kv * t->num_q_tiles;
+    /* split-K: every part is a task of its own */
+    const int64_t units = (int64_t)plan->p.batch * plan->p.heads_kv * t->num_q_tiles *
+                          (t->num_splits > 1 ? t->num_splits : 1);
     /* MTA: only into the lanes-over-keys path (TA_CPU_KEYLANE_MTA_PACK_ROWS
      * effective rows, their loaded rows within the qr and srm tiles) */
     const int32_t loaded = rows + (plan->has_conv ? plan->p.conv_q - 1 : 0);
@@ -180,7 +194,7 @@ static size_t ta_cpu_lane_ld(size_t bq_pad) {
 
 /* The three per-thread layouts (ta_cpu.h draws them). Each region is a
  * multiple of 64 bytes and starts on a 64-byte boundary (ta_ws_take). */
-void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int band, int32_t n_splits, ta_ws_cursor *c,
+void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int band, ta_ws_cursor *c,
                       ta_cpu_fwd_ws *ws) {
     const size_t bq = (size_t)dm->rows_max, bk = (size_t)dm->block_k;
     /* the lanes-over-keys tiles' rows: loaded (qr, srm) and effective (sr);
@@ -209,19 +223,9 @@ void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int band, int32_t n_split
     ws->acc_lo = TA_WS_TAKE(c, float, bq * dm->dv_pad);
     ws->part = TA_WS_TAKE(c, float, bq * dm->dv_pad);
     ws->l_lo = TA_WS_TAKE(c, float, dm->bq_pad);
-    ws->n_splits = n_splits > 1 ? n_splits : 1;
+    ws->n_splits = 1, ws->part_rows = 0; /* split-K: the call's parts (ta_cpu_layout) */
     ws->head_pack = 1;
     ws->part_o = ws->part_lse = NULL;
-    if (n_splits > 1) {
-        size_t n_o = 0, n_lse = 0;
-        if (!ta_mul_size((size_t)n_splits, bq * dm->dv_pad, &n_o) ||
-            !ta_mul_size((size_t)n_splits, dm->bq_pad, &n_lse)) {
-            c->overflow = 1;
-            return;
-        }
-        ws->part_o = TA_WS_TAKE(c, float, n_o);
-        ws->part_lse = TA_WS_TAKE(c, float, n_lse);
-    }
     ws->lat_in = dm->lat_w ? TA_WS_TAKE(c, float, ta_cpu_round_pad(dm->lat_w)) : NULL;
     ws->lat_out = dm->lat_w ? TA_WS_TAKE(c, float, ta_cpu_round_pad(dm->lat_w)) : NULL;
     ws->qlat = band ? TA_WS_TAKE(c, float, bk * dm->d_pad) : NULL;
@@ -465,7 +469,65 @@ typedef struct ta_cpu_slab {
     TA_CPU_TASK_COUNTER *sum_turn;
     float *da_g; /* the band: [2] d_alpha's pair (hi, lo) */
     ta_cpu_lat_sums lat_sums; /* the projections: dw_qlat's, dw_vup's lo words and partials */
+    /* split-K forward: [units] parts finished per unit (ta_cpu_split_unit);
+     * the task that finishes a unit's last part merges it */
+    TA_CPU_TASK_COUNTER *split_done;
+    int64_t split_units;
 } ta_cpu_slab;
+
+/*
+ * Split-K's regions of a forward's call (n = plan->fwd.num_splits > 1), after
+ * the slabs (OpenMP) or in the shared workspace (caller-run tasks), shared by
+ * every thread:
+ *
+ *   +--------------------------------------+---------------------------+--------------+
+ *   | part_o [U, n, R, dv_pad] f32         | part_lse [U, n, R] f32    | done [U]     |
+ *   +--------------------------------------+---------------------------+--------------+
+ *   U = B (H / head_pack) n_q units (b, head pack, Q tile), R = head_pack
+ *   min(rows_eff, S_q) lanes of a part; done: each unit's finished parts.
+ *
+ * One task per part (any thread, any order); the task whose part completes a
+ * unit merges its n parts in ascending order (kern->fwd.merge), so the bits
+ * are those of one thread running the parts in turn. O(B H S_q n D_v): the
+ * partials the issue's split-K keeps in the caller's workspace, as on CUDA.
+ */
+typedef struct ta_cpu_splits {
+    float *part_o, *part_lse;
+    TA_CPU_TASK_COUNTER *done;
+    size_t part_rows;
+    int64_t units;
+} ta_cpu_splits;
+
+/* The split-K regions from a cursor (nothing without split-K); n_threads
+ * sets the head packing (ta_cpu_head_pack) as for the slabs. */
+static void ta_cpu_carve_splits(const ta_plan *plan, int32_t n_threads, ta_ws_cursor *c,
+                                ta_cpu_splits *sp) {
+    const ta_tiling *t = &plan->fwd;
+    const int32_t pk = ta_cpu_head_pack(plan, n_threads);
+    size_t slots, n_o, n_lse;
+    memset(sp, 0, sizeof *sp);
+    if (t->num_splits <= 1) return;
+    sp->part_rows = (size_t)pk * (size_t)ta_tiling_min_i32(t->rows_eff, t->seq_q);
+    sp->units = (int64_t)plan->p.batch * (plan->p.heads_q / pk) * t->num_q_tiles;
+    if (!ta_mul_size((size_t)sp->units, (size_t)t->num_splits, &slots) ||
+        !ta_mul_size(slots, sp->part_rows, &n_lse) ||
+        !ta_mul_size(n_lse, ta_cpu_round_pad(plan->dim_v), &n_o)) {
+        c->overflow = 1;
+        return;
+    }
+    sp->part_o = TA_WS_TAKE(c, float, n_o);
+    sp->part_lse = TA_WS_TAKE(c, float, n_lse);
+    sp->done = TA_WS_TAKE(c, TA_CPU_TASK_COUNTER, (size_t)sp->units);
+}
+
+/* A slab's view of the call's split-K regions. */
+static void ta_cpu_slab_splits(const ta_cpu_splits *sp, ta_cpu_slab *slab) {
+    slab->split_done = sp->done;
+    slab->split_units = sp->units;
+    if (!sp->done) return;
+    slab->fwd.part_o = sp->part_o, slab->fwd.part_lse = sp->part_lse;
+    slab->fwd.part_rows = sp->part_rows;
+}
 
 /* The backward's call sums of latent attention (docs/cpu.md section 3c):
  * the band's d_alpha and the fused projections' dw_qlat, dw_vup. The dq
@@ -488,9 +550,9 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
     if (!backward) {
         int32_t pk;
         ta_cpu_fwd_dims(plan, n_threads, &dm, &pk);
-        ta_cpu_carve_fwd(&dm, plan->has_conv, plan->stages.score == TA_SCORE_RBAND,
-                         plan->fwd.num_splits, &c, &slab->fwd);
+        ta_cpu_carve_fwd(&dm, plan->has_conv, plan->stages.score == TA_SCORE_RBAND, &c, &slab->fwd);
         slab->fwd.head_pack = pk;
+        slab->fwd.n_splits = plan->fwd.num_splits > 1 ? plan->fwd.num_splits : 1;
         return c.overflow ? 0 : c.used;
     }
     if (plan->has_conv) { /* MTA: one Q tile x one K tile per step */
@@ -525,7 +587,8 @@ static size_t ta_cpu_carve_slab(const ta_plan *plan, int backward, int32_t n_thr
  * Latent attention's backward adds one turn counter, with the band
  * d_alpha's pair, with the projections dw_qlat's and dw_vup's lo words and
  * row-chunk partials (O(H D L), ta_cpu_lat_sums).
- * Nothing grows with B, and nothing with S but the MTA backward's one-pass
+ * A split-K forward adds the call's parts (ta_cpu_splits, O(B H S_q n D_v)).
+ * Nothing else grows with B, and nothing with S but the MTA backward's one-pass
  * slab (its sums over all keys, O(S_k (D + D_v)), capped by
  * ta_cpu_mta_one_pass): every other region is O(tile), or O(H) for these.
  * With a base, carves thread tid's slab into *slab. Returns the total size.
@@ -539,11 +602,14 @@ static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_thre
     TA_CPU_TASK_COUNTER *turn = NULL, *sum_turn = NULL;
     float *dw_lo = NULL, *da_g = NULL;
     ta_cpu_lat_sums ls;
+    ta_cpu_splits sp;
     memset(&ls, 0, sizeof ls);
+    memset(&sp, 0, sizeof sp);
     if (slab_bytes == 0 || !ta_mul_size(slab_bytes, (size_t)n_threads, &slabs_bytes))
         return TA_ERR_OVERFLOW;
     ta_ws_begin(&c, base);
     (void)TA_WS_TAKE(&c, unsigned char, slabs_bytes);
+    if (!backward) ta_cpu_carve_splits(plan, n_threads, &c, &sp);
     if (backward && plan->has_conv) {
         turn = TA_WS_TAKE(&c, TA_CPU_TASK_COUNTER, (size_t)plan->p.heads_q);
         dw_lo = TA_WS_TAKE(&c, float, plan->n_conv);
@@ -569,6 +635,7 @@ static ta_status ta_cpu_layout(const ta_plan *plan, int backward, int32_t n_thre
         slab->sum_turn = sum_turn;
         slab->da_g = da_g;
         slab->lat_sums = ls;
+        ta_cpu_slab_splits(&sp, slab);
     }
     return TA_OK;
 }
@@ -811,19 +878,27 @@ static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64
     } else { /* forward, or backward dq: q_group Q tiles of one (b, h) (forward: h_pack heads) */
         /* several threads: last Q groups first across all (b, h) (the longest
          * under a causal mask first, for balance); one thread: (b, h) outer,
-         * so consecutive tasks share the same K and V rows (cache reuse) */
-        const int64_t rest = task - run->n_dkdv;
+         * so consecutive tasks share the same K and V rows (cache reuse).
+         * Split-K: a unit's n parts are consecutive tasks */
+        const int32_t n_parts = run->fa && t->num_splits > 1 ? t->num_splits : 1;
+        const int64_t rest = (task - run->n_dkdv) / n_parts;
+        const int32_t split = n_parts > 1 ? (int32_t)((task - run->n_dkdv) % n_parts) : -1;
         const int64_t bh = run->n_threads > 1 ? rest % n_bh : rest / n_q_groups;
         const int32_t qg = (int32_t)(run->n_threads > 1 ? rest / n_bh : rest % n_q_groups);
         const int32_t qt = (n_q_groups - 1 - qg) * run->q_group;
         const int32_t qt_end = qt + run->q_group < n_q ? qt + run->q_group : n_q;
         const int32_t b = (int32_t)(bh / n_hp), h = (int32_t)(bh % n_hp) * run->h_pack;
         if (run->fa && plan->has_conv)
-            run->kern->fwd.mta(plan, run->fa, &slab->fwd, b, h, qt, qt_end);
+            run->kern->fwd.mta(plan, run->fa, &slab->fwd, b, h, qt, qt_end, split);
         else if (run->fa)
-            run->kern->fwd.sdpa(plan, run->fa, &slab->fwd, b, h, qt, qt_end);
+            run->kern->fwd.sdpa(plan, run->fa, &slab->fwd, b, h, qt, qt_end, split);
         else
             run->kern->dq.sdpa(plan, run->ba, &slab->dq, b, h, qt, qt_end);
+        /* the unit's last part in (acquire: every other part's stores seen) */
+        if (split >= 0 &&
+            TA_CPU_COUNT_DONE(slab->split_done + ta_cpu_split_unit(plan, run->h_pack, b, h, qt)) ==
+                n_parts - 1)
+            run->kern->fwd.merge(plan, run->fa, &slab->fwd, b, h, qt);
     }
 }
 
@@ -880,7 +955,8 @@ static ta_status ta_cpu_start(ta_cpu_run *run, const ta_plan *plan, int backward
     run->n_dkdv = backward ? (int64_t)plan->p.batch * plan->p.heads_kv *
                                  ((t->num_k_tiles + run->k_group - 1) / run->k_group)
                            : 0;
-    run->n_tasks = run->n_dkdv + n_bh * ((t->num_q_tiles + run->q_group - 1) / run->q_group);
+    run->n_tasks = run->n_dkdv + n_bh * ((t->num_q_tiles + run->q_group - 1) / run->q_group) *
+                                     (!backward && t->num_splits > 1 ? t->num_splits : 1);
     run->one_pass = backward && !tasks && ta_cpu_mta_one_pass(plan, n_threads);
     if (run->one_pass) { /* (b, kv head), b outer: the dconv_w merge's order */
         run->n_dkdv = 0;
@@ -891,7 +967,19 @@ static ta_status ta_cpu_start(ta_cpu_run *run, const ta_plan *plan, int backward
     return st;
 }
 
-/* Forward: one task per (b, h, group of Q tiles). */
+/* Split-K: every unit's count of finished parts to 0 (before the tasks).
+ * Out of line: its slab stays off the tasks' stack path. */
+TA_CPU_NOINLINE static void ta_cpu_splits_begin(const ta_plan *plan, void *workspace,
+                                                int32_t n_threads) {
+    ta_cpu_slab slab; /* thread 0's: the split-K regions' pointers */
+    size_t total;
+    int64_t u;
+    (void)ta_cpu_layout(plan, 0, n_threads, workspace, 0, &slab, &total);
+    for (u = 0; u < slab.split_units; ++u)
+        TA_CPU_TASK_INIT(slab.split_done + u);
+}
+
+/* Forward: one task per (b, h, group of Q tiles); split-K: per (unit, part). */
 static ta_status ta_cpu_fwd(const ta_plan *plan, const ta_fwd_args *a, void *workspace,
                             void *stream) {
     ta_cpu_run run;
@@ -900,6 +988,7 @@ static ta_status ta_cpu_fwd(const ta_plan *plan, const ta_fwd_args *a, void *wor
     if (st != TA_OK) return st;
     run.fa = a;
     run.ba = NULL;
+    if (plan->fwd.num_splits > 1) ta_cpu_splits_begin(plan, workspace, run.n_threads);
     ta_cpu_parallel(&run);
     return TA_OK;
 }
@@ -985,6 +1074,8 @@ typedef struct ta_cpu_span {
  *                                    whether it sees a K tile (phase 1 merges them)
  *   latent attention's backward instead: | da_rows [B H S_q] | lat_g, lat_ctx [B H S_q][L] |
  *   each row's d_alpha (band), dq~ and ctx~ (projections), summed by phase 1
+ *   a split-K forward instead: | part_o | part_lse | done |  (ta_cpu_splits: the
+ *   parts and each unit's count of finished parts, as after the OpenMP slabs)
  *
  * The header holds copies of the plan and the arguments (the caller's structs
  * may go), the task numbering (the OpenMP path's ta_cpu_run, whose plan and
@@ -1008,6 +1099,7 @@ typedef struct ta_cpu_tasks_hdr {
      * (b H + h) S_q + r: its d_alpha hi word (band) [B H S_q]; its dq~ and
      * ctx~ (projections) [B H S_q][L] each (phase 1 sums them) */
     float *da_rows, *lat_g, *lat_ctx;
+    ta_cpu_splits splits; /* a split-K forward's parts (no split-K: NULL) */
     TA_CPU_TASK_COUNTER done[TA_TASK_PHASES_MAX];
 } ta_cpu_tasks_hdr;
 
@@ -1022,8 +1114,11 @@ static ta_status ta_cpu_tasks_layout(const ta_plan *plan, int backward, void *ba
     ta_ws_cursor c;
     float *dw_sum = NULL, *da_rows = NULL, *lat_g = NULL, *lat_ctx = NULL;
     int32_t *dw_add = NULL;
+    ta_cpu_splits sp;
+    memset(&sp, 0, sizeof sp);
     ta_ws_begin(&c, base);
     *hdr = TA_WS_TAKE(&c, ta_cpu_tasks_hdr, 1);
+    if (!backward) ta_cpu_carve_splits(plan, ta_cpu_task_workers(plan), &c, &sp);
     if (ta_cpu_bwd_turns(plan, backward)) {
         size_t rows, floats;
         if (!ta_mul_size((size_t)plan->p.batch * (size_t)plan->p.heads_q, (size_t)plan->p.seq_q,
@@ -1050,6 +1145,7 @@ static ta_status ta_cpu_tasks_layout(const ta_plan *plan, int backward, void *ba
     if (base) {
         (*hdr)->dw_sum = dw_sum, (*hdr)->dw_add = dw_add;
         (*hdr)->da_rows = da_rows, (*hdr)->lat_g = lat_g, (*hdr)->lat_ctx = lat_ctx;
+        (*hdr)->splits = sp;
     }
     *bytes = c.used;
     return TA_OK;
@@ -1062,7 +1158,6 @@ ta_status ta_cpu_tasks_plan(const ta_plan *plan, int backward, ta_task_plan *out
     ta_cpu_run run;
     ta_status st;
     memset(out, 0, sizeof *out);
-    if (!backward && plan->fwd.num_splits > 1) return TA_ERR_UNSUPPORTED; /* not yet as tasks */
     out->scratch_bytes = ta_cpu_carve_slab(plan, backward, n, 0, NULL, &slab);
     if (out->scratch_bytes == 0) return TA_ERR_OVERFLOW;
     if ((st = ta_cpu_tasks_layout(plan, backward, NULL, &hdr, &out->shared_bytes)) != TA_OK)
@@ -1104,6 +1199,11 @@ void ta_cpu_tasks_prepare(const ta_plan *plan, const ta_fwd_args *fa, const ta_b
     for (ph = 0; ph < TA_TASK_PHASES_MAX; ++ph) {
         h->num_tasks[ph] = tp.num_tasks[ph];
         TA_CPU_TASK_INIT(&h->done[ph]);
+    }
+    {
+        int64_t u; /* split-K: no unit has a finished part */
+        for (u = 0; u < h->splits.units; ++u)
+            TA_CPU_TASK_INIT(h->splits.done + u);
     }
     {
         const ta_cpu_span fwd[] = {{fa ? fa->q : NULL, ex->q},
@@ -1241,6 +1341,7 @@ ta_status ta_cpu_task_run(void *shared, int32_t phase, int64_t task, void *scrat
     } else {
         (void)ta_cpu_carve_slab(plan, h->run.ba != NULL, h->run.n_threads, 0, scratch, &slab);
         slab.dw_turn = NULL;
+        ta_cpu_slab_splits(&h->splits, &slab); /* the call's split-K parts */
         if (h->run.ba && plan->has_conv && task >= h->run.n_dkdv) {
             /* MTA dq task (b, Q tile, head): its R(b, qt) into its slot, no merge */
             const int64_t turn = (task - h->run.n_dkdv) / plan->p.heads_q;

@@ -96,7 +96,6 @@ typedef struct ta_cpu_dims {
  *   | m | l | alpha | nvis | lse (bq_pad each) | sraw (conv only: B_k x ld_sraw) |
  *   | nlo (bq_pad) | row_lo | row_hi (bq_pad each; ld_sraw each with a conv) |
  *   | acc_lo B_q x dv_pad | part B_q x dv_pad | l_lo bq_pad |
- *   | part_o n x B_q x dv_pad | part_lse n x bq_pad |  (split-K, n > 1 parts only)
  *   | lat_in, lat_out pad(lat_w) |  (the fused projections only)
  *   | qlat B_k x d_pad | qlat_t D x bk_pad | k_rows R x d_pad | tvec R x bk_pad |
  *   (the band only; R = TA_CPU_RBAND_ROWS)
@@ -141,12 +140,16 @@ typedef struct ta_cpu_fwd_ws {
      * d_pad], transposed [D, bk_pad]; a block of rows' k rows [R, d_pad] and
      * T [R, bk_pad] (R = TA_CPU_RBAND_ROWS; cpu_lat_rband_scores) */
     float *qlat, *qlat_t, *k_rows, *tvec;
-    /* split-K (n = plan->fwd.num_splits > 1; NULL, 1 otherwise): the task's
-     * parts, part s of row i at part_o + (s B_q + i) dv_pad (f32, normalised)
-     * and part_lse + s bq_pad + i; merged by src/ta_merge.h */
+    /* split-K (n = plan->fwd.num_splits > 1; else 1 and NULL): every forward
+     * unit's parts in the call's workspace after the slabs (one task per part,
+     * ta_cpu_carve_splits), shared by all threads: part s of unit u
+     * (ta_cpu_split_unit) for lane x at part_o + ((u n + s) part_rows + x)
+     * dv_pad (f32, normalised) and part_lse + (u n + s) part_rows + x; merged
+     * by src/ta_merge.h (kern->fwd.merge) once the unit's n parts are in */
     int32_t n_splits;
-    float *part_o;   /* [n, B_q, dv_pad] */
-    float *part_lse; /* [n, bq_pad] */
+    size_t part_rows; /* lanes of one part: head_pack x min(rows_eff, S_q) */
+    float *part_o;    /* [units, n, part_rows, dv_pad] */
+    float *part_lse;  /* [units, n, part_rows] */
     /* GQA packing (ta_cpu_head_pack; 1: none): the task's query heads h, h +
      * 1, ..., h + head_pack - 1 (one kv group), head h + g's rows at lanes
      * [g r, (g + 1) r) (r: the Q tile's rows); MTA: its loaded rows at Q^T
@@ -350,10 +353,17 @@ int32_t ta_cpu_q_group(const ta_plan *plan, const ta_tiling *t, int32_t n_thread
  * changes no bit; part of the workspace layout. */
 int32_t ta_cpu_head_pack(const ta_plan *plan, int32_t n_threads);
 /* conv: 1 carves the MTA raw-score tile (sraw) too; band: 1 and dm->lat_w >
- * 0 the projected q~ rows (qlat); n_splits > 1 the split-K parts (part_o,
- * part_lse). */
-void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int band, int32_t n_splits, ta_ws_cursor *c,
+ * 0 the projected q~ rows (qlat). The split-K parts are the call's, not a
+ * thread's (ta_cpu_fwd_ws.part_o). */
+void ta_cpu_carve_fwd(const ta_cpu_dims *dm, int conv, int band, ta_ws_cursor *c,
                       ta_cpu_fwd_ws *ws);
+/* Split-K's unit of a forward task: (b, head pack, Q tile), numbered
+ * (b (H / head_pack) + h / head_pack) n_q + qt (h: the pack's first head). */
+static inline int64_t ta_cpu_split_unit(const ta_plan *plan, int32_t head_pack, int32_t b,
+                                        int32_t h, int32_t qt) {
+    const int64_t n_hp = plan->p.heads_q / head_pack;
+    return ((int64_t)b * n_hp + h / head_pack) * plan->fwd.num_q_tiles + qt;
+}
 /* MTA backward tiles for a c_q x c_k conv (dims of plan->bwd, q_group 1):
  * two passes (one_pass 0) with `group` K tiles per pass-1 task
  * (ta_cpu_dkdv_group), or the one-pass task's sums over all of plan->bwd's
@@ -397,12 +407,18 @@ typedef struct ta_cpu_lat_sums {
  * ta_cpu_mta.inc tasks. */
 typedef struct ta_cpu_kernels {
     const char *name;
-    /* Forward of Q tiles [qt_begin, qt_end) of (b, h); MTA: ws carved with conv = 1. */
+    /* Forward of Q tiles [qt_begin, qt_end) of (b, h); MTA: ws carved with
+     * conv = 1. split < 0: the whole forward (one part, stored in o, lse);
+     * split s >= 0 (split-K, one Q tile): part s into its unit's slot of
+     * ws->part_o, part_lse. merge: a split-K unit's parts merged in
+     * ascending order and stored (SDPA and MTA alike). */
     struct {
         void (*sdpa)(const ta_plan *plan, const ta_fwd_args *a, const ta_cpu_fwd_ws *ws, int32_t b,
-                     int32_t h, int32_t qt_begin, int32_t qt_end);
+                     int32_t h, int32_t qt_begin, int32_t qt_end, int32_t split);
         void (*mta)(const ta_plan *plan, const ta_fwd_args *a, const ta_cpu_fwd_ws *ws, int32_t b,
-                    int32_t h, int32_t qt_begin, int32_t qt_end);
+                    int32_t h, int32_t qt_begin, int32_t qt_end, int32_t split);
+        void (*merge)(const ta_plan *plan, const ta_fwd_args *a, const ta_cpu_fwd_ws *ws, int32_t b,
+                      int32_t h, int32_t qt);
     } fwd;
     /* Backward pass 1 (dk, dv) of K tiles [kt_begin, kt_end) of (b, h_kv). */
     struct {

@@ -77,7 +77,7 @@ TA_VFN void v_transpose(ta_v *r) {
 
 const ta_cpu_kernels ta_cpu_kernels_avx512 = {
     .name = "avx512",
-    .fwd = {.sdpa = cpu_sdpa_fwd_task, .mta = cpu_mta_fwd_task},
+    .fwd = {.sdpa = cpu_sdpa_fwd_task, .mta = cpu_mta_fwd_task, .merge = cpu_fwd_merge_task},
     .dkdv = {.sdpa = cpu_sdpa_dkdv_task, .mta = cpu_mta_dkdv_task},
     .dq = {.sdpa = cpu_sdpa_dq_task, .mta = cpu_mta_dq_task},
     .mta_bwd1 = cpu_mta_bwd1_task,

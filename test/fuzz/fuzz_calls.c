@@ -26,7 +26,7 @@
  *     H = H_kv: dk, dv == ta_bwd's (S <= 40, so a cut on multiples of 64 is
  *     one range);
  *   - the forward again with num_splits from the bytes (0, 2-4, TA_SPLITS_AUTO):
- *     REF == CPU; the same keys in a paged KV cache (page size 1-8, pages in a
+ *     REF == CPU (ta_fwd or caller-run tasks: the parts as tasks); the same keys in a paged KV cache (page size 1-8, pages in a
  *     shuffled order, spare pages, unused table entries -1) on REF and CPU (or
  *     caller-run tasks) == the contiguous forward bit for bit; without the
  *     conv, two forwards over key shares [0, k1), [k1, S_k) merged by ta_merge:
@@ -611,7 +611,7 @@ static void check_fwd_variants(fz *f, const ta_problem *p, const bufs *in, const
     int32_t page, n_blk, n_pages, max_blocks, i, *tb, *perm;
     int tasks;
     ps.num_splits = splits[fz_range(f, 0, 4)];
-    tasks = ps.num_splits == 0 && (fz_mix(&s) & 1u); /* the task mode runs no split-K */
+    tasks = (int)(fz_mix(&s) & 1u); /* CPU: OpenMP or caller-run tasks (split-K too) */
     /* split-K (or none): REF == CPU */
     for (i = 0; i < 2; ++i) {
         fwd_out_alloc(&r[i], o_bytes, lse_bytes);
@@ -1133,7 +1133,7 @@ static void check_key_range_fast(fz *f, const ta_problem *p, const bufs *in, con
                   : how == 2 ? (int32_t)(-(int64_t)TA_SEQ_MAX - base)
                              : pick(f, &s, -2 * p->seq_k - 2, 2 * p->seq_k + 2);
     pr.num_splits = splits[pick(f, &s, 0, 3)];
-    tasks = pr.num_splits == 0 && (fz_mix(&s) & 1u);
+    tasks = (int)(fz_mix(&s) & 1u);
     for (be = 0; be < 2; ++be) {
         ta_status st;
         fwd_out_alloc(&r[be], o_bytes, lse_bytes);
@@ -1212,8 +1212,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     run_backend(&p, TA_BACKEND_CPU, &in, &bshd, fz_data(&ref.b[B_O]),
                 (const float *)fz_data(&ref.b[B_LSE]), ws_bytes, ~seed, NULL, &cpu, eb, NULL,
                 &st[1][0], &st[1][1]);
-    /* the same as caller-run tasks (fz_small_problem leaves num_splits 0: no
-     * split-K, which the task mode refuses) */
+    /* the same as caller-run tasks (fz_small_problem leaves num_splits 0;
+     * check_fwd_variants runs split-K forwards as tasks) */
     FZ_CHECK(ta_fwd_task_plan(&p, TA_BACKEND_CPU, &tp[0]) == TA_OK &&
                  ta_bwd_task_plan(&p, TA_BACKEND_CPU, &tp[1]) == TA_OK,
              "task plans refused a problem ta_fwd accepts");
