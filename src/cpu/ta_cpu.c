@@ -453,28 +453,6 @@ static int32_t ta_cpu_threads(const ta_plan *plan) {
 #endif
 }
 
-/* A pass's per-thread tiles: forward, or backward (both of its layouts share
- * one slab: a thread runs one task at a time). With a conv (MTA, section 9 of
- * docs/cpu.md) the forward adds the raw-score tile and the backward has its
- * own layout, plus H turn counters shared by all threads after the slabs. */
-typedef struct ta_cpu_slab {
-    ta_cpu_fwd_ws fwd;     /* forward (SDPA; MTA with sraw) */
-    ta_cpu_dkdv_ws dkdv;   /* SDPA backward (the band's and the projections' stages too) */
-    ta_cpu_dq_ws dq;
-    ta_cpu_mta_bwd_ws mta; /* MTA backward, both passes */
-    TA_CPU_TASK_COUNTER *dw_turn; /* MTA backward: [H] next (b, Q tile) to merge per head */
-    float *dw_lo; /* MTA backward: [H, c_q c_k] lo words of dconv_w's pairs (src/ta_sum2.h) */
-    /* the backward's call sums (the band's d_alpha, the projections' weight
-     * gradients): [1] the next (b, h, Q-tile group) to add its share */
-    TA_CPU_TASK_COUNTER *sum_turn;
-    float *da_g; /* the band: [2] d_alpha's pair (hi, lo) */
-    ta_cpu_lat_sums lat_sums; /* the projections: dw_qlat's, dw_vup's lo words and partials */
-    /* split-K forward: [units] parts finished per unit (ta_cpu_split_unit);
-     * the task that finishes a unit's last part merges it */
-    TA_CPU_TASK_COUNTER *split_done;
-    int64_t split_units;
-} ta_cpu_slab;
-
 /*
  * Split-K's regions of a forward's call (n = plan->fwd.num_splits > 1), after
  * the slabs (OpenMP) or in the shared workspace (caller-run tasks), shared by
@@ -497,6 +475,25 @@ typedef struct ta_cpu_splits {
     size_t part_rows;
     int64_t units;
 } ta_cpu_splits;
+
+/* A pass's per-thread tiles: forward, or backward (both of its layouts share
+ * one slab: a thread runs one task at a time). With a conv (MTA, section 9 of
+ * docs/cpu.md) the forward adds the raw-score tile and the backward has its
+ * own layout, plus H turn counters shared by all threads after the slabs. */
+typedef struct ta_cpu_slab {
+    ta_cpu_fwd_ws fwd;     /* forward (SDPA; MTA with sraw) */
+    ta_cpu_dkdv_ws dkdv;   /* SDPA backward (the band's and the projections' stages too) */
+    ta_cpu_dq_ws dq;
+    ta_cpu_mta_bwd_ws mta; /* MTA backward, both passes */
+    TA_CPU_TASK_COUNTER *dw_turn; /* MTA backward: [H] next (b, Q tile) to merge per head */
+    float *dw_lo; /* MTA backward: [H, c_q c_k] lo words of dconv_w's pairs (src/ta_sum2.h) */
+    /* the backward's call sums (the band's d_alpha, the projections' weight
+     * gradients): [1] the next (b, h, Q-tile group) to add its share */
+    TA_CPU_TASK_COUNTER *sum_turn;
+    float *da_g; /* the band: [2] d_alpha's pair (hi, lo) */
+    ta_cpu_lat_sums lat_sums; /* the projections: dw_qlat's, dw_vup's lo words and partials */
+    ta_cpu_splits splits; /* split-K forward: the call's parts and counters */
+} ta_cpu_slab;
 
 /* The split-K regions from a cursor (nothing without split-K); n_threads
  * sets the head packing (ta_cpu_head_pack) as for the slabs. */
@@ -522,11 +519,17 @@ static void ta_cpu_carve_splits(const ta_plan *plan, int32_t n_threads, ta_ws_cu
 
 /* A slab's view of the call's split-K regions. */
 static void ta_cpu_slab_splits(const ta_cpu_splits *sp, ta_cpu_slab *slab) {
-    slab->split_done = sp->done;
-    slab->split_units = sp->units;
+    slab->splits = *sp;
     if (!sp->done) return;
     slab->fwd.part_o = sp->part_o, slab->fwd.part_lse = sp->part_lse;
     slab->fwd.part_rows = sp->part_rows;
+}
+
+/* Before a call's tasks: no unit has a finished part. */
+static void ta_cpu_splits_reset(const ta_cpu_splits *sp) {
+    int64_t u;
+    for (u = 0; u < sp->units; ++u)
+        TA_CPU_TASK_INIT(sp->done + u);
 }
 
 /* The backward's call sums of latent attention (docs/cpu.md section 3c):
@@ -896,7 +899,7 @@ static void ta_cpu_do_task(const ta_cpu_run *run, const ta_cpu_slab *slab, int64
             run->kern->dq.sdpa(plan, run->ba, &slab->dq, b, h, qt, qt_end);
         /* the unit's last part in (acquire: every other part's stores seen) */
         if (split >= 0 &&
-            TA_CPU_COUNT_DONE(slab->split_done + ta_cpu_split_unit(plan, run->h_pack, b, h, qt)) ==
+            TA_CPU_COUNT_DONE(slab->splits.done + ta_cpu_split_unit(plan, run->h_pack, b, h, qt)) ==
                 n_parts - 1)
             run->kern->fwd.merge(plan, run->fa, &slab->fwd, b, h, qt);
     }
@@ -973,10 +976,8 @@ TA_CPU_NOINLINE static void ta_cpu_splits_begin(const ta_plan *plan, void *works
                                                 int32_t n_threads) {
     ta_cpu_slab slab; /* thread 0's: the split-K regions' pointers */
     size_t total;
-    int64_t u;
     (void)ta_cpu_layout(plan, 0, n_threads, workspace, 0, &slab, &total);
-    for (u = 0; u < slab.split_units; ++u)
-        TA_CPU_TASK_INIT(slab.split_done + u);
+    ta_cpu_splits_reset(&slab.splits);
 }
 
 /* Forward: one task per (b, h, group of Q tiles); split-K: per (unit, part). */
@@ -1200,11 +1201,7 @@ void ta_cpu_tasks_prepare(const ta_plan *plan, const ta_fwd_args *fa, const ta_b
         h->num_tasks[ph] = tp.num_tasks[ph];
         TA_CPU_TASK_INIT(&h->done[ph]);
     }
-    {
-        int64_t u; /* split-K: no unit has a finished part */
-        for (u = 0; u < h->splits.units; ++u)
-            TA_CPU_TASK_INIT(h->splits.done + u);
-    }
+    ta_cpu_splits_reset(&h->splits);
     {
         const ta_cpu_span fwd[] = {{fa ? fa->q : NULL, ex->q},
                                    {fa ? fa->k : NULL, ex->k},
