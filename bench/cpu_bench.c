@@ -324,6 +324,9 @@ typedef struct bufs {
     float *dconv_w;      /* MTA backward output */
     float *rope_cos, *rope_sin; /* --rope: [S, D/2] tables; NULL without */
     void *q_hist;               /* q_history > 0: [B, H, q_history, D]; else NULL */
+    float *ring;                /* decode "ring" rows: the score ring [B, H, slots, S_k]
+                                   (history read from it, q_hist not passed); else NULL */
+    int32_t ring_slots;
     size_t n_q, n_o, n_lse, eb, ws_bytes;
 } bufs;
 
@@ -353,6 +356,11 @@ static ta_status call(const ta_problem *p, ta_backend be, int bwd, bufs *x, void
         a.rope.cos = x->rope_cos;
         a.rope.sin = x->rope_sin;
         a.q_hist = x->q_hist;
+        if (x->ring) { /* docs/mta.md 2a, "The score ring" */
+            a.q_hist = NULL;
+            a.score_ring = x->ring;
+            a.score_ring_slots = x->ring_slots;
+        }
         return ta_fwd(p, be, &a, ws, ws_bytes, NULL);
     } else {
         ta_bwd_args a;
@@ -463,6 +471,8 @@ static void setup(const ta_problem *p, bufs *x) {
         x->q_hist = xalloc(n_h * x->eb);
         fill(x->q_hist, p->dtype, n_h, &state);
     }
+    x->ring = NULL;
+    x->ring_slots = 0;
     x->rope_cos = x->rope_sin = NULL;
     if (p->rope) { /* the original RoPE, base 10000, one row per position */
         ta_rope_1d cfg;
@@ -490,6 +500,7 @@ static void teardown(bufs *x) {
     free(x->dv);
     free(x->lse);
     free(x->q_hist);
+    free(x->ring);
     free(x->ws);
     free(x->rope_cos);
     free(x->rope_sin);
@@ -644,7 +655,7 @@ static double copy_secs(size_t n, int32_t threads, int reps) {
 /* One decode step of p (forward), timed; its GB/s against copy_gbs printed.
  * Returns the step's seconds (-1 on an error). */
 static double decode_row(const opts *op, ta_problem *p, ta_cpu_isa isa, double copy_gbs,
-                         double sdpa_s) {
+                         double sdpa_s, int ring) {
     bufs x;
     const size_t kv_bytes = 2u * (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k *
                             (size_t)p->head_dim * (p->dtype == TA_F32 ? 4u : 2u);
@@ -656,13 +667,22 @@ static double decode_row(const opts *op, ta_problem *p, ta_cpu_isa isa, double c
         size_t i;
         w = (float *)xalloc(n_w * sizeof(float));
         for (i = 0; i < n_w; ++i) w[i] = 0.05f + 0.01f * (float)(i % 7);
-        snprintf(kind, sizeof kind, "mta%dx%d", (int)p->conv_q, (int)p->conv_k);
+        snprintf(kind, sizeof kind, "mta%dx%d%s", (int)p->conv_q, (int)p->conv_k,
+                 ring ? "r" : "");
     } else {
         snprintf(kind, sizeof kind, "sdpa");
     }
     setup(p, &x);
     x.conv_w = w;
     x.dconv_w = NULL;
+    if (ring) { /* slots for the history rows read and the new rows written */
+        size_t n_r, i;
+        x.ring_slots = p->q_history + p->seq_q > p->conv_q ? p->q_history + p->seq_q : p->conv_q;
+        n_r = (size_t)p->batch * (size_t)p->heads_q * (size_t)x.ring_slots * (size_t)p->seq_k;
+        x.ring = (float *)xalloc(n_r * sizeof(float));
+        for (i = 0; i < n_r; ++i)
+            x.ring[i] = 0.01f * (float)(i % 97) - 0.4f; /* finite raw scores */
+    }
     secs = time_pass(p, 0, &x, op->reps);
     if (secs >= 0) {
         const double gbs = (double)kv_bytes / secs * 1e-9;
@@ -715,14 +735,17 @@ static int decode_table(const opts *op, int32_t threads, ta_cpu_isa isa) {
                 p.seq_q = op->decode[iq] < p.seq_k ? op->decode[iq] : p.seq_k;
                 p.conv_q = p.conv_k = 0;
                 p.q_history = 0;
-                sdpa_s = decode_row(op, &p, isa, copy_gbs, 0.0);
+                sdpa_s = decode_row(op, &p, isa, copy_gbs, 0.0, 0);
                 if (sdpa_s < 0) ok = 0;
                 if (op->mta_q > 0) {
                     p.conv_q = op->mta_q;
                     p.conv_k = op->mta_k;
                     p.q_history = p.seq_k - p.seq_q < op->mta_q - 1 ? p.seq_k - p.seq_q
                                                                     : op->mta_q - 1;
-                    if (decode_row(op, &p, isa, copy_gbs, sdpa_s) < 0) ok = 0;
+                    if (decode_row(op, &p, isa, copy_gbs, sdpa_s, 0) < 0) ok = 0;
+                    /* the same step reading its history rows' scores from the ring */
+                    if (p.q_history > 0 && decode_row(op, &p, isa, copy_gbs, sdpa_s, 1) < 0)
+                        ok = 0;
                 }
             }
         }
@@ -763,7 +786,9 @@ static void usage(void) {
         "  --decode L     decode mode: L new query rows per step (comma list) against\n"
         "                 S_k = each --seq, causal, TA_SPLITS_AUTO, forward only; GB/s\n"
         "                 of K and V against a parallel copy of as many bytes, and the\n"
-        "                 MTA step (--mta, q_history = c_q - 1) against it\n"
+        "                 MTA step (--mta, q_history = c_q - 1) against it, then\n"
+        "                 the same step with the score ring (kind mta..r: the history\n"
+        "                 rows' scores read, not recomputed)\n"
         "  --heads-kv N   kv heads in decode mode (GQA)                [--heads]\n"
         "  --check        compare each result with the reference (slow)\n"
         "  --peak-only    measure the FMA peak and stop\n"

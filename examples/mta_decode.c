@@ -18,6 +18,12 @@
  * is table row t), each chunk passes its tokens' absolute positions in
  * args.rope.pos_q, and the history rows turn by the positions just before
  * (row -i by pos_q[0] - i); q and k are stored unrotated.
+ * Then both again with the score ring (docs/mta.md 2a, "The score ring"):
+ * every call also passes a ring of raw scores (c_q slots of S keys per
+ * head); the prefill pieces still pass q_hist (their history is recomputed,
+ * the ring only written), the decode steps pass none and read the history
+ * rows' scores from the ring instead of recomputing them, on the CPU and
+ * on the reference backend.
  *
  * The workspace is sized once, for the largest call (the size depends on the
  * tiles, not on S). Exit status 0 iff every call returned TA_OK and both
@@ -36,7 +42,10 @@ static uint16_t o_full[H][S][D], o_steps[H][S][D];
 static uint16_t hist[H][HIST][D]; /* the last query rows, [B = 1, H, n, D] */
 static float conv_w[H][C_Q][C_K];
 static float cos_t[S][D / 2], sin_t[S][D / 2]; /* the rotary table: S positions, D / 2 pairs */
-static int g_rope;                             /* the pass with rotary embeddings */
+static float ring[H][C_Q][S]; /* the score ring: c_q slots of S keys per head */
+static int g_rope;            /* the pass with rotary embeddings */
+static int g_ring;            /* the passes with the score ring */
+static ta_backend g_be = TA_BACKEND_CPU;
 static _Alignas(64) unsigned char workspace[1 << 20];
 
 /* A float rounded to bf16 by truncation (inputs only: any bits will do). */
@@ -110,19 +119,28 @@ static ta_status step(int32_t t0, int32_t t1, int with_hist) {
         memcpy(hist[h], q[h][t0 - n], (size_t)n * D * sizeof(uint16_t));
     a.q_hist = hist;
     a.q_hist_strides = (ta_strides){(int64_t)H * HIST * D, (int64_t)HIST * D, D};
-    return ta_fwd(&p, TA_BACKEND_CPU, &a, workspace, sizeof workspace, NULL);
+    if (g_ring) { /* decode steps read the history's scores; the prefill's recompute them */
+        a.score_ring = &ring[0][0][0];
+        a.score_ring_slots = C_Q;
+        a.score_ring_strides = (ta_strides){(int64_t)H * C_Q * S, (int64_t)C_Q * S, S};
+        if (t1 - t0 == 1) a.q_hist = NULL;
+    }
+    return ta_fwd(&p, g_be, &a, workspace, sizeof workspace, NULL);
 }
 
 /* Steps 1-3; returns 0 if they held. */
 static int run(void) {
     static const int32_t prefill[] = {0, 16, 25}; /* two pieces, then decode */
     const ta_problem full = problem(S, S, 0);
-    const char *const name = g_rope ? "mta_decode (rope)" : "mta_decode";
+    char name[64];
     ta_fwd_args a;
     size_t need = 0;
     ta_status st;
     int32_t i, t, h, differ;
-    st = ta_fwd_workspace_size(&full, TA_BACKEND_CPU, &need);
+    snprintf(name, sizeof name, "mta_decode%s%s%s", g_rope ? " (rope)" : "",
+             g_ring ? " (score ring)" : "", g_be == TA_BACKEND_REF ? " (REF)" : "");
+    memset(ring, 0xFF, sizeof ring); /* NaN: an entry read before it is written shows */
+    st = ta_fwd_workspace_size(&full, g_be, &need);
     if (st != TA_OK || need > sizeof workspace) {
         printf("%s: workspace %zu bytes: %s\n", name, need, ta_status_string(st));
         return 1;
@@ -131,7 +149,7 @@ static int run(void) {
     memset(&a, 0, sizeof a);
     a.q = q, a.k = k, a.v = v, a.o = o_full, a.conv_w = &conv_w[0][0][0];
     a.rope.cos = &cos_t[0][0], a.rope.sin = &sin_t[0][0]; /* no positions: token t, row t */
-    if ((st = ta_fwd(&full, TA_BACKEND_CPU, &a, workspace, sizeof workspace, NULL)) != TA_OK) {
+    if ((st = ta_fwd(&full, g_be, &a, workspace, sizeof workspace, NULL)) != TA_OK) {
         printf("%s: full forward: %s\n", name, ta_status_string(st));
         return 1;
     }
@@ -179,7 +197,11 @@ int main(void) {
         printf("mta_decode: rope table: %s\n", ta_status_string(st));
         return 1;
     }
-    if (run() != 0) return 1;
-    g_rope = 1;
-    return run();
+    for (g_ring = 0; g_ring < 2; ++g_ring)
+        for (g_rope = 0; g_rope < 2; ++g_rope)
+            if (run() != 0) return 1;
+    g_ring = 1, g_be = TA_BACKEND_REF;
+    for (g_rope = 0; g_rope < 2; ++g_rope)
+        if (run() != 0) return 1;
+    return 0;
 }

@@ -424,6 +424,36 @@ typedef struct ta_fwd_args {
     const float *w_vup;       /**< [H, latent_dim, head_dim_v] f32: the value
                                    up-projection, o_i = W_vup[h]^T ctx~_i. Required iff
                                    latent_dim > 0, else ignored. */
+    /**
+     * MTA decode: a ring of raw scores kept across the calls of one sequence
+     * (docs/mta.md section 2a, "The score ring"), so a decode step reads the
+     * history rows' scores instead of recomputing them from q_hist. NULL (the
+     * default): none. f32 [B, H, score_ring_slots, ld] by score_ring_strides;
+     * query row r (history rows too) at position r + S_k - S_q lives in slot
+     * position % score_ring_slots, its entry j = its raw score with key j,
+     * scale <q_r, k_j>, the exact value the conv reads. The MTA conv only
+     * (else TA_ERR_BAD_ARG), REF and CPU (CUDA: TA_ERR_UNSUPPORTED), not with
+     * key ranges (key_begin > 0 or key_end < S_k: TA_ERR_UNSUPPORTED).
+     *  - Written: the entries the call's last min(S_q, c_q - 1) rows see
+     *    (causal, seqlens_k, window); no other entry is touched.
+     *  - Read, iff q_history > 0 and q_hist is NULL: the entries history
+     *    rows see, in place of recomputing them. Then q_history + S_q <=
+     *    score_ring_slots (TA_ERR_BAD_ARG: the rows read and the rows written
+     *    must be distinct slots). The caller guarantees they were written by
+     *    earlier calls of the same sequence with the same keys, masks and
+     *    rotary positions (a growing cache): exact mode then gives the bits
+     *    of recomputing them. With q_hist given, the history is recomputed
+     *    and the ring only written (a long prefill chunk).
+     * Read and written: no other buffer may overlap it.
+     */
+    float *score_ring;
+    int32_t score_ring_slots;       /**< slots of score_ring, >= c_q (with a ring), at most
+                                         TA_SEQ_MAX; ignored without one */
+    ta_strides score_ring_strides;  /**< element strides of score_ring (batch, head, slot);
+                                         zero = contiguous [B, H, slots, S_k]. A decode loop
+                                         whose S_k grows passes {H slots ld, slots ld, ld}
+                                         for its capacity ld (seq >= S_k, else
+                                         TA_ERR_BAD_ARG) */
 } ta_fwd_args;
 
 /** Backward arguments. o and lse are the forward's outputs for the same inputs. */

@@ -9,10 +9,14 @@
  * For each (batch b, query head h, Q tile qt) of plan->fwd:
  *   1. load the Q tile's loaded rows (widened; rows above row 0 are the
  *      q_history rows of args.q_hist, zeros above them; with the rotary
- *      stage, rows and history rows turned by their table rows);
+ *      stage, rows and history rows turned by their table rows; with the
+ *      score ring read, the history rows are 0 and their scores come from
+ *      the ring in step 2);
  *      m = -inf, l = 0, acc = 0 per effective row
  *   2. for each K tile kt in the context's [k_begin, k_end) ascending:
- *        S = scores on the loaded region (masked entries 0)
+ *        S = scores on the loaded region (masked entries 0); with a score
+ *            ring, the history rows' entries read from it and the call's
+ *            last c_q - 1 rows' entries written to it (ta_ref_ring_scores)
  *        C = conv(S) on the effective region   (MTA; without a conv C is S)
  *        online softmax update of m, l, acc over the visible C of the
  *        effective columns (rescale at this tile boundary): the tile's
@@ -277,6 +281,35 @@ static void ta_ref_fwd_merge_store(const ta_plan *plan, const ta_fwd_args *a,
     }
 }
 
+/* Step 2's score ring (ta_fwd_args.score_ring, docs/mta.md 2a "The score
+ * ring"), on S of the loaded region:
+ *   a. plan->ring_read: each loaded history row r in [-q_history, 0) takes
+ *      its visible entries from the ring, S[r][j] = ring[slot(r)][j] (its
+ *      q row was loaded as 0; its masked entries stay 0)
+ *   b. each effective row r among the call's last min(S_q, c_q - 1) rows
+ *      gives the ring its visible entries of the effective columns,
+ *      ring[slot(r)][j] = S[r][j]: the effective rows and columns of the
+ *      steps partition the rows and keys, so each entry is written once. */
+static void ta_ref_ring_scores(const ta_plan *plan, const ta_ref_tile *s, const ta_ref_step *st) {
+    const ta_tiling *t = &plan->fwd;
+    const int32_t b = st->ctx.batch, h = st->ctx.head;
+    const int32_t j_end = st->col_load_begin + st->cols_load;
+    int32_t r, j;
+    for (r = ta_tiling_max_i32(st->row_load_begin, -t->q_history);
+         plan->ring_read && r < 0 && r < st->row_load_begin + st->rows_load; ++r) {
+        const float *ring_row = plan->ring + ta_plan_ring_row(plan, b, h, r); /* [>= S_k] */
+        for (j = st->col_load_begin; j < j_end; ++j)
+            if (ta_ref_visible(t, st, r, j)) *ta_ref_at(s, r, j) = ring_row[j];
+    }
+    for (r = st->row_begin; r < st->row_begin + st->rows; ++r) {
+        float *ring_row;
+        if (!ta_plan_ring_writes(plan, r)) continue;
+        ring_row = plan->ring + ta_plan_ring_row(plan, b, h, r);
+        for (j = st->col_begin; j < st->col_begin + st->cols; ++j)
+            if (ta_ref_visible(t, st, r, j)) ring_row[j] = *ta_ref_at(s, r, j);
+    }
+}
+
 /* Steps 1-3 for one (b, h, Q tile) and part `split` of its K tiles (-1: all
  * of them, stored into the call's o and lse). */
 static void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const ta_ref_fwd_ws *ws,
@@ -311,6 +344,7 @@ static void ta_ref_fwd_q_tile(const ta_plan *plan, const ta_fwd_args *a, const t
         s.data = ws->s, s.row0 = st->row_load_begin, s.col0 = st->col_load_begin;
         s.ld = t->block_k;
         ta_ref_scores(&s, ws->q, ws->k, d_qk, p->scale, t, st);
+        if (plan->ring) ta_ref_ring_scores(plan, &s, st); /* MTA decode's score ring */
         /* band: fmaf(alpha, T, S) where the pair meets it (else S as it is) */
         if (ws->kt && ta_ref_rband_meets(plan, st))
             ta_ref_rband_scores(plan, a->q, a->q_hist, a->w_qlat, ws->qraw, t, st, ws->kt, ws->qt,

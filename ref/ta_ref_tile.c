@@ -39,8 +39,10 @@ void ta_ref_load_q(const ta_plan *plan, const void *q, const void *q_hist, const
     int32_t r, d;
     ta_ref_load_rows(dst, q, plan->p.dtype, st->ctx.q, plan->layout.q.seq, plan->p.seq_q, first,
                      st->rows_load, dim);
-    /* the history rows [-q_history, 0) inside the loaded rows (zero above them) */
-    for (r = ta_tiling_max_i32(first, -t->q_history); r < 0 && r < first + st->rows_load; ++r) {
+    /* the history rows [-q_history, 0) inside the loaded rows (zero above them;
+     * zero too when their scores come from the score ring: ta_ref_fwd) */
+    for (r = ta_tiling_max_i32(first, -t->q_history);
+         !plan->ring_read && r < 0 && r < first + st->rows_load; ++r) {
         float *dst_row = dst + ta_ref_off(first, r, dim); /* [dim] */
         int in_hist;
         const size_t src_first = (size_t)ta_tile_q_row(t, &plan->layout, &st->ctx, r, &in_hist);

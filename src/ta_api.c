@@ -185,7 +185,8 @@ static ta_status ta_fwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend
                                a->v,
                                a->o,
                                pl->has_conv ? (const void *)a->conv_w : (const void *)a,
-                               pl->p.q_history > 0 ? a->q_hist : (const void *)a,
+                               pl->p.q_history > 0 && !pl->ring_read ? a->q_hist
+                                                                     : (const void *)a,
                                pl->p.kv_page_size > 0 ? (const void *)a->block_table
                                                       : (const void *)a,
                                lat ? (const void *)a->w_qlat : (const void *)a,
@@ -215,8 +216,9 @@ static ta_status ta_fwd_check_ptrs(ta_plan *pl, const ta_extents *ex, ta_backend
         const ta_buf out[] = {{a->o, ex->o, eb, "args.o"},
                               TA_BUF(a->lse, pl->n_lse, sizeof(float), "args.lse"),
                               TA_TRACE_BUFS(a->trace, tr_bytes),
+                              {pl->ring, ex->ring, sizeof(float), "args.score_ring"},
                               {ws, ws_needed, 1, "workspace"}};
-        if ((st = ta_check_buffers(in, 13, out, 5, d)) != TA_OK) return st;
+        if ((st = ta_check_buffers(in, 13, out, 6, d)) != TA_OK) return st;
     }
     return ta_check_workspace(ws, ws_bytes, ws_needed, d);
 }
@@ -268,6 +270,9 @@ static ta_status ta_fwd_validate_mode(const ta_problem *p, ta_backend be, const 
     if ((st = ta_call_begin(p, be, a, stream, tasks, TA_TILING_FWD, pl, ops, d)) != TA_OK)
         return st;
     if ((st = ta_plan_set_fwd_layout(pl, a, ex, d)) != TA_OK) return st;
+    if (pl->ring && be == TA_BACKEND_CUDA) /* docs/mta.md 2a, "The score ring" */
+        return ta_fail_backend(d, TA_ERR_UNSUPPORTED, be,
+                               "has no score ring yet (args.score_ring: REF and CPU)");
     if ((st = ta_call_need(be, *ops, pl, 0, tasks, &need, d)) != TA_OK) return st;
     if ((st = ta_fwd_check_ptrs(pl, ex, be, a, ws, ws_bytes, need, d)) != TA_OK) return st;
     if ((st = ta_check_seqlens_host(pl, a->seqlens_k, (*ops)->host_memory, d)) != TA_OK) return st;

@@ -38,7 +38,32 @@ typedef struct ta_plan {
                              load, the output [., L] up-projected to head_dim_v) */
     size_t n_wq, n_wv;    /* fused projections: elements of w_qlat [H, D, L] and
                              w_vup [H, L, D_v]; 0 without */
+    /* The MTA decode score ring (ta_fwd_args.score_ring, docs/mta.md 2a):
+     * f32 [B, H, ring_slots, >= S_k] by ring_strides (the caller's, or the
+     * contiguous ones); NULL without one (and in the backward). */
+    float *ring;
+    int32_t ring_slots;
+    int ring_read;        /* 1: the history rows' scores are read from the ring
+                             (q_history > 0, q_hist NULL); 0: recomputed */
+    ta_strides ring_strides;
 } ta_plan;
+
+/* The ring's element offset of query row r's entry 0 (history rows r < 0
+ * too): slot (r + diag_offset) mod ring_slots of (b, h), the position taken
+ * as the forward tiling places the row (ta_tiling_visible). */
+static inline size_t ta_plan_ring_row(const ta_plan *plan, int32_t b, int32_t h, int32_t r) {
+    const int64_t n = plan->ring_slots, pos = (int64_t)r + plan->fwd.diag_offset;
+    const int64_t slot = ((pos % n) + n) % n;
+    return (size_t)b * (size_t)plan->ring_strides.batch +
+           (size_t)h * (size_t)plan->ring_strides.head + (size_t)slot * (size_t)plan->ring_strides.seq;
+}
+
+/* Row r of the call is one whose scores the ring receives: the last
+ * min(S_q, c_q - 1) rows (what the next call's history needs). */
+static inline int ta_plan_ring_writes(const ta_plan *plan, int32_t r) {
+    const int32_t n = plan->p.conv_q - 1 < plan->p.seq_q ? plan->p.conv_q - 1 : plan->p.seq_q;
+    return plan->ring != NULL && r >= plan->p.seq_q - n && r < plan->p.seq_q;
+}
 
 /* The block table row of batch entry b (paged KV), or NULL: ta_tile_kv_row's
  * pages argument. */
@@ -58,6 +83,7 @@ ta_status ta_plan_make(const ta_problem *p, ta_backend be, ta_plan *plan, struct
 typedef struct ta_extents {
     size_t q, k, v, o, d_o, dq, dk, dv;
     size_t q_hist; /* forward with q_history > 0; else 0 */
+    size_t ring;   /* forward with a score ring; else 0 */
 } ta_extents;
 
 /* Take a call's strides into plan->layout (zeros = contiguous), validate them
@@ -73,6 +99,13 @@ ta_status ta_plan_set_bwd_layout(ta_plan *plan, const ta_bwd_args *a, ta_extents
  * overlaps are checked with the other buffers, the positions' values last
  * (ta_check_rope_pos). */
 ta_status ta_plan_set_rope(ta_plan *plan, const ta_rope_args *r, struct ta_diag *d);
+/* Take a forward's score ring into plan->ring (nothing without one): the MTA
+ * conv only, slots in [c_q, TA_SEQ_MAX] and >= q_history + S_q when the
+ * history is read from it (TA_ERR_BAD_ARG), no key range
+ * (TA_ERR_UNSUPPORTED), its strides (seq >= S_k: ta_check_strides) and its
+ * byte extent into *bytes (0 without a ring) for the overlap checks. */
+ta_status ta_plan_set_score_ring(ta_plan *plan, const ta_fwd_args *a, size_t *bytes,
+                                 struct ta_diag *d);
 
 /* The step context of (b, h, qt) under tiling t (forward or backward) of plan:
  * ta_tile_context with the plan's layout, heads and key length. */

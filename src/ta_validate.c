@@ -638,14 +638,50 @@ static ta_status ta_set_qkvo_layout(ta_plan *pl, const ta_strides *q, const ta_s
     return TA_OK;
 }
 
+ta_status ta_plan_set_score_ring(ta_plan *pl, const ta_fwd_args *a, size_t *bytes, ta_diag *d) {
+    const ta_problem *p = &pl->p;
+    ta_strides dense;
+    int strided = 0; /* the ring's own strides never make the call "strided" */
+    ta_status st;
+    *bytes = 0;
+    if (!a->score_ring) return TA_OK;
+    if (!pl->has_conv)
+        return ta_fail(d, TA_ERR_BAD_ARG, "args.score_ring",
+                       "holds the MTA conv's raw scores: must be NULL without conv_q, conv_k");
+    if (p->key_begin > 0 || (p->key_end != 0 && p->key_end < p->seq_k))
+        return ta_fail(d, TA_ERR_UNSUPPORTED, "args.score_ring",
+                       "has no key ranges yet (key_begin 0 and key_end 0 or seq_k with a ring)");
+    if (a->score_ring_slots < p->conv_q || a->score_ring_slots > TA_SEQ_MAX)
+        return ta_fail_bounds(d, TA_ERR_BAD_ARG, "args.score_ring_slots", a->score_ring_slots,
+                              TA_DIAG_LO | TA_DIAG_HI, p->conv_q, TA_SEQ_MAX);
+    pl->ring_read = p->q_history > 0 && a->q_hist == NULL;
+    if (pl->ring_read && (int64_t)p->q_history + p->seq_q > a->score_ring_slots) {
+        ta_fail_bounds(d, TA_ERR_BAD_ARG, "args.score_ring_slots", a->score_ring_slots, TA_DIAG_LO,
+                       (int64_t)p->q_history + p->seq_q, 0);
+        d->rule = "reading the history from the ring: the q_history rows read and the seq_q "
+                  "rows written need distinct slots (q_history + seq_q)";
+        return TA_ERR_BAD_ARG;
+    }
+    dense = ta_strides_contiguous(p->heads_q, a->score_ring_slots, p->seq_k);
+    pl->ring_strides = a->score_ring_strides;
+    st = ta_check_strides(&pl->ring_strides, &dense, p->batch, p->heads_q, a->score_ring_slots,
+                          p->seq_k, sizeof(float), &strided, bytes, "args.score_ring_strides", d);
+    if (st != TA_OK) return st;
+    pl->ring = a->score_ring;
+    pl->ring_slots = a->score_ring_slots;
+    return TA_OK;
+}
+
 ta_status ta_plan_set_fwd_layout(ta_plan *pl, const ta_fwd_args *a, ta_extents *ext, ta_diag *d) {
     const ta_problem *p = &pl->p;
     ta_status st =
         ta_set_qkvo_layout(pl, &a->q_strides, &a->k_strides, &a->v_strides, &a->o_strides, ext, d);
-    if (st != TA_OK || p->q_history == 0) return st;
+    if (st != TA_OK) return st;
     /* the history rows [B, H, q_history, D]: strided like any input */
-    TA_CHECK_STRIDES(q_hist, a->q_hist_strides, p->heads_q, p->q_history, p->head_dim, ext->q_hist);
-    return TA_OK;
+    if (p->q_history > 0)
+        TA_CHECK_STRIDES(q_hist, a->q_hist_strides, p->heads_q, p->q_history, p->head_dim,
+                         ext->q_hist);
+    return ta_plan_set_score_ring(pl, a, &ext->ring, d);
 }
 
 ta_status ta_plan_set_bwd_layout(ta_plan *pl, const ta_bwd_args *a, ta_extents *ext, ta_diag *d) {

@@ -113,6 +113,8 @@ static const field fwd_args_fields[] = {
     F(ta_fwd_args, k_strides),   F(ta_fwd_args, v_strides), F(ta_fwd_args, o_strides),
     F(ta_fwd_args, rope),        F(ta_fwd_args, q_hist),    F(ta_fwd_args, q_hist_strides),
     F(ta_fwd_args, block_table), F(ta_fwd_args, w_qlat),    F(ta_fwd_args, w_vup),
+    F(ta_fwd_args, score_ring),  F(ta_fwd_args, score_ring_slots),
+    F(ta_fwd_args, score_ring_strides),
 };
 
 static const field bwd_args_fields[] = {

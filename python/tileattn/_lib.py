@@ -60,7 +60,9 @@ class FwdArgs(ctypes.Structure):  # ta_fwd_args
         (n + "_strides", Strides) for n in ("q", "k", "v", "o")] + [("rope", RopeArgs)] + [
         ("q_hist", ctypes.c_void_p), ("q_hist_strides", Strides)] + [  # MTA query history rows
         ("block_table", ctypes.c_void_p)] + [  # paged KV cache
-        (n, ctypes.c_void_p) for n in ("w_qlat", "w_vup")]  # fused latent projections
+        (n, ctypes.c_void_p) for n in ("w_qlat", "w_vup")] + [  # fused latent projections
+        ("score_ring", ctypes.c_void_p), ("score_ring_slots", ctypes.c_int32),  # MTA decode
+        ("score_ring_strides", Strides)]
 
 
 class BwdArgs(ctypes.Structure):  # ta_bwd_args
