@@ -405,7 +405,9 @@ typedef struct ta_fwd_args {
                                    the q_history query rows before row 0 (row t of it is
                                    query row t - q_history), the rows the previous call
                                    passed last. Required iff ta_problem.q_history > 0,
-                                   else ignored. Read only: no output may overlap it. */
+                                   else ignored; with score_ring it may be NULL (the
+                                   history's scores then come from the ring). Read
+                                   only: no output may overlap it. */
     ta_strides q_hist_strides; /**< strides of q_hist (ta_strides); zero = contiguous
                                     [B, H, q_history, D]. A caller whose earlier rows sit
                                     just above q in one buffer passes
