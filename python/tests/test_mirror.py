@@ -162,6 +162,7 @@ def _configs(m):
         "sdpa": {},
         "conv": dict(conv_q=2, conv_k=3, flags=m.TA_CAUSAL),
         "history": dict(conv_q=2, conv_k=3, flags=m.TA_CAUSAL, q_history=1),
+        "ring": dict(conv_q=2, conv_k=3, flags=m.TA_CAUSAL),
         "rope": dict(rope=1, rope_pairs=2, rope_rows=16),
         "pages": dict(kv_page_size=8, kv_num_pages=2, kv_max_blocks=2),
         "latent": dict(latent_dim=4),
@@ -173,7 +174,10 @@ def _configs(m):
 
 # The setting each args field is probed under (others: "sdpa").
 _FWD_CONFIG = dict(conv_w="conv", rope="rope", q_hist="history", q_hist_strides="history",
-                   block_table="pages", w_qlat="latent", w_vup="latent")
+                   block_table="pages", w_qlat="latent", w_vup="latent", score_ring="ring",
+                   score_ring_slots="ring", score_ring_strides="ring")
+# int32 args fields' refused values where 2 would pass (others: 2)
+_INT_BAD = dict(score_ring_slots=1)  # below conv_q
 _BWD_CONFIG = dict(conv_w="conv", dconv_w="conv", rope="rope", d_alpha="rband",
                    w_qlat="latent", w_vup="latent", dw_qlat="latent", dw_vup="latent",
                    accumulate="accumulate", dq_lo="accumulate", dk_lo="accumulate",
@@ -234,7 +238,7 @@ class TestProbes(unittest.TestCase):
             setattr(a, name, self._floats())
         if config != "rband":  # no key lengths with the band
             a.seqlens_k = self._ints([_BASE["seq_k"]])
-        if config in ("conv", "history", "conv_accumulate"):
+        if config in ("conv", "history", "conv_accumulate", "ring"):
             a.conv_w = self._floats()
         if config == "rope":
             a.rope = m.RopeArgs(self._floats(), self._floats(), self._ints(list(range(16))),
@@ -246,6 +250,8 @@ class TestProbes(unittest.TestCase):
                 a.q_hist = self._floats()
             if config == "pages":
                 a.block_table = self._ints([0, 1])
+            if config == "ring":  # the MTA decode score ring, c_q = 2 slots
+                a.score_ring, a.score_ring_slots = self._floats(), 2
         else:
             if config in ("conv", "conv_accumulate"):
                 a.dconv_w = self._floats()
@@ -307,8 +313,8 @@ class TestProbes(unittest.TestCase):
                 paths = [((name, mem), -1) for mem, _ in m.Strides._fields_]
             elif ctype is m.RopeArgs:  # each pointer misaligned
                 paths = [((name, mem), None) for mem, _ in m.RopeArgs._fields_]
-            elif ctype is ctypes.c_int32:  # accumulate: 0 or 1
-                paths = [((name,), 2)]
+            elif ctype is ctypes.c_int32:  # accumulate: 0 or 1; score_ring_slots >= c_q
+                paths = [((name,), _INT_BAD.get(name, 2))]
             else:  # a pointer: misaligned (trace: into a zeroed buffer)
                 paths = [((name,), None)]
             for path, bad in paths:

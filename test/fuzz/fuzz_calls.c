@@ -34,7 +34,9 @@
  *   - MTA problems as a chunked prefill: 1-3 chunks of the queries from the
  *     bytes, each with min(c_q - 1, c0) query history rows (args.q_hist) and
  *     the keys cut at its cache length, on REF and CPU (or caller-run tasks):
- *     o and lse == the one forward's bit for bit (docs/mta.md section 2a);
+ *     o and lse == the one forward's bit for bit (docs/mta.md section 2a); a
+ *     third of them with a score ring per backend (the history read from it
+ *     instead of q_hist half the time): the same bits, and REF's ring == CPU's;
  *   - half of the problems with head_dim >= 2 again with the rotary stage
  *     (pairing, pairs, table rows, row and head strides, positions from the
  *     bytes): forward and backward REF == CPU == caller-run tasks bit for bit;
@@ -773,9 +775,22 @@ static void check_chunks(fz *f, const ta_problem *p, const bufs *in, const ta_st
     const size_t o_bytes = n_q * (size_t)p->head_dim_v * eb;
     const int32_t *sl = in->b[B_SEQL].raw ? (const int32_t *)fz_data(&in->b[B_SEQL]) : NULL;
     const int32_t bh = p->batch * p->heads_q;
-    int32_t cut[5], n_chunks, c, j, be;
+    int32_t cut[5], n_chunks, c, j, be, slots, longest = 0;
     uint64_t s = seed ^ UINT64_C(0x0c0ffee0c0ffee00);
+    /* a third of the runs pass one score ring per backend to every chunk
+     * (docs/mta.md 2a, "The score ring"; no key range here), slots for the
+     * longest chunk and its history rows, f32 [B, H, slots, S_k] poisoned */
+    const int use_ring = (fz_mix(&s) % 3u) == 0 && p->key_begin == 0 && p->key_end == 0;
+    fz_buf ring[2];
+    size_t n_ring;
     n_chunks = make_cut(f, p->seq_q, cut);
+    for (c = 0; c < n_chunks; ++c)
+        longest = cut[c + 1] - cut[c] > longest ? cut[c + 1] - cut[c] : longest;
+    slots = p->conv_q - 1 + longest < p->conv_q ? p->conv_q : p->conv_q - 1 + longest;
+    n_ring = (size_t)bh * (size_t)slots * (size_t)p->seq_k;
+    memset(ring, 0, sizeof ring);
+    for (be = 0; use_ring && be < 2; ++be)
+        memset(fz_buf_alloc(&ring[be], n_ring * 4), 0xFF, n_ring * 4);
     for (be = 0; be < 2; ++be) {
         fz_buf o, lse, lens;
         int32_t *ln = (int32_t *)fz_buf_alloc(&lens, 2 * 4);
@@ -818,6 +833,13 @@ static void check_chunks(fz *f, const ta_problem *p, const bufs *in, const ta_st
             fa.q_hist = (const char *)fa.q - (size_t)n * (size_t)sq.seq * eb;
             fa.q_hist_strides = sq;
             if (!n) fa.q_hist = NULL;
+            if (use_ring) { /* written by every chunk; read (no q_hist) half the time */
+                fa.score_ring = (float *)fz_data(&ring[be]);
+                fa.score_ring_slots = slots;
+                fa.score_ring_strides = (ta_strides){(int64_t)p->heads_q * slots * p->seq_k,
+                                                     (int64_t)slots * p->seq_k, p->seq_k};
+                if (n > 0 && fz_mix(&s) % 2u) fa.q_hist = NULL;
+            }
             fa.k_strides = full_strides(bshd, p->heads_kv, p->seq_k, p->head_dim);
             fa.v_strides = full_strides(bshd, p->heads_kv, p->seq_k, p->head_dim_v);
             fa.o = (char *)fz_data(&o) + (size_t)c0 * (size_t)so.seq * eb;
@@ -847,6 +869,14 @@ static void check_chunks(fz *f, const ta_problem *p, const bufs *in, const ta_st
         fz_buf_free(&o);
         fz_buf_free(&lse);
         fz_buf_free(&lens);
+    }
+    if (use_ring) { /* the same entries written, the same poison left */
+        FZ_CHECK(fz_guards_intact(&ring[0]) && fz_guards_intact(&ring[1]),
+                 "chunks wrote past the score ring");
+        FZ_CHECK(memcmp(fz_data(&ring[0]), fz_data(&ring[1]), n_ring * 4) == 0,
+                 "%d chunks: REF's and CPU's score rings differ", (int)n_chunks);
+        fz_buf_free(&ring[0]);
+        fz_buf_free(&ring[1]);
     }
 }
 
