@@ -88,7 +88,8 @@ typedef struct ta_extents {
 
 /* Take a call's strides into plan->layout (zeros = contiguous), validate them
  * (negative, aliasing, overflow: TA_ERR_BAD_ARG / TA_ERR_OVERFLOW) and give
- * every tensor's byte extent. Forward: q, k, v, o only. */
+ * every tensor's byte extent. Forward: q, k, v, o, q_hist, and the score
+ * ring into plan->ring (its rules: ta_validate.c, ta_plan_set_score_ring). */
 ta_status ta_plan_set_fwd_layout(ta_plan *plan, const ta_fwd_args *a, ta_extents *ext,
                                  struct ta_diag *d);
 ta_status ta_plan_set_bwd_layout(ta_plan *plan, const ta_bwd_args *a, ta_extents *ext,
@@ -99,13 +100,6 @@ ta_status ta_plan_set_bwd_layout(ta_plan *plan, const ta_bwd_args *a, ta_extents
  * overlaps are checked with the other buffers, the positions' values last
  * (ta_check_rope_pos). */
 ta_status ta_plan_set_rope(ta_plan *plan, const ta_rope_args *r, struct ta_diag *d);
-/* Take a forward's score ring into plan->ring (nothing without one): the MTA
- * conv only, slots in [c_q, TA_SEQ_MAX] and >= q_history + S_q when the
- * history is read from it (TA_ERR_BAD_ARG), no key range
- * (TA_ERR_UNSUPPORTED), its strides (seq >= S_k: ta_check_strides) and its
- * byte extent into *bytes (0 without a ring) for the overlap checks. */
-ta_status ta_plan_set_score_ring(ta_plan *plan, const ta_fwd_args *a, size_t *bytes,
-                                 struct ta_diag *d);
 
 /* The step context of (b, h, qt) under tiling t (forward or backward) of plan:
  * ta_tile_context with the plan's layout, heads and key length. */

@@ -638,7 +638,13 @@ static ta_status ta_set_qkvo_layout(ta_plan *pl, const ta_strides *q, const ta_s
     return TA_OK;
 }
 
-ta_status ta_plan_set_score_ring(ta_plan *pl, const ta_fwd_args *a, size_t *bytes, ta_diag *d) {
+/* A forward's score ring into pl->ring (nothing without one): the MTA conv
+ * only, slots in [c_q, TA_SEQ_MAX] and >= q_history + S_q when the history
+ * is read from it (TA_ERR_BAD_ARG), no key range (TA_ERR_UNSUPPORTED), its
+ * strides (seq >= S_k: ta_check_strides) and its byte extent into *bytes (0
+ * without a ring) for the overlap checks. */
+static ta_status ta_plan_set_score_ring(ta_plan *pl, const ta_fwd_args *a, size_t *bytes,
+                                        ta_diag *d) {
     const ta_problem *p = &pl->p;
     ta_strides dense;
     int strided = 0; /* the ring's own strides never make the call "strided" */
