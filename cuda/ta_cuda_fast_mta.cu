@@ -94,23 +94,6 @@ template <int D, int NW, int BN, int NB, int G> struct ta_fast_mta_traits {
     }
 };
 
-/* s = vals[row][idx] at this lane's entries with 0 <= idx < n: idx = row + off
- * - j (EDGE false: the E keys left of the diagonal, from diag) or j - (row +
- * off - window_left) (EDGE true: the P keys from the window's start on, from
- * edge). The caller skips tiles where no row of the warp has one. */
-template <int NT, bool EDGE>
-__device__ __forceinline__ void ta_fast_mta_direct(float (&s)[4 * NT], const float *vals, int32_t n,
-                                                   int32_t anchor, int32_t seq_q, int32_t ra,
-                                                   int32_t col0, int tq) {
-#pragma unroll
-    for (int i = 0; i < 4 * NT; ++i) {
-        const int32_t row = ra + 8 * ((i >> 1) & 1);
-        const int32_t j = col0 + 8 * (i / 4) + 2 * tq + (i & 1);
-        const int32_t idx = EDGE ? j - (row + anchor) : row + anchor - j;
-        if (row < seq_q && idx >= 0 && idx < n) s[i] = vals[(int64_t)row * n + idx];
-    }
-}
-
 /* One block of NW warps per (batch b, query head h, Q tile of BM = 16 NW
  * rows), as the SDPA kernel; per K tile of BN keys (k_begin .. k_end - 1):
  *   1. s = sum_a q(rows shifted by a - (c_q-1)) kf_a^T   c_q mma chunks
@@ -141,12 +124,7 @@ __global__ void __launch_bounds__(32 * NW, MINB)
         const ta_tile_ctx c = ta_cuda_context(p, at.b_local, at.h, at.qt);
         const int32_t row0 = at.qt * T::BM, wrow0 = row0 + 16 * warp;
         const int32_t ra = wrow0 + (lane >> 2); /* this lane's rows: ra, ra + 8 */
-        const int64_t head = (int64_t)(p.batch_begin + at.b_local) * p.heads_q + at.h;
-        const int64_t kf_off = head * t.seq_k * cq * D;
-        const float *diag = p.diag ? p.diag + head * t.seq_q * p.band : nullptr;
-        const float *edge = p.edge ? p.edge + head * t.seq_q * p.edge_n : nullptr;
-        /* lo(r) = r + lo_off, the window's start (edge_n > 0: window_left < S_k) */
-        const int32_t lo_off = p.edge_n > 0 ? t.diag_offset - t.window_left : 0;
+        const ta_fast_mta_regions rg = ta_fast_mta_regions_of(p, at);
         const int32_t total = (c.k_end - c.k_begin) * n_ch;
         int32_t lo[2], hi[2];
         float o[4 * T::DT], m[2] = {ta_fast_neg_inf(), ta_fast_neg_inf()}, l[2] = {0.0f, 0.0f};
@@ -167,7 +145,7 @@ __global__ void __launch_bounds__(32 * NW, MINB)
             const int32_t part = g % n_ch, col0 = (c.k_begin + g / n_ch) * BN;
             uint16_t *dst = ring + (g % NB) * BN * T::LD;
             if (part < cq)
-                ta_fast_load_rows<D, BN, T::THREADS>(dst, p.kf, kf_off + part * D, (int64_t)cq * D,
+                ta_fast_load_rows<D, BN, T::THREADS>(dst, p.kf, rg.kf_off + part * D, (int64_t)cq * D,
                                                      col0, c.key_len);
             else
                 ta_fast_load_rows<D, BN, T::THREADS>(dst, v, c.v, p.lay.v.seq, col0, c.key_len);
@@ -202,15 +180,7 @@ __global__ void __launch_bounds__(32 * NW, MINB)
                     ta_fast_qk_add<T, D, BN, BF16>(s, sq + part * T::LD, buf, lane, warp);
                     continue;
                 }
-                /* step 1b: a warp whose rows reach within E of this tile's keys, or
-                 * (a left window bound) whose window starts within P of them */
-                if (diag && wrow0 + t.diag_offset - (col0 + BN - 1) < p.band)
-                    ta_fast_mta_direct<T::NT, false>(s, diag, p.band, t.diag_offset, t.seq_q, ra,
-                                                     col0, tq);
-                if (edge && col0 < wrow0 + 15 + lo_off + p.edge_n &&
-                    col0 + BN - 1 >= wrow0 + lo_off)
-                    ta_fast_mta_direct<T::NT, true>(s, edge, p.edge_n, lo_off, t.seq_q, ra, col0,
-                                                    tq);
+                ta_fast_mta_direct_tile<T::NT>(s, p, rg, wrow0, ra, col0, tq); /* step 1b */
                 { /* steps 2-3 */
                     float cr[2];
                     ta_fast_softmax_tile<T::NT>(s, m, l, lo, hi, col0, tq, scale_log2, cr);
@@ -229,7 +199,9 @@ __global__ void __launch_bounds__(32 * NW, MINB)
 struct ta_fast_mta_cfg {
     const void *kernel;
     int threads, block_m, block_n, nb;
-    size_t (*smem)(int32_t conv_q);
+    size_t (*smem)(int32_t conv_q); /* NULL: smem0 */
+    size_t smem0;
+    int sm90; /* the wgmma kernel: an sm_90 device only */
 };
 
 template <int D, int NW, int BN, int NB, int G, int MINB, bool BF16>
@@ -243,6 +215,8 @@ static ta_fast_mta_cfg ta_fast_mta_cfg_of() {
     c.block_n = BN;
     c.nb = NB;
     c.smem = &T::smem;
+    c.smem0 = 0;
+    c.sm90 = 0;
     return c;
 }
 
@@ -250,7 +224,7 @@ static ta_fast_mta_cfg ta_fast_mta_cfg_of() {
  * as (NW warps: Q tiles of 16 NW rows; BN keys; NB buffers; G chunks per
  * stage; MINB blocks per SM). Measured on an H100 (bf16, B = 1, H = 16, S =
  * 1k .. 8k, 6 x 11 and 7 x 7; docs/cuda.md section 7, "Fast MTA"):
- *   1 (4, 128, 2, 1, 2), the default: fastest on all 12 shapes, by 2-16 %
+ *   1 (4, 128, 2, 1, 2), the default off sm_90: fastest of 1-4 on all 12 shapes, by 2-16 %
  *     over the next (two blocks of 4 warps per SM, 238 registers; 128-key
  *     tiles halve the barriers per product);
  *   2 (4, 64, 3, 1, 3): three blocks per SM, registers held to 168;
@@ -262,13 +236,29 @@ static ta_fast_mta_cfg ta_fast_mta_cfg_of() {
  * and 8k): 8 warps with one block per SM (G = 1 or 2, NB = 4 or 8: 16-26 %
  * slower than 2); 4 warps with NB = 8, G = 2 (15-59 % slower than 2) and with
  * NB = 4, G = 2, two blocks (11-17 % slower than 2); 4 warps, NB = 2, three
- * blocks (within 2 % of 2); 8 warps with 32-key tiles (26-44 % slower than 2). */
+ * blocks (within 2 % of 2); 8 warps with 32-key tiles (26-44 % slower than 2).
+ *   5: the wgmma kernel (cuda/ta_cuda_fast_mta_sm90.cu; 2 warpgroups, 128-row
+ *     Q tiles, 128-key tiles, one block per SM), sm_90 devices only
+ *     (TA_ERR_UNSUPPORTED elsewhere); its own bits. tile_config 0's pick on
+ *     sm_90: 1.20-1.64x faster than 1 on all 12 shapes (H200, 2026-12-02,
+ *     bench/results/fast_mta_fwd_h200_2026-12-02_wg.log).
+ * tile_config 0 is 5 on an sm_90 device (of a build with sm_90a code), else 1. */
 template <int D, bool BF16> static int ta_fast_mta_fill(ta_fast_mta_cfg *c) {
+    ta_cuda_fast_mta_wg w;
     c[0] = ta_fast_mta_cfg_of<D, 4, 128, 2, 1, 2, BF16>();
     c[1] = ta_fast_mta_cfg_of<D, 4, 64, 3, 1, 3, BF16>();
     c[2] = ta_fast_mta_cfg_of<D, 8, 64, 4, 2, 2, BF16>();
     c[3] = ta_fast_mta_cfg_of<D, 4, 64, 4, 1, 1, BF16>();
-    return 4;
+    if (!ta_cuda_fast_mta_wg_launch(D, BF16, &w)) return 4;
+    c[4].kernel = w.kernel;
+    c[4].threads = w.threads;
+    c[4].block_m = w.block_m;
+    c[4].block_n = w.block_n;
+    c[4].nb = 0;
+    c[4].smem = nullptr;
+    c[4].smem0 = w.smem;
+    c[4].sm90 = 1;
+    return 5;
 }
 
 template <bool BF16> static int ta_fast_mta_candidates(int32_t d, ta_fast_mta_cfg *c) {
@@ -342,7 +332,7 @@ extern "C" ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan0, const ta_fwd_arg
     const ta_plan *plan;
     const ta_fwd_args *a;
     size_t smem;
-    int n, nl = 0;
+    int n, nl = 0, pick;
     ta_status st;
     if ((st = ta_cuda_check_pointers(ptrs, 7)) != TA_OK) return st;
     /* rows off 16 bytes: the exact kernels (nothing launched yet; with the
@@ -354,8 +344,15 @@ extern "C" ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan0, const ta_fwd_arg
     n = bf16 ? ta_fast_mta_candidates<true>(pr->head_dim, cand)
              : ta_fast_mta_candidates<false>(pr->head_dim, cand);
     if (n == 0 || pr->tile_config > n) return TA_ERR_UNSUPPORTED;
-    const ta_fast_mta_cfg &cf = cand[pr->tile_config > 0 ? pr->tile_config - 1 : 0];
-    smem = cf.smem(pr->conv_q);
+    /* tile_config 0: the wgmma kernel (5) where it runs, else 1 */
+    {
+        const int sm90 = ta_cuda_fast_is_sm90();
+        if (sm90 < 0) return TA_ERR_DEVICE;
+        pick = pr->tile_config > 0 ? pr->tile_config - 1 : sm90 && n >= 5 ? 4 : 0;
+        if (cand[pick].sm90 && !sm90) return TA_ERR_UNSUPPORTED;
+    }
+    const ta_fast_mta_cfg &cf = cand[pick];
+    smem = cf.smem ? cf.smem(pr->conv_q) : cf.smem0;
     if ((st = ta_cuda_smem_opt_in(cf.kernel, smem, smem)) != TA_OK) return st;
     /* SDPA's tiles (the fold needs no conv halos) with the plan's mask, history
      * and one split, as every CUDA launcher makes its tiling */

@@ -23,6 +23,18 @@ extern "C" {
 #include "ta_internal.h"
 }
 
+/* The sm_90a attention kernel of the fast MTA forward (tile_config 5;
+ * cuda/ta_cuda_fast_mta_sm90.cu): its launch shape, filled by
+ * ta_cuda_fast_mta_wg_launch for head dim d (0: none). The kernel exists only
+ * in sm_90a code; the host launches it only on an sm_90 device of a build
+ * that holds that code (ta_cuda_fast_is_sm90). */
+struct ta_cuda_fast_mta_wg {
+    const void *kernel;
+    size_t smem;
+    int threads, block_m, block_n;
+};
+int ta_cuda_fast_mta_wg_launch(int32_t d, int bf16, ta_cuda_fast_mta_wg *w);
+
 namespace {
 
 /* The base, and the workspace regions the three kernels share. */
@@ -33,6 +45,59 @@ struct ta_fast_mta_params : ta_cuda_params {
     int32_t band;   /* E = P + c_q - 1 */
     int32_t edge_n; /* P with a left window bound, else 0 */
 };
+
+/* s = vals[row][idx] at this lane's entries with 0 <= idx < n: idx = row + off
+ * - j (EDGE false: the E keys left of the diagonal, from diag) or j - (row +
+ * off - window_left) (EDGE true: the P keys from the window's start on, from
+ * edge). The caller skips tiles where no row of the warp has one. */
+template <int NT, bool EDGE>
+__device__ __forceinline__ void ta_fast_mta_direct(float (&s)[4 * NT], const float *vals, int32_t n,
+                                                   int32_t anchor, int32_t seq_q, int32_t ra,
+                                                   int32_t col0, int tq) {
+#pragma unroll
+    for (int i = 0; i < 4 * NT; ++i) {
+        const int32_t row = ra + 8 * ((i >> 1) & 1);
+        const int32_t j = col0 + 8 * (i / 4) + 2 * tq + (i & 1);
+        const int32_t idx = EDGE ? j - (row + anchor) : row + anchor - j;
+        if (row < seq_q && idx >= 0 && idx < n) s[i] = vals[(int64_t)row * n + idx];
+    }
+}
+
+/* A Q tile's share of the fold's regions (both forward attention kernels:
+ * cuda/ta_cuda_fast_mta.cu, cuda/ta_cuda_fast_mta_sm90.cu). */
+struct ta_fast_mta_regions {
+    int64_t kf_off;           /* kf of the tile's (batch, query head): elements into p.kf */
+    const float *diag, *edge; /* its [S_q][band] and [S_q][edge_n], or NULL */
+    int32_t lo_off;           /* lo(r) = r + lo_off, the window's start (edge_n > 0) */
+};
+
+__device__ __forceinline__ ta_fast_mta_regions ta_fast_mta_regions_of(const ta_fast_mta_params &p,
+                                                                      const ta_cuda_q_tile &at) {
+    const int64_t head = (int64_t)(p.batch_begin + at.b_local) * p.heads_q + at.h;
+    ta_fast_mta_regions g;
+    g.kf_off = head * p.t.seq_k * p.conv_q * p.head_dim;
+    g.diag = p.diag ? p.diag + head * p.t.seq_q * p.band : nullptr;
+    g.edge = p.edge ? p.edge + head * p.t.seq_q * p.edge_n : nullptr;
+    g.lo_off = p.edge_n > 0 ? p.t.diag_offset - p.t.window_left : 0;
+    return g;
+}
+
+/* Step 1b of a K tile of 8 NT keys from col0 for a warp's 16 rows from wrow0
+ * (this lane's ra, ra + 8): s = diag where a row reaches within E of the
+ * tile's keys, s = edge where (a left window bound) a row's window starts
+ * within P of them; both tests warp-uniform. */
+template <int NT>
+__device__ __forceinline__ void ta_fast_mta_direct_tile(float (&s)[4 * NT],
+                                                        const ta_fast_mta_params &p,
+                                                        const ta_fast_mta_regions &g,
+                                                        int32_t wrow0, int32_t ra, int32_t col0,
+                                                        int tq) {
+    const int32_t col1 = col0 + 8 * NT - 1;
+    if (g.diag && wrow0 + p.t.diag_offset - col1 < p.band)
+        ta_fast_mta_direct<NT, false>(s, g.diag, p.band, p.t.diag_offset, p.t.seq_q, ra, col0, tq);
+    if (g.edge && col0 < wrow0 + 15 + g.lo_off + p.edge_n && col1 >= wrow0 + g.lo_off)
+        ta_fast_mta_direct<NT, true>(s, g.edge, p.edge_n, g.lo_off, p.t.seq_q, ra, col0, tq);
+}
 
 /* ---- the prep kernels' pieces ---- */
 
@@ -280,11 +345,11 @@ __global__ void __launch_bounds__(PREP_THREADS)
 }
 
 /* Dynamic shared memory of the prep kernels (bytes). */
-static size_t ta_fast_mta_kf_smem(const ta_problem *pr) {
+inline size_t ta_fast_mta_kf_smem(const ta_problem *pr) {
     return (size_t)(KF_ROWS + pr->conv_k - 1) * (size_t)(pr->head_dim + 8) * 2u +
            4u * (size_t)pr->conv_q * (size_t)pr->conv_k;
 }
-static size_t ta_fast_mta_diag_smem(const ta_problem *pr, int32_t band, int32_t edge) {
+inline size_t ta_fast_mta_diag_smem(const ta_problem *pr, int32_t band, int32_t edge) {
     const ta_fast_mta_diag_layout l = ta_fast_mta_diag_at(pr->conv_q, pr->conv_k, band, edge);
     const int32_t nk = l.n_q + (l.ne > l.nf ? l.ne : l.nf) - 1;
     return (size_t)l.rows * 4u + (size_t)(l.n_q + nk) * (size_t)(pr->head_dim + 8) * 2u;

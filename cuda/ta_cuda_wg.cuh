@@ -39,6 +39,17 @@ TA_FAST_FN uint64_t ta_wg_desc(uint32_t addr, uint32_t lead, uint32_t stride) {
            ((uint64_t)((stride & 0x3FFFFu) >> 4) << 32) | ((uint64_t)1 << 62);
 }
 
+/* The same without swizzle (layout type 0): 8 x 16-byte core matrices,
+ * `lead` bytes between the two of a k-step (K direction), `stride` bytes
+ * between those of rows r and r + 8; a start on any 16 bytes. The fast MTA
+ * forward's q (cuda/ta_cuda_fast_mta_sm90.cu) is [D / 8][rows][8] elements,
+ * so its rows are 16 bytes apart and a start one row down shifts every row
+ * of the operand by one. */
+TA_FAST_FN uint64_t ta_wg_desc_plain(uint32_t addr, uint32_t lead, uint32_t stride) {
+    return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)((lead & 0x3FFFFu) >> 4) << 16) |
+           ((uint64_t)((stride & 0x3FFFFu) >> 4) << 32);
+}
+
 TA_FAST_FN void ta_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 TA_FAST_FN void ta_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> TA_FAST_FN void ta_wg_wait() {

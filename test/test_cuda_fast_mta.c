@@ -69,6 +69,8 @@
 
 static double g_err_o[2], g_err_lse[2]; /* [bf16] worst errors over the bounds' units */
 static double g_rope_err_o[2], g_rope_err_lse[2]; /* the same over part 7's problems */
+static int g_sm90; /* an sm_90 device: tile_config 5 (the wgmma kernel) is drawn */
+static int g_cfg = -1; /* --cfg N: part 1's problems all take tile_config N */
 
 /* One problem and its host inputs. */
 typedef struct mcase {
@@ -232,6 +234,8 @@ static int random_case(uint64_t seed, int idx, mcase *m, ta_rng *r) {
     p->precision = TA_PRECISION_FAST;
     p->flags = TA_CAUSAL;
     p->tile_config = ta_rng_int(r, 0, TA_TEST_FAST_MTA_CFGS);
+    if (g_cfg >= 0) p->tile_config = g_cfg; /* --cfg */
+    if (p->tile_config == 5 && !g_sm90) p->tile_config = 1; /* the wgmma kernel: sm_90 only */
     if (ta_rng_int(r, 0, 3) == 0) { /* decode-shaped */
         p->seq_q = ta_rng_int(r, 1, 16);
         p->seq_k = ta_rng_int(r, 0, 1) ? ta_rng_int(r, 300, 3000) : pick_len(r);
@@ -385,7 +389,7 @@ static int check_problem(uint64_t seed, int idx) {
         /* at most 16 rows: the decode-shaped kernel (all problems here
          * with more rows have one split and no pages: the fold) */
         p2.tile_config = m.p.seq_q <= 16 ? ta_test_fast_mdec_twin(m.p.tile_config, m.p.seq_q)
-                                         : ta_test_fast_mta_twin(m.p.tile_config);
+                                         : ta_test_fast_mta_twin(m.p.tile_config, g_sm90);
         st2 = mdev_run(&d, &m, &p2, 0x7F, o2, lse2);
         TA_CHECK(st2 == TA_OK && memcmp(o, o2, m.no * m.eb) == 0 &&
                      memcmp(lse, lse2, m.nlse * sizeof(float)) == 0,
@@ -969,10 +973,19 @@ int main(int argc, char **argv) {
     int count = 60, i, failed = 0, n_dev = 0;
     for (i = 1; i + 1 < argc; ++i)
         if (strcmp(argv[i], "--count") == 0) count = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--cfg") == 0) g_cfg = atoi(argv[++i]);
     check_size_query();
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
         printf("no CUDA device: skipped\n");
         return ta_test_failures ? ta_test_finish("test_cuda_fast_mta") : TA_TEST_SKIP;
+    }
+    {
+        int major = 0, minor = 0;
+        CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+        CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+        g_sm90 = major == 9 && minor == 0;
+        printf("device compute capability %d.%d: tile_config 5 (the wgmma kernel) %s\n", major,
+               minor, g_sm90 ? "drawn" : "not drawn (sm_90 only)");
     }
     for (i = 0; i < count; ++i)
         failed += !check_problem(seed, i);
