@@ -239,7 +239,11 @@ static ta_fast_mta_cfg ta_fast_mta_cfg_of() {
  * blocks (within 2 % of 2); 8 warps with 32-key tiles (26-44 % slower than 2).
  *   5: the wgmma kernel (cuda/ta_cuda_fast_mta_sm90.cu; 2 warpgroups, 128-row
  *     Q tiles, 128-key tiles, one block per SM), sm_90 devices only
- *     (TA_ERR_UNSUPPORTED elsewhere); its own bits. tile_config 0's pick on
+ *     (TA_ERR_UNSUPPORTED elsewhere); its own bits.
+ *   6: 5 with warpgroup 1 one chunk behind warpgroup 0 (one's softmax under
+ *     the other's chains; two chunks loading ahead instead of three): the
+ *     bits of 5.
+ * tile_config 0's pick on
  *     sm_90: 1.20-1.64x faster than 1 on all 12 shapes (H200, 2026-12-02,
  *     bench/results/fast_mta_fwd_h200_2026-12-02_wg.log).
  * tile_config 0 is 5 on an sm_90 device (of a build with sm_90a code), else 1. */
@@ -249,16 +253,18 @@ template <int D, bool BF16> static int ta_fast_mta_fill(ta_fast_mta_cfg *c) {
     c[1] = ta_fast_mta_cfg_of<D, 4, 64, 3, 1, 3, BF16>();
     c[2] = ta_fast_mta_cfg_of<D, 8, 64, 4, 2, 2, BF16>();
     c[3] = ta_fast_mta_cfg_of<D, 4, 64, 4, 1, 1, BF16>();
-    if (!ta_cuda_fast_mta_wg_launch(D, BF16, &w)) return 4;
-    c[4].kernel = w.kernel;
-    c[4].threads = w.threads;
-    c[4].block_m = w.block_m;
-    c[4].block_n = w.block_n;
-    c[4].nb = 0;
-    c[4].smem = nullptr;
-    c[4].smem0 = w.smem;
-    c[4].sm90 = 1;
-    return 5;
+    for (int lag = 0; lag < 2; ++lag) {
+        if (!ta_cuda_fast_mta_wg_launch(D, BF16, lag, &w)) return 4;
+        c[4 + lag].kernel = w.kernel;
+        c[4 + lag].threads = w.threads;
+        c[4 + lag].block_m = w.block_m;
+        c[4 + lag].block_n = w.block_n;
+        c[4 + lag].nb = 0;
+        c[4 + lag].smem = nullptr;
+        c[4 + lag].smem0 = w.smem;
+        c[4 + lag].sm90 = 1;
+    }
+    return 6;
 }
 
 template <bool BF16> static int ta_fast_mta_candidates(int32_t d, ta_fast_mta_cfg *c) {
@@ -271,6 +277,9 @@ template <bool BF16> static int ta_fast_mta_candidates(int32_t d, ta_fast_mta_cf
 }
 
 } /* namespace */
+
+/* tile_config 0's candidate index on sm_90 (5: c[4]) */
+#define TA_FAST_MTA_SM90_PICK 4
 
 /* (cuda/ta_cuda_fast.cuh) */
 int ta_cuda_fast_mta_aligned(const ta_plan *plan, const ta_fwd_args *a) {
@@ -348,7 +357,7 @@ extern "C" ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan0, const ta_fwd_arg
     {
         const int sm90 = ta_cuda_fast_is_sm90();
         if (sm90 < 0) return TA_ERR_DEVICE;
-        pick = pr->tile_config > 0 ? pr->tile_config - 1 : sm90 && n >= 5 ? 4 : 0;
+        pick = pr->tile_config > 0 ? pr->tile_config - 1 : sm90 && n >= 5 ? TA_FAST_MTA_SM90_PICK : 0;
         if (cand[pick].sm90 && !sm90) return TA_ERR_UNSUPPORTED;
     }
     const ta_fast_mta_cfg &cf = cand[pick];
