@@ -400,7 +400,7 @@ int32_t ta_cuda_fast_splits(const ta_plan *plan);
  * kernels it runs instead when a row of q, k, v, o or q_hist is not on 16
  * bytes), and TA_ERR_UNSUPPORTED (nothing launched) for a tile_config past
  * TA_CUDA_FAST_MTA_CFGS. */
-#define TA_CUDA_FAST_MTA_CFGS 6
+#define TA_CUDA_FAST_MTA_CFGS 5
 int ta_cuda_fast_mta_path(const ta_plan *plan);
 int32_t ta_cuda_fast_mta_band(const ta_plan *plan);
 int32_t ta_cuda_fast_mta_edge(const ta_plan *plan);

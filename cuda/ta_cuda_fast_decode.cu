@@ -857,7 +857,7 @@ template <bool BF16> static int ta_fast_mdec_for(const ta_plan *plan, ta_fast_la
     const int32_t g = ta_cuda_fast_mta_dec_pack(plan);
     const int mt = (int64_t)g * (pr->seq_q + pr->conv_q - 1) <= 16 ? 1 : 2; /* m16 tiles */
     const int nh = (pr->conv_k - 1) / 2 <= 8 ? 1 : 2;
-    /* tile_config 5, 6 name the fold's wgmma kernels: decode problems keep 0's */
+    /* tile_config 5 names the fold's wgmma kernel: decode problems keep 0's */
     const int cfg = pr->tile_config > 0 && pr->tile_config <= 4 ? (int)pr->tile_config
                     : pr->seq_q > TA_FAST_MDEC_TC_ROWS          ? 4
                                                                 : 1;

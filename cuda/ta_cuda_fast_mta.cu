@@ -240,12 +240,11 @@ static ta_fast_mta_cfg ta_fast_mta_cfg_of() {
  *   5: the wgmma kernel (cuda/ta_cuda_fast_mta_sm90.cu; 2 warpgroups, 128-row
  *     Q tiles, 128-key tiles, one block per SM), sm_90 devices only
  *     (TA_ERR_UNSUPPORTED elsewhere); its own bits.
- *   6: 5 with warpgroup 1 one chunk behind warpgroup 0 (one's softmax under
- *     the other's chains; two chunks loading ahead instead of three): the
- *     bits of 5.
  * tile_config 0's pick on
- *     sm_90: 1.20-1.64x faster than 1 on all 12 shapes (H200, 2026-12-02,
- *     bench/results/fast_mta_fwd_h200_2026-12-02_wg.log).
+ *     sm_90: 1.20-1.68x faster than 1 on all 12 shapes (H200, 2026-12-02,
+ *     bench/results/fast_mta_fwd_h200_2026-12-02_wg.log and ..._2026-12-02.log;
+ *     a variant with its warpgroups a chunk apart was 4-14 % slower: the
+ *     kernel's header).
  * tile_config 0 is 5 on an sm_90 device (of a build with sm_90a code), else 1. */
 template <int D, bool BF16> static int ta_fast_mta_fill(ta_fast_mta_cfg *c) {
     ta_cuda_fast_mta_wg w;
@@ -253,18 +252,16 @@ template <int D, bool BF16> static int ta_fast_mta_fill(ta_fast_mta_cfg *c) {
     c[1] = ta_fast_mta_cfg_of<D, 4, 64, 3, 1, 3, BF16>();
     c[2] = ta_fast_mta_cfg_of<D, 8, 64, 4, 2, 2, BF16>();
     c[3] = ta_fast_mta_cfg_of<D, 4, 64, 4, 1, 1, BF16>();
-    for (int lag = 0; lag < 2; ++lag) {
-        if (!ta_cuda_fast_mta_wg_launch(D, BF16, lag, &w)) return 4;
-        c[4 + lag].kernel = w.kernel;
-        c[4 + lag].threads = w.threads;
-        c[4 + lag].block_m = w.block_m;
-        c[4 + lag].block_n = w.block_n;
-        c[4 + lag].nb = 0;
-        c[4 + lag].smem = nullptr;
-        c[4 + lag].smem0 = w.smem;
-        c[4 + lag].sm90 = 1;
-    }
-    return 6;
+    if (!ta_cuda_fast_mta_wg_launch(D, BF16, &w)) return 4;
+    c[4].kernel = w.kernel;
+    c[4].threads = w.threads;
+    c[4].block_m = w.block_m;
+    c[4].block_n = w.block_n;
+    c[4].nb = 0;
+    c[4].smem = nullptr;
+    c[4].smem0 = w.smem;
+    c[4].sm90 = 1;
+    return 5;
 }
 
 template <bool BF16> static int ta_fast_mta_candidates(int32_t d, ta_fast_mta_cfg *c) {

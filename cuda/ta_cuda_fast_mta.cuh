@@ -23,17 +23,17 @@ extern "C" {
 #include "ta_internal.h"
 }
 
-/* The sm_90a attention kernels of the fast MTA forward (tile_config 5, and
- * 6 with lag: cuda/ta_cuda_fast_mta_sm90.cu): a launch shape, filled by
- * ta_cuda_fast_mta_wg_launch for head dim d (0: none). The kernels exist
- * only in sm_90a code; the host launches them only on an sm_90 device of a
- * build that holds that code (ta_cuda_fast_is_sm90). */
+/* The sm_90a attention kernel of the fast MTA forward (tile_config 5;
+ * cuda/ta_cuda_fast_mta_sm90.cu): its launch shape, filled by
+ * ta_cuda_fast_mta_wg_launch for head dim d (0: none). The kernel exists only
+ * in sm_90a code; the host launches it only on an sm_90 device of a build
+ * that holds that code (ta_cuda_fast_is_sm90). */
 struct ta_cuda_fast_mta_wg {
     const void *kernel;
     size_t smem;
     int threads, block_m, block_n;
 };
-int ta_cuda_fast_mta_wg_launch(int32_t d, int bf16, int lag, ta_cuda_fast_mta_wg *w);
+int ta_cuda_fast_mta_wg_launch(int32_t d, int bf16, ta_cuda_fast_mta_wg *w);
 
 namespace {
 

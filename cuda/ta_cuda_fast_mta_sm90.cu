@@ -40,6 +40,12 @@
  * rescales o and issues o += p v, which then runs under the next tile's
  * first kf chains.
  *
+ * Measured and dropped (H200, 2026-12-02, bench/results/fast_mta_fwd_h200_
+ * 2026-12-02.log, tile_config 6 there): warpgroup 1 one chunk behind
+ * warpgroup 0, so that one's softmax runs under the other's chains (two
+ * chunks ahead instead of three; the same bits, checked as twins): 4-14 %
+ * slower on all 12 shapes (6 x 11, D = 128, S = 4096: 0.887 against 0.831 ms).
+ *
  * Shared memory (1024-byte aligned): q [D/8][QROWS][8] (QROWS = 128 + 16, the
  * halo of c_q <= 16), then the ring [NB][DB][BN][64]: 197 KB at D = 96 and
  * 128 (NB = 5), 180 KB at D = 64 (NB = 10).
@@ -107,13 +113,13 @@ TA_FAST_FN void ta_mwg_qkf(float (&s)[TA_MWG_BN / 2], uint32_t sq, int row, uint
 }
 #endif
 
-template <int D, int NB, bool LAG, bool BF16>
+template <int D, int NB, bool BF16>
 __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
     ta_fast_mta_fwd_wg_kernel(const __grid_constant__ ta_fast_mta_params p) {
 #ifdef TA_WG_ENABLED
     typedef ta_mwg_traits<D, NB> T;
     constexpr int BN = TA_MWG_BN;
-    constexpr int AHEAD = NB - 2 - (LAG ? 1 : 0); /* chunks loading ahead of chunk g */
+    constexpr int AHEAD = NB - 2; /* chunks loading ahead of chunk g */
     extern __shared__ float4 ta_mwg_dyn_smem[];
     const uint32_t sq = (ta_fast_smem_addr(ta_mwg_dyn_smem) + 1023u) & ~1023u;
     const uint32_t ring = sq + T::Q_BYTES;
@@ -165,20 +171,15 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
             if (g < total) load_chunk(g);
             ta_fast_cp_commit();
         }
-        /* step g: warpgroup w takes chunk g - w with LAG (one chunk behind
-         * warpgroup 0, so that one's softmax runs under the other's chains),
-         * else chunk g */
-        for (int32_t g = 0; g < total + (LAG ? 1 : 0); ++g) {
-            const int32_t gw = LAG ? g - wg : g;
-            const int32_t part = gw % n_ch, col0 = (c.k_begin + gw / n_ch) * BN;
-            const uint32_t buf = ring + (uint32_t)(gw % NB) * T::CH_BYTES;
-            ta_wg_wait<1>(); /* this warpgroup's chunk gw - 2 products are done */
+        for (int32_t g = 0; g < total; ++g) {
+            const int32_t part = g % n_ch, col0 = (c.k_begin + g / n_ch) * BN;
+            const uint32_t buf = ring + (uint32_t)(g % NB) * T::CH_BYTES;
+            ta_wg_wait<1>(); /* chunk g - 2's products are done */
             ta_fast_cp_wait<AHEAD - 1>();
             ta_wg_proxy_fence();
-            __syncthreads(); /* chunk g visible; every warp is past chunk g - 2 - LAG */
-            if (g + AHEAD < total) load_chunk(g + AHEAD);
+            __syncthreads(); /* chunk g visible; every warp is past chunk g - 2 */
+            if (g + AHEAD < total) load_chunk(g + AHEAD); /* into chunk g - 2's buffer */
             ta_fast_cp_commit();
-            if (gw < 0 || gw >= total) continue; /* LAG: the first or last step */
             if (part < cq) { /* step 1 */
                 ta_wg_fence();
                 ta_mwg_qkf<D, BF16>(s, sq, 64 * wg + part, buf, part == 0);
@@ -211,8 +212,8 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
 #endif
 }
 
-template <int D, int NB, bool LAG, bool BF16> static int ta_mwg_of(ta_cuda_fast_mta_wg *w) {
-    w->kernel = reinterpret_cast<const void *>(&ta_fast_mta_fwd_wg_kernel<D, NB, LAG, BF16>);
+template <int D, int NB, bool BF16> static int ta_mwg_of(ta_cuda_fast_mta_wg *w) {
+    w->kernel = reinterpret_cast<const void *>(&ta_fast_mta_fwd_wg_kernel<D, NB, BF16>);
     w->smem = ta_mwg_traits<D, NB>::SMEM;
     w->threads = TA_MWG_THREADS;
     w->block_m = TA_MWG_BM;
@@ -220,18 +221,14 @@ template <int D, int NB, bool LAG, bool BF16> static int ta_mwg_of(ta_cuda_fast_
     return 1;
 }
 
-template <bool LAG> static int ta_mwg_for(int32_t d, int bf16, ta_cuda_fast_mta_wg *w) {
-    switch (d) {
-    case 64: return bf16 ? ta_mwg_of<64, 10, LAG, true>(w) : ta_mwg_of<64, 10, LAG, false>(w);
-    case 96: return bf16 ? ta_mwg_of<96, 5, LAG, true>(w) : ta_mwg_of<96, 5, LAG, false>(w);
-    case 128: return bf16 ? ta_mwg_of<128, 5, LAG, true>(w) : ta_mwg_of<128, 5, LAG, false>(w);
-    default: return 0;
-    }
-}
-
 } /* namespace */
 
 /* (cuda/ta_cuda_fast_mta.cuh) */
-int ta_cuda_fast_mta_wg_launch(int32_t d, int bf16, int lag, ta_cuda_fast_mta_wg *w) {
-    return lag ? ta_mwg_for<true>(d, bf16, w) : ta_mwg_for<false>(d, bf16, w);
+int ta_cuda_fast_mta_wg_launch(int32_t d, int bf16, ta_cuda_fast_mta_wg *w) {
+    switch (d) {
+    case 64: return bf16 ? ta_mwg_of<64, 10, true>(w) : ta_mwg_of<64, 10, false>(w);
+    case 96: return bf16 ? ta_mwg_of<96, 5, true>(w) : ta_mwg_of<96, 5, false>(w);
+    case 128: return bf16 ? ta_mwg_of<128, 5, true>(w) : ta_mwg_of<128, 5, false>(w);
+    default: return 0;
+    }
 }

@@ -31,26 +31,23 @@ static inline int32_t ta_test_fast_candidates(int32_t d) {
 
 /* Candidates of the fast MTA forward's table (cuda/ta_cuda_fast_mta.cu,
  * TA_CUDA_FAST_MTA_CFGS): tile_config in [0, this], the same for every head
- * dim it takes (5 and 6, the wgmma kernels, run on sm_90 devices only).
+ * dim it takes (5, the wgmma kernel, runs on sm_90 devices only).
  * ta_test_fast_mta_twin: a tile_config whose bits must equal cfg's: the
  * 64-key candidates 2, 3, 4 among themselves (the online softmax rescales at
- * the same keys), 5 and 6 (6 is 5 with its warpgroups a chunk apart), 0 and
- * the default (TA_TEST_FAST_MTA_SM90 on an sm_90 device, else 1), 1 itself
- * on sm_90 (run to run). */
-#define TA_TEST_FAST_MTA_CFGS 6
-#define TA_TEST_FAST_MTA_SM90 5
+ * the same keys), 0 and the default (5 on an sm_90 device, else 1), and 1 on
+ * sm_90 and 5 themselves (run to run). */
+#define TA_TEST_FAST_MTA_CFGS 5
 static inline int32_t ta_test_fast_mta_twin(int32_t cfg, int sm90) {
-    const int32_t def = sm90 ? TA_TEST_FAST_MTA_SM90 : 1;
+    const int32_t def = sm90 ? 5 : 1;
     if (cfg == 0) return def;
-    if (cfg == 5 || cfg == 6) return 11 - cfg;
-    if (cfg == 1) return def == 1 ? 0 : 1;
+    if (cfg == 1 || cfg == 5) return cfg == def ? 0 : cfg;
     return 2 + (cfg - 1) % 3;
 }
 /* The decode-shaped MTA kernel's candidates (at most 16 query rows:
  * cuda/ta_cuda_fast_decode.cu, ta_fast_mdec_cand): odd tile_configs the conv
  * on CUDA cores, even ones on tensor cores, 1 and 2 with raw scores per warp,
- * 3 and 4 shared by the block; 0 (and 5, 6, which name the fold's wgmma
- * kernels) is 4 for more than 4 query rows, else 1. A twin has the same conv
+ * 3 and 4 shared by the block; 0 (and 5, which names the fold's wgmma
+ * kernel) is 4 for more than 4 query rows, else 1. A twin has the same conv
  * and the other raw scores. */
 static inline int32_t ta_test_fast_mdec_twin(int32_t cfg, int32_t seq_q) {
     const int32_t c = cfg > 0 && cfg <= 4 ? cfg : seq_q > 4 ? 4 : 1; /* the default */
