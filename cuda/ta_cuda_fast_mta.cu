@@ -89,9 +89,10 @@ template <int D, int NW, int BN, int NB, int G> struct ta_fast_mta_traits {
     static constexpr int NS = NB / G; /* stages of G chunks */
     static_assert(D % 16 == 0 && BN % 16 == 0, "mma k-steps of 16");
     static_assert(NB % G == 0 && NS >= 2, "a ring of at least two stages");
-    static size_t smem(int32_t conv_q) {
-        return ((size_t)(BM + conv_q - 1) + (size_t)NB * BN) * LD * 2;
-    }
+    /* shared memory = SMEM_BASE + c_q SMEM_PER_CQ bytes: q's BM + c_q - 1
+     * rows, the ring's NB BN */
+    static constexpr size_t SMEM_PER_CQ = (size_t)LD * 2;
+    static constexpr size_t SMEM_BASE = ((size_t)(BM - 1) + (size_t)NB * BN) * SMEM_PER_CQ;
 };
 
 /* One block of NW warps per (batch b, query head h, Q tile of BM = 16 NW
@@ -145,8 +146,8 @@ __global__ void __launch_bounds__(32 * NW, MINB)
             const int32_t part = g % n_ch, col0 = (c.k_begin + g / n_ch) * BN;
             uint16_t *dst = ring + (g % NB) * BN * T::LD;
             if (part < cq)
-                ta_fast_load_rows<D, BN, T::THREADS>(dst, p.kf, rg.kf_off + part * D, (int64_t)cq * D,
-                                                     col0, c.key_len);
+                ta_fast_load_rows<D, BN, T::THREADS>(dst, p.kf, rg.kf_off + part * D,
+                                                     (int64_t)cq * D, col0, c.key_len);
             else
                 ta_fast_load_rows<D, BN, T::THREADS>(dst, v, c.v, p.lay.v.seq, col0, c.key_len);
         };
@@ -198,10 +199,9 @@ __global__ void __launch_bounds__(32 * NW, MINB)
 /* A configuration: the attention kernel and its tile. */
 struct ta_fast_mta_cfg {
     const void *kernel;
-    int threads, block_m, block_n, nb;
-    size_t (*smem)(int32_t conv_q); /* NULL: smem0 */
-    size_t smem0;
-    int sm90; /* the wgmma kernel: an sm_90 device only */
+    int threads, block_m, block_n;
+    size_t smem_base, smem_per_cq; /* shared memory: smem_base + c_q smem_per_cq bytes */
+    int sm90;                      /* the wgmma kernel: an sm_90 device only */
 };
 
 template <int D, int NW, int BN, int NB, int G, int MINB, bool BF16>
@@ -213,9 +213,8 @@ static ta_fast_mta_cfg ta_fast_mta_cfg_of() {
     c.threads = T::THREADS;
     c.block_m = T::BM;
     c.block_n = BN;
-    c.nb = NB;
-    c.smem = &T::smem;
-    c.smem0 = 0;
+    c.smem_base = T::SMEM_BASE;
+    c.smem_per_cq = T::SMEM_PER_CQ;
     c.sm90 = 0;
     return c;
 }
@@ -239,12 +238,10 @@ static ta_fast_mta_cfg ta_fast_mta_cfg_of() {
  * blocks (within 2 % of 2); 8 warps with 32-key tiles (26-44 % slower than 2).
  *   5: the wgmma kernel (cuda/ta_cuda_fast_mta_sm90.cu; 2 warpgroups, 128-row
  *     Q tiles, 128-key tiles, one block per SM), sm_90 devices only
- *     (TA_ERR_UNSUPPORTED elsewhere); its own bits.
- * tile_config 0's pick on
- *     sm_90: 1.20-1.68x faster than 1 on all 12 shapes (H200, 2026-12-02,
- *     bench/results/fast_mta_fwd_h200_2026-12-02_wg.log and ..._2026-12-02.log;
- *     a variant with its warpgroups a chunk apart was 4-14 % slower: the
- *     kernel's header).
+ *     (TA_ERR_UNSUPPORTED elsewhere); its own bits; 1.18-1.68x faster than 1
+ *     on all 12 shapes (H200, 2026-12-02, bench/results/fast_mta_fwd_h200_
+ *     2026-12-02{_wg,}.log; a variant with its warpgroups a chunk apart was
+ *     4-14 % slower: the kernel's header).
  * tile_config 0 is 5 on an sm_90 device (of a build with sm_90a code), else 1. */
 template <int D, bool BF16> static int ta_fast_mta_fill(ta_fast_mta_cfg *c) {
     ta_cuda_fast_mta_wg w;
@@ -257,9 +254,8 @@ template <int D, bool BF16> static int ta_fast_mta_fill(ta_fast_mta_cfg *c) {
     c[4].threads = w.threads;
     c[4].block_m = w.block_m;
     c[4].block_n = w.block_n;
-    c[4].nb = 0;
-    c[4].smem = nullptr;
-    c[4].smem0 = w.smem;
+    c[4].smem_base = w.smem; /* q's region holds the halo of any c_q <= 16 */
+    c[4].smem_per_cq = 0;
     c[4].sm90 = 1;
     return 5;
 }
@@ -274,9 +270,6 @@ template <bool BF16> static int ta_fast_mta_candidates(int32_t d, ta_fast_mta_cf
 }
 
 } /* namespace */
-
-/* tile_config 0's candidate index on sm_90 (5: c[4]) */
-#define TA_FAST_MTA_SM90_PICK 4
 
 /* (cuda/ta_cuda_fast.cuh) */
 int ta_cuda_fast_mta_aligned(const ta_plan *plan, const ta_fwd_args *a) {
@@ -354,11 +347,11 @@ extern "C" ta_status ta_cuda_fast_mta_fwd(const ta_plan *plan0, const ta_fwd_arg
     {
         const int sm90 = ta_cuda_fast_is_sm90();
         if (sm90 < 0) return TA_ERR_DEVICE;
-        pick = pr->tile_config > 0 ? pr->tile_config - 1 : sm90 && n >= 5 ? TA_FAST_MTA_SM90_PICK : 0;
+        pick = pr->tile_config > 0 ? pr->tile_config - 1 : sm90 && n >= 5 ? 4 : 0;
         if (cand[pick].sm90 && !sm90) return TA_ERR_UNSUPPORTED;
     }
     const ta_fast_mta_cfg &cf = cand[pick];
-    smem = cf.smem ? cf.smem(pr->conv_q) : cf.smem0;
+    smem = cf.smem_base + (size_t)pr->conv_q * cf.smem_per_cq;
     if ((st = ta_cuda_smem_opt_in(cf.kernel, smem, smem)) != TA_OK) return st;
     /* SDPA's tiles (the fold needs no conv halos) with the plan's mask, history
      * and one split, as every CUDA launcher makes its tiling */

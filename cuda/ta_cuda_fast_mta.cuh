@@ -89,9 +89,8 @@ __device__ __forceinline__ ta_fast_mta_regions ta_fast_mta_regions_of(const ta_f
 template <int NT>
 __device__ __forceinline__ void ta_fast_mta_direct_tile(float (&s)[4 * NT],
                                                         const ta_fast_mta_params &p,
-                                                        const ta_fast_mta_regions &g,
-                                                        int32_t wrow0, int32_t ra, int32_t col0,
-                                                        int tq) {
+                                                        const ta_fast_mta_regions &g, int32_t wrow0,
+                                                        int32_t ra, int32_t col0, int tq) {
     const int32_t col1 = col0 + 8 * NT - 1;
     if (g.diag && wrow0 + p.t.diag_offset - col1 < p.band)
         ta_fast_mta_direct<NT, false>(s, g.diag, p.band, p.t.diag_offset, p.t.seq_q, ra, col0, tq);

@@ -64,16 +64,16 @@
 
 namespace {
 
-#define TA_MWG_BM 128     /* Q tile rows: 2 warpgroups x 64 */
+#define TA_MWG_BM      128 /* Q tile rows: 2 warpgroups x 64 */
 #define TA_MWG_THREADS 256
-#define TA_MWG_QROWS 144 /* BM + the halo of c_q <= 16, a multiple of 8 */
-#define TA_MWG_BN 128
+#define TA_MWG_QROWS   144 /* BM + the halo of c_q <= 16, a multiple of 8 */
+#define TA_MWG_BN      128
 
 template <int D, int NB> struct ta_mwg_traits {
-    static constexpr int DB = (D + 63) / 64; /* 64-feature blocks of a ring buffer */
+    static constexpr int DB = (D + 63) / 64;             /* 64-feature blocks of a ring buffer */
     static constexpr uint32_t Q_COL = TA_MWG_QROWS * 16; /* bytes per 8-feature column */
     static constexpr uint32_t Q_BYTES = ((D / 8) * Q_COL + 1023u) & ~1023u;
-    static constexpr uint32_t CH_BYTES = DB * TA_MWG_BN * 128; /* one chunk buffer */
+    static constexpr uint32_t CH_BYTES = DB * TA_MWG_BN * 128;             /* one chunk buffer */
     static constexpr size_t SMEM = 1024 + Q_BYTES + (size_t)NB * CH_BYTES; /* + alignment */
     enum { NT = TA_MWG_BN / 8, NO = D / 8 };
     static_assert(D % 16 == 0 && D <= 128, "fast MTA: D in {64, 96, 128}");
@@ -106,10 +106,10 @@ TA_FAST_FN void ta_mwg_qkf(float (&s)[TA_MWG_BN / 2], uint32_t sq, int row, uint
     constexpr uint32_t QC = TA_MWG_QROWS * 16u;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-        ta_wg_ss<BF16>(s, ta_wg_desc_plain(sq + (uint32_t)(2 * kk) * QC + (uint32_t)row * 16u, QC, 128u),
-                       ta_wg_desc(buf + (uint32_t)((kk >> 2) * (TA_MWG_BN * 128) + (kk & 3) * 32),
-                                  16u, 1024u),
-                       first && kk == 0 ? 0 : 1);
+        ta_wg_ss<BF16>(
+            s, ta_wg_desc_plain(sq + (uint32_t)(2 * kk) * QC + (uint32_t)row * 16u, QC, 128u),
+            ta_wg_desc(buf + (uint32_t)((kk >> 2) * (TA_MWG_BN * 128) + (kk & 3) * 32), 16u, 1024u),
+            first && kk == 0 ? 0 : 1);
 }
 #endif
 
@@ -145,7 +145,8 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
         uint32_t pa[BN / 16][4];
         ta_fast_row_keys(t, ra, c.key_len, lo, hi);
 #pragma unroll
-        for (int i = 0; i < 4 * T::NO; ++i) o[i] = 0.0f;
+        for (int i = 0; i < 4 * T::NO; ++i)
+            o[i] = 0.0f;
 
         __syncthreads(); /* the previous tile is done with shared memory */
         if (total <= 0) {
@@ -161,8 +162,7 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
                 ta_wg_load_rows<D, BN, TA_MWG_THREADS>(dst, p.kf, rg.kf_off + part * D,
                                                        (int64_t)cq * D, col0, c.key_len);
             else
-                ta_wg_load_rows<D, BN, TA_MWG_THREADS>(dst, v, c.v, p.lay.v.seq, col0,
-                                                       c.key_len);
+                ta_wg_load_rows<D, BN, TA_MWG_THREADS>(dst, v, c.v, p.lay.v.seq, col0, c.key_len);
         };
         /* prologue: q (with its halo) and chunk 0 as group 0, chunks 1 ..
          * AHEAD - 1 one group each (empty past the last chunk) */
@@ -191,13 +191,14 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
             ta_wg_keep(o);
             ta_wg_keep_u(pa);
             ta_fast_mta_direct_tile<T::NT>(s, p, rg, wrow0, ra, col0, tq); /* step 1b */
-            { /* steps 2-3 */
+            {                                                              /* steps 2-3 */
                 float cr[2];
                 ta_fast_softmax_tile<T::NT>(s, m, l, lo, hi, col0, tq, scale_log2, cr);
                 ta_fast_rescale<T::NO>(o, cr);
             }
 #pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk) ta_fast_p_fragment<BF16, T::NT>(pa[kk], s, kk);
+            for (int kk = 0; kk < BN / 16; ++kk)
+                ta_fast_p_fragment<BF16, T::NT>(pa[kk], s, kk);
             ta_wg_fence(); /* step 4 */
             ta_wg_rs_rows<D, BN, BF16>(o, pa, buf);
             ta_wg_commit();

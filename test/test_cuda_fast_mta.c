@@ -69,7 +69,7 @@
 
 static double g_err_o[2], g_err_lse[2]; /* [bf16] worst errors over the bounds' units */
 static double g_rope_err_o[2], g_rope_err_lse[2]; /* the same over part 7's problems */
-static int g_sm90; /* an sm_90 device: tile_config 5 (the wgmma kernel) is drawn */
+static int g_sm90;     /* an sm_90 device: tile_config 5 (the wgmma kernel) is drawn */
 static int g_cfg = -1; /* --cfg N: part 1's problems all take tile_config N */
 
 /* One problem and its host inputs. */
@@ -234,7 +234,7 @@ static int random_case(uint64_t seed, int idx, mcase *m, ta_rng *r) {
     p->precision = TA_PRECISION_FAST;
     p->flags = TA_CAUSAL;
     p->tile_config = ta_rng_int(r, 0, TA_TEST_FAST_MTA_CFGS);
-    if (g_cfg >= 0) p->tile_config = g_cfg; /* --cfg */
+    if (g_cfg >= 0) p->tile_config = g_cfg;                 /* --cfg */
     if (p->tile_config == 5 && !g_sm90) p->tile_config = 1; /* the wgmma kernel: sm_90 only */
     if (ta_rng_int(r, 0, 3) == 0) { /* decode-shaped */
         p->seq_q = ta_rng_int(r, 1, 16);
@@ -971,9 +971,12 @@ static int check_rope(uint64_t seed, int idx) {
 int main(int argc, char **argv) {
     const uint64_t seed = ta_test_seed("test_cuda_fast_mta");
     int count = 60, i, failed = 0, n_dev = 0;
-    for (i = 1; i + 1 < argc; ++i)
-        if (strcmp(argv[i], "--count") == 0) count = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--cfg") == 0) g_cfg = atoi(argv[++i]);
+    for (i = 1; i + 1 < argc; ++i) {
+        if (strcmp(argv[i], "--count") == 0)
+            count = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--cfg") == 0)
+            g_cfg = atoi(argv[++i]);
+    }
     check_size_query();
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
         printf("no CUDA device: skipped\n");
