@@ -165,7 +165,11 @@ def run_bwd(lib, b, h, s, d, c_q, c_k, a):
     fast = MtaCase(lib, b, h, s, d, c_q, c_k, TA_BF16, TA_PRECISION_FAST, q, k, v, w)
     fast()
     ws = fast.bwd_setup(d_o)
-    t = {"ours": median_ms(fast.bwd, a.warmup, a.reps)}
+    t = {"ours": median_ms(fast.bwd, a.warmup, a.reps), "cfg1": float("nan")}
+    if a.configs:  # tile_config 1: the mma.sync dq kernel (0 is the wgmma one on sm_90)
+        fast.p.tile_config = 1
+        t["cfg1"] = median_ms(fast.bwd, a.warmup, a.reps)
+        fast.p.tile_config = 0
     qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=True)
@@ -207,7 +211,7 @@ def main_bwd(lib, a, peak, name, shapes):
     print("fast-mode MTA backward, bf16, causal; flash = PyTorch SDPA flash causal backward, "
           "same shape, no conv; eager = autograd through the PyTorch MTA in bf16")
     head = ("  B  H     S   D  conv |  ours ms flash ms eager ms | x flash eager/ours | "
-            "tc TF/s %peak | ws GiB eager GiB | dq rel err")
+            "tc TF/s %peak | ws GiB eager GiB | dq rel err | cfg 1 ms cfg1/ours")
     print(head)
     print("-" * len(head))
     rows = []
@@ -217,12 +221,12 @@ def main_bwd(lib, a, peak, name, shapes):
         row = dict(device=name, B=b, H=h, S=s, D=d, conv=f"{cq}x{ck}", ours_ms=t["ours"],
                    flash_ms=t["flash"], eager_ms=t["eager"], x_flash=t["ours"] / t["flash"],
                    eager_over_ours=t["eager"] / t["ours"], tc_tflops=tc, peak_frac=tc / peak,
-                   ws_gib=ws_gib, eager_gib=eager_gib, dq_rel_err=err)
+                   ws_gib=ws_gib, eager_gib=eager_gib, dq_rel_err=err, cfg1_ms=t["cfg1"])
         rows.append(row)
         print(f"{b:>3} {h:>2} {s:>5} {d:>3} {cq:>2}x{ck:<2}| {t['ours']:>8.3f} {t['flash']:>8.3f} "
               f"{t['eager']:>8.3f} | {row['x_flash']:>7.2f} {row['eager_over_ours']:>10.1f} | "
               f"{tc:>6.1f} {100 * tc / peak:>5.1f} | {ws_gib:>6.3f} {eager_gib:>9.2f} | "
-              f"{err:.2e}", flush=True)
+              f"{err:.2e}  | {t['cfg1']:>8.3f} {t['cfg1'] / t['ours']:>8.2f}", flush=True)
     return rows
 
 

@@ -60,6 +60,7 @@
 
 #include "ta_cuda_fast.cuh"
 #include "ta_cuda_fast_mta.cuh"
+#include "ta_cuda_fast_mta_bwd.cuh"
 #include "ta_cuda_host.cuh"
 
 extern "C" {
@@ -68,22 +69,6 @@ extern "C" {
 }
 
 namespace {
-
-/* The forward's regions (kf, diag: the base) and the backward's own. */
-struct ta_fmb_params : ta_fast_mta_params {
-    float *g;       /* [B, H, S_q, E]: dC at the direct entries (0 where hidden) */
-    float *dsb;     /* [B, H, S_q, NE]: dS~ of the band, NE = 2E */
-    float *dq_band; /* [B, H, S_q, D]: the band's share of dq */
-    float *dkf;     /* [B, H, S_k, c_q, D]: the gradient of kf */
-    float *dw_fold; /* [B, H, n_kb, c_q c_k]: the fold's dw per 32 keys */
-    float *dw_band; /* [B, H, n_rb, c_q c_k]: the band's dw per 32 rows (n_rb = 0 when E = 0) */
-    float *g_edge;  /* [B, H, S_q, P] with a binding window start (edge_n = P > 0): dC at the
-                       edge entries (0 where hidden, or where the entry is a diag one) */
-    float *dsb2;    /* [B, H, S_q, NF]: dS~ of the window-start band, NF = 3P + c_q - 1 */
-    int32_t ne, n_kb, n_rb, batch_total, nf;
-};
-
-constexpr float TA_LOG2E = 1.4426950408889634f;
 
 /* ---- warp-level products on mma.sync (operands in shared memory) ---- */
 
@@ -200,28 +185,6 @@ __global__ void __launch_bounds__(PREP_THREADS)
                     : 0.0f;
         }
     }
-}
-
-/* The direct entry of a lane's score (row, j), if any: 1 = a diag entry
- * (delta = row + off - j < E), 2 = an edge entry (j - lo(row) < P with a
- * binding window start, not a diag one), 0 = folded; *val its convolved
- * score (from diag or edge; rows past S_q are never asked). */
-__device__ __forceinline__ int ta_fmb_direct(const ta_fmb_params &p, int32_t row, int32_t j) {
-    const int32_t delta = row + p.t.diag_offset - j;
-    if (delta >= 0 && delta < p.band) return 1;
-    if (p.edge_n > 0) {
-        const int32_t ge = j - (row + p.t.diag_offset - p.t.window_left);
-        if (ge >= 0 && ge < p.edge_n) return 2;
-    }
-    return 0;
-}
-
-__device__ __forceinline__ float ta_fmb_direct_val(const ta_fmb_params &p, const float *diag,
-                                                   const float *edge, int kind, int32_t row,
-                                                   int32_t j) {
-    return kind == 1
-               ? diag[(int64_t)row * p.band + row + p.t.diag_offset - j]
-               : edge[(int64_t)row * p.edge_n + j - (row + p.t.diag_offset - p.t.window_left)];
 }
 
 /* ---- 4. the band: dsb, dq_band, dw partials ---- */
@@ -1010,8 +973,10 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan0, const ta_bwd_arg
     const bool rope = plan0->stages.load == TA_LOAD_ROPE;
     const int32_t band = ta_cuda_fast_mta_band(plan0), edge_n = ta_cuda_fast_mta_edge(plan0);
     ta_fmb_kernels k;
-    ta_fmb_params prm, prm_kv;
-    ta_tiling t_dq, t_kv;
+    ta_fmb_params prm, prm_dq, prm_kv;
+    ta_tiling t_dq, t_dqw, t_kv;
+    ta_cuda_fast_mta_wg dqw;
+    int dq_wg;
     ta_cuda_launch_desc launch[7];
     ta_plan sub;
     ta_bwd_args a2;
@@ -1036,6 +1001,20 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan0, const ta_bwd_arg
      * ours: ta_cuda_bwd_layout; with the rotary stage they turn q and k as
      * they load them and dq, dk back as they store them) */
     if (!ta_cuda_fast_bwd_aligned(plan0, a0)) return ta_cuda_mta_bwd(plan0, a0, ws, stream);
+    /* dq on wgmma with the forward's wgmma kernel: tile_config 5, and 0 on an
+     * sm_90 device of a build with sm_90a code (5 elsewhere: unsupported, as
+     * the forward) */
+    {
+        const int sm90 = ta_cuda_fast_is_sm90();
+        if (sm90 < 0) return TA_ERR_DEVICE;
+        if (pr->tile_config == 5 && !sm90) return TA_ERR_UNSUPPORTED;
+        dq_wg = sm90 && (pr->tile_config == 0 || pr->tile_config == 5) &&
+                ta_cuda_fast_mta_dq_wg_launch(pr->head_dim, bf16, rope, &dqw);
+        if (dq_wg) {
+            k.dq = dqw.kernel;
+            sm[4] = dqw.smem;
+        }
+    }
     if (rope) { /* the kernels below on the copies: plan, a */
         ta_cuda_fast_mta_rope_plan(plan0, 1, &sub);
         a2 = *a0;
@@ -1065,7 +1044,10 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan0, const ta_bwd_arg
     {
         ta_plan no_halo = *plan;
         no_halo.p.conv_q = no_halo.p.conv_k = 0;
-        if ((st = ta_cuda_tiling(&no_halo, DQ_BM, DQ_BN, TA_TILING_BWD, &t_dq)) != TA_OK ||
+        /* the wgmma dq kernel's tiles: 128 score rows, the first 128 - (c_q - 1) output */
+        if ((dq_wg && (st = ta_cuda_tiling(&no_halo, dqw.block_m - (pr->conv_q - 1), dqw.block_n,
+                                           TA_TILING_BWD, &t_dqw)) != TA_OK) ||
+            (st = ta_cuda_tiling(&no_halo, DQ_BM, DQ_BN, TA_TILING_BWD, &t_dq)) != TA_OK ||
             (st = ta_cuda_tiling(&no_halo, KV_ROWS, KV_KEYS, TA_TILING_BWD, &t_kv)) != TA_OK)
             return st;
     }
@@ -1093,8 +1075,9 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan0, const ta_bwd_arg
     prm.n_kb = (pr->seq_k + DK_KEYS - 1) / DK_KEYS;
     prm.n_rb = band > 0 ? (pr->seq_q + DIAG_ROWS - 1) / DIAG_ROWS : 0;
     prm.batch_total = pr->batch;
-    prm_kv = prm;
+    prm_kv = prm_dq = prm;
     prm_kv.t = t_kv; /* the dk/dv kernel's tiles (ta_tile_k_rows) */
+    if (dq_wg) prm_dq.t = t_dqw;
     {
         const int64_t kf_blocks = (int64_t)pr->heads_q * ((pr->seq_k + KF_ROWS - 1) / KF_ROWS);
         const int64_t row_blocks = (int64_t)pr->heads_q * ((pr->seq_q + DIAG_ROWS - 1) / DIAG_ROWS);
@@ -1110,8 +1093,8 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan0, const ta_bwd_arg
             launch[nl++].threads = PREP_THREADS;
         }
         launch[nl] =
-            ta_cuda_launch_of(k.dq, &prm, (int64_t)pr->heads_q * t_dq.num_q_tiles, 0, sm[4]);
-        launch[nl++].threads = DQ_THREADS;
+            ta_cuda_launch_of(k.dq, &prm_dq, (int64_t)pr->heads_q * prm_dq.t.num_q_tiles, 0, sm[4]);
+        launch[nl++].threads = dq_wg ? dqw.threads : DQ_THREADS;
         launch[nl] = ta_cuda_launch_of(k.kv, &prm_kv,
                                        (int64_t)pr->heads_kv * t_kv.num_k_tiles * n_ag, 0, sm[5]);
         launch[nl++].threads = KV_THREADS;

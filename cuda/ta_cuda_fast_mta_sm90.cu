@@ -61,6 +61,7 @@
 
 #include "ta_cuda_wg.cuh"
 #include "ta_cuda_fast_mta.cuh"
+#include "ta_cuda_fast_mta_bwd.cuh"
 
 namespace {
 
@@ -100,15 +101,14 @@ TA_FAST_FN void ta_mwg_load_q(uint32_t region, const ta_fast_mta_params &p, cons
  * 16 (not committed): A without swizzle (two 8-feature columns per k-step,
  * Q_COL bytes apart), B the chunk buffer, K-major; the first k-step of the
  * tile's first chunk overwrites s. */
-template <int D, bool BF16>
-TA_FAST_FN void ta_mwg_qkf(float (&s)[TA_MWG_BN / 2], uint32_t sq, int row, uint32_t buf,
-                           bool first) {
+template <int D, int BN, bool BF16>
+TA_FAST_FN void ta_mwg_qkf(float (&s)[BN / 2], uint32_t sq, int row, uint32_t buf, bool first) {
     constexpr uint32_t QC = TA_MWG_QROWS * 16u;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
         ta_wg_ss<BF16>(
             s, ta_wg_desc_plain(sq + (uint32_t)(2 * kk) * QC + (uint32_t)row * 16u, QC, 128u),
-            ta_wg_desc(buf + (uint32_t)((kk >> 2) * (TA_MWG_BN * 128) + (kk & 3) * 32), 16u, 1024u),
+            ta_wg_desc(buf + (uint32_t)((kk >> 2) * (BN * 128) + (kk & 3) * 32), 16u, 1024u),
             first && kk == 0 ? 0 : 1);
 }
 #endif
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
             ta_fast_cp_commit();
             if (part < cq) { /* step 1 */
                 ta_wg_fence();
-                ta_mwg_qkf<D, BF16>(s, sq, 64 * wg + part, buf, part == 0);
+                ta_mwg_qkf<D, BN, BF16>(s, sq, 64 * wg + part, buf, part == 0);
                 ta_wg_commit();
                 continue;
             }
@@ -222,6 +222,273 @@ template <int D, int NB, bool BF16> static int ta_mwg_of(ta_cuda_fast_mta_wg *w)
     return 1;
 }
 
+/* ---- the backward's dq on wgmma (kernel 5 of cuda/ta_cuda_fast_mta_bwd.cu) ---- */
+
+#define TA_MDQ_BM 128 /* score rows of a block: 2 warpgroups x 64 */
+#define TA_MDQ_BN 64  /* keys per K tile */
+
+/* Shared memory (1024-byte aligned regions):
+ *   q    [D/8][QROWS][8]    rows row0 - (c_q-1) .., without swizzle (the forward's)
+ *   dO   [DB][128][64]      rows row0 .., swizzled (K-major A of dp = dO v^T)
+ *   dC   2 x [BN/8][QROWS][8]  the K tiles' dC by parity, without swizzle, rows row0 ..
+ *        (a start r rows down is dC from row r on: dq's shifted A operand);
+ *        rows 128 .. QROWS - 1 zero (read only for output rows past the tile's)
+ *   ring [NB][DB][BN][64]   the chunks, swizzled */
+template <int D, int NB> struct ta_mdq_traits {
+    static constexpr int DB = (D + 63) / 64;
+    static constexpr uint32_t COL = TA_MWG_QROWS * 16; /* bytes per 8-column of q and dC */
+    static constexpr uint32_t Q_BYTES = ((D / 8) * COL + 1023u) & ~1023u;
+    static constexpr uint32_t DO_BYTES = DB * TA_MDQ_BM * 128;
+    static constexpr uint32_t C_BYTES = ((TA_MDQ_BN / 8) * COL + 1023u) & ~1023u;
+    static constexpr uint32_t CH_BYTES = DB * TA_MDQ_BN * 128;
+    static constexpr size_t SMEM =
+        1024 + Q_BYTES + DO_BYTES + 2 * (size_t)C_BYTES + (size_t)NB * CH_BYTES;
+    enum { NT = TA_MDQ_BN / 8 };
+    static_assert(NB >= 3, "a ring of at least three chunks (NB - 2 ahead)");
+    static_assert(SMEM <= 227 * 1024, "the ring must fit an sm_90 block");
+};
+
+/*
+ * One block of 2 warpgroups per (batch, query head, Q tile): score rows
+ * row0 .. row0 + 127 (warpgroup w rows 64 w ..), dq of the first
+ * 128 - (c_q - 1) of them (dq_r reads dC rows r .. r + c_q - 1; the tiles
+ * overlap by c_q - 1 score rows). K tiles of 64 keys, those any of the 128
+ * rows sees. The chunks of K tile t (the ring, as the forward's):
+ *   S(t, a)  kf_a:  s (+)= q(rows shifted by a - (c_q-1)) kf_a^T  (SS, K-major)
+ *   V(t)     v:     dp = dO v^T                                     (SS, K-major)
+ *   Q(t, a)  kf_a:  dq += dC_t(rows shifted by c_q-1-a) kf_a         (SS: dC plain, kf N-major)
+ * in the order S(t, *), V(t), Q(t - 1, *) (the last tile's Q chunks after
+ * all), one commit group per chunk. dC_t (the direct entries from diag and
+ * edge, P, dC = scale P (dp - D), 0 at the direct entries, rounded to the
+ * storage type) is made after the second Q chunk is issued (the first with
+ * c_q = 1; right after V(0) for t = 0), behind a wait_group 0: every issued
+ * product has completed, so there is no overlap within a warpgroup here
+ * (wait_group 1 would let Q(t - 1, a)'s last chain run on, but ptxas then
+ * serialises the warpgroup's wgmma (C7514): it cannot tell which group
+ * retired). dC_t goes into dC buffer t % 2 (Q(t - 1, *) reads the other;
+ * Q(t - 2, *), the last readers of this one, have completed). Then dq + dq_band stored (F32: in
+ * f32, the rotary stage). The same dC, kf and order of keys as the mma.sync kernel, its products
+ * accumulated in wgmma's order: the bits differ (the same bound).
+ */
+template <int D, int NB, bool BF16, bool F32>
+__global__ void __launch_bounds__(TA_MWG_THREADS, 1)
+    ta_fast_mta_dq_wg_kernel(const __grid_constant__ ta_fmb_params p) {
+#ifdef TA_WG_ENABLED
+    typedef ta_mdq_traits<D, NB> T;
+    constexpr int BN = TA_MDQ_BN;
+    constexpr int AHEAD = NB - 2; /* chunks loading ahead of chunk g */
+    extern __shared__ float4 ta_mwg_dyn_smem[];
+    const uint32_t smem0 = ta_fast_smem_addr(ta_mwg_dyn_smem);
+    const uint32_t sq = (smem0 + 1023u) & ~1023u;
+    const uint32_t sdo = sq + T::Q_BYTES, sdc = sdo + T::DO_BYTES, ring = sdc + 2 * T::C_BYTES;
+    unsigned char *gdc = reinterpret_cast<unsigned char *>(ta_mwg_dyn_smem) + (sdc - smem0);
+    const int32_t cq = p.conv_q, n_ch = 2 * cq + 1, out_rows = TA_MDQ_BM - (cq - 1);
+    const int32_t q_first = cq > 1 ? 1 : 0; /* the Q chunk after which dC is made */
+    const ta_tiling t = p.t;
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+    const int wg = warp >> 2, tq = lane & 3;
+    const int32_t n_qt = t.num_q_tiles;
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
+    const float scale_log2 = p.scale * TA_LOG2E;
+    const uint16_t *v = static_cast<const uint16_t *>(p.v);
+    const uint16_t *d_o = static_cast<const uint16_t *>(p.d_o);
+
+    /* dC rows 128 .. QROWS - 1 of both buffers: zeros, once */
+    for (int i = (int)threadIdx.x; i < 2 * (BN / 8) * (TA_MWG_QROWS - TA_MDQ_BM);
+         i += TA_MWG_THREADS) {
+        const int b = i / ((BN / 8) * (TA_MWG_QROWS - TA_MDQ_BM)),
+                  r = i % ((BN / 8) * (TA_MWG_QROWS - TA_MDQ_BM));
+        *reinterpret_cast<uint4 *>(
+            gdc + b * T::C_BYTES + (r / (TA_MWG_QROWS - TA_MDQ_BM)) * T::COL +
+            (TA_MDQ_BM + r % (TA_MWG_QROWS - TA_MDQ_BM)) * 16) = make_uint4(0u, 0u, 0u, 0u);
+    }
+
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const ta_cuda_q_tile at = ta_cuda_q_tile_at(p, tile, n_qt);
+        const ta_tile_ctx c = ta_cuda_context(p, at.b_local, at.h, at.qt);
+        const int32_t row0 = at.qt * out_rows, wrow0 = row0 + 64 * wg + 16 * (warp & 3);
+        const int32_t ra = wrow0 + (lane >> 2); /* this lane's rows: ra, ra + 8 */
+        const int64_t head = (int64_t)(p.batch_begin + at.b_local) * p.heads_q + at.h;
+        const int64_t kf_off = head * t.seq_k * cq * D;
+        const float *diag = p.band > 0 ? p.diag + head * t.seq_q * p.band : nullptr;
+        const float *edge = p.edge_n > 0 ? p.edge + head * t.seq_q * p.edge_n : nullptr;
+        const int32_t lo_off = t.diag_offset - t.window_left;
+        int32_t lo[2], hi[2], kt0 = 0, n_kt = 0;
+        float lse2[2], dl[2], dq[D / 2], s[BN / 2], dp[BN / 2];
+        ta_fast_row_keys(t, ra, c.key_len, lo, hi);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int32_t row = ra + 8 * r;
+            const bool in = row < t.seq_q && lo[r] < hi[r];
+            lse2[r] = in ? p.lse[c.lse + row] * TA_LOG2E : 0.0f;
+            dl[r] = in ? p.delta[c.lse + row] : 0.0f;
+        }
+        { /* the K tiles any of the 128 rows sees (lo and hi grow with the row) */
+            int32_t l0, h0, l1, h1;
+            const int32_t last = (row0 + TA_MDQ_BM < t.seq_q ? row0 + TA_MDQ_BM : t.seq_q) - 1;
+            ta_tile_row_keys(&t, row0, c.key_len, &l0, &h0);
+            ta_tile_row_keys(&t, last, c.key_len, &l1, &h1);
+            if (h1 > l0) {
+                kt0 = l0 / BN;
+                n_kt = (h1 - 1) / BN + 1 - kt0;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i)
+            dq[i] = 0.0f;
+        const int32_t total = n_kt * n_ch;
+        /* chunk g -> its step t (S(t, *), V(t), Q(t - 1, *)) and part (a < c_q:
+         * S, c_q: V, c_q + 1 + a: Q) */
+        auto chunk_at = [&](int32_t g, int32_t &step, int32_t &part) {
+            int32_t x = g <= cq ? g : g + cq;  /* step 0 has no Q chunks */
+            if (x >= n_kt * n_ch) x += cq + 1; /* the last step has only them */
+            step = x / n_ch;
+            part = x % n_ch;
+        };
+        auto load_chunk = [&](int32_t g) {
+            int32_t step, part;
+            chunk_at(g, step, part);
+            const int32_t col0 = (kt0 + step - (part > cq ? 1 : 0)) * BN;
+            const uint32_t dst = ring + (uint32_t)(g % NB) * T::CH_BYTES;
+            const int32_t a = part < cq ? part : part - cq - 1;
+            if (part == cq)
+                ta_wg_load_rows<D, BN, TA_MWG_THREADS>(dst, v, c.v, p.lay.v.seq, col0, c.key_len);
+            else
+                ta_wg_load_rows<D, BN, TA_MWG_THREADS>(dst, p.kf, kf_off + (int64_t)a * D,
+                                                       (int64_t)cq * D, col0, t.seq_k);
+        };
+        /* dC of step tt's K tile from s and dp (complete) into buffer tt % 2 */
+        auto make_dc = [&](int32_t tt) {
+            const int32_t col0 = (kt0 + tt) * BN, col1 = col0 + BN - 1;
+            const bool near =
+                (diag && wrow0 + t.diag_offset - col1 < p.band) ||
+                (edge && col0 < wrow0 + 15 + lo_off + p.edge_n && col1 >= wrow0 + lo_off);
+            unsigned char *dst = gdc + (tt & 1) * T::C_BYTES +
+                                 (64 * wg + 16 * (warp & 3) + (lane >> 2)) * 16 + 4 * tq;
+            /* element pairs (2 i, 2 i + 1): row ra + 8 (i & 1), keys from 8 (i >> 1) + 2 tq
+             * (s and dp are only read: a pending product may not have its
+             * accumulators defined by other instructions, or ptxas serializes) */
+#pragma unroll
+            for (int i = 0; i < BN / 4; ++i) {
+                const int r = i & 1;
+                const int32_t row = ra + 8 * r;
+                float x[2];
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int32_t j = col0 + 8 * (i >> 1) + 2 * tq + e;
+                    const int direct = near ? ta_fmb_direct(p, row, j) : 0;
+                    float sc = s[2 * i + e], pr = 0.0f;
+                    if (j >= lo[r] && j < hi[r]) {
+                        if (direct) sc = ta_fmb_direct_val(p, diag, edge, direct, row, j);
+                        pr = ta_fast_exp2(__fmaf_rn(sc, scale_log2, -lse2[r]));
+                    }
+                    x[e] = direct ? 0.0f : p.scale * pr * (dp[2 * i + e] - dl[r]);
+                }
+                *reinterpret_cast<uint32_t *>(dst + (i >> 1) * T::COL + (i & 1) * 128) =
+                    ta_fast_pack<BF16>(x[0], x[1]);
+            }
+        };
+
+        __syncthreads(); /* the previous tile is done with shared memory */
+        if (total > 0) {
+            /* prologue: q (with its halo), dO and chunk 0 as group 0, chunks
+             * 1 .. AHEAD - 1 one group each (empty past the last chunk) */
+            ta_mwg_load_q<D>(sq, p, c, row0 - (cq - 1), TA_MDQ_BM + cq - 1);
+            ta_wg_load_rows<D, TA_MDQ_BM, TA_MWG_THREADS>(sdo, d_o, c.d_o, p.lay.d_o.seq, row0,
+                                                          t.seq_q);
+            for (int32_t g = 0; g < AHEAD; ++g) {
+                if (g < total) load_chunk(g);
+                ta_fast_cp_commit();
+            }
+        }
+        for (int32_t g = 0; g < total; ++g) {
+            int32_t step, part;
+            chunk_at(g, step, part);
+            const uint32_t buf = ring + (uint32_t)(g % NB) * T::CH_BYTES;
+            ta_wg_wait<1>(); /* chunk g - 2's products are done */
+            ta_fast_cp_wait<AHEAD - 1>();
+            ta_wg_proxy_fence(); /* also orders this thread's dC stores before wgmma reads */
+            __syncthreads();     /* chunk g and dC visible; every warp is past chunk g - 2 */
+            if (g + AHEAD < total) load_chunk(g + AHEAD); /* into chunk g - 2's buffer */
+            ta_fast_cp_commit();
+            ta_wg_fence();
+            if (part < cq) {
+                ta_mwg_qkf<D, BN, BF16>(s, sq, 64 * wg + part, buf, part == 0);
+                ta_wg_commit();
+            } else if (part == cq) {
+                ta_wg_ss_rows<D, TA_MDQ_BM, BN, BF16>(dp, sdo, 64 * wg, buf);
+                ta_wg_commit();
+                if (step == 0) {
+                    ta_wg_wait<0>();
+                    ta_wg_keep(s);
+                    ta_wg_keep(dp);
+                    make_dc(0);
+                }
+            } else {
+                const int32_t a = part - cq - 1;
+                const uint32_t dcb = sdc + (uint32_t)((step - 1) & 1) * T::C_BYTES +
+                                     (uint32_t)(64 * wg + cq - 1 - a) * 16u;
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; ++kk)
+                    ta_wg_sst<BF16>(
+                        dq, ta_wg_desc_plain(dcb + (uint32_t)(2 * kk) * T::COL, T::COL, 128u),
+                        ta_wg_desc(buf + (uint32_t)(kk * 2048), BN * 128u, 1024u), 1);
+                ta_wg_commit();
+                if (a == q_first && step < n_kt) {
+                    ta_wg_wait<0>(); /* s and dp of step's tile */
+                    ta_wg_keep(s);
+                    ta_wg_keep(dp);
+                    make_dc(step);
+                }
+            }
+        }
+        ta_wg_wait<0>();
+        ta_wg_keep(dq);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int32_t row = ra + 8 * r;
+            if (row >= t.seq_q || row - row0 >= out_rows) continue;
+            /* the band's share (none when E = 0: no band kernel ran) */
+            const float *bq = p.band > 0 ? p.dq_band + (head * t.seq_q + row) * D : nullptr;
+#pragma unroll
+            for (int d = 0; d < D / 8; ++d) {
+                const int32_t col = 8 * d + 2 * tq;
+                const float2 b =
+                    bq ? *reinterpret_cast<const float2 *>(bq + col) : make_float2(0.0f, 0.0f);
+                const float x0 = dq[4 * d + 2 * r] + b.x, x1 = dq[4 * d + 2 * r + 1] + b.y;
+                if constexpr (F32)
+                    *reinterpret_cast<float2 *>(static_cast<float *>(p.dq) + c.dq +
+                                                (int64_t)row * p.lay.dq.seq + col) =
+                        make_float2(x0, x1);
+                else
+                    *reinterpret_cast<uint32_t *>(static_cast<uint16_t *>(p.dq) + c.dq +
+                                                  (int64_t)row * p.lay.dq.seq + col) =
+                        ta_fast_pack<BF16>(x0, x1);
+            }
+        }
+    }
+#else
+    (void)p;
+#endif
+}
+
+template <int D, int NB, bool BF16, bool F32> static int ta_mdq_of(ta_cuda_fast_mta_wg *w) {
+    w->kernel = reinterpret_cast<const void *>(&ta_fast_mta_dq_wg_kernel<D, NB, BF16, F32>);
+    w->smem = ta_mdq_traits<D, NB>::SMEM;
+    w->threads = TA_MWG_THREADS;
+    w->block_m = TA_MDQ_BM;
+    w->block_n = TA_MDQ_BN;
+    return 1;
+}
+
+template <bool BF16, bool F32> static int ta_mdq_for(int32_t d, ta_cuda_fast_mta_wg *w) {
+    switch (d) {
+    case 64: return ta_mdq_of<64, 16, BF16, F32>(w);
+    case 96: return ta_mdq_of<96, 7, BF16, F32>(w);
+    case 128: return ta_mdq_of<128, 7, BF16, F32>(w);
+    default: return 0;
+    }
+}
 } /* namespace */
 
 /* (cuda/ta_cuda_fast_mta.cuh) */
@@ -232,4 +499,10 @@ int ta_cuda_fast_mta_wg_launch(int32_t d, int bf16, ta_cuda_fast_mta_wg *w) {
     case 128: return bf16 ? ta_mwg_of<128, 5, true>(w) : ta_mwg_of<128, 5, false>(w);
     default: return 0;
     }
+}
+
+/* (cuda/ta_cuda_fast_mta_bwd.cuh) */
+int ta_cuda_fast_mta_dq_wg_launch(int32_t d, int bf16, int f32, ta_cuda_fast_mta_wg *w) {
+    if (bf16) return f32 ? ta_mdq_for<true, true>(d, w) : ta_mdq_for<true, false>(d, w);
+    return f32 ? ta_mdq_for<false, true>(d, w) : ta_mdq_for<false, false>(d, w);
 }

@@ -191,6 +191,26 @@ template <bool BF16> TA_FAST_FN void ta_wg_rs(float (&d)[128], const uint32_t (&
         ta_wg_rs_n256_f16(d, a, b);
 }
 
+/* a K-major (the fast MTA backward's dC without swizzle), b N-major */
+template <bool BF16> TA_FAST_FN void ta_wg_sst(float (&d)[32], uint64_t a, uint64_t b, int acc) {
+    if (BF16)
+        ta_wg_sst_n64_bf16(d, a, b, acc);
+    else
+        ta_wg_sst_n64_f16(d, a, b, acc);
+}
+template <bool BF16> TA_FAST_FN void ta_wg_sst(float (&d)[48], uint64_t a, uint64_t b, int acc) {
+    if (BF16)
+        ta_wg_sst_n96_bf16(d, a, b, acc);
+    else
+        ta_wg_sst_n96_f16(d, a, b, acc);
+}
+template <bool BF16> TA_FAST_FN void ta_wg_sst(float (&d)[64], uint64_t a, uint64_t b, int acc) {
+    if (BF16)
+        ta_wg_sst_n128_bf16(d, a, b, acc);
+    else
+        ta_wg_sst_n128_f16(d, a, b, acc);
+}
+
 /* ---- products over a whole reduction dim (issued, not committed) ---- */
 
 /* acc = a b^T over D features, both K-major: a = the 64 rows from a_row0 of a

@@ -35,7 +35,10 @@
  *     them: exact mode's dv differs, and the test fails if it never does);
  *     identity tables: every gradient that call's on the same q, k.
  *
- *   test_cuda_fast_mta_bwd [--count N]     TA_SEED replays a run.
+ * Each problem's tile_config (forward and dq kernel) is 0, 1 (the mma.sync
+ * dq kernel) or, on an sm_90 device, 5 (the wgmma one: 0 is 5 there) in turn.
+ *
+ *   test_cuda_fast_mta_bwd [--count N] [--cfg N]     TA_SEED replays a run.
  * Without a CUDA device: prints "no CUDA device: skipped" (after part 3) and
  * exits 77.
  */
@@ -71,6 +74,11 @@
 static double g_worst[2][4], g_rope_worst[2][4];
 /* problems with a window start inside the keys (the edge entries' path) */
 static int g_edge_problems;
+/* an sm_90 device: tile_config 5 (the wgmma forward and dq kernels) is drawn;
+ * g_cfg >= 0: every problem's tile_config (--cfg) */
+static int g_sm90, g_cfg = -1;
+/* problems per tile_config drawn: 0, 1 (mma.sync dq), 5 */
+static int g_cfg_count[3];
 
 /* A problem: host inputs, device buffers. */
 typedef struct bcase {
@@ -182,11 +190,12 @@ static void make_case(bcase *c, ta_rng *r, int flat, int rope) {
 
 static void describe(const bcase *c, char *buf, size_t n) {
     const ta_problem *p = &c->p;
-    snprintf(buf, n, "%s B=%d H=%d/%d S_q=%d S_k=%d D=%d conv %dx%d%s%s scale %g window %d/%d",
+    snprintf(buf, n,
+             "%s B=%d H=%d/%d S_q=%d S_k=%d D=%d conv %dx%d%s%s scale %g window %d/%d cfg %d",
              p->dtype == TA_BF16 ? "bf16" : "f16", (int)p->batch, (int)p->heads_q, (int)p->heads_kv,
              (int)p->seq_q, (int)p->seq_k, (int)p->head_dim, (int)p->conv_q, (int)p->conv_k,
              c->identity ? " identity" : "", c->use_seqlens ? " seqlens" : "", (double)p->scale,
-             (int)p->window_left, (int)p->window_right);
+             (int)p->window_left, (int)p->window_right, (int)p->tile_config);
     if (p->rope)
         snprintf(buf + strlen(buf), n - strlen(buf), " rope %s pairs %d rows %d hs %d pos %s/%s%s",
                  p->rope == TA_ROPE_HALF ? "half" : "interleaved", (int)p->rope_pairs,
@@ -383,6 +392,11 @@ static int check_problem(uint64_t seed, int idx, int flat, int rope) {
     int t;
     ta_rng_seed(&r, seed + UINT64_C(0x51ed27) * (uint64_t)(idx + 1));
     make_case(&c, &r, flat, rope);
+    /* tile_config (no draw from r: a seed's problems stay as they were): 0,
+     * 1 (the mma.sync dq kernel) and, on sm_90, 5 (the wgmma one; 0 is 5
+     * there) in turn */
+    c.p.tile_config = g_cfg >= 0 ? g_cfg : idx % 3 == 1 ? 1 : idx % 3 == 2 && g_sm90 ? 5 : 0;
+    ++g_cfg_count[c.p.tile_config == 5 ? 2 : c.p.tile_config == 1 ? 1 : 0];
     if ((c.p.flags & TA_WINDOW) && c.p.window_left >= 0 && c.p.window_left < c.p.seq_k)
         ++g_edge_problems;
     describe(&c, desc, sizeof desc);
@@ -566,11 +580,22 @@ int main(int argc, char **argv) {
     const uint64_t seed = ta_test_seed("test_cuda_fast_mta_bwd");
     int count = 40, i, failed = 0, n_dev = 0;
     for (i = 1; i + 1 < argc; ++i)
-        if (strcmp(argv[i], "--count") == 0) count = atoi(argv[++i]);
+        if (strcmp(argv[i], "--count") == 0)
+            count = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--cfg") == 0)
+            g_cfg = atoi(argv[++i]);
     check_size_query();
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
         printf("no CUDA device: skipped\n");
         return ta_test_failures ? ta_test_finish("test_cuda_fast_mta_bwd") : TA_TEST_SKIP;
+    }
+    {
+        int major = 0, minor = 0;
+        CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+        CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+        g_sm90 = major == 9 && minor == 0;
+        printf("device compute capability %d.%d: tile_config 5 (the wgmma dq kernel) %s\n", major,
+               minor, g_sm90 ? "drawn" : "not drawn (sm_90 only)");
     }
     for (i = 0; i < count; ++i)
         failed += !check_problem(seed, i, 0, 0);
@@ -588,6 +613,7 @@ int main(int argc, char **argv) {
            g_rope_worst[0][2], g_rope_worst[0][3], g_rope_worst[1][0], g_rope_worst[1][1],
            g_rope_worst[1][2], g_rope_worst[1][3]);
     printf("%d problems with a window start inside the keys\n", g_edge_problems);
+    printf("tile_config drawn: 0 %d, 1 %d, 5 %d\n", g_cfg_count[0], g_cfg_count[1], g_cfg_count[2]);
     printf("%d problems and %d flat ones, %d failed; worst errors (units of u) dq dk dv dconv_w: "
            "f16 %.3g %.3g %.3g "
            "%.3g, bf16 %.3g %.3g %.3g %.3g (bounds %g, dv %g)\n",

@@ -1,0 +1,66 @@
+/*
+ * The fast MTA backward's parameters and the direct-entry test, shared by
+ * cuda/ta_cuda_fast_mta_bwd.cu (the kernels, the launcher) and
+ * cuda/ta_cuda_fast_mta_sm90.cu (the dq kernel on warpgroup MMA). Not
+ * installed; each translation unit has its own copy (an anonymous
+ * namespace), the host fills the struct and the kernels read it by value.
+ */
+#ifndef TA_CUDA_FAST_MTA_BWD_CUH
+#define TA_CUDA_FAST_MTA_BWD_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ta_cuda_fast_mta.cuh"
+
+/* The sm_90a dq kernel of the fast MTA backward (cuda/ta_cuda_fast_mta_sm90.cu):
+ * its launch shape for head dim d (0: none); F32 nonzero: the kernel that
+ * stores dq in f32 (the rotary stage). block_m is the score rows of a block
+ * (the Q tile: block_m - (c_q - 1) output rows), block_n the keys per K tile;
+ * smem the bytes. The host launches it only on an sm_90 device of a build
+ * that holds sm_90a code (ta_cuda_fast_is_sm90). */
+int ta_cuda_fast_mta_dq_wg_launch(int32_t d, int bf16, int f32, ta_cuda_fast_mta_wg *w);
+
+namespace {
+
+/* The forward's regions (kf, diag: the base) and the backward's own. */
+struct ta_fmb_params : ta_fast_mta_params {
+    float *g;       /* [B, H, S_q, E]: dC at the direct entries (0 where hidden) */
+    float *dsb;     /* [B, H, S_q, NE]: dS~ of the band, NE = 2E */
+    float *dq_band; /* [B, H, S_q, D]: the band's share of dq */
+    float *dkf;     /* [B, H, S_k, c_q, D]: the gradient of kf */
+    float *dw_fold; /* [B, H, n_kb, c_q c_k]: the fold's dw per 32 keys */
+    float *dw_band; /* [B, H, n_rb, c_q c_k]: the band's dw per 32 rows (n_rb = 0 when E = 0) */
+    float *g_edge;  /* [B, H, S_q, P] with a binding window start (edge_n = P > 0): dC at the
+                       edge entries (0 where hidden, or where the entry is a diag one) */
+    float *dsb2;    /* [B, H, S_q, NF]: dS~ of the window-start band, NF = 3P + c_q - 1 */
+    int32_t ne, n_kb, n_rb, batch_total, nf;
+};
+
+constexpr float TA_LOG2E = 1.4426950408889634f;
+
+/* The direct entry of a lane's score (row, j), if any: 1 = a diag entry
+ * (delta = row + off - j < E), 2 = an edge entry (j - lo(row) < P with a
+ * binding window start, not a diag one), 0 = folded; *val its convolved
+ * score (from diag or edge; rows past S_q are never asked). */
+__device__ __forceinline__ int ta_fmb_direct(const ta_fmb_params &p, int32_t row, int32_t j) {
+    const int32_t delta = row + p.t.diag_offset - j;
+    if (delta >= 0 && delta < p.band) return 1;
+    if (p.edge_n > 0) {
+        const int32_t ge = j - (row + p.t.diag_offset - p.t.window_left);
+        if (ge >= 0 && ge < p.edge_n) return 2;
+    }
+    return 0;
+}
+
+__device__ __forceinline__ float ta_fmb_direct_val(const ta_fmb_params &p, const float *diag,
+                                                   const float *edge, int kind, int32_t row,
+                                                   int32_t j) {
+    return kind == 1
+               ? diag[(int64_t)row * p.band + row + p.t.diag_offset - j]
+               : edge[(int64_t)row * p.edge_n + j - (row + p.t.diag_offset - p.t.window_left)];
+}
+
+} /* namespace */
+
+#endif /* TA_CUDA_FAST_MTA_BWD_CUH */
