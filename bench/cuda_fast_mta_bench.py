@@ -28,6 +28,9 @@ D for the folded scores, one for p v), and its fraction of the dense bf16 peak
 (989 TFLOP/s on an H100/H200 SXM; --peak overrides); the workspace against the
 eager MTA's peak memory (both GiB); max |o - o_eager|.
 --configs also times every tile_config (the table of cuda/ta_cuda_fast_mta.cu).
+--kernels prints, per shape, where ours spends its time: torch.profiler's
+device time per kernel (mean over --reps calls; the kernels of one call in
+launch order, with their share of the call's kernel time).
 
 --bwd times the backward instead (cuda/ta_cuda_fast_mta_bwd.cu, issue 11's
 second target: within 4x of flash's backward): ta_bwd in fast mode on the
@@ -199,6 +202,37 @@ def run_bwd(lib, b, h, s, d, c_q, c_k, a):
     return t, err, ws / 2**30, eager_gib
 
 
+def kernel_table(fn, reps, label):
+    """Per-kernel device time of fn (torch.profiler, mean over reps calls), in
+    the order of the first launch, with each kernel's share."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    tot, order = {}, []
+    for e in prof.events():
+        if str(e.device_type).endswith("CUDA") and "memcpy" not in e.name.lower() \
+                and "memset" not in e.name.lower():
+            if e.name not in tot:
+                tot[e.name] = [0.0, 0]
+                order.append(e.name)
+            dt = getattr(e, "device_time", None)
+            if dt is None:
+                dt = e.cuda_time
+            tot[e.name][0] += dt
+            tot[e.name][1] += 1
+    all_us = sum(v[0] for v in tot.values()) / reps
+    print(f"  kernels of {label} (torch.profiler, mean of {reps} calls, {all_us:.0f} us of kernels"
+          " per call):")
+    for name in order:
+        us, n = tot[name]
+        short = name.replace("(anonymous namespace)::", "").split("(ta_")[0][:90]
+        print(f"    {us / reps:>9.1f} us {100 * us / reps / all_us:>5.1f} %  x{n // reps:<3} {short}")
+
+
 def write_csv(path, rows):
     if path and rows:
         with open(path, "w", newline="") as f:
@@ -217,6 +251,17 @@ def main_bwd(lib, a, peak, name, shapes):
     rows = []
     for (b, h, s, d, cq, ck) in shapes:
         t, err, ws_gib, eager_gib = run_bwd(lib, b, h, s, d, cq, ck, a)
+        if a.kernels:
+            q, k, v, d_o, w = inputs(b, h, s, d, cq, ck, 1357 + s + d + cq, 4)
+            fast = MtaCase(lib, b, h, s, d, cq, ck, TA_BF16, TA_PRECISION_FAST, q, k, v, w)
+            fast()
+            fast.bwd_setup(d_o)
+            kernel_table(fast.bwd, max(3, a.reps // 2), f"ours, {d=} {cq}x{ck} {s=}")
+            if a.configs:
+                fast.p.tile_config = 1
+                kernel_table(fast.bwd, max(3, a.reps // 2), f"tile_config 1, {d=} {cq}x{ck} {s=}")
+            del fast, q, k, v, d_o, w
+            torch.cuda.empty_cache()
         tc = b * h * s * s / 2.0 * 2.0 * d * (3 * cq + 2) / (t["ours"] * 1e-3) / 1e12
         row = dict(device=name, B=b, H=h, S=s, D=d, conv=f"{cq}x{ck}", ours_ms=t["ours"],
                    flash_ms=t["flash"], eager_ms=t["eager"], x_flash=t["ours"] / t["flash"],
@@ -240,6 +285,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="S = 1024 and 4096 only")
     ap.add_argument("--configs", action="store_true", help="also time every tile_config")
     ap.add_argument("--bwd", action="store_true", help="time the backward instead")
+    ap.add_argument("--kernels", action="store_true",
+                    help="per shape, ours' device time per kernel (torch.profiler)")
     ap.add_argument("--exact", action="store_true",
                     help="also time the exact f32 MTA forward (CUDA cores)")
     a = ap.parse_args()
@@ -263,6 +310,12 @@ def main():
     rows = []
     for (b, h, s, d, cq, ck) in shapes:
         t, cfg, err, ws_gib, eager_gib = run(lib, b, h, s, d, cq, ck, a)
+        if a.kernels:
+            q, k, v, w = inputs(b, h, s, d, cq, ck, 2468 + s + d + cq, 3)
+            fast = MtaCase(lib, b, h, s, d, cq, ck, TA_BF16, TA_PRECISION_FAST, q, k, v, w)
+            kernel_table(fast, max(3, a.reps // 2), f"ours, {d=} {cq}x{ck} {s=}")
+            del fast, q, k, v, w
+            torch.cuda.empty_cache()
         vis = b * h * s * (s + 1) / 2.0
         tf = vis * (4.0 * d + 2.0 * cq * ck) / (t["ours"] * 1e-3) / 1e12
         tc = b * h * s * s / 2.0 * 2.0 * d * (cq + 1) / (t["ours"] * 1e-3) / 1e12
