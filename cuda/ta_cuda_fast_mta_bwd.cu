@@ -42,7 +42,10 @@
  *   6. ta_fmb_kv_kernel: per 32 keys (and a group of a's), the heads of the
  *      GQA group and the Q tiles that see the keys ascending: s^T, P^T, dC^T
  *      (transposed scores), then dv += P^T dO and dkf_a += dC^T q(shifted) on
- *      mma.sync; dkf [B, H, S_k, c_q, D] f32, dv stored;
+ *      mma.sync; dkf [B, H, S_k, c_q, D] f32, dv stored. On sm_90 (tile_config
+ *      5, and 0) at D = 64 and 128 ta_fast_mta_kv_wg_kernel instead
+ *      (cuda/ta_cuda_fast_mta_sm90.cu): the same per 32 keys and Q tiles of
+ *      128 rows on wgmma, the accumulators transposed (features x keys);
  *   7. ta_fmb_dk_kernel: dk from dkf (the key-direction conv) and dsb, dsb2 (the
  *      band), summed over the group's heads; the fold's dw partials per 32
  *      keys;
@@ -465,13 +468,9 @@ __global__ void __launch_bounds__(DQ_THREADS, 2)
                 for (int i = 0; i < 4 * T::NT; ++i) {
                     const int r = (i >> 1) & 1;
                     const int32_t row = ra + 8 * r, j = col0 + 8 * (i / 4) + 2 * tq + (i & 1);
-                    const int direct = ta_fmb_direct(p, row, j);
-                    float x = s[i], pr = 0.0f;
-                    if (j >= lo[r] && j < hi[r]) {
-                        if (direct) x = ta_fmb_direct_val(p, diag, edge, direct, row, j);
-                        pr = ta_fast_exp2(__fmaf_rn(x, scale_log2, -lse2[r]));
-                    }
-                    s[i] = direct ? 0.0f : p.scale * pr * (dp[i] - dl[r]);
+                    float pr;
+                    ta_fmb_p_dc(p, diag, edge, true, row, j, lo[r], hi[r], s[i], dp[i], lse2[r],
+                                dl[r], scale_log2, &pr, &s[i]);
                 }
                 ta_fmb_store_acc<T::NT, BF16>(sdc + 16 * warp * T::LDC, T::LDC, s, lane);
             } else if (warp < DQ_WARPS - 1) {
@@ -672,14 +671,8 @@ __global__ void __launch_bounds__(KV_THREADS)
                     const int32_t kl = 16 * kg + (lane >> 2) + 8 * ((e >> 1) & 1);
                     const int32_t rl = 16 * rg + 8 * (e >> 2) + 2 * tq + (e & 1);
                     const int32_t j = m0 + kl, row = row0 + rl;
-                    const int direct = ta_fmb_direct(p, row, j);
-                    float xs = st[e], pr = 0.0f;
-                    if (j >= rlo[rl] && j < rhi[rl]) {
-                        if (direct) xs = ta_fmb_direct_val(p, diag, edge, direct, row, j);
-                        pr = ta_fast_exp2(__fmaf_rn(xs, scale_log2, -rl2[rl]));
-                    }
-                    st[e] = pr;
-                    dpt[e] = direct ? 0.0f : p.scale * pr * (dpt[e] - rdl[rl]);
+                    ta_fmb_p_dc(p, diag, edge, true, row, j, rlo[rl], rhi[rl], st[e], dpt[e],
+                                rl2[rl], rdl[rl], scale_log2, &st[e], &dpt[e]);
                 }
                 ta_fmb_store_acc<2, BF16>(sp + 16 * kg * T::LDP + 16 * rg, T::LDP, st, lane);
                 ta_fmb_store_acc<2, BF16>(sdc + 16 * kg * T::LDP + 16 * rg, T::LDP, dpt, lane);
@@ -975,8 +968,8 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan0, const ta_bwd_arg
     ta_fmb_kernels k;
     ta_fmb_params prm, prm_dq, prm_kv;
     ta_tiling t_dq, t_dqw, t_kv;
-    ta_cuda_fast_mta_wg dqw;
-    int dq_wg;
+    ta_cuda_fast_mta_wg dqw, kvw;
+    int dq_wg, kv_wg = 0;
     ta_cuda_launch_desc launch[7];
     ta_plan sub;
     ta_bwd_args a2;
@@ -1013,6 +1006,19 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan0, const ta_bwd_arg
         if (dq_wg) {
             k.dq = dqw.kernel;
             sm[4] = dqw.smem;
+            /* dk/dv on wgmma too (D = 64, 128), with two Q tile buffers where
+             * the device holds them */
+            int32_t ag = 0;
+            kv_wg = ta_cuda_fast_mta_kv_wg_launch(pr->head_dim, pr->conv_q, bf16, 2, &kvw, &ag);
+            if (kv_wg && (st = ta_cuda_smem_opt_in(kvw.kernel, kvw.smem, kvw.smem)) != TA_OK) {
+                if (st != TA_ERR_UNSUPPORTED) return st;
+                kv_wg = ta_cuda_fast_mta_kv_wg_launch(pr->head_dim, pr->conv_q, bf16, 1, &kvw, &ag);
+            }
+            if (kv_wg) {
+                k.kv = kvw.kernel;
+                sm[5] = kvw.smem;
+                k.a_group = ag;
+            }
         }
     }
     if (rope) { /* the kernels below on the copies: plan, a */
@@ -1025,15 +1031,17 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan0, const ta_bwd_arg
         plan = &sub;
         a = &a2;
     }
-    /* the dk/dv kernel with two Q tile buffers where the device holds them
-     * (3-4 % faster on an H100, docs/cuda.md; the same bits: only the loads
-     * move) */
-    if ((st = ta_cuda_smem_opt_in(k.kv2, k.kv2_smem(pr->conv_q), k.kv2_smem(pr->conv_q))) ==
-        TA_OK) {
-        k.kv = k.kv2;
-        sm[5] = k.kv2_smem(pr->conv_q);
-    } else if (st != TA_ERR_UNSUPPORTED) {
-        return st;
+    /* the mma.sync dk/dv kernel with two Q tile buffers where the device
+     * holds them (3-4 % faster on an H100, docs/cuda.md; the same bits: only
+     * the loads move) */
+    if (!kv_wg) {
+        if ((st = ta_cuda_smem_opt_in(k.kv2, k.kv2_smem(pr->conv_q), k.kv2_smem(pr->conv_q))) ==
+            TA_OK) {
+            k.kv = k.kv2;
+            sm[5] = k.kv2_smem(pr->conv_q);
+        } else if (st != TA_ERR_UNSUPPORTED) {
+            return st;
+        }
     }
     { /* a tile the device cannot hold (ta_cuda_smem_opt_in's policy): the exact kernels */
         const void *ks[7] = {k.kf, k.diag, k.g, k.band, k.dq, k.kv, k.dk};
@@ -1048,7 +1056,8 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan0, const ta_bwd_arg
         if ((dq_wg && (st = ta_cuda_tiling(&no_halo, dqw.block_m - (pr->conv_q - 1), dqw.block_n,
                                            TA_TILING_BWD, &t_dqw)) != TA_OK) ||
             (st = ta_cuda_tiling(&no_halo, DQ_BM, DQ_BN, TA_TILING_BWD, &t_dq)) != TA_OK ||
-            (st = ta_cuda_tiling(&no_halo, KV_ROWS, KV_KEYS, TA_TILING_BWD, &t_kv)) != TA_OK)
+            (st = ta_cuda_tiling(&no_halo, kv_wg ? kvw.block_m : KV_ROWS,
+                                 kv_wg ? kvw.block_n : KV_KEYS, TA_TILING_BWD, &t_kv)) != TA_OK)
             return st;
     }
     if (rope && (st = ta_cuda_fast_mta_rope_turn(plan0, a0->q, a0->k, NULL, NULL, NULL, ws->rot_q,
@@ -1097,7 +1106,7 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan0, const ta_bwd_arg
         launch[nl++].threads = dq_wg ? dqw.threads : DQ_THREADS;
         launch[nl] = ta_cuda_launch_of(k.kv, &prm_kv,
                                        (int64_t)pr->heads_kv * t_kv.num_k_tiles * n_ag, 0, sm[5]);
-        launch[nl++].threads = KV_THREADS;
+        launch[nl++].threads = kv_wg ? kvw.threads : KV_THREADS;
         launch[nl] = ta_cuda_launch_of(k.dk, &prm, (int64_t)pr->heads_kv * prm.n_kb, 0, sm[6]);
         launch[nl++].threads = PREP_THREADS;
     }

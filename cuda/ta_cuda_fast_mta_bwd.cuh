@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ta_cuda_fast.cuh"
 #include "ta_cuda_fast_mta.cuh"
 
 /* The sm_90a dq kernel of the fast MTA backward (cuda/ta_cuda_fast_mta_sm90.cu):
@@ -20,6 +21,12 @@
  * smem the bytes. The host launches it only on an sm_90 device of a build
  * that holds sm_90a code (ta_cuda_fast_is_sm90). */
 int ta_cuda_fast_mta_dq_wg_launch(int32_t d, int bf16, int f32, ta_cuda_fast_mta_wg *w);
+/* Its dk/dv kernel likewise, for head dim d (64 or 128; 0: none) and c_q,
+ * with nbq (1 or 2) Q tile buffers: block_m the rows of a Q tile, block_n the
+ * keys of a block, *a_group the a's of a block (n_ag = ceil(c_q / a_group)
+ * blocks per key tile); smem the bytes at this c_q. */
+int ta_cuda_fast_mta_kv_wg_launch(int32_t d, int32_t cq, int bf16, int nbq, ta_cuda_fast_mta_wg *w,
+                                  int32_t *a_group);
 
 namespace {
 
@@ -59,6 +66,25 @@ __device__ __forceinline__ float ta_fmb_direct_val(const ta_fmb_params &p, const
     return kind == 1
                ? diag[(int64_t)row * p.band + row + p.t.diag_offset - j]
                : edge[(int64_t)row * p.edge_n + j - (row + p.t.diag_offset - p.t.window_left)];
+}
+
+/* One score's P and dC at (row, j), from its folded score s and dp:
+ * inside the row's keys [lo, hi) the direct entry's value (diag or edge; looked
+ * for only when `near`: the caller's tile may hold one) replaces s, and
+ * P = 2^(s scale log2 e - lse2); dC = scale P (dp - D), 0 at the direct
+ * entries (the band kernel takes those). */
+__device__ __forceinline__ void ta_fmb_p_dc(const ta_fmb_params &p, const float *diag,
+                                            const float *edge, bool near, int32_t row, int32_t j,
+                                            int32_t lo, int32_t hi, float s, float dp, float lse2,
+                                            float dl, float scale_log2, float *pr, float *dc) {
+    const int direct = near ? ta_fmb_direct(p, row, j) : 0;
+    float x = 0.0f;
+    if (j >= lo && j < hi) {
+        if (direct) s = ta_fmb_direct_val(p, diag, edge, direct, row, j);
+        x = ta_fast_exp2(__fmaf_rn(s, scale_log2, -lse2));
+    }
+    *pr = x;
+    *dc = direct ? 0.0f : p.scale * x * (dp - dl);
 }
 
 } /* namespace */

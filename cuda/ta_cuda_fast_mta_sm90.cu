@@ -3,7 +3,9 @@
  * attention (kernel 3 of cuda/ta_cuda_fast_mta.cu, whose header has the
  * formulas) on Hopper's warpgroup MMA. tile_config 5 of the fast MTA table;
  * kernels 1 (kf) and 2 (diag, edge) are the same as for the other candidates.
- * docs/cuda.md section 7, "Fast MTA".
+ * docs/cuda.md section 7, "Fast MTA". Below it, the fast MTA backward's dq
+ * and dk/dv kernels on warpgroup MMA (kernels 5 and 6 of
+ * cuda/ta_cuda_fast_mta_bwd.cu; tile_config 5, and 0 on sm_90).
  *
  * One block of 2 warpgroups (256 threads) per (batch, query head, Q tile of
  * 128 rows); warpgroup w owns rows 64 w .. 64 w + 63, its warp i rows 16 i ..
@@ -372,18 +374,12 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
             for (int i = 0; i < BN / 4; ++i) {
                 const int r = i & 1;
                 const int32_t row = ra + 8 * r;
-                float x[2];
+                float x[2], pr;
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int32_t j = col0 + 8 * (i >> 1) + 2 * tq + e;
-                    const int direct = near ? ta_fmb_direct(p, row, j) : 0;
-                    float sc = s[2 * i + e], pr = 0.0f;
-                    if (j >= lo[r] && j < hi[r]) {
-                        if (direct) sc = ta_fmb_direct_val(p, diag, edge, direct, row, j);
-                        pr = ta_fast_exp2(__fmaf_rn(sc, scale_log2, -lse2[r]));
-                    }
-                    x[e] = direct ? 0.0f : p.scale * pr * (dp[2 * i + e] - dl[r]);
-                }
+                for (int e = 0; e < 2; ++e)
+                    ta_fmb_p_dc(p, diag, edge, near, row, col0 + 8 * (i >> 1) + 2 * tq + e, lo[r],
+                                hi[r], s[2 * i + e], dp[2 * i + e], lse2[r], dl[r], scale_log2, &pr,
+                                &x[e]);
                 *reinterpret_cast<uint32_t *>(dst + (i >> 1) * T::COL + (i & 1) * 128) =
                     ta_fast_pack<BF16>(x[0], x[1]);
             }
@@ -472,6 +468,290 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
 #endif
 }
 
+/* ---- the backward's dk/dv on wgmma (kernel 6 of cuda/ta_cuda_fast_mta_bwd.cu) ---- */
+
+#define TA_MKV_BM 128 /* query rows per Q tile: 2 warpgroups x 64 */
+#define TA_MKV_BK 32  /* keys per block */
+
+/* Shared memory (1024-byte aligned regions):
+ *   kf   [c_q][DB][32][64]   the block's keys' kf_a, swizzled (K-major B of s)
+ *   v    [DB][32][64]        swizzled (K-major B of dp = dO v^T)
+ *   NBQ Q tile buffers, each
+ *     q  [D/8][QROWS][8]     rows row0 - (c_q-1) .., without swizzle (the forward's):
+ *                            K-major A of s (a start a rows down: q shifted by a),
+ *                            MN-major A of dkf_a^T (M = features, K = rows, the same start)
+ *     dO [DB][128][64]       swizzled: K-major A of dp, MN-major A of dv^T
+ *   P, dC [32/8][128][8]     the tile's, rounded, without swizzle: MN-major B
+ *                            (N = keys, K = rows) of dv^T and dkf_a^T */
+template <int D, int NBQ> struct ta_mkv_traits {
+    static constexpr int DB = D / 64;
+    static constexpr uint32_t QC = TA_MWG_QROWS * 16; /* bytes per 8-feature column of q */
+    static constexpr uint32_t Q_BYTES = ((D / 8) * QC + 1023u) & ~1023u;
+    static constexpr uint32_t DO_BYTES = DB * TA_MKV_BM * 128;
+    static constexpr uint32_t QB_BYTES = Q_BYTES + DO_BYTES;
+    static constexpr uint32_t KF_BYTES = DB * TA_MKV_BK * 128;
+    static constexpr uint32_t PC = TA_MKV_BM * 16;            /* bytes per 8 keys of P, dC */
+    static constexpr uint32_t P_BYTES = (TA_MKV_BK / 8) * PC; /* 8 KB */
+    /* accumulator units (64 features x 32 keys, 16 registers) per warpgroup,
+     * part u = 0 dv, 1 + x dkf of a = a0 + x; D = 128: warpgroup w the
+     * features 64 w .. over all 128 rows; D = 64: all features over the rows
+     * 64 w .. (KR rows of K), the two sums added at each head's end */
+    static constexpr int NU = D == 128 ? 7 : 8, AG = NU - 1, KR = D == 128 ? TA_MKV_BM : 64;
+    static size_t smem(int32_t cq) {
+        return 1024 + (size_t)(cq + 1) * KF_BYTES + (size_t)NBQ * QB_BYTES + 2u * P_BYTES;
+    }
+    static_assert(D == 64 || D == 128, "the wgmma dk/dv kernel: D in {64, 128}");
+};
+
+/*
+ * One block of 2 warpgroups per (batch, kv head, 32 keys m0 .., a group of
+ * AG a's), as the mma.sync kernel: for each query head of the GQA group
+ * ascending, each Q tile of 128 rows that sees a key of the block ascending:
+ *   S  warpgroup w, rows 64 w .. 64 w + 63 of the tile (M = rows, N = 32 keys):
+ *        s = sum_a q(rows shifted by a - (c_q-1)) kf_a^T, dp = dO v^T   (SS, K-major)
+ *      then the direct entries (diag, edge), P, dC = scale P (dp - D) (0 at the
+ *      direct entries), both rounded into shared memory;
+ *   A  each warpgroup's units (M = 64 features, N = 32 keys, K = the 128 rows):
+ *        dv^T += dO^T P,  dkf_a^T += q(rows shifted by a)^T dC         (SS, MN-major)
+ * The accumulators are transposed (features x keys: 16 registers per unit),
+ * so a block holds AG + 1 outputs (D = 128: 6 a's, as the mma.sync kernel;
+ * D = 64: 7, each warpgroup summing half the rows, added at the head's end;
+ * the 6 x 11 and 7 x 7 kernels take one pass). Per tile: the tile's bytes and a block barrier, S
+ * issued and waited (wait_group 0: the previous tile's A products are done too), a block barrier
+ * (both warpgroups' A are done with P and dC), P and dC stored, a block barrier, the next tile's
+ * loads (NBQ = 2: into the other buffer, whose last readers were the previous A), A issued (it runs
+ * under the next tile's loads and first S products). At each head's end dkf_a (f32) of the block's
+ * a's is stored, at the end (a group 0 only) dv. The same P, dC and rows as
+ * the mma.sync kernel, accumulated in wgmma's order: the bits differ (the
+ * same bound).
+ */
+template <int D, int NBQ, bool BF16>
+__global__ void __launch_bounds__(TA_MWG_THREADS, 1)
+    ta_fast_mta_kv_wg_kernel(const __grid_constant__ ta_fmb_params p) {
+#ifdef TA_WG_ENABLED
+    typedef ta_mkv_traits<D, NBQ> T;
+    extern __shared__ float4 ta_mwg_dyn_smem[];
+    const uint32_t smem0 = ta_fast_smem_addr(ta_mwg_dyn_smem);
+    const int32_t cq = p.conv_q, n_ag = (cq + T::AG - 1) / T::AG;
+    const uint32_t skf = (smem0 + 1023u) & ~1023u;
+    const uint32_t sv = skf + (uint32_t)cq * T::KF_BYTES, qb0 = sv + T::KF_BYTES;
+    const uint32_t sp = qb0 + NBQ * T::QB_BYTES, sdc = sp + T::P_BYTES;
+    unsigned char *gp = reinterpret_cast<unsigned char *>(ta_mwg_dyn_smem) + (sp - smem0);
+    const ta_tiling t = p.t;
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+    const int wg = warp >> 2, tq = lane & 3;
+    const int rl = 64 * wg + 16 * (warp & 3) + (lane >> 2); /* S: this lane's rows rl, rl + 8 */
+    const int32_t n_kt = t.num_k_tiles;
+    const int64_t n_tiles = (int64_t)p.batch_count * p.heads_kv * n_kt * n_ag;
+    const float scale_log2 = p.scale * TA_LOG2E;
+    const int32_t lo_off = t.diag_offset - t.window_left;
+    const uint16_t *v = static_cast<const uint16_t *>(p.v);
+    const uint16_t *d_o = static_cast<const uint16_t *>(p.d_o);
+
+    for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        const ta_cuda_kv_tile at = ta_cuda_kv_tile_at(p, tile, n_kt, n_ag);
+        const int32_t m0 = at.kt * TA_MKV_BK, a0 = at.fg * T::AG;
+        const int32_t na = cq - a0 < T::AG ? cq - a0 : T::AG;
+        const bool with_dv = at.fg == 0;
+        float acc[T::NU][16];
+        ta_tile_ctx c;
+#pragma unroll
+        for (int u = 0; u < T::NU; ++u)
+#pragma unroll
+            for (int e = 0; e < 16; ++e)
+                acc[u][e] = 0.0f;
+        for (int32_t gi = 0; gi < p.group; ++gi) {
+            const int32_t h = at.h_kv * p.group + gi;
+            const int64_t head = (int64_t)(p.batch_begin + at.b_local) * p.heads_q + h;
+            const float *diag = p.band > 0 ? p.diag + head * t.seq_q * p.band : nullptr;
+            const float *edge = p.edge_n > 0 ? p.edge + head * t.seq_q * p.edge_n : nullptr;
+            int32_t q_begin, q_end;
+            c = ta_cuda_context(p, at.b_local, h, 0);
+            ta_tile_k_rows(&t, at.kt, c.key_len, &q_begin, &q_end);
+            auto load_q_tile =
+                [&](int32_t qt,
+                    int x) { /* q, dO by cp.async (no commit) */
+                             const uint32_t bq = qb0 + (uint32_t)x * T::QB_BYTES;
+                             const int32_t row0 = qt * TA_MKV_BM;
+                             ta_mwg_load_q<D>(bq, p, c, row0 - (cq - 1), TA_MKV_BM + cq - 1);
+                             ta_wg_load_rows<D, TA_MKV_BM, TA_MWG_THREADS>(
+                                 bq + T::Q_BYTES, d_o, c.d_o, p.lay.d_o.seq, row0, t.seq_q);
+                };
+            ta_wg_wait<0>();
+            __syncthreads(); /* the previous head / tile is done with shared memory */
+            for (int32_t a = 0; a < cq; ++a)
+                ta_wg_load_rows<D, TA_MKV_BK, TA_MWG_THREADS>(
+                    skf + (uint32_t)a * T::KF_BYTES, p.kf, head * t.seq_k * cq * D + (int64_t)a * D,
+                    (int64_t)cq * D, m0, t.seq_k);
+            ta_wg_load_rows<D, TA_MKV_BK, TA_MWG_THREADS>(sv, v, c.v, p.lay.v.seq, m0, c.key_len);
+            if (NBQ == 2 && q_begin < q_end) load_q_tile(q_begin, 0);
+            ta_fast_cp_commit();
+            for (int32_t qt = q_begin; qt < q_end; ++qt) {
+                const int x = NBQ == 2 ? (qt - q_begin) & 1 : 0;
+                const uint32_t sq = qb0 + (uint32_t)x * T::QB_BYTES, sdo = sq + T::Q_BYTES;
+                const int32_t row0 = qt * TA_MKV_BM, ra = row0 + rl;
+                const int32_t wrow0 = row0 + 64 * wg + 16 * (warp & 3);
+                float s[16], dp[16], lse2[2], dl[2];
+                int32_t lo[2], hi[2];
+                if (NBQ == 1) {
+                    ta_wg_wait<0>();
+                    __syncthreads(); /* every warpgroup's A products are done with the buffer */
+                    load_q_tile(qt, 0);
+                    ta_fast_cp_commit();
+                }
+                ta_fast_cp_wait<0>();
+                ta_wg_proxy_fence();
+                __syncthreads(); /* this tile's q and dO are visible */
+                ta_wg_fence();
+                for (int32_t a = 0; a < cq; ++a)
+                    ta_mwg_qkf<D, TA_MKV_BK, BF16>(s, ta_wg_opaque(sq), 64 * wg + a,
+                                                   skf + (uint32_t)a * T::KF_BYTES, a == 0);
+                ta_wg_ss_rows<D, TA_MKV_BM, TA_MKV_BK, BF16>(dp, ta_wg_opaque(sdo), 64 * wg,
+                                                             ta_wg_opaque(sv));
+                ta_wg_commit();
+                ta_fast_row_keys(t, ra, c.key_len, lo, hi);
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int32_t row = ra + 8 * r;
+                    const bool in = row < t.seq_q && lo[r] < hi[r];
+                    lse2[r] = in ? p.lse[c.lse + row] * TA_LOG2E : 0.0f;
+                    dl[r] = in ? p.delta[c.lse + row] : 0.0f;
+                }
+                ta_wg_wait<0>(); /* s, dp (and the previous tile's A products) */
+                ta_wg_keep(s);
+                ta_wg_keep(dp);
+                __syncthreads(); /* both warpgroups' previous A products are done with P, dC */
+                {
+                    const int32_t col1 = m0 + TA_MKV_BK - 1;
+                    const bool near =
+                        (diag && wrow0 + t.diag_offset - col1 < p.band) ||
+                        (edge && m0 < wrow0 + 15 + lo_off + p.edge_n && col1 >= wrow0 + lo_off);
+                    unsigned char *dst = gp + rl * 16 + 4 * tq;
+                    /* element pairs (2 i, 2 i + 1): row ra + 8 (i & 1), keys from 8 (i >> 1) + 2 tq
+                     */
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) {
+                        const int r = i & 1;
+                        const int32_t row = ra + 8 * r;
+                        float pp[2], xc[2];
+#pragma unroll
+                        for (int e = 0; e < 2; ++e)
+                            ta_fmb_p_dc(p, diag, edge, near, row, m0 + 8 * (i >> 1) + 2 * tq + e,
+                                        lo[r], hi[r], s[2 * i + e], dp[2 * i + e], lse2[r], dl[r],
+                                        scale_log2, &pp[e], &xc[e]);
+                        const uint32_t off = (uint32_t)(i >> 1) * T::PC + (uint32_t)(i & 1) * 128u;
+                        *reinterpret_cast<uint32_t *>(dst + off) = ta_fast_pack<BF16>(pp[0], pp[1]);
+                        *reinterpret_cast<uint32_t *>(dst + T::P_BYTES + off) =
+                            ta_fast_pack<BF16>(xc[0], xc[1]);
+                    }
+                }
+                ta_wg_proxy_fence();              /* the P, dC stores before wgmma reads them */
+                __syncthreads();                  /* P, dC of all 128 rows */
+                if (NBQ == 2 && qt + 1 < q_end) { /* the next tile into the other buffer */
+                    load_q_tile(qt + 1, x ^ 1);
+                    ta_fast_cp_commit();
+                }
+                ta_wg_fence();
+#pragma unroll
+                for (int u = 0; u < T::NU; ++u) { /* part u: 0 dv, 1 + x dkf of a0 + x */
+                    if (u == 0 ? !with_dv : u - 1 >= na) continue;
+                    /* D = 128: features 64 wg .., all rows; D = 64: all
+                     * features, rows 64 wg .. (T::KR of K) */
+                    const uint32_t r0 = T::DB == 2 ? 0u : 64u * (uint32_t)wg;
+                    const uint32_t bsrc = ta_wg_opaque((u == 0 ? sp : sdc) + r0 * 16u);
+                    const uint32_t asrc = ta_wg_opaque(
+                        u == 0 ? sdo + (T::DB == 2 ? (uint32_t)wg * (TA_MKV_BM * 128) : r0 * 128u)
+                               : sq + (T::DB == 2 ? (uint32_t)(8 * wg) * T::QC : 0u) +
+                                     ((uint32_t)(a0 + u - 1) + r0) * 16u);
+#pragma unroll
+                    for (int kk = 0; kk < T::KR / 16; ++kk) {
+                        const uint64_t b =
+                            ta_wg_desc_plain(bsrc + (uint32_t)kk * 256u, 128u, T::PC);
+                        const uint64_t aop =
+                            u == 0
+                                ? ta_wg_desc(asrc + (uint32_t)kk * 2048u, TA_MKV_BM * 128u, 1024u)
+                                : ta_wg_desc_plain(asrc + (uint32_t)kk * 256u, 128u, T::QC);
+                        ta_wg_stt<BF16>(acc[u], aop, b, 1);
+                    }
+                }
+                ta_wg_commit();
+            }
+            ta_wg_wait<0>();
+#pragma unroll
+            for (int u = 0; u < T::NU; ++u)
+                ta_wg_keep(acc[u]);
+            /* D = 64: warpgroup 1's sums (its 64 rows) into warpgroup 0's,
+             * through P and dC, two units a round (dv only at the end) */
+            if (T::DB == 1) {
+                float4 *xs = reinterpret_cast<float4 *>(gp) + 4 * (threadIdx.x & 127);
+                const bool last = gi + 1 == p.group;
+#pragma unroll
+                for (int u0 = 0; u0 < T::NU; u0 += 2) {
+                    __syncthreads(); /* the previous round's (or A's) readers are done */
+#pragma unroll
+                    for (int u = u0; u < u0 + 2 && u < T::NU; ++u)
+                        if (wg == 1 && (u == 0 ? with_dv && last : u - 1 < na))
+#pragma unroll
+                            for (int e = 0; e < 4; ++e)
+                                xs[512 * (u - u0) + e] =
+                                    make_float4(acc[u][4 * e], acc[u][4 * e + 1], acc[u][4 * e + 2],
+                                                acc[u][4 * e + 3]);
+                    __syncthreads();
+#pragma unroll
+                    for (int u = u0; u < u0 + 2 && u < T::NU; ++u)
+                        if (wg == 0 && (u == 0 ? with_dv && last : u - 1 < na))
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) {
+                                const float4 y = xs[512 * (u - u0) + e];
+                                acc[u][4 * e] += y.x;
+                                acc[u][4 * e + 1] += y.y;
+                                acc[u][4 * e + 2] += y.z;
+                                acc[u][4 * e + 3] += y.w;
+                            }
+                }
+            }
+            /* this head's dkf of the block's a's (zeros if no row sees the keys);
+             * element pairs (2 i, 2 i + 1): feature f0 + 8 (i & 1), keys 8 (i >> 1) + 2 tq .. */
+            const int f0 = (T::DB == 2 ? 64 * wg : 0) + 16 * (warp & 3) + (lane >> 2);
+#pragma unroll
+            for (int u = 1; u < T::NU; ++u) {
+                if (u - 1 >= na) continue;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const int f = f0 + 8 * (i & 1);
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int32_t j = m0 + 8 * (i >> 1) + 2 * tq + e;
+                        if ((T::DB == 2 || wg == 0) && j < t.seq_k)
+                            p.dkf[((head * t.seq_k + j) * cq + a0 + u - 1) * D + f] =
+                                acc[u][2 * i + e];
+                        acc[u][2 * i + e] = 0.0f;
+                    }
+                }
+            }
+        }
+        if (!with_dv || (T::DB == 1 && wg == 1)) continue;
+        { /* dv: unit 0 (D = 64: warpgroup 0's, the sum) */
+            const int f0 = (T::DB == 2 ? 64 * wg : 0) + 16 * (warp & 3) + (lane >> 2);
+            uint16_t *dv = static_cast<uint16_t *>(p.dv) + c.dv;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const int f = f0 + 8 * (i & 1);
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int32_t j = m0 + 8 * (i >> 1) + 2 * tq + e;
+                    if (j < t.seq_k)
+                        dv[(int64_t)j * p.lay.dv.seq + f] =
+                            (uint16_t)(ta_fast_pack<BF16>(acc[0][2 * i + e], 0.0f) & 0xFFFFu);
+                }
+            }
+        }
+    }
+#else
+    (void)p;
+#endif
+}
+
 template <int D, int NB, bool BF16, bool F32> static int ta_mdq_of(ta_cuda_fast_mta_wg *w) {
     w->kernel = reinterpret_cast<const void *>(&ta_fast_mta_dq_wg_kernel<D, NB, BF16, F32>);
     w->smem = ta_mdq_traits<D, NB>::SMEM;
@@ -489,6 +769,22 @@ template <bool BF16, bool F32> static int ta_mdq_for(int32_t d, ta_cuda_fast_mta
     default: return 0;
     }
 }
+
+template <int D, int NBQ, bool BF16>
+static int ta_mkv_of(int32_t cq, ta_cuda_fast_mta_wg *w, int32_t *a_group) {
+    w->kernel = reinterpret_cast<const void *>(&ta_fast_mta_kv_wg_kernel<D, NBQ, BF16>);
+    w->smem = ta_mkv_traits<D, NBQ>::smem(cq);
+    w->threads = TA_MWG_THREADS;
+    w->block_m = TA_MKV_BM;
+    w->block_n = TA_MKV_BK;
+    *a_group = ta_mkv_traits<D, NBQ>::AG;
+    return 1;
+}
+
+template <int D, bool BF16>
+static int ta_mkv_for(int32_t cq, int nbq, ta_cuda_fast_mta_wg *w, int32_t *a_group) {
+    return nbq == 2 ? ta_mkv_of<D, 2, BF16>(cq, w, a_group) : ta_mkv_of<D, 1, BF16>(cq, w, a_group);
+}
 } /* namespace */
 
 /* (cuda/ta_cuda_fast_mta.cuh) */
@@ -505,4 +801,18 @@ int ta_cuda_fast_mta_wg_launch(int32_t d, int bf16, ta_cuda_fast_mta_wg *w) {
 int ta_cuda_fast_mta_dq_wg_launch(int32_t d, int bf16, int f32, ta_cuda_fast_mta_wg *w) {
     if (bf16) return f32 ? ta_mdq_for<true, true>(d, w) : ta_mdq_for<true, false>(d, w);
     return f32 ? ta_mdq_for<false, true>(d, w) : ta_mdq_for<false, false>(d, w);
+}
+
+/* (cuda/ta_cuda_fast_mta_bwd.cuh) */
+int ta_cuda_fast_mta_kv_wg_launch(int32_t d, int32_t cq, int bf16, int nbq, ta_cuda_fast_mta_wg *w,
+                                  int32_t *a_group) {
+    switch (d) {
+    case 64:
+        return bf16 ? ta_mkv_for<64, true>(cq, nbq, w, a_group)
+                    : ta_mkv_for<64, false>(cq, nbq, w, a_group);
+    case 128:
+        return bf16 ? ta_mkv_for<128, true>(cq, nbq, w, a_group)
+                    : ta_mkv_for<128, false>(cq, nbq, w, a_group);
+    default: return 0;
+    }
 }

@@ -67,6 +67,13 @@ template <int N> TA_FAST_FN void ta_wg_keep(float (&x)[N]) {
     for (int i = 0; i < N; ++i)
         asm volatile("" : "+f"(x[i])::"memory");
 }
+/* x, which the compiler may no longer treat as known: descriptors derived
+ * from it after this point are made where they are used instead of being
+ * hoisted out of a loop into registers that the accumulators need. */
+TA_FAST_FN uint32_t ta_wg_opaque(uint32_t x) {
+    asm volatile("" : "+r"(x));
+    return x;
+}
 /* Named barrier 1 + wg over warpgroup wg's 128 threads (barrier 0 is
  * __syncthreads). */
 TA_FAST_FN void ta_wg_bar(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); }
@@ -209,6 +216,14 @@ template <bool BF16> TA_FAST_FN void ta_wg_sst(float (&d)[64], uint64_t a, uint6
         ta_wg_sst_n128_bf16(d, a, b, acc);
     else
         ta_wg_sst_n128_f16(d, a, b, acc);
+}
+
+/* both MN-major (the fast MTA backward's dkf_a^T += q^T dC, dv^T += dO^T P) */
+template <bool BF16> TA_FAST_FN void ta_wg_stt(float (&d)[16], uint64_t a, uint64_t b, int acc) {
+    if (BF16)
+        ta_wg_stt_n32_bf16(d, a, b, acc);
+    else
+        ta_wg_stt_n32_f16(d, a, b, acc);
 }
 
 /* ---- products over a whole reduction dim (issued, not committed) ---- */

@@ -35,8 +35,9 @@
  *     them: exact mode's dv differs, and the test fails if it never does);
  *     identity tables: every gradient that call's on the same q, k.
  *
- * Each problem's tile_config (forward and dq kernel) is 0, 1 (the mma.sync
- * dq kernel) or, on an sm_90 device, 5 (the wgmma one: 0 is 5 there) in turn.
+ * Each problem's tile_config (forward, dq and dk/dv kernels) is 0, 1 (the
+ * mma.sync dq and dk/dv kernels) or, on an sm_90 device, 5 (the wgmma ones,
+ * dk/dv at D = 64 and 128: 0 is 5 there) in turn.
  *
  *   test_cuda_fast_mta_bwd [--count N] [--cfg N]     TA_SEED replays a run.
  * Without a CUDA device: prints "no CUDA device: skipped" (after part 3) and
@@ -594,8 +595,8 @@ int main(int argc, char **argv) {
         CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
         CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
         g_sm90 = major == 9 && minor == 0;
-        printf("device compute capability %d.%d: tile_config 5 (the wgmma dq kernel) %s\n", major,
-               minor, g_sm90 ? "drawn" : "not drawn (sm_90 only)");
+        printf("device compute capability %d.%d: tile_config 5 (the wgmma dq, dk/dv kernels) %s\n",
+               major, minor, g_sm90 ? "drawn" : "not drawn (sm_90 only)");
     }
     for (i = 0; i < count; ++i)
         failed += !check_problem(seed, i, 0, 0);
