@@ -91,11 +91,32 @@ template <int D>
 TA_FAST_FN void ta_mwg_load_q(uint32_t region, const ta_fast_mta_params &p, const ta_tile_ctx &c,
                               int32_t first, int32_t rows) {
     constexpr int CH = D / 8;
-    for (int i = (int)threadIdx.x; i < rows * CH; i += TA_MWG_THREADS) {
-        const int rho = i / CH, ch = i % CH;
-        const uint16_t *src = ta_fast_mta_q_row(p, c, first + rho);
-        ta_fast_cp16(region + (uint32_t)ch * (TA_MWG_QROWS * 16u) + (uint32_t)rho * 16u,
-                     src ? src + 8 * ch : p.q, src ? 16 : 0);
+    if constexpr (TA_MWG_THREADS % CH == 0) {
+        /* each thread one column ch, rows r0, r0 + RPP, ..: rows of the
+         * slice by a stride, history rows and the padding through q_row */
+        constexpr int RPP = TA_MWG_THREADS / CH;
+        const int ch = (int)threadIdx.x % CH, r0 = (int)threadIdx.x / CH;
+        const uint16_t *q = static_cast<const uint16_t *>(p.q) + c.q + 8 * ch;
+        const int64_t seq = p.lay.q.seq;
+        uint32_t dst = region + (uint32_t)ch * (TA_MWG_QROWS * 16u) + (uint32_t)r0 * 16u;
+        for (int rho = r0; rho < rows; rho += RPP, dst += RPP * 16u) {
+            const int32_t r = first + rho;
+            const uint16_t *src;
+            if (r >= 0 && r < p.t.seq_q) {
+                src = q + (int64_t)r * seq;
+            } else {
+                src = ta_fast_mta_q_row(p, c, r);
+                if (src) src += 8 * ch;
+            }
+            ta_fast_cp16(dst, src ? src : p.q, src ? 16 : 0);
+        }
+    } else {
+        for (int i = (int)threadIdx.x; i < rows * CH; i += TA_MWG_THREADS) {
+            const int rho = i / CH, ch = i % CH;
+            const uint16_t *src = ta_fast_mta_q_row(p, c, first + rho);
+            ta_fast_cp16(region + (uint32_t)ch * (TA_MWG_QROWS * 16u) + (uint32_t)rho * 16u,
+                         src ? src + 8 * ch : p.q, src ? 16 : 0);
+        }
     }
 }
 
@@ -106,12 +127,13 @@ TA_FAST_FN void ta_mwg_load_q(uint32_t region, const ta_fast_mta_params &p, cons
 template <int D, int BN, bool BF16>
 TA_FAST_FN void ta_mwg_qkf(float (&s)[BN / 2], uint32_t sq, int row, uint32_t buf, bool first) {
     constexpr uint32_t QC = TA_MWG_QROWS * 16u;
+    const uint64_t qd = ta_wg_desc_plain(sq + (uint32_t)row * 16u, QC, 128u),
+                   kd = ta_wg_desc(buf, 16u, 1024u);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-        ta_wg_ss<BF16>(
-            s, ta_wg_desc_plain(sq + (uint32_t)(2 * kk) * QC + (uint32_t)row * 16u, QC, 128u),
-            ta_wg_desc(buf + (uint32_t)((kk >> 2) * (BN * 128) + (kk & 3) * 32), 16u, 1024u),
-            first && kk == 0 ? 0 : 1);
+        ta_wg_ss<BF16>(s, ta_wg_desc_add(qd, (uint32_t)(2 * kk) * QC),
+                       ta_wg_desc_add(kd, (uint32_t)((kk >> 2) * (BN * 128) + (kk & 3) * 32)),
+                       first && kk == 0 ? 0 : 1);
 }
 #endif
 
@@ -128,7 +150,8 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
     const int32_t cq = p.conv_q, n_ch = cq + 1;
     const ta_tiling t = p.t;
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
-    const int wg = warp >> 2, tq = lane & 3;
+    /* the warpgroup, warp-uniform for the compiler (descriptors in uniform registers) */
+    const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0), tq = lane & 3;
     const int32_t n_qt = t.num_q_tiles;
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
     const float scale_log2 = p.scale * 1.4426950408889634f;
@@ -288,7 +311,8 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
     const int32_t q_first = cq > 1 ? 1 : 0; /* the Q chunk after which dC is made */
     const ta_tiling t = p.t;
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
-    const int wg = warp >> 2, tq = lane & 3;
+    /* the warpgroup, warp-uniform for the compiler (descriptors in uniform registers) */
+    const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0), tq = lane & 3;
     const int32_t n_qt = t.num_q_tiles;
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_qt;
     const float scale_log2 = p.scale * TA_LOG2E;
@@ -341,15 +365,26 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
         const int32_t total = n_kt * n_ch;
         /* chunk g -> its step t (S(t, *), V(t), Q(t - 1, *)) and part (a < c_q:
          * S, c_q: V, c_q + 1 + a: Q) */
-        auto chunk_at = [&](int32_t g, int32_t &step, int32_t &part) {
-            int32_t x = g <= cq ? g : g + cq;  /* step 0 has no Q chunks */
-            if (x >= n_kt * n_ch) x += cq + 1; /* the last step has only them */
-            step = x / n_ch;
-            part = x % n_ch;
+        struct chunk_cur {
+            int32_t x, step, part; /* x = step n_ch + part */
         };
+        /* cursor k of chunk g -> chunk g + 1's (no division: the parts step
+         * by one but for the skipped Q chunks of step 0 and the last step's
+         * missing S and V chunks) */
+        auto advance = [&](chunk_cur &k, int32_t g) {
+            int32_t y = g + 1 <= cq ? g + 1 : g + 1 + cq; /* step 0 has no Q chunks */
+            if (y >= total) y += cq + 1;                  /* the last step has only them */
+            k.part += y - k.x;
+            k.x = y;
+            while (k.part >= n_ch) {
+                k.part -= n_ch;
+                ++k.step;
+            }
+        };
+        chunk_cur lc = {0, 0, 0}, mc = {0, 0, 0}; /* the next chunk to load, to use */
         auto load_chunk = [&](int32_t g) {
-            int32_t step, part;
-            chunk_at(g, step, part);
+            const int32_t step = lc.step, part = lc.part;
+            advance(lc, g);
             const int32_t col0 = (kt0 + step - (part > cq ? 1 : 0)) * BN;
             const uint32_t dst = ring + (uint32_t)(g % NB) * T::CH_BYTES;
             const int32_t a = part < cq ? part : part - cq - 1;
@@ -370,16 +405,26 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
             /* element pairs (2 i, 2 i + 1): row ra + 8 (i & 1), keys from 8 (i >> 1) + 2 tq
              * (s and dp are only read: a pending product may not have its
              * accumulators defined by other instructions, or ptxas serializes) */
+            /* every key of the tile inside both rows' ranges and no direct entry:
+             * ta_fmb_p_dc's arithmetic without its tests */
+            const bool inner =
+                !near && col0 >= lo[0] && col1 < hi[0] && col0 >= lo[1] && col1 < hi[1];
 #pragma unroll
             for (int i = 0; i < BN / 4; ++i) {
                 const int r = i & 1;
                 const int32_t row = ra + 8 * r;
                 float x[2], pr;
 #pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    ta_fmb_p_dc(p, diag, edge, near, row, col0 + 8 * (i >> 1) + 2 * tq + e, lo[r],
-                                hi[r], s[2 * i + e], dp[2 * i + e], lse2[r], dl[r], scale_log2, &pr,
-                                &x[e]);
+                for (int e = 0; e < 2; ++e) {
+                    if (inner)
+                        x[e] = p.scale *
+                               ta_fast_exp2(__fmaf_rn(s[2 * i + e], scale_log2, -lse2[r])) *
+                               (dp[2 * i + e] - dl[r]);
+                    else
+                        ta_fmb_p_dc(p, diag, edge, near, row, col0 + 8 * (i >> 1) + 2 * tq + e,
+                                    lo[r], hi[r], s[2 * i + e], dp[2 * i + e], lse2[r], dl[r],
+                                    scale_log2, &pr, &x[e]);
+                }
                 *reinterpret_cast<uint32_t *>(dst + (i >> 1) * T::COL + (i & 1) * 128) =
                     ta_fast_pack<BF16>(x[0], x[1]);
             }
@@ -398,8 +443,8 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
             }
         }
         for (int32_t g = 0; g < total; ++g) {
-            int32_t step, part;
-            chunk_at(g, step, part);
+            if (g > 0) advance(mc, g - 1);
+            const int32_t step = mc.step, part = mc.part;
             const uint32_t buf = ring + (uint32_t)(g % NB) * T::CH_BYTES;
             ta_wg_wait<1>(); /* chunk g - 2's products are done */
             ta_fast_cp_wait<AHEAD - 1>();
@@ -412,7 +457,18 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
                 ta_mwg_qkf<D, BN, BF16>(s, sq, 64 * wg + part, buf, part == 0);
                 ta_wg_commit();
             } else if (part == cq) {
-                ta_wg_ss_rows<D, TA_MDQ_BM, BN, BF16>(dp, sdo, 64 * wg, buf);
+                {
+                    const uint64_t od = ta_wg_desc(sdo + (uint32_t)(64 * wg) * 128u, 16u, 1024u),
+                                   vd = ta_wg_desc(buf, 16u, 1024u);
+#pragma unroll
+                    for (int kk = 0; kk < D / 16; ++kk)
+                        ta_wg_ss<BF16>(
+                            dp,
+                            ta_wg_desc_add(
+                                od, (uint32_t)((kk >> 2) * (TA_MDQ_BM * 128) + (kk & 3) * 32)),
+                            ta_wg_desc_add(vd, (uint32_t)((kk >> 2) * (BN * 128) + (kk & 3) * 32)),
+                            kk > 0);
+                }
                 ta_wg_commit();
                 if (step == 0) {
                     ta_wg_wait<0>();
@@ -424,11 +480,12 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
                 const int32_t a = part - cq - 1;
                 const uint32_t dcb = sdc + (uint32_t)((step - 1) & 1) * T::C_BYTES +
                                      (uint32_t)(64 * wg + cq - 1 - a) * 16u;
+                const uint64_t cd = ta_wg_desc_plain(dcb, T::COL, 128u),
+                               fd = ta_wg_desc(buf, BN * 128u, 1024u);
 #pragma unroll
                 for (int kk = 0; kk < BN / 16; ++kk)
-                    ta_wg_sst<BF16>(
-                        dq, ta_wg_desc_plain(dcb + (uint32_t)(2 * kk) * T::COL, T::COL, 128u),
-                        ta_wg_desc(buf + (uint32_t)(kk * 2048), BN * 128u, 1024u), 1);
+                    ta_wg_sst<BF16>(dq, ta_wg_desc_add(cd, (uint32_t)(2 * kk) * T::COL),
+                                    ta_wg_desc_add(fd, (uint32_t)(kk * 2048)), 1);
                 ta_wg_commit();
                 if (a == q_first && step < n_kt) {
                     ta_wg_wait<0>(); /* s and dp of step's tile */
@@ -492,6 +549,10 @@ template <int D, int NBQ> struct ta_mkv_traits {
     static constexpr uint32_t KF_BYTES = DB * TA_MKV_BK * 128;
     static constexpr uint32_t PC = TA_MKV_BM * 16;            /* bytes per 8 keys of P, dC */
     static constexpr uint32_t P_BYTES = (TA_MKV_BK / 8) * PC; /* 8 KB */
+    /* k-step kk's start in a swizzled K-major region of 32 rows */
+    __host__ __device__ static constexpr uint32_t kmaj(int kk) {
+        return (uint32_t)(kk >> 2) * (TA_MKV_BK * 128u) + (uint32_t)(kk & 3) * 32u;
+    }
     /* accumulator units (64 features x 32 keys, 16 registers) per warpgroup,
      * part u = 0 dv, 1 + x dkf of a = a0 + x; D = 128: warpgroup w the
      * features 64 w .. over all 128 rows; D = 64: all features over the rows
@@ -539,7 +600,8 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
     unsigned char *gp = reinterpret_cast<unsigned char *>(ta_mwg_dyn_smem) + (sp - smem0);
     const ta_tiling t = p.t;
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
-    const int wg = warp >> 2, tq = lane & 3;
+    /* the warpgroup, warp-uniform for the compiler (descriptors in uniform registers) */
+    const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0), tq = lane & 3;
     const int rl = 64 * wg + 16 * (warp & 3) + (lane >> 2); /* S: this lane's rows rl, rl + 8 */
     const int32_t n_kt = t.num_k_tiles;
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_kv * n_kt * n_ag;
@@ -603,11 +665,26 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
                 ta_wg_proxy_fence();
                 __syncthreads(); /* this tile's q and dO are visible */
                 ta_wg_fence();
-                for (int32_t a = 0; a < cq; ++a)
-                    ta_mwg_qkf<D, TA_MKV_BK, BF16>(s, ta_wg_opaque(sq), 64 * wg + a,
-                                                   skf + (uint32_t)a * T::KF_BYTES, a == 0);
-                ta_wg_ss_rows<D, TA_MKV_BM, TA_MKV_BK, BF16>(dp, ta_wg_opaque(sdo), 64 * wg,
-                                                             ta_wg_opaque(sv));
+                { /* base descriptors, then one add per k-step (ta_wg_desc_add) */
+                    const uint64_t qd =
+                        ta_wg_desc_plain(sq + (uint32_t)(64 * wg) * 16u, T::QC, 128u);
+                    const uint64_t kd = ta_wg_desc(skf, 16u, 1024u);
+                    for (int32_t a = 0; a < cq; ++a) {
+                        const uint64_t qa = ta_wg_desc_add(qd, (uint32_t)a * 16u),
+                                       ka = ta_wg_desc_add(kd, (uint32_t)a * T::KF_BYTES);
+#pragma unroll
+                        for (int kk = 0; kk < D / 16; ++kk)
+                            ta_wg_ss<BF16>(s, ta_wg_desc_add(qa, (uint32_t)(2 * kk) * T::QC),
+                                           ta_wg_desc_add(ka, T::kmaj(kk)), a > 0 || kk > 0);
+                    }
+                    const uint64_t od = ta_wg_desc(sdo + (uint32_t)(64 * wg) * 128u, 16u, 1024u),
+                                   vd = ta_wg_desc(sv, 16u, 1024u);
+#pragma unroll
+                    for (int kk = 0; kk < D / 16; ++kk)
+                        ta_wg_ss<BF16>(
+                            dp, ta_wg_desc_add(od, (kk >> 2) * (TA_MKV_BM * 128u) + (kk & 3) * 32u),
+                            ta_wg_desc_add(vd, T::kmaj(kk)), kk > 0);
+                }
                 ta_wg_commit();
                 ta_fast_row_keys(t, ra, c.key_len, lo, hi);
 #pragma unroll
@@ -629,16 +706,27 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
                     unsigned char *dst = gp + rl * 16 + 4 * tq;
                     /* element pairs (2 i, 2 i + 1): row ra + 8 (i & 1), keys from 8 (i >> 1) + 2 tq
                      */
+                    /* every key of the block inside both rows' ranges and no direct
+                     * entry: ta_fmb_p_dc's arithmetic without its tests */
+                    const bool inner =
+                        !near && m0 >= lo[0] && col1 < hi[0] && m0 >= lo[1] && col1 < hi[1];
 #pragma unroll
                     for (int i = 0; i < 8; ++i) {
                         const int r = i & 1;
                         const int32_t row = ra + 8 * r;
                         float pp[2], xc[2];
 #pragma unroll
-                        for (int e = 0; e < 2; ++e)
-                            ta_fmb_p_dc(p, diag, edge, near, row, m0 + 8 * (i >> 1) + 2 * tq + e,
-                                        lo[r], hi[r], s[2 * i + e], dp[2 * i + e], lse2[r], dl[r],
-                                        scale_log2, &pp[e], &xc[e]);
+                        for (int e = 0; e < 2; ++e) {
+                            if (inner) {
+                                pp[e] = ta_fast_exp2(__fmaf_rn(s[2 * i + e], scale_log2, -lse2[r]));
+                                xc[e] = p.scale * pp[e] * (dp[2 * i + e] - dl[r]);
+                            } else {
+                                ta_fmb_p_dc(p, diag, edge, near, row,
+                                            m0 + 8 * (i >> 1) + 2 * tq + e, lo[r], hi[r],
+                                            s[2 * i + e], dp[2 * i + e], lse2[r], dl[r], scale_log2,
+                                            &pp[e], &xc[e]);
+                            }
+                        }
                         const uint32_t off = (uint32_t)(i >> 1) * T::PC + (uint32_t)(i & 1) * 128u;
                         *reinterpret_cast<uint32_t *>(dst + off) = ta_fast_pack<BF16>(pp[0], pp[1]);
                         *reinterpret_cast<uint32_t *>(dst + T::P_BYTES + off) =
@@ -658,21 +746,21 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
                     /* D = 128: features 64 wg .., all rows; D = 64: all
                      * features, rows 64 wg .. (T::KR of K) */
                     const uint32_t r0 = T::DB == 2 ? 0u : 64u * (uint32_t)wg;
-                    const uint32_t bsrc = ta_wg_opaque((u == 0 ? sp : sdc) + r0 * 16u);
-                    const uint32_t asrc = ta_wg_opaque(
-                        u == 0 ? sdo + (T::DB == 2 ? (uint32_t)wg * (TA_MKV_BM * 128) : r0 * 128u)
-                               : sq + (T::DB == 2 ? (uint32_t)(8 * wg) * T::QC : 0u) +
-                                     ((uint32_t)(a0 + u - 1) + r0) * 16u);
+                    const uint64_t bd =
+                        ta_wg_desc_plain((u == 0 ? sp : sdc) + r0 * 16u, 128u, T::PC);
+                    const uint64_t ad =
+                        u == 0
+                            ? ta_wg_desc(
+                                  sdo + (T::DB == 2 ? (uint32_t)wg * (TA_MKV_BM * 128) : r0 * 128u),
+                                  TA_MKV_BM * 128u, 1024u)
+                            : ta_wg_desc_plain(sq + (T::DB == 2 ? (uint32_t)(8 * wg) * T::QC : 0u) +
+                                                   ((uint32_t)(a0 + u - 1) + r0) * 16u,
+                                               128u, T::QC);
 #pragma unroll
-                    for (int kk = 0; kk < T::KR / 16; ++kk) {
-                        const uint64_t b =
-                            ta_wg_desc_plain(bsrc + (uint32_t)kk * 256u, 128u, T::PC);
-                        const uint64_t aop =
-                            u == 0
-                                ? ta_wg_desc(asrc + (uint32_t)kk * 2048u, TA_MKV_BM * 128u, 1024u)
-                                : ta_wg_desc_plain(asrc + (uint32_t)kk * 256u, 128u, T::QC);
-                        ta_wg_stt<BF16>(acc[u], aop, b, 1);
-                    }
+                    for (int kk = 0; kk < T::KR / 16; ++kk)
+                        ta_wg_stt<BF16>(acc[u],
+                                        ta_wg_desc_add(ad, (uint32_t)kk * (u == 0 ? 2048u : 256u)),
+                                        ta_wg_desc_add(bd, (uint32_t)kk * 256u), 1);
                 }
                 ta_wg_commit();
             }

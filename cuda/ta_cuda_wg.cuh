@@ -50,6 +50,13 @@ TA_FAST_FN uint64_t ta_wg_desc_plain(uint32_t addr, uint32_t lead, uint32_t stri
            ((uint64_t)((stride & 0x3FFFFu) >> 4) << 32);
 }
 
+/* A descriptor whose start is `bytes` further (a multiple of 16, staying
+ * inside shared memory): only the start field, in the low word, changes, so
+ * a k-step's descriptor is one add from its product's base. */
+TA_FAST_FN uint64_t ta_wg_desc_add(uint64_t d, uint32_t bytes) {
+    return (d & 0xFFFFFFFF00000000ull) | (uint64_t)((uint32_t)d + (bytes >> 4));
+}
+
 TA_FAST_FN void ta_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 TA_FAST_FN void ta_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> TA_FAST_FN void ta_wg_wait() {
@@ -66,13 +73,6 @@ template <int N> TA_FAST_FN void ta_wg_keep(float (&x)[N]) {
 #pragma unroll
     for (int i = 0; i < N; ++i)
         asm volatile("" : "+f"(x[i])::"memory");
-}
-/* x, which the compiler may no longer treat as known: descriptors derived
- * from it after this point are made where they are used instead of being
- * hoisted out of a loop into registers that the accumulators need. */
-TA_FAST_FN uint32_t ta_wg_opaque(uint32_t x) {
-    asm volatile("" : "+r"(x));
-    return x;
 }
 /* Named barrier 1 + wg over warpgroup wg's 128 threads (barrier 0 is
  * __syncthreads). */
