@@ -630,15 +630,14 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
             int32_t q_begin, q_end;
             c = ta_cuda_context(p, at.b_local, h, 0);
             ta_tile_k_rows(&t, at.kt, c.key_len, &q_begin, &q_end);
-            auto load_q_tile =
-                [&](int32_t qt,
-                    int x) { /* q, dO by cp.async (no commit) */
-                             const uint32_t bq = qb0 + (uint32_t)x * T::QB_BYTES;
-                             const int32_t row0 = qt * TA_MKV_BM;
-                             ta_mwg_load_q<D>(bq, p, c, row0 - (cq - 1), TA_MKV_BM + cq - 1);
-                             ta_wg_load_rows<D, TA_MKV_BM, TA_MWG_THREADS>(
-                                 bq + T::Q_BYTES, d_o, c.d_o, p.lay.d_o.seq, row0, t.seq_q);
-                };
+            /* Q tile qt -> buffer x: q, dO by cp.async (no commit) */
+            auto load_q_tile = [&](int32_t qt, int x) {
+                const uint32_t bq = qb0 + (uint32_t)x * T::QB_BYTES;
+                const int32_t row0 = qt * TA_MKV_BM;
+                ta_mwg_load_q<D>(bq, p, c, row0 - (cq - 1), TA_MKV_BM + cq - 1);
+                ta_wg_load_rows<D, TA_MKV_BM, TA_MWG_THREADS>(bq + T::Q_BYTES, d_o, c.d_o,
+                                                              p.lay.d_o.seq, row0, t.seq_q);
+            };
             ta_wg_wait<0>();
             __syncthreads(); /* the previous head / tile is done with shared memory */
             for (int32_t a = 0; a < cq; ++a)
@@ -704,10 +703,9 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
                         (diag && wrow0 + t.diag_offset - col1 < p.band) ||
                         (edge && m0 < wrow0 + 15 + lo_off + p.edge_n && col1 >= wrow0 + lo_off);
                     unsigned char *dst = gp + rl * 16 + 4 * tq;
-                    /* element pairs (2 i, 2 i + 1): row ra + 8 (i & 1), keys from 8 (i >> 1) + 2 tq
-                     */
-                    /* every key of the block inside both rows' ranges and no direct
-                     * entry: ta_fmb_p_dc's arithmetic without its tests */
+                    /* inner: every key of the block inside both rows' ranges and no
+                     * direct entry, ta_fmb_p_dc's arithmetic without its tests; element
+                     * pairs (2 i, 2 i + 1): row ra + 8 (i & 1), keys from 8 (i >> 1) + 2 tq */
                     const bool inner =
                         !near && m0 >= lo[0] && col1 < hi[0] && m0 >= lo[1] && col1 < hi[1];
 #pragma unroll
