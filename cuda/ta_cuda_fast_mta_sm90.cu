@@ -562,6 +562,9 @@ template <int D, int NBQ> struct ta_mkv_traits {
         return 1024 + (size_t)(cq + 1) * KF_BYTES + (size_t)NBQ * QB_BYTES + 2u * P_BYTES;
     }
     static_assert(D == 64 || D == 128, "the wgmma dk/dv kernel: D in {64, 128}");
+    /* (also the one use of KR in the sm_80 pass, where the kernel body is empty:
+     * nvcc's unused-member warning is an error there) */
+    static_assert(KR % 16 == 0 && NU <= 8, "K in whole k-steps; 16 NU accumulator registers");
 };
 
 /*
