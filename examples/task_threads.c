@@ -58,11 +58,15 @@ typedef struct pool {
 static pool g_pool;
 
 /* Every phase of the prepared pass: take tasks until none is left, then wait
- * for the other workers (a phase starts only after the one before it ends). */
+ * for the other workers (a phase starts only after the one before it ends).
+ * The phase count is read once, before the first barrier: after the last one
+ * the caller may return and its task plan (often a local) be gone, so no
+ * worker may read tp then (ASan: stack-use-after-scope in a CI run). */
 static void run_phases(int worker) {
     const ta_task_plan *tp = g_pool.tp;
+    const int32_t n_phases = tp->num_phases;
     int32_t ph;
-    for (ph = 0; ph < tp->num_phases; ++ph) {
+    for (ph = 0; ph < n_phases; ++ph) {
         long long t;
         while ((t = atomic_fetch_add(&g_pool.next[ph], 1)) < tp->num_tasks[ph])
             if (ta_task_run(shared_ws, ph, t, scratch[worker], SCRATCH_BYTES) != TA_OK)
