@@ -398,14 +398,7 @@ __global__ void __launch_bounds__(DQ_THREADS, 2)
         const float *edge = p.edge_n > 0 ? p.edge + head * t.seq_q * p.edge_n : nullptr;
         int32_t lo[2], hi[2], kt0 = 0, kt1 = 0;
         float lse2[2], dl[2], dq[4 * T::DT], s[4 * T::NT];
-        ta_fast_row_keys(t, ra, c.key_len, lo, hi);
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int32_t row = ra + 8 * r;
-            const bool in = row < t.seq_q && lo[r] < hi[r];
-            lse2[r] = in ? p.lse[c.lse + row] * TA_LOG2E : 0.0f;
-            dl[r] = in ? p.delta[c.lse + row] : 0.0f;
-        }
+        ta_fmb_lane_rows(p, t, c, ra, lo, hi, lse2, dl);
         { /* the K tiles any of the 80 rows sees (lo and hi grow with the row) */
             int32_t l0, h0, l1, h1;
             const int32_t last = (row0 + DQ_RW < t.seq_q ? row0 + DQ_RW : t.seq_q) - 1;

@@ -68,6 +68,32 @@ __device__ __forceinline__ float ta_fmb_direct_val(const ta_fmb_params &p, const
                : edge[(int64_t)row * p.edge_n + j - (row + p.t.diag_offset - p.t.window_left)];
 }
 
+/* A lane's two score rows ra, ra + 8: their keys [lo, hi), lse2 = lse log2 e
+ * and D (both 0 for a row past S_q or that sees no key). */
+__device__ __forceinline__ void ta_fmb_lane_rows(const ta_fmb_params &p, const ta_tiling &t,
+                                                 const ta_tile_ctx &c, int32_t ra, int32_t lo[2],
+                                                 int32_t hi[2], float lse2[2], float dl[2]) {
+    ta_fast_row_keys(t, ra, c.key_len, lo, hi);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int32_t row = ra + 8 * r;
+        const bool in = row < t.seq_q && lo[r] < hi[r];
+        lse2[r] = in ? p.lse[c.lse + row] * TA_LOG2E : 0.0f;
+        dl[r] = in ? p.delta[c.lse + row] : 0.0f;
+    }
+}
+
+/* Whether a warp's 16 rows from wrow0 may hold a direct entry among the keys
+ * [col0, col1]: a diag one (delta < E) or an edge one (the window start's P
+ * keys); false lets the caller skip ta_fmb_direct. */
+__device__ __forceinline__ bool ta_fmb_near(const ta_fmb_params &p, const ta_tiling &t,
+                                            const float *diag, const float *edge, int32_t wrow0,
+                                            int32_t col0, int32_t col1) {
+    const int32_t lo_off = t.diag_offset - t.window_left;
+    return (diag && wrow0 + t.diag_offset - col1 < p.band) ||
+           (edge && col0 < wrow0 + 15 + lo_off + p.edge_n && col1 >= wrow0 + lo_off);
+}
+
 /* One score's P and dC at (row, j), from its folded score s and dp:
  * inside the row's keys [lo, hi) the direct entry's value (diag or edge; looked
  * for only when `near`: the caller's tile may hold one) replaces s, and

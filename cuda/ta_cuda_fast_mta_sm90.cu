@@ -338,17 +338,9 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
         const int64_t kf_off = head * t.seq_k * cq * D;
         const float *diag = p.band > 0 ? p.diag + head * t.seq_q * p.band : nullptr;
         const float *edge = p.edge_n > 0 ? p.edge + head * t.seq_q * p.edge_n : nullptr;
-        const int32_t lo_off = t.diag_offset - t.window_left;
         int32_t lo[2], hi[2], kt0 = 0, n_kt = 0;
         float lse2[2], dl[2], dq[D / 2], s[BN / 2], dp[BN / 2];
-        ta_fast_row_keys(t, ra, c.key_len, lo, hi);
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int32_t row = ra + 8 * r;
-            const bool in = row < t.seq_q && lo[r] < hi[r];
-            lse2[r] = in ? p.lse[c.lse + row] * TA_LOG2E : 0.0f;
-            dl[r] = in ? p.delta[c.lse + row] : 0.0f;
-        }
+        ta_fmb_lane_rows(p, t, c, ra, lo, hi, lse2, dl);
         { /* the K tiles any of the 128 rows sees (lo and hi grow with the row) */
             int32_t l0, h0, l1, h1;
             const int32_t last = (row0 + TA_MDQ_BM < t.seq_q ? row0 + TA_MDQ_BM : t.seq_q) - 1;
@@ -397,9 +389,7 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
         /* dC of step tt's K tile from s and dp (complete) into buffer tt % 2 */
         auto make_dc = [&](int32_t tt) {
             const int32_t col0 = (kt0 + tt) * BN, col1 = col0 + BN - 1;
-            const bool near =
-                (diag && wrow0 + t.diag_offset - col1 < p.band) ||
-                (edge && col0 < wrow0 + 15 + lo_off + p.edge_n && col1 >= wrow0 + lo_off);
+            const bool near = ta_fmb_near(p, t, diag, edge, wrow0, col0, col1);
             unsigned char *dst = gdc + (tt & 1) * T::C_BYTES +
                                  (64 * wg + 16 * (warp & 3) + (lane >> 2)) * 16 + 4 * tq;
             /* element pairs (2 i, 2 i + 1): row ra + 8 (i & 1), keys from 8 (i >> 1) + 2 tq
@@ -609,7 +599,6 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
     const int32_t n_kt = t.num_k_tiles;
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_kv * n_kt * n_ag;
     const float scale_log2 = p.scale * TA_LOG2E;
-    const int32_t lo_off = t.diag_offset - t.window_left;
     const uint16_t *v = static_cast<const uint16_t *>(p.v);
     const uint16_t *d_o = static_cast<const uint16_t *>(p.d_o);
 
@@ -688,23 +677,14 @@ __global__ void __launch_bounds__(TA_MWG_THREADS, 1)
                             ta_wg_desc_add(vd, T::kmaj(kk)), kk > 0);
                 }
                 ta_wg_commit();
-                ta_fast_row_keys(t, ra, c.key_len, lo, hi);
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const int32_t row = ra + 8 * r;
-                    const bool in = row < t.seq_q && lo[r] < hi[r];
-                    lse2[r] = in ? p.lse[c.lse + row] * TA_LOG2E : 0.0f;
-                    dl[r] = in ? p.delta[c.lse + row] : 0.0f;
-                }
+                ta_fmb_lane_rows(p, t, c, ra, lo, hi, lse2, dl);
                 ta_wg_wait<0>(); /* s, dp (and the previous tile's A products) */
                 ta_wg_keep(s);
                 ta_wg_keep(dp);
                 __syncthreads(); /* both warpgroups' previous A products are done with P, dC */
                 {
                     const int32_t col1 = m0 + TA_MKV_BK - 1;
-                    const bool near =
-                        (diag && wrow0 + t.diag_offset - col1 < p.band) ||
-                        (edge && m0 < wrow0 + 15 + lo_off + p.edge_n && col1 >= wrow0 + lo_off);
+                    const bool near = ta_fmb_near(p, t, diag, edge, wrow0, m0, col1);
                     unsigned char *dst = gp + rl * 16 + 4 * tq;
                     /* inner: every key of the block inside both rows' ranges and no
                      * direct entry, ta_fmb_p_dc's arithmetic without its tests; element
