@@ -60,34 +60,29 @@ __device__ __forceinline__ void ta_wg_rs_n{n}_{ty}(float (&d)[{k}], const uint32
 '''
 
 
-def sst(n, ty):
+def ss_major(name, n, ty, majors, trans_a, trans_b):
+    """m64nNk16 with both operands in shared memory and the given majorness
+    (trans 1 = MN-major); the swizzle is the descriptors'."""
     k = n // 2
     return f'''/* d = a b (accumulate = 0) or d += a b: m64n{n}k16, a and b in shared memory,
- * a K-major, b N-major (transposed); the swizzle as each descriptor says. */
-__device__ __forceinline__ void ta_wg_sst_n{n}_{ty}(float (&d)[{k}], uint64_t desc_a, uint64_t desc_b,
+ * {majors}; the swizzle as each descriptor says. */
+__device__ __forceinline__ void ta_wg_{name}_n{n}_{ty}(float (&d)[{k}], uint64_t desc_a, uint64_t desc_b,
                                                     int accumulate) {{
     asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{k + 2}, 0;\\n"
                  "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} "
-                 "{{{regs(k)}}}, %{k}, %{k + 1}, p, 1, 1, 0, 1;\\n}}\\n"
+                 "{{{regs(k)}}}, %{k}, %{k + 1}, p, 1, 1, {trans_a}, {trans_b};\\n}}\\n"
                  : {outs(k)}
                  : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }}
 '''
+
+
+def sst(n, ty):
+    return ss_major("sst", n, ty, "a K-major, b N-major (transposed)", 0, 1)
 
 
 def stt(n, ty):
-    k = n // 2
-    return f'''/* d = a b (accumulate = 0) or d += a b: m64n{n}k16, a and b in shared memory,
- * both MN-major (transposed); the swizzle as each descriptor says. */
-__device__ __forceinline__ void ta_wg_stt_n{n}_{ty}(float (&d)[{k}], uint64_t desc_a, uint64_t desc_b,
-                                                    int accumulate) {{
-    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{k + 2}, 0;\\n"
-                 "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} "
-                 "{{{regs(k)}}}, %{k}, %{k + 1}, p, 1, 1, 1, 1;\\n}}\\n"
-                 : {outs(k)}
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}}
-'''
+    return ss_major("stt", n, ty, "both MN-major (transposed)", 1, 1)
 
 
 def main():
