@@ -231,39 +231,63 @@ __global__ void __launch_bounds__(PREP_THREADS)
 
 /* ---- 2. diag (and edge) ---- */
 
+/* Key rows the band's product reads from kbase: row tiles of 16 over the n_q
+ * rows, tile rt reading the 16 ceil((15 + ns) / 16) keys from 16 rt on. */
+__host__ __device__ __forceinline__ int32_t ta_fast_mta_band_keys(int32_t n_q, int32_t ns) {
+    return 16 * ((n_q + 15) / 16 - 1) + 16 * ((30 + ns) / 16);
+}
+
 /* band[rho][s] = the raw score S~ of q row rfirst + rho (staged in sq) with
  * key kbase + rho + s, for rho < n_q, s < ns: 0 where the pair is not
  * visible (ta_tiling_visible: the sequence, causal, the window); else the dot
- * product, f32 fmaf over d ascending from 0. The keys [kbase, kbase + n_q + ns
- * - 1) are staged into sk here. Ends with a block barrier. */
+ * product on the tensor cores (mma.sync m16n8k16, f32 accumulate): a warp per
+ * (16 rows, 16 keys) block of the rows' band, the entries outside the band
+ * dropped. The keys [kbase, kbase + ta_fast_mta_band_keys(n_q, ns)) are
+ * staged into sk here; the product also reads sq rows up to 16 ceil(n_q /
+ * 16) (past n_q: the caller's sk region follows sq, and those rows' entries
+ * are dropped). Ends with a block barrier. */
 template <bool BF16>
 __device__ __forceinline__ void ta_fast_mta_band(float *band, int32_t ns, const uint16_t *sq,
                                                  uint16_t *sk, const ta_fast_mta_params &p,
                                                  const ta_tile_ctx &c, int32_t rfirst, int32_t n_q,
                                                  int32_t kbase) {
-    const int32_t D = p.head_dim, ld = D + 8;
-    ta_fast_mta_stage<false>(sk, p, c, kbase, n_q + ns - 1);
+    const int32_t D = p.head_dim, ld = D + 8, n_rt = (n_q + 15) / 16, n_kg = (30 + ns) / 16;
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+    ta_fast_mta_stage<false>(sk, p, c, kbase, ta_fast_mta_band_keys(n_q, ns));
     __syncthreads();
-    for (int i = (int)threadIdx.x; i < n_q * ns; i += PREP_THREADS) {
-        const int32_t rho = i / ns, s = i % ns;
-        const uint16_t *qr = sq + rho * ld, *kr = sk + (rho + s) * ld;
-        float acc = 0.0f;
-        for (int32_t d8 = 0; d8 < D / 8; ++d8) { /* d ascending */
-            float fq[8], fk[8];
-            ta_fast_mta_widen8<BF16>(*reinterpret_cast<const uint4 *>(qr + 8 * d8), fq);
-            ta_fast_mta_widen8<BF16>(*reinterpret_cast<const uint4 *>(kr + 8 * d8), fk);
+    for (int job = warp; job < n_rt * n_kg; job += PREP_THREADS / 32) {
+        const int32_t rt = job / n_kg, kg = job % n_kg;
+        const uint32_t a0 = ta_fast_smem_addr(sq + (16 * rt + (lane & 15)) * ld + (lane >> 4) * 8);
+        const uint32_t b0 = ta_fast_smem_addr(
+            sk + (16 * (rt + kg) + (lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8);
+        float acc[8];
 #pragma unroll
-            for (int e = 0; e < 8; ++e)
-                acc = __fmaf_rn(fq[e], fk[e], acc);
+        for (int e = 0; e < 8; ++e)
+            acc[e] = 0.0f;
+        for (int32_t ks = 0; ks < D / 16; ++ks) {
+            uint32_t af[4], bf[4];
+            ta_fast_ldm_x4(af, a0 + 32u * (uint32_t)ks);
+            ta_fast_ldm_x4(bf, b0 + 32u * (uint32_t)ks);
+            ta_fast_mma<BF16>(&acc[0], af, bf[0], bf[1]);
+            ta_fast_mma<BF16>(&acc[4], af, bf[2], bf[3]);
         }
-        band[i] = ta_tiling_visible(&p.t, rfirst + rho, kbase + rho + s, c.key_len) ? acc : 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) { /* the accumulator layout of cuda/ta_cuda_fast.cuh */
+            const int32_t row = (lane >> 2) + 8 * ((i >> 1) & 1);
+            const int32_t rho = 16 * rt + row,
+                          s = 16 * kg + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1) - row;
+            if (rho < n_q && s >= 0 && s < ns)
+                band[rho * ns + s] =
+                    ta_tiling_visible(&p.t, rfirst + rho, kbase + rho + s, c.key_len) ? acc[i]
+                                                                                      : 0.0f;
+        }
     }
     __syncthreads();
 }
 
 /* Shared memory of the diag kernel, in floats from its base: the two bands,
  * each rounded up to 16 bytes (the staged rows after them are read 16 bytes
- * at a time), then q [n_q][D + 8] and k [n_q + max(NE, NF) - 1][D + 8]. */
+ * at a time), then q [n_q][D + 8] and k [ta_fast_mta_band_keys(n_q, max(NE, NF))][D + 8]. */
 struct ta_fast_mta_diag_layout {
     int32_t n_q, ne, nf, band2, rows; /* float offsets: band 0, band2; q at rows */
 };
@@ -350,7 +374,7 @@ inline size_t ta_fast_mta_kf_smem(const ta_problem *pr) {
 }
 inline size_t ta_fast_mta_diag_smem(const ta_problem *pr, int32_t band, int32_t edge) {
     const ta_fast_mta_diag_layout l = ta_fast_mta_diag_at(pr->conv_q, pr->conv_k, band, edge);
-    const int32_t nk = l.n_q + (l.ne > l.nf ? l.ne : l.nf) - 1;
+    const int32_t nk = ta_fast_mta_band_keys(l.n_q, l.ne > l.nf ? l.ne : l.nf);
     return (size_t)l.rows * 4u + (size_t)(l.n_q + nk) * (size_t)(pr->head_dim + 8) * 2u;
 }
 

@@ -194,7 +194,8 @@ __global__ void __launch_bounds__(PREP_THREADS)
 
 /* Shared memory of the band kernel, in floats from its base: band [n_q][NW],
  * g rows [DIAG_ROWS + c_q - 1][GW], dS~ rows [DIAG_ROWS][NW] (each rounded up
- * to 16 bytes), then q [n_q][D + 8] and k [n_q + NW - 1][D + 8] (storage);
+ * to 16 bytes), then q [n_q][D + 8] and k [ta_fast_mta_band_keys(n_q,
+ * NW)][D + 8] (storage);
  * NW = max(2E, NF), GW = max(E, P): the diagonal's band, then (a binding
  * window start) the window start's, use the same regions in turn. */
 struct ta_fmb_band_layout {
@@ -216,7 +217,8 @@ __host__ __device__ __forceinline__ ta_fmb_band_layout ta_fmb_band_at(int32_t cq
 
 static size_t ta_fmb_band_smem(const ta_problem *pr, int32_t band, int32_t edge) {
     const ta_fmb_band_layout l = ta_fmb_band_at(pr->conv_q, pr->conv_k, band, edge);
-    return (size_t)l.rows * 4u + (size_t)(2 * l.n_q + l.nw - 1) * (size_t)(pr->head_dim + 8) * 2u;
+    return (size_t)l.rows * 4u +
+           (size_t)(l.n_q + ta_fast_mta_band_keys(l.n_q, l.nw)) * (size_t)(pr->head_dim + 8) * 2u;
 }
 
 /* One band of the rows [r0, r0 + DIAG_ROWS) (EDGE false: the diagonal's, W =
@@ -255,13 +257,17 @@ ta_fmb_band_phase(const ta_fmb_params &p, const ta_tile_ctx &c, const ta_fmb_ban
         const int32_t ri = i / W, s = i % W, row = r0 + ri;
         float acc = 0.0f;
         if (row < p.t.seq_q && ta_tiling_visible(&p.t, row, kbase + ri + halo + s, c.key_len))
-            for (int32_t a = 0; a < cq; ++a)
-                for (int32_t bb = 0; bb < ck; ++bb) {
-                    const int32_t x =
-                        EDGE ? s - bb - cq + 1 + a : cq - 1 - a - (s - (W - 1)) + bb - half;
-                    if (x >= 0 && x < G)
-                        acc = __fmaf_rn(w[a * ck + bb], gs[(ri + cq - 1 - a) * G + x], acc);
-                }
+            for (int32_t a = 0; a < cq; ++a) {
+                /* x = base - b (EDGE) or base + b; only the b with 0 <= x < G */
+                const int32_t base = EDGE ? s - cq + 1 + a : cq - 1 - a - (s - (W - 1)) - half;
+                const int32_t b_lo =
+                    EDGE ? (base - G + 1 > 0 ? base - G + 1 : 0) : (-base > 0 ? -base : 0);
+                const int32_t b_hi =
+                    EDGE ? (base + 1 < ck ? base + 1 : ck) : (G - base < ck ? G - base : ck);
+                const float *ga = gs + (ri + cq - 1 - a) * G;
+                for (int32_t bb = b_lo; bb < b_hi; ++bb)
+                    acc = __fmaf_rn(w[a * ck + bb], ga[EDGE ? base - bb : base + bb], acc);
+            }
         ds[ri * W + s] = acc;
         if (row < p.t.seq_q) dsb[(rows0 + row) * W + s] = acc;
     }
@@ -738,34 +744,41 @@ __global__ void __launch_bounds__(KV_THREADS)
 
 constexpr int DK_KEYS = 32;
 
-/* Shared memory: dkf_a rows [DK_KEYS + 2P][D] f32, the partial sums [c_k][D /
- * 8] f32, then k rows [DK_KEYS + 2P][D + 8] (storage). */
+/* Floats of the dk kernel's dw sums, a multiple of 4 (the k rows after them
+ * are read 8 and 16 bytes at a time). */
+__host__ __device__ constexpr int32_t ta_fmb_dk_red(int32_t ck) {
+    return (PREP_THREADS / 32 * ck + 3) / 4 * 4;
+}
+
+/* Shared memory: dkf_a rows [DK_KEYS + 2P][D] f32, the warps' dw sums
+ * [PREP_THREADS / 32][c_k] f32 (rounded up to 16 bytes), then k rows [DK_KEYS
+ * + 2P][D + 8] (storage). */
 static size_t ta_fmb_dk_smem(const ta_problem *pr) {
     const size_t rows = (size_t)DK_KEYS + (size_t)pr->conv_k - 1, d = (size_t)pr->head_dim;
-    return rows * d * 4u + (size_t)pr->conv_k * (d / 8) * 4u + rows * (d + 8) * 2u;
+    return rows * d * 4u + ta_fmb_dk_red(pr->conv_k) * 4u + rows * (d + 8) * 2u;
 }
 
 /* One block per (batch b, kv head, 32 keys m0 ..): for each query head of the
  * group ascending, for each a ascending (dkf_a rows m0 - P .. staged; keys
  * outside [0, key_len) as zeros):
  *   dk_m   += sum_{b ascending} w[a][b] dkf_a[m - b + P]        (a thread: a key x 4 features)
- *   dw_fold[blk][a][b] = sum_{8-feature chunks ascending} (sum_{j, then d
- *            ascending} dkf_a[j][d] k_{j + b - P}[d])
+ *   dw_fold[blk][a][b] = sum_{j, d} dkf_a[j][d] k_{j + b - P}[d]: each thread
+ *            its items' (key j x 4 features) terms in order from 0, the 32
+ *            lanes' sums by a fixed xor butterfly, the 8 warps' in order
  * then the band: dk_m += sum_{s ascending} dsb[r][s] q_r, r = m - off - (s -
  * (NE-1)) in [0, S_q). dk stored (0 at keys past key_len; F32: in f32, for
  * the rotary stage's turn back). */
 template <int D, bool BF16, bool F32 = false>
-__global__ void __launch_bounds__(PREP_THREADS)
+__global__ void __launch_bounds__(PREP_THREADS, 3) /* 3 blocks per SM (shared memory's limit) */
     ta_fmb_dk_kernel(const __grid_constant__ ta_fmb_params p) {
     extern __shared__ float4 ta_fmb_prep_smem[];
-    constexpr int CH4 = D / 4, CH8 = D / 8,
-                  ITEMS = (DK_KEYS * CH4 + PREP_THREADS - 1) / PREP_THREADS;
+    constexpr int CH4 = D / 4, ITEMS = (DK_KEYS * CH4 + PREP_THREADS - 1) / PREP_THREADS;
     const int32_t cq = p.conv_q, ck = p.conv_k, half = (ck - 1) / 2, ncw = cq * ck;
     const int32_t NE = p.ne, off = p.t.diag_offset, rows = DK_KEYS + 2 * half;
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_kv * p.n_kb;
     float *sdkf = reinterpret_cast<float *>(ta_fmb_prep_smem);
     float *red = sdkf + rows * D;
-    uint16_t *sk = reinterpret_cast<uint16_t *>(red + ck * CH8);
+    uint16_t *sk = reinterpret_cast<uint16_t *>(red + ta_fmb_dk_red(ck));
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         const ta_cuda_kv_tile at = ta_cuda_kv_tile_at(p, tile, p.n_kb, 1);
         const int32_t blk = at.kt, h_kv = at.h_kv, b_local = at.b_local, m0 = blk * DK_KEYS;
@@ -809,24 +822,46 @@ __global__ void __launch_bounds__(PREP_THREADS)
                         acc[it][3] = __fmaf_rn(wv, f.w, acc[it][3]);
                     }
                 }
-                for (int i = (int)threadIdx.x; i < ck * CH8; i += PREP_THREADS) {
-                    const int32_t bb = i / CH8, ch = i % CH8;
-                    float sum = 0.0f;
-                    for (int32_t jl = 0; jl < DK_KEYS; ++jl) { /* k_{j + b - P}: staged jl + b */
-                        float f[8];
-                        ta_fast_mta_widen8<BF16>(
-                            *reinterpret_cast<const uint4 *>(sk + (jl + bb) * (D + 8) + 8 * ch), f);
+                { /* dw: each thread's items (dkf_a of its key x 4 features) against the
+                   * k rows j + b - P, b ascending; the block's sum per b below */
+                    float4 f[ITEMS];
 #pragma unroll
-                        for (int e = 0; e < 8; ++e)
-                            sum = __fmaf_rn(sdkf[(jl + half) * D + 8 * ch + e], f[e], sum);
+                    for (int it = 0; it < ITEMS; ++it) {
+                        const int item = (int)threadIdx.x + PREP_THREADS * it;
+                        f[it] = item < DK_KEYS * CH4
+                                    ? *reinterpret_cast<const float4 *>(
+                                          sdkf + (item / CH4 + half) * D + 4 * (item % CH4))
+                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                     }
-                    red[i] = sum;
+                    for (int32_t bb = 0; bb < ck; ++bb) {
+                        float sum = 0.0f;
+#pragma unroll
+                        for (int it = 0; it < ITEMS; ++it) { /* k_{j + b - P}: staged ml + b */
+                            const int item = (int)threadIdx.x + PREP_THREADS * it;
+                            const int32_t ml = item / CH4, ch = item % CH4;
+                            float kv[4];
+                            if (item >= DK_KEYS * CH4) break;
+                            const uint2 x =
+                                *reinterpret_cast<const uint2 *>(sk + (ml + bb) * (D + 8) + 4 * ch);
+                            ta_fast_unpack<BF16>(x.x, &kv[0], &kv[1]);
+                            ta_fast_unpack<BF16>(x.y, &kv[2], &kv[3]);
+                            sum = __fmaf_rn(f[it].x, kv[0], sum);
+                            sum = __fmaf_rn(f[it].y, kv[1], sum);
+                            sum = __fmaf_rn(f[it].z, kv[2], sum);
+                            sum = __fmaf_rn(f[it].w, kv[3], sum);
+                        }
+#pragma unroll
+                        for (int o = 16; o > 0; o >>= 1)
+                            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+                        if (((int)threadIdx.x & 31) == 0)
+                            red[((int)threadIdx.x >> 5) * ck + bb] = sum;
+                    }
                 }
                 __syncthreads();
                 if ((int)threadIdx.x < ck) {
                     float sum = 0.0f;
-                    for (int32_t ch = 0; ch < CH8; ++ch)
-                        sum += red[(int)threadIdx.x * CH8 + ch];
+                    for (int32_t wp = 0; wp < PREP_THREADS / 32; ++wp)
+                        sum += red[wp * ck + (int)threadIdx.x];
                     p.dw_fold[(head * p.n_kb + blk) * ncw + a * ck + (int)threadIdx.x] = sum;
                 }
             }
@@ -844,19 +879,23 @@ __global__ void __launch_bounds__(PREP_THREADS)
                         const float *dsb = band2 ? p.dsb2 : p.dsb;
                         const int32_t r_of0 =
                             band2 ? m - off + p.t.window_left + half : m - off + NE - 1;
+                        /* the loads do not wait for the row test (a row outside
+                         * reads row 0 and adds nothing), so they overlap */
+#pragma unroll 4
                         for (int32_t s = 0; s < W; ++s) {
                             const int32_t r = r_of0 - s;
-                            if (r < 0 || r >= p.t.seq_q) continue;
-                            const float d = dsb[(rows0 + r) * W + s];
+                            const bool in_q = r >= 0 && r < p.t.seq_q;
+                            const int32_t rr = in_q ? r : 0;
+                            const float d = dsb[(rows0 + rr) * W + s];
                             const uint2 qv = *reinterpret_cast<const uint2 *>(
                                 static_cast<const uint16_t *>(p.q) + c.q +
-                                (int64_t)r * p.lay.q.seq + 4 * ch);
+                                (int64_t)rr * p.lay.q.seq + 4 * ch);
                             float f[4];
                             ta_fast_unpack<BF16>(qv.x, &f[0], &f[1]);
                             ta_fast_unpack<BF16>(qv.y, &f[2], &f[3]);
 #pragma unroll
                             for (int e = 0; e < 4; ++e)
-                                acc[it][e] = __fmaf_rn(d, f[e], acc[it][e]);
+                                acc[it][e] = in_q ? __fmaf_rn(d, f[e], acc[it][e]) : acc[it][e];
                         }
                     }
                 }
@@ -885,25 +924,31 @@ __global__ void __launch_bounds__(PREP_THREADS)
 
 /* ---- 8. dconv_w ---- */
 
-/* dconv_w[h][ab] = sum over batch entries ascending of (the band's partials,
- * row blocks ascending, then the fold's, key blocks ascending), plain adds
- * from 0. One thread per (h, ab). */
+/* dconv_w[h][ab] = the sum of the partials of (h, ab): for each batch entry
+ * ascending the band's (row blocks ascending) then the fold's (key blocks
+ * ascending), a sequence of n = batch_total (n_rb + n_kb) terms. One warp per
+ * (h, ab): lane l adds terms l, l + 32, .. in order from 0, then the 32 lane
+ * sums by a fixed xor butterfly (every lane ends with the same bits; lane 0
+ * stores). Fixed order, no atomics. */
 __global__ void __launch_bounds__(PREP_THREADS)
     ta_fmb_dw_kernel(const __grid_constant__ ta_fmb_params p) {
-    const int32_t ncw = p.conv_q * p.conv_k;
-    const int64_t n = (int64_t)p.heads_q * ncw;
-    for (int64_t i = (int64_t)blockIdx.x * PREP_THREADS + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * PREP_THREADS) {
+    const int32_t ncw = p.conv_q * p.conv_k, nb = p.n_rb + p.n_kb;
+    const int64_t n = (int64_t)p.heads_q * ncw, terms = (int64_t)p.batch_total * nb;
+    const int lane = (int)threadIdx.x & 31;
+    for (int64_t i = (int64_t)blockIdx.x * (PREP_THREADS / 32) + (threadIdx.x >> 5); i < n;
+         i += (int64_t)gridDim.x * (PREP_THREADS / 32)) {
         const int32_t h = (int32_t)(i / ncw), ab = (int32_t)(i % ncw);
         float sum = 0.0f;
-        for (int32_t b = 0; b < p.batch_total; ++b) {
+        for (int64_t t = lane; t < terms; t += 32) {
+            const int32_t b = (int32_t)(t / nb), r = (int32_t)(t % nb);
             const int64_t head = (int64_t)b * p.heads_q + h;
-            for (int32_t rb = 0; rb < p.n_rb; ++rb)
-                sum += p.dw_band[(head * p.n_rb + rb) * ncw + ab];
-            for (int32_t kb = 0; kb < p.n_kb; ++kb)
-                sum += p.dw_fold[(head * p.n_kb + kb) * ncw + ab];
+            sum += r < p.n_rb ? p.dw_band[(head * p.n_rb + r) * ncw + ab]
+                              : p.dw_fold[(head * p.n_kb + (r - p.n_rb)) * ncw + ab];
         }
-        p.dconv_w[i] = sum;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) p.dconv_w[i] = sum;
     }
 }
 
@@ -1108,7 +1153,9 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan0, const ta_bwd_arg
     { /* dconv_w: every batch entry's partials, after all chunks */
         ta_cuda_launch_desc d = ta_cuda_launch_of(
             reinterpret_cast<const void *>(&ta_fmb_dw_kernel), &prm, 0,
-            ((int64_t)pr->heads_q * pr->conv_q * pr->conv_k + PREP_THREADS - 1) / PREP_THREADS, 0);
+            ((int64_t)pr->heads_q * pr->conv_q * pr->conv_k + PREP_THREADS / 32 - 1) /
+                (PREP_THREADS / 32),
+            0);
         d.threads = PREP_THREADS;
         if ((st = ta_cuda_launch_batches(&d, 1, NULL, pr->batch, stream)) != TA_OK) return st;
     }
