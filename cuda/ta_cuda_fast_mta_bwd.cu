@@ -154,32 +154,75 @@ __device__ __forceinline__ float ta_fmb_dc_entry(const ta_fmb_params &p, const t
     return p.scale * pr * (dp - p.delta[c.lse + row]);
 }
 
-/* g[b, h, i, delta] = ta_fmb_dc_entry of key j = i + off - delta with the
- * diag value when (i, j) is visible, else 0; with a binding window start
- * also g_edge[b, h, i, g] for key j = i + off - wl + g with the edge value
- * (0 when hidden, or when delta = wl - g < E: a diag entry, whose g holds
- * it). Grid: [batch_count][heads_q][ceil(S_q / DIAG_ROWS)], a thread per
- * entry. */
+/* Shared memory of the g kernel: dO rows [DIAG_ROWS][D + 8] and v rows
+ * [DIAG_ROWS + E - 1][D + 8] (storage). */
+static size_t ta_fmb_g_smem(const ta_problem *pr, int32_t band) {
+    return (size_t)(2 * DIAG_ROWS + band - 1) * (size_t)(pr->head_dim + 8) * 2u;
+}
+
+/* g[b, h, i, delta] = ta_fmb_dc_entry's value for key j = i + off - delta
+ * with the diag value when (i, j) is visible, else 0; with a binding window
+ * start also g_edge[b, h, i, g] for key j = i + off - wl + g with the edge
+ * value (0 when hidden, or when delta = wl - g < E: a diag entry, whose g
+ * holds it). The diag entries read the block's dO rows and the v rows they
+ * reach (r0 + off - (E - 1) ..) staged in shared memory by whole rows, the
+ * same arithmetic as ta_fmb_dc_entry (the rarer edge entries call it on
+ * global memory). Grid: [batch_count][heads_q][ceil(S_q / DIAG_ROWS)], a
+ * thread per entry; dynamic shared memory: ta_fmb_g_smem. */
 template <bool BF16>
 __global__ void __launch_bounds__(PREP_THREADS)
     ta_fmb_g_kernel(const __grid_constant__ ta_fmb_params p) {
+    extern __shared__ float4 ta_fmb_prep_smem[];
     const int32_t E = p.band, EP = p.edge_n, off = p.t.diag_offset, wl = p.t.window_left;
-    const int32_t n_rb = (p.t.seq_q + DIAG_ROWS - 1) / DIAG_ROWS;
+    const int32_t n_rb = (p.t.seq_q + DIAG_ROWS - 1) / DIAG_ROWS, ch_n = p.head_dim / 8;
+    const int32_t ld = p.head_dim + 8, nv = DIAG_ROWS + E - 1;
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_q * n_rb;
+    uint16_t *sdo = reinterpret_cast<uint16_t *>(ta_fmb_prep_smem), *sv = sdo + DIAG_ROWS * ld;
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         const ta_fast_mta_prep_tile x = ta_fast_mta_prep_at(p, tile, n_rb);
         const ta_tile_ctx c = ta_cuda_context(p, x.b_local, x.h, 0);
         const int64_t rows0 = ((int64_t)(p.batch_begin + x.b_local) * p.heads_q + x.h) * p.t.seq_q;
+        const int32_t r0 = x.blk * DIAG_ROWS, kb = r0 + off - (E - 1);
+        __syncthreads(); /* the previous tile is done with the staged rows */
+        for (int i = (int)threadIdx.x; i < (DIAG_ROWS + nv) * ch_n; i += PREP_THREADS) {
+            const int32_t r = i / ch_n, ch = i % ch_n;
+            const uint16_t *src = nullptr;
+            if (r < DIAG_ROWS) {
+                if (r0 + r < p.t.seq_q)
+                    src = static_cast<const uint16_t *>(p.d_o) + c.d_o +
+                          (int64_t)(r0 + r) * p.lay.d_o.seq;
+            } else if (kb + r - DIAG_ROWS >= 0 && kb + r - DIAG_ROWS < c.key_len) {
+                src = static_cast<const uint16_t *>(p.v) + c.v +
+                      (int64_t)(kb + r - DIAG_ROWS) * p.lay.v.seq;
+            }
+            *reinterpret_cast<uint4 *>(sdo + r * ld + 8 * ch) =
+                src ? *reinterpret_cast<const uint4 *>(src + 8 * ch) : make_uint4(0, 0, 0, 0);
+        }
+        __syncthreads();
         for (int i = (int)threadIdx.x; i < DIAG_ROWS * E; i += PREP_THREADS) {
-            const int32_t row = x.blk * DIAG_ROWS + i / E, delta = i % E, j = row + off - delta;
+            const int32_t ri = i / E, delta = i % E, row = r0 + ri, j = row + off - delta;
             if (row >= p.t.seq_q) continue;
-            p.g[(rows0 + row) * E + delta] =
-                ta_tiling_visible(&p.t, row, j, c.key_len)
-                    ? ta_fmb_dc_entry<BF16>(p, c, row, j, p.diag[(rows0 + row) * E + delta])
-                    : 0.0f;
+            float r = 0.0f;
+            if (ta_tiling_visible(&p.t, row, j, c.key_len)) {
+                const uint16_t *dor = sdo + ri * ld, *vr = sv + (ri + E - 1 - delta) * ld;
+                const float pr =
+                    ta_fast_exp2(__fmaf_rn(p.diag[(rows0 + row) * E + delta], p.scale * TA_LOG2E,
+                                           -p.lse[c.lse + row] * TA_LOG2E));
+                float dp = 0.0f;
+                for (int32_t ch = 0; ch < ch_n; ++ch) { /* as ta_fmb_dc_entry: d ascending */
+                    float fo[8], fv[8];
+                    ta_fast_mta_widen8<BF16>(*reinterpret_cast<const uint4 *>(dor + 8 * ch), fo);
+                    ta_fast_mta_widen8<BF16>(*reinterpret_cast<const uint4 *>(vr + 8 * ch), fv);
+#pragma unroll
+                    for (int e = 0; e < 8; ++e)
+                        dp = __fmaf_rn(fo[e], fv[e], dp);
+                }
+                r = p.scale * pr * (dp - p.delta[c.lse + row]);
+            }
+            p.g[(rows0 + row) * E + delta] = r;
         }
         for (int i = (int)threadIdx.x; i < DIAG_ROWS * EP; i += PREP_THREADS) {
-            const int32_t row = x.blk * DIAG_ROWS + i / EP, ge = i % EP, j = row + off - wl + ge;
+            const int32_t row = r0 + i / EP, ge = i % EP, j = row + off - wl + ge;
             const bool diag_entry = wl - ge >= 0 && wl - ge < E;
             if (row >= p.t.seq_q) continue;
             p.g_edge[(rows0 + row) * EP + ge] =
@@ -1023,7 +1066,7 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan0, const ta_bwd_arg
         return TA_ERR_UNSUPPORTED;
     sm[0] = ta_fast_mta_kf_smem(pr);
     sm[1] = ta_fast_mta_diag_smem(pr, band, edge_n);
-    sm[2] = 0;
+    sm[2] = ta_fmb_g_smem(pr, band);
     sm[3] = ta_fmb_band_smem(pr, band, edge_n);
     sm[4] = k.dq_smem(pr->conv_q);
     sm[5] = k.kv_smem(pr->conv_q);
@@ -1134,7 +1177,7 @@ extern "C" ta_status ta_cuda_fast_mta_bwd(const ta_plan *plan0, const ta_bwd_arg
         if (band > 0) {
             launch[nl] = ta_cuda_launch_of(k.diag, &prm, row_blocks, 0, sm[1]);
             launch[nl++].threads = PREP_THREADS;
-            launch[nl] = ta_cuda_launch_of(k.g, &prm, row_blocks, 0, 0);
+            launch[nl] = ta_cuda_launch_of(k.g, &prm, row_blocks, 0, sm[2]);
             launch[nl++].threads = PREP_THREADS;
             launch[nl] = ta_cuda_launch_of(k.band, &prm, row_blocks, 0, sm[3]);
             launch[nl++].threads = PREP_THREADS;
