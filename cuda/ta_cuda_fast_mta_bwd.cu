@@ -132,15 +132,13 @@ TA_FAST_FN void ta_fmb_store_acc(uint16_t *dst, int ld, const float (&acc)[4 * N
 
 /* ---- 3. g: dC at the direct entries ---- */
 
-/* scale P (dP - D_i) of the visible entry (row, j) whose convolved score is x:
- * P = 2^(x scale log2 e - lse log2 e), dP = <dO_row, v_j> (f32 fmaf, d
- * ascending). */
+/* scale P (dP - D_i) of the visible entry (row, j) whose convolved score is x,
+ * from the entry's dO row and v row (global or staged): P = 2^(x scale log2 e
+ * - lse log2 e), dP = <dO_row, v_j> (f32 fmaf, d ascending). */
 template <bool BF16>
-__device__ __forceinline__ float ta_fmb_dc_entry(const ta_fmb_params &p, const ta_tile_ctx &c,
-                                                 int32_t row, int32_t j, float x) {
-    const uint16_t *dor =
-        static_cast<const uint16_t *>(p.d_o) + c.d_o + (int64_t)row * p.lay.d_o.seq;
-    const uint16_t *vr = static_cast<const uint16_t *>(p.v) + c.v + (int64_t)j * p.lay.v.seq;
+__device__ __forceinline__ float ta_fmb_dc_rows(const ta_fmb_params &p, const ta_tile_ctx &c,
+                                                int32_t row, const uint16_t *dor,
+                                                const uint16_t *vr, float x) {
     const float pr = ta_fast_exp2(__fmaf_rn(x, p.scale * TA_LOG2E, -p.lse[c.lse + row] * TA_LOG2E));
     float dp = 0.0f;
     for (int32_t ch = 0; ch < p.head_dim / 8; ++ch) {
@@ -154,6 +152,24 @@ __device__ __forceinline__ float ta_fmb_dc_entry(const ta_fmb_params &p, const t
     return p.scale * pr * (dp - p.delta[c.lse + row]);
 }
 
+/* ta_fmb_dc_rows with the rows read from global memory. */
+template <bool BF16>
+__device__ __forceinline__ float ta_fmb_dc_entry(const ta_fmb_params &p, const ta_tile_ctx &c,
+                                                 int32_t row, int32_t j, float x) {
+    return ta_fmb_dc_rows<BF16>(
+        p, c, row, static_cast<const uint16_t *>(p.d_o) + c.d_o + (int64_t)row * p.lay.d_o.seq,
+        static_cast<const uint16_t *>(p.v) + c.v + (int64_t)j * p.lay.v.seq, x);
+}
+
+/* The sum of x over the warp's lanes by a fixed xor butterfly (every lane
+ * ends with the same bits). */
+__device__ __forceinline__ float ta_fmb_warp_sum(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
 /* Shared memory of the g kernel: dO rows [DIAG_ROWS][D + 8] and v rows
  * [DIAG_ROWS + E - 1][D + 8] (storage). */
 static size_t ta_fmb_g_smem(const ta_problem *pr, int32_t band) {
@@ -165,9 +181,9 @@ static size_t ta_fmb_g_smem(const ta_problem *pr, int32_t band) {
  * start also g_edge[b, h, i, g] for key j = i + off - wl + g with the edge
  * value (0 when hidden, or when delta = wl - g < E: a diag entry, whose g
  * holds it). The diag entries read the block's dO rows and the v rows they
- * reach (r0 + off - (E - 1) ..) staged in shared memory by whole rows, the
- * same arithmetic as ta_fmb_dc_entry (the rarer edge entries call it on
- * global memory). Grid: [batch_count][heads_q][ceil(S_q / DIAG_ROWS)], a
+ * reach (r0 + off - (E - 1) ..) staged in shared memory by whole rows
+ * (ta_fmb_dc_rows; the rarer edge entries read global memory:
+ * ta_fmb_dc_entry). Grid: [batch_count][heads_q][ceil(S_q / DIAG_ROWS)], a
  * thread per entry; dynamic shared memory: ta_fmb_g_smem. */
 template <bool BF16>
 __global__ void __launch_bounds__(PREP_THREADS)
@@ -202,24 +218,11 @@ __global__ void __launch_bounds__(PREP_THREADS)
         for (int i = (int)threadIdx.x; i < DIAG_ROWS * E; i += PREP_THREADS) {
             const int32_t ri = i / E, delta = i % E, row = r0 + ri, j = row + off - delta;
             if (row >= p.t.seq_q) continue;
-            float r = 0.0f;
-            if (ta_tiling_visible(&p.t, row, j, c.key_len)) {
-                const uint16_t *dor = sdo + ri * ld, *vr = sv + (ri + E - 1 - delta) * ld;
-                const float pr =
-                    ta_fast_exp2(__fmaf_rn(p.diag[(rows0 + row) * E + delta], p.scale * TA_LOG2E,
-                                           -p.lse[c.lse + row] * TA_LOG2E));
-                float dp = 0.0f;
-                for (int32_t ch = 0; ch < ch_n; ++ch) { /* as ta_fmb_dc_entry: d ascending */
-                    float fo[8], fv[8];
-                    ta_fast_mta_widen8<BF16>(*reinterpret_cast<const uint4 *>(dor + 8 * ch), fo);
-                    ta_fast_mta_widen8<BF16>(*reinterpret_cast<const uint4 *>(vr + 8 * ch), fv);
-#pragma unroll
-                    for (int e = 0; e < 8; ++e)
-                        dp = __fmaf_rn(fo[e], fv[e], dp);
-                }
-                r = p.scale * pr * (dp - p.delta[c.lse + row]);
-            }
-            p.g[(rows0 + row) * E + delta] = r;
+            p.g[(rows0 + row) * E + delta] =
+                ta_tiling_visible(&p.t, row, j, c.key_len)
+                    ? ta_fmb_dc_rows<BF16>(p, c, row, sdo + ri * ld, sv + (ri + E - 1 - delta) * ld,
+                                           p.diag[(rows0 + row) * E + delta])
+                    : 0.0f;
         }
         for (int i = (int)threadIdx.x; i < DIAG_ROWS * EP; i += PREP_THREADS) {
             const int32_t row = r0 + i / EP, ge = i % EP, j = row + off - wl + ge;
@@ -893,9 +896,7 @@ __global__ void __launch_bounds__(PREP_THREADS, 3) /* 3 blocks per SM (shared me
                             sum = __fmaf_rn(f[it].z, kv[2], sum);
                             sum = __fmaf_rn(f[it].w, kv[3], sum);
                         }
-#pragma unroll
-                        for (int o = 16; o > 0; o >>= 1)
-                            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+                        sum = ta_fmb_warp_sum(sum);
                         if (((int)threadIdx.x & 31) == 0)
                             red[((int)threadIdx.x >> 5) * ck + bb] = sum;
                     }
@@ -988,9 +989,7 @@ __global__ void __launch_bounds__(PREP_THREADS)
             sum += r < p.n_rb ? p.dw_band[(head * p.n_rb + r) * ncw + ab]
                               : p.dw_fold[(head * p.n_kb + (r - p.n_rb)) * ncw + ab];
         }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        sum = ta_fmb_warp_sum(sum);
         if (lane == 0) p.dconv_w[i] = sum;
     }
 }
