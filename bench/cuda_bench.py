@@ -112,6 +112,37 @@ def median_ms(fn, warmup, reps):
     return statistics.median(times)
 
 
+def kernel_table(fn, reps, label):
+    """Per-kernel device time of fn (torch.profiler, mean over reps calls), in
+    the order of the first launch, with each kernel's share."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    tot, order = {}, []
+    for e in prof.events():
+        if str(e.device_type).endswith("CUDA") and "memcpy" not in e.name.lower() \
+                and "memset" not in e.name.lower():
+            if e.name not in tot:
+                tot[e.name] = [0.0, 0]
+                order.append(e.name)
+            dt = getattr(e, "device_time", None)
+            if dt is None:
+                dt = e.cuda_time
+            tot[e.name][0] += dt
+            tot[e.name][1] += 1
+    all_us = sum(v[0] for v in tot.values()) / reps
+    print(f"  kernels of {label} (torch.profiler, mean of {reps} calls, {all_us:.0f} us of kernels"
+          " per call):")
+    for name in order:
+        us, n = tot[name]
+        short = name.replace("(anonymous namespace)::", "").split("(ta_")[0][:90]
+        print(f"    {us / reps:>9.1f} us {100 * us / reps / all_us:>5.1f} %  x{n // reps:<3} {short}")
+
+
 def run(lib, b, h, s, d, causal, warmup, reps):
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(1234 + s + d + h)

@@ -15,7 +15,7 @@ docs/cuda.md section 7, "Split-K in fast mode"), and `fast` = the fast
 tensor-core forward unsplit (one block per query head and Q tile: built for
 prefill, not decode; with 16 or fewer rows per packed head, split-K's default
 is the decode-shaped kernel since 2026-11-24, cuda/ta_cuda_fast_decode.cu).
---explore also times num_splits in {8, 16, 32, 64} x the tile_configs of
+--explore also times num_splits in {4, 8, 16, 32, 64} x the tile_configs of
 --explore-cfgs (default 0, 7 = the multi-stage split kernel, 9 and 10 = the
 decode-shaped ones, for D = 128) of the split path (printed, not in the CSV). No mask (a decode row sees the whole cache; with 16 new
 rows the bottom-right causal mask would hide 120 of 16 x S_k scores, and
@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cuda_bench import FwdArgs, Problem, check, load, median_ms  # noqa: E402
+from cuda_bench import FwdArgs, Problem, check, kernel_table, load, median_ms  # noqa: E402
 
 TA_BACKEND_CUDA = 2
 TA_BF16 = 2
@@ -112,6 +112,9 @@ def main():
     ap.add_argument("--mta-cfgs", default="",
                     help="with --mta: also time these tile_configs of the MTA decode kernel "
                          "(its candidates, cuda/ta_cuda_fast_decode.cu; printed, not in the CSV)")
+    ap.add_argument("--kernels", action="store_true",
+                    help="also print each kernel's device time of our split (and MTA) calls "
+                         "(torch.profiler; printed, not in the CSV)")
     ap.add_argument("--only-mta", action="store_true",
                     help="with --mta: skip the flash / cuDNN baselines and the unsplit call")
     a = ap.parse_args()
@@ -136,6 +139,9 @@ def main():
                 fast.k, fast.v = split.k, split.v
                 fast.fa.k, fast.fa.v = split.k.data_ptr(), split.v.data_ptr()
                 t = {"split": median_ms(split, a.warmup, a.reps)}
+                if a.kernels:
+                    kernel_table(split, a.reps, f"split, H_kv {h_kv} S_q {s_q} S_k {s_k} "
+                                 f"({t['split'] * 1e3:.0f} us per call, CUDA events)")
                 if not a.only_mta:
                     t["fast"] = median_ms(fast, a.warmup, max(3, a.reps // 4))
                 if a.mta:
@@ -144,6 +150,9 @@ def main():
                     mta.k, mta.v = split.k, split.v
                     mta.fa.k, mta.fa.v = split.k.data_ptr(), split.v.data_ptr()
                     t["mta"] = median_ms(mta, a.warmup, a.reps)
+                    if a.kernels:
+                        kernel_table(mta, a.reps, f"MTA, H_kv {h_kv} S_q {s_q} S_k {s_k} "
+                                     f"({t['mta'] * 1e3:.0f} us per call, CUDA events)")
                     if a.mta_cfgs:
                         seen = []
                         for cfg in (int(x) for x in a.mta_cfgs.split(",")):
@@ -158,7 +167,7 @@ def main():
                         continue
                 if a.explore:
                     seen = []
-                    for n_split in (8, 16, 32, 64):
+                    for n_split in (4, 8, 16, 32, 64):
                         for cfg in (int(x) for x in a.explore_cfgs.split(",")):
                             split.p.num_splits, split.p.tile_config = n_split, cfg
                             split.sized()
@@ -177,6 +186,9 @@ def main():
                             out = call()
                             ref = out if ref is None else ref
                             t[name] = median_ms(call, a.warmup, a.reps)
+                            if a.kernels and name == "flash":
+                                kernel_table(call, a.reps, f"flash, H_kv {h_kv} S_q {s_q} "
+                                             f"S_k {s_k} ({t[name] * 1e3:.0f} us per call)")
                     except RuntimeError as e:
                         print(f"  {name}: unavailable ({str(e).splitlines()[0][:80]})",
                               file=sys.stderr)

@@ -15,7 +15,7 @@ on the same bf16 tensors:
   causal (the attention part's yardstick).
 
     python3 bench/cuda_latent_bench.py --lib BUILD/libtileattn_bench.so
-        [--fast] [--quick] [--reps N] [--warmup N] [--csv FILE]
+        [--fast] [--quick] [--reps N] [--warmup N] [--csv FILE] [--kernels]
 
 Shapes: E = 768, H = 12, D = 64, L = 64, W = 64, alpha = 0.5, B = 1,
 S = 1k, 2k, 4k, bf16 (--quick: 1k, 2k). Rows:
@@ -32,7 +32,9 @@ S = 1k, 2k, 4k, bf16 (--quick: 1k, 2k). Rows:
   backward's five products), against the f32 FMA peak (exact mode runs on
   CUDA cores) or, with --fast, the dense bf16 tensor-core peak (989 TFLOP/s
   on an H100 SXM); memory: our workspace against eager's peak (GiB).
-Times are CUDA-event medians of --reps calls after --warmup calls.
+Times are CUDA-event medians of --reps calls after --warmup calls. --kernels
+prints, per S, the device time of each kernel of `ours plain` and `ours band`
+(torch.profiler, mean over --reps calls; printed, not in the CSV).
 """
 import argparse
 import csv
@@ -45,7 +47,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cuda_bench import BwdArgs, FwdArgs, Problem, check, f32_peak_tflops, load, median_ms  # noqa: E402
+from cuda_bench import (BwdArgs, FwdArgs, Problem, check, f32_peak_tflops, kernel_table,  # noqa: E402
+                        load, median_ms)
 
 TA_BACKEND_CUDA = 2
 TA_BF16 = 2
@@ -148,6 +151,9 @@ def run(lib, s, args, peak):
         ours = Ours(lib, t, band, proj, alpha, width, 1 if args.fast else 0)
         tf = median_ms(ours.fwd, args.warmup, args.reps)
         tb = median_ms(ours.fwd_bwd, args.warmup, args.reps)
+        if args.kernels and not proj:
+            kernel_table(ours.fwd, args.reps, f"{name} forward, S = {s}")
+            kernel_table(ours.fwd_bwd, args.reps, f"{name} forward + backward, S = {s}")
         rows.append(dict(name=name, fwd=tf, fb=tb, gib=max(ours.bytes_f, ours.bytes_b) / GIB))
     # eager: the definition, forward and forward + backward
     qe = q.clone().requires_grad_(True)
@@ -210,6 +216,9 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--csv")
+    ap.add_argument("--kernels", action="store_true",
+                    help="also print where ours band / plain spend their time (torch.profiler's "
+                         "device time per kernel)")
     args = ap.parse_args()
     lib = load(args.lib)
     peak = 989.4 if args.fast else f32_peak_tflops()

@@ -217,15 +217,41 @@ TA_FAST_FN void ta_fast_mma(float *c, const uint32_t a[4], uint32_t b0, uint32_t
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* Shared rows. A tile of rows of D elements lives in shared memory either
+ * padded (rows of LD = D + 8 elements: the 16 bytes of padding put the eight
+ * rows an ldmatrix reads on distinct banks) or, where a kernel's traits say
+ * SW = true (D a multiple of 64), swizzled: rows of LD = D elements, the
+ * 16-byte chunk c of row r stored at chunk c ^ (r & 7) of the row (the eight
+ * rows of an ldmatrix on distinct banks again). Padding costs bandwidth: a
+ * quarter-warp's cp.async of one 128-byte line lands on two 128-byte spans of
+ * shared memory in seven rows of eight, and the L2 then serves 2.6 requests
+ * per line and half the lines' sectors twice (H200: 4.32 TB/s streamed
+ * against 4.65 unpadded or swizzled, .dev measurement in docs/cuda.md section
+ * 7, "Shared rows"). Element offset of (row, 16-byte chunk) in a tile: */
+template <int D, bool SW> TA_FAST_FN int ta_fast_row_at(int row, int chunk) {
+    static_assert(!SW || D % 64 == 0, "swizzled rows: whole 128-byte lines");
+    return SW ? row * D + 8 * (chunk ^ (row & 7)) : row * (D + 8) + 8 * chunk;
+}
+
+/* SW of a traits class T (false where T has none). */
+template <class T> __host__ __device__ constexpr auto ta_fast_sw_(int) -> decltype(T::SW, bool()) {
+    return T::SW;
+}
+template <class T> __host__ __device__ constexpr bool ta_fast_sw_(long) { return false; }
+template <class T> __host__ __device__ constexpr bool ta_fast_swizzled() {
+    return ta_fast_sw_<T>(0);
+}
+
 /* rows [row0, row0 + R) of a slice (element offset `off`, row stride `seq`;
  * with pages (a paged k / v, cuda/ta_cuda_params.cuh), row j at its pool row
- * ta_cuda_page_row) -> shared [R][LD]; rows at or past n_valid (and with NEG,
- * rows below 0) read zeros. */
-template <int D, int R, int THREADS, bool NEG = false>
+ * ta_cuda_page_row) -> shared [R][LD] (SW: swizzled rows, LD = D; else
+ * padded, LD = D + 8); rows at or past n_valid (and with NEG, rows below 0)
+ * read zeros. */
+template <int D, int R, int THREADS, bool NEG = false, bool SW = false>
 TA_FAST_FN void ta_fast_load_rows(uint16_t *dst, const uint16_t *base, int64_t off, int64_t seq,
                                   int32_t row0, int32_t n_valid,
                                   const ta_cuda_pages &pg = ta_cuda_pages{}) {
-    constexpr int LD = D + 8, CH = D / 8;
+    constexpr int LD = SW ? D : D + 8, CH = D / 8;
     if constexpr (THREADS % CH == 0) {
         /* Without pages a thread's chunks are one column c of rows r0,
          * r0 + RS, ...: the row offset steps by RS rows, so each chunk costs
@@ -244,11 +270,15 @@ TA_FAST_FN void ta_fast_load_rows(uint16_t *dst, const uint16_t *base, int64_t o
                             2u * (uint64_t)(off + (int64_t)(row0 + r0) * seq + 8 * c);
             const uintptr_t step = 2u * (uint64_t)((int64_t)RS * seq);
             uint32_t d = ta_fast_smem_addr(dst + r0 * LD + 8 * c);
+            const uint32_t d0 = ta_fast_smem_addr(dst);
 #pragma unroll
             for (int k = 0; k < NS; ++k) {
                 if (R % RS == 0 || r0 + k * RS < R) {
                     const bool ok = k * RS >= lo && k * RS < hi;
-                    ta_fast_cp16(d, ok ? reinterpret_cast<const uint16_t *>(src) : base,
+                    /* swizzled: the chunk's place depends on its row */
+                    const uint32_t dk =
+                        SW ? d0 + 2u * (uint32_t)ta_fast_row_at<D, SW>(r0 + k * RS, c) : d;
+                    ta_fast_cp16(dk, ok ? reinterpret_cast<const uint16_t *>(src) : base,
                                  ok ? 16 : 0);
                 }
                 src += step;
@@ -264,19 +294,19 @@ TA_FAST_FN void ta_fast_load_rows(uint16_t *dst, const uint16_t *base, int64_t o
         int64_t at = row;
         if (pg.pages && ok) at = ta_cuda_page_row(pg, row);
         const uint16_t *src = ok ? base + off + at * seq + 8 * c : base;
-        ta_fast_cp16(ta_fast_smem_addr(dst + r * LD + 8 * c), src, ok ? 16 : 0);
+        ta_fast_cp16(ta_fast_smem_addr(dst + ta_fast_row_at<D, SW>(r, c)), src, ok ? 16 : 0);
     }
 }
 
 /* K tile kt (BN keys from kt BN on) of k and v -> shared sk, sv [BN][LD]:
  * one ta_fast_load_rows each (no commit). */
-template <int D, int BN, int THREADS>
+template <int D, int BN, int THREADS, bool SW = false>
 TA_FAST_FN void ta_fast_load_kv(uint16_t *sk, uint16_t *sv, const ta_cuda_params &p,
                                 const ta_tile_ctx &c, int32_t kt, const ta_cuda_pages &pg) {
-    ta_fast_load_rows<D, BN, THREADS>(sk, static_cast<const uint16_t *>(p.k), c.k, p.lay.k.seq,
-                                      kt * BN, c.key_len, pg);
-    ta_fast_load_rows<D, BN, THREADS>(sv, static_cast<const uint16_t *>(p.v), c.v, p.lay.v.seq,
-                                      kt * BN, c.key_len, pg);
+    ta_fast_load_rows<D, BN, THREADS, false, SW>(sk, static_cast<const uint16_t *>(p.k), c.k,
+                                                 p.lay.k.seq, kt * BN, c.key_len, pg);
+    ta_fast_load_rows<D, BN, THREADS, false, SW>(sv, static_cast<const uint16_t *>(p.v), c.v,
+                                                 p.lay.v.seq, kt * BN, c.key_len, pg);
 }
 
 /* 2^x, flushing denormal results to zero (p below 2^-126 of the row max is
@@ -419,20 +449,32 @@ template <class T, int D, int BN, bool BF16>
 TA_FAST_FN void ta_fast_qk_add(float (&s)[4 * T::NT], const uint16_t *sq, const uint16_t *sk,
                                int lane, int warp) {
     constexpr int KK = D / 16, NN = BN / 16;
+    constexpr bool SW = ta_fast_swizzled<T>();
     const uint32_t a0 =
         ta_fast_smem_addr(sq + (16 * warp + (lane & 15)) * T::LD + (lane >> 4) * 8);
     const uint32_t b0 = ta_fast_smem_addr(sk + ((lane & 7) + ((lane >> 4) << 3)) * T::LD +
                                           ((lane >> 3) & 1) * 8);
+    /* swizzled rows: k-step kn's chunk of a lane's row r (r & 7 = lane & 7) */
+    const uint32_t ar = ta_fast_smem_addr(sq + (16 * warp + (lane & 15)) * T::LD);
+    const uint32_t br = ta_fast_smem_addr(sk + ((lane & 7) + ((lane >> 4) << 3)) * T::LD);
+    const int x = lane & 7, ca = lane >> 4, cb = (lane >> 3) & 1;
+    auto at_a = [&](int kn) {
+        return SW ? ar + 16u * (uint32_t)((ca + 2 * kn) ^ x) : a0 + 32u * (uint32_t)kn;
+    };
+    auto at_b = [&](int kn, int nn) {
+        return SW ? br + 2u * (uint32_t)(16 * nn * T::LD) + 16u * (uint32_t)((cb + 2 * kn) ^ x)
+                  : b0 + 2u * (uint32_t)(16 * nn * T::LD + 16 * kn);
+    };
     uint32_t a[2][4], b[2][4];
-    ta_fast_ldm_x4(a[0], a0);
-    ta_fast_ldm_x4(b[0], b0);
+    ta_fast_ldm_x4(a[0], at_a(0));
+    ta_fast_ldm_x4(b[0], at_b(0, 0));
 #pragma unroll
     for (int i = 0; i < KK * NN; ++i) {
         const int kk = i / NN, nn = i % NN;
         if (i + 1 < KK * NN) { /* the next pair's fragments (element offsets x 2 bytes) */
             const int kn = (i + 1) / NN, nnn = (i + 1) % NN;
-            if (nnn == 0) ta_fast_ldm_x4(a[kn & 1], a0 + 32u * (uint32_t)kn);
-            ta_fast_ldm_x4(b[(i + 1) & 1], b0 + 2u * (uint32_t)(16 * nnn * T::LD + 16 * kn));
+            if (nnn == 0) ta_fast_ldm_x4(a[kn & 1], at_a(kn));
+            ta_fast_ldm_x4(b[(i + 1) & 1], at_b(kn, nnn));
         }
         ta_fast_mma<BF16>(&s[8 * nn], a[kk & 1], b[i & 1][0], b[i & 1][1]);
         ta_fast_mma<BF16>(&s[8 * nn + 4], a[kk & 1], b[i & 1][2], b[i & 1][3]);
@@ -456,16 +498,24 @@ template <class T, int D, int BN, bool BF16>
 TA_FAST_FN void ta_fast_pv(float (&o)[4 * T::DT], const float (&s)[4 * T::NT], const uint16_t *sv,
                            int lane) {
     constexpr int KK = BN / 16, NN = D / 16;
+    constexpr bool SW = ta_fast_swizzled<T>();
     const uint32_t b0 = ta_fast_smem_addr(sv + (lane & 15) * T::LD + (lane >> 4) * 8);
+    /* swizzled rows: feature block dn's chunk of a lane's row (r & 7 = lane & 7) */
+    const uint32_t br = ta_fast_smem_addr(sv + (lane & 15) * T::LD);
+    const int x = lane & 7, cv = lane >> 4;
+    auto at_b = [&](int kn, int dn) {
+        return SW ? br + 2u * (uint32_t)(16 * kn * T::LD) + 16u * (uint32_t)((cv + 2 * dn) ^ x)
+                  : b0 + 2u * (uint32_t)(16 * kn * T::LD + 16 * dn);
+    };
     uint32_t a[4], b[2][4];
-    ta_fast_ldm_x4_t(b[0], b0);
+    ta_fast_ldm_x4_t(b[0], at_b(0, 0));
 #pragma unroll
     for (int i = 0; i < KK * NN; ++i) {
         const int kk = i / NN, dn = i % NN;
         if (dn == 0) ta_fast_p_fragment<BF16, T::NT>(a, s, kk);
         if (i + 1 < KK * NN) {
             const int kn = (i + 1) / NN, dnn = (i + 1) % NN;
-            ta_fast_ldm_x4_t(b[(i + 1) & 1], b0 + 2u * (uint32_t)(16 * kn * T::LD + 16 * dnn));
+            ta_fast_ldm_x4_t(b[(i + 1) & 1], at_b(kn, dnn));
         }
         ta_fast_mma<BF16>(&o[8 * dn], a, b[i & 1][0], b[i & 1][1]);
         ta_fast_mma<BF16>(&o[8 * dn + 4], a, b[i & 1][2], b[i & 1][3]);

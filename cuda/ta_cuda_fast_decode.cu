@@ -52,7 +52,10 @@ template <int D, int BN, int ST> struct ta_fast_dec_traits {
     static constexpr int NW = 4;
     static constexpr int THREADS = 32 * NW;
     static constexpr int BM = TA_CUDA_DEC_ROWS; /* Q tile rows, every warp's */
-    static constexpr int LD = D + 8;     /* shared row, elements */
+    /* swizzled shared rows where D is a multiple of 64 (ta_fast_row_at in
+     * cuda/ta_cuda_fast.cuh: 8 % more of the HBM bandwidth than padded ones) */
+    static constexpr bool SW = D % 64 == 0;
+    static constexpr int LD = SW ? D : D + 8; /* shared row, elements */
     static constexpr int KW = BN / NW;   /* keys per warp per K tile */
     static constexpr int NT = KW / 8;    /* 8-key column blocks of a warp's s */
     static constexpr int DT = D / 8;     /* 8-feature column blocks of o */
@@ -196,13 +199,14 @@ __global__ void __launch_bounds__(128)
 
         __syncthreads(); /* the previous tile's merge is done with shared memory */
         if (c.k_begin < c.k_end) {
-            ta_fast_load_rows<D, T::BM, T::THREADS>(sq, q, c.q, p.lay.q.seq, row0, t.seq_q);
+            ta_fast_load_rows<D, T::BM, T::THREADS, false, T::SW>(sq, q, c.q, p.lay.q.seq, row0,
+                                                                  t.seq_q);
 #pragma unroll
             for (int st = 0; st < ST - 1; ++st) {
                 const int32_t kt = c.k_begin + st;
                 if (kt < c.k_end)
-                    ta_fast_load_kv<D, BN, T::THREADS>(sk + st * BN * T::LD,
-                                                       sv + st * BN * T::LD, p, c, kt, pg);
+                    ta_fast_load_kv<D, BN, T::THREADS, T::SW>(sk + st * BN * T::LD,
+                                                              sv + st * BN * T::LD, p, c, kt, pg);
                 ta_fast_cp_commit();
             }
         }
@@ -217,8 +221,8 @@ __global__ void __launch_bounds__(128)
                 const int32_t kn = kt + ST - 1;
                 const int bn = (j + ST - 1) % ST;
                 if (kn < c.k_end)
-                    ta_fast_load_kv<D, BN, T::THREADS>(sk + bn * BN * T::LD, sv + bn * BN * T::LD,
-                                                       p, c, kn, pg);
+                    ta_fast_load_kv<D, BN, T::THREADS, T::SW>(sk + bn * BN * T::LD,
+                                                              sv + bn * BN * T::LD, p, c, kn, pg);
                 ta_fast_cp_commit();
             }
             /* this warp's slice: every warp reads the same 16 q rows (warp 0's) */
@@ -308,7 +312,10 @@ struct ta_fast_mdec_traits {
      * key's raw scores computed once), or per warp (its KW keys and both
      * halos: RC columns, the halos computed again by the neighbours) */
     static constexpr bool SR = SR_;
-    static constexpr int LD = D + 8;
+    /* swizzled shared rows where D is a multiple of 64 (as the SDPA decode
+     * kernel's; every row offset the kernel takes is a multiple of 8) */
+    static constexpr bool SW = D % 64 == 0;
+    static constexpr int LD = SW ? D : D + 8;
     static constexpr int HALO = 8 * NH;
     static constexpr int RC = KW + 2 * HALO; /* raw score columns per warp */
     static constexpr int KR = BN + 2 * HALO; /* key rows per K buffer */
@@ -329,11 +336,13 @@ struct ta_fast_mdec_traits {
     static constexpr int CLD = KW + 1;       /* a convolved row in shared memory, floats */
     struct QK {                              /* the raw score view: RC keys */
         static constexpr int NT = RC / 8;
-        static constexpr int LD = D + 8;
+        static constexpr bool SW = ta_fast_mdec_traits::SW;
+        static constexpr int LD = ta_fast_mdec_traits::LD;
     };
     struct QK16 { /* a 16-key unit of the shared raw scores */
         static constexpr int NT = 2;
-        static constexpr int LD = D + 8;
+        static constexpr bool SW = ta_fast_mdec_traits::SW;
+        static constexpr int LD = ta_fast_mdec_traits::LD;
     };
     static constexpr size_t LOADS = (size_t)(RM + ST * KR + ST * BN) * LD * 2;
     static constexpr size_t SMEM =
@@ -629,16 +638,17 @@ __global__ void __launch_bounds__(T::THREADS, 1) /* one block per SM: its shared
                     const int64_t at_row = ta_tile_q_row(&t, &p.lay, &ch_ctx, row, &in_hist);
                     src = static_cast<const uint16_t *>(in_hist ? p.q_hist : p.q) + at_row + 8 * ch;
                 }
-                ta_fast_cp16(ta_fast_smem_addr(sq + r * T::LD + 8 * ch), src, ok ? 16 : 0);
+                ta_fast_cp16(ta_fast_smem_addr(sq + ta_fast_row_at<D, T::SW>(r, ch)), src,
+                             ok ? 16 : 0);
             }
 #pragma unroll
             for (int st = 0; st < T::ST - 1; ++st) {
                 const int32_t kt = c.k_begin + st;
                 if (kt < c.k_end) {
-                    ta_fast_load_rows<D, T::KR, T::THREADS, true>(
+                    ta_fast_load_rows<D, T::KR, T::THREADS, true, T::SW>(
                         sk + st * T::KR * T::LD, static_cast<const uint16_t *>(p.k), c.k,
                         p.lay.k.seq, kt * T::BN - T::HALO, c.key_len, pg);
-                    ta_fast_load_rows<D, T::BN, T::THREADS>(
+                    ta_fast_load_rows<D, T::BN, T::THREADS, false, T::SW>(
                         sv + st * T::BN * T::LD, static_cast<const uint16_t *>(p.v), c.v,
                         p.lay.v.seq, kt * T::BN, c.key_len, pg);
                 }
@@ -656,10 +666,10 @@ __global__ void __launch_bounds__(T::THREADS, 1) /* one block per SM: its shared
                 const int32_t kn = kt + T::ST - 1;
                 const int bn = (j + T::ST - 1) % T::ST;
                 if (kn < c.k_end) {
-                    ta_fast_load_rows<D, T::KR, T::THREADS, true>(
+                    ta_fast_load_rows<D, T::KR, T::THREADS, true, T::SW>(
                         sk + bn * T::KR * T::LD, static_cast<const uint16_t *>(p.k), c.k,
                         p.lay.k.seq, kn * T::BN - T::HALO, c.key_len, pg);
-                    ta_fast_load_rows<D, T::BN, T::THREADS>(
+                    ta_fast_load_rows<D, T::BN, T::THREADS, false, T::SW>(
                         sv + bn * T::BN * T::LD, static_cast<const uint16_t *>(p.v), c.v,
                         p.lay.v.seq, kn * T::BN, c.key_len, pg);
                 }

@@ -32,8 +32,9 @@
  * then o = o / l, lse = (m + log2 l) ln 2; a row that sees no key: o = 0,
  * lse = -inf.
  *
- * Shared memory (storage type, rows padded to LD = D + 8 elements so that the
- * 8 rows of an ldmatrix fall in 8 distinct 16-byte bank groups):
+ * Shared memory (storage type; rows of LD = D elements swizzled where D is a
+ * multiple of 64, else padded to LD = D + 8, so that the 8 rows of an
+ * ldmatrix fall in 8 distinct 16-byte bank groups: ta_fast_row_at):
  *
  *   +-------------------+-------------------+-------------------+
  *   | q  [BM][LD]       | k  [BN][LD]       | v  [BN][LD]       |
@@ -72,7 +73,10 @@ namespace {
 
 /* ST: buffers of k and v (1: ta_cuda_fast_fwd_kernel's schedule). */
 template <int D, int NW, int BN, int ST, bool BF16> struct ta_fast_fwd_traits {
-    static constexpr int LD = D + 8;       /* shared row, elements */
+    /* swizzled shared rows where D is a multiple of 64 (ta_fast_row_at in
+     * cuda/ta_cuda_fast.cuh), else padded ones */
+    static constexpr bool SW = D % 64 == 0;
+    static constexpr int LD = SW ? D : D + 8; /* shared row, elements */
     static constexpr int BM = 16 * NW;     /* Q tile rows */
     static constexpr int THREADS = 32 * NW;
     static constexpr int NT = BN / 8;      /* 8-key column blocks of s */
@@ -119,9 +123,10 @@ __global__ void __launch_bounds__(32 * NW)
 
         __syncthreads(); /* the previous tile is done with shared memory */
         if (c.k_begin < c.k_end) {
-            ta_fast_load_rows<D, T::BM, T::THREADS>(sq, q, c.q, p.lay.q.seq, row0, t.seq_q);
-            ta_fast_load_rows<D, BN, T::THREADS>(sk, k, c.k, p.lay.k.seq, c.k_begin * BN,
-                                                 c.key_len);
+            ta_fast_load_rows<D, T::BM, T::THREADS, false, T::SW>(sq, q, c.q, p.lay.q.seq, row0,
+                                                                  t.seq_q);
+            ta_fast_load_rows<D, BN, T::THREADS, false, T::SW>(sk, k, c.k, p.lay.k.seq,
+                                                               c.k_begin * BN, c.key_len);
             ta_fast_cp_commit();
         }
         for (int32_t kt = c.k_begin; kt < c.k_end; ++kt) {
@@ -130,7 +135,8 @@ __global__ void __launch_bounds__(32 * NW)
             /* k_j (and q) have landed; every warp is done with v_{j-1} */
             ta_fast_cp_wait<0>();
             __syncthreads();
-            ta_fast_load_rows<D, BN, T::THREADS>(sv, v, c.v, p.lay.v.seq, col0, c.key_len);
+            ta_fast_load_rows<D, BN, T::THREADS, false, T::SW>(sv, v, c.v, p.lay.v.seq, col0,
+                                                               c.key_len);
             ta_fast_cp_commit();
             ta_fast_qk<T, D, BN, BF16>(s, sq, sk, lane, warp); /* step 1 */
             /* steps 2-3: mask, scale to base 2, online softmax per row */
@@ -143,8 +149,8 @@ __global__ void __launch_bounds__(32 * NW)
             ta_fast_cp_wait<0>();
             __syncthreads();
             if (kt + 1 < c.k_end) {
-                ta_fast_load_rows<D, BN, T::THREADS>(sk, k, c.k, p.lay.k.seq, col0 + BN,
-                                                     c.key_len);
+                ta_fast_load_rows<D, BN, T::THREADS, false, T::SW>(sk, k, c.k, p.lay.k.seq,
+                                                                   col0 + BN, c.key_len);
                 ta_fast_cp_commit();
             }
             ta_fast_pv<T, D, BN, BF16>(o, s, sv, lane); /* step 4 */
@@ -202,13 +208,14 @@ __global__ void __launch_bounds__(32 * NW)
         }
         /* prologue: q with K tile k_begin (group 0), then tiles k_begin + 1 ..
          * k_begin + ST - 2, one group each (empty past k_end) */
-        ta_fast_load_rows<D, T::BM, T::THREADS>(sq, q, c.q, p.lay.q.seq, row0, t.seq_q);
+        ta_fast_load_rows<D, T::BM, T::THREADS, false, T::SW>(sq, q, c.q, p.lay.q.seq, row0,
+                                                              t.seq_q);
 #pragma unroll
         for (int st = 0; st < ST - 1; ++st) {
             const int32_t kt = c.k_begin + st;
             if (kt < c.k_end)
-                ta_fast_load_kv<D, BN, T::THREADS>(sk + st * BN * T::LD, sv + st * BN * T::LD, p,
-                                                   c, kt, pg);
+                ta_fast_load_kv<D, BN, T::THREADS, T::SW>(sk + st * BN * T::LD,
+                                                          sv + st * BN * T::LD, p, c, kt, pg);
             ta_fast_cp_commit();
         }
         for (int32_t kt = c.k_begin; kt < c.k_end; ++kt) {
@@ -225,8 +232,8 @@ __global__ void __launch_bounds__(32 * NW)
                 const int32_t kn = kt + ST - 1;
                 const int bn = (j + ST - 1) % ST;
                 if (kn < c.k_end)
-                    ta_fast_load_kv<D, BN, T::THREADS>(sk + bn * BN * T::LD, sv + bn * BN * T::LD,
-                                                       p, c, kn, pg);
+                    ta_fast_load_kv<D, BN, T::THREADS, T::SW>(sk + bn * BN * T::LD,
+                                                              sv + bn * BN * T::LD, p, c, kn, pg);
                 ta_fast_cp_commit(); /* empty past k_end: the count stays per tile */
             }
             ta_fast_qk<T, D, BN, BF16>(s, sq, skj, lane, warp); /* step 1 */
@@ -291,9 +298,9 @@ template <bool BF16> static int ta_fast_mma_candidates(int32_t d, ta_fast_launch
 }
 
 /* The multi-stage mma.sync candidates of head dim d into c[0 ..]: how many.
- * Shared memory (BM + 2 ST BN) (D + 8) 2 bytes: the first of each head dim
- * fits the 99 KB a block may take on sm_86 and sm_89 (D = 256: 101376 bytes,
- * exactly that); the others want an A100's or an H100's 163 / 227 KB. */
+ * Shared memory (BM + 2 ST BN) LD 2 bytes: the first of each head dim fits
+ * the 99 KB a block may take on sm_86 and sm_89 (D = 256: 98304 bytes); the
+ * others want an A100's or an H100's 163 / 227 KB. */
 template <bool BF16> static int ta_fast_pipe_candidates(int32_t d, ta_fast_launch *c) {
     switch (d) {
     case 64:

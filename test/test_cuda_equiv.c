@@ -1488,12 +1488,17 @@ static void bad_input_cases(ta_rng *r) {
 /* One line per feature: how many problems of the run have it. */
 /* ---- ta_merge: CUDA == REF ---- */
 
+/* Merges with 250 to 300 parts (past 256: the per-element merge kernel). */
+static int g_merge_many;
+
 /* One random merge (docs/api.md, "Split-K and merge"); returns 1 if it passed. */
 static int merge_case(ta_rng *r, int idx) {
     ta_problem p;
     ta_merge_args a;
     ta_test_layout lo;
-    const int32_t k = ta_rng_int(r, 1, 9);
+    /* 1 in 8: more parts than the row kernel stages (TA_MERGE_ROW_PARTS =
+     * 256 in cuda/ta_cuda_merge.cu: the per-element kernel), on few rows */
+    const int32_t k = ta_rng_int(r, 0, 7) == 0 ? ta_rng_int(r, 250, 300) : ta_rng_int(r, 1, 9);
     const int with_lse = ta_rng_int(r, 0, 3) != 0;
     size_t n_rows, n_o, eb, i;
     void *parts, *o_ref, *d_parts, *d_o, *stage, *got;
@@ -1505,7 +1510,8 @@ static int merge_case(ta_rng *r, int idx) {
     memset(&p, 0, sizeof p);
     p.batch = ta_rng_int(r, 1, 3), p.heads_kv = ta_rng_int(r, 1, 3);
     p.heads_q = p.heads_kv * ta_rng_int(r, 1, 3);
-    p.seq_q = ta_rng_int(r, 1, 300), p.seq_k = ta_rng_int(r, 1, 300);
+    g_merge_many += k > 9;
+    p.seq_q = ta_rng_int(r, 1, k > 9 ? 6 : 300), p.seq_k = ta_rng_int(r, 1, 300);
     p.head_dim = pick_dim(r), p.head_dim_v = pick_dim(r);
     p.dtype = (ta_dtype)ta_rng_int(r, 0, 2);
     eb = ta_dtype_size(p.dtype);
@@ -1591,7 +1597,9 @@ static void merge_cases(ta_rng *r, int n) {
     int i, n_ok = 0;
     for (i = 0; i < n; ++i)
         n_ok += merge_case(r, i);
-    printf("test_cuda_equiv: ta_merge %d of %d random merges bit-identical to REF\n", n_ok, n);
+    printf("test_cuda_equiv: ta_merge %d of %d random merges bit-identical to REF (%d of them "
+           "with 250 to 300 parts)\n",
+           n_ok, n, g_merge_many);
 }
 
 /* ---- MTA decode / chunked prefill with query history rows: CUDA == REF ---- */
