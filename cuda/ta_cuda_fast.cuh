@@ -225,9 +225,11 @@ TA_FAST_FN void ta_fast_mma(float *c, const uint32_t a[4], uint32_t b0, uint32_t
  * rows of an ldmatrix on distinct banks again). Padding costs bandwidth: a
  * quarter-warp's cp.async of one 128-byte line lands on two 128-byte spans of
  * shared memory in seven rows of eight, and the L2 then serves 2.6 requests
- * per line and half the lines' sectors twice (H200: 4.32 TB/s streamed
- * against 4.65 unpadded or swizzled, .dev measurement in docs/cuda.md section
- * 7, "Shared rows"). Element offset of (row, 16-byte chunk) in a tile: */
+ * per line and half the lines' sectors twice (H200, bench/cuda_rows_bench.cu:
+ * 4.20 TB/s streamed through padded rows, 4.46 through swizzled ones;
+ * docs/cuda.md section 7, "Shared rows"). A swizzled tile must start on 128
+ * bytes and be addressed at row offsets that are multiples of 8. Element
+ * offset of (row, 16-byte chunk) in a tile: */
 template <int D, bool SW> TA_FAST_FN int ta_fast_row_at(int row, int chunk) {
     static_assert(!SW || D % 64 == 0, "swizzled rows: whole 128-byte lines");
     return SW ? row * D + 8 * (chunk ^ (row & 7)) : row * (D + 8) + 8 * chunk;
