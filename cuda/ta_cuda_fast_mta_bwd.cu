@@ -790,178 +790,235 @@ __global__ void __launch_bounds__(KV_THREADS)
 
 constexpr int DK_KEYS = 32;
 
-/* Floats of the dk kernel's dw sums, a multiple of 4 (the k rows after them
- * are read 8 and 16 bytes at a time). */
+/* Keys per thread of the dk kernel (4 consecutive; 2 at D = 64, so that 16
+ * feature chunks x 16 key groups fill the block), the key groups and the
+ * threads that work: D / 4 feature chunks x DK_KEYS / KPG groups (D = 96:
+ * 192 of the 256, six whole warps). */
+template <int D> struct ta_fmb_dk_shape {
+    static constexpr int CH4 = D / 4, KPG = D == 64 ? 2 : 4, NG = DK_KEYS / KPG;
+    static constexpr int ACTIVE = NG * CH4, WARPS = ACTIVE / 32;
+    static_assert(ACTIVE <= PREP_THREADS && ACTIVE % 32 == 0, "whole warps of the block");
+};
+
+/* Floats of the dk kernel's regions after its three row buffers: w of one
+ * head (c_q c_k), then the warps' dw sums [8][c_k], each rounded up to 4. */
+__host__ __device__ constexpr int32_t ta_fmb_dk_wn(int32_t cq, int32_t ck) {
+    return (cq * ck + 3) / 4 * 4;
+}
 __host__ __device__ constexpr int32_t ta_fmb_dk_red(int32_t ck) {
     return (PREP_THREADS / 32 * ck + 3) / 4 * 4;
 }
 
-/* Shared memory: dkf_a rows [DK_KEYS + 2P][D] f32, the warps' dw sums
- * [PREP_THREADS / 32][c_k] f32 (rounded up to 16 bytes), then k rows [DK_KEYS
- * + 2P][D + 8] (storage). */
+/* Shared memory: two buffers of dkf_a rows [DK_KEYS + 2P][D] f32 (a + 1
+ * loads by cp.async while a computes), the k rows [DK_KEYS + 2P][D] widened
+ * to f32, w of the current head, the warps' dw sums. */
 static size_t ta_fmb_dk_smem(const ta_problem *pr) {
     const size_t rows = (size_t)DK_KEYS + (size_t)pr->conv_k - 1, d = (size_t)pr->head_dim;
-    return rows * d * 4u + ta_fmb_dk_red(pr->conv_k) * 4u + rows * (d + 8) * 2u;
+    return (3u * rows * d + (size_t)ta_fmb_dk_wn(pr->conv_q, pr->conv_k) +
+            (size_t)ta_fmb_dk_red(pr->conv_k)) *
+           4u;
 }
 
-/* One block per (batch b, kv head, 32 keys m0 ..): for each query head of the
- * group ascending, for each a ascending (dkf_a rows m0 - P .. staged; keys
- * outside [0, key_len) as zeros):
- *   dk_m   += sum_{b ascending} w[a][b] dkf_a[m - b + P]        (a thread: a key x 4 features)
- *   dw_fold[blk][a][b] = sum_{j, d} dkf_a[j][d] k_{j + b - P}[d]: each thread
- *            its items' (key j x 4 features) terms in order from 0, the 32
- *            lanes' sums by a fixed xor butterfly, the 8 warps' in order
+/* dkf_a rows [m0 - P, m0 + DK_KEYS + P) of head `head` -> dst (f32, D per
+ * row) by cp.async, keys outside [0, key_len) zero-filled. */
+template <int D>
+__device__ __forceinline__ void ta_fmb_dk_stage(float *dst, const ta_fmb_params &p, int64_t head,
+                                                int32_t a, int32_t first, int32_t rows,
+                                                int32_t key_len) {
+    constexpr int CH4 = D / 4;
+    for (int i = (int)threadIdx.x; i < rows * CH4; i += PREP_THREADS) {
+        const int32_t r = i / CH4, ch = i % CH4, j = first + r;
+        const bool in = j >= 0 && j < key_len;
+        const float *src =
+            in ? p.dkf + ((head * p.t.seq_k + j) * p.conv_q + a) * D + 4 * ch : p.dkf;
+        ta_fast_cp16(ta_fast_smem_addr(dst + r * D + 4 * ch), src, in ? 16 : 0);
+    }
+}
+
+/* One block per (batch b, kv head, 32 keys m0 ..); a thread takes feature
+ * chunk ch (4 features) of KPG consecutive keys ml0 .. (ta_fmb_dk_shape).
+ * For each query head of the group ascending, for each a ascending (dkf_a
+ * rows m0 - P .. staged, double-buffered; keys outside [0, key_len) as zeros):
+ *   dk_m   += sum_{b ascending} w[a][b] dkf_a[m - b + P]: the staged rows
+ *             visited once each, descending, each feeding the KPG keys with
+ *             the taps they take (a register window of w; taps outside
+ *             [0, c_k) weigh 0), so each key's terms still come b ascending
+ *   dw_fold[blk][a][b] = sum_{j, d} dkf_a[j][d] k_{j + b - P}[d]: each
+ *             thread's part (its keys ascending, 4 features each) in a
+ *             window of KPG running parts, the k rows (f32) visited once
+ *             each, ascending; a finished part's 32 lanes summed by a fixed
+ *             xor butterfly, the warps' sums in order
  * then the band: dk_m += sum_{s ascending} dsb[r][s] q_r, r = m - off - (s -
- * (NE-1)) in [0, S_q). dk stored (0 at keys past key_len; F32: in f32, for
- * the rotary stage's turn back). */
+ * (NE-1)) in [0, S_q), rows visited once each, descending. dk stored (0 at
+ * keys past key_len; F32: in f32, for the rotary stage's turn back). */
 template <int D, bool BF16, bool F32 = false>
 __global__ void __launch_bounds__(PREP_THREADS, 3) /* 3 blocks per SM (shared memory's limit) */
     ta_fmb_dk_kernel(const __grid_constant__ ta_fmb_params p) {
     extern __shared__ float4 ta_fmb_prep_smem[];
-    constexpr int CH4 = D / 4, ITEMS = (DK_KEYS * CH4 + PREP_THREADS - 1) / PREP_THREADS;
+    typedef ta_fmb_dk_shape<D> S;
+    constexpr int KPG = S::KPG;
     const int32_t cq = p.conv_q, ck = p.conv_k, half = (ck - 1) / 2, ncw = cq * ck;
     const int32_t NE = p.ne, off = p.t.diag_offset, rows = DK_KEYS + 2 * half;
     const int64_t n_tiles = (int64_t)p.batch_count * p.heads_kv * p.n_kb;
-    float *sdkf = reinterpret_cast<float *>(ta_fmb_prep_smem);
-    float *red = sdkf + rows * D;
-    uint16_t *sk = reinterpret_cast<uint16_t *>(red + ta_fmb_dk_red(ck));
+    const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const bool active = tid < S::ACTIVE; /* warp-uniform */
+    const int32_t ch = tid % S::CH4, ml0 = (tid / S::CH4) * KPG;
+    float *sdkf = reinterpret_cast<float *>(ta_fmb_prep_smem); /* [2][rows][D] */
+    float *sk = sdkf + 2 * rows * D;                           /* [rows][D] */
+    float *sw = sk + rows * D;                                 /* [c_q][c_k] */
+    float *red = sw + ta_fmb_dk_wn(cq, ck);                    /* [warps][c_k] */
+    const int32_t n_u = p.group * cq;
     for (int64_t tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         const ta_cuda_kv_tile at = ta_cuda_kv_tile_at(p, tile, p.n_kb, 1);
         const int32_t blk = at.kt, h_kv = at.h_kv, b_local = at.b_local, m0 = blk * DK_KEYS;
         ta_tile_ctx c = ta_cuda_context(p, b_local, h_kv * p.group, 0);
-        float acc[ITEMS][4];
+        const int64_t head0 = (int64_t)(p.batch_begin + b_local) * p.heads_q + h_kv * p.group;
+        float acc[KPG][4];
 #pragma unroll
-        for (int it = 0; it < ITEMS; ++it)
+        for (int i = 0; i < KPG; ++i)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                acc[it][e] = 0.0f;
+                acc[i][e] = 0.0f;
         __syncthreads(); /* the previous tile is done with shared memory */
-        ta_fast_mta_stage<false>(sk, p, c, m0 - half, rows);
-        for (int32_t gi = 0; gi < p.group; ++gi) {
-            const int32_t h = h_kv * p.group + gi;
-            const int64_t head = (int64_t)(p.batch_begin + b_local) * p.heads_q + h;
-            const float *w = p.conv_w + (int64_t)h * ncw;
-            c = ta_cuda_context(p, b_local, h, 0);
-            for (int32_t a = 0; a < cq; ++a) {
-                __syncthreads(); /* sdkf and red free */
-                for (int i = (int)threadIdx.x; i < rows * CH4; i += PREP_THREADS) {
-                    const int32_t r = i / CH4, ch = i % CH4, j = m0 - half + r;
-                    *reinterpret_cast<float4 *>(sdkf + r * D + 4 * ch) =
-                        j >= 0 && j < c.key_len
-                            ? *reinterpret_cast<const float4 *>(
-                                  p.dkf + ((head * p.t.seq_k + j) * cq + a) * D + 4 * ch)
-                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                }
-                __syncthreads();
-#pragma unroll
-                for (int it = 0; it < ITEMS; ++it) {
-                    const int item = (int)threadIdx.x + PREP_THREADS * it;
-                    const int32_t ml = item / CH4, ch = item % CH4;
-                    if (item >= DK_KEYS * CH4) break;
-                    for (int32_t bb = 0; bb < ck; ++bb) { /* key m - b + P: staged ml - b + 2P */
-                        const float wv = w[a * ck + bb];
-                        const float4 f = *reinterpret_cast<const float4 *>(
-                            sdkf + (ml - bb + 2 * half) * D + 4 * ch);
-                        acc[it][0] = __fmaf_rn(wv, f.x, acc[it][0]);
-                        acc[it][1] = __fmaf_rn(wv, f.y, acc[it][1]);
-                        acc[it][2] = __fmaf_rn(wv, f.z, acc[it][2]);
-                        acc[it][3] = __fmaf_rn(wv, f.w, acc[it][3]);
-                    }
-                }
-                { /* dw: each thread's items (dkf_a of its key x 4 features) against the
-                   * k rows j + b - P, b ascending; the block's sum per b below */
-                    float4 f[ITEMS];
-#pragma unroll
-                    for (int it = 0; it < ITEMS; ++it) {
-                        const int item = (int)threadIdx.x + PREP_THREADS * it;
-                        f[it] = item < DK_KEYS * CH4
-                                    ? *reinterpret_cast<const float4 *>(
-                                          sdkf + (item / CH4 + half) * D + 4 * (item % CH4))
-                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                    }
-                    for (int32_t bb = 0; bb < ck; ++bb) {
-                        float sum = 0.0f;
-#pragma unroll
-                        for (int it = 0; it < ITEMS; ++it) { /* k_{j + b - P}: staged ml + b */
-                            const int item = (int)threadIdx.x + PREP_THREADS * it;
-                            const int32_t ml = item / CH4, ch = item % CH4;
-                            float kv[4];
-                            if (item >= DK_KEYS * CH4) break;
-                            const uint2 x =
-                                *reinterpret_cast<const uint2 *>(sk + (ml + bb) * (D + 8) + 4 * ch);
-                            ta_fast_unpack<BF16>(x.x, &kv[0], &kv[1]);
-                            ta_fast_unpack<BF16>(x.y, &kv[2], &kv[3]);
-                            sum = __fmaf_rn(f[it].x, kv[0], sum);
-                            sum = __fmaf_rn(f[it].y, kv[1], sum);
-                            sum = __fmaf_rn(f[it].z, kv[2], sum);
-                            sum = __fmaf_rn(f[it].w, kv[3], sum);
-                        }
-                        sum = ta_fmb_warp_sum(sum);
-                        if (((int)threadIdx.x & 31) == 0)
-                            red[((int)threadIdx.x >> 5) * ck + bb] = sum;
-                    }
-                }
-                __syncthreads();
-                if ((int)threadIdx.x < ck) {
-                    float sum = 0.0f;
-                    for (int32_t wp = 0; wp < PREP_THREADS / 32; ++wp)
-                        sum += red[wp * ck + (int)threadIdx.x];
-                    p.dw_fold[(head * p.n_kb + blk) * ncw + a * ck + (int)threadIdx.x] = sum;
-                }
+        ta_fmb_dk_stage<D>(sdkf, p, head0, 0, m0 - half, rows, c.key_len);
+        ta_fast_cp_commit();
+        for (int i = tid; i < rows * (D / 8); i += PREP_THREADS) { /* k rows, widened */
+            const int32_t r = i / (D / 8), c8 = i % (D / 8);
+            const uint16_t *src = ta_fast_mta_k_row(p, c, m0 - half + r);
+            float f[8];
+            ta_fast_mta_widen8<BF16>(
+                src ? *reinterpret_cast<const uint4 *>(src + 8 * c8) : make_uint4(0, 0, 0, 0), f);
+            *reinterpret_cast<float4 *>(sk + r * D + 8 * c8) = make_float4(f[0], f[1], f[2], f[3]);
+            *reinterpret_cast<float4 *>(sk + r * D + 8 * c8 + 4) =
+                make_float4(f[4], f[5], f[6], f[7]);
+        }
+        for (int32_t u = 0; u < n_u; ++u) {
+            const int32_t gi = u / cq, a = u % cq, h = h_kv * p.group + gi;
+            const int64_t head = head0 + gi;
+            const float *buf = sdkf + (u & 1) * rows * D;
+            if (u + 1 < n_u) {
+                ta_fmb_dk_stage<D>(sdkf + ((u + 1) & 1) * rows * D, p, head0 + (u + 1) / cq,
+                                   (u + 1) % cq, m0 - half, rows, c.key_len);
+                ta_fast_cp_commit();
             }
-            if (NE > 0) {
-                const int64_t rows0 = head * p.t.seq_q;
+            if (a == 0)
+                for (int i = tid; i < ncw; i += PREP_THREADS)
+                    sw[i] = p.conv_w[(int64_t)h * ncw + i];
+            if (u + 1 < n_u)
+                ta_fast_cp_wait<1>();
+            else
+                ta_fast_cp_wait<0>();
+            __syncthreads(); /* buf, sk and sw ready; red free */
+            if (active) {
+                const float *wa = sw + a * ck;
+                { /* the conv: rows ml0 + rr, rr descending; key i takes tap i + 2P - rr */
+                    float wv[KPG];
 #pragma unroll
-                for (int it = 0; it < ITEMS; ++it) {
-                    const int item = (int)threadIdx.x + PREP_THREADS * it;
-                    const int32_t ml = item / CH4, ch = item % CH4, m = m0 + ml;
-                    if (item >= DK_KEYS * CH4) break;
-                    /* the diagonal's band (r = m - off - e), then the window start's
-                     * (r = m - off + wl - (s - P)) */
+                    for (int i = 0; i < KPG; ++i)
+                        wv[i] = 0.0f;
+                    wv[KPG - 1] = wa[0];
+#pragma unroll 4
+                    for (int32_t rr = KPG - 1 + 2 * half; rr >= 0; --rr) {
+                        const float4 x =
+                            *reinterpret_cast<const float4 *>(buf + (ml0 + rr) * D + 4 * ch);
+#pragma unroll
+                        for (int i = 0; i < KPG; ++i) {
+                            acc[i][0] = __fmaf_rn(wv[i], x.x, acc[i][0]);
+                            acc[i][1] = __fmaf_rn(wv[i], x.y, acc[i][1]);
+                            acc[i][2] = __fmaf_rn(wv[i], x.z, acc[i][2]);
+                            acc[i][3] = __fmaf_rn(wv[i], x.w, acc[i][3]);
+                        }
+                        const int32_t bn = KPG + 2 * half - rr; /* the tap key KPG - 1 takes next */
+#pragma unroll
+                        for (int i = 0; i < KPG - 1; ++i)
+                            wv[i] = wv[i + 1];
+                        wv[KPG - 1] = bn < ck ? wa[bn] : 0.0f;
+                    }
+                }
+                { /* dw: k rows ml0 + kr ascending; part[b] runs in slot kr - b */
+                    float4 f[KPG];
+                    float pw[KPG];
+#pragma unroll
+                    for (int i = 0; i < KPG; ++i) {
+                        f[i] =
+                            *reinterpret_cast<const float4 *>(buf + (ml0 + i + half) * D + 4 * ch);
+                        pw[i] = 0.0f;
+                    }
+                    for (int32_t kr = 0; kr < KPG + 2 * half; ++kr) {
+                        const float4 y =
+                            *reinterpret_cast<const float4 *>(sk + (ml0 + kr) * D + 4 * ch);
+#pragma unroll
+                        for (int i = 0; i < KPG; ++i) {
+                            pw[i] = __fmaf_rn(f[i].x, y.x, pw[i]);
+                            pw[i] = __fmaf_rn(f[i].y, y.y, pw[i]);
+                            pw[i] = __fmaf_rn(f[i].z, y.z, pw[i]);
+                            pw[i] = __fmaf_rn(f[i].w, y.w, pw[i]);
+                        }
+                        const int32_t b = kr - (KPG - 1); /* slot KPG - 1's part is whole */
+                        if (b >= 0) {
+                            const float sum = ta_fmb_warp_sum(pw[KPG - 1]);
+                            if (lane == 0) red[warp * ck + b] = sum;
+                        }
+#pragma unroll
+                        for (int i = KPG - 1; i > 0; --i)
+                            pw[i] = pw[i - 1];
+                        pw[0] = 0.0f;
+                    }
+                }
+                if (a == cq - 1 && NE > 0) { /* the band(s) of head h */
+                    c = ta_cuda_context(p, b_local, h, 0);
+                    const int64_t rows0 = head * p.t.seq_q;
+                    const int32_t mb = m0 + ml0;
                     for (int32_t band2 = 0; band2 < (p.edge_n > 0 ? 2 : 1); ++band2) {
                         const int32_t W = band2 ? p.nf : NE;
                         const float *dsb = band2 ? p.dsb2 : p.dsb;
-                        const int32_t r_of0 =
-                            band2 ? m - off + p.t.window_left + half : m - off + NE - 1;
-                        /* the loads do not wait for the row test (a row outside
-                         * reads row 0 and adds nothing), so they overlap */
-#pragma unroll 4
-                        for (int32_t s = 0; s < W; ++s) {
-                            const int32_t r = r_of0 - s;
-                            const bool in_q = r >= 0 && r < p.t.seq_q;
-                            const int32_t rr = in_q ? r : 0;
-                            const float d = dsb[(rows0 + rr) * W + s];
+                        /* key m's tap s reads row m + c0 - s */
+                        const int32_t c0 = band2 ? -off + p.t.window_left + half : -off + NE - 1;
+                        for (int32_t r = mb + KPG - 1 + c0; r > mb + c0 - W; --r) {
+                            if (r < 0 || r >= p.t.seq_q) continue;
                             const uint2 qv = *reinterpret_cast<const uint2 *>(
                                 static_cast<const uint16_t *>(p.q) + c.q +
-                                (int64_t)rr * p.lay.q.seq + 4 * ch);
-                            float f[4];
-                            ta_fast_unpack<BF16>(qv.x, &f[0], &f[1]);
-                            ta_fast_unpack<BF16>(qv.y, &f[2], &f[3]);
+                                (int64_t)r * p.lay.q.seq + 4 * ch);
+                            float qf[4];
+                            ta_fast_unpack<BF16>(qv.x, &qf[0], &qf[1]);
+                            ta_fast_unpack<BF16>(qv.y, &qf[2], &qf[3]);
 #pragma unroll
-                            for (int e = 0; e < 4; ++e)
-                                acc[it][e] = in_q ? __fmaf_rn(d, f[e], acc[it][e]) : acc[it][e];
+                            for (int i = 0; i < KPG; ++i) {
+                                const int32_t s = mb + i + c0 - r;
+                                if (s < 0 || s >= W) continue;
+                                const float d = dsb[(rows0 + r) * W + s];
+#pragma unroll
+                                for (int e = 0; e < 4; ++e)
+                                    acc[i][e] = __fmaf_rn(d, qf[e], acc[i][e]);
+                            }
                         }
                     }
                 }
             }
+            __syncthreads(); /* red whole; buf free for u + 2 */
+            if (tid < ck) {
+                float sum = 0.0f;
+                for (int32_t wp = 0; wp < S::WARPS; ++wp)
+                    sum += red[wp * ck + tid];
+                p.dw_fold[(head * p.n_kb + blk) * ncw + a * ck + tid] = sum;
+            }
         }
+        if (!active) continue;
 #pragma unroll
-        for (int it = 0; it < ITEMS; ++it) {
-            const int item = (int)threadIdx.x + PREP_THREADS * it;
-            const int32_t ml = item / CH4, ch = item % CH4, m = m0 + ml;
+        for (int i = 0; i < KPG; ++i) {
+            const int32_t m = m0 + ml0 + i;
             const bool in = m < c.key_len;
-            if (item >= DK_KEYS * CH4) break;
             if (m >= p.t.seq_k) continue;
             if constexpr (F32)
                 *reinterpret_cast<float4 *>(static_cast<float *>(p.dk) + c.dk +
                                             (int64_t)m * p.lay.dk.seq + 4 * ch) =
-                    make_float4(in ? acc[it][0] : 0.0f, in ? acc[it][1] : 0.0f,
-                                in ? acc[it][2] : 0.0f, in ? acc[it][3] : 0.0f);
+                    make_float4(in ? acc[i][0] : 0.0f, in ? acc[i][1] : 0.0f, in ? acc[i][2] : 0.0f,
+                                in ? acc[i][3] : 0.0f);
             else
                 *reinterpret_cast<uint2 *>(static_cast<uint16_t *>(p.dk) + c.dk +
                                            (int64_t)m * p.lay.dk.seq + 4 * ch) =
-                    make_uint2(ta_fast_pack<BF16>(in ? acc[it][0] : 0.0f, in ? acc[it][1] : 0.0f),
-                               ta_fast_pack<BF16>(in ? acc[it][2] : 0.0f, in ? acc[it][3] : 0.0f));
+                    make_uint2(ta_fast_pack<BF16>(in ? acc[i][0] : 0.0f, in ? acc[i][1] : 0.0f),
+                               ta_fast_pack<BF16>(in ? acc[i][2] : 0.0f, in ? acc[i][3] : 0.0f));
         }
     }
 }
