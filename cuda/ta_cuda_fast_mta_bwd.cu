@@ -239,14 +239,21 @@ __global__ void __launch_bounds__(PREP_THREADS)
 /* ---- 4. the band: dsb, dq_band, dw partials ---- */
 
 /* Shared memory of the band kernel, in floats from its base: band [n_q][NW],
- * g rows [DIAG_ROWS + c_q - 1][GW], dS~ rows [DIAG_ROWS][NW] (each rounded up
- * to 16 bytes), then q [n_q][D + 8] and k [ta_fast_mta_band_keys(n_q,
- * NW)][D + 8] (storage);
+ * g rows [DIAG_ROWS + c_q - 1][GW], dS~ rows [DIAG_ROWS][NW], the dw row
+ * groups' sums [RG][c_q c_k] (each rounded up to 16 bytes), then q [n_q][D +
+ * 8] and k [ta_fast_mta_band_keys(n_q, NW)][D + 8] (storage);
  * NW = max(2E, NF), GW = max(E, P): the diagonal's band, then (a binding
- * window start) the window start's, use the same regions in turn. */
+ * window start) the window start's, use the same regions in turn. RG =
+ * ta_fmb_band_rg: the block's rows split into RG groups so that RG c_q c_k
+ * threads share the dw terms. */
 struct ta_fmb_band_layout {
-    int32_t n_q, nw, gw, gs, ds, rows;
+    int32_t n_q, nw, gw, gs, ds, dwp, rows;
 };
+
+__host__ __device__ __forceinline__ int32_t ta_fmb_band_rg(int32_t ncw) {
+    const int32_t rg = PREP_THREADS / ncw;
+    return rg < 1 ? 1 : rg > 8 ? 8 : rg;
+}
 
 __host__ __device__ __forceinline__ ta_fmb_band_layout ta_fmb_band_at(int32_t cq, int32_t ck,
                                                                       int32_t band, int32_t edge) {
@@ -257,7 +264,8 @@ __host__ __device__ __forceinline__ ta_fmb_band_layout ta_fmb_band_at(int32_t cq
     l.gw = band > edge ? band : edge;
     l.gs = (l.n_q * l.nw + 3) / 4 * 4;
     l.ds = l.gs + ((DIAG_ROWS + cq - 1) * l.gw + 3) / 4 * 4;
-    l.rows = l.ds + (DIAG_ROWS * l.nw + 3) / 4 * 4;
+    l.dwp = l.ds + (DIAG_ROWS * l.nw + 3) / 4 * 4;
+    l.rows = l.dwp + (ta_fmb_band_rg(cq * ck) * cq * ck + 3) / 4 * 4;
     return l;
 }
 
@@ -345,16 +353,34 @@ ta_fmb_band_phase(const ta_fmb_params &p, const ta_tile_ctx &c, const ta_fmb_ban
         dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
         dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
     }
-    for (int k = 0; k < 2; ++k) {
-        const int i = (int)threadIdx.x + PREP_THREADS * k;
-        const int32_t a = i / ck, bb = i % ck;
-        if (i >= ncw) break;
-        for (int32_t ri = 0; ri < DIAG_ROWS && r0 + ri < p.t.seq_q; ++ri)
-            for (int32_t x = 0; x < G; ++x) {
-                const int32_t sb = EDGE ? x + bb + cq - 1 - a : bb - half + cq - 1 - a - x + W - 1;
-                if (EDGE || sb <= W - 1)
-                    dw[k] = __fmaf_rn(gs[ri * G + x], band[(ri + a) * W + sb], dw[k]);
+    { /* dw: item (group rg, weight a, b) sums its rows ascending, x ascending */
+        const int32_t rg_n = ta_fmb_band_rg(ncw), n_rows = p.t.seq_q - r0;
+        float *dwp = smem + L.dwp;
+        for (int i = (int)threadIdx.x; i < rg_n * ncw; i += PREP_THREADS) {
+            const int32_t rg = i / ncw, a = (i % ncw) / ck, bb = i % ck;
+            const int32_t ri_lo = rg * DIAG_ROWS / rg_n, ri_end = (rg + 1) * DIAG_ROWS / rg_n;
+            const int32_t ri_hi = ri_end < n_rows ? ri_end : n_rows;
+            /* the diagonal's band: sb <= W - 1 for x >= bb - half + c_q - 1 - a */
+            const int32_t x_lo =
+                EDGE ? 0 : (bb - half + cq - 1 - a > 0 ? bb - half + cq - 1 - a : 0);
+            const int32_t sb0 = EDGE ? bb + cq - 1 - a : bb - half + cq - 1 - a + W - 1;
+            float acc = 0.0f;
+            for (int32_t ri = ri_lo; ri < ri_hi; ++ri) {
+                const float *gr = gs + ri * G, *br = band + (ri + a) * W + sb0;
+#pragma unroll 4
+                for (int32_t x = x_lo; x < G; ++x)
+                    acc = __fmaf_rn(gr[x], br[EDGE ? x : -x], acc);
             }
+            dwp[i] = acc;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < 2; ++k) { /* the groups in order into the thread's weights */
+            const int i = (int)threadIdx.x + PREP_THREADS * k;
+            if (i < ncw)
+                for (int32_t rg = 0; rg < rg_n; ++rg)
+                    dw[k] += dwp[rg * ncw + i];
+        }
     }
     __syncthreads();
 }
