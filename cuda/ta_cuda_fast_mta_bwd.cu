@@ -703,6 +703,10 @@ __global__ void __launch_bounds__(KV_THREADS)
                     rl2[KV_ROWS + i] = l < hh ? p.delta[c.lse + row] : 0.0f;
                 }
             };
+            /* a head or tile whose keys no Q tile sees left its kf and v copies
+             * in flight (no tile waited): they land before these are issued
+             * (racecheck reported the two copies to one address otherwise) */
+            ta_fast_cp_wait<0>();
             __syncthreads(); /* the previous head / tile is done with shared memory */
             for (int32_t a = 0; a < cq; ++a)
                 ta_fast_load_rows<D, KV_KEYS, KV_THREADS>(skf + a * KV_KEYS * T::LD, p.kf,
