@@ -31,7 +31,10 @@ sides' max |o - o_eager| against the eager PyTorch MTA in bf16
 "first bad row": the first query row where their o is off by more than 0.05
 or not finite (-1: none); and with the identity kernel (whose MTA is causal
 SDPA) their o against flash's. A launch of theirs that fails is reported,
-with nan times.
+with nan times. Hardware limit: ours' tensor-core TFLOP/s as
+bench/cuda_fast_mta_bench.py counts it (forward B H S^2 / 2 times 2 D (c_q +
+1), backward times 2 D (3 c_q + 2)) over the dense bf16 peak (--peak, else
+989 TFLOP/s on an H100/H200 SXM).
 """
 import argparse
 import os
@@ -44,6 +47,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cuda_bench import load, median_ms  # noqa: E402
+from cuda_fast_bench import bf16_peak_tflops  # noqa: E402
 from cuda_fast_mta_bench import TA_BF16, TA_PRECISION_FAST, MtaCase, inputs, write_csv  # noqa: E402,E501
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
@@ -186,12 +190,17 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--csv", default="")
+    ap.add_argument("--peak", type=float, default=0.0)
     a = ap.parse_args()
     lib = load(a.lib)
     ext = build_published(a.published, a.build_dir)
-    name = torch.cuda.get_device_name()
-    print(f"device: {name}; torch {torch.__version__}; bf16, causal, B = 1, H = 16")
+    peak, name = bf16_peak_tflops()
+    if a.peak > 0:
+        peak = a.peak
+    print(f"device: {name}; torch {torch.__version__}; bf16, causal, B = 1, H = 16; "
+          f"bf16 dense peak {peak:.0f} TFLOP/s")
     head = ("  S   D  conv | fwd ours  theirs theirs/ours flash | bwd ours  theirs theirs/ours |"
+            " ours tc TF/s (%peak) fwd bwd |"
             " max|o-eager| ours theirs (first bad row) | dq rel err ours theirs |"
             " identity kernel: theirs max|o-flash| (first bad row)")
     print(head)
@@ -200,13 +209,19 @@ def main():
     for d in (64, 128):
         for s in (int(x) for x in a.seqs.split(",")):
             t, e = run(lib, ext, 1, 16, s, d, 7, 7, a)
+            pairs = 16 * s * s / 2.0
+            tc_f = pairs * 2.0 * d * (7 + 1) / (t["ours_fwd"] * 1e-3) / 1e12
+            tc_b = pairs * 2.0 * d * (3 * 7 + 2) / (t["ours_bwd"] * 1e-3) / 1e12
             row = dict(device=name, B=1, H=16, S=s, D=d, conv="7x7", **t, **e,
                        fwd_ratio=t["theirs_fwd"] / t["ours_fwd"],
-                       bwd_ratio=t["theirs_bwd"] / t["ours_bwd"])
+                       bwd_ratio=t["theirs_bwd"] / t["ours_bwd"], tc_fwd=tc_f, tc_bwd=tc_b,
+                       peak_frac_fwd=tc_f / peak, peak_frac_bwd=tc_b / peak)
             rows.append(row)
             print(f"{s:>5} {d:>3}  7x7 | {t['ours_fwd']:>8.3f} {t['theirs_fwd']:>7.3f} "
                   f"{row['fwd_ratio']:>11.1f} {t['flash_fwd']:>5.3f} | {t['ours_bwd']:>8.3f} "
-                  f"{t['theirs_bwd']:>7.3f} {row['bwd_ratio']:>11.1f} | {e['ours_o']:>9.2e} "
+                  f"{t['theirs_bwd']:>7.3f} {row['bwd_ratio']:>11.1f} | {tc_f:>5.0f} "
+                  f"({100 * tc_f / peak:.0f}) {tc_b:>5.0f} ({100 * tc_b / peak:.0f}) | "
+                  f"{e['ours_o']:>9.2e} "
                   f"{e['theirs_o']:>9.2e} ({e['theirs_first_bad_row']:>5}) | "
                   f"{e['ours_dq']:.2e} {e['theirs_dq']:.2e} | {e['theirs_id_o']:.2e} "
                   f"({e['theirs_id_first_bad_row']:>5})"
