@@ -33,10 +33,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cuda_bench import kernel_table, load, median_ms  # noqa: E402
 from cuda_fast_bench import bf16_peak_tflops  # noqa: E402
-from cuda_fast_mta_bench import TA_BF16, TA_PRECISION_FAST, MtaCase, inputs  # noqa: E402
+from cuda_fast_mta_bench import (TA_BF16, TA_PRECISION_FAST, MtaCase, inputs,  # noqa: E402
+                                 tc_tflops)
 
 SHAPES = [(1, 16, 4096, 128, 6, 11), (1, 16, 4096, 64, 6, 11), (1, 16, 4096, 64, 7, 7),
           (1, 16, 2048, 128, 6, 11), (1, 16, 8192, 128, 6, 11)]
+
 
 def case(lib, shape, q, k, v, d_o, w):
     b, h, s, d, cq, ck = shape
@@ -86,7 +88,7 @@ def main():
                 for x, y in zip(cases["old"].grads, cases["new"].grads)]
         best = {n: min(x) for n, x in t.items()}
         med = {n: statistics.median(x) for n, x in t.items()}
-        tc = b * h * s * s / 2.0 * 2.0 * d * (3 * cq + 2) / (best["new"] * 1e-3) / 1e12
+        tc = tc_tflops(b, h, s, d, cq, best["new"], True)
         print(f"{s:>5} {d:>3} {cq:>2}x{ck:<2}| {best['old']:>8.3f} {best['new']:>9.3f} "
               f"{best['flash']:>10.3f} | {best['new'] / best['old']:>8.3f} "
               f"{med['new'] / med['old']:>5.3f} | {best['new'] / best['flash']:>9.2f} "

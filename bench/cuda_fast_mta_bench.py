@@ -202,6 +202,13 @@ def run_bwd(lib, b, h, s, d, c_q, c_k, a):
     return t, err, ws / 2**30, eager_gib
 
 
+def tc_tflops(b, h, s, d, c_q, ms, bwd):
+    """The tensor-core TFLOP/s the fast MTA runs in `ms`: B H S^2 / 2 pairs
+    times 2 D (c_q + 1) forward, 2 D (3 c_q + 2) backward (module docstring)."""
+    per_pair = 2.0 * d * ((3 * c_q + 2) if bwd else (c_q + 1))
+    return b * h * s * s / 2.0 * per_pair / (ms * 1e-3) / 1e12
+
+
 def write_csv(path, rows):
     if path and rows:
         with open(path, "w", newline="") as f:
@@ -231,7 +238,7 @@ def main_bwd(lib, a, peak, name, shapes):
                 kernel_table(fast.bwd, max(3, a.reps // 2), f"tile_config 1, {d=} {cq}x{ck} {s=}")
             del fast, q, k, v, d_o, w
             torch.cuda.empty_cache()
-        tc = b * h * s * s / 2.0 * 2.0 * d * (3 * cq + 2) / (t["ours"] * 1e-3) / 1e12
+        tc = tc_tflops(b, h, s, d, cq, t["ours"], True)
         row = dict(device=name, B=b, H=h, S=s, D=d, conv=f"{cq}x{ck}", ours_ms=t["ours"],
                    flash_ms=t["flash"], eager_ms=t["eager"], x_flash=t["ours"] / t["flash"],
                    eager_over_ours=t["eager"] / t["ours"], tc_tflops=tc, peak_frac=tc / peak,
@@ -287,7 +294,7 @@ def main():
             torch.cuda.empty_cache()
         vis = b * h * s * (s + 1) / 2.0
         tf = vis * (4.0 * d + 2.0 * cq * ck) / (t["ours"] * 1e-3) / 1e12
-        tc = b * h * s * s / 2.0 * 2.0 * d * (cq + 1) / (t["ours"] * 1e-3) / 1e12
+        tc = tc_tflops(b, h, s, d, cq, t["ours"], False)
         row = dict(device=name, B=b, H=h, S=s, D=d, conv=f"{cq}x{ck}", ours_ms=t["ours"],
                    flash_ms=t["flash"], eager_ms=t["eager"], exact_ms=t["exact"],
                    x_flash=t["ours"] / t["flash"], eager_over_ours=t["eager"] / t["ours"],

@@ -48,7 +48,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cuda_bench import load, median_ms  # noqa: E402
 from cuda_fast_bench import bf16_peak_tflops  # noqa: E402
-from cuda_fast_mta_bench import TA_BF16, TA_PRECISION_FAST, MtaCase, inputs, write_csv  # noqa: E402,E501
+from cuda_fast_mta_bench import (TA_BF16, TA_PRECISION_FAST, MtaCase, inputs,  # noqa: E402
+                                 tc_tflops, write_csv)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from tileattn.reference import eager_mta  # noqa: E402
@@ -106,6 +107,13 @@ class Published:
         return dq, dk, dv, dw
 
 
+def first_bad_row(dev):
+    """The first query row where a deviation [B, H, S, D] exceeds 0.05 or is
+    not finite; -1 if none."""
+    bad = (~(dev <= 0.05)).any(dim=-1).any(dim=0).any(dim=0)
+    return int(bad.nonzero()[0].item()) if bad.any() else -1
+
+
 def run(lib, ext, b, h, s, d, c_q, c_k, a):
     q, k, v, d_o, w = inputs(b, h, s, d, c_q, c_k, 1357 + s + d + c_q, 4)
     scale = 1.0 / d ** 0.5
@@ -155,11 +163,7 @@ def run(lib, ext, b, h, s, d, c_q, c_k, a):
             torch.cuda.synchronize()
             err["theirs_dq"] = ((dq_theirs.float() - dq_ref).abs().max() /
                                 dq_ref.abs().max()).item()
-        # the first row where their o leaves the eager result by more than
-        # 0.05 or is not finite
-        dev = (theirs.out[0].float() - ref).abs()
-        bad = (~(dev <= 0.05)).any(dim=-1).any(dim=0).any(dim=0)
-        err["theirs_first_bad_row"] = int(bad.nonzero()[0].item()) if bad.any() else -1
+        err["theirs_first_bad_row"] = first_bad_row((theirs.out[0].float() - ref).abs())
     # the identity kernel, whose MTA is causal SDPA: their o against flash's
     err["theirs_id_o"], err["theirs_id_first_bad_row"] = nan, -1
     if fwd_ok:
@@ -171,8 +175,7 @@ def run(lib, ext, b, h, s, d, c_q, c_k, a):
             sd = F.scaled_dot_product_attention(q, k, v, is_causal=True).float()
         dev = (ident.out[0].float() - sd).abs()
         err["theirs_id_o"] = dev.max().item()
-        bad = (~(dev <= 0.05)).any(dim=-1).any(dim=0).any(dim=0)
-        err["theirs_id_first_bad_row"] = int(bad.nonzero()[0].item()) if bad.any() else -1
+        err["theirs_id_first_bad_row"] = first_bad_row(dev)
         del ident, sd, dev
     err["theirs_failed"] = "; ".join(failed)
     del ours, theirs, ref, dq_ref, qg, kg, vg, wg
@@ -209,9 +212,8 @@ def main():
     for d in (64, 128):
         for s in (int(x) for x in a.seqs.split(",")):
             t, e = run(lib, ext, 1, 16, s, d, 7, 7, a)
-            pairs = 16 * s * s / 2.0
-            tc_f = pairs * 2.0 * d * (7 + 1) / (t["ours_fwd"] * 1e-3) / 1e12
-            tc_b = pairs * 2.0 * d * (3 * 7 + 2) / (t["ours_bwd"] * 1e-3) / 1e12
+            tc_f = tc_tflops(1, 16, s, d, 7, t["ours_fwd"], False)
+            tc_b = tc_tflops(1, 16, s, d, 7, t["ours_bwd"], True)
             row = dict(device=name, B=1, H=16, S=s, D=d, conv="7x7", **t, **e,
                        fwd_ratio=t["theirs_fwd"] / t["ours_fwd"],
                        bwd_ratio=t["theirs_bwd"] / t["ours_bwd"], tc_fwd=tc_f, tc_bwd=tc_b,
